@@ -1,0 +1,291 @@
+package envelope
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fuzzLimits are small so that the fuzzer reaches every limit.
+var fuzzLimits = Limits{
+	MaxDelay:        365 * 24 * time.Hour,
+	MaxPayloadBytes: 64,
+	MaxHeaderBytes:  512,
+	MaxIDBytes:      40,
+}
+
+// Bits of FuzzParse's mask: which headers are present and how the route is
+// configured. A header is present when its bit is set, so that the fuzzer
+// can give empty values as well as leave headers out.
+const (
+	fzDelay = 1 << iota
+	fzAt
+	fzID
+	fzSink
+	fzDest
+	fzCancel
+	fzPrio
+	fzExtra1
+	fzExtra2
+	fzNats
+	fzOverride
+	fzAllowedSinks
+	fzAllowedDests
+	fzDefault
+	fzPublished
+	fzKey
+)
+
+func FuzzParse(f *testing.F) {
+	all := uint16(fzDelay | fzID | fzExtra1)
+	f.Add(all, "5000", "", "order-1", "", "", "", "", "content-type", "text/plain", "", "", "", "", "", int64(0), []byte("body"))
+	f.Add(uint16(fzDelay), " 5000 ", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte(nil))
+	f.Add(uint16(fzDelay|fzPublished), "1h30m", "", "", "", "", "", "", "", "", "", "", "", "amqp-1", "t/0/1", int64(-5000), []byte{})
+	f.Add(uint16(fzAt), "", "2026-12-01T10:00:00.123+02:00", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzAt), "", "1796119200000", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzAt), "", "1969-12-31T23:59:59Z", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzAt), "1", "0", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay), "9223372036854775807", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay), "100000000h", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay), "-5s", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzID), "1", "", "\xff\x00", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzID), "1", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzSink|fzDest|fzOverride|fzAllowedSinks|fzAllowedDests), "1", "", "", "kafka", "orders.x", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzSink|fzDest), "1", "", "", "kafka", "orders.x", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzCancel), "", "", "", "", "", "order-1", "", "", "", "", "", "", "", "", int64(0), []byte(nil))
+	f.Add(uint16(fzCancel), "", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(0), []byte(nil))
+	f.Add(uint16(fzDelay|fzPrio), "1", "", "", "", "", "", "9", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzPrio), "1", "", "", "", "", "", "10", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzExtra1|fzExtra2), "1", "", "", "", "", "", "", "X-Delay", "2", "x-message-id", "dup", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDefault|fzNats|fzKey), "", "", "", "", "", "", "", "", "", "", "", "nats-1", "", "", int64(0), bytes.Repeat([]byte("b"), 65))
+	f.Add(uint16(fzDefault|fzPublished), "", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(400*24*3600*1000), []byte("x"))
+
+	f.Fuzz(func(t *testing.T, mask uint16, delay, at, id, sink, dest, cancel, prio, k1, v1, k2, v2, natsID, nativeID, positionID string, pubOffsetMs int64, body []byte) {
+		has := func(bit int) bool { return mask&uint16(bit) != 0 }
+		in := &Incoming{Body: body, NativeID: nativeID, PositionID: positionID}
+		add := func(bit int, k, v string) {
+			if has(bit) {
+				in.Headers = append(in.Headers, Header{k, v})
+			}
+		}
+		add(fzExtra1, k1, v1)
+		add(fzDelay, HeaderDelay, delay)
+		add(fzAt, HeaderDeliverAt, at)
+		add(fzID, HeaderMessageID, id)
+		add(fzSink, HeaderSink, sink)
+		add(fzDest, HeaderDestination, dest)
+		add(fzCancel, HeaderCancel, cancel)
+		add(fzPrio, HeaderPriority, prio)
+		add(fzNats, HeaderNatsMsgID, natsID)
+		add(fzExtra2, k2, v2)
+		if has(fzKey) {
+			in.Key = []byte(k1)
+		}
+		if has(fzPublished) {
+			// Within about ±100 years of now.
+			off := time.Duration(pubOffsetMs%(100*365*24*3600*1000)) * time.Millisecond
+			in.PublishedAt = testNow.Add(off)
+		}
+		r := testRoute()
+		r.AllowOverride = has(fzOverride)
+		if has(fzAllowedSinks) {
+			r.AllowedSinks = []string{"rabbit", "kafka"}
+		}
+		if has(fzAllowedDests) {
+			r.AllowedDestinations = []string{"orders.*", "audit"}
+		}
+		if has(fzDefault) {
+			r.DefaultDelay, r.HasDefaultDelay = 30*time.Second, true
+		}
+		inCopy := append(Headers(nil), in.Headers...)
+		newID, _ := genIDs()
+
+		d := Parse(in, r, fuzzLimits, testNow, newID)
+		checkDecision(t, in, fuzzLimits, testNow, d)
+
+		if len(inCopy) != len(in.Headers) {
+			t.Fatalf("Parse modified the incoming headers")
+		}
+		for i := range inCopy {
+			if inCopy[i] != in.Headers[i] {
+				t.Fatalf("Parse modified the incoming headers")
+			}
+		}
+		base := nowMs
+		if !in.PublishedAt.IsZero() {
+			base = in.PublishedAt.Truncate(time.Millisecond)
+		}
+		hDelay, hasDelay := in.Headers.Get(HeaderDelay)
+		_, hasAt := in.Headers.Get(HeaderDeliverAt)
+		_, hasCancel := in.Headers.Get(HeaderCancel)
+		m := d.Message
+		switch d.Action {
+		case Park:
+			if hasAt && hasDelay {
+				t.Fatalf("parked with both x-delay and x-deliver-at")
+			}
+			if hasCancel {
+				t.Fatalf("parked a cancel")
+			}
+			if !hasAt && !hasDelay && !r.HasDefaultDelay {
+				t.Fatalf("parked without delay header or default")
+			}
+			if hasDelay {
+				dd, reason := ParseDelay(hDelay)
+				if reason != "" || dd < 0 || !m.DueAt.Equal(base.Add(dd)) {
+					t.Fatalf("x-delay %q: due %v, base %v", hDelay, m.DueAt, base)
+				}
+			}
+			if !hasAt && !hasDelay && !m.DueAt.Equal(base.Add(r.DefaultDelay)) {
+				t.Fatalf("default delay: due %v, base %v", m.DueAt, base)
+			}
+			if want := expectedID(in, fuzzLimits.MaxIDBytes); want != "" && m.ID != want {
+				t.Fatalf("ID %q, want %q", m.ID, want)
+			}
+			if !r.AllowOverride && (m.Sink != r.Sink || m.Destination != r.Destination) {
+				t.Fatalf("override without allow_override: %q %q", m.Sink, m.Destination)
+			}
+			if !r.SinkExists(m.Sink) {
+				t.Fatalf("parked for unknown sink %q", m.Sink)
+			}
+			if r.AllowedDestinations != nil && m.Destination != r.Destination && !matchAny(r.AllowedDestinations, m.Destination) {
+				t.Fatalf("destination %q not allowed", m.Destination)
+			}
+			for _, h := range controlHeaders {
+				if in.Headers.Count(h) > 1 {
+					t.Fatalf("parked with %s given twice", h)
+				}
+			}
+			out := m.OutHeaders(1)
+			if v, _ := out.Get(HeaderMessageID); v != m.ID || out.Count(HeaderMessageID) != 1 {
+				t.Fatalf("out x-message-id %q", v)
+			}
+			got, err := Decode(m.ID, Encode(nil, m))
+			if err != nil {
+				t.Fatalf("Decode of a parsed message: %v", err)
+			}
+			if diff := diffMessages(m, got); diff != "" {
+				t.Fatalf("codec round trip of a parsed message: %s", diff)
+			}
+		case Cancel:
+			if !hasCancel {
+				t.Fatalf("cancel without %s", HeaderCancel)
+			}
+			if v, _ := in.Headers.Get(HeaderCancel); v != d.CancelID {
+				t.Fatalf("CancelID %q, header %q", d.CancelID, v)
+			}
+		}
+	})
+}
+
+// expectedID returns the ID a valid message gets from its sources in the
+// contract's order, or "" when it is generated.
+func expectedID(in *Incoming, _ int) string {
+	if v, ok := in.Headers.Get(HeaderMessageID); ok {
+		return v
+	}
+	if in.NativeID != "" {
+		return in.NativeID
+	}
+	if v, ok := in.Headers.Get(HeaderNatsMsgID); ok && v != "" {
+		return v
+	}
+	if validTestID(in.PositionID, 0) { // positions are not bound by max_id_bytes
+		return in.PositionID
+	}
+	return "gen-1"
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(Encode(nil, fullMessage()))
+	m := fullMessage()
+	m.Key, m.Headers, m.Body, m.IngestedAt = nil, nil, nil, time.Time{}
+	f.Add(Encode(nil, m))
+	m = fullMessage()
+	m.Key = []byte{}
+	f.Add(Encode(nil, m))
+	f.Add([]byte{})
+	f.Add([]byte{1})
+	f.Add([]byte{1, 0})
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 0x80, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01})
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{1, 1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02, 9, 1, 'a', 1, 'b', 1, 'c', 0, 1, 0, 0, 'x'})
+
+	f.Fuzz(func(t *testing.T, b []byte) {
+		orig := append([]byte(nil), b...)
+		m, err := Decode("fuzz-id", b)
+		if !bytes.Equal(orig, b) {
+			t.Fatalf("Decode modified its input")
+		}
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			if m != nil {
+				t.Fatalf("message together with an error")
+			}
+			return
+		}
+		if m.ID != "fuzz-id" {
+			t.Fatalf("ID %q", m.ID)
+		}
+		if !bytes.HasSuffix(b, m.Body) {
+			t.Fatalf("body is not the end of the input")
+		}
+		checkReencode(t, m)
+	})
+}
+
+func FuzzCodecRoundTrip(f *testing.F) {
+	f.Add(codecDue.UnixMilli(), codecDue.UnixMilli()-5000, true, uint8(7), "rabbit", "orders.expired", "orders-in", []byte("key"), false, uint8(3), "content-type", "\x00\xff", []byte("body"))
+	f.Add(int64(0), int64(0), false, uint8(0), "", "", "", []byte(nil), true, uint8(0), "", "", []byte(nil))
+	f.Add(int64(-1), int64(1), true, uint8(255), "\xff", "a\x00", "é", []byte{}, false, uint8(255), "k", strings.Repeat("v", 300), bytes.Repeat([]byte{0}, 1000))
+	f.Add(int64(1<<63-1), int64(-1<<63), true, uint8(9), "s", "d", "i", []byte{0}, false, uint8(1), "", "", []byte{1})
+
+	f.Fuzz(func(t *testing.T, dueMs, ingestedMs int64, hasIngested bool, prio uint8, sink, dest, ingest string, key []byte, keyNil bool, nHeaders uint8, hk, hv string, body []byte) {
+		m := &Message{
+			ID:          "rt-" + strconv.Itoa(int(nHeaders)),
+			DueAt:       time.UnixMilli(dueMs),
+			Sink:        sink,
+			Destination: dest,
+			Ingest:      ingest,
+			Body:        body,
+			Priority:    prio,
+		}
+		if hasIngested {
+			m.IngestedAt = time.UnixMilli(ingestedMs)
+		}
+		if !keyNil {
+			m.Key = key
+			if m.Key == nil {
+				m.Key = []byte{}
+			}
+		}
+		for i := 0; i < int(nHeaders%32); i++ {
+			m.Headers = append(m.Headers, Header{hk + strconv.Itoa(i), hv[:len(hv)*i/32]})
+		}
+		enc := Encode(nil, m)
+		if !bytes.HasSuffix(enc, body) {
+			t.Fatalf("encoding does not end with the body")
+		}
+		if n := EncodedSize(m); len(enc) > n {
+			t.Fatalf("EncodedSize %d < %d", n, len(enc))
+		}
+		got, err := Decode(m.ID, enc)
+		if err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		if diff := diffMessages(m, got); diff != "" {
+			t.Fatalf("round trip: %s", diff)
+		}
+		if got.DueAt.UnixMilli() != dueMs {
+			t.Fatalf("due %d, want %d", got.DueAt.UnixMilli(), dueMs)
+		}
+		checkReencode(t, got)
+	})
+}

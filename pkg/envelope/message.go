@@ -1,0 +1,133 @@
+// Package envelope defines the message delaybridge parks and fires, the
+// headers that control it, and the compact binary encoding it is stored in.
+//
+// The flow of one message is:
+//
+//	broker message --(ingest adapter)--> Incoming
+//	Incoming --(Parse with the ingest's Route and the Limits)--> Decision
+//	Decision.Message --(Encode)--> Redis pool --(Decode)--> sink adapter
+//
+// Nothing in this package does I/O.
+package envelope
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names of the contract (../shared/CONTRACT.md). Lookups are
+// case-insensitive.
+const (
+	HeaderDelay       = "x-delay"
+	HeaderDeliverAt   = "x-deliver-at"
+	HeaderMessageID   = "x-message-id"
+	HeaderSink        = "x-delay-sink"
+	HeaderDestination = "x-delay-destination"
+	HeaderCancel      = "x-delay-cancel"
+	HeaderPriority    = "x-delay-priority"
+
+	// Added by delaybridge on every published message.
+	HeaderDueAt   = "x-delaybridge-due-at"
+	HeaderAttempt = "x-delaybridge-attempt"
+
+	// NATS's own de-duplication header.
+	HeaderNatsMsgID = "Nats-Msg-Id"
+)
+
+// controlHeaders are consumed by delaybridge and never forwarded, so that a
+// destination that is itself an ingest does not loop. x-message-id and the
+// x-delaybridge-* headers are rewritten on publish.
+var controlHeaders = []string{
+	HeaderDelay, HeaderDeliverAt, HeaderSink, HeaderDestination, HeaderCancel,
+	HeaderPriority, HeaderMessageID, HeaderDueAt, HeaderAttempt,
+}
+
+// IsControlHeader reports whether the header is consumed or rewritten by
+// delaybridge rather than forwarded as it came.
+func IsControlHeader(key string) bool {
+	for _, h := range controlHeaders {
+		if strings.EqualFold(h, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// Header is one message header. Values are Go strings, which may hold any
+// bytes (Kafka header values are binary).
+type Header struct {
+	Key   string
+	Value string
+}
+
+// Headers keeps headers in broker order, duplicates included (Kafka allows
+// them). Lookups are case-insensitive.
+type Headers []Header
+
+// Get returns the first value of key, compared case-insensitively.
+func (h Headers) Get(key string) (string, bool) {
+	for _, kv := range h {
+		if strings.EqualFold(kv.Key, key) {
+			return kv.Value, true
+		}
+	}
+	return "", false
+}
+
+// Count returns how many headers are named key (case-insensitive).
+func (h Headers) Count(key string) int {
+	n := 0
+	for _, kv := range h {
+		if strings.EqualFold(kv.Key, key) {
+			n++
+		}
+	}
+	return n
+}
+
+// Size is the number of bytes of all keys and values.
+func (h Headers) Size() int {
+	n := 0
+	for _, kv := range h {
+		n += len(kv.Key) + len(kv.Value)
+	}
+	return n
+}
+
+// Message is a parked message: everything needed to publish it when due.
+// The ID is not part of the encoding; it is the key it is stored under.
+type Message struct {
+	ID          string
+	DueAt       time.Time // millisecond precision
+	Sink        string    // name of a configured sink
+	Destination string    // topic, routing key or subject in that sink
+	Key         []byte    // Kafka record key; nil when the ingest had none
+	Headers     Headers   // forwarded headers: control headers already removed
+	Body        []byte
+	Priority    uint8     // 0 (default) .. 9; higher fires first in a backlog
+	Ingest      string    // name of the ingest it came from ("" for the admin API)
+	IngestedAt  time.Time // when delaybridge took it in
+}
+
+// OutHeaders returns the headers a sink publishes: the forwarded headers plus
+// x-message-id, x-delaybridge-due-at and x-delaybridge-attempt.
+func (m *Message) OutHeaders(attempt int) Headers {
+	out := make(Headers, 0, len(m.Headers)+3)
+	for _, h := range m.Headers {
+		if !IsControlHeader(h.Key) {
+			out = append(out, h)
+		}
+	}
+	return append(out,
+		Header{HeaderMessageID, m.ID},
+		Header{HeaderDueAt, FormatTime(m.DueAt)},
+		Header{HeaderAttempt, strconv.Itoa(attempt)},
+	)
+}
+
+// FormatTime formats t as RFC 3339 in UTC with milliseconds, the form of
+// x-delaybridge-due-at and of due_at in the admin API.
+func FormatTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}

@@ -1,0 +1,477 @@
+package envelope
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Incoming is a message as an ingest adapter received it, before delaybridge
+// looked at its headers.
+type Incoming struct {
+	Headers Headers
+	Body    []byte
+	Key     []byte // Kafka record key; nil when none
+
+	// PublishedAt is the broker's precise publish time (Kafka record
+	// timestamp, JetStream message time); zero when the broker records none
+	// or only whole seconds (AMQP). The delay counts from it when set.
+	PublishedAt time.Time
+
+	// NativeID is the broker's own message ID property (AMQP message_id);
+	// NATS's Nats-Msg-Id is read from Headers.
+	NativeID string
+
+	// PositionID identifies the broker position the message was read from
+	// (Kafka "topic/partition/offset", JetStream "stream/sequence"), so that
+	// a redelivery after a crash maps to the same ID. "" when the broker has
+	// no stable position (core NATS, AMQP).
+	PositionID string
+}
+
+// Route is what an ingest does with the messages it reads.
+type Route struct {
+	Ingest      string
+	Sink        string
+	Destination string
+
+	// AllowOverride lets x-delay-sink and x-delay-destination choose another
+	// sink or destination, restricted to AllowedSinks (sink names) and
+	// AllowedDestinations (path.Match patterns) when those are non-empty.
+	AllowOverride       bool
+	AllowedSinks        []string
+	AllowedDestinations []string
+
+	// DefaultDelay applies to messages without a delay header; without it
+	// (HasDefaultDelay false) such messages are rejected.
+	DefaultDelay    time.Duration
+	HasDefaultDelay bool
+
+	// SinkExists reports whether a sink of that name is configured.
+	SinkExists func(name string) bool
+}
+
+// Limits bound what one message may be.
+type Limits struct {
+	MaxDelay        time.Duration // due time at most this far after now
+	MaxPayloadBytes int           // body size
+	MaxHeaderBytes  int           // sum of header key and value sizes
+	MaxIDBytes      int           // message ID size
+}
+
+// DefaultLimits are the limits when the configuration sets none.
+var DefaultLimits = Limits{
+	MaxDelay:        365 * 24 * time.Hour,
+	MaxPayloadBytes: 1 << 20,
+	MaxHeaderBytes:  64 << 10,
+	MaxIDBytes:      256,
+}
+
+// Action is what to do with an ingested message.
+type Action int
+
+const (
+	// Park the Message until its due time.
+	Park Action = iota
+	// Cancel the parked message CancelID; the control message itself is
+	// not parked.
+	Cancel
+	// Reject the message: keep Message as a dead message with Reason.
+	Reject
+)
+
+func (a Action) String() string {
+	switch a {
+	case Park:
+		return "park"
+	case Cancel:
+		return "cancel"
+	case Reject:
+		return "reject"
+	}
+	return "unknown"
+}
+
+// Decision is the outcome of Parse.
+type Decision struct {
+	Action   Action
+	Message  *Message // Park: the message to park; Cancel, Reject: the message as received, to keep as dead
+	CancelID string   // Cancel: the ID to cancel
+	Reason   string   // Reject: why, in words an operator can act on
+	Code     string   // Reject: a short fixed name of the reason, for metrics (RejectCodes)
+}
+
+// RejectCodes lists every Decision.Code.
+var RejectCodes = []string{
+	CodeInvalidID, CodePayloadTooLarge, CodeHeadersTooLarge, CodeDuplicateHeader,
+	CodeInvalidCancel, CodeBothDelays, CodeInvalidDelay, CodeInvalidDeliverAt,
+	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
+}
+
+// Reject codes.
+const (
+	CodeInvalidID        = "invalid_id"
+	CodePayloadTooLarge  = "payload_too_large"
+	CodeHeadersTooLarge  = "headers_too_large"
+	CodeDuplicateHeader  = "duplicate_header"
+	CodeInvalidCancel    = "invalid_cancel"
+	CodeBothDelays       = "both_delay_headers"
+	CodeInvalidDelay     = "invalid_delay"
+	CodeInvalidDeliverAt = "invalid_deliver_at"
+	CodeNoDelay          = "no_delay"
+	CodeOverMaxDelay     = "over_max_delay"
+	CodeInvalidPriority  = "invalid_priority"
+	CodeInvalidRoute     = "invalid_route"
+	CodeCancelUnknown    = "cancel_unknown_id" // set by the ingest pipeline, not by Parse
+)
+
+// NewID returns a generated message ID: a UUIDv7 (time-ordered, unique).
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// Parse applies the contract's header rules to one ingested message. now is
+// the moment of ingest. It never fails: a message that cannot be parked is a
+// Reject decision carrying the reason and the message, so that nothing is
+// lost. newID generates an ID when the message and the broker offer none (nil
+// means NewID).
+func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() string) Decision {
+	if newID == nil {
+		newID = NewID
+	}
+	now = now.Truncate(time.Millisecond)
+	p := parser{in: in, r: r, lim: lim, now: now}
+
+	id, idErr := p.id(newID)
+	msg := &Message{
+		ID:          id,
+		DueAt:       now,
+		Sink:        r.Sink,
+		Destination: r.Destination,
+		Key:         in.Key,
+		Body:        in.Body,
+		Ingest:      r.Ingest,
+		IngestedAt:  now,
+	}
+	reject := func(code, format string, args ...any) Decision {
+		// A rejected message keeps every header, control headers included,
+		// so that an operator sees what was wrong; oversized parts are
+		// dropped so that a limit still protects Redis.
+		msg.Headers = in.Headers
+		if lim.MaxHeaderBytes > 0 && in.Headers.Size()+len(in.Key) > lim.MaxHeaderBytes {
+			msg.Headers, msg.Key = nil, nil
+		}
+		if lim.MaxPayloadBytes > 0 && len(in.Body) > lim.MaxPayloadBytes {
+			msg.Body = nil
+		}
+		return Decision{Action: Reject, Message: msg, Reason: fmt.Sprintf(format, args...), Code: code}
+	}
+	if idErr != "" {
+		return reject(CodeInvalidID, "%s", idErr)
+	}
+	if lim.MaxPayloadBytes > 0 && len(in.Body) > lim.MaxPayloadBytes {
+		return reject(CodePayloadTooLarge, "body is %d bytes, over limits.max_payload_bytes %d (body not kept)", len(in.Body), lim.MaxPayloadBytes)
+	}
+	if size := in.Headers.Size() + len(in.Key); lim.MaxHeaderBytes > 0 && size > lim.MaxHeaderBytes {
+		return reject(CodeHeadersTooLarge, "headers and key are %d bytes, over limits.max_header_bytes %d (not kept)", size, lim.MaxHeaderBytes)
+	}
+	for _, h := range controlHeaders {
+		if n := in.Headers.Count(h); n > 1 {
+			return reject(CodeDuplicateHeader, "header %s given %d times; give it once", h, n)
+		}
+	}
+
+	if target, ok := in.Headers.Get(HeaderCancel); ok {
+		if reason := checkID(HeaderCancel, target, lim.MaxIDBytes); reason != "" {
+			return reject(CodeInvalidCancel, "%s", reason)
+		}
+		msg.Headers = in.Headers
+		return Decision{Action: Cancel, Message: msg, CancelID: target}
+	}
+
+	due, code, reason := p.due()
+	if reason != "" {
+		return reject(code, "%s", reason)
+	}
+	msg.DueAt = due
+	if v, ok := in.Headers.Get(HeaderPriority); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > 9 {
+			return reject(CodeInvalidPriority, "%s %q is not an integer from 0 to 9", HeaderPriority, printable(v))
+		}
+		msg.Priority = uint8(n)
+	}
+	if reason := p.route(msg); reason != "" {
+		return reject(CodeInvalidRoute, "%s", reason)
+	}
+	msg.Headers = forwarded(in.Headers)
+	return Decision{Action: Park, Message: msg}
+}
+
+type parser struct {
+	in  *Incoming
+	r   *Route
+	lim Limits
+	now time.Time
+}
+
+// id resolves the message ID in the contract's order: x-message-id, the
+// broker's message ID property, Nats-Msg-Id, the broker position, a new ID.
+// When the chosen ID is invalid it returns a usable fallback ID (the next
+// source) together with the reason to reject.
+func (p *parser) id(newID func() string) (id, reason string) {
+	type candidate struct{ name, value string }
+	var candidates []candidate
+	if v, ok := p.in.Headers.Get(HeaderMessageID); ok {
+		candidates = append(candidates, candidate{HeaderMessageID, v})
+	}
+	if p.in.NativeID != "" {
+		candidates = append(candidates, candidate{"message_id", p.in.NativeID})
+	}
+	if v, ok := p.in.Headers.Get(HeaderNatsMsgID); ok && v != "" {
+		candidates = append(candidates, candidate{HeaderNatsMsgID, v})
+	}
+	for i, c := range candidates {
+		r := checkID(c.name, c.value, p.lim.MaxIDBytes)
+		if r == "" {
+			return c.value, reason
+		}
+		if i == 0 {
+			reason = r // the chosen ID is invalid: reject, under the next usable one
+		}
+	}
+	// The broker position is ours, bounded by the broker's own limits (a
+	// Kafka topic name has at most 249 bytes): no max_id_bytes for it, so
+	// that a redelivery always maps to the same ID.
+	if p.in.PositionID != "" && checkID("", p.in.PositionID, 0) == "" {
+		return p.in.PositionID, reason
+	}
+	return newID(), reason
+}
+
+// CheckID validates a message ID: non-empty, printable UTF-8 without control
+// characters, at most max bytes (0: no limit). It returns "" or the reason,
+// naming the ID as name.
+func CheckID(name, v string, max int) string { return checkID(name, v, max) }
+
+func checkID(name, v string, max int) string {
+	if name == "" {
+		name = "message ID"
+	}
+	switch {
+	case v == "":
+		return name + " is empty"
+	case max > 0 && len(v) > max:
+		return fmt.Sprintf("%s is %d bytes, over limits.max_id_bytes %d", name, len(v), max)
+	case !utf8.ValidString(v):
+		return name + " is not valid UTF-8"
+	}
+	for _, c := range v {
+		if c < 0x20 || c == 0x7f {
+			return name + " contains a control character"
+		}
+	}
+	return ""
+}
+
+// due computes the due time from x-delay, x-deliver-at or the route's
+// default delay.
+func (p *parser) due() (due time.Time, code, reason string) {
+	delay, hasDelay := p.in.Headers.Get(HeaderDelay)
+	at, hasAt := p.in.Headers.Get(HeaderDeliverAt)
+	base := p.now
+	if !p.in.PublishedAt.IsZero() {
+		base = p.in.PublishedAt.Truncate(time.Millisecond)
+	}
+	switch {
+	case hasDelay && hasAt:
+		return due, CodeBothDelays, "both x-delay and x-deliver-at given; give one"
+	case hasDelay:
+		d, reason := ParseDelay(delay)
+		if reason != "" {
+			return due, CodeInvalidDelay, reason
+		}
+		if d > p.lim.MaxDelay && p.lim.MaxDelay > 0 {
+			return due, CodeOverMaxDelay, fmt.Sprintf("x-delay %s is over limits.max_delay %s", d, p.lim.MaxDelay)
+		}
+		due = base.Add(d)
+	case hasAt:
+		t, reason := ParseDeliverAt(at)
+		if reason != "" {
+			return due, CodeInvalidDeliverAt, reason
+		}
+		due = t
+	case p.r.HasDefaultDelay:
+		due = base.Add(p.r.DefaultDelay)
+	default:
+		return due, CodeNoDelay, "no x-delay or x-deliver-at header, and the route has no default_delay"
+	}
+	if p.lim.MaxDelay > 0 && due.Sub(p.now) > p.lim.MaxDelay {
+		return time.Time{}, CodeOverMaxDelay, fmt.Sprintf("due time %s is more than limits.max_delay %s from now", FormatTime(due), p.lim.MaxDelay)
+	}
+	return due, "", ""
+}
+
+// ParseDelay parses an x-delay value: integer milliseconds ("5000") or a Go
+// duration ("1500ms", "5m", "1h30m"). It returns a reason when the value is
+// empty, unparsable, negative or out of range.
+func ParseDelay(v string) (time.Duration, string) {
+	s := strings.TrimSpace(v)
+	if s == "" {
+		return 0, "x-delay is empty; give milliseconds (5000) or a duration (5s)"
+	}
+	if isInteger(s) {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || ms > int64(maxDuration/time.Millisecond) || ms < -int64(maxDuration/time.Millisecond) {
+			return 0, fmt.Sprintf("x-delay %q is out of range", printable(v))
+		}
+		if ms < 0 {
+			return 0, fmt.Sprintf("x-delay %q is negative", printable(v))
+		}
+		return time.Duration(ms) * time.Millisecond, ""
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Sprintf("x-delay %q is neither integer milliseconds (5000) nor a duration (5s, 1h30m)", printable(v))
+	}
+	if d < 0 {
+		return 0, fmt.Sprintf("x-delay %q is negative", printable(v))
+	}
+	return d.Truncate(time.Millisecond), ""
+}
+
+const maxDuration = time.Duration(1<<63 - 1)
+
+// ParseDeliverAt parses an x-deliver-at value: RFC 3339 (fractions allowed)
+// or integer Unix epoch milliseconds.
+func ParseDeliverAt(v string) (time.Time, string) {
+	s := strings.TrimSpace(v)
+	if s == "" {
+		return time.Time{}, "x-deliver-at is empty; give RFC 3339 (2026-12-01T10:00:00Z) or Unix milliseconds"
+	}
+	if isInteger(s) {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Sprintf("x-deliver-at %q is out of range", printable(v))
+		}
+		if ms < 0 {
+			return time.Time{}, fmt.Sprintf("x-deliver-at %q is before 1970", printable(v))
+		}
+		return time.UnixMilli(ms), ""
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Sprintf("x-deliver-at %q is neither RFC 3339 (2026-12-01T10:00:00Z) nor Unix milliseconds", printable(v))
+	}
+	if t.Before(time.Unix(0, 0)) {
+		return time.Time{}, fmt.Sprintf("x-deliver-at %q is before 1970", printable(v))
+	}
+	return t.Truncate(time.Millisecond), ""
+}
+
+// route applies x-delay-sink and x-delay-destination to msg.
+func (p *parser) route(msg *Message) string {
+	r := p.r
+	sink, hasSink := p.in.Headers.Get(HeaderSink)
+	dest, hasDest := p.in.Headers.Get(HeaderDestination)
+	if (hasSink || hasDest) && !r.AllowOverride {
+		return fmt.Sprintf("%s/%s given, but the route of ingest %q does not allow overrides (route.allow_override)", HeaderSink, HeaderDestination, r.Ingest)
+	}
+	if hasSink {
+		sink = strings.TrimSpace(sink)
+		if sink == "" {
+			return HeaderSink + " is empty"
+		}
+		if r.SinkExists != nil && !r.SinkExists(sink) {
+			return fmt.Sprintf("%s %q names no configured sink", HeaderSink, printable(sink))
+		}
+		if len(r.AllowedSinks) > 0 && !contains(r.AllowedSinks, sink) {
+			return fmt.Sprintf("%s %q is not in route.allowed_sinks", HeaderSink, printable(sink))
+		}
+		msg.Sink = sink
+	}
+	if hasDest {
+		if strings.TrimSpace(dest) == "" {
+			return HeaderDestination + " is empty"
+		}
+		if !utf8.ValidString(dest) || strings.ContainsAny(dest, "\x00\r\n") {
+			return HeaderDestination + " is not printable UTF-8"
+		}
+		if len(r.AllowedDestinations) > 0 && !matchAny(r.AllowedDestinations, dest) {
+			return fmt.Sprintf("%s %q matches no pattern of route.allowed_destinations", HeaderDestination, printable(dest))
+		}
+		msg.Destination = dest
+	}
+	if msg.Sink == "" {
+		return "no sink: the route has none and no x-delay-sink was given"
+	}
+	return ""
+}
+
+// forwarded returns the headers without the control headers.
+func forwarded(h Headers) Headers {
+	n := 0
+	for _, kv := range h {
+		if !IsControlHeader(kv.Key) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make(Headers, 0, n)
+	for _, kv := range h {
+		if !IsControlHeader(kv.Key) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func isInteger(s string) bool {
+	if s[0] == '+' || s[0] == '-' {
+		s = s[1:]
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func matchAny(patterns []string, s string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// printable quotes at most 64 bytes of a header value for a reason, so that
+// a reason stays readable and bounded whatever the value was.
+func printable(v string) string {
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	if !utf8.ValidString(v) {
+		return strings.ToValidUTF8(v, "\uFFFD")
+	}
+	return v
+}
