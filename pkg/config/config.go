@@ -1,0 +1,215 @@
+// Package config loads and validates delaybridge's YAML configuration.
+//
+// Load expands ${VAR} (and ${VAR:-default}) in every value from the
+// environment, rejects unknown keys, applies defaults and validates the
+// result; every problem is reported with its field path, e.g.
+// "ingest[0].kafka.brokers: at least one broker is required".
+// config.example.yaml documents every key.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole file.
+type Config struct {
+	Redis     Redis     `yaml:"redis"`
+	Admin     Admin     `yaml:"admin"`
+	Log       Log       `yaml:"log"`
+	Scheduler Scheduler `yaml:"scheduler"`
+	Limits    Limits    `yaml:"limits"`
+	Dead      Dead      `yaml:"dead"`
+	Ingest    []Ingest  `yaml:"ingest"`
+	Sinks     []Sink    `yaml:"sinks"`
+
+	// ShutdownTimeout bounds a graceful stop: finishing in-flight parks
+	// and publishes and committing offsets.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+}
+
+// Redis is where messages are parked.
+type Redis struct {
+	Addr     string   `yaml:"addr"`    // a single Redis, host:port
+	Addrs    []string `yaml:"addrs"`   // Redis Cluster seed nodes (with cluster: true)
+	Cluster  bool     `yaml:"cluster"` // use Redis Cluster
+	Username string   `yaml:"username"`
+	Password string   `yaml:"password"`
+	DB       int      `yaml:"db"`
+
+	KeyPrefix string `yaml:"key_prefix"` // every key starts with it
+	Shards    int    `yaml:"shards"`     // fixed once messages are parked
+
+	DialTimeout  Duration `yaml:"dial_timeout"`
+	ReadTimeout  Duration `yaml:"read_timeout"`
+	WriteTimeout Duration `yaml:"write_timeout"`
+	PoolSize     int      `yaml:"pool_size"`
+}
+
+// Admin is the HTTP API.
+type Admin struct {
+	Listen string `yaml:"listen"` // host:port; "" disables the admin server
+	Token  string `yaml:"token"`  // when set, /v1/ needs "Authorization: Bearer <token>"
+}
+
+// Log configures log/slog output on stderr.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+}
+
+// Scheduler configures how due messages are claimed and published.
+type Scheduler struct {
+	// BatchSize is the most messages one claim takes from one shard.
+	BatchSize int `yaml:"batch_size"`
+	// Lease is how long a claimed message is held before any instance may
+	// take it again; it bounds failover time after a crash.
+	Lease Duration `yaml:"lease"`
+	// MaxSleep bounds how long a shard sleeps without looking at Redis, so
+	// that messages parked by other instances are seen.
+	MaxSleep Duration `yaml:"max_sleep"`
+	// PublishTimeout bounds one publish attempt; it must be shorter than
+	// Lease.
+	PublishTimeout Duration `yaml:"publish_timeout"`
+	// MaxAttempts is how many publishes are tried before a message is dead.
+	MaxAttempts int     `yaml:"max_attempts"`
+	Backoff     Backoff `yaml:"backoff"`
+}
+
+// Backoff is the exponential back-off between publish attempts:
+// initial * multiplier^(attempt-1), capped at max, randomised by ±jitter.
+type Backoff struct {
+	Initial    Duration `yaml:"initial"`
+	Max        Duration `yaml:"max"`
+	Multiplier float64  `yaml:"multiplier"`
+	Jitter     float64  `yaml:"jitter"` // 0..1, fraction of the delay
+}
+
+// Limits protect the service from oversized or far-future messages.
+type Limits struct {
+	MaxDelay        Duration `yaml:"max_delay"`
+	MaxPayloadBytes int      `yaml:"max_payload_bytes"`
+	MaxHeaderBytes  int      `yaml:"max_header_bytes"`
+	MaxIDBytes      int      `yaml:"max_id_bytes"`
+}
+
+// Dead configures what is kept of messages that are rejected or undeliverable.
+type Dead struct {
+	// MaxMessages is how many dead messages are kept; the oldest go first.
+	MaxMessages int `yaml:"max_messages"`
+}
+
+// Ingest reads delayed messages from one broker source.
+type Ingest struct {
+	Name     string          `yaml:"name"`
+	Kafka    *KafkaIngest    `yaml:"kafka"`
+	RabbitMQ *RabbitMQIngest `yaml:"rabbitmq"`
+	NATS     *NATSIngest     `yaml:"nats"`
+	Route    Route           `yaml:"route"`
+
+	// MaxInFlight caps messages read but not yet parked and acknowledged;
+	// reading pauses at the cap.
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+// Kind returns "kafka", "rabbitmq", "nats" or "".
+func (i *Ingest) Kind() string {
+	switch {
+	case i.Kafka != nil:
+		return "kafka"
+	case i.RabbitMQ != nil:
+		return "rabbitmq"
+	case i.NATS != nil:
+		return "nats"
+	}
+	return ""
+}
+
+// Route says where an ingest's messages go.
+type Route struct {
+	Sink        string `yaml:"sink"`
+	Destination string `yaml:"destination"`
+	// AllowOverride lets x-delay-sink / x-delay-destination choose another
+	// sink or destination, limited to AllowedSinks (sink names) and
+	// AllowedDestinations (path.Match patterns) when given.
+	AllowOverride       bool     `yaml:"allow_override"`
+	AllowedSinks        []string `yaml:"allowed_sinks"`
+	AllowedDestinations []string `yaml:"allowed_destinations"`
+	// DefaultDelay applies to messages with neither x-delay nor
+	// x-deliver-at; without it they are rejected.
+	DefaultDelay *Duration `yaml:"default_delay"`
+}
+
+// KafkaIngest consumes a topic with a consumer group.
+type KafkaIngest struct {
+	Brokers []string `yaml:"brokers"`
+	Topic   string   `yaml:"topic"`
+	Group   string   `yaml:"group"`
+}
+
+// RabbitMQIngest consumes a queue with manual acks.
+type RabbitMQIngest struct {
+	URL   string `yaml:"url"`
+	Queue string `yaml:"queue"`
+}
+
+// NATSIngest consumes a JetStream stream with a durable pull consumer, or a
+// core NATS subject (at most once) when Stream is empty.
+type NATSIngest struct {
+	URL     string   `yaml:"url"`
+	Subject string   `yaml:"subject"`
+	Stream  string   `yaml:"stream"`
+	Durable string   `yaml:"durable"`
+	AckWait Duration `yaml:"ack_wait"`
+}
+
+// Sink publishes due messages to one broker.
+type Sink struct {
+	Name     string        `yaml:"name"`
+	RabbitMQ *RabbitMQSink `yaml:"rabbitmq"`
+	Kafka    *KafkaSink    `yaml:"kafka"`
+	NATS     *NATSSink     `yaml:"nats"`
+}
+
+// Kind returns "kafka", "rabbitmq", "nats" or "".
+func (s *Sink) Kind() string {
+	switch {
+	case s.Kafka != nil:
+		return "kafka"
+	case s.RabbitMQ != nil:
+		return "rabbitmq"
+	case s.NATS != nil:
+		return "nats"
+	}
+	return ""
+}
+
+// RabbitMQSink publishes to an exchange; the destination is the routing key.
+type RabbitMQSink struct {
+	URL      string `yaml:"url"`
+	Exchange string `yaml:"exchange"`
+}
+
+// KafkaSink produces to topics; the destination is the topic.
+type KafkaSink struct {
+	Brokers []string `yaml:"brokers"`
+}
+
+// NATSSink publishes to subjects; the destination is the subject.
+type NATSSink struct {
+	URL string `yaml:"url"`
+	// JetStream waits for the stream's PubAck; without it a core NATS
+	// publish has no confirmation (at most once on the sink side).
+	JetStream bool `yaml:"jetstream"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }

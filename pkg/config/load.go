@@ -1,0 +1,283 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Problem is one thing wrong with a configuration, at a field path such as
+// "ingest[0].kafka.brokers".
+type Problem struct {
+	Path string
+	Msg  string
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Msg
+	}
+	return p.Path + ": " + p.Msg
+}
+
+// Problems is every problem found; it is the error Load returns for an
+// invalid file.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (ps *Problems) add(path, format string, args ...any) {
+	*ps = append(*ps, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Load reads, expands, checks, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, os.LookupEnv)
+}
+
+// Parse is Load on bytes, with lookup for ${VAR} expansion. On invalid input
+// the error is Problems, listing every problem found.
+func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, Problems{{Msg: "the file is empty"}}
+		}
+		return nil, Problems{{Msg: "not valid YAML: " + err.Error()}}
+	}
+	var probs Problems
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	expandNode(root, "", lookup, &probs)
+	checkKeys(root, reflect.TypeOf(Config{}), "", &probs)
+	if len(probs) > 0 {
+		return nil, probs
+	}
+	var cfg Config
+	if err := root.Decode(&cfg); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for _, e := range te.Errors {
+				probs.add("", "%s", e)
+			}
+		} else {
+			probs.add("", "%s", err)
+		}
+	}
+	if len(probs) > 0 {
+		return nil, probs
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// envRef matches ${VAR} and ${VAR:-default}; $${...} is an escaped literal.
+var envRef = regexp.MustCompile(`\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// expandNode replaces ${VAR} in every scalar value (not in keys), after
+// parsing, so that a value from the environment can never change the YAML
+// structure. A plain scalar that was expanded is re-typed, so ${PORT} may
+// stand for a number.
+func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), probs *Problems) {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := path
+			if n.Kind == yaml.SequenceNode {
+				p = fmt.Sprintf("%s[%d]", path, i)
+			}
+			expandNode(c, p, lookup, probs)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			expandNode(n.Content[i+1], join(path, n.Content[i].Value), lookup, probs)
+		}
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "${") {
+			return
+		}
+		out := envRef.ReplaceAllStringFunc(n.Value, func(m string) string {
+			if m == "$${" {
+				return "${"
+			}
+			sub := envRef.FindStringSubmatch(m)
+			if v, ok := lookup(sub[1]); ok {
+				return v
+			}
+			if sub[2] != "" {
+				return sub[3]
+			}
+			probs.add(path, "environment variable %s is not set (write ${%s:-default} for a default)", sub[1], sub[1])
+			return ""
+		})
+		if out != n.Value {
+			n.Value = out
+			if n.Style == 0 { // plain: let YAML resolve the type of the expanded value
+				n.Tag = ""
+			}
+		}
+	}
+}
+
+var durationType = reflect.TypeOf(Duration(0))
+
+// checkKeys reports every mapping key with no field of that yaml name in t,
+// with its path, and values of the wrong shape for Duration fields.
+func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	switch {
+	case t == durationType:
+		if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
+			if _, err := time.ParseDuration(n.Value); err != nil {
+				probs.add(path, "%q is not a duration; write it with a unit, e.g. 30s, 500ms, 5m", n.Value)
+			}
+		}
+	case scalarKind(t) != "":
+		if n.Kind != yaml.ScalarNode {
+			probs.add(path, "expected %s, got %s", scalarKind(t), describe(n))
+		} else if n.Tag != "!!null" {
+			checkScalar(n, t, path, probs)
+		}
+	case t.Kind() == reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			if n.Tag != "!!null" {
+				probs.add(path, "expected a mapping of keys, got %s", describe(n))
+			}
+			return
+		}
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name != "" && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			p := join(path, k)
+			ft, ok := fields[k]
+			if !ok {
+				probs.add(p, "unknown key (known keys here: %s)", strings.Join(sortedKeys(fields), ", "))
+				continue
+			}
+			if seen[k] {
+				probs.add(p, "key given twice")
+			}
+			seen[k] = true
+			checkKeys(n.Content[i+1], ft, p, probs)
+		}
+	case t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8:
+		if n.Kind != yaml.SequenceNode {
+			if n.Tag != "!!null" {
+				probs.add(path, "expected a list, got %s", describe(n))
+			}
+			return
+		}
+		for i, c := range n.Content {
+			checkKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i), probs)
+		}
+	}
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
+func sortedKeys(m map[string]reflect.Type) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (e.g. 30s, 500ms, 5m)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// scalarKind names the YAML scalar a field of type t takes, "" for others.
+func scalarKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	}
+	return ""
+}
+
+// checkScalar reports a scalar that does not fit a field of type t.
+func checkScalar(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
+	var err error
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		var v int64
+		err = n.Decode(&v)
+	case reflect.Float64:
+		var v float64
+		err = n.Decode(&v)
+	case reflect.Bool:
+		var v bool
+		err = n.Decode(&v)
+	}
+	if err != nil {
+		probs.add(path, "%q is not %s", n.Value, scalarKind(t))
+	}
+}

@@ -1,0 +1,344 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+)
+
+// Defaults, as documented in config.example.yaml.
+const (
+	DefaultAdminListen = "127.0.0.1:7070"
+	DefaultKeyPrefix   = "delaybridge"
+	DefaultShards      = 16
+)
+
+// ApplyDefaults fills every unset field with its default.
+func (c *Config) ApplyDefaults() {
+	setStr(&c.Redis.KeyPrefix, DefaultKeyPrefix)
+	setInt(&c.Redis.Shards, DefaultShards)
+	setDur(&c.Redis.DialTimeout, 5*time.Second)
+	setDur(&c.Redis.ReadTimeout, 3*time.Second)
+	setDur(&c.Redis.WriteTimeout, 3*time.Second)
+
+	setStr(&c.Admin.Listen, DefaultAdminListen)
+	setStr(&c.Log.Level, "info")
+	setStr(&c.Log.Format, "text")
+
+	s := &c.Scheduler
+	setInt(&s.BatchSize, 256)
+	setDur(&s.Lease, 30*time.Second)
+	setDur(&s.MaxSleep, time.Second)
+	setDur(&s.PublishTimeout, 10*time.Second)
+	setInt(&s.MaxAttempts, 10)
+	setDur(&s.Backoff.Initial, time.Second)
+	setDur(&s.Backoff.Max, 5*time.Minute)
+	if s.Backoff.Multiplier == 0 {
+		s.Backoff.Multiplier = 2
+	}
+	if s.Backoff.Jitter == 0 {
+		s.Backoff.Jitter = 0.2
+	}
+
+	setDur(&c.Limits.MaxDelay, 365*24*time.Hour)
+	setInt(&c.Limits.MaxPayloadBytes, 1<<20)
+	setInt(&c.Limits.MaxHeaderBytes, 64<<10)
+	setInt(&c.Limits.MaxIDBytes, 256)
+
+	setInt(&c.Dead.MaxMessages, 100_000)
+	setDur(&c.ShutdownTimeout, 30*time.Second)
+
+	for i := range c.Ingest {
+		in := &c.Ingest[i]
+		setInt(&in.MaxInFlight, 1000)
+		if n := in.NATS; n != nil && n.Stream != "" {
+			setStr(&n.Durable, durableName(in.Name))
+			setDur(&n.AckWait, 30*time.Second)
+		}
+	}
+}
+
+// durableName makes a JetStream consumer name from an ingest name.
+func durableName(name string) string {
+	r := strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_", "\t", "_")
+	return "delaybridge_" + r.Replace(name)
+}
+
+func setStr(p *string, v string) {
+	if *p == "" {
+		*p = v
+	}
+}
+
+func setInt(p *int, v int) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+func setDur(p *Duration, v time.Duration) {
+	if *p == 0 {
+		*p = Duration(v)
+	}
+}
+
+// Validate checks the whole configuration; the error is Problems.
+func (c *Config) Validate() error {
+	var p Problems
+	c.validateRedis(&p)
+	if c.Admin.Listen != "" {
+		checkHostPort(&p, "admin.listen", c.Admin.Listen)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		p.add("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	c.validateScheduler(&p)
+	positive(&p, "limits.max_delay", int64(c.Limits.MaxDelay))
+	positive(&p, "limits.max_payload_bytes", int64(c.Limits.MaxPayloadBytes))
+	positive(&p, "limits.max_header_bytes", int64(c.Limits.MaxHeaderBytes))
+	positive(&p, "limits.max_id_bytes", int64(c.Limits.MaxIDBytes))
+	positive(&p, "dead.max_messages", int64(c.Dead.MaxMessages))
+	positive(&p, "shutdown_timeout", int64(c.ShutdownTimeout))
+
+	sinks := map[string]bool{}
+	if len(c.Sinks) == 0 {
+		p.add("sinks", "at least one sink is required")
+	}
+	for i := range c.Sinks {
+		c.validateSink(&p, i, sinks)
+	}
+	names := map[string]bool{}
+	for i := range c.Ingest {
+		c.validateIngest(&p, i, names, sinks)
+	}
+	if len(p) > 0 {
+		return p
+	}
+	return nil
+}
+
+func (c *Config) validateRedis(p *Problems) {
+	r := &c.Redis
+	switch {
+	case r.Cluster && len(r.Addrs) == 0:
+		p.add("redis.addrs", "cluster: true needs the seed nodes in addrs")
+	case r.Cluster && r.Addr != "":
+		p.add("redis.addr", "with cluster: true, give the nodes in addrs instead")
+	case !r.Cluster && len(r.Addrs) > 0:
+		p.add("redis.addrs", "addrs is for Redis Cluster; set cluster: true, or give a single addr")
+	case !r.Cluster && r.Addr == "":
+		p.add("redis.addr", "required (host:port of Redis)")
+	}
+	if r.Addr != "" {
+		checkHostPort(p, "redis.addr", r.Addr)
+	}
+	for i, a := range r.Addrs {
+		checkHostPort(p, fmt.Sprintf("redis.addrs[%d]", i), a)
+	}
+	if r.Cluster && r.DB != 0 {
+		p.add("redis.db", "Redis Cluster has only database 0")
+	}
+	if r.DB < 0 {
+		p.add("redis.db", "must not be negative")
+	}
+	if strings.ContainsAny(r.KeyPrefix, "{} \t\r\n") {
+		p.add("redis.key_prefix", "%q must not contain braces or white space (braces would change the cluster hash tag)", r.KeyPrefix)
+	}
+	if r.Shards < 1 || r.Shards > 1024 {
+		p.add("redis.shards", "%d is not between 1 and 1024", r.Shards)
+	}
+	positive(p, "redis.dial_timeout", int64(r.DialTimeout))
+	positive(p, "redis.read_timeout", int64(r.ReadTimeout))
+	positive(p, "redis.write_timeout", int64(r.WriteTimeout))
+	if r.PoolSize < 0 {
+		p.add("redis.pool_size", "must not be negative")
+	}
+}
+
+func (c *Config) validateScheduler(p *Problems) {
+	s := &c.Scheduler
+	if s.BatchSize < 1 || s.BatchSize > 10_000 {
+		p.add("scheduler.batch_size", "%d is not between 1 and 10000", s.BatchSize)
+	}
+	positive(p, "scheduler.lease", int64(s.Lease))
+	positive(p, "scheduler.max_sleep", int64(s.MaxSleep))
+	positive(p, "scheduler.publish_timeout", int64(s.PublishTimeout))
+	if s.PublishTimeout >= s.Lease {
+		p.add("scheduler.publish_timeout", "%s must be shorter than scheduler.lease %s, or a slow publish would be taken over by another instance", s.PublishTimeout, s.Lease)
+	}
+	if s.MaxAttempts < 1 {
+		p.add("scheduler.max_attempts", "must be at least 1")
+	}
+	positive(p, "scheduler.backoff.initial", int64(s.Backoff.Initial))
+	if s.Backoff.Max < s.Backoff.Initial {
+		p.add("scheduler.backoff.max", "%s is less than backoff.initial %s", s.Backoff.Max, s.Backoff.Initial)
+	}
+	if s.Backoff.Multiplier < 1 {
+		p.add("scheduler.backoff.multiplier", "%g must be at least 1", s.Backoff.Multiplier)
+	}
+	if s.Backoff.Jitter < 0 || s.Backoff.Jitter > 1 {
+		p.add("scheduler.backoff.jitter", "%g is not between 0 and 1", s.Backoff.Jitter)
+	}
+}
+
+func (c *Config) validateSink(p *Problems, i int, names map[string]bool) {
+	s := &c.Sinks[i]
+	at := fmt.Sprintf("sinks[%d]", i)
+	checkName(p, at+".name", s.Name, names, "sink")
+	kinds := 0
+	if s.RabbitMQ != nil {
+		kinds++
+		checkURL(p, at+".rabbitmq.url", s.RabbitMQ.URL, "amqp", "amqps")
+	}
+	if s.Kafka != nil {
+		kinds++
+		checkBrokers(p, at+".kafka.brokers", s.Kafka.Brokers)
+	}
+	if s.NATS != nil {
+		kinds++
+		checkNATSURL(p, at+".nats.url", s.NATS.URL)
+	}
+	if kinds != 1 {
+		p.add(at, "give exactly one of rabbitmq, kafka, nats (got %d)", kinds)
+	}
+}
+
+func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool) {
+	in := &c.Ingest[i]
+	at := fmt.Sprintf("ingest[%d]", i)
+	checkName(p, at+".name", in.Name, names, "ingest")
+	kinds := 0
+	if k := in.Kafka; k != nil {
+		kinds++
+		checkBrokers(p, at+".kafka.brokers", k.Brokers)
+		required(p, at+".kafka.topic", k.Topic)
+		required(p, at+".kafka.group", k.Group)
+	}
+	if r := in.RabbitMQ; r != nil {
+		kinds++
+		checkURL(p, at+".rabbitmq.url", r.URL, "amqp", "amqps")
+		required(p, at+".rabbitmq.queue", r.Queue)
+	}
+	if n := in.NATS; n != nil {
+		kinds++
+		checkNATSURL(p, at+".nats.url", n.URL)
+		required(p, at+".nats.subject", n.Subject)
+		if n.Stream == "" && n.Durable != "" {
+			p.add(at+".nats.durable", "a durable consumer needs a JetStream stream (nats.stream)")
+		}
+		if strings.ContainsAny(n.Durable, ".*> \t") {
+			p.add(at+".nats.durable", "%q must not contain '.', '*', '>' or white space", n.Durable)
+		}
+	}
+	if kinds != 1 {
+		p.add(at, "give exactly one of kafka, rabbitmq, nats (got %d)", kinds)
+	}
+	if in.MaxInFlight < 1 {
+		p.add(at+".max_in_flight", "must be at least 1")
+	}
+	r := &in.Route
+	switch {
+	case r.Sink == "":
+		p.add(at+".route.sink", "required: the name of one of sinks")
+	case !sinks[r.Sink]:
+		p.add(at+".route.sink", "%q names no sink in sinks", r.Sink)
+	}
+	required(p, at+".route.destination", r.Destination)
+	if (len(r.AllowedSinks) > 0 || len(r.AllowedDestinations) > 0) && !r.AllowOverride {
+		p.add(at+".route.allow_override", "allowed_sinks/allowed_destinations restrict overrides; set allow_override: true to allow them")
+	}
+	for j, s := range r.AllowedSinks {
+		if !sinks[s] {
+			p.add(fmt.Sprintf("%s.route.allowed_sinks[%d]", at, j), "%q names no sink in sinks", s)
+		}
+	}
+	for j, d := range r.AllowedDestinations {
+		if _, err := path.Match(d, ""); err != nil {
+			p.add(fmt.Sprintf("%s.route.allowed_destinations[%d]", at, j), "%q is not a valid pattern: %v", d, err)
+		}
+	}
+	if r.DefaultDelay != nil && *r.DefaultDelay < 0 {
+		p.add(at+".route.default_delay", "must not be negative")
+	}
+	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay {
+		p.add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)
+	}
+}
+
+func checkName(p *Problems, at, name string, seen map[string]bool, what string) {
+	switch {
+	case name == "":
+		p.add(at, "required: a unique %s name", what)
+	case seen[name]:
+		p.add(at, "%q is used by another %s", name, what)
+	case strings.ContainsAny(name, " \t\r\n/"):
+		p.add(at, "%q must not contain white space or '/'", name)
+	}
+	seen[name] = true
+}
+
+func required(p *Problems, at, v string) {
+	if strings.TrimSpace(v) == "" {
+		p.add(at, "required")
+	}
+}
+
+func positive(p *Problems, at string, v int64) {
+	if v <= 0 {
+		p.add(at, "must be positive")
+	}
+}
+
+func checkHostPort(p *Problems, at, v string) {
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		p.add(at, "%q is not host:port", v)
+	}
+}
+
+func checkBrokers(p *Problems, at string, brokers []string) {
+	if len(brokers) == 0 {
+		p.add(at, "at least one broker is required")
+	}
+	for j, b := range brokers {
+		checkHostPort(p, fmt.Sprintf("%s[%d]", at, j), b)
+	}
+}
+
+func checkURL(p *Problems, at, v string, schemes ...string) {
+	if v == "" {
+		p.add(at, "required")
+		return
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		p.add(at, "not a URL: %v", err)
+		return
+	}
+	for _, s := range schemes {
+		if u.Scheme == s {
+			return
+		}
+	}
+	p.add(at, "scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
+}
+
+// checkNATSURL accepts nats.go's comma-separated server list.
+func checkNATSURL(p *Problems, at, v string) {
+	if v == "" {
+		p.add(at, "required")
+		return
+	}
+	for _, one := range strings.Split(v, ",") {
+		checkURL(p, at, strings.TrimSpace(one), "nats", "tls", "ws", "wss")
+	}
+}
