@@ -1,0 +1,224 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// claimScript takes due messages and puts them in flight.
+//
+//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta (of one shard)
+//	ARGV[1] -> at most this many messages
+//	ARGV[2] -> lease in ms
+//	returns -> {now, next, lease, id1, attempt1, message1, id2, ...}
+//	           now: Redis server time (Unix ms), the clock every instance shares;
+//	           next: lowest score left in the due set, -1 when empty;
+//	           lease: lease expiry of this claim, its token (now + lease ms);
+//	           attempt: this publish attempt, from 1.
+//
+// A message is due when its score is <= now: a parked message whose due time
+// has come, or an in-flight message whose lease expired (its claimer died).
+// Claiming re-scores it to the lease expiry and counts the attempt.
+var claimScript = newScript(`
+local now = servertime()
+local lease = now + tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local out = {now, -1, lease}
+for _, id in ipairs(ids) do
+  local blob = redis.call('HGET', KEYS[1], id)
+  if blob then
+    local a, l, d, r = meta(redis.call('HGET', KEYS[3], id))
+    a = a + 1
+    redis.call('HSET', KEYS[3], id, a .. '|' .. lease .. '|0|' .. r)
+    redis.call('ZADD', KEYS[2], lease, id)
+    out[#out + 1] = id
+    out[#out + 1] = a
+    out[#out + 1] = blob
+  else
+    -- a due entry without a message (cannot happen through these scripts)
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+  end
+end
+local nxt = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if nxt[2] then out[2] = tonumber(nxt[2]) end
+return out
+`)
+
+// Claimed is one message taken by Claim.
+type Claimed struct {
+	ID      string
+	Attempt int               // this publish attempt, from 1
+	Message *envelope.Message // nil when Err is set
+	Err     error             // the stored message could not be decoded
+}
+
+// Claim is the result of one claim on one shard.
+type Claim struct {
+	Shard    int
+	Token    int64     // lease expiry in Unix ms; pass it to Ack, Retry, Dead
+	Now      time.Time // Redis server time at the claim
+	Next     time.Time // lowest score left in the shard (due time or lease expiry); zero when empty
+	Messages []Claimed
+}
+
+// LeaseExpiry is when the claimed messages become due again if not acked.
+func (c *Claim) LeaseExpiry() time.Time { return time.UnixMilli(c.Token) }
+
+// Claim takes up to max due messages of a shard and holds them for lease.
+func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) (*Claim, error) {
+	res, err := s.run(ctx, "claim", claimScript, shard, max, lease.Milliseconds()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("store.claim shard %d: %w", shard, err)
+	}
+	if len(res) < 3 || (len(res)-3)%3 != 0 {
+		return nil, fmt.Errorf("store.claim shard %d: unexpected reply of %d items", shard, len(res))
+	}
+	c := &Claim{Shard: shard, Now: time.UnixMilli(toInt64(res[0])), Token: toInt64(res[2])}
+	if next := toInt64(res[1]); next >= 0 {
+		c.Next = time.UnixMilli(next)
+	}
+	c.Messages = make([]Claimed, 0, (len(res)-3)/3)
+	for i := 3; i < len(res); i += 3 {
+		id, _ := toString(res[i])
+		blob, _ := toString(res[i+2])
+		m, err := envelope.Decode(id, []byte(blob))
+		c.Messages = append(c.Messages, Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Message: m, Err: err})
+	}
+	return c, nil
+}
+
+// ackScript removes delivered messages.
+//
+//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta (of one shard)
+//	ARGV[1] -> the claim's token
+//	ARGV[2..] -> message IDs
+//	returns -> how many were removed; a message no longer held under the
+//	           token (its lease expired and another claim took it, or it was
+//	           cancelled) is left alone
+var ackScript = newScript(`
+local token = tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV do
+  local a, l = meta(redis.call('HGET', KEYS[3], ARGV[i]))
+  if l == token then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    redis.call('ZREM', KEYS[2], ARGV[i])
+    redis.call('HDEL', KEYS[3], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// Ack removes messages the sink confirmed. It returns how many were still
+// held under the claim's token and removed.
+func (s *Store) Ack(ctx context.Context, shard int, token int64, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, token)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	n, err := s.run(ctx, "ack", ackScript, shard, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store.ack shard %d: %w", shard, err)
+	}
+	return n, nil
+}
+
+// retryScript puts messages whose publish failed back in the due set.
+//
+//	KEYS[2] -> due, KEYS[3] -> meta (of one shard)
+//	ARGV[1] -> the claim's token
+//	ARGV[2..] -> triples: message ID, next attempt time (Unix ms), last error
+//	returns -> how many were rescheduled (those still held under the token)
+var retryScript = newScript(`
+local token = tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV, 3 do
+  local a, l = meta(redis.call('HGET', KEYS[3], ARGV[i]))
+  if l == token then
+    redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i])
+    redis.call('HSET', KEYS[3], ARGV[i], a .. '|0|0|' .. ARGV[i + 2])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// Retry is a message to publish again at At.
+type Retry struct {
+	ID     string
+	At     time.Time
+	Reason string // the error of the failed attempt
+}
+
+// Retry reschedules messages of a claim.
+func (s *Store) Retry(ctx context.Context, shard int, token int64, rs []Retry) (int, error) {
+	if len(rs) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 3*len(rs)+1)
+	args = append(args, token)
+	for _, r := range rs {
+		args = append(args, r.ID, ms(r.At), r.Reason)
+	}
+	n, err := s.run(ctx, "retry", retryScript, shard, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store.retry shard %d: %w", shard, err)
+	}
+	return n, nil
+}
+
+// deadScript moves messages of a claim to the dead set.
+//
+//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	ARGV[1] -> the claim's token
+//	ARGV[2] -> dead messages kept per shard (the oldest beyond are deleted)
+//	ARGV[3..] -> pairs: message ID, reason
+//	returns -> how many were moved (those still held under the token)
+var deadScript = newScript(`
+local token = tonumber(ARGV[1])
+local now = servertime()
+local n = 0
+for i = 3, #ARGV, 2 do
+  local a, l = meta(redis.call('HGET', KEYS[3], ARGV[i]))
+  if l == token then
+    redis.call('ZREM', KEYS[2], ARGV[i])
+    redis.call('ZADD', KEYS[4], now, ARGV[i])
+    redis.call('HSET', KEYS[3], ARGV[i], a .. '|0|' .. now .. '|' .. ARGV[i + 1])
+    n = n + 1
+  end
+end
+trimdead(KEYS, tonumber(ARGV[2]))
+return n
+`)
+
+// Dead is a message of a claim that is given up on.
+type Dead struct {
+	ID     string
+	Reason string
+}
+
+// Dead moves messages of a claim to the dead set with their reasons.
+func (s *Store) Dead(ctx context.Context, shard int, token int64, ds []Dead) (int, error) {
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 2*len(ds)+2)
+	args = append(args, token, s.maxDead)
+	for _, d := range ds {
+		args = append(args, d.ID, d.Reason)
+	}
+	n, err := s.run(ctx, "dead", deadScript, shard, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store.dead shard %d: %w", shard, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,323 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// State of a known message.
+const (
+	StateScheduled = "scheduled" // waiting for its due time (or its next attempt)
+	StateInflight  = "inflight"  // claimed by an instance, being published
+	StateDead      = "dead"      // given up on, kept with a reason
+)
+
+// Info describes a known message.
+type Info struct {
+	ID          string
+	State       string
+	Message     *envelope.Message // nil when Err is set
+	Err         error             // the stored message could not be decoded
+	Attempts    int               // publish attempts so far
+	NextAt      time.Time         // scheduled: next attempt; inflight: lease expiry
+	DeadAt      time.Time         // dead: when it died
+	Reason      string            // dead: why; scheduled after a failure: the last error
+	Shard       int
+	EncodedSize int
+}
+
+// inspectScript reads everything known about one message.
+//
+//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	ARGV[1] -> message ID
+//	returns -> {now, due score or false, dead score or false, meta or false, message or false}
+var inspectScript = newScript(`
+local id = ARGV[1]
+return {servertime(), redis.call('ZSCORE', KEYS[2], id), redis.call('ZSCORE', KEYS[4], id),
+        redis.call('HGET', KEYS[3], id), redis.call('HGET', KEYS[1], id)}
+`)
+
+// Inspect returns what is known of a message, or ErrNotFound.
+func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
+	shard := s.ShardOf(id)
+	res, err := s.run(ctx, "inspect", inspectScript, shard, id).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("store.inspect shard %d: %w", shard, err)
+	}
+	if len(res) != 5 {
+		return nil, fmt.Errorf("store.inspect shard %d: unexpected reply of %d items", shard, len(res))
+	}
+	blob, ok := toString(res[4])
+	if !ok {
+		return nil, ErrNotFound
+	}
+	now := toInt64(res[0])
+	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob)}
+	info.Message, info.Err = envelope.Decode(id, []byte(blob))
+	var lease, deadAt int64
+	if m, ok := toString(res[3]); ok {
+		info.Attempts, lease, deadAt, info.Reason = parseMeta(m)
+	}
+	dueScore, inDue := toString(res[1])
+	_, inDead := toString(res[2])
+	switch {
+	case inDead:
+		info.State = StateDead
+		info.DeadAt = time.UnixMilli(deadAt)
+	case inDue:
+		score := toInt64(dueScore)
+		info.NextAt = time.UnixMilli(score)
+		info.State = StateScheduled
+		if lease != 0 && lease == score && score > now {
+			info.State = StateInflight
+		}
+	default:
+		return nil, ErrNotFound // a pool entry in neither set: being removed
+	}
+	return info, nil
+}
+
+// cancelScript forgets a message, whatever its state.
+//
+//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	ARGV[1] -> message ID
+//	returns -> 1 if it was known, 0 if not
+var cancelScript = newScript(`
+local id = ARGV[1]
+local n = redis.call('HDEL', KEYS[1], id)
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[4], id)
+redis.call('HDEL', KEYS[3], id)
+return n
+`)
+
+// Cancel deletes a parked or dead message. It returns ErrNotFound for an
+// unknown ID. A message already in flight may still be published once: the
+// publish was under way when it was cancelled.
+func (s *Store) Cancel(ctx context.Context, id string) error {
+	shard := s.ShardOf(id)
+	n, err := s.run(ctx, "cancel", cancelScript, shard, id).Int()
+	if err != nil {
+		return fmt.Errorf("store.cancel shard %d: %w", shard, err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// reviveScript schedules a dead message again, due now, with its attempt
+// count reset.
+//
+//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	ARGV[1] -> message ID
+//	returns -> 1 if it was dead and is scheduled now, 0 if it was not dead
+var reviveScript = newScript(`
+local id = ARGV[1]
+if not redis.call('ZSCORE', KEYS[4], id) then return 0 end
+redis.call('ZREM', KEYS[4], id)
+if redis.call('HEXISTS', KEYS[1], id) == 0 then
+  redis.call('HDEL', KEYS[3], id)
+  return 0
+end
+redis.call('ZADD', KEYS[2], servertime(), id)
+redis.call('HDEL', KEYS[3], id)
+return 1
+`)
+
+// RetryDead schedules a dead message again, due now. It returns ErrNotFound
+// when the ID is not a dead message.
+func (s *Store) RetryDead(ctx context.Context, id string) error {
+	shard := s.ShardOf(id)
+	n, err := s.run(ctx, "revive", reviveScript, shard, id).Int()
+	if err != nil {
+		return fmt.Errorf("store.retry_dead shard %d: %w", shard, err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// deleteDeadScript deletes a message only if it is dead.
+//
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead
+//	ARGV[1] -> message ID
+//	returns -> 1 if it was dead and is deleted, 0 if it was not dead
+var deleteDeadScript = newScript(`
+local id = ARGV[1]
+if redis.call('ZREM', KEYS[4], id) == 0 then return 0 end
+redis.call('HDEL', KEYS[1], id)
+redis.call('HDEL', KEYS[3], id)
+return 1
+`)
+
+// DeleteDead deletes a dead message. It returns ErrNotFound when the ID is
+// not a dead message; a parked or in-flight message is left alone.
+func (s *Store) DeleteDead(ctx context.Context, id string) error {
+	shard := s.ShardOf(id)
+	n, err := s.run(ctx, "delete_dead", deleteDeadScript, shard, id).Int()
+	if err != nil {
+		return fmt.Errorf("store.delete_dead shard %d: %w", shard, err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// listDeadScript reads the newest dead messages of a shard.
+//
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead
+//	ARGV[1] -> at most this many
+//	returns -> {id1, meta1, message1, id2, ...}, newest first
+var listDeadScript = newScript(`
+local ids = redis.call('ZREVRANGE', KEYS[4], 0, tonumber(ARGV[1]) - 1)
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', KEYS[3], id)
+  out[#out + 1] = redis.call('HGET', KEYS[1], id)
+end
+return out
+`)
+
+// ListDead returns up to limit dead messages, newest first.
+func (s *Store) ListDead(ctx context.Context, limit int) ([]*Info, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	calls := make([]shardCall, s.shards)
+	for i := range calls {
+		calls[i] = shardCall{shard: i, args: []any{limit}}
+	}
+	var out []*Info
+	for c, cmd := range s.runEach(ctx, "list_dead", listDeadScript, calls) {
+		res, err := cmd.Slice()
+		if err != nil {
+			return nil, fmt.Errorf("store.list_dead shard %d: %w", c, err)
+		}
+		for i := 0; i+2 < len(res); i += 3 {
+			id, _ := toString(res[i])
+			info := &Info{ID: id, State: StateDead, Shard: c}
+			if m, ok := toString(res[i+1]); ok {
+				var deadAt int64
+				info.Attempts, _, deadAt, info.Reason = parseMeta(m)
+				info.DeadAt = time.UnixMilli(deadAt)
+			}
+			if blob, ok := toString(res[i+2]); ok {
+				info.EncodedSize = len(blob)
+				info.Message, info.Err = envelope.Decode(id, []byte(blob))
+			}
+			out = append(out, info)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].DeadAt.After(out[j].DeadAt) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// purgeDeadScript deletes up to ARGV[1] dead messages of a shard.
+//
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead
+//	ARGV[1] -> at most this many
+//	returns -> how many were deleted
+var purgeDeadScript = newScript(`
+local ids = redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[1]) - 1)
+for _, id in ipairs(ids) do
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('HDEL', KEYS[3], id)
+end
+if #ids > 0 then redis.call('ZREM', KEYS[4], unpack(ids)) end
+return #ids
+`)
+
+// PurgeDead deletes every dead message and returns how many.
+func (s *Store) PurgeDead(ctx context.Context) (int, error) {
+	total := 0
+	for shard := 0; shard < s.shards; shard++ {
+		for {
+			n, err := s.run(ctx, "purge_dead", purgeDeadScript, shard, 1000).Int()
+			if err != nil {
+				return total, fmt.Errorf("store.purge_dead shard %d: %w", shard, err)
+			}
+			total += n
+			if n < 1000 {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// ShardStats counts one shard.
+type ShardStats struct {
+	Shard  int   `json:"shard"`
+	Parked int64 `json:"parked"` // scheduled and in flight
+	Due    int64 `json:"due"`    // parked with a score <= now
+	Dead   int64 `json:"dead"`
+	// OldestDue is the lowest score of the shard when it is due (zero otherwise).
+	OldestDue time.Time `json:"-"`
+}
+
+// Stats counts every shard.
+type Stats struct {
+	Now    time.Time
+	Parked int64
+	Due    int64
+	Dead   int64
+	Shards []ShardStats
+	// OldestDue is the lowest due score over all shards that is <= now, zero
+	// when nothing is due.
+	OldestDue time.Time
+}
+
+// Stats counts parked, due and dead messages per shard in one pipeline.
+func (s *Store) Stats(ctx context.Context) (*Stats, error) {
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store.stats: %w", err)
+	}
+	nowMs := fmt.Sprint(now.UnixMilli())
+	type shardCmds struct {
+		parked, due, dead *redis.IntCmd
+		first             *redis.ZSliceCmd
+	}
+	cmds := make([]shardCmds, s.shards)
+	pipe := s.rdb.Pipeline()
+	for i := range cmds {
+		cmds[i] = shardCmds{
+			parked: pipe.ZCard(ctx, s.keys.Due(i)),
+			due:    pipe.ZCount(ctx, s.keys.Due(i), "-inf", nowMs),
+			dead:   pipe.ZCard(ctx, s.keys.Dead(i)),
+			first:  pipe.ZRangeWithScores(ctx, s.keys.Due(i), 0, 0),
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store.stats: %w", err)
+	}
+	st := &Stats{Now: now, Shards: make([]ShardStats, s.shards)}
+	for i, c := range cmds {
+		ss := ShardStats{Shard: i, Parked: c.parked.Val(), Due: c.due.Val(), Dead: c.dead.Val()}
+		if z := c.first.Val(); len(z) == 1 && int64(z[0].Score) <= now.UnixMilli() {
+			ss.OldestDue = time.UnixMilli(int64(z[0].Score))
+			if st.OldestDue.IsZero() || ss.OldestDue.Before(st.OldestDue) {
+				st.OldestDue = ss.OldestDue
+			}
+		}
+		st.Parked += ss.Parked
+		st.Due += ss.Due
+		st.Dead += ss.Dead
+		st.Shards[i] = ss
+	}
+	return st, nil
+}

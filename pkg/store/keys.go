@@ -1,0 +1,65 @@
+package store
+
+import (
+	"hash/fnv"
+	"strconv"
+)
+
+// Keys builds every Redis key delaybridge uses. All names come from here.
+//
+// Per shard N (0 <= N < shards), four keys share the Redis Cluster hash tag
+// {N}, so that every script touches one slot:
+//
+//	<prefix>:{N}:pool   hash   message ID -> encoded message (envelope.Encode)
+//	<prefix>:{N}:due    zset   message ID -> due time, Unix ms; while a message
+//	                           is in flight, its lease expiry instead
+//	<prefix>:{N}:meta   hash   message ID -> "attempts|lease|deadAt|reason",
+//	                           only for messages claimed at least once or dead
+//	<prefix>:{N}:dead   zset   message ID -> time it died, Unix ms
+//
+// and one key for the whole deployment:
+//
+//	<prefix>:config     hash   shards -> the shard count, fixed on first start
+//
+// A parked message is in pool and in due; a dead one is in pool and in dead.
+type Keys struct {
+	prefix string
+	shards int
+}
+
+// NewKeys returns the key builder for prefix and shard count.
+func NewKeys(prefix string, shards int) Keys { return Keys{prefix: prefix, shards: shards} }
+
+func (k Keys) shardKey(shard int, name string) string {
+	return k.prefix + ":{" + strconv.Itoa(shard) + "}:" + name
+}
+
+// Pool is the hash of encoded messages of a shard.
+func (k Keys) Pool(shard int) string { return k.shardKey(shard, "pool") }
+
+// Due is the sorted set of a shard's parked messages by due time.
+func (k Keys) Due(shard int) string { return k.shardKey(shard, "due") }
+
+// Meta is the hash of a shard's attempt counts, leases and dead reasons.
+func (k Keys) Meta(shard int) string { return k.shardKey(shard, "meta") }
+
+// Dead is the sorted set of a shard's dead messages by time of death.
+func (k Keys) Dead(shard int) string { return k.shardKey(shard, "dead") }
+
+// Config is the deployment-wide settings hash.
+func (k Keys) Config() string { return k.prefix + ":config" }
+
+// shard returns the keys of one shard in the order the scripts expect:
+// KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead.
+func (k Keys) shard(shard int) []string {
+	return []string{k.Pool(shard), k.Due(shard), k.Meta(shard), k.Dead(shard)}
+}
+
+// ShardOf returns the shard of a message ID: FNV-1a (32 bit) of the ID's
+// bytes modulo the shard count. It is stable across versions and processes;
+// lookups and cancels need no index.
+func ShardOf(id string, shards int) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % uint32(shards))
+}

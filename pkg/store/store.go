@@ -1,0 +1,235 @@
+// Package store keeps parked messages in Redis: per shard a pool hash and a
+// sorted set by due time (the "Version 1.0" layout, see keys.go), moved
+// atomically by Lua scripts that each touch one shard, so the same code runs
+// on a single Redis and on Redis Cluster.
+//
+// Life of a message in a shard:
+//
+//	park ──> due (score = due time) ──claim──> in flight (score = lease expiry)
+//	                  ^                          │  │  │
+//	                  └──── retry (back-off) ────┘  │  └──dead──> dead set
+//	                                   ack: removed ┘
+//
+// A lease that expires makes the message due again for any instance, so a
+// crashed daemon's claims are recovered without a coordinator. The lease
+// expiry returned by Claim is the claim's token: Ack, Retry and Dead act
+// only on messages still held under that token, so an instance that lost its
+// lease cannot undo the work of the instance that took the message over.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// ErrNotFound is returned for an ID that is neither parked nor dead.
+var ErrNotFound = errors.New("store: message not found")
+
+// ErrShardMismatch is returned by CheckShards when Redis holds messages
+// parked under another shard count.
+var ErrShardMismatch = errors.New("store: shard count differs from the one recorded in Redis")
+
+// Store is the Redis side of delaybridge. It is safe for concurrent use.
+type Store struct {
+	rdb     redis.UniversalClient
+	keys    Keys
+	shards  int
+	maxDead int // dead messages kept per shard
+	observe func(op string, d time.Duration, err error)
+}
+
+// Options configure a Store.
+type Options struct {
+	Prefix string // key prefix, e.g. "delaybridge"
+	Shards int    // number of shards, e.g. 16
+
+	// MaxDead is the number of dead messages kept in all; beyond it the
+	// oldest are deleted. 0 means 100,000.
+	MaxDead int
+
+	// Observe, when set, is called after every script with its name,
+	// duration and error (for metrics).
+	Observe func(op string, d time.Duration, err error)
+}
+
+// New returns a Store on rdb (a *redis.Client or *redis.ClusterClient).
+func New(rdb redis.UniversalClient, o Options) *Store {
+	if o.Shards <= 0 {
+		o.Shards = 16
+	}
+	if o.Prefix == "" {
+		o.Prefix = "delaybridge"
+	}
+	if o.MaxDead <= 0 {
+		o.MaxDead = 100_000
+	}
+	perShard := (o.MaxDead + o.Shards - 1) / o.Shards
+	return &Store{rdb: rdb, keys: NewKeys(o.Prefix, o.Shards), shards: o.Shards, maxDead: perShard, observe: o.Observe}
+}
+
+// Shards returns the shard count.
+func (s *Store) Shards() int { return s.shards }
+
+// Keys returns the key builder.
+func (s *Store) Keys() Keys { return s.keys }
+
+// ShardOf returns the shard of a message ID.
+func (s *Store) ShardOf(id string) int { return ShardOf(id, s.shards) }
+
+// Client returns the Redis client.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// CheckShards records the shard count in Redis on first start and refuses
+// to run with another one, which would strand every parked message in shards
+// nobody reads.
+func (s *Store) CheckShards(ctx context.Context) error {
+	key := s.keys.Config()
+	if err := s.rdb.HSetNX(ctx, key, "shards", s.shards).Err(); err != nil {
+		return fmt.Errorf("store: record shard count in %s: %w", key, err)
+	}
+	v, err := s.rdb.HGet(ctx, key, "shards").Result()
+	if err != nil {
+		return fmt.Errorf("store: read shard count from %s: %w", key, err)
+	}
+	if v != strconv.Itoa(s.shards) {
+		return fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
+			ErrShardMismatch, s.shards, key, v, v)
+	}
+	return nil
+}
+
+// Ping checks the connection.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+// luaMeta is prepended to the scripts that read or write the meta hash.
+// A meta value is "attempts|lease|deadAt|reason": publish attempts so far,
+// the lease expiry while in flight (else 0), the time of death when dead
+// (else 0), and the last error or the dead reason.
+const luaMeta = `
+local function meta(v)
+  if not v then return 0, 0, 0, '' end
+  local a, l, d, r = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
+  return tonumber(a), tonumber(l), tonumber(d), r
+end
+local function servertime()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function trimdead(keys, max)
+  local n = redis.call('ZCARD', keys[4])
+  if n <= max then return end
+  local old = redis.call('ZRANGE', keys[4], 0, n - max - 1)
+  for _, id in ipairs(old) do
+    redis.call('HDEL', keys[1], id)
+    redis.call('HDEL', keys[3], id)
+  end
+  redis.call('ZREMRANGEBYRANK', keys[4], 0, n - max - 1)
+end
+`
+
+func newScript(src string) *redis.Script { return redis.NewScript(luaMeta + src) }
+
+// run executes a script on one shard. Every script gets the shard's four
+// keys: KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead.
+func (s *Store) run(ctx context.Context, op string, sc *redis.Script, shard int, args ...any) *redis.Cmd {
+	start := time.Now()
+	cmd := sc.Run(ctx, s.rdb, s.keys.shard(shard), args...)
+	if s.observe != nil {
+		s.observe(op, time.Since(start), ignoreNil(cmd.Err()))
+	}
+	return cmd
+}
+
+type shardCall struct {
+	shard int
+	args  []any
+}
+
+// runEach runs one script per call in a single pipeline (one round trip on
+// a single Redis; one per node on a cluster). A call that hit NOSCRIPT (a
+// restarted or flushed Redis) is run again with the script's source.
+func (s *Store) runEach(ctx context.Context, op string, sc *redis.Script, calls []shardCall) []*redis.Cmd {
+	start := time.Now()
+	cmds := make([]*redis.Cmd, len(calls))
+	if len(calls) == 1 {
+		cmds[0] = sc.Run(ctx, s.rdb, s.keys.shard(calls[0].shard), calls[0].args...)
+	} else {
+		pipe := s.rdb.Pipeline()
+		for i, c := range calls {
+			cmds[i] = sc.EvalSha(ctx, pipe, s.keys.shard(c.shard), c.args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		for i, c := range calls {
+			if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				cmds[i] = sc.Run(ctx, s.rdb, s.keys.shard(c.shard), c.args...)
+			}
+		}
+	}
+	if s.observe != nil {
+		var err error
+		for _, c := range cmds {
+			if e := ignoreNil(c.Err()); e != nil {
+				err = e
+				break
+			}
+		}
+		s.observe(op, time.Since(start), err)
+	}
+	return cmds
+}
+
+func ignoreNil(err error) error {
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}
+
+// parseMeta decodes a meta value (see luaMeta).
+func parseMeta(v string) (attempts int, lease, deadAt int64, reason string) {
+	parts := strings.SplitN(v, "|", 4)
+	if len(parts) != 4 {
+		return 0, 0, 0, ""
+	}
+	attempts, _ = strconv.Atoi(parts[0])
+	lease, _ = strconv.ParseInt(parts[1], 10, 64)
+	deadAt, _ = strconv.ParseInt(parts[2], 10, 64)
+	return attempts, lease, deadAt, parts[3]
+}
+
+// ms converts a time to Unix milliseconds.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func toInt64(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func toString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case []byte:
+		return string(x), true
+	}
+	return "", false
+}
+
+// encode is envelope.Encode into a fresh buffer.
+func encode(m *envelope.Message) []byte {
+	return envelope.Encode(make([]byte, 0, envelope.EncodedSize(m)), m)
+}

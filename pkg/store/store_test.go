@@ -1,0 +1,404 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+func newStore(t *testing.T, shards int) *store.Store {
+	t.Helper()
+	r := testenv.Redis(t)
+	return store.New(r.Client(), store.Options{Prefix: "t", Shards: shards, MaxDead: 1000})
+}
+
+func msg(id string, due time.Time) *envelope.Message {
+	return &envelope.Message{
+		ID: id, DueAt: due.Truncate(time.Millisecond), Sink: "s", Destination: "d",
+		Headers: envelope.Headers{{Key: "k", Value: "v"}}, Body: []byte("body-" + id),
+	}
+}
+
+func claimAll(t *testing.T, s *store.Store, lease time.Duration) map[string]store.Claimed {
+	t.Helper()
+	got := map[string]store.Claimed{}
+	for sh := 0; sh < s.Shards(); sh++ {
+		c, err := s.Claim(context.Background(), sh, 1000, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range c.Messages {
+			got[m.ID] = m
+		}
+	}
+	return got
+}
+
+func TestParkIsIdempotentAndClaimTakesOnlyDue(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	now := time.Now()
+	msgs := []*envelope.Message{
+		msg("past", now.Add(-time.Second)),
+		msg("now", now),
+		msg("later", now.Add(time.Hour)),
+	}
+	parked, err := s.Park(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range parked {
+		if !p {
+			t.Fatalf("message %d not parked", i)
+		}
+	}
+	// Parking the same IDs again changes nothing, even with another body.
+	again := msg("past", now.Add(time.Hour))
+	again.Body = []byte("other")
+	parked, err = s.Park(ctx, []*envelope.Message{again})
+	if err != nil || parked[0] {
+		t.Fatalf("second park = %v, %v; want false, nil", parked, err)
+	}
+
+	got := claimAll(t, s, time.Minute)
+	if len(got) != 2 || got["past"].Message == nil || got["now"].Message == nil {
+		t.Fatalf("claimed %v, want past and now", keys(got))
+	}
+	m := got["past"]
+	if string(m.Message.Body) != "body-past" || m.Attempt != 1 || !m.Message.DueAt.Equal(msgs[0].DueAt) {
+		t.Fatalf("claimed %+v (body %q)", m, m.Message.Body)
+	}
+	if v, _ := m.Message.Headers.Get("k"); v != "v" {
+		t.Fatalf("headers %v", m.Message.Headers)
+	}
+	// In flight: not claimable again until the lease expires.
+	if again := claimAll(t, s, time.Minute); len(again) != 0 {
+		t.Fatalf("claimed again while leased: %v", keys(again))
+	}
+	info, err := s.Inspect(ctx, "past")
+	if err != nil || info.State != store.StateInflight || info.Attempts != 1 {
+		t.Fatalf("inspect = %+v, %v; want inflight, 1 attempt", info, err)
+	}
+	info, err = s.Inspect(ctx, "later")
+	if err != nil || info.State != store.StateScheduled || info.Attempts != 0 || info.Message.Destination != "d" {
+		t.Fatalf("inspect later = %+v, %v", info, err)
+	}
+}
+
+func TestClaimReportsNextDueAndServerTime(t *testing.T) {
+	s := newStore(t, 1)
+	now := time.Now()
+	if _, err := s.Park(context.Background(), []*envelope.Message{msg("a", now.Add(time.Hour)), msg("b", now.Add(2*time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(context.Background(), 0, 10, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Messages) != 0 {
+		t.Fatalf("claimed %d", len(c.Messages))
+	}
+	if want := now.Add(time.Hour).Truncate(time.Millisecond); !c.Next.Equal(want) {
+		t.Fatalf("next = %v, want %v", c.Next, want)
+	}
+	if d := c.Now.Sub(now); d < -5*time.Second || d > 5*time.Second {
+		t.Fatalf("server time %v is far from local %v", c.Now, now)
+	}
+	empty := newStore(t, 1)
+	c, err = empty.Claim(context.Background(), 0, 10, time.Minute)
+	if err != nil || !c.Next.IsZero() {
+		t.Fatalf("empty shard: next = %v, err %v", c.Next, err)
+	}
+}
+
+func TestClaimBatchLimit(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	var msgs []*envelope.Message
+	base := time.Now().Add(-time.Minute)
+	for i := 0; i < 25; i++ {
+		msgs = append(msgs, msg(fmt.Sprintf("m%02d", i), base.Add(time.Duration(i)*time.Millisecond)))
+	}
+	if _, err := s.Park(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, 0, 10, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Messages) != 10 {
+		t.Fatalf("claimed %d, want 10", len(c.Messages))
+	}
+	for i, m := range c.Messages { // due order
+		if want := fmt.Sprintf("m%02d", i); m.ID != want {
+			t.Fatalf("claim[%d] = %s, want %s", i, m.ID, want)
+		}
+	}
+	if !c.Next.Before(c.Now) {
+		t.Fatalf("next %v should be due (before %v): more are waiting", c.Next, c.Now)
+	}
+}
+
+func TestAckRetryDeadHonourTheToken(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	now := time.Now().Add(-time.Second)
+	if _, err := s.Park(ctx, []*envelope.Message{msg("ok", now), msg("again", now), msg("bad", now)}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, 0, 10, time.Minute)
+	if err != nil || len(c.Messages) != 3 {
+		t.Fatalf("claim: %v, %v", c, err)
+	}
+	// A stale token changes nothing.
+	if n, err := s.Ack(ctx, 0, c.Token-1, []string{"ok"}); err != nil || n != 0 {
+		t.Fatalf("stale ack = %d, %v", n, err)
+	}
+	if n, err := s.Ack(ctx, 0, c.Token, []string{"ok"}); err != nil || n != 1 {
+		t.Fatalf("ack = %d, %v", n, err)
+	}
+	if _, err := s.Inspect(ctx, "ok"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("acked message still there: %v", err)
+	}
+	next := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if n, err := s.Retry(ctx, 0, c.Token, []store.Retry{{ID: "again", At: next, Reason: "broker down"}}); err != nil || n != 1 {
+		t.Fatalf("retry = %d, %v", n, err)
+	}
+	info, err := s.Inspect(ctx, "again")
+	if err != nil || info.State != store.StateScheduled || !info.NextAt.Equal(next) || info.Attempts != 1 || info.Reason != "broker down" {
+		t.Fatalf("after retry: %+v, %v", info, err)
+	}
+	if n, err := s.Dead(ctx, 0, c.Token, []store.Dead{{ID: "bad", Reason: "unroutable | really"}}); err != nil || n != 1 {
+		t.Fatalf("dead = %d, %v", n, err)
+	}
+	info, err = s.Inspect(ctx, "bad")
+	if err != nil || info.State != store.StateDead || info.Reason != "unroutable | really" || info.DeadAt.IsZero() {
+		t.Fatalf("after dead: %+v, %v", info, err)
+	}
+	// The retried message keeps counting attempts.
+	if err := s.RetryDead(ctx, "again"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RetryDead of a scheduled message: %v", err)
+	}
+}
+
+func TestExpiredLeaseIsClaimedAgain(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	if _, err := s.Park(ctx, []*envelope.Message{msg("a", time.Now().Add(-time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(ctx, 0, 10, 20*time.Millisecond)
+	if err != nil || len(first.Messages) != 1 {
+		t.Fatalf("first claim: %v %v", first, err)
+	}
+	var second *store.Claim
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		second, err = s.Claim(ctx, 0, 10, time.Minute)
+		return err == nil && len(second.Messages) == 1
+	}, "message not claimed again after its lease expired")
+	if second.Messages[0].Attempt != 2 {
+		t.Fatalf("attempt = %d, want 2", second.Messages[0].Attempt)
+	}
+	// The first claimer lost the message: its ack does nothing.
+	if n, _ := s.Ack(ctx, 0, first.Token, []string{"a"}); n != 0 {
+		t.Fatalf("stale claimer acked %d", n)
+	}
+	if n, _ := s.Ack(ctx, 0, second.Token, []string{"a"}); n != 1 {
+		t.Fatalf("owner acked %d", n)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	if _, err := s.Park(ctx, []*envelope.Message{msg("c", time.Now().Add(time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, "c"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second cancel: %v", err)
+	}
+	if _, err := s.Inspect(ctx, "c"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("inspect after cancel: %v", err)
+	}
+	if got := claimAll(t, s, time.Minute); len(got) != 0 {
+		t.Fatalf("cancelled message claimed: %v", keys(got))
+	}
+}
+
+func TestRejectKeepsDeadAndNeverOverwrites(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	good := msg("same", time.Now().Add(time.Hour))
+	if _, err := s.Park(ctx, []*envelope.Message{good}); err != nil {
+		t.Fatal(err)
+	}
+	bad := msg("same", time.Now())
+	bad.Body = []byte("bad body")
+	other := msg("fresh", time.Now())
+	ids, err := s.Reject(ctx, []store.Rejected{{Message: bad, Reason: "x-delay is empty"}, {Message: other, Reason: "no delay"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids[0] == "same" || ids[0] == "" || ids[1] != "fresh" {
+		t.Fatalf("ids = %v", ids)
+	}
+	info, err := s.Inspect(ctx, "same")
+	if err != nil || info.State != store.StateScheduled || string(info.Message.Body) != "body-same" {
+		t.Fatalf("the parked message was changed: %+v %v", info, err)
+	}
+	info, err = s.Inspect(ctx, ids[0])
+	if err != nil || info.State != store.StateDead || string(info.Message.Body) != "bad body" ||
+		!strings.Contains(info.Reason, "x-delay is empty") || !strings.Contains(info.Reason, `"same"`) {
+		t.Fatalf("dead copy: %+v %v", info, err)
+	}
+	dead, err := s.ListDead(ctx, 10)
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("list dead = %d, %v", len(dead), err)
+	}
+	// Retry schedules it due now; it is then claimable.
+	if err := s.RetryDead(ctx, "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	info, err = s.Inspect(ctx, "fresh")
+	if err != nil || info.State != store.StateScheduled {
+		t.Fatalf("after retry: %+v %v", info, err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { _, ok := claimAll(t, s, time.Minute)["fresh"]; return ok })
+	n, err := s.PurgeDead(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("purge = %d, %v", n, err)
+	}
+}
+
+func TestDeadRetentionCap(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1, MaxDead: 5})
+	for i := 0; i < 8; i++ {
+		if _, err := s.Reject(ctx, []store.Rejected{{Message: msg(fmt.Sprintf("d%d", i), time.Now()), Reason: "r"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Dead != 5 {
+		t.Fatalf("dead = %d, %v; want 5", st.Dead, err)
+	}
+	if n, _ := r.Client().HLen(ctx, s.Keys().Pool(0)).Result(); n != 5 {
+		t.Fatalf("pool holds %d, want 5: trimmed dead messages must leave the pool", n)
+	}
+}
+
+func TestStats(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	now := time.Now()
+	var msgs []*envelope.Message
+	for i := 0; i < 10; i++ {
+		due := now.Add(time.Hour)
+		if i < 3 {
+			due = now.Add(-time.Minute)
+		}
+		msgs = append(msgs, msg(fmt.Sprintf("s%d", i), due))
+	}
+	if _, err := s.Park(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Parked != 10 || st.Due != 3 || st.Dead != 0 || len(st.Shards) != 4 {
+		t.Fatalf("stats = %+v", st)
+	}
+	var sum int64
+	for _, sh := range st.Shards {
+		sum += sh.Parked
+	}
+	if sum != 10 {
+		t.Fatalf("per-shard parked sums to %d", sum)
+	}
+	if st.OldestDue.IsZero() || st.OldestDue.After(now) {
+		t.Fatalf("oldest due %v", st.OldestDue)
+	}
+}
+
+func TestCheckShardsRefusesAnotherCount(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	if err := store.New(r.Client(), store.Options{Prefix: "p", Shards: 16}).CheckShards(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.New(r.Client(), store.Options{Prefix: "p", Shards: 16}).CheckShards(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := store.New(r.Client(), store.Options{Prefix: "p", Shards: 8}).CheckShards(ctx)
+	if !errors.Is(err, store.ErrShardMismatch) || !strings.Contains(err.Error(), "16") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := store.New(r.Client(), store.Options{Prefix: "other", Shards: 8}).CheckShards(ctx); err != nil {
+		t.Fatalf("another prefix: %v", err)
+	}
+}
+
+func TestScriptsSurviveScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 4})
+	if _, err := s.Park(ctx, []*envelope.Message{msg("a", time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A pipelined park over several shards hits NOSCRIPT and must recover.
+	var msgs []*envelope.Message
+	for i := 0; i < 20; i++ {
+		msgs = append(msgs, msg(fmt.Sprintf("b%d", i), time.Now()))
+	}
+	parked, err := s.Park(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range parked {
+		if !p {
+			t.Fatalf("message %d not parked after SCRIPT FLUSH", i)
+		}
+	}
+}
+
+func TestKeysShareHashTagPerShard(t *testing.T) {
+	k := store.NewKeys("delaybridge", 16)
+	for sh := 0; sh < 16; sh++ {
+		tag := fmt.Sprintf("{%d}", sh)
+		for _, key := range []string{k.Pool(sh), k.Due(sh), k.Meta(sh), k.Dead(sh)} {
+			if !strings.HasPrefix(key, "delaybridge:"+tag+":") {
+				t.Fatalf("key %q lacks hash tag %s", key, tag)
+			}
+		}
+	}
+	// The shard of an ID is stable (documented as FNV-1a 32 modulo shards).
+	if got := store.ShardOf("order-42", 16); got != store.ShardOf("order-42", 16) || got < 0 || got > 15 {
+		t.Fatal("unstable shard")
+	}
+	if got, want := store.ShardOf("a", 16), int(0xe40c292c%16); got != want {
+		t.Fatalf("ShardOf(a) = %d, want %d (FNV-1a)", got, want)
+	}
+}
+
+func keys(m map[string]store.Claimed) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
