@@ -1,0 +1,377 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const (
+	rabbitBinDir       = "/usr/lib/rabbitmq/bin"
+	rabbitNodeName     = "testenv@localhost"
+	rabbitReadyTimeout = 120 * time.Second
+)
+
+// RabbitNode is a throwaway rabbitmq-server node (a plain process, not the system
+// service) shared by every test of one test binary.
+type RabbitNode struct {
+	URL      string // amqp://guest:guest@127.0.0.1:PORT/
+	Port     int    // AMQP port
+	DistPort int    // Erlang distribution port of the node
+	EPMDPort int    // private epmd's port (ERL_EPMD_PORT)
+	Node     string // Erlang node name, for rabbitmqctl -n
+	Dir      string // all state: mnesia, logs, HOME with the Erlang cookie
+
+	env      []string
+	pidFile  string
+	release  func()
+	mu       sync.Mutex
+	proc     *child // rabbitmq-server (a shell script running beam.smp as its child)
+	epmd     *child
+	stopOnce sync.Once
+}
+
+var (
+	rabbitOnce sync.Once
+	rabbitNode *RabbitNode
+	rabbitErr  error
+)
+
+// RabbitMQ returns the rabbitmq-server node shared by the whole test binary, starting
+// it on the first call (~4 s, ~210 MB RSS). The node runs as a plain process from
+// /usr/lib/rabbitmq/bin with all state in a temp dir, listening on 127.0.0.1 only, on
+// three ports drawn at random from [20000, 30000) and reserved (AMQP, Erlang
+// distribution, and a private epmd's, so it never touches the system epmd on 4369).
+// HOME, RABBITMQ_* and ERL_* are set in the child's environment only. If the node was
+// stopped with Stop, RabbitMQ starts it again.
+//
+// Caveats: the node is SHARED: tests must use their own queue/exchange names (or a
+// vhost) and must not run in parallel with a test that calls Stop. The test binary's
+// TestMain should call Main, which stops the node and removes its dir; without Main,
+// the node still dies with the test binary (parent-death signal), but its temp dir
+// stays behind. The guest user is allowed because clients come from loopback.
+// Debian's rabbitmq-server 3.10 has no delayed-message plugin.
+func RabbitMQ(t testing.TB) *RabbitNode {
+	t.Helper()
+	// Check the binaries on every call, so that a missing install fails each test
+	// with the hint rather than only the first one.
+	server := lookBinary(t, "rabbitmq-server", filepath.Join(rabbitBinDir, "rabbitmq-server"))
+	if filepath.Dir(server) != rabbitBinDir {
+		// The /usr/sbin wrappers switch user and log to /var/log: use the real scripts.
+		server = filepath.Join(rabbitBinDir, "rabbitmq-server")
+		if _, err := os.Stat(server); err != nil {
+			t.Fatalf("testenv: %s not found; %s", server, depsHint)
+		}
+	}
+	epmd := lookBinary(t, "epmd", "/usr/lib/erlang/bin/epmd")
+
+	rabbitOnce.Do(func() {
+		rabbitNode, rabbitErr = newRabbitNode(server, epmd)
+	})
+	if rabbitErr != nil {
+		t.Fatalf("testenv: rabbitmq node: %v", rabbitErr)
+	}
+	r := rabbitNode
+	if !r.running() {
+		r.Start(t)
+	}
+	return r
+}
+
+func newRabbitNode(server, epmd string) (*RabbitNode, error) {
+	// Three distinct reserved ports, each in [20000, 30000).
+	var ports [3]int
+	var releases []func()
+	releaseAll := func() {
+		for _, f := range releases {
+			f()
+		}
+	}
+	for i := range ports {
+		p, rel, err := tryReserve(20000, 30000)
+		if err != nil {
+			releaseAll()
+			return nil, err
+		}
+		ports[i] = p
+		releases = append(releases, rel)
+	}
+	dir, err := mkProcessTempDir("testenv-rabbitmq-")
+	if err != nil {
+		releaseAll()
+		return nil, err
+	}
+	r := &RabbitNode{
+		URL:      fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", ports[0]),
+		Port:     ports[0],
+		DistPort: ports[1],
+		EPMDPort: ports[2],
+		Node:     rabbitNodeName,
+		Dir:      dir,
+		pidFile:  filepath.Join(dir, "node.pid"),
+		release:  releaseAll,
+	}
+	if err := r.writeFiles(); err != nil {
+		r.shutdown()
+		return nil, err
+	}
+	r.env = r.childEnv()
+
+	// A private epmd in the foreground, so that it is ours to stop (an epmd that the
+	// node starts itself daemonizes and outlives the node).
+	cmd := exec.Command(epmd, "-port", strconv.Itoa(r.EPMDPort), "-address", "127.0.0.1")
+	cmd.Env = r.env
+	if r.epmd, err = startWatched(cmd, syscall.SIGKILL); err != nil {
+		r.shutdown()
+		return nil, fmt.Errorf("start epmd: %w", err)
+	}
+	epmdAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(r.EPMDPort))
+	if !poll(10*time.Second, func() bool { return r.epmd.exited() || canDial(epmdAddr) }) || r.epmd.exited() {
+		r.shutdown()
+		return nil, fmt.Errorf("epmd on port %d did not start (%v)", r.EPMDPort, r.epmd.err)
+	}
+	if err := r.start(server); err != nil {
+		r.shutdown()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *RabbitNode) writeFiles() error {
+	files := map[string]string{
+		"empty.conf":      "",
+		"enabled_plugins": "[].\n",
+		"rabbitmq.conf": fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\n"+
+			"log.console = false\n"+
+			"log.file.level = info\n"+
+			"disk_free_limit.absolute = 50MB\n", r.Port),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(r.Dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"home", "mnesia", "log"} {
+		if err := os.MkdirAll(filepath.Join(r.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// childEnv is the test process's environment without HOME, RABBITMQ_* and ERL_*
+// variables, plus the node's own settings. It is only ever given to children.
+func (r *RabbitNode) childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "HOME" || k == "LANG" || k == "LC_ALL" || strings.HasPrefix(k, "RABBITMQ_") || strings.HasPrefix(k, "ERL_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	noEpmd := "-start_epmd false" // the private epmd is already running
+	return append(env,
+		"HOME="+filepath.Join(r.Dir, "home"),
+		"LANG=C.UTF-8", "LC_ALL=C.UTF-8", // else the Elixir CLI warns about latin1
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(r.Dir, "empty.conf"),
+		"RABBITMQ_NODENAME="+r.Node,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(r.Port),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(r.DistPort),
+		"ERL_EPMD_PORT="+strconv.Itoa(r.EPMDPort),
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(r.Dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(r.Dir, "log"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(r.Dir, "rabbitmq.conf"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(r.Dir, "enabled_plugins"),
+		"RABBITMQ_PID_FILE="+r.pidFile,
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} "+noEpmd,
+		// rabbitmqctl is an Erlang node too; by default it listens on fixed ports
+		// 35672-35682, which concurrent test binaries would fight over. 0 lets the
+		// kernel pick.
+		"RABBITMQ_CTL_DIST_PORT_MIN=0",
+		"RABBITMQ_CTL_DIST_PORT_MAX=0",
+		"RABBITMQ_CTL_ERL_ARGS="+noEpmd,
+	)
+}
+
+func canDial(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func (r *RabbitNode) running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proc != nil && !r.proc.exited()
+}
+
+// start launches rabbitmq-server and waits until an AMQP connection as guest
+// succeeds (the listener opens at the end of the boot, after the default user exists).
+func (r *RabbitNode) start(server string) error {
+	r.mu.Lock()
+	if r.proc != nil && !r.proc.exited() {
+		r.mu.Unlock()
+		return errors.New("already running")
+	}
+	_ = os.Remove(r.pidFile) // a stale pid file makes `rabbitmqctl wait/stop` wait on a dead pid
+	out, err := os.OpenFile(filepath.Join(r.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	cmd := exec.Command(server)
+	cmd.Dir = r.Dir
+	cmd.Env = r.env
+	cmd.Stdout, cmd.Stderr = out, out
+	// The script traps SIGTERM and stops the VM properly: that is the death signal.
+	proc, err := startWatched(cmd, syscall.SIGTERM)
+	out.Close()
+	if err != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("start %s: %w", server, err)
+	}
+	r.proc = proc
+	r.mu.Unlock()
+
+	var lastErr error
+	ok := poll(rabbitReadyTimeout, func() bool {
+		if proc.exited() {
+			return true
+		}
+		conn, err := amqp.DialConfig(r.URL, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		conn.Close()
+		return true
+	})
+	if proc.exited() {
+		return fmt.Errorf("rabbitmq-server exited at start (%v); %s", proc.err, r.logs())
+	}
+	if !ok {
+		return fmt.Errorf("rabbitmq-server not ready on %s after %v (last: %v); %s", r.URL, rabbitReadyTimeout, lastErr, r.logs())
+	}
+	return nil
+}
+
+// logs returns the tails of the node's logs, for failure messages.
+func (r *RabbitNode) logs() string {
+	s := "stdout tail:\n" + tail(filepath.Join(r.Dir, "stdout.log"), 2000)
+	logs, _ := filepath.Glob(filepath.Join(r.Dir, "log", "*.log"))
+	for _, l := range logs {
+		s += "\n" + filepath.Base(l) + " tail:\n" + tail(l, 3000)
+	}
+	return s
+}
+
+// Start starts the node again on the same ports and data (durable queues and their
+// persistent messages survive a Stop) and waits until it accepts AMQP connections.
+func (r *RabbitNode) Start(t testing.TB) {
+	t.Helper()
+	if err := r.start(filepath.Join(rabbitBinDir, "rabbitmq-server")); err != nil {
+		t.Fatalf("testenv: rabbitmq start: %v", err)
+	}
+}
+
+// Stop stops the node gracefully (`rabbitmqctl stop`, which waits for the VM to exit)
+// and waits for the process; as a last resort it kills the process group. Clients see
+// their connections closed (connection.close 320 CONNECTION_FORCED). The node stays
+// stopped until Start or the next RabbitMQ call. No-op if not running.
+func (r *RabbitNode) Stop(t testing.TB) {
+	t.Helper()
+	if err := r.stop(); err != nil {
+		t.Fatalf("testenv: rabbitmq stop: %v", err)
+	}
+}
+
+func (r *RabbitNode) stop() error {
+	r.mu.Lock()
+	proc := r.proc
+	r.mu.Unlock()
+	if proc == nil || proc.exited() {
+		return nil
+	}
+	out, ctlErr := r.ctl(60*time.Second, "stop", r.pidFile)
+	if proc.waitExit(30 * time.Second) {
+		return nil
+	}
+	// rabbitmqctl failed or the VM hangs: SIGTERM the script (it stops the VM), then
+	// SIGKILL the whole group (script, beam.smp, erl_child_setup).
+	_ = proc.cmd.Process.Signal(syscall.SIGTERM)
+	if proc.waitExit(15 * time.Second) {
+		return nil
+	}
+	killGroup(proc.cmd.Process.Pid, syscall.SIGKILL)
+	if !proc.waitExit(15 * time.Second) {
+		return fmt.Errorf("rabbitmq-server (pid %d) survived SIGKILL", proc.cmd.Process.Pid)
+	}
+	if ctlErr != nil {
+		return fmt.Errorf("rabbitmqctl stop: %v\n%s (process group killed)", ctlErr, out)
+	}
+	return nil
+}
+
+// Ctl runs rabbitmqctl -n NODE args... against the node (e.g. "list_queues",
+// "name", "messages") and returns its combined output; it fails the test on error.
+func (r *RabbitNode) Ctl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := r.ctl(60*time.Second, args...)
+	if err != nil {
+		t.Fatalf("testenv: rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (r *RabbitNode) ctl(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(rabbitBinDir, "rabbitmqctl"), append([]string{"-n", r.Node}, args...)...)
+	cmd.Dir = r.Dir
+	cmd.Env = r.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// shutdown stops the node and its epmd, removes its dir and releases its ports.
+// Used by Main; safe to call more than once.
+func (r *RabbitNode) shutdown() error {
+	var err error
+	r.stopOnce.Do(func() {
+		err = r.stop()
+		if r.epmd != nil && !r.epmd.exited() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			kill := exec.CommandContext(ctx, r.epmd.cmd.Path, "-port", strconv.Itoa(r.EPMDPort), "-kill")
+			kill.Env = r.env
+			_ = kill.Run()
+			cancel()
+			if !r.epmd.waitExit(5 * time.Second) {
+				_ = r.epmd.cmd.Process.Kill()
+				r.epmd.waitExit(5 * time.Second)
+			}
+		}
+		if rmErr := os.RemoveAll(r.Dir); rmErr != nil && err == nil {
+			err = rmErr
+		}
+		r.release()
+	})
+	return err
+}

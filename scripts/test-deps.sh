@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs the servers that the tests start by themselves (see internal/testenv):
+# redis-server (+ redis-cli) and rabbitmq-server (+ Erlang, epmd) from Debian.
+# NATS and Kafka need nothing: nats-server is embedded and kfake runs in-process.
+#
+# Idempotent and fast when everything is present. The tests never use the system
+# services: after installing, this stops and disables them (they would hold the
+# default ports 6379, 5672, 4369 and waste memory).
+#
+# Usage: bash scripts/test-deps.sh   (as root, or with sudo available)
+#        TEST_DEPS_FORCE=1 bash scripts/test-deps.sh   runs apt-get even if all is present
+set -euo pipefail
+
+RABBIT_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || [ -x /usr/bin/redis-cli ] || missing+=(redis-tools)
+[ -x "$RABBIT_SERVER" ] || missing+=(rabbitmq-server)
+
+if [ "${TEST_DEPS_FORCE:-}" = 1 ] && [ ${#missing[@]} -eq 0 ]; then
+	missing=(redis-server redis-tools rabbitmq-server) # re-run apt-get anyway (for checking this script)
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "test-deps: redis-server, redis-cli and rabbitmq-server already installed; nothing to do"
+	exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+	SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+	SUDO=(sudo)
+else
+	echo "test-deps: missing ${missing[*]}; run this script as root (no sudo found)" >&2
+	exit 1
+fi
+
+# Keep the package scripts from starting the services (policy-rc.d is honoured by
+# invoke-rc.d, which Debian maintainer scripts use). Removed again on exit unless it
+# existed before.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$policy" >/dev/null
+	"${SUDO[@]}" chmod 755 "$policy"
+	created_policy=1
+fi
+cleanup() { if [ "$created_policy" -eq 1 ]; then "${SUDO[@]}" rm -f "$policy"; fi; }
+trap cleanup EXIT
+
+echo "test-deps: installing ${missing[*]} (apt-get update + install)"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	redis-server redis-tools rabbitmq-server >/dev/null
+
+# Stop and disable the system services if something started them anyway. Only touch
+# what runs as the services' own users (the tests' servers run as the test's user),
+# and never call the init script's stop on a stopped RabbitMQ: it runs rabbitmqctl,
+# which itself leaves an epmd daemon behind on the default port 4369.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+	for unit in redis-server.service rabbitmq-server.service epmd.service epmd.socket; do
+		"${SUDO[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
+	done
+else
+	if pgrep -u redis -x redis-server >/dev/null 2>&1; then
+		echo "test-deps: stopping the system redis-server service"
+		"${SUDO[@]}" /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+	fi
+	if pgrep -u rabbitmq -x beam.smp >/dev/null 2>&1; then
+		echo "test-deps: stopping the system rabbitmq-server service"
+		"${SUDO[@]}" /etc/init.d/rabbitmq-server stop >/dev/null 2>&1 || true
+	fi
+	for pid in $(pgrep -u rabbitmq -x epmd 2>/dev/null || true); do
+		echo "test-deps: stopping the rabbitmq user's epmd (pid $pid)"
+		"${SUDO[@]}" kill -9 "$pid" 2>/dev/null || true
+	done
+fi
+
+echo "test-deps: installed: $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server)"
+echo "test-deps: system services left stopped; tests start their own servers"
