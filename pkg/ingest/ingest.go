@@ -1,0 +1,57 @@
+// Package ingest reads delayed messages from brokers and parks them in
+// Redis.
+//
+// A broker adapter implements Source (sub-packages natsingest, kafkaingest,
+// rabbitingest). Pipeline drives one Source: it reads messages, parses their
+// headers (envelope.Parse), parks them in batches, and only then
+// acknowledges each one to its broker. A message is acknowledged after it is
+// parked, kept as dead (rejected), or its cancel was applied; never before.
+// A crash before the acknowledgement means the broker delivers the message
+// again, and parking an ID that is already parked is a no-op.
+package ingest
+
+import (
+	"context"
+	"errors"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// AckFunc settles one message returned by Source.Read. It must be called
+// exactly once per message, and may be called from another goroutine than
+// Read, concurrently with Read.
+//
+// With err == nil the message is done and the broker may forget it (Kafka:
+// its offset is committed once every earlier offset of its partition is done
+// too; AMQP: basic.ack; JetStream: Ack). With err != nil it was not handled
+// and the broker should deliver it again (AMQP: nack with requeue; JetStream:
+// Nak; Kafka: the offset is not committed, so the partition's next owner
+// re-reads it).
+//
+// An AckFunc returns an error only when the broker could not be told; the
+// message may then be delivered again, which parking tolerates.
+type AckFunc func(ctx context.Context, err error) error
+
+// Source reads messages from one ingest broker.
+type Source interface {
+	// Read blocks until the next message is available and returns it with
+	// the function that settles it. It returns ctx.Err() when ctx ends and
+	// ErrClosed after Close. Transient broker failures are handled inside
+	// (reconnect with back-off), so an error is final for this Source.
+	// Read is called from one goroutine at a time.
+	Read(ctx context.Context) (*envelope.Incoming, AckFunc, error)
+
+	// Close stops reading. Messages read but not acknowledged are delivered
+	// again by the broker later. Close waits until acknowledgements already
+	// given have reached the broker (a final Kafka commit) or ctx ends.
+	Close(ctx context.Context) error
+}
+
+// ErrClosed is returned by Read after Close.
+var ErrClosed = errors.New("ingest: source closed")
+
+// Ready is implemented by sources that know whether they are connected.
+// Ready returns nil when connected, else an error saying why not.
+type Ready interface {
+	Ready() error
+}

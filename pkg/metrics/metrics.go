@@ -1,0 +1,111 @@
+// Package metrics defines delaybridge's Prometheus metrics. Every metric
+// is named delaybridge_*; the README lists them with their labels.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds every collector. Create one per process with New; tests
+// create their own on a fresh registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	IngestMessages *prometheus.CounterVec // ingest, result: parked|duplicate|rejected|cancelled
+	IngestRejected *prometheus.CounterVec // ingest, reason
+	ParkBatchSize  prometheus.Histogram
+	ParkDuration   prometheus.Histogram
+
+	Published        *prometheus.CounterVec   // sink
+	PublishErrors    *prometheus.CounterVec   // sink
+	PublishDuration  *prometheus.HistogramVec // sink
+	FireLateness     *prometheus.HistogramVec // sink
+	Retries          *prometheus.CounterVec   // sink
+	DeadTotal        *prometheus.CounterVec   // source: ingest|sink|late
+	ClaimBatchSize   prometheus.Histogram
+	ScriptDuration   *prometheus.HistogramVec // script
+	ScriptErrors     *prometheus.CounterVec   // script
+	ConnectionUp     *prometheus.GaugeVec     // kind: redis|ingest|sink, name
+	SchedulerWakeups *prometheus.CounterVec   // cause: timer|notify|batch
+}
+
+// New creates and registers every collector on a new registry, with the Go
+// runtime and process collectors.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{reg}
+	latency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	batches := prometheus.ExponentialBuckets(1, 2, 14) // 1 .. 8192
+	return &Metrics{
+		Registry: reg,
+		IngestMessages: f.counterVec("delaybridge_ingest_messages_total",
+			"Messages read from an ingest, by what became of them.", "ingest", "result"),
+		IngestRejected: f.counterVec("delaybridge_ingest_rejected_total",
+			"Ingested messages rejected (kept as dead), by reason.", "ingest", "reason"),
+		ParkBatchSize: f.histogram("delaybridge_park_batch_size",
+			"Messages parked per Redis round trip.", batches),
+		ParkDuration: f.histogram("delaybridge_park_duration_seconds",
+			"Time to park one batch in Redis.", latency),
+		Published: f.counterVec("delaybridge_sink_published_total",
+			"Messages confirmed by a sink.", "sink"),
+		PublishErrors: f.counterVec("delaybridge_sink_publish_errors_total",
+			"Failed publish attempts.", "sink"),
+		PublishDuration: f.histogramVec("delaybridge_sink_publish_duration_seconds",
+			"Time for a sink to confirm one batch.", latency, "sink"),
+		FireLateness: f.histogramVec("delaybridge_fire_lateness_seconds",
+			"Time from a message's due time to the sink's confirmation.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}, "sink"),
+		Retries: f.counterVec("delaybridge_retries_total",
+			"Publish attempts rescheduled with back-off.", "sink"),
+		DeadTotal: f.counterVec("delaybridge_dead_total",
+			"Messages that became dead, by where: ingest (rejected), sink (undeliverable).", "source"),
+		ClaimBatchSize: f.histogram("delaybridge_claim_batch_size",
+			"Due messages taken per claim.", batches),
+		ScriptDuration: f.histogramVec("delaybridge_redis_script_duration_seconds",
+			"Redis script round trips, by script.", latency, "script"),
+		ScriptErrors: f.counterVec("delaybridge_redis_script_errors_total",
+			"Redis script errors, by script.", "script"),
+		ConnectionUp: f.gaugeVec("delaybridge_connection_up",
+			"1 when the connection is up, 0 when it is down.", "kind", "name"),
+		SchedulerWakeups: f.counterVec("delaybridge_scheduler_wakeups_total",
+			"Shard scheduler wake-ups, by cause: timer, notify (a sooner message was parked), batch (a full claim).", "cause"),
+	}
+}
+
+// ObserveScript records one Redis script call (store.Options.Observe).
+func (m *Metrics) ObserveScript(op string, d time.Duration, err error) {
+	m.ScriptDuration.WithLabelValues(op).Observe(d.Seconds())
+	if err != nil {
+		m.ScriptErrors.WithLabelValues(op).Inc()
+	}
+}
+
+type factory struct{ reg *prometheus.Registry }
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	c := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	c := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	c := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(c)
+	return c
+}

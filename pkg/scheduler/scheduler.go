@@ -1,0 +1,368 @@
+// Package scheduler fires parked messages when they are due.
+//
+// One goroutine per shard claims due messages from Redis (store.Claim),
+// publishes them to their sinks, and then acks them (removes them from
+// Redis), reschedules them with back-off, or moves them to the dead set.
+// Between claims it sleeps until the shard's earliest score, as reported by
+// the claim itself in Redis server time, never longer than MaxSleep (so that
+// messages parked by other instances are seen) and no longer than it takes
+// for a message parked by this process to come due (Notify wakes it).
+//
+// Delivery is at least once: a message leaves Redis only after its sink
+// confirmed it. If this process dies holding a claim, the claim's lease
+// expires and any instance claims the message again.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// Store is the part of the store the scheduler needs (*store.Store).
+type Store interface {
+	Shards() int
+	ShardOf(id string) int
+	Claim(ctx context.Context, shard, max int, lease time.Duration) (*store.Claim, error)
+	Ack(ctx context.Context, shard int, token int64, ids []string) (int, error)
+	Retry(ctx context.Context, shard int, token int64, rs []store.Retry) (int, error)
+	Dead(ctx context.Context, shard int, token int64, ds []store.Dead) (int, error)
+}
+
+// Params configure a Scheduler.
+type Params struct {
+	Store Store
+	Sinks map[string]sinks.Sink
+
+	BatchSize      int           // most messages per claim (default 256)
+	Lease          time.Duration // how long a claim holds its messages (default 30s)
+	MaxSleep       time.Duration // longest sleep without a claim (default 1s)
+	PublishTimeout time.Duration // bound of one publish (default 10s)
+	MaxAttempts    int           // publishes before a message is dead (default 10)
+	Backoff        Backoff       // between attempts
+	// DrainTimeout bounds the work finished after Run's context ends
+	// (default 10s).
+	DrainTimeout time.Duration
+
+	Clock   Clock          // default SystemClock
+	Rand    func() float64 // jitter source in [0,1); default math/rand
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+}
+
+// Scheduler runs the shard loops.
+type Scheduler struct {
+	p      Params
+	log    *slog.Logger
+	shards []shardState
+
+	mu       sync.Mutex
+	storeErr error // last claim failure, for readiness
+}
+
+// awake is shardState.planned while a shard is claiming: any Notify wakes
+// it again, since the claim may have missed the new message.
+const awake = math.MaxInt64
+
+type shardState struct {
+	wake    chan struct{} // capacity 1: wake-ups coalesce
+	planned atomic.Int64  // when the shard plans to claim next, Unix ms (Redis clock)
+}
+
+// New returns a Scheduler; Run starts it.
+func New(p Params) *Scheduler {
+	if p.BatchSize <= 0 {
+		p.BatchSize = 256
+	}
+	if p.Lease <= 0 {
+		p.Lease = 30 * time.Second
+	}
+	if p.MaxSleep <= 0 {
+		p.MaxSleep = time.Second
+	}
+	if p.PublishTimeout <= 0 {
+		p.PublishTimeout = 10 * time.Second
+	}
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 10
+	}
+	if p.Backoff.Initial <= 0 {
+		p.Backoff = Backoff{Initial: time.Second, Max: 5 * time.Minute, Multiplier: 2, Jitter: 0.2}
+	}
+	if p.DrainTimeout <= 0 {
+		p.DrainTimeout = 10 * time.Second
+	}
+	if p.Clock == nil {
+		p.Clock = SystemClock{}
+	}
+	if p.Rand == nil {
+		p.Rand = defaultRand
+	}
+	if p.Logger == nil {
+		p.Logger = slog.Default()
+	}
+	s := &Scheduler{p: p, log: p.Logger.With("component", "scheduler"), shards: make([]shardState, p.Store.Shards())}
+	for i := range s.shards {
+		s.shards[i].wake = make(chan struct{}, 1)
+		s.shards[i].planned.Store(awake)
+	}
+	return s
+}
+
+// Notify tells the scheduler that a message was parked, so that its shard
+// wakes now if it planned to sleep past the message's due time. It never
+// blocks.
+func (s *Scheduler) Notify(id string, due time.Time) {
+	st := &s.shards[s.p.Store.ShardOf(id)]
+	if due.UnixMilli() < st.planned.Load() {
+		select {
+		case st.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Ready returns the last claim error, nil when claims work.
+func (s *Scheduler) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.storeErr
+}
+
+func (s *Scheduler) setStoreErr(err error) {
+	s.mu.Lock()
+	s.storeErr = err
+	s.mu.Unlock()
+}
+
+// Run runs every shard until ctx ends, then finishes the publishes under way
+// (within DrainTimeout) and returns.
+func (s *Scheduler) Run(ctx context.Context) error {
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(s.p.DrainTimeout, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stop()
+
+	var wg sync.WaitGroup
+	for i := range s.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.loop(ctx, work, i)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// loop claims and fires one shard until ctx ends.
+func (s *Scheduler) loop(ctx, work context.Context, shard int) {
+	st := &s.shards[shard]
+	failWait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		st.planned.Store(awake)
+		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.setStoreErr(err)
+			s.log.Warn("claim failed; retrying", "shard", shard, "err", err, "retry_in", failWait)
+			s.sleep(ctx, st, failWait)
+			failWait = min(failWait*2, 5*time.Second)
+			continue
+		}
+		if failWait > 50*time.Millisecond {
+			s.setStoreErr(nil)
+			failWait = 50 * time.Millisecond
+		}
+		wait := s.p.MaxSleep
+		if !c.Next.IsZero() {
+			wait = min(wait, c.Next.Sub(c.Now))
+		}
+		if n := len(c.Messages); n > 0 {
+			s.p.Metrics.ClaimBatchSize.Observe(float64(n))
+			if retryAt := s.fire(work, c); !retryAt.IsZero() {
+				wait = min(wait, retryAt.Sub(s.p.Clock.Now()))
+			}
+			if n == s.p.BatchSize {
+				s.p.Metrics.SchedulerWakeups.WithLabelValues("batch").Inc()
+				continue // more may be due
+			}
+		}
+		st.planned.Store(c.Now.Add(wait).UnixMilli())
+		if wait <= 0 {
+			continue
+		}
+		s.sleep(ctx, st, wait)
+	}
+}
+
+// sleep waits for d, a Notify, or the end of ctx.
+func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) {
+	t := s.p.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
+		s.p.Metrics.SchedulerWakeups.WithLabelValues("timer").Inc()
+	case <-st.wake:
+		s.p.Metrics.SchedulerWakeups.WithLabelValues("notify").Inc()
+	}
+}
+
+// fire publishes a claim's messages and settles each in Redis. It returns
+// the earliest time a message was rescheduled for (zero when none was): the
+// claim's Next could not know it.
+func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time) {
+	errs := make([]error, len(c.Messages))
+	groups := map[string][]int{}
+	for i, m := range c.Messages {
+		switch {
+		case m.Err != nil:
+			errs[i] = sinks.Permanent(fmt.Errorf("cannot decode the stored message: %w", m.Err))
+		case s.p.Sinks[m.Message.Sink] == nil:
+			errs[i] = fmt.Errorf("sink %q is not configured", m.Message.Sink)
+		default:
+			groups[m.Message.Sink] = append(groups[m.Message.Sink], i)
+		}
+	}
+	var wg sync.WaitGroup
+	for name, idx := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.publish(ctx, name, c, idx, errs)
+		}()
+	}
+	wg.Wait()
+
+	now := s.p.Clock.Now()
+	var (
+		acks    []string
+		retries []store.Retry
+		deads   []store.Dead
+	)
+	for i, m := range c.Messages {
+		err := errs[i]
+		sink := ""
+		if m.Message != nil {
+			sink = m.Message.Sink
+		}
+		switch {
+		case err == nil:
+			acks = append(acks, m.ID)
+		case sinks.IsPermanent(err) || m.Attempt >= s.p.MaxAttempts:
+			reason := err.Error()
+			if !sinks.IsPermanent(err) {
+				reason = fmt.Sprintf("publish failed %d times, last: %s", m.Attempt, err)
+			}
+			deads = append(deads, store.Dead{ID: m.ID, Reason: reason})
+			s.log.Warn("message is dead", "id", m.ID, "sink", sink, "attempts", m.Attempt, "reason", reason)
+		default:
+			at := now.Add(s.p.Backoff.Delay(m.Attempt, s.p.Rand()))
+			retries = append(retries, store.Retry{ID: m.ID, At: at, Reason: err.Error()})
+			if retryAt.IsZero() || at.Before(retryAt) {
+				retryAt = at
+			}
+			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
+			s.log.Debug("publish failed; will retry", "id", m.ID, "sink", sink, "attempt", m.Attempt, "at", at, "err", err)
+		}
+	}
+	if len(deads) > 0 {
+		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads)))
+	}
+	s.settle(ctx, c, "ack", len(acks), func(ctx context.Context) error {
+		_, err := s.p.Store.Ack(ctx, c.Shard, c.Token, acks)
+		return err
+	})
+	s.settle(ctx, c, "retry", len(retries), func(ctx context.Context) error {
+		_, err := s.p.Store.Retry(ctx, c.Shard, c.Token, retries)
+		return err
+	})
+	s.settle(ctx, c, "dead", len(deads), func(ctx context.Context) error {
+		_, err := s.p.Store.Dead(ctx, c.Shard, c.Token, deads)
+		return err
+	})
+	return retryAt
+}
+
+// publish sends the messages idx of a claim to one sink and records the
+// results in errs.
+func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, idx []int, errs []error) {
+	out := make([]sinks.Outgoing, len(idx))
+	for j, i := range idx {
+		out[j] = sinks.Outgoing{Message: c.Messages[i].Message, Attempt: c.Messages[i].Attempt}
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.p.PublishTimeout)
+	start := s.p.Clock.Now()
+	res := s.p.Sinks[name].Publish(pctx, out)
+	cancel()
+	done := s.p.Clock.Now()
+	s.p.Metrics.PublishDuration.WithLabelValues(name).Observe(done.Sub(start).Seconds())
+	var ok, failed int
+	for j, i := range idx {
+		var err error
+		if j < len(res) {
+			err = res[j]
+		} else {
+			err = errors.New("sink returned no result")
+		}
+		errs[i] = err
+		if err == nil {
+			ok++
+			s.p.Metrics.FireLateness.WithLabelValues(name).Observe(done.Sub(out[j].DueAt).Seconds())
+		} else {
+			failed++
+		}
+	}
+	s.p.Metrics.Published.WithLabelValues(name).Add(float64(ok))
+	if failed > 0 {
+		s.p.Metrics.PublishErrors.WithLabelValues(name).Add(float64(failed))
+	}
+}
+
+// settle runs a store update of a claim until it succeeds, the claim's lease
+// expires (another instance may then hold the messages, and the update would
+// be refused anyway), or ctx ends. A lost ack means the message is published
+// again: a duplicate, never a loss.
+func (s *Scheduler) settle(ctx context.Context, c *store.Claim, what string, n int, op func(context.Context) error) {
+	if n == 0 {
+		return
+	}
+	deadline := s.p.Clock.Now().Add(c.LeaseExpiry().Sub(c.Now))
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil || s.p.Clock.Now().Add(wait).After(deadline) {
+			s.log.Warn("cannot record publish results in redis; the lease will expire and these messages be published again",
+				"op", what, "shard", c.Shard, "messages", n, "err", err)
+			return
+		}
+		if attempt == 1 {
+			s.log.Warn("cannot record publish results in redis; retrying", "op", what, "shard", c.Shard, "err", err)
+		}
+		t := s.p.Clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		}
+		t.Stop()
+		wait = min(wait*2, 2*time.Second)
+	}
+}

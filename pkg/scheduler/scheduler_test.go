@@ -1,0 +1,396 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// fakeClock is a manual clock. Every NewTimer is announced on timers, so a
+// test waits for the scheduler to go to sleep instead of sleeping itself.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	pending []*fakeTimer
+	timers  chan time.Duration
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.UnixMilli(1_700_000_000_000), timers: make(chan time.Duration, 100)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) Timer {
+	c.mu.Lock()
+	t := &fakeTimer{c: make(chan time.Time, 1), at: c.now.Add(d), clock: c}
+	c.pending = append(c.pending, t)
+	c.mu.Unlock()
+	c.timers <- d
+	return t
+}
+
+// Advance moves time and fires the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	keep := c.pending[:0]
+	for _, t := range c.pending {
+		if !t.at.After(c.now) {
+			t.c <- c.now
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	c.pending = keep
+}
+
+type fakeTimer struct {
+	c     chan time.Time
+	at    time.Time
+	clock *fakeClock
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+func (t *fakeTimer) Stop() bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	for i, p := range t.clock.pending {
+		if p == t {
+			t.clock.pending = append(t.clock.pending[:i], t.clock.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// fakeStore is an in-memory model of the store on one shard, on the fake
+// clock. It records every settle call.
+type fakeStore struct {
+	mu      sync.Mutex
+	clock   *fakeClock
+	scores  map[string]time.Time
+	msgs    map[string]*envelope.Message
+	corrupt map[string]bool
+	attempt map[string]int
+	token   int64
+
+	acked   chan string
+	retried chan store.Retry
+	dead    chan store.Dead
+	claims  chan int // messages per claim
+}
+
+func newFakeStore(c *fakeClock) *fakeStore {
+	return &fakeStore{
+		clock: c, scores: map[string]time.Time{}, msgs: map[string]*envelope.Message{},
+		corrupt: map[string]bool{}, attempt: map[string]int{},
+		acked: make(chan string, 1000), retried: make(chan store.Retry, 1000),
+		dead: make(chan store.Dead, 1000), claims: make(chan int, 1000),
+	}
+}
+
+func (f *fakeStore) park(id string, due time.Time, sink string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scores[id] = due
+	f.msgs[id] = &envelope.Message{ID: id, DueAt: due, Sink: sink, Destination: "dest", Body: []byte(id)}
+}
+
+func (f *fakeStore) Shards() int        { return 1 }
+func (f *fakeStore) ShardOf(string) int { return 0 }
+
+func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration) (*store.Claim, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	ids := make([]string, 0, len(f.scores))
+	for id := range f.scores {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return f.scores[ids[i]].Before(f.scores[ids[j]]) })
+	f.token++
+	c := &store.Claim{Shard: shard, Now: now, Token: f.token}
+	for _, id := range ids {
+		if f.scores[id].After(now) || len(c.Messages) == max {
+			continue
+		}
+		f.attempt[id]++
+		f.scores[id] = now.Add(lease)
+		m := store.Claimed{ID: id, Attempt: f.attempt[id], Message: f.msgs[id]}
+		if f.corrupt[id] {
+			m.Message, m.Err = nil, envelope.ErrCorrupt
+		}
+		c.Messages = append(c.Messages, m)
+	}
+	for _, s := range f.scores {
+		if c.Next.IsZero() || s.Before(c.Next) {
+			c.Next = s
+		}
+	}
+	f.claims <- len(c.Messages)
+	return c, nil
+}
+
+func (f *fakeStore) Ack(_ context.Context, _ int, _ int64, ids []string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		delete(f.scores, id)
+		f.acked <- id
+	}
+	return len(ids), nil
+}
+
+func (f *fakeStore) Retry(_ context.Context, _ int, _ int64, rs []store.Retry) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range rs {
+		f.scores[r.ID] = r.At
+		f.retried <- r
+	}
+	return len(rs), nil
+}
+
+func (f *fakeStore) Dead(_ context.Context, _ int, _ int64, ds []store.Dead) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range ds {
+		delete(f.scores, d.ID)
+		f.dead <- d
+	}
+	return len(ds), nil
+}
+
+// fakeSink records publishes; fail decides the error of each message.
+type fakeSink struct {
+	mu        sync.Mutex
+	published []sinks.Outgoing
+	fail      func(m sinks.Outgoing) error
+}
+
+func (s *fakeSink) Publish(_ context.Context, msgs []sinks.Outgoing) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if s.fail != nil {
+			errs[i] = s.fail(m)
+		}
+		if errs[i] == nil {
+			s.published = append(s.published, m)
+		}
+	}
+	return errs
+}
+
+func (s *fakeSink) Close() error { return nil }
+
+type harness struct {
+	clock *fakeClock
+	store *fakeStore
+	sink  *fakeSink
+	sched *Scheduler
+	stop  func()
+}
+
+func start(t *testing.T, p Params, setup func(*harness)) *harness {
+	t.Helper()
+	h := &harness{clock: newFakeClock(), sink: &fakeSink{}}
+	h.store = newFakeStore(h.clock)
+	if setup != nil {
+		setup(h)
+	}
+	p.Store = h.store
+	p.Sinks = map[string]sinks.Sink{"s": h.sink}
+	p.Clock = h.clock
+	p.Metrics = metrics.New()
+	p.Rand = func() float64 { return 0.5 } // no jitter
+	h.sched = New(p)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.sched.Run(ctx); close(done) }()
+	h.stop = func() { cancel(); <-done }
+	t.Cleanup(h.stop)
+	return h
+}
+
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func TestSleepsUntilTheEarliestDueMessage(t *testing.T) {
+	h := start(t, Params{MaxSleep: time.Minute}, func(h *harness) {
+		h.store.park("a", h.clock.Now().Add(5*time.Second), "s")
+	})
+	recv(t, h.store.claims, "first claim")
+	if d := recv(t, h.clock.timers, "sleep"); d != 5*time.Second {
+		t.Fatalf("slept %v, want 5s (until the due time)", d)
+	}
+	h.clock.Advance(5 * time.Second)
+	if n := recv(t, h.store.claims, "claim at due time"); n != 1 {
+		t.Fatalf("claimed %d, want 1", n)
+	}
+	if id := recv(t, h.store.acked, "ack"); id != "a" {
+		t.Fatalf("acked %s", id)
+	}
+	if len(h.sink.published) != 1 || h.sink.published[0].Attempt != 1 {
+		t.Fatalf("published %+v", h.sink.published)
+	}
+}
+
+func TestSleepIsBoundedByMaxSleep(t *testing.T) {
+	h := start(t, Params{MaxSleep: 2 * time.Second}, func(h *harness) {
+		h.store.park("far", h.clock.Now().Add(time.Hour), "s")
+	})
+	recv(t, h.store.claims, "claim")
+	if d := recv(t, h.clock.timers, "sleep"); d != 2*time.Second {
+		t.Fatalf("slept %v, want max_sleep 2s", d)
+	}
+	h.clock.Advance(2 * time.Second)
+	recv(t, h.store.claims, "claim after max_sleep")
+}
+
+func TestNotifyWakesEarlyOnlyForSoonerMessages(t *testing.T) {
+	h := start(t, Params{MaxSleep: time.Minute}, func(h *harness) {
+		h.store.park("later", h.clock.Now().Add(30*time.Second), "s")
+	})
+	recv(t, h.store.claims, "claim")
+	recv(t, h.clock.timers, "sleep")
+
+	// A message due after the planned wake-up does not wake the shard.
+	h.sched.Notify("x", h.clock.Now().Add(45*time.Second))
+	select {
+	case <-h.store.claims:
+		t.Fatal("woke for a message due later than planned")
+	default:
+	}
+	// One due sooner does.
+	h.store.park("soon", h.clock.Now().Add(time.Second), "s")
+	h.sched.Notify("soon", h.clock.Now().Add(time.Second))
+	recv(t, h.store.claims, "claim after notify")
+	if d := recv(t, h.clock.timers, "sleep after notify"); d != time.Second {
+		t.Fatalf("slept %v, want 1s", d)
+	}
+}
+
+func TestFullBatchClaimsAgainAtOnce(t *testing.T) {
+	h := start(t, Params{BatchSize: 2, MaxSleep: time.Minute}, func(h *harness) {
+		for _, id := range []string{"a", "b", "c", "d", "e"} {
+			h.store.park(id, h.clock.Now().Add(-time.Second), "s")
+		}
+	})
+	for _, want := range []int{2, 2, 1} {
+		if n := recv(t, h.store.claims, "claim"); n != want {
+			t.Fatalf("claimed %d, want %d", n, want)
+		}
+	}
+	recv(t, h.clock.timers, "sleep once drained")
+	for i := 0; i < 5; i++ {
+		recv(t, h.store.acked, "ack")
+	}
+}
+
+func TestFailedPublishBacksOffThenDies(t *testing.T) {
+	boom := errors.New("broker down")
+	h := start(t, Params{MaxAttempts: 3, MaxSleep: time.Hour,
+		Backoff: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
+		h.sink.fail = func(sinks.Outgoing) error { return boom }
+		h.store.park("m", h.clock.Now(), "s")
+	})
+	for attempt, wantDelay := range []time.Duration{time.Second, 2 * time.Second} {
+		r := recv(t, h.store.retried, "retry")
+		if got := r.At.Sub(h.clock.Now()); got != wantDelay {
+			t.Fatalf("attempt %d: back-off %v, want %v", attempt+1, got, wantDelay)
+		}
+		if r.Reason != "broker down" {
+			t.Fatalf("reason %q", r.Reason)
+		}
+		recv(t, h.clock.timers, "sleep until retry")
+		h.clock.Advance(wantDelay)
+	}
+	d := recv(t, h.store.dead, "dead after max attempts")
+	if d.ID != "m" || !strings.Contains(d.Reason, "3 times") || !strings.Contains(d.Reason, "broker down") {
+		t.Fatalf("dead = %+v", d)
+	}
+}
+
+func TestPermanentErrorsAndCorruptMessagesDieAtOnce(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 10}, func(h *harness) {
+		h.sink.fail = func(m sinks.Outgoing) error {
+			if m.ID == "perm" {
+				return sinks.Permanent(errors.New("not a subject"))
+			}
+			return nil
+		}
+		h.store.park("perm", h.clock.Now(), "s")
+		h.store.park("corrupt", h.clock.Now(), "s")
+		h.store.corrupt["corrupt"] = true
+		h.store.park("ok", h.clock.Now(), "s")
+	})
+	got := map[string]string{}
+	for i := 0; i < 2; i++ {
+		d := recv(t, h.store.dead, "dead")
+		got[d.ID] = d.Reason
+	}
+	if !strings.Contains(got["perm"], "not a subject") || !strings.Contains(got["corrupt"], "decode") {
+		t.Fatalf("dead reasons = %v", got)
+	}
+	if id := recv(t, h.store.acked, "ack"); id != "ok" {
+		t.Fatalf("acked %s", id)
+	}
+}
+
+func TestUnknownSinkIsRetried(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 5}, func(h *harness) {
+		h.store.park("m", h.clock.Now(), "gone")
+	})
+	r := recv(t, h.store.retried, "retry")
+	if !strings.Contains(r.Reason, `sink "gone" is not configured`) {
+		t.Fatalf("reason %q", r.Reason)
+	}
+}
+
+func TestBackoffDelay(t *testing.T) {
+	b := Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 3, Jitter: 0.5}
+	cases := []struct {
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{1, 0.5, 100 * time.Millisecond},
+		{2, 0.5, 300 * time.Millisecond},
+		{3, 0.5, 900 * time.Millisecond},
+		{4, 0.5, time.Second}, // capped
+		{100, 0.5, time.Second},
+		{1, 0, 50 * time.Millisecond},  // -50% jitter
+		{1, 1, 150 * time.Millisecond}, // +50% jitter
+		{0, 0.5, 100 * time.Millisecond},
+	}
+	for _, c := range cases {
+		if got := b.Delay(c.attempt, c.r); got != c.want {
+			t.Errorf("Delay(%d, %v) = %v, want %v", c.attempt, c.r, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+// Package natssink publishes due messages to NATS subjects: with JetStream,
+// every message is confirmed by the stream's PubAck and carries Nats-Msg-Id
+// (the message ID), so JetStream drops a duplicate inside its window; with
+// core NATS a publish is only flushed to the server, which is no proof that
+// anyone received it.
+package natssink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/natsutil"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// Config of a NATS sink.
+type Config struct {
+	Name      string
+	URL       string
+	JetStream bool
+}
+
+// Sink publishes to NATS. Create it with New.
+type Sink struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+var _ sinks.Ready = (*Sink)(nil)
+
+// New connects to NATS.
+func New(cfg Config, log *slog.Logger) (*Sink, error) {
+	log = log.With("sink", cfg.Name)
+	nc, err := natsutil.Connect(cfg.URL, "delaybridge sink "+cfg.Name, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, nc: nc}
+	if cfg.JetStream {
+		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("nats sink %s: jetstream: %w", cfg.Name, err)
+		}
+	}
+	return s, nil
+}
+
+// Publish publishes msgs. With JetStream all are sent at once and then their
+// PubAcks awaited; a PubAck that reports a duplicate counts as confirmed (the
+// stream already holds the message).
+func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
+	errs := make([]error, len(msgs))
+	nmsgs := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		nmsgs[i], errs[i] = toNATS(m)
+	}
+	if s.js == nil {
+		return s.publishCore(ctx, nmsgs, errs)
+	}
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, nm := range nmsgs {
+		if errs[i] != nil {
+			continue
+		}
+		futures[i], errs[i] = s.js.PublishMsgAsync(nm)
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = s.classify(err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("nats sink %s: no PubAck: %w", s.cfg.Name, ctx.Err())
+		}
+	}
+	return errs
+}
+
+func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
+	for i, nm := range nmsgs {
+		if errs[i] == nil {
+			errs[i] = s.nc.PublishMsg(nm)
+		}
+	}
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		return sinks.Fill(errs, fmt.Errorf("nats sink %s: flush: %w", s.cfg.Name, err))
+	}
+	return errs
+}
+
+// classify names the common JetStream failure.
+func (s *Sink) classify(err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)
+	}
+	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
+}
+
+// toNATS builds the NATS message. NATS headers are text lines, so a header
+// that cannot be written is a permanent error.
+func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
+	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") {
+		return nil, sinks.Permanent(fmt.Errorf("%q is not a NATS subject to publish to", m.Destination))
+	}
+	nm := nats.NewMsg(m.Destination)
+	nm.Data = m.Body
+	for _, h := range m.OutHeaders(m.Attempt) {
+		if h.Key == "" || strings.ContainsAny(h.Key, " \t\r\n:") || strings.ContainsAny(h.Value, "\r\n") {
+			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS (NATS headers are text lines)", h.Key))
+		}
+		if strings.EqualFold(h.Key, envelope.HeaderNatsMsgID) {
+			continue // set below from the message ID
+		}
+		nm.Header.Add(h.Key, h.Value)
+	}
+	nm.Header.Set(envelope.HeaderNatsMsgID, m.ID)
+	return nm, nil
+}
+
+// Ready returns nil while connected.
+func (s *Sink) Ready() error { return natsutil.Ready(s.nc) }
+
+// Close closes the connection. Publish has already waited for every PubAck.
+func (s *Sink) Close() error {
+	s.nc.Close()
+	return nil
+}

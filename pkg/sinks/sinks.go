@@ -1,0 +1,71 @@
+// Package sinks publishes due messages to brokers.
+//
+// A broker adapter implements Sink (sub-packages natssink, kafkasink,
+// rabbitsink). The scheduler removes a message from Redis only after its
+// Sink confirmed the publish, so delivery is at least once: a crash between
+// the confirmation and the removal publishes the message again, with the same
+// x-message-id (and the broker's own ID field) so that consumers can drop
+// the duplicate.
+package sinks
+
+import (
+	"context"
+	"errors"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// Outgoing is one message to publish: the parked message and the attempt
+// number (x-delaybridge-attempt, from 1).
+type Outgoing struct {
+	*envelope.Message
+	Attempt int
+}
+
+// Sink publishes to one broker.
+type Sink interface {
+	// Publish publishes msgs, each to its Destination, and waits until the
+	// broker confirmed every one of them (AMQP publisher confirm, Kafka
+	// acks=all, JetStream PubAck; core NATS: the connection was flushed,
+	// which is no proof of delivery) or ctx ends. It returns one error per
+	// message, nil for a confirmed one; a message whose fate is unknown has
+	// an error and will be published again. Wrap an error with Permanent
+	// when trying again cannot help. Publish may be called concurrently.
+	Publish(ctx context.Context, msgs []Outgoing) []error
+
+	// Close releases the connection. Publish must not be called after it.
+	Close() error
+}
+
+// Ready is implemented by sinks that know whether they are connected.
+// Ready returns nil when connected, else an error saying why not.
+type Ready interface {
+	Ready() error
+}
+
+// PermanentError marks a publish failure that retrying cannot fix (a
+// message the broker can never accept): the message goes dead at once.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err as a PermanentError.
+func Permanent(err error) error { return &PermanentError{Err: err} }
+
+// IsPermanent reports whether err is or wraps a PermanentError.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// Fill sets every nil entry of errs to err; it returns errs, for the
+// "everything failed" path of an adapter.
+func Fill(errs []error, err error) []error {
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = err
+		}
+	}
+	return errs
+}
