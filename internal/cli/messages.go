@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/delaybridge/delaybridge/pkg/admin"
+	"github.com/delaybridge/delaybridge/pkg/daemon"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// withStore runs f against the Redis of the configuration (the same store
+// the daemon uses, so these commands work while it runs or not).
+func (a *app) withStore(cmd *cobra.Command, f func(ctx context.Context, s *store.Store) error) error {
+	cfg, err := a.load()
+	if err != nil {
+		return err
+	}
+	ctx, stop := withTimeoutCtx(cmd)
+	defer stop()
+	s, err := daemon.OpenStore(ctx, cfg, nil)
+	if err != nil {
+		return exit(1, err)
+	}
+	defer s.Client().Close()
+	return f(ctx, s)
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) inspectCmd() *cobra.Command {
+	var body bool
+	cmd := &cobra.Command{
+		Use:   "inspect ID",
+		Short: "Print a parked or dead message's state as JSON; exit 1 if unknown",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+				info, err := s.Inspect(ctx, args[0])
+				if errors.Is(err, store.ErrNotFound) {
+					return exit(1, fmt.Errorf("no message with ID %q is parked or dead", args[0]))
+				}
+				if err != nil {
+					return exit(1, err)
+				}
+				return a.printJSON(admin.NewMessageView(info, body))
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&body, "body", false, "include the body")
+	return cmd
+}
+
+func (a *app) cancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a parked message (or delete a dead one); exit 1 if unknown",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+				err := s.Cancel(ctx, args[0])
+				if errors.Is(err, store.ErrNotFound) {
+					return exit(1, fmt.Errorf("no message with ID %q is parked or dead", args[0]))
+				}
+				if err != nil {
+					return exit(1, err)
+				}
+				fmt.Fprintf(a.stdout, "cancelled %s\n", args[0])
+				return nil
+			})
+		},
+	}
+}
+
+func (a *app) statsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Print how many messages are parked, due and dead, per shard",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+				st, err := s.Stats(ctx)
+				if err != nil {
+					return exit(1, err)
+				}
+				v := admin.NewStatsView(st)
+				if asJSON {
+					return a.printJSON(v)
+				}
+				fmt.Fprintf(a.stdout, "parked %d  due %d  dead %d  oldest due waiting %.3fs\n", v.Parked, v.Due, v.Dead, v.OldestDueAgeSeconds)
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprintln(tw, "shard\tparked\tdue\tdead\t")
+				for _, sh := range v.Shards {
+					fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t\n", sh.Shard, sh.Parked, sh.Due, sh.Dead)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) deadCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "List, retry or purge dead messages",
+	}
+	var (
+		asJSON bool
+		limit  int
+	)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dead messages with their reasons, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+				infos, err := s.ListDead(ctx, limit)
+				if err != nil {
+					return exit(1, err)
+				}
+				views := admin.NewDeadViews(infos)
+				if asJSON {
+					return a.printJSON(views)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tDEAD AT\tATTEMPTS\tSINK\tDESTINATION\tREASON")
+				for _, v := range views {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.DeadAt, v.Attempts, v.Sink, v.Destination, v.Reason)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
+
+	retry := &cobra.Command{
+		Use:   "retry ID...",
+		Short: "Schedule dead messages again, due now; exit 1 if one is not dead",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+				var failed error
+				for _, id := range args {
+					err := s.RetryDead(ctx, id)
+					switch {
+					case errors.Is(err, store.ErrNotFound):
+						failed = exit(1, fmt.Errorf("no dead message with ID %q", id))
+						fmt.Fprintf(a.stderr, "not dead: %s\n", id)
+					case err != nil:
+						return exit(1, err)
+					default:
+						fmt.Fprintf(a.stdout, "scheduled again: %s\n", id)
+					}
+				}
+				return failed
+			})
+		},
+	}
+	purge := &cobra.Command{
+		Use:   "purge",
+		Short: "Delete every dead message",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+				n, err := s.PurgeDead(ctx)
+				if err != nil {
+					return exit(1, err)
+				}
+				fmt.Fprintf(a.stdout, "deleted %d dead messages\n", n)
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(list, retry, purge)
+	return cmd
+}

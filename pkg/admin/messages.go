@@ -1,0 +1,459 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+const (
+	messagesPrefix = "/v1/messages/"
+	deadPrefix     = "/v1/dead/"
+)
+
+// MessageView is GET /v1/messages/{id} (and GET /v1/dead/{id}, `delaybridge inspect`).
+type MessageView struct {
+	ID          string `json:"id"`
+	State       string `json:"state"` // scheduled, inflight, dead
+	DueAt       string `json:"due_at"`
+	Sink        string `json:"sink"`
+	Destination string `json:"destination"`
+	Attempts    int    `json:"attempts"`
+
+	Ingest     string `json:"ingest"` // "" for messages scheduled through this API
+	IngestedAt string `json:"ingested_at,omitempty"`
+	Priority   uint8  `json:"priority"`
+	// NextAttemptAt is set when the message will be tried at another time
+	// than its due time: scheduled again after a failed attempt or a
+	// retry of a dead message, or in flight (then the lease expiry, when
+	// it is retried if the publish is not confirmed).
+	NextAttemptAt string            `json:"next_attempt_at,omitempty"`
+	LastError     string            `json:"last_error,omitempty"` // the error of the last failed attempt
+	Reason        string            `json:"reason,omitempty"`     // dead: why
+	DeadAt        string            `json:"dead_at,omitempty"`
+	Size          int               `json:"size"` // encoded bytes in Redis
+	Key           *string           `json:"key,omitempty"`
+	KeyBase64     *string           `json:"key_base64,omitempty"`
+	Headers       map[string]string `json:"headers"` // forwarded headers; the first value of a repeated header
+	Body          *string           `json:"body,omitempty"`
+	BodyBase64    *string           `json:"body_base64,omitempty"`
+	DecodeError   string            `json:"decode_error,omitempty"` // the stored message cannot be decoded
+}
+
+// NewMessageView converts what the store knows of a message; the body only
+// when withBody.
+func NewMessageView(info *store.Info, withBody bool) MessageView {
+	v := MessageView{ID: info.ID, State: info.State, Attempts: info.Attempts, Size: info.EncodedSize, Headers: map[string]string{}}
+	switch info.State {
+	case store.StateDead:
+		v.Reason = info.Reason
+		v.DeadAt = formatTime(info.DeadAt)
+	default:
+		v.LastError = info.Reason
+	}
+	m := info.Message
+	if m == nil {
+		if info.Err != nil {
+			v.DecodeError = info.Err.Error()
+		}
+		if info.State != store.StateDead {
+			v.NextAttemptAt = formatTime(info.NextAt)
+		}
+		return v
+	}
+	v.DueAt = envelope.FormatTime(m.DueAt)
+	v.Sink, v.Destination = m.Sink, m.Destination
+	v.Ingest, v.IngestedAt, v.Priority = m.Ingest, formatTime(m.IngestedAt), m.Priority
+	if info.State == store.StateInflight || (info.State == store.StateScheduled && !info.NextAt.Equal(m.DueAt)) {
+		v.NextAttemptAt = formatTime(info.NextAt)
+	}
+	if m.Key != nil {
+		v.Key, v.KeyBase64 = textOrBase64(m.Key)
+	}
+	for _, h := range m.Headers {
+		if _, seen := v.Headers[h.Key]; !seen && !envelope.IsControlHeader(h.Key) {
+			v.Headers[h.Key] = h.Value
+		}
+	}
+	if withBody {
+		v.Body, v.BodyBase64 = textOrBase64(m.Body)
+	}
+	return v
+}
+
+// textOrBase64 returns b as text when it is valid UTF-8, else base64.
+func textOrBase64(b []byte) (text, b64 *string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
+// formatTime is envelope.FormatTime, "" for the zero time.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return envelope.FormatTime(t)
+}
+
+// pathID unescapes the ID part of a path and answers 400 or 404 when there
+// is no usable ID.
+func pathID(w http.ResponseWriter, escaped, usage string) (string, bool) {
+	id, err := url.PathUnescape(escaped)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("the message ID in the path is not validly URL-encoded: %v", err))
+		return "", false
+	}
+	if id == "" {
+		writeError(w, http.StatusNotFound, "no message ID in the path: use "+usage+" with the ID URL-encoded")
+		return "", false
+	}
+	return id, true
+}
+
+// messageItem serves /v1/messages/{id}.
+func (s *Server) messageItem(w http.ResponseWriter, r *http.Request, escapedID string) {
+	id, ok := pathID(w, escapedID, "/v1/messages/{id}")
+	if !ok {
+		return
+	}
+	methods{
+		http.MethodGet:    func(w http.ResponseWriter, r *http.Request) { s.getMessage(w, r, id, false) },
+		http.MethodDelete: func(w http.ResponseWriter, r *http.Request) { s.deleteMessage(w, r, id) },
+	}.ServeHTTP(w, r)
+}
+
+// getMessage answers the state of a message; deadOnly answers 404 for a
+// message that is not dead (GET /v1/dead/{id}).
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, id string, deadOnly bool) {
+	withBody := false
+	if v := r.URL.Query().Get("body"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter body=%q is not a boolean; use body=true", v))
+			return
+		}
+		withBody = b
+	}
+	if withBody && s.p.Token == "" {
+		writeError(w, http.StatusForbidden, "message bodies are only served when admin.token is set; set it and send \"Authorization: Bearer <admin.token>\"")
+		return
+	}
+	info, err := s.p.Store.Inspect(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && deadOnly && info.State != store.StateDead) {
+		writeError(w, http.StatusNotFound, notFound(id, deadOnly))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, NewMessageView(info, withBody))
+}
+
+func notFound(id string, dead bool) string {
+	if dead {
+		return fmt.Sprintf("no dead message with ID %q", id)
+	}
+	return fmt.Sprintf("no message with ID %q (never parked, already delivered, or cancelled)", id)
+}
+
+func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, id string) {
+	err := s.p.Store.Cancel(r.Context(), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, notFound(id, false))
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	default:
+		noContent(w)
+	}
+}
+
+// postRequest is POST /v1/messages.
+type postRequest struct {
+	Delay       json.RawMessage   `json:"delay"`      // integer ms or a Go duration string
+	DeliverAt   json.RawMessage   `json:"deliver_at"` // RFC 3339 string or integer epoch ms
+	Sink        string            `json:"sink"`
+	Destination string            `json:"destination"`
+	ID          *string           `json:"id"`
+	Key         *string           `json:"key"`
+	Headers     map[string]string `json:"headers"`
+	Body        *string           `json:"body"`
+	BodyBase64  *string           `json:"body_base64"`
+	Priority    *int              `json:"priority"` // 0..9, like x-delay-priority
+}
+
+// postResponse is the answer to POST /v1/messages.
+type postResponse struct {
+	ID        string `json:"id"`
+	DueAt     string `json:"due_at"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// maxRequestBytes caps a POST body: the body may come base64-encoded or
+// JSON-escaped, and so may the headers.
+func (s *Server) maxRequestBytes() int64 {
+	return 2*int64(s.p.Limits.MaxPayloadBytes) + 2*int64(s.p.Limits.MaxHeaderBytes) + 64<<10
+}
+
+func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
+	var req postRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxRequestBytes()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		status, reason := decodeError(err)
+		writeError(w, status, reason)
+		return
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "the request body must hold exactly one JSON object")
+		return
+	}
+	now := time.Now().Truncate(time.Millisecond)
+	m, reason := s.buildMessage(&req, now)
+	if reason != "" {
+		writeError(w, http.StatusBadRequest, reason)
+		return
+	}
+	parked, err := s.park(r.Context(), m)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("park %q: %v", m.ID, err))
+		return
+	}
+	if !parked {
+		// Answer the due time of the message already known under this ID,
+		// not the one of the request, which was not applied.
+		due := m.DueAt
+		if info, err := s.p.Store.Inspect(r.Context(), m.ID); err == nil && info.Message != nil {
+			due = info.Message.DueAt
+		}
+		writeJSON(w, http.StatusOK, postResponse{ID: m.ID, DueAt: envelope.FormatTime(due), Duplicate: true})
+		return
+	}
+	w.Header().Set("Location", messagesPrefix+url.PathEscape(m.ID))
+	writeJSON(w, http.StatusCreated, postResponse{ID: m.ID, DueAt: envelope.FormatTime(m.DueAt)})
+}
+
+func (s *Server) park(ctx context.Context, m *envelope.Message) (bool, error) {
+	if s.p.Park != nil {
+		return s.p.Park(ctx, m)
+	}
+	parked, err := s.p.Store.Park(ctx, []*envelope.Message{m})
+	if err != nil {
+		return false, err
+	}
+	return parked[0], nil
+}
+
+// decodeError turns a JSON decoding error into a status and a reason.
+func decodeError(err error) (int, string) {
+	var tooLarge *http.MaxBytesError
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes; the message body may be at most limits.max_payload_bytes", tooLarge.Limit)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, "empty request body: send a JSON object"
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, fmt.Sprintf("the request body is not valid JSON: %v", err)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return http.StatusBadRequest, "the request body must be a JSON object"
+		}
+		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.String()), typ.Value)
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return http.StatusBadRequest, fmt.Sprintf("unknown field %s; known: delay, deliver_at, sink, destination, id, key, headers, body, body_base64, priority", f)
+	}
+	return http.StatusBadRequest, fmt.Sprintf("the request body cannot be read: %v", err)
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.Contains(goType, "map"):
+		return "an object of strings"
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	default:
+		return "a string"
+	}
+}
+
+// buildMessage validates a request and builds the message to park, or
+// returns the reason it is invalid.
+func (s *Server) buildMessage(req *postRequest, now time.Time) (*envelope.Message, string) {
+	lim := s.p.Limits
+	m := &envelope.Message{IngestedAt: now}
+
+	due, reason := dueTime(req.Delay, req.DeliverAt, now)
+	if reason != "" {
+		return nil, reason
+	}
+	if due.Sub(now) > lim.MaxDelay {
+		return nil, fmt.Sprintf("due time %s is more than limits.max_delay %s from now", envelope.FormatTime(due), lim.MaxDelay)
+	}
+	m.DueAt = due
+
+	switch sink := strings.TrimSpace(req.Sink); {
+	case sink == "":
+		return nil, "sink is required: the name of a configured sink"
+	case s.p.SinkExists != nil && !s.p.SinkExists(sink):
+		return nil, fmt.Sprintf("sink %q names no configured sink", sink)
+	default:
+		m.Sink = sink
+	}
+	switch d := req.Destination; {
+	case d == "":
+		return nil, "destination is required: a topic, subject or routing key of the sink"
+	case strings.ContainsAny(d, "\x00\r\n"):
+		return nil, "destination contains a NUL, CR or LF character"
+	default:
+		m.Destination = d
+	}
+
+	if req.ID == nil {
+		m.ID = envelope.NewID()
+	} else if *req.ID == "" {
+		return nil, "id is empty; leave it out to get a generated ID"
+	} else if reason := envelope.CheckID("id", *req.ID, lim.MaxIDBytes); reason != "" {
+		return nil, reason
+	} else {
+		m.ID = *req.ID
+	}
+
+	if req.Key != nil {
+		m.Key = []byte(*req.Key)
+	}
+	if req.Priority != nil {
+		if *req.Priority < 0 || *req.Priority > 9 {
+			return nil, fmt.Sprintf("priority %d is not an integer from 0 to 9", *req.Priority)
+		}
+		m.Priority = uint8(*req.Priority)
+	}
+
+	keys := make([]string, 0, len(req.Headers))
+	for k := range req.Headers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := req.Headers[k]
+		if reason := checkHeader(k, v); reason != "" {
+			return nil, reason
+		}
+		m.Headers = append(m.Headers, envelope.Header{Key: k, Value: v})
+	}
+	if n := m.Headers.Size(); n > lim.MaxHeaderBytes {
+		return nil, fmt.Sprintf("headers are %d bytes, over limits.max_header_bytes %d", n, lim.MaxHeaderBytes)
+	}
+
+	switch {
+	case req.Body != nil && req.BodyBase64 != nil:
+		return nil, "give either body or body_base64, not both"
+	case req.Body != nil:
+		m.Body = []byte(*req.Body)
+	case req.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*req.BodyBase64)
+		if err != nil {
+			return nil, fmt.Sprintf("body_base64 is not standard base64: %v", err)
+		}
+		m.Body = b
+	default:
+		return nil, `body is required: give "body" (text) or "body_base64" (binary); "" for an empty body`
+	}
+	if len(m.Body) > lim.MaxPayloadBytes {
+		return nil, fmt.Sprintf("body is %d bytes, over limits.max_payload_bytes %d", len(m.Body), lim.MaxPayloadBytes)
+	}
+	return m, ""
+}
+
+// dueTime computes the due time from exactly one of delay and deliver_at,
+// read like the x-delay and x-deliver-at headers.
+func dueTime(delay, deliverAt json.RawMessage, now time.Time) (time.Time, string) {
+	d, hasDelay, reason := scalar("delay", delay)
+	if reason != "" {
+		return time.Time{}, reason
+	}
+	at, hasAt, reason := scalar("deliver_at", deliverAt)
+	if reason != "" {
+		return time.Time{}, reason
+	}
+	switch {
+	case hasDelay && hasAt:
+		return time.Time{}, "give either delay or deliver_at, not both"
+	case hasDelay:
+		dur, reason := envelope.ParseDelay(d)
+		if reason != "" {
+			return time.Time{}, rename(reason, envelope.HeaderDelay, "delay")
+		}
+		return now.Add(dur), ""
+	case hasAt:
+		t, reason := envelope.ParseDeliverAt(at)
+		if reason != "" {
+			return time.Time{}, rename(reason, envelope.HeaderDeliverAt, "deliver_at")
+		}
+		return t, ""
+	}
+	return time.Time{}, `delay or deliver_at is required: "delay": 5000 (ms) or "5m", or "deliver_at": "2026-12-01T10:00:00Z" or epoch ms`
+}
+
+// scalar reads a JSON string or number as text; null and absent are
+// "not given".
+func scalar(field string, raw json.RawMessage) (text string, given bool, reason string) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", false, ""
+	}
+	switch c := raw[0]; {
+	case c == '"':
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return "", false, fmt.Sprintf("%s is not a valid JSON string", field)
+		}
+		return text, true, ""
+	case c == '-' || (c >= '0' && c <= '9'):
+		return string(raw), true, ""
+	}
+	return "", false, fmt.Sprintf("%s must be an integer or a string, not %s", field, raw)
+}
+
+// rename makes a reason of envelope's header parsers name the API field.
+func rename(reason, header, field string) string {
+	if rest, ok := strings.CutPrefix(reason, header); ok {
+		return field + rest
+	}
+	return reason
+}
+
+// checkHeader validates one header of a request.
+func checkHeader(k, v string) string {
+	switch {
+	case k == "":
+		return "headers: a header name is empty"
+	case envelope.IsControlHeader(k):
+		return fmt.Sprintf("headers: %q is a control header and cannot be forwarded; use the request's fields (delay, deliver_at, sink, destination, id, priority)", k)
+	case strings.ContainsFunc(k, func(c rune) bool { return c <= ' ' || c == ':' || c == 0x7f }):
+		return fmt.Sprintf("headers: name %q contains a space, colon or control character", k)
+	case strings.ContainsAny(v, "\x00\r\n"):
+		return fmt.Sprintf("headers: the value of %q contains a NUL, CR or LF character", k)
+	}
+	return ""
+}

@@ -1,0 +1,297 @@
+// Package admin is delaybridge's admin HTTP server (the contract's "Admin
+// HTTP API"): health and readiness probes, Prometheus metrics, and under /v1/
+// the inspection, cancelling and scheduling of messages and the handling of
+// dead messages.
+//
+// Every answer is JSON (Content-Type: application/json) except /metrics and
+// the empty 204s; every error is {"error": "<reason an operator can act on>"}.
+//
+// When a token is configured, every /v1/ request needs
+// "Authorization: Bearer <token>"; /healthz, /readyz and /metrics never do,
+// so that probes and scrapers need no secret. Message bodies are served only
+// when a token is configured (GET /v1/messages/{id}?body=true), so that an
+// unauthenticated admin port never leaks payloads.
+//
+// Message IDs in paths are URL-encoded by clients ("topic/3/1234" may be sent
+// as "topic%2F3%2F1234" or as is). Under /v1/dead/, a path ending in "/retry"
+// names the retry action: a dead message whose ID itself ends in "/retry" is
+// reached by encoding that slash ("%2Fretry").
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// Params configure a Server.
+type Params struct {
+	Listen string // host:port; port 0 picks a free port (see Addr)
+
+	// Token, when set, is required on every /v1/ request as
+	// "Authorization: Bearer <token>". It also enables serving message
+	// bodies.
+	Token string
+
+	Store *store.Store
+
+	// Ready returns nil when the daemon is ready, else the reason served
+	// by /readyz with 503. nil means always ready.
+	Ready func() error
+
+	// Metrics is served on /metrics; nil serves 404 there.
+	Metrics *metrics.Metrics
+
+	// Park parks one message built from POST /v1/messages and wakes the
+	// scheduler; parked is false when the ID was already known. It is
+	// called concurrently from request goroutines.
+	Park func(ctx context.Context, m *envelope.Message) (parked bool, err error)
+
+	// SinkExists reports whether a sink of that name is configured; nil
+	// accepts every non-empty name.
+	SinkExists func(name string) bool
+
+	// Limits bound POST /v1/messages; a zero field takes the value of
+	// envelope.DefaultLimits.
+	Limits envelope.Limits
+
+	Logger *slog.Logger // nil discards
+}
+
+// Server is the admin HTTP server. Its handler is safe for concurrent use.
+type Server struct {
+	p       Params
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
+
+	mu   sync.Mutex
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{} // closed when Serve returned
+}
+
+// Server timeouts. A slow client cannot hold a connection forever; the
+// write timeout leaves room for a large dead list over a slow link.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	writeTimeout      = 2 * time.Minute
+	idleTimeout       = 2 * time.Minute
+)
+
+// New returns a Server; Start listens, Handler serves without listening.
+func New(p Params) *Server {
+	if p.Logger == nil {
+		p.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := envelope.DefaultLimits
+	if p.Limits.MaxDelay <= 0 {
+		p.Limits.MaxDelay = d.MaxDelay
+	}
+	if p.Limits.MaxPayloadBytes <= 0 {
+		p.Limits.MaxPayloadBytes = d.MaxPayloadBytes
+	}
+	if p.Limits.MaxHeaderBytes <= 0 {
+		p.Limits.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if p.Limits.MaxIDBytes <= 0 {
+		p.Limits.MaxIDBytes = d.MaxIDBytes
+	}
+	s := &Server{p: p, log: p.Logger, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token))}
+
+	// Fixed paths go through the ServeMux; methods are dispatched by
+	// methods so that 404 and 405 are JSON like every other error.
+	s.mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
+	s.mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
+	if p.Metrics != nil {
+		prom := promhttp.HandlerFor(p.Metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+		s.mux.Handle("/metrics", methods{http.MethodGet: prom.ServeHTTP})
+	}
+	s.mux.Handle("/v1/messages", methods{http.MethodPost: s.postMessage})
+	s.mux.Handle("/v1/stats", methods{http.MethodGet: s.stats})
+	s.mux.Handle("/v1/dead", methods{http.MethodGet: s.listDead})
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", r.URL.EscapedPath()))
+	})
+	s.handler = http.HandlerFunc(s.serve)
+	return s
+}
+
+// Handler returns the server's handler (for httptest or another server).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on Params.Listen and serves in the background. It returns
+// once the port is bound, or the error when it cannot be (e.g. taken).
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return errors.New("admin server already started")
+	}
+	ln, err := net.Listen("tcp", s.p.Listen)
+	if err != nil {
+		return fmt.Errorf("%w (set admin.listen to a free host:port)", err)
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.srv, s.ln, s.done = srv, ln, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr returns the address the server listens on ("" before Start), with
+// the actual port when Params.Listen asked for port 0.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Shutdown stops listening and waits for the requests in progress until ctx
+// ends (then it closes their connections and returns ctx's error). It is a
+// no-op before Start.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	<-done
+	return err
+}
+
+// serve is the root handler: request logging, the token check for /v1/,
+// then routing. /v1/messages/{id} and /v1/dead/{id} are routed here on the
+// escaped path rather than by the ServeMux, which would redirect IDs with
+// "//" or dot segments and split %2F-encoded slashes.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	path := r.URL.EscapedPath()
+	defer func() {
+		attrs := []any{"method", r.Method, "path", path, "status", rec.status,
+			"duration", time.Since(start), "remote", r.RemoteAddr}
+		if rec.status >= 500 {
+			s.log.Warn("admin request failed", append(attrs, "err", rec.errMsg)...)
+		} else {
+			s.log.Debug("admin request", attrs...)
+		}
+	}()
+
+	if strings.HasPrefix(path, "/v1/") && !s.authorized(rec, r) {
+		return
+	}
+	switch {
+	case strings.HasPrefix(path, messagesPrefix):
+		s.messageItem(rec, r, strings.TrimPrefix(path, messagesPrefix))
+	case strings.HasPrefix(path, deadPrefix):
+		s.deadItem(rec, r, strings.TrimPrefix(path, deadPrefix))
+	default:
+		s.mux.ServeHTTP(rec, r)
+	}
+}
+
+// authorized checks the bearer token when one is configured, and answers
+// 401 when it is missing or wrong.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.p.Token == "" {
+		return true
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, got, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(got) == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
+		writeError(w, http.StatusUnauthorized, "missing token: send the header \"Authorization: Bearer <admin.token>\"")
+		return false
+	}
+	// Comparing hashes keeps the comparison constant-time in the token's
+	// length too.
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge", error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "invalid token: the bearer token does not match admin.token")
+		return false
+	}
+	return true
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.p.Ready != nil {
+		if err := s.p.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// StatsView is GET /v1/stats (and `delaybridge stats --json`).
+type StatsView struct {
+	Parked int64 `json:"parked"` // scheduled and in flight
+	Due    int64 `json:"due"`    // parked and already due
+	Dead   int64 `json:"dead"`
+	// OldestDueAgeSeconds is how long the oldest due message has been
+	// waiting: a growing value means the daemon does not keep up.
+	OldestDueAgeSeconds float64            `json:"oldest_due_age_seconds"`
+	Shards              []store.ShardStats `json:"shards"`
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := s.p.Store.Stats(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, NewStatsView(st))
+}
+
+// NewStatsView converts store stats.
+func NewStatsView(st *store.Stats) StatsView {
+	v := StatsView{Parked: st.Parked, Due: st.Due, Dead: st.Dead, Shards: st.Shards}
+	if !st.OldestDue.IsZero() {
+		v.OldestDueAgeSeconds = max(0, st.Now.Sub(st.OldestDue).Seconds())
+	}
+	if v.Shards == nil {
+		v.Shards = []store.ShardStats{}
+	}
+	return v
+}

@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+	"github.com/delaybridge/delaybridge/pkg/sinks/natssink"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// OpenStore connects to the Redis of cfg and checks that it answers.
+func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, time.Duration, error)) (*store.Store, error) {
+	rc := cfg.Redis
+	var rdb redis.UniversalClient
+	if rc.Cluster {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:        rc.Addrs,
+			Username:     rc.Username,
+			Password:     rc.Password,
+			DialTimeout:  rc.DialTimeout.D(),
+			ReadTimeout:  rc.ReadTimeout.D(),
+			WriteTimeout: rc.WriteTimeout.D(),
+			PoolSize:     rc.PoolSize,
+		})
+	} else {
+		rdb = redis.NewClient(&redis.Options{
+			Addr:         rc.Addr,
+			Username:     rc.Username,
+			Password:     rc.Password,
+			DB:           rc.DB,
+			DialTimeout:  rc.DialTimeout.D(),
+			ReadTimeout:  rc.ReadTimeout.D(),
+			WriteTimeout: rc.WriteTimeout.D(),
+			PoolSize:     rc.PoolSize,
+		})
+	}
+	pctx, cancel := context.WithTimeout(ctx, rc.DialTimeout.D()+time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis %s: %w (is Redis running and redis.addr right?)", redisAddr(rc), err)
+	}
+	return store.New(rdb, store.Options{
+		Prefix:  rc.KeyPrefix,
+		Shards:  rc.Shards,
+		MaxDead: cfg.Dead.MaxMessages,
+		Observe: observe,
+	}), nil
+}
+
+func redisAddr(rc config.Redis) string {
+	if rc.Cluster {
+		return fmt.Sprint(rc.Addrs)
+	}
+	return rc.Addr
+}
+
+// NewSink connects the sink of sc.
+func NewSink(ctx context.Context, sc config.Sink, log *slog.Logger) (sinks.Sink, error) {
+	var (
+		s   sinks.Sink
+		err error
+	)
+	switch {
+	case sc.NATS != nil:
+		s, err = natssink.New(natssink.Config{Name: sc.Name, URL: sc.NATS.URL, JetStream: sc.NATS.JetStream}, log)
+	default:
+		return nil, fmt.Errorf("sink %s: the %s sink is not available in this build", sc.Name, sc.Kind())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: %w", sc.Name, err)
+	}
+	return s, nil
+}
+
+// NewSource connects the ingest source of ic.
+func NewSource(ctx context.Context, ic *config.Ingest, log *slog.Logger) (ingest.Source, error) {
+	var (
+		s   ingest.Source
+		err error
+	)
+	switch {
+	case ic.NATS != nil:
+		n := ic.NATS
+		s, err = natsingest.New(ctx, natsingest.Config{
+			Name: ic.Name, URL: n.URL, Subject: n.Subject, Stream: n.Stream,
+			Durable: n.Durable, AckWait: n.AckWait.D(), MaxInFlight: ic.MaxInFlight,
+		}, log)
+	default:
+		return nil, fmt.Errorf("ingest %s: the %s ingest is not available in this build", ic.Name, ic.Kind())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", ic.Name, err)
+	}
+	return s, nil
+}
+
+// Limits converts the configured limits.
+func Limits(cfg *config.Config) envelope.Limits {
+	return envelope.Limits{
+		MaxDelay:        cfg.Limits.MaxDelay.D(),
+		MaxPayloadBytes: cfg.Limits.MaxPayloadBytes,
+		MaxHeaderBytes:  cfg.Limits.MaxHeaderBytes,
+		MaxIDBytes:      cfg.Limits.MaxIDBytes,
+	}
+}
+
+// Route converts an ingest's route.
+func Route(cfg *config.Config, ic *config.Ingest) *envelope.Route {
+	names := map[string]bool{}
+	for _, s := range cfg.Sinks {
+		names[s.Name] = true
+	}
+	r := &envelope.Route{
+		Ingest:              ic.Name,
+		Sink:                ic.Route.Sink,
+		Destination:         ic.Route.Destination,
+		AllowOverride:       ic.Route.AllowOverride,
+		AllowedSinks:        ic.Route.AllowedSinks,
+		AllowedDestinations: ic.Route.AllowedDestinations,
+		SinkExists:          func(name string) bool { return names[name] },
+	}
+	if ic.Route.DefaultDelay != nil {
+		r.DefaultDelay = ic.Route.DefaultDelay.D()
+		r.HasDefaultDelay = true
+	}
+	return r
+}

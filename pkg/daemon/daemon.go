@@ -1,0 +1,281 @@
+// Package daemon wires delaybridge together from a configuration: the Redis
+// store, the sinks, the scheduler, one ingest pipeline per ingest, and the
+// admin server; and runs them until told to stop.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/admin"
+	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/scheduler"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// Daemon is a running delaybridge.
+type Daemon struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	store   *store.Store
+	sinks   map[string]sinks.Sink
+	sources []ingest.Source
+	pipes   []*ingest.Pipeline
+	sched   *scheduler.Scheduler
+	admin   *admin.Server
+}
+
+// New connects to Redis and every broker and prepares the components. It
+// fails with an error that names the component when a connection cannot be
+// made; nothing is left open then.
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, err error) {
+	redis.SetLogger(redisLogger{log})
+	d = &Daemon{cfg: cfg, log: log, metrics: metrics.New(), sinks: map[string]sinks.Sink{}}
+	defer func() {
+		if err != nil {
+			d.closeAll(context.Background())
+		}
+	}()
+
+	d.store, err = OpenStore(ctx, cfg, d.metrics.ObserveScript)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.store.CheckShards(ctx); err != nil {
+		return nil, err
+	}
+	warnEviction(ctx, d.store.Client(), log)
+
+	for _, sc := range cfg.Sinks {
+		s, err := NewSink(ctx, sc, log)
+		if err != nil {
+			return nil, err
+		}
+		d.sinks[sc.Name] = s
+	}
+
+	d.sched = scheduler.New(scheduler.Params{
+		Store:          d.store,
+		Sinks:          d.sinks,
+		BatchSize:      cfg.Scheduler.BatchSize,
+		Lease:          cfg.Scheduler.Lease.D(),
+		MaxSleep:       cfg.Scheduler.MaxSleep.D(),
+		PublishTimeout: cfg.Scheduler.PublishTimeout.D(),
+		MaxAttempts:    cfg.Scheduler.MaxAttempts,
+		Backoff: scheduler.Backoff{
+			Initial:    cfg.Scheduler.Backoff.Initial.D(),
+			Max:        cfg.Scheduler.Backoff.Max.D(),
+			Multiplier: cfg.Scheduler.Backoff.Multiplier,
+			Jitter:     cfg.Scheduler.Backoff.Jitter,
+		},
+		DrainTimeout: cfg.ShutdownTimeout.D(),
+		Metrics:      d.metrics,
+		Logger:       log,
+	})
+
+	limits := Limits(cfg)
+	for i := range cfg.Ingest {
+		ic := &cfg.Ingest[i]
+		src, err := NewSource(ctx, ic, log)
+		if err != nil {
+			return nil, err
+		}
+		d.sources = append(d.sources, src)
+		d.pipes = append(d.pipes, ingest.NewPipeline(ingest.PipelineParams{
+			Name:         ic.Name,
+			Source:       src,
+			Route:        Route(cfg, ic),
+			Limits:       limits,
+			Store:        d.store,
+			Notify:       d.sched.Notify,
+			MaxInFlight:  ic.MaxInFlight,
+			DrainTimeout: cfg.ShutdownTimeout.D(),
+			Metrics:      d.metrics,
+			Logger:       log,
+		}))
+	}
+
+	if cfg.Admin.Listen != "" {
+		d.admin = admin.New(admin.Params{
+			Listen:     cfg.Admin.Listen,
+			Token:      cfg.Admin.Token,
+			Store:      d.store,
+			Ready:      d.Ready,
+			Metrics:    d.metrics,
+			Park:       d.park,
+			SinkExists: func(name string) bool { return d.sinks[name] != nil },
+			Limits:     limits,
+			Logger:     log,
+		})
+	}
+	return d, nil
+}
+
+// park parks one message for the admin API and wakes the scheduler.
+func (d *Daemon) park(ctx context.Context, m *envelope.Message) (bool, error) {
+	parked, err := d.store.Park(ctx, []*envelope.Message{m})
+	if err != nil {
+		return false, err
+	}
+	if parked[0] {
+		d.sched.Notify(m.ID, m.DueAt)
+	}
+	return parked[0], nil
+}
+
+// AdminAddr is the admin server's address ("" without one).
+func (d *Daemon) AdminAddr() string {
+	if d.admin == nil {
+		return ""
+	}
+	return d.admin.Addr()
+}
+
+// Ready returns nil when Redis and every ingest and sink are connected, else
+// every reason why not.
+func (d *Daemon) Ready() error {
+	var errs []string
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := d.store.Ping(ctx); err != nil {
+		errs = append(errs, "redis: "+err.Error())
+	} else if err := d.sched.Ready(); err != nil {
+		errs = append(errs, "redis: "+err.Error())
+	}
+	for _, p := range d.pipes {
+		if err := p.Ready(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for name, s := range d.sinks {
+		if r, ok := s.(sinks.Ready); ok {
+			if err := r.Ready(); err != nil {
+				errs = append(errs, fmt.Sprintf("sink %s: %v", name, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Run runs until ctx ends; then it stops reading, parks and acknowledges
+// what was read, finishes the publishes under way, commits, closes every
+// connection and returns nil. An error means a component failed for good.
+func (d *Daemon) Run(ctx context.Context) error {
+	if d.admin != nil {
+		if err := d.admin.Start(); err != nil {
+			d.closeAll(context.Background())
+			return fmt.Errorf("admin: %w", err)
+		}
+		d.log.Info("admin server listening", "addr", d.admin.Addr())
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+
+	var schedWG sync.WaitGroup
+	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
+	schedWG.Add(1)
+	go func() {
+		defer schedWG.Done()
+		_ = d.sched.Run(schedCtx)
+	}()
+
+	errc := make(chan error, len(d.pipes))
+	var pipeWG sync.WaitGroup
+	for i, p := range d.pipes {
+		pipeWG.Add(1)
+		go func() {
+			defer pipeWG.Done()
+			if err := p.Run(runCtx); err != nil {
+				errc <- fmt.Errorf("ingest %s: %w", d.cfg.Ingest[i].Name, err)
+				stop() // one ingest failed for good: stop the daemon so that it is restarted
+			}
+		}()
+	}
+	d.log.Info("delaybridge running", "ingests", len(d.pipes), "sinks", len(d.sinks), "shards", d.store.Shards())
+
+	<-runCtx.Done()
+	d.log.Info("stopping: no new messages are read; finishing what is in flight", "timeout", d.cfg.ShutdownTimeout.D())
+	pipeWG.Wait()
+	shutdown, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout.D())
+	defer cancel()
+	for i, src := range d.sources {
+		if err := src.Close(shutdown); err != nil {
+			d.log.Warn("closing ingest", "ingest", d.cfg.Ingest[i].Name, "err", err)
+		}
+	}
+	d.sources = nil
+	stopSched()
+	schedWG.Wait()
+	d.closeAll(shutdown)
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	d.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// closeAll closes every connection that is open.
+func (d *Daemon) closeAll(ctx context.Context) {
+	if d.admin != nil {
+		_ = d.admin.Shutdown(ctx)
+	}
+	for _, src := range d.sources {
+		_ = src.Close(ctx)
+	}
+	for _, s := range d.sinks {
+		_ = s.Close()
+	}
+	if d.store != nil {
+		_ = d.store.Client().Close()
+	}
+}
+
+// warnEviction warns when Redis may evict keys under memory pressure, which
+// would silently drop parked messages.
+func warnEviction(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
+	res, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return // CONFIG may be disabled (managed Redis); nothing to tell
+	}
+	if p := res["maxmemory-policy"]; p != "" && p != "noeviction" {
+		log.Warn("redis maxmemory-policy is not noeviction: under memory pressure Redis may delete parked messages; set maxmemory-policy noeviction", "policy", p)
+	}
+}
+
+// NewLogger builds the slog logger of cfg.Log writing to w.
+func NewLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// redisLogger sends go-redis's own messages (dial retries and the like) to
+// slog at debug level: the failures that matter surface as errors of the
+// operations, with context.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug("redis client: " + fmt.Sprintf(format, v...))
+}
