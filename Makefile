@@ -1,0 +1,39 @@
+# delaybridge: `make test` is what CI runs (.ci/run). `make help` lists targets.
+GO       ?= go
+PKGS     := ./...
+BIN      := bin/delaybridge
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/internal/cli.version=$(VERSION)
+FUZZTIME ?= 10s
+
+.PHONY: help build dev deps test lint unit fuzz clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build bin/delaybridge
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/delaybridge
+
+dev: ## run the local quickstart (embedded NATS + Redis + daemon)
+	$(GO) run ./cmd/delaybridge dev
+
+deps: ## install the servers the tests start (redis-server, rabbitmq-server)
+	bash scripts/test-deps.sh
+
+test: deps lint unit fuzz ## everything CI runs: deps, gofmt, vet, tests with -race, short fuzzing
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+unit: ## all tests, with the race detector, against real servers
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+fuzz: ## each fuzz target for FUZZTIME (default 10s)
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
+	$(GO) test -run '^$$' -fuzz '^FuzzCodecRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
+
+clean: ## remove build output and the dev state
+	rm -rf bin .delaybridge-dev

@@ -1,0 +1,130 @@
+// Package e2e runs the real delaybridge binary against real servers started
+// by the tests (redis-server, embedded NATS, kfake, a RabbitMQ node).
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// daemon is a delaybridge process under test.
+type daemon struct {
+	t       *testing.T
+	bin     string
+	cfgPath string
+	admin   string // http://host:port
+	proc    *testenv.Process
+}
+
+// startDaemon writes cfg (a YAML config whose admin.listen is %ADMIN%) and
+// runs `delaybridge run` on it until /readyz answers 200.
+func startDaemon(t *testing.T, cfg string) *daemon {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg = strings.ReplaceAll(cfg, "%ADMIN%", addr)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{t: t, bin: testenv.Build(t), cfgPath: path, admin: "http://" + addr}
+	d.start()
+	return d
+}
+
+func (d *daemon) start() {
+	d.t.Helper()
+	d.proc = testenv.StartProcess(d.t, d.bin, "run", "--config", d.cfgPath)
+	testenv.Eventually(d.t, 30*time.Second, func() bool {
+		if d.proc.Exited() {
+			d.t.Fatalf("delaybridge exited at start:\n%s", d.proc.Output())
+		}
+		code, _ := d.get("/readyz", nil)
+		return code == http.StatusOK
+	}, "delaybridge not ready")
+}
+
+// stop sends SIGTERM and expects a clean exit 0.
+func (d *daemon) stop() {
+	d.t.Helper()
+	d.proc.Signal(syscall.SIGTERM)
+	if code := d.proc.Wait(60 * time.Second); code != 0 {
+		d.t.Fatalf("exit code %d after SIGTERM; output:\n%s", code, d.proc.Output())
+	}
+}
+
+// get fetches an admin path and decodes JSON into v (when non-nil).
+func (d *daemon) get(path string, v any) (int, string) {
+	return d.do(http.MethodGet, path, v)
+}
+
+func (d *daemon) do(method, path string, v any) (int, string) {
+	req, err := http.NewRequest(method, d.admin+path, nil)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if v != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(body, v); err != nil {
+			d.t.Fatalf("%s %s: %v in %s", method, path, err, body)
+		}
+	}
+	return resp.StatusCode, string(body)
+}
+
+type stats struct {
+	Parked int64 `json:"parked"`
+	Due    int64 `json:"due"`
+	Dead   int64 `json:"dead"`
+}
+
+func (d *daemon) stats() stats {
+	var s stats
+	if code, body := d.get("/v1/stats", &s); code != http.StatusOK {
+		d.t.Fatalf("stats: %d %s", code, body)
+	}
+	return s
+}
+
+type deadMessage struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+func (d *daemon) dead() []deadMessage {
+	var out []deadMessage
+	if code, body := d.get("/v1/dead?limit=10000", &out); code != http.StatusOK {
+		d.t.Fatalf("dead: %d %s", code, body)
+	}
+	return out
+}
+
+// latency summarises lateness samples.
+type latency []time.Duration
+
+func (l latency) summary() string {
+	if len(l) == 0 {
+		return "no samples"
+	}
+	s := append(latency(nil), l...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v", len(s), q(.50), q(.99), s[len(s)-1])
+}

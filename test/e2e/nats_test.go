@@ -1,0 +1,314 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// natsEnv is Redis + NATS with an ingest stream DELAYED (delayed.>) and a
+// sink stream FIRED (fired.>), and a daemon between them.
+type natsEnv struct {
+	t     *testing.T
+	nats  *testenv.NATSServer
+	redis *testenv.RedisServer
+	js    jetstream.JetStream
+	d     *daemon
+
+	mu    sync.Mutex
+	fired map[string][]firedMsg // by x-message-id
+}
+
+type firedMsg struct {
+	subject string
+	headers nats.Header
+	body    []byte
+	at      time.Time // sink stream timestamp: when the sink received it
+	due     time.Time
+}
+
+const natsConfig = `
+redis: {addr: "%s", key_prefix: e2e}
+admin: {listen: "%%ADMIN%%"}
+scheduler: {max_sleep: 250ms, backoff: {initial: 100ms, max: 1s}}
+shutdown_timeout: 20s
+ingest:
+  - name: in
+    nats: {url: "%s", subject: "delayed.>", stream: DELAYED, durable: delaybridge}
+    route:
+      sink: out
+      destination: fired.default
+      allow_override: true
+      allowed_destinations: ["fired.*"]
+sinks:
+  - name: out
+    nats: {url: "%s", jetstream: true}
+`
+
+func newNATSEnv(t *testing.T) *natsEnv {
+	t.Helper()
+	e := &natsEnv{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), fired: map[string][]firedMsg{}}
+	nc, err := nats.Connect(e.nats.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	e.js, err = jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for name, subj := range map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"} {
+		if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := e.js.OrderedConsumer(ctx, "FIRED", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, _ := m.Metadata()
+		f := firedMsg{subject: m.Subject(), headers: m.Headers(), body: m.Data(), at: md.Timestamp}
+		f.due, _ = time.Parse(time.RFC3339Nano, m.Headers().Get(envelope.HeaderDueAt))
+		e.mu.Lock()
+		id := m.Headers().Get(envelope.HeaderMessageID)
+		e.fired[id] = append(e.fired[id], f)
+		e.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	e.d = startDaemon(t, fmt.Sprintf(natsConfig, e.redis.Addr, e.nats.URL, e.nats.URL))
+	return e
+}
+
+// publish sends one message to the ingest stream.
+func (e *natsEnv) publish(subject string, body []byte, headers ...string) {
+	e.t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = body
+	for i := 0; i+1 < len(headers); i += 2 {
+		m.Header.Add(headers[i], headers[i+1])
+	}
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *natsEnv) firedCopies(id string) []firedMsg {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]firedMsg(nil), e.fired[id]...)
+}
+
+func (e *natsEnv) waitFired(timeout time.Duration, ids ...string) {
+	e.t.Helper()
+	testenv.Eventually(e.t, timeout, func() bool {
+		for _, id := range ids {
+			if len(e.firedCopies(id)) == 0 {
+				return false
+			}
+		}
+		return true
+	}, "not every message fired")
+}
+
+// TestNATSEndToEnd sends 1,000 messages with random delays of 0-2 s and
+// checks every one arrives once, none before its due time, with the body
+// byte for byte and the headers the contract promises.
+func TestNATSEndToEnd(t *testing.T) {
+	e := newNATSEnv(t)
+	const n = 1000
+	type sent struct {
+		body  []byte
+		delay time.Duration
+	}
+	all := map[string]sent{}
+	ids := make([]string, 0, n)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("m-%04d", i)
+		body := make([]byte, 1+rand.IntN(300))
+		for j := range body {
+			body[j] = byte(rand.IntN(256)) // binary bodies must pass unchanged
+		}
+		delay := time.Duration(rand.IntN(2001)) * time.Millisecond
+		all[id] = sent{body, delay}
+		ids = append(ids, id)
+		e.publish("delayed.orders", body,
+			"x-delay", strconv.FormatInt(delay.Milliseconds(), 10),
+			"X-Message-Id", id,
+			"x-custom", "v-"+id,
+			"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	}
+	t.Logf("published %d in %v", n, time.Since(start))
+	e.waitFired(30*time.Second, ids...)
+
+	var late latency
+	for _, id := range ids {
+		copies := e.firedCopies(id)
+		if len(copies) != 1 {
+			t.Errorf("%s arrived %d times", id, len(copies))
+		}
+		f := copies[0]
+		s := all[id]
+		if !bytes.Equal(f.body, s.body) {
+			t.Errorf("%s: body changed", id)
+		}
+		if f.subject != "fired.default" {
+			t.Errorf("%s: subject %q", id, f.subject)
+		}
+		h := f.headers
+		for k, want := range map[string]string{
+			"x-custom": "v-" + id, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			envelope.HeaderMessageID: id, envelope.HeaderNatsMsgID: id, envelope.HeaderAttempt: "1",
+		} {
+			if got := h.Get(k); got != want {
+				t.Errorf("%s: header %s = %q, want %q", id, k, got, want)
+			}
+		}
+		if h.Get("x-delay") != "" {
+			t.Errorf("%s: control header x-delay was forwarded", id)
+		}
+		if f.due.IsZero() {
+			t.Fatalf("%s: no %s header", id, envelope.HeaderDueAt)
+		}
+		if f.at.Before(f.due) {
+			t.Errorf("%s: published %v before its due time %v", id, f.at, f.due)
+		}
+		late = append(late, f.at.Sub(f.due))
+	}
+	t.Logf("fire lateness (sink stream time - due time): %s", late.summary())
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 0 }, "messages left parked after delivery")
+}
+
+// TestNATSCancel cancels parked messages by a control message and through
+// the admin API; they never fire, the others do.
+func TestNATSCancel(t *testing.T) {
+	e := newNATSEnv(t)
+	for i := 0; i < 6; i++ {
+		e.publish("delayed.c", []byte("c"), "x-delay", "2s", "x-message-id", fmt.Sprintf("c%d", i))
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 6 }, "not parked")
+	// By control message (not parked itself)...
+	e.publish("delayed.c", nil, "x-delay-cancel", "c0")
+	e.publish("delayed.c", nil, "X-Delay-Cancel", "c1")
+	// ...and by the admin API.
+	if code, body := e.d.do(http.MethodDelete, "/v1/messages/c2", nil); code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	if code, _ := e.d.do(http.MethodDelete, "/v1/messages/c2", nil); code != http.StatusNotFound {
+		t.Fatalf("second DELETE: %d, want 404", code)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 3 }, "cancels not applied")
+	// A sentinel due after the cancelled ones: once it fired, they would have too.
+	e.publish("delayed.c", []byte("s"), "x-delay", "2500ms", "x-message-id", "sentinel")
+	e.waitFired(15*time.Second, "c3", "c4", "c5", "sentinel")
+	for _, id := range []string{"c0", "c1", "c2"} {
+		if n := len(e.firedCopies(id)); n != 0 {
+			t.Errorf("cancelled %s fired %d times", id, n)
+		}
+	}
+	// A cancel of an unknown ID is kept as dead with its reason.
+	e.publish("delayed.c", nil, "x-delay-cancel", "never-parked", "x-message-id", "cancel-unknown")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		for _, d := range e.d.dead() {
+			if d.ID == "cancel-unknown" && strings.Contains(d.Reason, "never-parked") {
+				return true
+			}
+		}
+		return false
+	}, "cancel of an unknown ID not kept as dead")
+}
+
+// TestNATSBadInput sends each invalid form between valid messages: every
+// invalid one is dead with a reason, every valid one is delivered.
+func TestNATSBadInput(t *testing.T) {
+	e := newNATSEnv(t)
+	bad := []struct {
+		name    string
+		headers []string
+		reason  string
+	}{
+		{"empty delay", []string{"x-delay", ""}, "x-delay is empty"},
+		{"unparsable delay", []string{"x-delay", "soon"}, "neither integer milliseconds"},
+		{"NaN delay", []string{"x-delay", "NaN"}, "neither integer milliseconds"},
+		{"negative delay", []string{"x-delay", "-5000"}, "negative"},
+		{"negative duration", []string{"x-delay", "-5s"}, "negative"},
+		{"overflowing delay", []string{"x-delay", "99999999999999999999999"}, "out of range"},
+		{"both headers", []string{"x-delay", "1s", "x-deliver-at", "2030-01-01T00:00:00Z"}, "both x-delay and x-deliver-at"},
+		{"bad deliver-at", []string{"x-deliver-at", "tomorrow"}, "neither RFC 3339"},
+		{"no delay", []string{"x-other", "1"}, "no x-delay or x-deliver-at"},
+		{"beyond max_delay", []string{"x-delay", "9000h"}, "max_delay"},
+		{"disallowed destination", []string{"x-delay", "1", "x-delay-destination", "elsewhere"}, "allowed_destinations"},
+		{"unknown sink", []string{"x-delay", "1", "x-delay-sink", "nope"}, "names no configured sink"},
+		{"bad priority", []string{"x-delay", "1", "x-delay-priority", "high"}, "x-delay-priority"},
+		{"non-UTF-8 delay", []string{"x-delay", "\xff\xfe"}, "x-delay"},
+	}
+	var valid []string
+	for i, b := range bad {
+		before, after := fmt.Sprintf("ok-%d-a", i), fmt.Sprintf("ok-%d-b", i)
+		valid = append(valid, before, after)
+		e.publish("delayed.b", []byte("ok"), "x-delay", "10", "x-message-id", before)
+		e.publish("delayed.b", []byte("bad"), append(b.headers, "x-message-id", "bad-"+strconv.Itoa(i))...)
+		e.publish("delayed.b", []byte("ok"), "x-delay", "10", "x-message-id", after)
+	}
+	e.waitFired(20*time.Second, valid...)
+	var dead []deadMessage
+	testenv.Eventually(t, 10*time.Second, func() bool { dead = e.d.dead(); return len(dead) >= len(bad) }, "dead messages missing")
+	byID := map[string]string{}
+	for _, d := range dead {
+		byID[d.ID] = d.Reason
+	}
+	for i, b := range bad {
+		id := "bad-" + strconv.Itoa(i)
+		reason, ok := byID[id]
+		if !ok {
+			t.Errorf("%s (%s): not kept as dead", b.name, id)
+			continue
+		}
+		if !strings.Contains(reason, b.reason) {
+			t.Errorf("%s: reason %q does not mention %q", b.name, reason, b.reason)
+		}
+		if n := len(e.firedCopies(id)); n != 0 {
+			t.Errorf("%s: invalid message was delivered", b.name)
+		}
+	}
+}
+
+// TestNATSRestartKeepsParkedMessages stops the daemon (SIGTERM) with
+// messages parked, starts it again, and expects every message delivered.
+func TestNATSRestartKeepsParkedMessages(t *testing.T) {
+	e := newNATSEnv(t)
+	var ids []string
+	for i := 0; i < 200; i++ {
+		id := fmt.Sprintf("r-%03d", i)
+		ids = append(ids, id)
+		e.publish("delayed.r", []byte(id), "x-delay", strconv.Itoa(1500+rand.IntN(1500)), "x-message-id", id)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 200 }, "not all parked")
+	e.d.stop()
+	e.d.start()
+	e.waitFired(30*time.Second, ids...)
+	for _, id := range ids {
+		c := e.firedCopies(id)
+		if string(c[0].body) != id {
+			t.Errorf("%s: body %q", id, c[0].body)
+		}
+	}
+}
