@@ -144,12 +144,27 @@ type KafkaIngest struct {
 	Brokers []string `yaml:"brokers"`
 	Topic   string   `yaml:"topic"`
 	Group   string   `yaml:"group"`
+	// StartOffset is where a group without a committed offset starts:
+	// "first" (default) or "last".
+	StartOffset string `yaml:"start_offset"`
+	// SessionTimeout is how long the group waits for a silent member
+	// before giving its partitions to another (default 10s).
+	SessionTimeout Duration `yaml:"session_timeout"`
+	// MaxInFlightPerPartition caps records of one partition read but not
+	// yet parked; fetching pauses at the cap (default 1000).
+	MaxInFlightPerPartition int `yaml:"max_in_flight_per_partition"`
+	// CommitInterval is how often finished offsets are committed (default
+	// 100ms); they are always committed on shutdown and on rebalance.
+	CommitInterval Duration `yaml:"commit_interval"`
 }
 
 // RabbitMQIngest consumes a queue with manual acks.
 type RabbitMQIngest struct {
 	URL   string `yaml:"url"`
 	Queue string `yaml:"queue"`
+	// Prefetch is the channel's QoS: unacknowledged messages the broker
+	// sends ahead (default: the ingest's max_in_flight).
+	Prefetch int `yaml:"prefetch"`
 }
 
 // NATSIngest consumes a JetStream stream with a durable pull consumer, or a
@@ -187,11 +202,22 @@ func (s *Sink) Kind() string {
 type RabbitMQSink struct {
 	URL      string `yaml:"url"`
 	Exchange string `yaml:"exchange"`
+	// Mandatory makes an unroutable message a failed publish (retried, then
+	// dead with reason "unroutable") instead of silently dropped (default
+	// true).
+	Mandatory *bool `yaml:"mandatory"`
 }
 
 // KafkaSink produces to topics; the destination is the topic.
 type KafkaSink struct {
 	Brokers []string `yaml:"brokers"`
+	// BatchTimeout is how long a partial batch waits for more messages
+	// (default 1ms: a single due message goes out at once).
+	BatchTimeout Duration `yaml:"batch_timeout"`
+	// BatchSize is the most messages per produce request (default 1000).
+	BatchSize int `yaml:"batch_size"`
+	// Compression: none (default), gzip, snappy, lz4, zstd.
+	Compression string `yaml:"compression"`
 }
 
 // NATSSink publishes to subjects; the destination is the subject.

@@ -51,9 +51,30 @@ func (c *Config) ApplyDefaults() {
 	setInt(&c.Dead.MaxMessages, 100_000)
 	setDur(&c.ShutdownTimeout, 30*time.Second)
 
+	for i := range c.Sinks {
+		if k := c.Sinks[i].Kafka; k != nil {
+			setDur(&k.BatchTimeout, time.Millisecond)
+			setInt(&k.BatchSize, 1000)
+			setStr(&k.Compression, "none")
+		}
+		if r := c.Sinks[i].RabbitMQ; r != nil && r.Mandatory == nil {
+			yes := true
+			r.Mandatory = &yes
+		}
+	}
+
 	for i := range c.Ingest {
 		in := &c.Ingest[i]
 		setInt(&in.MaxInFlight, 1000)
+		if k := in.Kafka; k != nil {
+			setStr(&k.StartOffset, "first")
+			setDur(&k.SessionTimeout, 10*time.Second)
+			setInt(&k.MaxInFlightPerPartition, 1000)
+			setDur(&k.CommitInterval, 100*time.Millisecond)
+		}
+		if r := in.RabbitMQ; r != nil {
+			setInt(&r.Prefetch, in.MaxInFlight)
+		}
 		if n := in.NATS; n != nil && n.Stream != "" {
 			setStr(&n.Durable, durableName(in.Name))
 			setDur(&n.AckWait, 30*time.Second)
@@ -200,9 +221,18 @@ func (c *Config) validateSink(p *Problems, i int, names map[string]bool) {
 		kinds++
 		checkURL(p, at+".rabbitmq.url", s.RabbitMQ.URL, "amqp", "amqps")
 	}
-	if s.Kafka != nil {
+	if k := s.Kafka; k != nil {
 		kinds++
-		checkBrokers(p, at+".kafka.brokers", s.Kafka.Brokers)
+		checkBrokers(p, at+".kafka.brokers", k.Brokers)
+		positive(p, at+".kafka.batch_timeout", int64(k.BatchTimeout))
+		if k.BatchSize < 1 {
+			p.add(at+".kafka.batch_size", "must be at least 1")
+		}
+		switch k.Compression {
+		case "none", "gzip", "snappy", "lz4", "zstd":
+		default:
+			p.add(at+".kafka.compression", "%q is not one of none, gzip, snappy, lz4, zstd", k.Compression)
+		}
 	}
 	if s.NATS != nil {
 		kinds++
@@ -223,11 +253,24 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 		checkBrokers(p, at+".kafka.brokers", k.Brokers)
 		required(p, at+".kafka.topic", k.Topic)
 		required(p, at+".kafka.group", k.Group)
+		if k.StartOffset != "first" && k.StartOffset != "last" {
+			p.add(at+".kafka.start_offset", "%q is not one of first, last", k.StartOffset)
+		}
+		if k.SessionTimeout.D() < time.Second {
+			p.add(at+".kafka.session_timeout", "%s is less than 1s", k.SessionTimeout)
+		}
+		if k.MaxInFlightPerPartition < 1 {
+			p.add(at+".kafka.max_in_flight_per_partition", "must be at least 1")
+		}
+		positive(p, at+".kafka.commit_interval", int64(k.CommitInterval))
 	}
 	if r := in.RabbitMQ; r != nil {
 		kinds++
 		checkURL(p, at+".rabbitmq.url", r.URL, "amqp", "amqps")
 		required(p, at+".rabbitmq.queue", r.Queue)
+		if r.Prefetch < 1 || r.Prefetch > 65535 {
+			p.add(at+".rabbitmq.prefetch", "%d is not between 1 and 65535", r.Prefetch)
+		}
 	}
 	if n := in.NATS; n != nil {
 		kinds++
