@@ -68,7 +68,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", os.Getenv("DELAYBRIDGE_CONFIG"),
 		"configuration file (default $DELAYBRIDGE_CONFIG)")
 	root.AddCommand(a.runCmd(), a.validateCmd(), a.sendCmd(), a.inspectCmd(), a.cancelCmd(),
-		a.statsCmd(), a.deadCmd(), a.devCmd(), a.versionCmd())
+		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
 
 	err := root.Execute()
 	if err == nil {

@@ -221,7 +221,7 @@ func (b *syncBuffer) String() string {
 
 func TestProbesNeedNoToken(t *testing.T) {
 	e := newEnv(t, withToken(testToken))
-	e.server.p.Metrics.ConnectionUp.WithLabelValues("redis", "main").Set(1)
+	e.server.p.Metrics.Retries.WithLabelValues("main").Add(3)
 
 	r := e.doAuth("GET", "/healthz", "", "")
 	e.expect(r, 200)
@@ -240,8 +240,8 @@ func TestProbesNeedNoToken(t *testing.T) {
 
 	r = e.doAuth("GET", "/metrics", "", "")
 	e.expect(r, 200)
-	if !strings.Contains(string(r.body), `delaybridge_connection_up{kind="redis",name="main"} 1`) {
-		t.Errorf("metrics lack delaybridge_connection_up:\n%.2000s", r.body)
+	if !strings.Contains(string(r.body), `delaybridge_retries_total{sink="main"} 3`) {
+		t.Errorf("metrics lack delaybridge_retries_total:\n%.2000s", r.body)
 	}
 	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("metrics Content-Type %q", ct)

@@ -108,6 +108,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 		}))
 	}
 
+	d.metrics.Registry.MustRegister(newCollector(d))
+
 	if cfg.Admin.Listen != "" {
 		d.admin = admin.New(admin.Params{
 			Listen:     cfg.Admin.Listen,

@@ -9,8 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// Metrics holds every collector. Create one per process with New; tests
-// create their own on a fresh registry.
+// Metrics holds every event metric (counters and histograms). Gauges of
+// state (parked, due, dead, connection up) are computed at scrape time by
+// the daemon's collector. Create one per process with New; tests create
+// their own.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -28,7 +30,6 @@ type Metrics struct {
 	ClaimBatchSize   prometheus.Histogram
 	ScriptDuration   *prometheus.HistogramVec // script
 	ScriptErrors     *prometheus.CounterVec   // script
-	ConnectionUp     *prometheus.GaugeVec     // kind: redis|ingest|sink, name
 	SchedulerWakeups *prometheus.CounterVec   // cause: timer|notify|batch
 }
 
@@ -69,8 +70,6 @@ func New() *Metrics {
 			"Redis script round trips, by script.", latency, "script"),
 		ScriptErrors: f.counterVec("delaybridge_redis_script_errors_total",
 			"Redis script errors, by script.", "script"),
-		ConnectionUp: f.gaugeVec("delaybridge_connection_up",
-			"1 when the connection is up, 0 when it is down.", "kind", "name"),
 		SchedulerWakeups: f.counterVec("delaybridge_scheduler_wakeups_total",
 			"Shard scheduler wake-ups, by cause: timer, notify (a sooner message was parked), batch (a full claim).", "cause"),
 	}
@@ -88,12 +87,6 @@ type factory struct{ reg *prometheus.Registry }
 
 func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
-	f.reg.MustRegister(c)
-	return c
-}
-
-func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
-	c := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 	f.reg.MustRegister(c)
 	return c
 }

@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
@@ -127,4 +131,53 @@ func (l latency) summary() string {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v", len(s), q(.50), q(.99), s[len(s)-1])
+}
+
+// metrics scrapes /metrics and parses it with the Prometheus text parser.
+func (d *daemon) metrics() map[string]*dto.MetricFamily {
+	d.t.Helper()
+	resp, err := http.Get(d.admin + "/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		d.t.Fatalf("/metrics is not valid Prometheus text: %v", err)
+	}
+	return fams
+}
+
+// metricValue sums a counter, gauge or histogram count over the series
+// whose labels include want.
+func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	f, ok := fams[name]
+	if !ok {
+		return 0, false
+	}
+	var sum float64
+	found := false
+series:
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if labels[k] != v {
+				continue series
+			}
+		}
+		found = true
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum, found
 }

@@ -195,6 +195,34 @@ func TestNATSEndToEnd(t *testing.T) {
 	}
 	t.Logf("fire lateness (sink stream time - due time): %s", late.summary())
 	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 0 }, "messages left parked after delivery")
+
+	// The metrics tell the same story.
+	fams := e.d.metrics()
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"delaybridge_ingest_messages_total", map[string]string{"ingest": "in", "result": "parked"}, n},
+		{"delaybridge_sink_published_total", map[string]string{"sink": "out"}, n},
+		{"delaybridge_fire_lateness_seconds", map[string]string{"sink": "out"}, n},
+		{"delaybridge_parked_messages", nil, 0},
+		{"delaybridge_due_messages", nil, 0},
+		{"delaybridge_connection_up", map[string]string{"kind": "redis"}, 1},
+		{"delaybridge_connection_up", map[string]string{"kind": "ingest", "name": "in"}, 1},
+		{"delaybridge_connection_up", map[string]string{"kind": "sink", "name": "out"}, 1},
+	} {
+		got, ok := metricValue(fams, c.name, c.labels)
+		if !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	for _, name := range []string{"delaybridge_claim_batch_size", "delaybridge_park_batch_size",
+		"delaybridge_redis_script_duration_seconds", "delaybridge_sink_publish_duration_seconds", "delaybridge_oldest_due_age_seconds"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("metric %s missing", name)
+		}
+	}
 }
 
 // TestNATSCancel cancels parked messages by a control message and through
