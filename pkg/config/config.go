@@ -16,6 +16,7 @@ type Config struct {
 	Redis     Redis     `yaml:"redis"`
 	Admin     Admin     `yaml:"admin"`
 	Log       Log       `yaml:"log"`
+	Tracing   Tracing   `yaml:"tracing"`
 	Scheduler Scheduler `yaml:"scheduler"`
 	Limits    Limits    `yaml:"limits"`
 	Dead      Dead      `yaml:"dead"`
@@ -55,6 +56,13 @@ type Admin struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 	Format string `yaml:"format"` // text or json
+}
+
+// Tracing configures OpenTelemetry spans for park and fire, exported over
+// OTLP/HTTP as the standard OTEL_EXPORTER_OTLP_* variables say.
+type Tracing struct {
+	Enabled     bool     `yaml:"enabled"`
+	SampleRatio *float64 `yaml:"sample_ratio"` // of new traces (default 1); sampled parents are followed
 }
 
 // Scheduler configures how due messages are claimed and published.

@@ -27,6 +27,10 @@ func (c *Config) ApplyDefaults() {
 	setStr(&c.Admin.Listen, DefaultAdminListen)
 	setStr(&c.Log.Level, "info")
 	setStr(&c.Log.Format, "text")
+	if c.Tracing.SampleRatio == nil {
+		one := 1.0
+		c.Tracing.SampleRatio = &one
+	}
 
 	s := &c.Scheduler
 	setInt(&s.BatchSize, 256)
@@ -122,6 +126,9 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		p.add("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	if r := *c.Tracing.SampleRatio; r < 0 || r > 1 {
+		p.add("tracing.sample_ratio", "%g is not between 0 and 1", r)
 	}
 	c.validateScheduler(&p)
 	positive(&p, "limits.max_delay", int64(c.Limits.MaxDelay))

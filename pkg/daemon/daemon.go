@@ -23,19 +23,26 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
+	"github.com/delaybridge/delaybridge/pkg/tracing"
 )
+
+// Version is the build's version, set by the command line (service.version
+// of traces).
+var Version = "dev"
 
 // Daemon is a running delaybridge.
 type Daemon struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	metrics *metrics.Metrics
-	store   *store.Store
-	sinks   map[string]sinks.Sink
-	sources []ingest.Source
-	pipes   []*ingest.Pipeline
-	sched   *scheduler.Scheduler
-	admin   *admin.Server
+	cfg         *config.Config
+	tracer      *tracing.Tracer
+	stopTracing func(context.Context) error
+	log         *slog.Logger
+	metrics     *metrics.Metrics
+	store       *store.Store
+	sinks       map[string]sinks.Sink
+	sources     []ingest.Source
+	pipes       []*ingest.Pipeline
+	sched       *scheduler.Scheduler
+	admin       *admin.Server
 }
 
 // New connects to Redis and every broker and prepares the components. It
@@ -49,6 +56,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 			d.closeAll(context.Background())
 		}
 	}()
+
+	d.tracer, d.stopTracing, err = tracing.Setup(ctx, tracing.Config{
+		Enabled: cfg.Tracing.Enabled, SampleRatio: *cfg.Tracing.SampleRatio, Version: Version,
+	})
+	if err != nil {
+		return nil, err
+	}
 
 	d.store, err = OpenStore(ctx, cfg, d.metrics.ObserveScript)
 	if err != nil {
@@ -83,6 +97,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 		},
 		DrainTimeout: cfg.ShutdownTimeout.D(),
 		Metrics:      d.metrics,
+		Tracer:       d.tracer,
 		Logger:       log,
 	})
 
@@ -104,6 +119,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 			MaxInFlight:  ic.MaxInFlight,
 			DrainTimeout: cfg.ShutdownTimeout.D(),
 			Metrics:      d.metrics,
+			Tracer:       d.tracer,
 			Logger:       log,
 		}))
 	}
@@ -247,6 +263,9 @@ func (d *Daemon) closeAll(ctx context.Context) {
 	}
 	if d.store != nil {
 		_ = d.store.Client().Close()
+	}
+	if d.stopTracing != nil {
+		_ = d.stopTracing(ctx)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
+	"github.com/delaybridge/delaybridge/pkg/tracing"
 )
 
 // Store is the part of the store a Pipeline needs (*store.Store).
@@ -42,6 +43,7 @@ type PipelineParams struct {
 	DrainTimeout time.Duration
 
 	Metrics *metrics.Metrics
+	Tracer  *tracing.Tracer // nil: no spans
 	Logger  *slog.Logger
 	Now     func() time.Time // default time.Now
 }
@@ -203,11 +205,18 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 
 	var parked []bool
 	if len(parks) > 0 {
+		spans := make([]tracing.Span, len(parks))
+		for i, m := range parks {
+			spans[i] = pl.p.Tracer.StartPark(ctx, m)
+		}
 		start := time.Now()
 		err := pl.retry(ctx, "park", func() (err error) {
 			parked, err = pl.p.Store.Park(ctx, parks)
 			return err
 		})
+		for _, sp := range spans {
+			sp.End(err)
+		}
 		if err != nil {
 			pl.nackAll(batch, err)
 			return

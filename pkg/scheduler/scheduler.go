@@ -26,6 +26,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
+	"github.com/delaybridge/delaybridge/pkg/tracing"
 )
 
 // Store is the part of the store the scheduler needs (*store.Store).
@@ -56,6 +57,7 @@ type Params struct {
 	Clock   Clock          // default SystemClock
 	Rand    func() float64 // jitter source in [0,1); default math/rand
 	Metrics *metrics.Metrics
+	Tracer  *tracing.Tracer // nil: no spans
 	Logger  *slog.Logger
 }
 
@@ -303,8 +305,15 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 // results in errs.
 func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, idx []int, errs []error) {
 	out := make([]sinks.Outgoing, len(idx))
+	var spans []tracing.Span
+	if s.p.Tracer != nil {
+		spans = make([]tracing.Span, len(idx))
+	}
 	for j, i := range idx {
 		out[j] = sinks.Outgoing{Message: c.Messages[i].Message, Attempt: c.Messages[i].Attempt}
+		if spans != nil {
+			spans[j] = s.p.Tracer.StartFire(ctx, out[j].Message, out[j].Attempt)
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.p.PublishTimeout)
 	start := s.p.Clock.Now()
@@ -321,6 +330,9 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, id
 			err = errors.New("sink returned no result")
 		}
 		errs[i] = err
+		if spans != nil {
+			spans[j].End(err)
+		}
 		if err == nil {
 			ok++
 			s.p.Metrics.FireLateness.WithLabelValues(name).Observe(done.Sub(out[j].DueAt).Seconds())
