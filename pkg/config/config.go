@@ -81,6 +81,12 @@ type Scheduler struct {
 	// MaxAttempts is how many publishes are tried before a message is dead.
 	MaxAttempts int     `yaml:"max_attempts"`
 	Backoff     Backoff `yaml:"backoff"`
+	// LatePolicy says what happens to a message claimed more than
+	// MaxLateness after its due time (after a long outage): "deliver"
+	// (default: publish it anyway) or "dead" (keep it as dead, reason
+	// "late"). MaxLateness 0 means no limit.
+	LatePolicy  string   `yaml:"late_policy"`
+	MaxLateness Duration `yaml:"max_lateness"`
 }
 
 // Backoff is the exponential back-off between publish attempts:
@@ -104,6 +110,11 @@ type Limits struct {
 type Dead struct {
 	// MaxMessages is how many dead messages are kept; the oldest go first.
 	MaxMessages int `yaml:"max_messages"`
+	// Sink and Destination, when set, also publish every message that
+	// becomes dead there (best effort; it is kept in Redis either way),
+	// with the header x-delaybridge-dead-reason.
+	Sink        string `yaml:"sink"`
+	Destination string `yaml:"destination"`
 }
 
 // Ingest reads delayed messages from one broker source.

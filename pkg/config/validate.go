@@ -38,6 +38,7 @@ func (c *Config) ApplyDefaults() {
 	setDur(&s.MaxSleep, time.Second)
 	setDur(&s.PublishTimeout, 10*time.Second)
 	setInt(&s.MaxAttempts, 10)
+	setStr(&s.LatePolicy, "deliver")
 	setDur(&s.Backoff.Initial, time.Second)
 	setDur(&s.Backoff.Max, 5*time.Minute)
 	if s.Backoff.Multiplier == 0 {
@@ -145,6 +146,14 @@ func (c *Config) Validate() error {
 	for i := range c.Sinks {
 		c.validateSink(&p, i, sinks)
 	}
+	switch {
+	case c.Dead.Sink != "" && !sinks[c.Dead.Sink]:
+		p.add("dead.sink", "%q names no sink in sinks", c.Dead.Sink)
+	case c.Dead.Sink != "" && c.Dead.Destination == "":
+		p.add("dead.destination", "required with dead.sink")
+	case c.Dead.Sink == "" && c.Dead.Destination != "":
+		p.add("dead.sink", "required with dead.destination")
+	}
 	names := map[string]bool{}
 	for i := range c.Ingest {
 		c.validateIngest(&p, i, names, sinks)
@@ -203,6 +212,15 @@ func (c *Config) validateScheduler(p *Problems) {
 	positive(p, "scheduler.publish_timeout", int64(s.PublishTimeout))
 	if s.PublishTimeout >= s.Lease {
 		p.add("scheduler.publish_timeout", "%s must be shorter than scheduler.lease %s, or a slow publish would be taken over by another instance", s.PublishTimeout, s.Lease)
+	}
+	if s.LatePolicy != "deliver" && s.LatePolicy != "dead" {
+		p.add("scheduler.late_policy", "%q is not one of deliver, dead", s.LatePolicy)
+	}
+	if s.MaxLateness < 0 {
+		p.add("scheduler.max_lateness", "must not be negative")
+	}
+	if s.LatePolicy == "dead" && s.MaxLateness == 0 {
+		p.add("scheduler.max_lateness", "late_policy dead needs a max_lateness")
 	}
 	if s.MaxAttempts < 1 {
 		p.add("scheduler.max_attempts", "must be at least 1")

@@ -81,6 +81,12 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 		d.sinks[sc.Name] = s
 	}
 
+	var deadLetter *sinks.DeadLetter
+	if cfg.Dead.Sink != "" {
+		deadLetter = &sinks.DeadLetter{Sink: d.sinks[cfg.Dead.Sink], Destination: cfg.Dead.Destination,
+			Timeout: cfg.Scheduler.PublishTimeout.D(), Logger: log, Count: d.metrics.CountDeadLetters}
+	}
+
 	d.sched = scheduler.New(scheduler.Params{
 		Store:          d.store,
 		Sinks:          d.sinks,
@@ -95,6 +101,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 			Multiplier: cfg.Scheduler.Backoff.Multiplier,
 			Jitter:     cfg.Scheduler.Backoff.Jitter,
 		},
+		MaxLateness:  cfg.Scheduler.MaxLateness.D(),
+		LateDead:     cfg.Scheduler.LatePolicy == "dead",
+		DeadLetter:   deadLetter,
 		DrainTimeout: cfg.ShutdownTimeout.D(),
 		Metrics:      d.metrics,
 		Tracer:       d.tracer,
@@ -118,6 +127,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 			Notify:       d.sched.Notify,
 			MaxInFlight:  ic.MaxInFlight,
 			DrainTimeout: cfg.ShutdownTimeout.D(),
+			DeadLetter:   deadLetter,
 			Metrics:      d.metrics,
 			Tracer:       d.tracer,
 			Logger:       log,

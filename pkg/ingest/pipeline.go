@@ -10,6 +10,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
 	"github.com/delaybridge/delaybridge/pkg/tracing"
 )
@@ -41,6 +42,9 @@ type PipelineParams struct {
 	// already read are parked and acknowledged within it, or nacked
 	// (default 10s).
 	DrainTimeout time.Duration
+
+	// DeadLetter, when set, gets a copy of every rejected message.
+	DeadLetter *sinks.DeadLetter
 
 	Metrics *metrics.Metrics
 	Tracer  *tracing.Tracer // nil: no spans
@@ -234,12 +238,15 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			pl.nackAll(batch, err)
 			return
 		}
+		letters := make([]sinks.Dead, len(rejects))
 		for i, r := range rejects {
 			pl.log.Warn("message rejected, kept as dead", "id", ids[i], "reason", r.Reason)
 			pl.p.Metrics.IngestRejected.WithLabelValues(pl.p.Name, rejCodes[i]).Inc()
 			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "rejected").Inc()
+			letters[i] = sinks.Dead{Message: r.Message, Reason: r.Reason}
 		}
 		pl.p.Metrics.DeadTotal.WithLabelValues("ingest").Add(float64(len(rejects)))
+		pl.p.DeadLetter.Publish(ctx, letters)
 	}
 
 	for i, m := range parks {

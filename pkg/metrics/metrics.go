@@ -27,6 +27,7 @@ type Metrics struct {
 	FireLateness     *prometheus.HistogramVec // sink
 	Retries          *prometheus.CounterVec   // sink
 	DeadTotal        *prometheus.CounterVec   // source: ingest|sink|late
+	DeadLetters      *prometheus.CounterVec   // result: ok|error
 	ClaimBatchSize   prometheus.Histogram
 	ScriptDuration   *prometheus.HistogramVec // script
 	ScriptErrors     *prometheus.CounterVec   // script
@@ -63,7 +64,9 @@ func New() *Metrics {
 		Retries: f.counterVec("delaybridge_retries_total",
 			"Publish attempts rescheduled with back-off.", "sink"),
 		DeadTotal: f.counterVec("delaybridge_dead_total",
-			"Messages that became dead, by where: ingest (rejected), sink (undeliverable).", "source"),
+			"Messages that became dead, by where: ingest (rejected), sink (undeliverable), late (late_policy dead).", "source"),
+		DeadLetters: f.counterVec("delaybridge_dead_letters_total",
+			"Copies of dead messages published to dead.sink, by result: ok, error.", "result"),
 		ClaimBatchSize: f.histogram("delaybridge_claim_batch_size",
 			"Due messages taken per claim.", batches),
 		ScriptDuration: f.histogramVec("delaybridge_redis_script_duration_seconds",
@@ -101,4 +104,10 @@ func (f factory) histogramVec(name, help string, buckets []float64, labels ...st
 	c := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	f.reg.MustRegister(c)
 	return c
+}
+
+// CountDeadLetters records dead-letter copies (sinks.DeadLetter.Count).
+func (m *Metrics) CountDeadLetters(ok, failed int) {
+	m.DeadLetters.WithLabelValues("ok").Add(float64(ok))
+	m.DeadLetters.WithLabelValues("error").Add(float64(failed))
 }

@@ -50,6 +50,13 @@ type Params struct {
 	PublishTimeout time.Duration // bound of one publish (default 10s)
 	MaxAttempts    int           // publishes before a message is dead (default 10)
 	Backoff        Backoff       // between attempts
+	// MaxLateness, when positive with LateDead, makes a message claimed
+	// more than this after its due time dead (reason "late") instead of
+	// published.
+	MaxLateness time.Duration
+	LateDead    bool
+	// DeadLetter, when set, gets a copy of every message that goes dead.
+	DeadLetter *sinks.DeadLetter
 	// DrainTimeout bounds the work finished after Run's context ends
 	// (default 10s).
 	DrainTimeout time.Duration
@@ -235,6 +242,8 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 		switch {
 		case m.Err != nil:
 			errs[i] = sinks.Permanent(fmt.Errorf("cannot decode the stored message: %w", m.Err))
+		case s.p.LateDead && s.p.MaxLateness > 0 && c.Now.Sub(m.Message.DueAt) > s.p.MaxLateness:
+			errs[i] = &lateError{due: m.Message.DueAt, claimed: c.Now, max: s.p.MaxLateness}
 		case s.p.Sinks[m.Message.Sink] == nil:
 			errs[i] = fmt.Errorf("sink %q is not configured", m.Message.Sink)
 		default:
@@ -256,6 +265,8 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 		acks    []string
 		retries []store.Retry
 		deads   []store.Dead
+		letters []sinks.Dead
+		late    int
 	)
 	for i, m := range c.Messages {
 		err := errs[i]
@@ -266,12 +277,16 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 		switch {
 		case err == nil:
 			acks = append(acks, m.ID)
-		case sinks.IsPermanent(err) || m.Attempt >= s.p.MaxAttempts:
+		case sinks.IsPermanent(err) || errors.As(err, new(*lateError)) || m.Attempt >= s.p.MaxAttempts:
 			reason := err.Error()
-			if !sinks.IsPermanent(err) {
+			if !sinks.IsPermanent(err) && !errors.As(err, new(*lateError)) {
 				reason = fmt.Sprintf("publish failed %d times, last: %s", m.Attempt, err)
 			}
 			deads = append(deads, store.Dead{ID: m.ID, Reason: reason})
+			letters = append(letters, sinks.Dead{Message: m.Message, Reason: reason, Attempts: m.Attempt})
+			if errors.As(err, new(*lateError)) {
+				late++
+			}
 			s.log.Warn("message is dead", "id", m.ID, "sink", sink, "attempts", m.Attempt, "reason", reason)
 		default:
 			at := now.Add(s.p.Backoff.Delay(m.Attempt, s.p.Rand()))
@@ -284,7 +299,8 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 		}
 	}
 	if len(deads) > 0 {
-		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads)))
+		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads) - late))
+		s.p.Metrics.DeadTotal.WithLabelValues("late").Add(float64(late))
 	}
 	s.settle(ctx, c, "ack", len(acks), func(ctx context.Context) error {
 		_, err := s.p.Store.Ack(ctx, c.Shard, c.Token, acks)
@@ -298,7 +314,20 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 		_, err := s.p.Store.Dead(ctx, c.Shard, c.Token, deads)
 		return err
 	})
+	s.p.DeadLetter.Publish(ctx, letters)
 	return retryAt
+}
+
+// lateError is why a message claimed too long after its due time is dead
+// under late_policy dead. It is permanent: publishing later is later still.
+type lateError struct {
+	due, claimed time.Time
+	max          time.Duration
+}
+
+func (e *lateError) Error() string {
+	return fmt.Sprintf("late: due %s, claimed %s, more than scheduler.max_lateness %s after (late_policy dead)",
+		e.due.UTC().Format(time.RFC3339Nano), e.claimed.UTC().Format(time.RFC3339Nano), e.max)
 }
 
 // publish sends the messages idx of a claim to one sink and records the

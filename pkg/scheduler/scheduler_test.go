@@ -394,3 +394,48 @@ func TestBackoffDelay(t *testing.T) {
 		}
 	}
 }
+
+func TestLatePolicyDeadAndDeadLetterCopies(t *testing.T) {
+	dlq := &fakeSink{}
+	h := start(t, Params{MaxLateness: time.Minute, LateDead: true,
+		DeadLetter: &sinks.DeadLetter{Sink: dlq, Destination: "dead.letters"}}, func(h *harness) {
+		h.store.park("late", h.clock.Now().Add(-2*time.Minute), "s")
+		h.store.park("fine", h.clock.Now().Add(-30*time.Second), "s")
+	})
+	d := recv(t, h.store.dead, "dead")
+	if d.ID != "late" || !strings.Contains(d.Reason, "late") || !strings.Contains(d.Reason, "max_lateness") {
+		t.Fatalf("dead = %+v", d)
+	}
+	if id := recv(t, h.store.acked, "ack"); id != "fine" {
+		t.Fatalf("acked %s", id)
+	}
+	testCond(t, func() bool { dlq.mu.Lock(); defer dlq.mu.Unlock(); return len(dlq.published) == 1 })
+	dlq.mu.Lock()
+	defer dlq.mu.Unlock()
+	c := dlq.published[0]
+	if c.ID != "late" || c.Destination != "dead.letters" {
+		t.Fatalf("copy %+v", c.Message)
+	}
+	if r, _ := c.OutHeaders(c.Attempt).Get(sinks.HeaderDeadReason); !strings.Contains(r, "late") {
+		t.Fatalf("copy reason %q", r)
+	}
+	h.sink.mu.Lock()
+	defer h.sink.mu.Unlock()
+	for _, p := range h.sink.published {
+		if p.ID == "late" {
+			t.Fatal("a late message was published under late_policy dead")
+		}
+	}
+}
+
+// testCond polls cond with a deadline.
+func testCond(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline
+	}
+}
