@@ -154,102 +154,94 @@ func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
 		select {
 		case items <- item{in: in, ack: ack, at: pl.p.Now()}:
 		case <-ctx.Done():
-			pl.settle(ack, ctx.Err())
+			actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			pl.settle(actx, ack, ctx.Err())
+			cancel()
 			return ctx.Err()
 		}
 	}
 }
 
-// handle parks one batch and then acknowledges each of its messages.
+// handle parks one batch and then acknowledges each of its messages. The
+// batch is applied in order: a cancel sees every park before it, so parks
+// pending when a cancel comes are flushed first.
 func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	var (
-		parks    []*envelope.Message
-		rejects  []store.Rejected
-		rejCodes []string
-		cancels  []envelope.Decision
+		parks   []*envelope.Message
+		rejects []store.Rejected
+		codes   []string
 	)
 	for _, it := range batch {
 		d := envelope.Parse(it.in, pl.p.Route, pl.p.Limits, it.at, nil)
 		switch d.Action {
 		case envelope.Park:
 			parks = append(parks, d.Message)
-		case envelope.Cancel:
-			cancels = append(cancels, d)
 		case envelope.Reject:
 			rejects = append(rejects, store.Rejected{Message: d.Message, Reason: d.Reason})
-			rejCodes = append(rejCodes, d.Code)
-		}
-	}
-
-	for _, c := range cancels {
-		var found bool
-		err := pl.retry(ctx, "cancel", func() error {
-			err := pl.p.Store.Cancel(ctx, c.CancelID)
-			found = err == nil
-			if errors.Is(err, store.ErrNotFound) {
-				return nil
+			codes = append(codes, d.Code)
+		case envelope.Cancel:
+			if err := pl.park(ctx, parks); err != nil {
+				pl.nackAll(batch, err)
+				return
 			}
-			return err
-		})
-		if err != nil {
-			pl.nackAll(batch, err)
-			return
+			parks = parks[:0]
+			found, err := pl.cancel(ctx, d.CancelID)
+			if err != nil {
+				pl.nackAll(batch, err)
+				return
+			}
+			if found {
+				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled").Inc()
+				pl.log.Debug("message cancelled", "id", d.CancelID, "by", d.Message.ID)
+				continue
+			}
+			// A cancel of an unknown ID is kept as dead: the ID may be wrong,
+			// the message may have fired already, or the cancel raced ahead.
+			rejects = append(rejects, store.Rejected{Message: d.Message,
+				Reason: fmt.Sprintf("%s: no message with ID %q is parked (unknown, already delivered, or not parked yet)", envelope.HeaderCancel, d.CancelID)})
+			codes = append(codes, envelope.CodeCancelUnknown)
 		}
-		if found {
-			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled").Inc()
-			pl.log.Debug("message cancelled", "id", c.CancelID, "by", c.Message.ID)
-			continue
-		}
-		// A cancel of an unknown ID is kept as dead: the ID may be wrong, the
-		// message may have fired already, or the cancel raced ahead of it.
-		rejects = append(rejects, store.Rejected{Message: c.Message,
-			Reason: fmt.Sprintf("%s: no message with ID %q is parked (unknown, already delivered, or not parked yet)", envelope.HeaderCancel, c.CancelID)})
-		rejCodes = append(rejCodes, envelope.CodeCancelUnknown)
 	}
+	if err := pl.park(ctx, parks); err != nil {
+		pl.nackAll(batch, err)
+		return
+	}
+	if err := pl.reject(ctx, rejects, codes); err != nil {
+		pl.nackAll(batch, err)
+		return
+	}
+	ackCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, it := range batch {
+		pl.settle(ackCtx, it.ack, nil)
+	}
+}
 
+// park parks msgs in one round trip (retrying while Redis is down) and tells
+// the scheduler about the new ones.
+func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	spans := make([]tracing.Span, len(msgs))
+	for i, m := range msgs {
+		spans[i] = pl.p.Tracer.StartPark(ctx, m)
+	}
+	start := time.Now()
 	var parked []bool
-	if len(parks) > 0 {
-		spans := make([]tracing.Span, len(parks))
-		for i, m := range parks {
-			spans[i] = pl.p.Tracer.StartPark(ctx, m)
-		}
-		start := time.Now()
-		err := pl.retry(ctx, "park", func() (err error) {
-			parked, err = pl.p.Store.Park(ctx, parks)
-			return err
-		})
-		for _, sp := range spans {
-			sp.End(err)
-		}
-		if err != nil {
-			pl.nackAll(batch, err)
-			return
-		}
-		pl.p.Metrics.ParkDuration.Observe(time.Since(start).Seconds())
-		pl.p.Metrics.ParkBatchSize.Observe(float64(len(parks)))
+	err := pl.retry(ctx, "park", func() (err error) {
+		parked, err = pl.p.Store.Park(ctx, msgs)
+		return err
+	})
+	for _, sp := range spans {
+		sp.End(err)
 	}
-	if len(rejects) > 0 {
-		var ids []string
-		err := pl.retry(ctx, "reject", func() (err error) {
-			ids, err = pl.p.Store.Reject(ctx, rejects)
-			return err
-		})
-		if err != nil {
-			pl.nackAll(batch, err)
-			return
-		}
-		letters := make([]sinks.Dead, len(rejects))
-		for i, r := range rejects {
-			pl.log.Warn("message rejected, kept as dead", "id", ids[i], "reason", r.Reason)
-			pl.p.Metrics.IngestRejected.WithLabelValues(pl.p.Name, rejCodes[i]).Inc()
-			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "rejected").Inc()
-			letters[i] = sinks.Dead{Message: r.Message, Reason: r.Reason}
-		}
-		pl.p.Metrics.DeadTotal.WithLabelValues("ingest").Add(float64(len(rejects)))
-		pl.p.DeadLetter.Publish(ctx, letters)
+	if err != nil {
+		return err
 	}
-
-	for i, m := range parks {
+	pl.p.Metrics.ParkDuration.Observe(time.Since(start).Seconds())
+	pl.p.Metrics.ParkBatchSize.Observe(float64(len(msgs)))
+	for i, m := range msgs {
 		if parked[i] {
 			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "parked").Inc()
 			if pl.p.Notify != nil {
@@ -260,9 +252,46 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			pl.log.Debug("message already parked, ignored", "id", m.ID)
 		}
 	}
-	for _, it := range batch {
-		pl.settle(it.ack, nil)
+	return nil
+}
+
+// cancel cancels a parked message; found is false for an unknown ID.
+func (pl *Pipeline) cancel(ctx context.Context, id string) (found bool, err error) {
+	err = pl.retry(ctx, "cancel", func() error {
+		err := pl.p.Store.Cancel(ctx, id)
+		found = err == nil
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	return found, err
+}
+
+// reject keeps rejected messages as dead, and copies them to the dead-letter
+// sink when one is configured.
+func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes []string) error {
+	if len(rejects) == 0 {
+		return nil
 	}
+	var ids []string
+	err := pl.retry(ctx, "reject", func() (err error) {
+		ids, err = pl.p.Store.Reject(ctx, rejects)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	letters := make([]sinks.Dead, len(rejects))
+	for i, r := range rejects {
+		pl.log.Warn("message rejected, kept as dead", "id", ids[i], "reason", r.Reason)
+		pl.p.Metrics.IngestRejected.WithLabelValues(pl.p.Name, codes[i]).Inc()
+		pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "rejected").Inc()
+		letters[i] = sinks.Dead{Message: r.Message, Reason: r.Reason}
+	}
+	pl.p.Metrics.DeadTotal.WithLabelValues("ingest").Add(float64(len(rejects)))
+	pl.p.DeadLetter.Publish(ctx, letters)
+	return nil
 }
 
 // retry runs op until it succeeds or ctx ends, backing off from 50 ms to 5 s.
@@ -295,19 +324,20 @@ func (pl *Pipeline) retry(ctx context.Context, what string, op func() error) err
 	}
 }
 
-// nackAll returns a batch to the broker for redelivery.
+// nackAll returns a batch to the broker for redelivery. Messages of the
+// batch that were parked already are parked again on redelivery: a no-op.
 func (pl *Pipeline) nackAll(batch []item, err error) {
 	pl.log.Warn("returning messages to the broker unparked", "count", len(batch), "err", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for _, it := range batch {
-		pl.settle(it.ack, err)
+		pl.settle(ctx, it.ack, err)
 	}
 }
 
-// settle calls an AckFunc with a short deadline of its own, so that acks are
-// still sent while shutting down.
-func (pl *Pipeline) settle(ack AckFunc, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// settle calls an AckFunc. ctx is not the pipeline's: acks are still sent
+// while shutting down.
+func (pl *Pipeline) settle(ctx context.Context, ack AckFunc, err error) {
 	if aerr := ack(ctx, err); aerr != nil {
 		pl.log.Warn("cannot settle message with the broker; it may be delivered again", "err", aerr)
 	}

@@ -1,0 +1,212 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// chanSource is a Source fed by a channel; it records how each message was
+// settled.
+type chanSource struct {
+	in chan *envelope.Incoming
+
+	mu      sync.Mutex
+	settled map[string]error // by x-message-id; nil error = acked
+	onAck   func(id string)  // called when a message is acked, before recording
+}
+
+func newChanSource() *chanSource {
+	return &chanSource{in: make(chan *envelope.Incoming, 100), settled: map[string]error{}}
+}
+
+func (s *chanSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case m := <-s.in:
+		id, _ := m.Headers.Get("x-message-id")
+		return m, func(_ context.Context, err error) error {
+			if err == nil && s.onAck != nil {
+				s.onAck(id)
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if _, twice := s.settled[id]; twice {
+				panic("settled twice: " + id)
+			}
+			s.settled[id] = err
+			return nil
+		}, nil
+	}
+}
+
+func (s *chanSource) Close(context.Context) error { return nil }
+
+func (s *chanSource) send(id string, headers ...string) {
+	h := envelope.Headers{{Key: "x-message-id", Value: id}}
+	for i := 0; i+1 < len(headers); i += 2 {
+		h = append(h, envelope.Header{Key: headers[i], Value: headers[i+1]})
+	}
+	s.in <- &envelope.Incoming{Headers: h, Body: []byte("body-" + id)}
+}
+
+func (s *chanSource) result(id string) (err error, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err, ok = s.settled[id]
+	return err, ok
+}
+
+type pipelineEnv struct {
+	redis *testenv.RedisServer
+	store *store.Store
+	src   *chanSource
+	pl    *ingest.Pipeline
+	stop  context.CancelFunc
+	done  chan error
+}
+
+func startPipeline(t *testing.T, drain time.Duration) *pipelineEnv {
+	t.Helper()
+	r := testenv.Redis(t, testenv.WithAppendFsync("always"))
+	e := &pipelineEnv{redis: r, store: store.New(r.Client(), store.Options{Prefix: "p", Shards: 4}), src: newChanSource()}
+	e.pl = ingest.NewPipeline(ingest.PipelineParams{
+		Name:   "test",
+		Source: e.src,
+		Route: &envelope.Route{Ingest: "test", Sink: "s", Destination: "d",
+			SinkExists: func(n string) bool { return n == "s" }},
+		Limits:       envelope.DefaultLimits,
+		Store:        e.store,
+		DrainTimeout: drain,
+		Metrics:      metrics.New(),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stop = cancel
+	e.done = make(chan error, 1)
+	go func() { e.done <- e.pl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-e.done })
+	return e
+}
+
+func TestAckOnlyAfterPark(t *testing.T) {
+	e := startPipeline(t, 5*time.Second)
+	var notParked []string
+	var mu sync.Mutex
+	e.src.onAck = func(id string) {
+		// At the moment of the ack the message must already be in Redis.
+		if _, err := e.store.Inspect(context.Background(), id); err != nil {
+			mu.Lock()
+			notParked = append(notParked, id)
+			mu.Unlock()
+		}
+	}
+	for i := 0; i < 300; i++ {
+		e.src.send(fmt.Sprintf("m%d", i), "x-delay", "1h")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, ok := e.src.result("m299")
+		return ok
+	})
+	for i := 0; i < 300; i++ {
+		if err, ok := e.src.result(fmt.Sprintf("m%d", i)); !ok || err != nil {
+			t.Fatalf("m%d settled %v %v", i, ok, err)
+		}
+	}
+	if len(notParked) > 0 {
+		t.Fatalf("acked before parked: %v", notParked)
+	}
+}
+
+func TestRejectedAndCancelsAreSettled(t *testing.T) {
+	e := startPipeline(t, 5*time.Second)
+	e.src.send("keep", "x-delay", "1h")
+	e.src.send("bad", "x-delay", "never")
+	e.src.send("c1", "x-delay-cancel", "keep")
+	e.src.send("c2", "x-delay-cancel", "nobody")
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := e.src.result("c2"); return ok })
+	for _, id := range []string{"keep", "bad", "c1", "c2"} {
+		if err, ok := e.src.result(id); !ok || err != nil {
+			t.Fatalf("%s settled %v %v", id, ok, err)
+		}
+	}
+	ctx := context.Background()
+	if _, err := e.store.Inspect(ctx, "keep"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("keep not cancelled: %v", err)
+	}
+	if info, err := e.store.Inspect(ctx, "bad"); err != nil || info.State != store.StateDead || !strings.Contains(info.Reason, "never") {
+		t.Fatalf("bad: %+v %v", info, err)
+	}
+	if info, err := e.store.Inspect(ctx, "c2"); err != nil || info.State != store.StateDead || !strings.Contains(info.Reason, "nobody") {
+		t.Fatalf("cancel of an unknown ID: %+v %v", info, err)
+	}
+	if _, err := e.store.Inspect(ctx, "c1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a cancel message was parked: %v", err)
+	}
+}
+
+// While Redis is down nothing is acknowledged, Ready says why, and once it
+// is back every message is parked and acknowledged.
+func TestRedisOutagePausesIngest(t *testing.T) {
+	e := startPipeline(t, 5*time.Second)
+	e.src.send("before", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := e.src.result("before"); return ok })
+
+	e.redis.Kill()
+	for i := 0; i < 20; i++ {
+		e.src.send(fmt.Sprintf("during%d", i), "x-delay", "1h")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.pl.Ready() != nil }, "Ready does not report the outage")
+	if err := e.pl.Ready(); !strings.Contains(err.Error(), "parking fails") {
+		t.Fatalf("Ready = %v", err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, ok := e.src.result(fmt.Sprintf("during%d", i)); ok {
+			t.Fatalf("during%d settled while redis is down", i)
+		}
+	}
+	e.redis.Start()
+	testenv.Eventually(t, 20*time.Second, func() bool { _, ok := e.src.result("during19"); return ok }, "not resumed after redis came back")
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("during%d", i)
+		if err, _ := e.src.result(id); err != nil {
+			t.Fatalf("%s settled with %v", id, err)
+		}
+		if _, err := e.store.Inspect(context.Background(), id); err != nil {
+			t.Fatalf("%s acked but not parked: %v", id, err)
+		}
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return e.pl.Ready() == nil })
+}
+
+// Stopping while Redis is down returns the unparked messages to the broker
+// (nack) once the drain timeout has passed, and Run returns.
+func TestShutdownWithRedisDownNacks(t *testing.T) {
+	e := startPipeline(t, 300*time.Millisecond)
+	e.redis.Kill()
+	e.src.send("stuck", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.pl.Ready() != nil })
+	e.stop()
+	select {
+	case err := <-e.done:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		e.done <- nil // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the drain timeout")
+	}
+	if err, ok := e.src.result("stuck"); !ok || err == nil {
+		t.Fatalf("stuck settled %v with %v; want a nack", ok, err)
+	}
+}
