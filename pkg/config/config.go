@@ -33,6 +33,12 @@ type Redis struct {
 	Addr     string   `yaml:"addr"`    // a single Redis, host:port
 	Addrs    []string `yaml:"addrs"`   // Redis Cluster seed nodes (with cluster: true)
 	Cluster  bool     `yaml:"cluster"` // use Redis Cluster
+	// SentinelAddrs and MasterName select a Redis replicated with Sentinel:
+	// the client asks the sentinels for the current master and follows
+	// failovers.
+	SentinelAddrs    []string `yaml:"sentinel_addrs"`
+	MasterName       string   `yaml:"master_name"`
+	SentinelPassword string   `yaml:"sentinel_password"`
 	Username string   `yaml:"username"`
 	Password string   `yaml:"password"`
 	DB       int      `yaml:"db"`

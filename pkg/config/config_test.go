@@ -160,6 +160,14 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 		{"redis missing", `
 sinks: [{name: s, nats: {url: "nats://x:1"}}]
 `, []string{"redis.addr: required"}},
+		{"sentinel mixed with addr", `
+redis: {addr: "a:1", sentinel_addrs: ["s:26379"], master_name: m}
+sinks: [{name: s, nats: {url: "nats://x:1"}}]
+`, []string{"redis.sentinel_addrs: with Sentinel, give sentinel_addrs and master_name only"}},
+		{"sentinel without master name", `
+redis: {sentinel_addrs: ["s:26379", "bad"]}
+sinks: [{name: s, nats: {url: "nats://x:1"}}]
+`, []string{"redis.master_name: sentinel_addrs needs the master_name", `redis.sentinel_addrs[1]: "bad" is not host:port`}},
 		{"cluster without addrs", `
 redis: {cluster: true}
 sinks: [{name: s, nats: {url: "nats://x:1"}}]

@@ -166,7 +166,15 @@ func (c *Config) Validate() error {
 
 func (c *Config) validateRedis(p *Problems) {
 	r := &c.Redis
+	sentinel := len(r.SentinelAddrs) > 0 || r.MasterName != ""
 	switch {
+	case sentinel && (r.Addr != "" || len(r.Addrs) > 0 || r.Cluster):
+		p.add("redis.sentinel_addrs", "with Sentinel, give sentinel_addrs and master_name only (not addr, addrs or cluster)")
+	case sentinel && len(r.SentinelAddrs) == 0:
+		p.add("redis.sentinel_addrs", "master_name needs the sentinels in sentinel_addrs")
+	case sentinel && r.MasterName == "":
+		p.add("redis.master_name", "sentinel_addrs needs the master_name the sentinels monitor")
+	case sentinel:
 	case r.Cluster && len(r.Addrs) == 0:
 		p.add("redis.addrs", "cluster: true needs the seed nodes in addrs")
 	case r.Cluster && r.Addr != "":
@@ -181,6 +189,9 @@ func (c *Config) validateRedis(p *Problems) {
 	}
 	for i, a := range r.Addrs {
 		checkHostPort(p, fmt.Sprintf("redis.addrs[%d]", i), a)
+	}
+	for i, a := range r.SentinelAddrs {
+		checkHostPort(p, fmt.Sprintf("redis.sentinel_addrs[%d]", i), a)
 	}
 	if r.Cluster && r.DB != 0 {
 		p.add("redis.db", "Redis Cluster has only database 0")

@@ -21,7 +21,21 @@ import (
 func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, time.Duration, error)) (*store.Store, error) {
 	rc := cfg.Redis
 	var rdb redis.UniversalClient
-	if rc.Cluster {
+	switch {
+	case len(rc.SentinelAddrs) > 0:
+		rdb = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:       rc.MasterName,
+			SentinelAddrs:    rc.SentinelAddrs,
+			SentinelPassword: rc.SentinelPassword,
+			Username:         rc.Username,
+			Password:         rc.Password,
+			DB:               rc.DB,
+			DialTimeout:      rc.DialTimeout.D(),
+			ReadTimeout:      rc.ReadTimeout.D(),
+			WriteTimeout:     rc.WriteTimeout.D(),
+			PoolSize:         rc.PoolSize,
+		})
+	case rc.Cluster:
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:        rc.Addrs,
 			Username:     rc.Username,
@@ -31,7 +45,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 			WriteTimeout: rc.WriteTimeout.D(),
 			PoolSize:     rc.PoolSize,
 		})
-	} else {
+	default:
 		rdb = redis.NewClient(&redis.Options{
 			Addr:         rc.Addr,
 			Username:     rc.Username,
@@ -58,7 +72,10 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 }
 
 func redisAddr(rc config.Redis) string {
-	if rc.Cluster {
+	switch {
+	case len(rc.SentinelAddrs) > 0:
+		return fmt.Sprintf("master %q via sentinels %v", rc.MasterName, rc.SentinelAddrs)
+	case rc.Cluster:
 		return fmt.Sprint(rc.Addrs)
 	}
 	return rc.Addr
