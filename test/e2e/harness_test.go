@@ -31,11 +31,12 @@ type daemon struct {
 	cfgPath string
 	admin   string // http://host:port
 	proc    *testenv.Process
+	env     []string
 }
 
 // startDaemon writes cfg (a YAML config whose admin.listen is %ADMIN%) and
 // runs `delaybridge run` on it until /readyz answers 200.
-func startDaemon(t *testing.T, cfg string) *daemon {
+func startDaemon(t *testing.T, cfg string, env ...string) *daemon {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg = strings.ReplaceAll(cfg, "%ADMIN%", addr)
@@ -43,14 +44,14 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{t: t, bin: testenv.Build(t), cfgPath: path, admin: "http://" + addr}
+	d := &daemon{t: t, bin: testenv.Build(t), cfgPath: path, admin: "http://" + addr, env: env}
 	d.start()
 	return d
 }
 
 func (d *daemon) start() {
 	d.t.Helper()
-	d.proc = testenv.StartProcess(d.t, d.bin, "run", "--config", d.cfgPath)
+	d.proc = testenv.StartProcessWith(d.t, testenv.ProcessOptions{Env: d.env}, d.bin, "run", "--config", d.cfgPath)
 	testenv.Eventually(d.t, 30*time.Second, func() bool {
 		if d.proc.Exited() {
 			d.t.Fatalf("delaybridge exited at start:\n%s", d.proc.Output())

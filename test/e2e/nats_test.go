@@ -58,7 +58,7 @@ sinks:
     nats: {url: "%s", jetstream: true}
 `
 
-func newNATSEnv(t *testing.T) *natsEnv {
+func newNATSEnv(t *testing.T, extraConfig string, env ...string) *natsEnv {
 	t.Helper()
 	e := &natsEnv{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), fired: map[string][]firedMsg{}}
 	nc, err := nats.Connect(e.nats.URL)
@@ -93,7 +93,7 @@ func newNATSEnv(t *testing.T) *natsEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(cc.Stop)
-	e.d = startDaemon(t, fmt.Sprintf(natsConfig, e.redis.Addr, e.nats.URL, e.nats.URL))
+	e.d = startDaemon(t, fmt.Sprintf(natsConfig, e.redis.Addr, e.nats.URL, e.nats.URL)+extraConfig, env...)
 	return e
 }
 
@@ -132,7 +132,7 @@ func (e *natsEnv) waitFired(timeout time.Duration, ids ...string) {
 // checks every one arrives once, none before its due time, with the body
 // byte for byte and the headers the contract promises.
 func TestNATSEndToEnd(t *testing.T) {
-	e := newNATSEnv(t)
+	e := newNATSEnv(t, "")
 	const n = 1000
 	type sent struct {
 		body  []byte
@@ -228,7 +228,7 @@ func TestNATSEndToEnd(t *testing.T) {
 // TestNATSCancel cancels parked messages by a control message and through
 // the admin API; they never fire, the others do.
 func TestNATSCancel(t *testing.T) {
-	e := newNATSEnv(t)
+	e := newNATSEnv(t, "")
 	for i := 0; i < 6; i++ {
 		e.publish("delayed.c", []byte("c"), "x-delay", "2s", "x-message-id", fmt.Sprintf("c%d", i))
 	}
@@ -267,7 +267,7 @@ func TestNATSCancel(t *testing.T) {
 // TestNATSBadInput sends each invalid form between valid messages: every
 // invalid one is dead with a reason, every valid one is delivered.
 func TestNATSBadInput(t *testing.T) {
-	e := newNATSEnv(t)
+	e := newNATSEnv(t, "")
 	bad := []struct {
 		name    string
 		headers []string
@@ -322,7 +322,7 @@ func TestNATSBadInput(t *testing.T) {
 // TestNATSRestartKeepsParkedMessages stops the daemon (SIGTERM) with
 // messages parked, starts it again, and expects every message delivered.
 func TestNATSRestartKeepsParkedMessages(t *testing.T) {
-	e := newNATSEnv(t)
+	e := newNATSEnv(t, "")
 	var ids []string
 	for i := 0; i < 200; i++ {
 		id := fmt.Sprintf("r-%03d", i)
