@@ -43,7 +43,7 @@ type firedMsg struct {
 const natsConfig = `
 redis: {addr: "%s", key_prefix: e2e}
 admin: {listen: "%%ADMIN%%"}
-scheduler: {max_sleep: 250ms, backoff: {initial: 100ms, max: 1s}}
+scheduler: {max_sleep: 250ms, backoff: {initial: 100ms, max: 1s}%s}
 shutdown_timeout: 20s
 ingest:
   - name: in
@@ -58,7 +58,9 @@ sinks:
     nats: {url: "%s", jetstream: true}
 `
 
-func newNATSEnv(t *testing.T, extraConfig string, env ...string) *natsEnv {
+// newNATSEnv starts the servers and a daemon; sched is appended to the
+// scheduler settings (", lease: 2s"), extraConfig to the file.
+func newNATSEnv(t *testing.T, sched, extraConfig string, env ...string) *natsEnv {
 	t.Helper()
 	e := &natsEnv{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), fired: map[string][]firedMsg{}}
 	nc, err := nats.Connect(e.nats.URL)
@@ -93,8 +95,13 @@ func newNATSEnv(t *testing.T, extraConfig string, env ...string) *natsEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(cc.Stop)
-	e.d = startDaemon(t, fmt.Sprintf(natsConfig, e.redis.Addr, e.nats.URL, e.nats.URL)+extraConfig, env...)
+	e.d = startDaemon(t, e.config(sched)+extraConfig, env...)
 	return e
+}
+
+// config is the daemon configuration of this environment.
+func (e *natsEnv) config(sched string) string {
+	return fmt.Sprintf(natsConfig, e.redis.Addr, sched, e.nats.URL, e.nats.URL)
 }
 
 // publish sends one message to the ingest stream.
@@ -132,7 +139,7 @@ func (e *natsEnv) waitFired(timeout time.Duration, ids ...string) {
 // checks every one arrives once, none before its due time, with the body
 // byte for byte and the headers the contract promises.
 func TestNATSEndToEnd(t *testing.T) {
-	e := newNATSEnv(t, "")
+	e := newNATSEnv(t, "", "")
 	const n = 1000
 	type sent struct {
 		body  []byte
@@ -228,7 +235,7 @@ func TestNATSEndToEnd(t *testing.T) {
 // TestNATSCancel cancels parked messages by a control message and through
 // the admin API; they never fire, the others do.
 func TestNATSCancel(t *testing.T) {
-	e := newNATSEnv(t, "")
+	e := newNATSEnv(t, "", "")
 	for i := 0; i < 6; i++ {
 		e.publish("delayed.c", []byte("c"), "x-delay", "2s", "x-message-id", fmt.Sprintf("c%d", i))
 	}
@@ -267,7 +274,7 @@ func TestNATSCancel(t *testing.T) {
 // TestNATSBadInput sends each invalid form between valid messages: every
 // invalid one is dead with a reason, every valid one is delivered.
 func TestNATSBadInput(t *testing.T) {
-	e := newNATSEnv(t, "")
+	e := newNATSEnv(t, "", "")
 	bad := []struct {
 		name    string
 		headers []string
@@ -322,7 +329,7 @@ func TestNATSBadInput(t *testing.T) {
 // TestNATSRestartKeepsParkedMessages stops the daemon (SIGTERM) with
 // messages parked, starts it again, and expects every message delivered.
 func TestNATSRestartKeepsParkedMessages(t *testing.T) {
-	e := newNATSEnv(t, "")
+	e := newNATSEnv(t, "", "")
 	var ids []string
 	for i := 0; i < 200; i++ {
 		id := fmt.Sprintf("r-%03d", i)

@@ -44,7 +44,7 @@ func TestNATSTracing(t *testing.T) {
 	}))
 	defer collector.Close()
 
-	e := newNATSEnv(t, "tracing: {enabled: true}\n",
+	e := newNATSEnv(t, "", "tracing: {enabled: true}\n",
 		"OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	e.publish("delayed.t", []byte("traced"), "x-delay", "100", "x-message-id", "traced",
