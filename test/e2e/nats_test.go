@@ -271,39 +271,69 @@ func TestNATSCancel(t *testing.T) {
 	}, "cancel of an unknown ID not kept as dead")
 }
 
-// TestNATSBadInput sends each invalid form between valid messages: every
-// invalid one is dead with a reason, every valid one is delivered.
+// TestNATSBadInput sends each invalid form between two valid messages: every
+// invalid one is dead with a reason and counted, the daemon keeps running, and
+// every valid one is delivered.
 func TestNATSBadInput(t *testing.T) {
-	e := newNATSEnv(t, "", "")
+	e := newNATSEnv(t, "", "limits: {max_payload_bytes: 1000, max_id_bytes: 256}\n")
 	bad := []struct {
 		name    string
 		headers []string
+		body    []byte
+		noID    bool // the case is about the ID: it is kept under a fallback ID
 		reason  string
 	}{
-		{"empty delay", []string{"x-delay", ""}, "x-delay is empty"},
-		{"unparsable delay", []string{"x-delay", "soon"}, "neither integer milliseconds"},
-		{"NaN delay", []string{"x-delay", "NaN"}, "neither integer milliseconds"},
-		{"negative delay", []string{"x-delay", "-5000"}, "negative"},
-		{"negative duration", []string{"x-delay", "-5s"}, "negative"},
-		{"overflowing delay", []string{"x-delay", "99999999999999999999999"}, "out of range"},
-		{"both headers", []string{"x-delay", "1s", "x-deliver-at", "2030-01-01T00:00:00Z"}, "both x-delay and x-deliver-at"},
-		{"bad deliver-at", []string{"x-deliver-at", "tomorrow"}, "neither RFC 3339"},
-		{"no delay", []string{"x-other", "1"}, "no x-delay or x-deliver-at"},
-		{"beyond max_delay", []string{"x-delay", "9000h"}, "max_delay"},
-		{"disallowed destination", []string{"x-delay", "1", "x-delay-destination", "elsewhere"}, "allowed_destinations"},
-		{"unknown sink", []string{"x-delay", "1", "x-delay-sink", "nope"}, "names no configured sink"},
-		{"bad priority", []string{"x-delay", "1", "x-delay-priority", "high"}, "x-delay-priority"},
-		{"non-UTF-8 delay", []string{"x-delay", "\xff\xfe"}, "x-delay"},
+		{name: "empty delay", headers: []string{"x-delay", ""}, reason: "x-delay is empty"},
+		{name: "unparsable delay", headers: []string{"x-delay", "soon"}, reason: "neither integer milliseconds"},
+		{name: "NaN delay", headers: []string{"x-delay", "NaN"}, reason: "neither integer milliseconds"},
+		{name: "infinite delay", headers: []string{"x-delay", "+Inf"}, reason: "neither integer milliseconds"},
+		{name: "fractional delay", headers: []string{"x-delay", "1.5"}, reason: "neither integer milliseconds"},
+		{name: "negative delay", headers: []string{"x-delay", "-5000"}, reason: "negative"},
+		{name: "negative duration", headers: []string{"x-delay", "-5s"}, reason: "negative"},
+		{name: "overflowing delay", headers: []string{"x-delay", "99999999999999999999999"}, reason: "out of range"},
+		{name: "overflowing duration", headers: []string{"x-delay", "99999999999h"}, reason: "neither integer milliseconds"},
+		{name: "both headers", headers: []string{"x-delay", "1s", "x-deliver-at", "2030-01-01T00:00:00Z"}, reason: "both x-delay and x-deliver-at"},
+		{name: "bad deliver-at", headers: []string{"x-deliver-at", "tomorrow"}, reason: "neither RFC 3339"},
+		{name: "deliver-at before 1970", headers: []string{"x-deliver-at", "-1"}, reason: "before 1970"},
+		{name: "no delay and no default", headers: []string{"x-other", "1"}, reason: "no x-delay or x-deliver-at"},
+		{name: "beyond max_delay", headers: []string{"x-delay", "9000h"}, reason: "max_delay"},
+		{name: "deliver-at beyond max_delay", headers: []string{"x-deliver-at", "2999-01-01T00:00:00Z"}, reason: "max_delay"},
+		{name: "body over the limit", headers: []string{"x-delay", "1"}, body: make([]byte, 2000), reason: "max_payload_bytes"},
+		{name: "disallowed destination", headers: []string{"x-delay", "1", "x-delay-destination", "elsewhere"}, reason: "allowed_destinations"},
+		{name: "empty destination", headers: []string{"x-delay", "1", "x-delay-destination", " "}, reason: "x-delay-destination is empty"},
+		{name: "unknown sink", headers: []string{"x-delay", "1", "x-delay-sink", "nope"}, reason: "names no configured sink"},
+		{name: "bad priority", headers: []string{"x-delay", "1", "x-delay-priority", "high"}, reason: "x-delay-priority"},
+		{name: "non-UTF-8 delay", headers: []string{"x-delay", "\xff\xfe"}, reason: "x-delay"},
+		{name: "binary delay", headers: []string{"x-delay", "\x00\x01\x02"}, reason: "x-delay"},
+		{name: "delay given twice", headers: []string{"x-delay", "1", "x-delay", "2"}, reason: "given 2 times"},
+		{name: "cancel of an unknown ID", headers: []string{"x-delay-cancel", "never-parked"}, reason: "never-parked"},
+		{name: "10 kB ID", headers: []string{"x-delay", "1", "x-message-id", strings.Repeat("i", 10_000)}, noID: true, reason: "max_id_bytes"},
+		{name: "non-UTF-8 ID", headers: []string{"x-delay", "1", "x-message-id", "id\xff"}, noID: true, reason: "not valid UTF-8"},
 	}
 	var valid []string
 	for i, b := range bad {
 		before, after := fmt.Sprintf("ok-%d-a", i), fmt.Sprintf("ok-%d-b", i)
 		valid = append(valid, before, after)
 		e.publish("delayed.b", []byte("ok"), "x-delay", "10", "x-message-id", before)
-		e.publish("delayed.b", []byte("bad"), append(b.headers, "x-message-id", "bad-"+strconv.Itoa(i))...)
+		h := b.headers
+		if !b.noID {
+			h = append(h, "x-message-id", "bad-"+strconv.Itoa(i))
+		}
+		body := b.body
+		if body == nil {
+			body = []byte("bad")
+		}
+		e.publish("delayed.b", body, h...)
 		e.publish("delayed.b", []byte("ok"), "x-delay", "10", "x-message-id", after)
 	}
-	e.waitFired(20*time.Second, valid...)
+	// Valid edge cases: an empty body, and the same ID twice (the second is
+	// a no-op: the first body is delivered, once).
+	e.publish("delayed.b", nil, "x-delay", "10", "x-message-id", "empty-body")
+	e.publish("delayed.b", []byte("first"), "x-delay", "300", "x-message-id", "twice")
+	e.publish("delayed.b", []byte("second"), "x-delay", "10", "x-message-id", "twice")
+	valid = append(valid, "empty-body", "twice")
+
+	e.waitFired(30*time.Second, valid...)
 	var dead []deadMessage
 	testenv.Eventually(t, 10*time.Second, func() bool { dead = e.d.dead(); return len(dead) >= len(bad) }, "dead messages missing")
 	byID := map[string]string{}
@@ -311,6 +341,16 @@ func TestNATSBadInput(t *testing.T) {
 		byID[d.ID] = d.Reason
 	}
 	for i, b := range bad {
+		if b.noID {
+			found := false
+			for _, d := range dead {
+				found = found || strings.Contains(d.Reason, b.reason)
+			}
+			if !found {
+				t.Errorf("%s: no dead message with a reason mentioning %q", b.name, b.reason)
+			}
+			continue
+		}
 		id := "bad-" + strconv.Itoa(i)
 		reason, ok := byID[id]
 		if !ok {
@@ -323,6 +363,20 @@ func TestNATSBadInput(t *testing.T) {
 		if n := len(e.firedCopies(id)); n != 0 {
 			t.Errorf("%s: invalid message was delivered", b.name)
 		}
+	}
+	if c := e.firedCopies("empty-body"); len(c[0].body) != 0 {
+		t.Errorf("empty body arrived as %q", c[0].body)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return e.d.stats().Parked == 0 })
+	if c := e.firedCopies("twice"); len(c) != 1 || string(c[0].body) != "first" {
+		t.Errorf("same ID twice: %d copies, first body %q", len(c), c[0].body)
+	}
+	rejected, _ := metricValue(e.d.metrics(), "delaybridge_ingest_rejected_total", nil)
+	if int(rejected) != len(bad) {
+		t.Errorf("delaybridge_ingest_rejected_total = %v, want %d", rejected, len(bad))
+	}
+	if code, _ := e.d.get("/healthz", nil); code != 200 {
+		t.Fatalf("daemon unhealthy after bad input: %d", code)
 	}
 }
 
