@@ -59,7 +59,20 @@ func (a *app) sendCmd() *cobra.Command {
 	f.StringVar(&req.At, "at", "", "x-deliver-at: RFC 3339 time or Unix milliseconds")
 	f.StringVar(&req.ID, "id", "", "x-message-id: the message's ID (idempotency key)")
 	f.StringArrayVar(&headers, "header", nil, "extra header KEY=VALUE (repeatable)")
+	f.Var(bytesFlag{&req.Key}, "key", "Kafka ingests: the record key")
 	f.StringVar(&req.Subject, "subject", "", "NATS ingests: subject to publish to (default: the ingest's subject with wildcards replaced by \"send\")")
 	cmd.MarkFlagsMutuallyExclusive("delay", "at")
 	return cmd
 }
+
+// bytesFlag is a string flag stored as bytes (nil when not given).
+type bytesFlag struct{ p *[]byte }
+
+func (f bytesFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return string(*f.p)
+}
+func (f bytesFlag) Set(v string) error { *f.p = []byte(v); return nil }
+func (f bytesFlag) Type() string       { return "string" }

@@ -30,18 +30,18 @@ type Config struct {
 
 // Redis is where messages are parked.
 type Redis struct {
-	Addr     string   `yaml:"addr"`    // a single Redis, host:port
-	Addrs    []string `yaml:"addrs"`   // Redis Cluster seed nodes (with cluster: true)
-	Cluster  bool     `yaml:"cluster"` // use Redis Cluster
+	Addr    string   `yaml:"addr"`    // a single Redis, host:port
+	Addrs   []string `yaml:"addrs"`   // Redis Cluster seed nodes (with cluster: true)
+	Cluster bool     `yaml:"cluster"` // use Redis Cluster
 	// SentinelAddrs and MasterName select a Redis replicated with Sentinel:
 	// the client asks the sentinels for the current master and follows
 	// failovers.
 	SentinelAddrs    []string `yaml:"sentinel_addrs"`
 	MasterName       string   `yaml:"master_name"`
 	SentinelPassword string   `yaml:"sentinel_password"`
-	Username string   `yaml:"username"`
-	Password string   `yaml:"password"`
-	DB       int      `yaml:"db"`
+	Username         string   `yaml:"username"`
+	Password         string   `yaml:"password"`
+	DB               int      `yaml:"db"`
 
 	KeyPrefix string `yaml:"key_prefix"` // every key starts with it
 	Shards    int    `yaml:"shards"`     // fixed once messages are parked

@@ -11,8 +11,10 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
+	"github.com/delaybridge/delaybridge/pkg/sinks/kafkasink"
 	"github.com/delaybridge/delaybridge/pkg/sinks/natssink"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -90,6 +92,10 @@ func NewSink(ctx context.Context, sc config.Sink, log *slog.Logger) (sinks.Sink,
 	switch {
 	case sc.NATS != nil:
 		s, err = natssink.New(natssink.Config{Name: sc.Name, URL: sc.NATS.URL, JetStream: sc.NATS.JetStream}, log)
+	case sc.Kafka != nil:
+		k := sc.Kafka
+		s, err = kafkasink.New(kafkasink.Config{Name: sc.Name, Brokers: k.Brokers, BatchTimeout: k.BatchTimeout.D(),
+			BatchSize: k.BatchSize, Compression: k.Compression}, log)
 	default:
 		return nil, fmt.Errorf("sink %s: the %s sink is not available in this build", sc.Name, sc.Kind())
 	}
@@ -111,6 +117,13 @@ func NewSource(ctx context.Context, ic *config.Ingest, log *slog.Logger) (ingest
 		s, err = natsingest.New(ctx, natsingest.Config{
 			Name: ic.Name, URL: n.URL, Subject: n.Subject, Stream: n.Stream,
 			Durable: n.Durable, AckWait: n.AckWait.D(), MaxInFlight: ic.MaxInFlight,
+		}, log)
+	case ic.Kafka != nil:
+		k := ic.Kafka
+		s, err = kafkaingest.New(ctx, kafkaingest.Config{
+			Name: ic.Name, Brokers: k.Brokers, Topic: k.Topic, Group: k.Group, StartOffset: k.StartOffset,
+			SessionTimeout: k.SessionTimeout.D(), MaxInFlightPerPartition: k.MaxInFlightPerPartition,
+			CommitInterval: k.CommitInterval.D(),
 		}, log)
 	default:
 		return nil, fmt.Errorf("ingest %s: the %s ingest is not available in this build", ic.Name, ic.Kind())

@@ -6,6 +6,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
 )
 
@@ -17,6 +18,7 @@ type SendRequest struct {
 	ID      string // x-message-id value, or ""
 	Headers envelope.Headers
 	Body    []byte
+	Key     []byte // Kafka only: the record key
 	Subject string // NATS only: the subject to publish to (default: the ingest's, wildcards replaced)
 }
 
@@ -60,6 +62,8 @@ func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
 	case ic.NATS != nil:
 		n := ic.NATS
 		return natsingest.Send(ctx, natsingest.Config{Name: ic.Name, URL: n.URL, Subject: n.Subject, Stream: n.Stream}, r.Subject, h, r.Body)
+	case ic.Kafka != nil:
+		return kafkaingest.Send(ctx, ic.Kafka.Brokers, ic.Kafka.Topic, r.Key, h, r.Body)
 	default:
 		return fmt.Errorf("ingest %s: sending to a %s ingest is not available in this build", ic.Name, ic.Kind())
 	}

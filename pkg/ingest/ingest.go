@@ -25,8 +25,9 @@ import (
 // its offset is committed once every earlier offset of its partition is done
 // too; AMQP: basic.ack; JetStream: Ack). With err != nil it was not handled
 // and the broker should deliver it again (AMQP: nack with requeue; JetStream:
-// Nak; Kafka: the offset is not committed, so the partition's next owner
-// re-reads it).
+// Nak; Kafka: the offset is not committed and the partition is re-read from
+// its lowest unfinished offset, so later records come again too and park as
+// no-ops).
 //
 // An AckFunc returns an error only when the broker could not be told; the
 // message may then be delivered again, which parking tolerates.
