@@ -13,9 +13,11 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
+	"github.com/delaybridge/delaybridge/pkg/ingest/rabbitingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/sinks/kafkasink"
 	"github.com/delaybridge/delaybridge/pkg/sinks/natssink"
+	"github.com/delaybridge/delaybridge/pkg/sinks/rabbitsink"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -92,6 +94,9 @@ func NewSink(ctx context.Context, sc config.Sink, log *slog.Logger) (sinks.Sink,
 	switch {
 	case sc.NATS != nil:
 		s, err = natssink.New(natssink.Config{Name: sc.Name, URL: sc.NATS.URL, JetStream: sc.NATS.JetStream}, log)
+	case sc.RabbitMQ != nil:
+		r := sc.RabbitMQ
+		s, err = rabbitsink.New(ctx, rabbitsink.Config{Name: sc.Name, URL: r.URL, Exchange: r.Exchange, Mandatory: *r.Mandatory}, log)
 	case sc.Kafka != nil:
 		k := sc.Kafka
 		s, err = kafkasink.New(kafkasink.Config{Name: sc.Name, Brokers: k.Brokers, BatchTimeout: k.BatchTimeout.D(),
@@ -118,6 +123,9 @@ func NewSource(ctx context.Context, ic *config.Ingest, log *slog.Logger) (ingest
 			Name: ic.Name, URL: n.URL, Subject: n.Subject, Stream: n.Stream,
 			Durable: n.Durable, AckWait: n.AckWait.D(), MaxInFlight: ic.MaxInFlight,
 		}, log)
+	case ic.RabbitMQ != nil:
+		r := ic.RabbitMQ
+		s, err = rabbitingest.New(ctx, rabbitingest.Config{Name: ic.Name, URL: r.URL, Queue: r.Queue, Prefetch: r.Prefetch}, log)
 	case ic.Kafka != nil:
 		k := ic.Kafka
 		s, err = kafkaingest.New(ctx, kafkaingest.Config{

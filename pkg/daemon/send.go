@@ -8,6 +8,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
+	"github.com/delaybridge/delaybridge/pkg/ingest/rabbitingest"
 )
 
 // SendRequest is one message for `delaybridge send`.
@@ -62,6 +63,8 @@ func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
 	case ic.NATS != nil:
 		n := ic.NATS
 		return natsingest.Send(ctx, natsingest.Config{Name: ic.Name, URL: n.URL, Subject: n.Subject, Stream: n.Stream}, r.Subject, h, r.Body)
+	case ic.RabbitMQ != nil:
+		return rabbitingest.Send(ctx, ic.RabbitMQ.URL, ic.RabbitMQ.Queue, h, r.Body)
 	case ic.Kafka != nil:
 		return kafkaingest.Send(ctx, ic.Kafka.Brokers, ic.Kafka.Topic, r.Key, h, r.Body)
 	default:
