@@ -3,6 +3,7 @@
 package natsutil
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -34,6 +35,19 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to nats %s: %w (is the server running and the url right?)", redact(url), err)
 	}
 	return nc, nil
+}
+
+// Flush waits until the server has processed everything sent on nc so far,
+// or ctx ends. nats.go's FlushWithContext refuses a context without a
+// deadline; such a context is given one far away, so that only the caller's
+// cancellation ends the wait.
+func Flush(ctx context.Context, nc *nats.Conn) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 24*time.Hour)
+		defer cancel()
+	}
+	return nc.FlushWithContext(ctx)
 }
 
 // Ready returns nil when nc is connected.

@@ -80,6 +80,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Source, error) {
 			return nil, fmt.Errorf("nats ingest %s: subscribe %q: %w", cfg.Name, cfg.Subject, err)
 		}
 		_ = sub.SetPendingLimits(cfg.MaxInFlight*10, -1)
+		// SUB reaches the server asynchronously, and core NATS keeps nothing
+		// for a subject without subscribers: be subscribed when New returns.
+		if err := natsutil.Flush(ctx, nc); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("nats ingest %s: subscribe %q: %w", cfg.Name, cfg.Subject, err)
+		}
 		s.sub = sub
 		return s, nil
 	}
@@ -180,6 +186,14 @@ func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFu
 
 func (s *Source) readCore(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
 	msg, err := s.sub.NextMsgWithContext(ctx)
+	for errors.Is(err, nats.ErrSlowConsumer) {
+		// At most once: the client dropped what did not fit in its pending
+		// limit. That is a loss to report, not the end of the Source.
+		dropped, _ := s.sub.Dropped()
+		s.log.Warn("core NATS ingest fell behind and dropped messages (at most once; set nats.stream for at-least-once)",
+			"subject", s.cfg.Subject, "dropped_total", dropped)
+		msg, err = s.sub.NextMsgWithContext(ctx)
+	}
 	if err != nil {
 		select {
 		case <-s.closed:
@@ -233,7 +247,7 @@ func (s *Source) Close(ctx context.Context) error {
 			_ = s.sub.Unsubscribe()
 		}
 		// Flush pending acks before closing.
-		_ = s.nc.FlushWithContext(ctx)
+		_ = natsutil.Flush(ctx, s.nc)
 		s.nc.Close()
 	})
 	return nil

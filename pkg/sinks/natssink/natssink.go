@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/textproto"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -73,6 +74,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			continue
 		}
 		futures[i], errs[i] = s.js.PublishMsgAsync(nm)
+		errs[i] = s.publishErr(errs[i])
 	}
 	for i, f := range futures {
 		if f == nil {
@@ -92,13 +94,26 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
 	for i, nm := range nmsgs {
 		if errs[i] == nil {
-			errs[i] = s.nc.PublishMsg(nm)
+			errs[i] = s.publishErr(s.nc.PublishMsg(nm))
 		}
 	}
-	if err := s.nc.FlushWithContext(ctx); err != nil {
+	if err := natsutil.Flush(ctx, s.nc); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("nats sink %s: flush: %w", s.cfg.Name, err))
 	}
 	return errs
+}
+
+// publishErr wraps an error of the publish call itself; what the server
+// can never accept (a message over max_payload, a header nats.go cannot
+// encode) is Permanent.
+func (s *Sink) publishErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadHeaderMsg):
+		return sinks.Permanent(fmt.Errorf("nats sink %s: %w", s.cfg.Name, err))
+	}
+	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
 }
 
 // classify names the common JetStream failure.
@@ -110,7 +125,7 @@ func (s *Sink) classify(err error) error {
 }
 
 // toNATS builds the NATS message. NATS headers are text lines, so a header
-// that cannot be written is a permanent error.
+// that cannot be carried exactly is a permanent error.
 func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") {
 		return nil, sinks.Permanent(fmt.Errorf("%q is not a NATS subject to publish to", m.Destination))
@@ -118,8 +133,8 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	nm := nats.NewMsg(m.Destination)
 	nm.Data = m.Body
 	for _, h := range m.OutHeaders(m.Attempt) {
-		if h.Key == "" || strings.ContainsAny(h.Key, " \t\r\n:") || strings.ContainsAny(h.Value, "\r\n") {
-			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS (NATS headers are text lines)", h.Key))
+		if reason := headerProblem(h); reason != "" {
+			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason))
 		}
 		if strings.EqualFold(h.Key, envelope.HeaderNatsMsgID) {
 			continue // set below from the message ID
@@ -128,6 +143,28 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, m.ID)
 	return nm, nil
+}
+
+// headerProblem says why NATS cannot carry h exactly, or returns "". Keys
+// are printable ASCII without spaces and without the characters nats.go
+// refuses; values are one text line, and nats.go trims their leading and
+// trailing blanks.
+func headerProblem(h envelope.Header) string {
+	if h.Key == "" {
+		return "empty key"
+	}
+	for i := 0; i < len(h.Key); i++ {
+		if c := h.Key[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return "keys must be printable ASCII without spaces or \"()/,:;<=>?@[\\]{}"
+		}
+	}
+	if strings.ContainsAny(h.Value, "\r\n") {
+		return "the value holds CR or LF (NATS headers are text lines)"
+	}
+	if textproto.TrimString(h.Value) != h.Value {
+		return "the value starts or ends with a space or tab, which NATS drops"
+	}
+	return ""
 }
 
 // Ready returns nil while connected.
