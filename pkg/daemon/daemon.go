@@ -41,8 +41,10 @@ type Daemon struct {
 	sinks       map[string]sinks.Sink
 	sources     []ingest.Source
 	pipes       []*ingest.Pipeline
-	sched       *scheduler.Scheduler
-	admin       *admin.Server
+	// sourcesClosed is set by Run once it closed (and committed) the sources.
+	sourcesClosed bool
+	sched         *scheduler.Scheduler
+	admin         *admin.Server
 }
 
 // New connects to Redis and every broker and prepares the components. It
@@ -238,17 +240,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("delaybridge running", "ingests", len(d.pipes), "sinks", len(d.sinks), "shards", d.store.Shards())
 
 	<-runCtx.Done()
-	d.log.Info("stopping: no new messages are read; finishing what is in flight", "timeout", d.cfg.ShutdownTimeout.D())
-	pipeWG.Wait()
-	shutdown, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout.D())
+	// One budget for the whole stop: the ingests drain and the scheduler
+	// finishes its publishes at the same time, each within shutdown_timeout
+	// of now; what is left of it goes to commits and closing.
+	budget := d.cfg.ShutdownTimeout.D()
+	shutdown, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
+	d.log.Info("stopping: no new messages are read or claimed; finishing what is in flight", "timeout", budget)
+	stopSched()
+	pipeWG.Wait()
 	for i, src := range d.sources {
 		if err := src.Close(shutdown); err != nil {
 			d.log.Warn("closing ingest", "ingest", d.cfg.Ingest[i].Name, "err", err)
 		}
 	}
-	d.sources = nil
-	stopSched()
+	d.sourcesClosed = true
 	schedWG.Wait()
 	d.closeAll(shutdown)
 	close(errc)
@@ -265,8 +271,10 @@ func (d *Daemon) closeAll(ctx context.Context) {
 	if d.admin != nil {
 		_ = d.admin.Shutdown(ctx)
 	}
-	for _, src := range d.sources {
-		_ = src.Close(ctx)
+	if !d.sourcesClosed {
+		for _, src := range d.sources {
+			_ = src.Close(ctx)
+		}
 	}
 	for _, s := range d.sinks {
 		_ = s.Close()
