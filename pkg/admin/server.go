@@ -3,8 +3,9 @@
 // the inspection, cancelling and scheduling of messages and the handling of
 // dead messages.
 //
-// Every answer is JSON (Content-Type: application/json) except /metrics and
-// the empty 204s; every error is {"error": "<reason an operator can act on>"}.
+// Every answer is JSON (Content-Type: application/json) except /metrics, the
+// dashboard page at / (package ui) and the empty 204s; every error is
+// {"error": "<reason an operator can act on>"}.
 //
 // When a token is configured, every /v1/ request needs
 // "Authorization: Bearer <token>"; /healthz, /readyz and /metrics never do,
@@ -22,6 +23,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/delaybridge/delaybridge/pkg/admin/ui"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -46,6 +49,9 @@ type Params struct {
 	// "Authorization: Bearer <token>". It also enables serving message
 	// bodies.
 	Token string
+
+	// TLS, when set, serves HTTPS.
+	TLS *tls.Config
 
 	Store *store.Store
 
@@ -126,6 +132,12 @@ func New(p Params) *Server {
 	s.mux.Handle("/v1/messages", methods{http.MethodPost: s.postMessage})
 	s.mux.Handle("/v1/stats", methods{http.MethodGet: s.stats})
 	s.mux.Handle("/v1/dead", methods{http.MethodGet: s.listDead})
+	// The dashboard (package ui): the page at / and its assets under /ui/.
+	// They hold no data and need no token; the page's script calls /v1/.
+	dashboard := ui.Handler()
+	for _, pattern := range ui.Patterns() {
+		s.mux.Handle(pattern, methods{http.MethodGet: dashboard.ServeHTTP})
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", r.URL.EscapedPath()))
 	})
@@ -147,6 +159,9 @@ func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.p.Listen)
 	if err != nil {
 		return fmt.Errorf("%w (set admin.listen to a free host:port)", err)
+	}
+	if s.p.TLS != nil {
+		ln = tls.NewListener(ln, s.p.TLS)
 	}
 	srv := &http.Server{
 		Handler:           s.handler,
@@ -273,6 +288,10 @@ type StatsView struct {
 	// waiting: a growing value means the daemon does not keep up.
 	OldestDueAgeSeconds float64            `json:"oldest_due_age_seconds"`
 	Shards              []store.ShardStats `json:"shards"`
+	// DueIn counts the parked messages by when they come due:
+	// {"overdue","minute","hour","day","later"}; overdue is Due, and
+	// together they are Parked.
+	DueIn store.DueIn `json:"due_in"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
@@ -286,7 +305,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 
 // NewStatsView converts store stats.
 func NewStatsView(st *store.Stats) StatsView {
-	v := StatsView{Parked: st.Parked, Due: st.Due, Dead: st.Dead, Shards: st.Shards}
+	v := StatsView{Parked: st.Parked, Due: st.Due, Dead: st.Dead, Shards: st.Shards, DueIn: st.DueIn}
 	if !st.OldestDue.IsZero() {
 		v.OldestDueAgeSeconds = max(0, st.Now.Sub(st.OldestDue).Seconds())
 	}

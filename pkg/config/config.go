@@ -38,10 +38,13 @@ type Redis struct {
 	// failovers.
 	SentinelAddrs    []string `yaml:"sentinel_addrs"`
 	MasterName       string   `yaml:"master_name"`
-	SentinelPassword string   `yaml:"sentinel_password"`
-	Username         string   `yaml:"username"`
-	Password         string   `yaml:"password"`
-	DB               int      `yaml:"db"`
+	SentinelPassword     Secret   `yaml:"sentinel_password"`
+	SentinelPasswordFile string   `yaml:"sentinel_password_file"`
+	Username             string   `yaml:"username"` // Redis 6+ ACL user
+	Password             Secret   `yaml:"password"`
+	PasswordFile         string   `yaml:"password_file"`
+	DB                   int      `yaml:"db"`
+	TLS                  TLS      `yaml:"tls"`
 
 	KeyPrefix string `yaml:"key_prefix"` // every key starts with it
 	Shards    int    `yaml:"shards"`     // fixed once messages are parked
@@ -54,8 +57,29 @@ type Redis struct {
 
 // Admin is the HTTP API.
 type Admin struct {
-	Listen string `yaml:"listen"` // host:port; "" disables the admin server
-	Token  string `yaml:"token"`  // when set, /v1/ needs "Authorization: Bearer <token>"
+	Listen    string    `yaml:"listen"` // host:port; "" disables the admin server
+	Token     Secret    `yaml:"token"`  // when set, /v1/ needs "Authorization: Bearer <token>"
+	TokenFile string    `yaml:"token_file"`
+	TLS       ServerTLS `yaml:"tls"` // serve HTTPS
+}
+
+// TLS configures a client connection's TLS. With only enabled: true the
+// system's roots verify the server.
+type TLS struct {
+	Enabled    bool   `yaml:"enabled"`
+	CAFile     string `yaml:"ca_file"`     // PEM roots to verify the server with
+	CertFile   string `yaml:"cert_file"`   // client certificate (PEM), for mutual TLS
+	KeyFile    string `yaml:"key_file"`    // its key (PEM)
+	ServerName string `yaml:"server_name"` // expected name in the server's certificate
+	// InsecureSkipVerify accepts any server certificate: only for tests,
+	// and never by default.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// ServerTLS is the admin server's certificate.
+type ServerTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // Log configures log/slog output on stderr.
@@ -166,7 +190,8 @@ type Route struct {
 
 // KafkaIngest consumes a topic with a consumer group.
 type KafkaIngest struct {
-	Brokers []string `yaml:"brokers"`
+	KafkaAuth `yaml:",inline"`
+	Brokers   []string `yaml:"brokers"`
 	Topic   string   `yaml:"topic"`
 	Group   string   `yaml:"group"`
 	// StartOffset is where a group without a committed offset starts:
@@ -185,7 +210,8 @@ type KafkaIngest struct {
 
 // RabbitMQIngest consumes a queue with manual acks.
 type RabbitMQIngest struct {
-	URL   string `yaml:"url"`
+	RabbitMQAuth `yaml:",inline"`
+	URL          string `yaml:"url"`
 	Queue string `yaml:"queue"`
 	// Prefetch is the channel's QoS: unacknowledged messages the broker
 	// sends ahead (default: the ingest's max_in_flight).
@@ -195,7 +221,8 @@ type RabbitMQIngest struct {
 // NATSIngest consumes a JetStream stream with a durable pull consumer, or a
 // core NATS subject (at most once) when Stream is empty.
 type NATSIngest struct {
-	URL     string   `yaml:"url"`
+	NATSAuth `yaml:",inline"`
+	URL      string   `yaml:"url"`
 	Subject string   `yaml:"subject"`
 	Stream  string   `yaml:"stream"`
 	Durable string   `yaml:"durable"`
@@ -225,7 +252,8 @@ func (s *Sink) Kind() string {
 
 // RabbitMQSink publishes to an exchange; the destination is the routing key.
 type RabbitMQSink struct {
-	URL      string `yaml:"url"`
+	RabbitMQAuth `yaml:",inline"`
+	URL          string `yaml:"url"`
 	Exchange string `yaml:"exchange"`
 	// Mandatory makes an unroutable message a failed publish (retried, then
 	// dead with reason "unroutable") instead of silently dropped (default
@@ -235,7 +263,8 @@ type RabbitMQSink struct {
 
 // KafkaSink produces to topics; the destination is the topic.
 type KafkaSink struct {
-	Brokers []string `yaml:"brokers"`
+	KafkaAuth `yaml:",inline"`
+	Brokers   []string `yaml:"brokers"`
 	// BatchTimeout is how long a partial batch waits for more messages
 	// (default 1ms: a single due message goes out at once).
 	BatchTimeout Duration `yaml:"batch_timeout"`
@@ -247,10 +276,53 @@ type KafkaSink struct {
 
 // NATSSink publishes to subjects; the destination is the subject.
 type NATSSink struct {
-	URL string `yaml:"url"`
+	NATSAuth `yaml:",inline"`
+	URL      string `yaml:"url"`
 	// JetStream waits for the stream's PubAck; without it a core NATS
 	// publish has no confirmation (at most once on the sink side).
 	JetStream bool `yaml:"jetstream"`
+}
+
+// KafkaAuth is how a Kafka client authenticates: TLS and/or SASL.
+type KafkaAuth struct {
+	TLS  TLS       `yaml:"tls"`
+	SASL KafkaSASL `yaml:"sasl"`
+}
+
+// KafkaSASL is SASL authentication to Kafka.
+type KafkaSASL struct {
+	// Mechanism: "" (none), "plain", "scram-sha-256", "scram-sha-512".
+	// PLAIN sends the password in clear: use it with TLS.
+	Mechanism    string `yaml:"mechanism"`
+	Username     string `yaml:"username"`
+	Password     Secret `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+}
+
+// RabbitMQAuth is how an AMQP client authenticates. Username and password
+// override those in the URL; External uses SASL EXTERNAL, the identity of
+// the TLS client certificate (amqps with tls.cert_file and key_file, and
+// the broker's rabbitmq_auth_mechanism_ssl plugin).
+type RabbitMQAuth struct {
+	TLS          TLS    `yaml:"tls"`
+	Username     string `yaml:"username"`
+	Password     Secret `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+	External     bool   `yaml:"external"`
+}
+
+// NATSAuth is how a NATS client authenticates: at most one of user and
+// password, token, nkey seed file, or credentials (.creds) file; TLS
+// independently.
+type NATSAuth struct {
+	TLS          TLS    `yaml:"tls"`
+	User         string `yaml:"user"`
+	Password     Secret `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+	Token        Secret `yaml:"token"`
+	TokenFile    string `yaml:"token_file"`
+	NKeySeedFile string `yaml:"nkey_seed_file"`
+	CredsFile    string `yaml:"creds_file"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s").

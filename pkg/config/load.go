@@ -90,6 +90,10 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if len(probs) > 0 {
 		return nil, probs
 	}
+	loadSecretFiles(reflect.ValueOf(&cfg), "", &probs)
+	if len(probs) > 0 {
+		return nil, probs
+	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -177,13 +181,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 			return
 		}
 		fields := map[string]reflect.Type{}
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name != "" && name != "-" {
-				fields[name] = f.Type
-			}
-		}
+		addFields(t, fields)
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
@@ -208,6 +206,21 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 		}
 		for i, c := range n.Content {
 			checkKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i), probs)
+		}
+	}
+}
+
+// addFields collects the yaml names of t's fields, those of ,inline
+// structs included.
+func addFields(t reflect.Type, fields map[string]reflect.Type) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline" && f.Type.Kind() == reflect.Struct:
+			addFields(f.Type, fields)
+		case name != "" && name != "-":
+			fields[name] = f.Type
 		}
 	}
 }

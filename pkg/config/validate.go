@@ -118,6 +118,9 @@ func (c *Config) Validate() error {
 	if c.Admin.Listen != "" {
 		checkHostPort(&p, "admin.listen", c.Admin.Listen)
 	}
+	if t := c.Admin.TLS; (t.CertFile == "") != (t.KeyFile == "") {
+		p.add("admin.tls", "give both cert_file and key_file")
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -211,6 +214,7 @@ func (c *Config) validateRedis(p *Problems) {
 	if r.PoolSize < 0 {
 		p.add("redis.pool_size", "must not be negative")
 	}
+	checkTLS(p, "redis.tls", r.TLS)
 }
 
 func (c *Config) validateScheduler(p *Problems) {
@@ -256,10 +260,12 @@ func (c *Config) validateSink(p *Problems, i int, names map[string]bool) {
 	if s.RabbitMQ != nil {
 		kinds++
 		checkURL(p, at+".rabbitmq.url", s.RabbitMQ.URL, "amqp", "amqps")
+		checkRabbitAuth(p, at+".rabbitmq", s.RabbitMQ.RabbitMQAuth)
 	}
 	if k := s.Kafka; k != nil {
 		kinds++
 		checkBrokers(p, at+".kafka.brokers", k.Brokers)
+		checkKafkaAuth(p, at+".kafka", k.KafkaAuth)
 		positive(p, at+".kafka.batch_timeout", int64(k.BatchTimeout))
 		if k.BatchSize < 1 {
 			p.add(at+".kafka.batch_size", "must be at least 1")
@@ -273,6 +279,7 @@ func (c *Config) validateSink(p *Problems, i int, names map[string]bool) {
 	if s.NATS != nil {
 		kinds++
 		checkNATSURL(p, at+".nats.url", s.NATS.URL)
+		checkNATSAuth(p, at+".nats", s.NATS.NATSAuth)
 	}
 	if kinds != 1 {
 		p.add(at, "give exactly one of rabbitmq, kafka, nats (got %d)", kinds)
@@ -287,6 +294,7 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if k := in.Kafka; k != nil {
 		kinds++
 		checkBrokers(p, at+".kafka.brokers", k.Brokers)
+		checkKafkaAuth(p, at+".kafka", k.KafkaAuth)
 		required(p, at+".kafka.topic", k.Topic)
 		required(p, at+".kafka.group", k.Group)
 		if k.StartOffset != "first" && k.StartOffset != "last" {
@@ -303,6 +311,7 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if r := in.RabbitMQ; r != nil {
 		kinds++
 		checkURL(p, at+".rabbitmq.url", r.URL, "amqp", "amqps")
+		checkRabbitAuth(p, at+".rabbitmq", r.RabbitMQAuth)
 		required(p, at+".rabbitmq.queue", r.Queue)
 		if r.Prefetch < 1 || r.Prefetch > 65535 {
 			p.add(at+".rabbitmq.prefetch", "%d is not between 1 and 65535", r.Prefetch)
@@ -311,6 +320,7 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if n := in.NATS; n != nil {
 		kinds++
 		checkNATSURL(p, at+".nats.url", n.URL)
+		checkNATSAuth(p, at+".nats", n.NATSAuth)
 		required(p, at+".nats.subject", n.Subject)
 		if n.Stream == "" && n.Durable != "" {
 			p.add(at+".nats.durable", "a durable consumer needs a JetStream stream (nats.stream)")
@@ -419,5 +429,64 @@ func checkNATSURL(p *Problems, at, v string) {
 	}
 	for _, one := range strings.Split(v, ",") {
 		checkURL(p, at, strings.TrimSpace(one), "nats", "tls", "ws", "wss")
+	}
+}
+
+func checkTLS(p *Problems, at string, t TLS) {
+	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify) {
+		p.add(at+".enabled", "TLS settings are given but enabled is false; set enabled: true")
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		p.add(at, "give both cert_file and key_file for a client certificate")
+	}
+}
+
+func checkKafkaAuth(p *Problems, at string, a KafkaAuth) {
+	checkTLS(p, at+".tls", a.TLS)
+	s := a.SASL
+	switch s.Mechanism {
+	case "":
+		if s.Username != "" || s.Password != "" {
+			p.add(at+".sasl.mechanism", "required with a username or password: plain, scram-sha-256 or scram-sha-512")
+		}
+	case "plain", "scram-sha-256", "scram-sha-512":
+		required(p, at+".sasl.username", s.Username)
+		if s.Password == "" {
+			p.add(at+".sasl.password", "required (or password_file)")
+		}
+	default:
+		p.add(at+".sasl.mechanism", "%q is not one of plain, scram-sha-256, scram-sha-512", s.Mechanism)
+	}
+}
+
+func checkRabbitAuth(p *Problems, at string, a RabbitMQAuth) {
+	checkTLS(p, at+".tls", a.TLS)
+	if a.Password != "" && a.Username == "" {
+		p.add(at+".username", "required with a password")
+	}
+	if a.External && (a.TLS.CertFile == "" || !a.TLS.Enabled) {
+		p.add(at+".external", "SASL EXTERNAL authenticates with the TLS client certificate: set tls.enabled, tls.cert_file and tls.key_file")
+	}
+	if a.External && a.Username != "" {
+		p.add(at+".username", "not used with external: true (the certificate is the identity)")
+	}
+}
+
+func checkNATSAuth(p *Problems, at string, a NATSAuth) {
+	checkTLS(p, at+".tls", a.TLS)
+	methods := 0
+	if a.User != "" || a.Password != "" {
+		methods++
+		if a.User == "" {
+			p.add(at+".user", "required with a password")
+		}
+	}
+	for _, set := range []bool{a.Token != "", a.NKeySeedFile != "", a.CredsFile != ""} {
+		if set {
+			methods++
+		}
+	}
+	if methods > 1 {
+		p.add(at, "give one way to authenticate: user/password, token, nkey_seed_file or creds_file")
 	}
 }

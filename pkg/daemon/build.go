@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/internal/tlsutil"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
@@ -24,48 +25,55 @@ import (
 // OpenStore connects to the Redis of cfg and checks that it answers.
 func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, time.Duration, error)) (*store.Store, error) {
 	rc := cfg.Redis
+	tlsCfg, err := tlsutil.Client(rc.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
 	var rdb redis.UniversalClient
 	switch {
 	case len(rc.SentinelAddrs) > 0:
 		rdb = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:       rc.MasterName,
 			SentinelAddrs:    rc.SentinelAddrs,
-			SentinelPassword: rc.SentinelPassword,
+			SentinelPassword: rc.SentinelPassword.Reveal(),
 			Username:         rc.Username,
-			Password:         rc.Password,
+			Password:         rc.Password.Reveal(),
 			DB:               rc.DB,
 			DialTimeout:      rc.DialTimeout.D(),
 			ReadTimeout:      rc.ReadTimeout.D(),
 			WriteTimeout:     rc.WriteTimeout.D(),
 			PoolSize:         rc.PoolSize,
+			TLSConfig:        tlsCfg,
 		})
 	case rc.Cluster:
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:        rc.Addrs,
 			Username:     rc.Username,
-			Password:     rc.Password,
+			Password:     rc.Password.Reveal(),
 			DialTimeout:  rc.DialTimeout.D(),
 			ReadTimeout:  rc.ReadTimeout.D(),
 			WriteTimeout: rc.WriteTimeout.D(),
 			PoolSize:     rc.PoolSize,
+			TLSConfig:    tlsCfg,
 		})
 	default:
 		rdb = redis.NewClient(&redis.Options{
 			Addr:         rc.Addr,
 			Username:     rc.Username,
-			Password:     rc.Password,
+			Password:     rc.Password.Reveal(),
 			DB:           rc.DB,
 			DialTimeout:  rc.DialTimeout.D(),
 			ReadTimeout:  rc.ReadTimeout.D(),
 			WriteTimeout: rc.WriteTimeout.D(),
 			PoolSize:     rc.PoolSize,
+			TLSConfig:    tlsCfg,
 		})
 	}
 	pctx, cancel := context.WithTimeout(ctx, rc.DialTimeout.D()+time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis %s: %w (is Redis running and redis.addr right?)", redisAddr(rc), err)
+		return nil, fmt.Errorf("redis %s: %w (is Redis running, redis.addr right, and are the credentials and TLS settings the server's?)", redisAddr(rc), err)
 	}
 	return store.New(rdb, store.Options{
 		Prefix:  rc.KeyPrefix,

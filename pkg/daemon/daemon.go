@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/internal/tlsutil"
 	"github.com/delaybridge/delaybridge/pkg/admin"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -139,9 +140,14 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 	d.metrics.Registry.MustRegister(newCollector(d))
 
 	if cfg.Admin.Listen != "" {
+		adminTLS, err := tlsutil.Server(cfg.Admin.TLS)
+		if err != nil {
+			return nil, err
+		}
 		d.admin = admin.New(admin.Params{
 			Listen:     cfg.Admin.Listen,
-			Token:      cfg.Admin.Token,
+			Token:      cfg.Admin.Token.Reveal(),
+			TLS:        adminTLS,
 			Store:      d.store,
 			Ready:      d.Ready,
 			Metrics:    d.metrics,
