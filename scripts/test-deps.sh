@@ -2,6 +2,7 @@
 # Installs the servers that the tests start by themselves (see internal/testenv):
 # redis-server (+ redis-cli) and rabbitmq-server (+ Erlang, epmd) from Debian.
 # NATS and Kafka need nothing: nats-server is embedded and kfake runs in-process.
+# Also Debian's chromium, the headless browser of the dashboard test (test/ui).
 #
 # Idempotent and fast when everything is present. The tests never use the system
 # services: after installing, this stops and disables them (they would hold the
@@ -17,12 +18,13 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || [ -x /usr/bin/redis-cli ] || missing+=(redis-tools)
 [ -x "$RABBIT_SERVER" ] || missing+=(rabbitmq-server)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 
 if [ "${TEST_DEPS_FORCE:-}" = 1 ] && [ ${#missing[@]} -eq 0 ]; then
-	missing=(redis-server redis-tools rabbitmq-server) # re-run apt-get anyway (for checking this script)
+	missing=(redis-server redis-tools rabbitmq-server chromium) # re-run apt-get anyway (for checking this script)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "test-deps: redis-server, redis-cli and rabbitmq-server already installed; nothing to do"
+	echo "test-deps: redis-server, redis-cli, rabbitmq-server and chromium already installed; nothing to do"
 	exit 0
 fi
 
@@ -52,7 +54,7 @@ echo "test-deps: installing ${missing[*]} (apt-get update + install)"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	redis-server redis-tools rabbitmq-server >/dev/null
+	redis-server redis-tools rabbitmq-server chromium >/dev/null
 
 # Stop and disable the system services if something started them anyway. Only touch
 # what runs as the services' own users (the tests' servers run as the test's user),
@@ -77,5 +79,5 @@ else
 	done
 fi
 
-echo "test-deps: installed: $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server)"
+echo "test-deps: installed: $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server), chromium $(dpkg-query -W -f='${Version}' chromium)"
 echo "test-deps: system services left stopped; tests start their own servers"

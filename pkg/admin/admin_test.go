@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -797,6 +798,18 @@ func TestStats(t *testing.T) {
 	if !slices.Equal(st.Shards, want) {
 		t.Errorf("shards %+v, want %+v", st.Shards, want)
 	}
+	// due_in: A and B are in flight (lease a minute ahead), D and E due,
+	// F and G due in an hour (now at the request is a little later).
+	var dueIn struct {
+		DueIn map[string]int64 `json:"due_in"`
+	}
+	if err := json.Unmarshal(r.body, &dueIn); err != nil {
+		t.Fatal(err)
+	}
+	wantDueIn := map[string]int64{"overdue": 2, "minute": 2, "hour": 2, "day": 0, "later": 0}
+	if !maps.Equal(dueIn.DueIn, wantDueIn) {
+		t.Errorf("due_in %v, want %v", dueIn.DueIn, wantDueIn)
+	}
 }
 
 func TestMessageStates(t *testing.T) {
@@ -959,6 +972,7 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 		{"POST", "/healthz", "GET, HEAD"},
 		{"DELETE", "/readyz", "GET, HEAD"},
 		{"POST", "/metrics", "GET, HEAD"},
+		{"POST", "/", "GET, HEAD"}, // the dashboard page (package ui)
 	}
 	for _, c := range cases {
 		r := e.do(c.method, c.path, "")
@@ -968,7 +982,7 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 		}
 		r.errorText(t)
 	}
-	for _, p := range []string{"/", "/nope", "/v1", "/v1/nope", "/healthz/x"} {
+	for _, p := range []string{"/nope", "/ui/nope.js", "/v1", "/v1/nope", "/healthz/x"} {
 		r := e.do("GET", p, "")
 		if r.status != 404 {
 			t.Errorf("GET %s: %d, want 404", p, r.status)

@@ -269,6 +269,22 @@ type ShardStats struct {
 	OldestDue time.Time `json:"-"`
 }
 
+// DueIn counts parked messages by when their score comes due, relative to
+// the Redis server's time: each message is in exactly one bucket. An in-flight
+// message counts by its lease expiry, when it is retried if its publish is not
+// confirmed.
+type DueIn struct {
+	Overdue int64 `json:"overdue"` // score <= now
+	Minute  int64 `json:"minute"`  // now < score <= now+1m
+	Hour    int64 `json:"hour"`    // now+1m < score <= now+1h
+	Day     int64 `json:"day"`     // now+1h < score <= now+24h
+	Later   int64 `json:"later"`   // score > now+24h
+}
+
+// dueInBounds are the upper bounds of the DueIn buckets after Overdue, as
+// offsets from now; the last bucket (Later) has none.
+var dueInBounds = []time.Duration{time.Minute, time.Hour, 24 * time.Hour}
+
 // Stats counts every shard.
 type Stats struct {
 	Now    time.Time
@@ -279,28 +295,43 @@ type Stats struct {
 	// OldestDue is the lowest due score over all shards that is <= now, zero
 	// when nothing is due.
 	OldestDue time.Time
+	// DueIn is the parked messages of all shards by due-time bucket; its
+	// Overdue equals Due.
+	DueIn DueIn
 }
 
-// Stats counts parked, due and dead messages per shard in one pipeline.
+// Stats counts parked, due and dead messages per shard in one pipeline. The
+// pipeline is not a transaction: under load the counts of different shards
+// (and buckets) are read a few microseconds apart.
 func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	now, err := s.rdb.Time(ctx).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store.stats: %w", err)
 	}
-	nowMs := fmt.Sprint(now.UnixMilli())
+	nowMs := now.UnixMilli()
 	type shardCmds struct {
 		parked, due, dead *redis.IntCmd
 		first             *redis.ZSliceCmd
+		dueIn             []*redis.IntCmd // the buckets after overdue: minute, hour, day, later
 	}
 	cmds := make([]shardCmds, s.shards)
 	pipe := s.rdb.Pipeline()
 	for i := range cmds {
-		cmds[i] = shardCmds{
-			parked: pipe.ZCard(ctx, s.keys.Due(i)),
-			due:    pipe.ZCount(ctx, s.keys.Due(i), "-inf", nowMs),
+		key := s.keys.Due(i)
+		c := shardCmds{
+			parked: pipe.ZCard(ctx, key),
+			due:    pipe.ZCount(ctx, key, "-inf", fmt.Sprint(nowMs)),
 			dead:   pipe.ZCard(ctx, s.keys.Dead(i)),
-			first:  pipe.ZRangeWithScores(ctx, s.keys.Due(i), 0, 0),
+			first:  pipe.ZRangeWithScores(ctx, key, 0, 0),
 		}
+		lo := nowMs
+		for _, b := range dueInBounds {
+			hi := nowMs + b.Milliseconds()
+			c.dueIn = append(c.dueIn, pipe.ZCount(ctx, key, fmt.Sprintf("(%d", lo), fmt.Sprint(hi)))
+			lo = hi
+		}
+		c.dueIn = append(c.dueIn, pipe.ZCount(ctx, key, fmt.Sprintf("(%d", lo), "+inf"))
+		cmds[i] = c
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store.stats: %w", err)
@@ -318,6 +349,11 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		st.Due += ss.Due
 		st.Dead += ss.Dead
 		st.Shards[i] = ss
+		st.DueIn.Overdue += ss.Due
+		st.DueIn.Minute += c.dueIn[0].Val()
+		st.DueIn.Hour += c.dueIn[1].Val()
+		st.DueIn.Day += c.dueIn[2].Val()
+		st.DueIn.Later += c.dueIn[3].Val()
 	}
 	return st, nil
 }

@@ -332,6 +332,35 @@ func TestStats(t *testing.T) {
 	}
 }
 
+// TestStatsDueIn checks the due-time buckets: each parked message counts in
+// exactly one, dead messages in none.
+func TestStatsDueIn(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	now := time.Now()
+	offsets := map[time.Duration]int{-time.Hour: 2, -time.Second: 1, 20 * time.Second: 3, 30 * time.Minute: 4, 5 * time.Hour: 5, 72 * time.Hour: 6}
+	var msgs []*envelope.Message
+	for off, n := range offsets {
+		for i := 0; i < n; i++ {
+			msgs = append(msgs, msg(fmt.Sprintf("%v-%d", off, i), now.Add(off)))
+		}
+	}
+	if _, err := s.Park(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reject(ctx, []store.Rejected{{Message: msg("dead", now), Reason: "r"}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.DueIn{Overdue: 3, Minute: 3, Hour: 4, Day: 5, Later: 6}
+	if st.DueIn != want || st.Due != want.Overdue || st.Parked != 21 {
+		t.Fatalf("due in %+v (due %d, parked %d), want %+v (due 3, parked 21)", st.DueIn, st.Due, st.Parked, want)
+	}
+}
+
 func TestCheckShardsRefusesAnotherCount(t *testing.T) {
 	ctx := context.Background()
 	r := testenv.Redis(t)

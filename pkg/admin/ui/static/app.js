@@ -1,0 +1,722 @@
+// delaybridge dashboard.
+//
+// Every 2 s it reads /metrics (Prometheus text) and GET /v1/stats, keeps the
+// last 5 minutes of counter samples in memory to compute rates and fire
+// lateness quantiles, and draws the charts as inline SVG. It lists dead
+// messages with retry and delete, and looks messages up by ID.
+//
+// Everything that comes from the server (IDs, reasons, JSON) is written with
+// textContent or as an attribute value: nothing here builds HTML from strings.
+// The admin token is kept in sessionStorage and sent only as a bearer header.
+(() => {
+  'use strict';
+
+  const POLL_MS = 2000;
+  const WINDOW_MS = 5 * 60 * 1000; // the most the charts show
+  const SPAN = 5; // samples (10 s) behind the cards' rates and the lateness quantiles
+  const DEAD_LIMIT = 100;
+  const DEAD_EVERY = 5; // ticks between re-reads of the dead list when its count is unchanged
+  const TOKEN_KEY = 'delaybridge.adminToken';
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  const DUE_BUCKETS = [
+    ['overdue', 'Overdue'],
+    ['minute', 'Next minute'],
+    ['hour', 'Next hour'],
+    ['day', 'Next day'],
+    ['later', 'Later'],
+  ];
+
+  const $ = (id) => document.getElementById(id);
+  const nf = new Intl.NumberFormat('en-US');
+
+  // ---- DOM helpers ----
+
+  // el creates an element; children are nodes or strings (appended as text).
+  function el(tag, className, ...children) {
+    const e = document.createElement(tag);
+    if (className) e.className = className;
+    e.append(...children);
+    return e;
+  }
+
+  function svgEl(tag, attrs, text) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function button(label, className, onClick) {
+    const b = el('button', className, label);
+    b.type = 'button';
+    b.addEventListener('click', onClick);
+    return b;
+  }
+
+  // armConfirm makes a button ask for a second click within 4 s before it
+  // runs action (for destructive actions, without a modal dialog).
+  function armConfirm(b, confirmLabel, action) {
+    let timer = 0;
+    let label = '';
+    const disarm = () => {
+      clearTimeout(timer);
+      if (b.classList.contains('armed')) {
+        b.classList.remove('armed');
+        b.textContent = label;
+      }
+    };
+    b.addEventListener('click', async () => {
+      if (!b.classList.contains('armed')) {
+        label = b.textContent;
+        b.classList.add('armed');
+        b.textContent = confirmLabel;
+        timer = setTimeout(disarm, 4000);
+        return;
+      }
+      disarm();
+      b.disabled = true;
+      try {
+        await action();
+      } finally {
+        b.disabled = false;
+      }
+    });
+    return b;
+  }
+
+  let toastTimer = 0;
+  function toast(message, isError) {
+    const t = $('toast');
+    t.textContent = message;
+    t.classList.toggle('toast-error', Boolean(isError));
+    t.hidden = false;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
+  }
+
+  function setConn(kind, text) {
+    const c = $('conn');
+    c.className = 'pill pill-' + kind;
+    c.textContent = text;
+  }
+
+  // ---- formatting ----
+
+  const fmtInt = (n) => nf.format(n || 0);
+
+  function fmtRate(v) {
+    if (v == null || !isFinite(v)) return '–';
+    if (v === 0) return '0';
+    return v < 10 ? v.toFixed(1) : nf.format(Math.round(v));
+  }
+
+  function fmtDuration(s) {
+    s = Math.round(s);
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.floor(s / 60) + 'm ' + (s % 60) + 's';
+    if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+    return Math.floor(s / 86400) + 'd ' + Math.floor((s % 86400) / 3600) + 'h';
+  }
+
+  function fmtSeconds(s) {
+    if (s == null || !isFinite(s)) return '–';
+    if (s === 0) return '0';
+    if (s < 0.01) return parseFloat((s * 1000).toFixed(1)) + ' ms';
+    if (s < 1) return Math.round(s * 1000) + ' ms';
+    if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + ' s';
+    return fmtDuration(s);
+  }
+
+  function fmtAgo(iso) {
+    const t = Date.parse(iso);
+    if (!isFinite(t)) return '–';
+    const s = (Date.now() - t) / 1000;
+    return s < 5 ? 'just now' : fmtDuration(s) + ' ago';
+  }
+
+  // A percentage width that stays visible (3 px) for a non-zero value.
+  function barWidth(n, max) {
+    return n > 0 ? `max(3px, ${(100 * n) / max}%)` : '0';
+  }
+
+  // ---- the API ----
+
+  class HttpError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  function storedToken() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY) || '';
+    } catch {
+      return '';
+    }
+  }
+
+  // An ID as one path segment: dots are encoded too, so that "." and ".."
+  // are not resolved as path segments.
+  const idPath = (id) => encodeURIComponent(id).replace(/\./g, '%2E');
+
+  async function errorText(res) {
+    try {
+      const body = await res.json();
+      if (body && typeof body.error === 'string') return body.error;
+    } catch {
+      // not JSON: fall through
+    }
+    return `HTTP ${res.status}`;
+  }
+
+  // api calls the /v1/ API (path relative to the page) and returns the
+  // decoded JSON, null for 204. A 401 locks the page until a token is given.
+  async function api(method, path) {
+    const headers = { Accept: 'application/json' };
+    const token = storedToken();
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const res = await fetch(path, { method, headers, cache: 'no-store', credentials: 'omit' });
+    if (res.status === 401) {
+      const reason = await errorText(res);
+      lock(token ? 'The token was rejected: ' + reason : '');
+      throw new HttpError(401, reason);
+    }
+    if (!res.ok) throw new HttpError(res.status, await errorText(res));
+    return res.status === 204 ? null : res.json();
+  }
+
+  // ---- the token ----
+
+  let locked = false;
+
+  function lock(error) {
+    try {
+      sessionStorage.removeItem(TOKEN_KEY);
+    } catch {
+      // storage blocked: nothing stored either
+    }
+    locked = true;
+    $('forget-token').hidden = true;
+    setConn('warn', 'token required');
+    const err = $('token-error');
+    err.textContent = error;
+    err.hidden = !error;
+    const dialog = $('token-dialog');
+    if (dialog.hidden) {
+      dialog.hidden = false;
+      $('token-input').value = '';
+    }
+    $('token-input').focus();
+  }
+
+  $('token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const value = $('token-input').value.trim();
+    if (!value) return;
+    try {
+      sessionStorage.setItem(TOKEN_KEY, value);
+    } catch {
+      const err = $('token-error');
+      err.textContent = 'This browser does not allow sessionStorage for this page, so the token cannot be kept.';
+      err.hidden = false;
+      return;
+    }
+    $('token-input').value = '';
+    $('token-dialog').hidden = true;
+    $('forget-token').hidden = false;
+    locked = false;
+    refreshNow();
+  });
+
+  $('forget-token').addEventListener('click', () => lock(''));
+
+  // ---- metrics: samples, rates, lateness ----
+
+  // parseMetrics sums what the dashboard needs over all label values.
+  function parseMetrics(text) {
+    const s = { t: Date.now(), ingest: 0, fired: 0, byBound: new Map(), latSum: 0, latCount: 0 };
+    for (const line of text.split('\n')) {
+      if (line === '' || line[0] === '#') continue;
+      const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+      if (!m) continue;
+      const v = Number(m[3]);
+      if (!isFinite(v)) continue;
+      switch (m[1]) {
+        case 'delaybridge_ingest_messages_total':
+          s.ingest += v;
+          break;
+        case 'delaybridge_sink_published_total':
+          s.fired += v;
+          break;
+        case 'delaybridge_fire_lateness_seconds_bucket': {
+          const le = /(?:^|,)le="([^"]*)"/.exec(m[2] || '');
+          if (le) {
+            const bound = le[1] === '+Inf' ? Infinity : Number(le[1]);
+            s.byBound.set(bound, (s.byBound.get(bound) || 0) + v);
+          }
+          break;
+        }
+        case 'delaybridge_fire_lateness_seconds_sum':
+          s.latSum += v;
+          break;
+        case 'delaybridge_fire_lateness_seconds_count':
+          s.latCount += v;
+          break;
+      }
+    }
+    s.bounds = [...s.byBound.keys()].sort((a, b) => a - b);
+    s.cum = s.bounds.map((b) => s.byBound.get(b));
+    return s;
+  }
+
+  // histDelta returns the cumulative bucket counts observed between two
+  // samples, or null after a restart of the daemon (a counter went down).
+  function histDelta(a, b) {
+    if (a.bounds.length === 0) return b.cum;
+    if (a.bounds.length !== b.bounds.length) return null;
+    const d = b.cum.map((c, i) => c - a.cum[i]);
+    return d.some((x) => x < 0) ? null : d;
+  }
+
+  // quantile estimates the q-quantile from cumulative bucket counts as
+  // Prometheus' histogram_quantile does: linearly within the bucket.
+  function quantile(q, bounds, cum) {
+    const total = cum.length ? cum[cum.length - 1] : 0;
+    if (!(total > 0)) return null;
+    const rank = q * total;
+    const i = cum.findIndex((c) => c >= rank);
+    if (bounds[i] === Infinity) return i > 0 ? bounds[i - 1] : null;
+    const lo = i === 0 ? 0 : bounds[i - 1];
+    const below = i === 0 ? 0 : cum[i - 1];
+    const inBucket = cum[i] - below;
+    return inBucket > 0 ? lo + ((bounds[i] - lo) * (rank - below)) / inBucket : bounds[i];
+  }
+
+  const samples = []; // the last SPAN+1 metric samples
+  const points = []; // chart points {t, ingest, fired, p50, p99} of the last WINDOW_MS; null values are gaps
+
+  function addSample(s) {
+    const prev = samples[samples.length - 1];
+    samples.push(s);
+    if (samples.length > SPAN + 1) samples.shift();
+    if (prev) {
+      if (s.t - prev.t > 3 * POLL_MS) {
+        points.push({ t: prev.t + 1, ingest: null, fired: null, p50: null, p99: null }); // break the lines
+      }
+      const dt = (s.t - prev.t) / 1000;
+      const rate = (a, b) => (b >= a && dt > 0 ? (b - a) / dt : null); // null: the daemon restarted
+      const base = samples[0];
+      const d = histDelta(base, s);
+      points.push({
+        t: s.t,
+        ingest: rate(prev.ingest, s.ingest),
+        fired: rate(prev.fired, s.fired),
+        p50: d && quantile(0.5, s.bounds, d),
+        p99: d && quantile(0.99, s.bounds, d),
+      });
+    }
+    while (points.length && points[0].t < s.t - WINDOW_MS) points.shift();
+    renderRates();
+    drawCharts();
+  }
+
+  function renderRates() {
+    const base = samples[0];
+    const last = samples[samples.length - 1];
+    if (!base || base === last) return;
+    const dt = (last.t - base.t) / 1000;
+    const rate = (a, b) => (b >= a ? (b - a) / dt : null);
+    $('rate-ingest').textContent = fmtRate(rate(base.ingest, last.ingest));
+    $('rate-fired').textContent = fmtRate(rate(base.fired, last.fired));
+    const d = histDelta(base, last);
+    const n = last.latCount - base.latCount;
+    if (d && n > 0) {
+      $('lateness-p99').textContent = fmtSeconds(quantile(0.99, last.bounds, d));
+      $('lateness-sub').textContent = `p50 ${fmtSeconds(quantile(0.5, last.bounds, d))}, last 10 s`;
+      $('lateness-sub').title = `mean ${fmtSeconds((last.latSum - base.latSum) / n)} over ${fmtInt(n)} messages`;
+    } else {
+      $('lateness-p99').textContent = '–';
+      $('lateness-sub').textContent = 'nothing fired in the last 10 s';
+      $('lateness-sub').title = '';
+    }
+  }
+
+  async function loadMetrics() {
+    const res = await fetch('metrics', { cache: 'no-store', credentials: 'omit' });
+    if (!res.ok) throw new HttpError(res.status, `/metrics answered ${await errorText(res)}`);
+    addSample(parseMetrics(await res.text()));
+  }
+
+  // ---- charts ----
+
+  // niceStep rounds a raw tick step up to 1, 2, 2.5 or 5 times a power of ten.
+  function niceStep(raw) {
+    const p = 10 ** Math.floor(Math.log10(raw));
+    const f = raw / p;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * p;
+  }
+
+  // timeAxis returns the span the charts show, from 1 minute while the page
+  // has few samples up to WINDOW_MS, and the step between its labels.
+  function timeAxis(now) {
+    const have = points.length ? now - points[0].t : 0;
+    const span = Math.min(WINDOW_MS, Math.max(60000, Math.ceil(have / 60000) * 60000));
+    return { span, step: span <= 60000 ? 15000 : span <= 120000 ? 30000 : 60000 };
+  }
+
+  function fmtAgoTick(ms) {
+    if (ms === 0) return 'now';
+    return ms % 60000 === 0 ? `−${ms / 60000} min` : `−${ms / 1000} s`;
+  }
+
+  // lineChart draws series ({key, cls}) of points into svg, with a y axis
+  // from 0.
+  function lineChart(svg, series, opts) {
+    const w = svg.clientWidth;
+    const h = svg.clientHeight;
+    if (!w || !h) return;
+    svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
+    const pad = { l: 54, r: 12, t: 10, b: 24 };
+    const now = points.length ? points[points.length - 1].t : Date.now();
+    const axis = timeAxis(now);
+    const x0 = now - axis.span;
+    const X = (t) => pad.l + ((t - x0) / axis.span) * (w - pad.l - pad.r);
+
+    let vmax = 0;
+    let drawn = 0;
+    for (const p of points) {
+      let any = false;
+      for (const s of series) {
+        if (p[s.key] != null) {
+          vmax = Math.max(vmax, p[s.key]);
+          any = true;
+        }
+      }
+      if (any) drawn++;
+    }
+    const ymax = Math.max(vmax, opts.minTop);
+    const step = niceStep(ymax / 4);
+    const ticks = Math.max(2, Math.ceil(ymax / step));
+    const top = step * ticks;
+    const Y = (v) => pad.t + (1 - v / top) * (h - pad.t - pad.b);
+
+    const nodes = [];
+    for (let i = 0; i <= ticks; i++) {
+      const y = Y(step * i);
+      nodes.push(svgEl('line', { class: 'grid', x1: pad.l, x2: w - pad.r, y1: y, y2: y }));
+      nodes.push(svgEl('text', { class: 'axis-label', x: pad.l - 8, y: y + 4, 'text-anchor': 'end' }, opts.fmt(step * i)));
+    }
+    for (let ago = axis.span; ago >= 0; ago -= axis.step) {
+      const anchor = ago === axis.span ? 'start' : ago === 0 ? 'end' : 'middle';
+      nodes.push(svgEl('text', { class: 'axis-label', x: X(now - ago), y: h - 6, 'text-anchor': anchor }, fmtAgoTick(ago)));
+    }
+    for (const s of series) {
+      // Consecutive non-null points form one segment; a null breaks the line.
+      const segments = [];
+      let seg = [];
+      for (const p of points) {
+        if (p[s.key] == null) {
+          if (seg.length) segments.push(seg);
+          seg = [];
+        } else {
+          seg.push([X(p.t), Y(p[s.key])]);
+        }
+      }
+      if (seg.length) segments.push(seg);
+      for (const sg of segments) {
+        const line = sg.map(([x, y], i) => `${i ? 'L' : 'M'}${x.toFixed(1)},${y.toFixed(1)}`).join('');
+        if (sg.length > 1) {
+          const base = Y(0).toFixed(1);
+          const area = `${line}L${sg[sg.length - 1][0].toFixed(1)},${base}L${sg[0][0].toFixed(1)},${base}Z`;
+          nodes.push(svgEl('path', { class: `area ${s.cls}`, d: area }));
+        }
+        nodes.push(svgEl('path', { class: `line ${s.cls}`, d: sg.length > 1 ? line : `${line}l0.1,0` }));
+      }
+    }
+    if (drawn < 2) {
+      nodes.push(svgEl('text', { class: 'empty-label', x: (pad.l + w - pad.r) / 2, y: h / 2, 'text-anchor': 'middle' },
+        opts.empty));
+    }
+    svg.dataset.points = String(drawn);
+    svg.replaceChildren(...nodes);
+  }
+
+  function drawCharts() {
+    lineChart($('chart-rates'),
+      [{ key: 'ingest', cls: 's-ingest' }, { key: 'fired', cls: 's-fired' }],
+      { minTop: 4, fmt: fmtRate, empty: 'collecting samples…' });
+    lineChart($('chart-lateness'),
+      [{ key: 'p50', cls: 's-p50' }, { key: 'p99', cls: 's-p99' }],
+      { minTop: 0.01, fmt: fmtSeconds, empty: 'no messages fired yet' });
+  }
+
+  // ---- stats: cards, due-time histogram, shards ----
+
+  function buildDueIn() {
+    $('due-in').replaceChildren(...DUE_BUCKETS.map(([key, label]) => {
+      const count = el('span', 'hbar-count', '–');
+      count.id = 'due-' + key;
+      const fill = el('div', 'hbar-fill');
+      fill.id = 'due-fill-' + key;
+      return el('div', 'hbar hbar-' + key, el('span', 'hbar-label', label), el('div', 'hbar-track', fill), count);
+    }));
+  }
+
+  function renderDueIn(dueIn) {
+    if (!dueIn) {
+      $('due-in').replaceChildren(el('p', 'empty', 'This server does not report due times (no due_in in /v1/stats).'));
+      return;
+    }
+    const max = Math.max(1, ...DUE_BUCKETS.map(([k]) => dueIn[k] || 0));
+    for (const [key] of DUE_BUCKETS) {
+      const n = dueIn[key] || 0;
+      $('due-' + key).textContent = fmtInt(n);
+      $('due-fill-' + key).style.width = barWidth(n, max);
+    }
+  }
+
+  function shardCell(i) {
+    const fill = el('div', 'shard-fill');
+    const due = el('div', 'shard-due');
+    const cell = el('div', 'shard', el('span', 'shard-id', String(i)), el('div', 'shard-track', fill, due),
+      el('span', 'shard-parked', '0'));
+    cell.dataset.shard = String(i);
+    return cell;
+  }
+
+  function renderShards(shards) {
+    const box = $('shards');
+    if (box.childElementCount !== shards.length) box.replaceChildren(...shards.map((s) => shardCell(s.shard)));
+    const max = Math.max(1, ...shards.map((s) => s.parked));
+    shards.forEach((s, i) => {
+      const cell = box.children[i];
+      cell.title = `shard ${s.shard}: ${fmtInt(s.parked)} parked, ${fmtInt(s.due)} due, ${fmtInt(s.dead)} dead`;
+      cell.querySelector('.shard-fill').style.width = barWidth(s.parked, max);
+      cell.querySelector('.shard-due').style.width = barWidth(s.due, max);
+      cell.querySelector('.shard-parked').textContent = fmtInt(s.parked);
+    });
+    if (shards.length) {
+      const counts = shards.map((s) => s.parked);
+      $('shards-note').textContent =
+        `${shards.length} shards · ${fmtInt(Math.min(...counts))}–${fmtInt(Math.max(...counts))} each · amber: due`;
+    }
+  }
+
+  function renderStats(st) {
+    $('stat-parked').textContent = fmtInt(st.parked);
+    $('stat-due').textContent = fmtInt(st.due);
+    $('stat-dead').textContent = fmtInt(st.dead);
+    $('stat-dead').closest('.card').classList.toggle('has-dead', st.dead > 0);
+    $('stat-oldest').textContent = st.oldest_due_age_seconds > 0 ? fmtSeconds(st.oldest_due_age_seconds) : 'none';
+    renderDueIn(st.due_in);
+    renderShards(st.shards || []);
+  }
+
+  let deadCount = -1; // the dead count the dead list was last read at
+  let deadSig = ''; // what the rendered list shows, to leave it alone when unchanged
+
+  async function loadStats(tickNo) {
+    const st = await api('GET', 'v1/stats');
+    renderStats(st);
+    if (st.dead !== deadCount || tickNo % DEAD_EVERY === 0) await loadDead(st.dead);
+  }
+
+  // ---- dead messages ----
+
+  async function loadDead(total) {
+    const list = await api('GET', `v1/dead?limit=${DEAD_LIMIT}`);
+    deadCount = total;
+    $('dead-note').textContent = list.length < total
+      ? `newest ${fmtInt(list.length)} of ${fmtInt(total)}`
+      : total > 0 ? `${fmtInt(total)} in total` : '';
+    $('dead-empty').hidden = list.length > 0;
+    $('dead-table').hidden = list.length === 0;
+    const sig = JSON.stringify(list.map((d) => [d.id, d.reason, d.dead_at, d.attempts]));
+    if (sig !== deadSig) {
+      deadSig = sig;
+      $('dead-rows').replaceChildren(...list.map(deadRow));
+    }
+  }
+
+  function deadRow(d) {
+    const id = el('button', 'link', d.id);
+    id.type = 'button';
+    id.title = 'Look up this message';
+    id.addEventListener('click', () => lookup(d.id, true));
+    const reason = d.decode_error ? `${d.reason} (the stored message cannot be read: ${d.decode_error})` : d.reason;
+    const when = el('td', 'when', fmtAgo(d.dead_at));
+    when.title = d.dead_at;
+    when.dataset.at = d.dead_at;
+    const route = el('td', 'route', d.sink ? `${d.sink} → ${d.destination}` : '–');
+    if (d.ingest) route.title = `from ingest ${d.ingest}`;
+    const retry = button('Retry', 'btn retry', () => retryDead(d.id, retry));
+    const del = el('button', 'btn btn-danger delete', 'Delete');
+    del.type = 'button';
+    armConfirm(del, 'Confirm delete', () => deleteDead(d.id));
+    const tr = el('tr', '', el('td', 'id', id), el('td', 'reason', reason), when, route,
+      el('td', 'num', String(d.attempts)), el('td', 'actions', retry, del));
+    tr.dataset.id = d.id;
+    return tr;
+  }
+
+  function refreshAgo() {
+    for (const td of document.querySelectorAll('#dead-rows td.when')) td.textContent = fmtAgo(td.dataset.at);
+  }
+
+  async function retryDead(id, btn) {
+    btn.disabled = true;
+    try {
+      await api('POST', `v1/dead/${idPath(id)}/retry`);
+      btn.closest('tr').remove();
+      toast(`Retried ${id}: scheduled again, due now.`);
+      lookup(id, false);
+      refreshNow();
+    } catch (e) {
+      if (e.status !== 401) toast(`Retry of ${id} failed: ${e.message}`, true);
+      btn.disabled = false;
+    }
+  }
+
+  async function deleteDead(id) {
+    try {
+      await api('DELETE', `v1/dead/${idPath(id)}`);
+      toast(`Deleted dead message ${id}.`);
+      refreshNow();
+    } catch (e) {
+      if (e.status !== 401) toast(`Delete of ${id} failed: ${e.message}`, true);
+    }
+  }
+
+  // ---- lookup ----
+
+  let lookupId = null; // the ID shown and refreshed on every tick; null when none (or gone)
+
+  function showLookup(id, state, label, message, view) {
+    $('lookup-result').hidden = false;
+    const badge = $('lookup-state');
+    badge.className = 'badge badge-' + state;
+    badge.textContent = label;
+    $('lookup-title').textContent = id;
+    $('lookup-message').textContent = message;
+    $('lookup-message').hidden = !message;
+    $('lookup-json').textContent = view ? JSON.stringify(view, null, 2) : '';
+    $('lookup-json').hidden = !view;
+    const cancel = $('lookup-cancel');
+    cancel.hidden = !view;
+    if (!cancel.classList.contains('armed')) cancel.textContent = state === 'dead' ? 'Delete message' : 'Cancel message';
+  }
+
+  // fromNow says how far an RFC 3339 time is from now: "in 3m 20s", "2 s ago".
+  function fromNow(iso) {
+    const ms = Date.parse(iso) - Date.now();
+    if (!isFinite(ms)) return '';
+    return ms >= 0 ? `in ${fmtDuration(ms / 1000)}` : `${fmtDuration(-ms / 1000)} ago`;
+  }
+
+  function describe(v) {
+    switch (v.state) {
+      case 'scheduled':
+        return v.next_attempt_at
+          ? `Scheduled; next attempt ${fromNow(v.next_attempt_at)}, at ${v.next_attempt_at} (due ${v.due_at}).`
+          : `Scheduled, due ${fromNow(v.due_at)}, at ${v.due_at}.`;
+      case 'inflight':
+        return `Being published; retried at ${v.next_attempt_at} if the sink does not confirm.`;
+      case 'dead':
+        return `Dead since ${v.dead_at}: ${v.reason}`;
+    }
+    return '';
+  }
+
+  async function refreshLookup() {
+    const id = lookupId;
+    if (id == null) return;
+    try {
+      const v = await api('GET', `v1/messages/${idPath(id)}`);
+      if (id === lookupId) showLookup(id, v.state, v.state, describe(v), v);
+    } catch (e) {
+      if (id !== lookupId || e.status === 401) return;
+      if (e.status === 404) {
+        lookupId = null; // gone for good: delivered, cancelled or never parked
+        showLookup(id, 'gone', 'not found', e.message, null);
+      } else {
+        showLookup(id, 'gone', 'error', e.message, null);
+      }
+    }
+  }
+
+  function lookup(id, scroll) {
+    lookupId = id;
+    $('lookup-id').value = id;
+    if (scroll) $('lookup-panel').scrollIntoView({ behavior: 'smooth', block: 'start' });
+    return refreshLookup();
+  }
+
+  $('lookup-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const id = $('lookup-id').value;
+    if (id.trim() !== '') lookup(id, false);
+  });
+
+  armConfirm($('lookup-cancel'), 'Confirm', async () => {
+    const id = $('lookup-title').textContent;
+    try {
+      await api('DELETE', `v1/messages/${idPath(id)}`);
+      lookupId = null;
+      showLookup(id, 'gone', 'cancelled', 'Cancelled: the message will not be published.', null);
+      toast(`Cancelled ${id}.`);
+      refreshNow();
+    } catch (e) {
+      if (e.status !== 401) toast(`Cancel of ${id} failed: ${e.message}`, true);
+    }
+  });
+
+  // ---- polling ----
+
+  let tickNo = 0;
+  let timer = 0;
+  let busy = false;
+  let again = false;
+
+  async function tick() {
+    clearTimeout(timer);
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    tickNo++;
+    try {
+      const jobs = [loadMetrics()];
+      if (!locked) jobs.push(loadStats(tickNo));
+      if (!locked && lookupId != null) jobs.push(refreshLookup());
+      const results = await Promise.allSettled(jobs);
+      refreshAgo();
+      const failed = results.find((r) => r.status === 'rejected' && r.reason.status !== 401);
+      if (failed) {
+        setConn('bad', 'error');
+        $('updated').textContent = failed.reason.message;
+      } else if (!locked) {
+        setConn('ok', 'live');
+        $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+      }
+    } finally {
+      busy = false;
+      timer = setTimeout(tick, again ? 0 : POLL_MS);
+      again = false;
+    }
+  }
+
+  function refreshNow() {
+    tick();
+  }
+
+  buildDueIn();
+  $('forget-token').hidden = !storedToken();
+  let resizeTimer = 0;
+  window.addEventListener('resize', () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(drawCharts, 100);
+  });
+  tick();
+})();
