@@ -36,8 +36,8 @@ type Redis struct {
 	// SentinelAddrs and MasterName select a Redis replicated with Sentinel:
 	// the client asks the sentinels for the current master and follows
 	// failovers.
-	SentinelAddrs    []string `yaml:"sentinel_addrs"`
-	MasterName       string   `yaml:"master_name"`
+	SentinelAddrs        []string `yaml:"sentinel_addrs"`
+	MasterName           string   `yaml:"master_name"`
 	SentinelPassword     Secret   `yaml:"sentinel_password"`
 	SentinelPasswordFile string   `yaml:"sentinel_password_file"`
 	Username             string   `yaml:"username"` // Redis 6+ ACL user
@@ -192,8 +192,8 @@ type Route struct {
 type KafkaIngest struct {
 	KafkaAuth `yaml:",inline"`
 	Brokers   []string `yaml:"brokers"`
-	Topic   string   `yaml:"topic"`
-	Group   string   `yaml:"group"`
+	Topic     string   `yaml:"topic"`
+	Group     string   `yaml:"group"`
 	// StartOffset is where a group without a committed offset starts:
 	// "first" (default) or "last".
 	StartOffset string `yaml:"start_offset"`
@@ -212,7 +212,7 @@ type KafkaIngest struct {
 type RabbitMQIngest struct {
 	RabbitMQAuth `yaml:",inline"`
 	URL          string `yaml:"url"`
-	Queue string `yaml:"queue"`
+	Queue        string `yaml:"queue"`
 	// Prefetch is the channel's QoS: unacknowledged messages the broker
 	// sends ahead (default: the ingest's max_in_flight).
 	Prefetch int `yaml:"prefetch"`
@@ -223,10 +223,10 @@ type RabbitMQIngest struct {
 type NATSIngest struct {
 	NATSAuth `yaml:",inline"`
 	URL      string   `yaml:"url"`
-	Subject string   `yaml:"subject"`
-	Stream  string   `yaml:"stream"`
-	Durable string   `yaml:"durable"`
-	AckWait Duration `yaml:"ack_wait"`
+	Subject  string   `yaml:"subject"`
+	Stream   string   `yaml:"stream"`
+	Durable  string   `yaml:"durable"`
+	AckWait  Duration `yaml:"ack_wait"`
 }
 
 // Sink publishes due messages to one broker.
@@ -254,7 +254,7 @@ func (s *Sink) Kind() string {
 type RabbitMQSink struct {
 	RabbitMQAuth `yaml:",inline"`
 	URL          string `yaml:"url"`
-	Exchange string `yaml:"exchange"`
+	Exchange     string `yaml:"exchange"`
 	// Mandatory makes an unroutable message a failed publish (retried, then
 	// dead with reason "unroutable") instead of silently dropped (default
 	// true).
