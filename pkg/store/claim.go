@@ -8,14 +8,16 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
-// claimScript takes due messages and puts them in flight.
+// claimScript takes due messages and puts them in flight, highest priority
+// first, due order within a priority.
 //
-//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta (of one shard)
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[2] and KEYS[5..13] -> due sets of
+//	           priorities 0 and 1..9 (of one shard)
 //	ARGV[1] -> at most this many messages
 //	ARGV[2] -> lease in ms
 //	returns -> {now, next, lease, id1, attempt1, message1, id2, ...}
 //	           now: Redis server time (Unix ms), the clock every instance shares;
-//	           next: lowest score left in the due set, -1 when empty;
+//	           next: lowest score left in the due sets, -1 when all are empty;
 //	           lease: lease expiry of this claim, its token (now + lease ms);
 //	           attempt: this publish attempt, from 1.
 //
@@ -25,26 +27,37 @@ import (
 var claimScript = newScript(`
 local now = servertime()
 local lease = now + tonumber(ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local left = tonumber(ARGV[1])
 local out = {now, -1, lease}
-for _, id in ipairs(ids) do
-  local blob = redis.call('HGET', KEYS[1], id)
-  if blob then
-    local a, l, d, r = meta(redis.call('HGET', KEYS[3], id))
-    a = a + 1
-    redis.call('HSET', KEYS[3], id, a .. '|' .. lease .. '|0|' .. r)
-    redis.call('ZADD', KEYS[2], lease, id)
-    out[#out + 1] = id
-    out[#out + 1] = a
-    out[#out + 1] = blob
-  else
-    -- a due entry without a message (cannot happen through these scripts)
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
+for p = 9, 0, -1 do
+  if left == 0 then break end
+  local key = zkey(p)
+  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, left)
+  for _, id in ipairs(ids) do
+    local blob = redis.call('HGET', KEYS[1], id)
+    if blob then
+      local a, l, d, _, r = meta(redis.call('HGET', KEYS[3], id))
+      a = a + 1
+      setmeta(id, a, lease, 0, p, r)
+      redis.call('ZADD', key, lease, id)
+      out[#out + 1] = id
+      out[#out + 1] = a
+      out[#out + 1] = blob
+      left = left - 1
+    else
+      -- a due entry without a message (cannot happen through these scripts)
+      redis.call('ZREM', key, id)
+      redis.call('HDEL', KEYS[3], id)
+    end
   end
 end
-local nxt = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if nxt[2] then out[2] = tonumber(nxt[2]) end
+for p = 0, 9 do
+  local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
+  if first[2] then
+    local score = tonumber(first[2])
+    if out[2] == -1 or score < out[2] then out[2] = score end
+  end
+end
 return out
 `)
 
@@ -93,7 +106,7 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) 
 
 // ackScript removes delivered messages.
 //
-//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta (of one shard)
+//	KEYS[1] -> pool, KEYS[3] -> meta, the due sets (of one shard)
 //	ARGV[1] -> the claim's token
 //	ARGV[2..] -> message IDs
 //	returns -> how many were removed; a message no longer held under the
@@ -103,10 +116,10 @@ var ackScript = newScript(`
 local token = tonumber(ARGV[1])
 local n = 0
 for i = 2, #ARGV do
-  local a, l = meta(redis.call('HGET', KEYS[3], ARGV[i]))
+  local a, l, d, p = meta(redis.call('HGET', KEYS[3], ARGV[i]))
   if l == token then
     redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('ZREM', KEYS[2], ARGV[i])
+    redis.call('ZREM', zkey(p), ARGV[i])
     redis.call('HDEL', KEYS[3], ARGV[i])
     n = n + 1
   end
@@ -134,7 +147,7 @@ func (s *Store) Ack(ctx context.Context, shard int, token int64, ids []string) (
 
 // retryScript puts messages whose publish failed back in the due set.
 //
-//	KEYS[2] -> due, KEYS[3] -> meta (of one shard)
+//	KEYS[3] -> meta, the due sets (of one shard)
 //	ARGV[1] -> the claim's token
 //	ARGV[2..] -> triples: message ID, next attempt time (Unix ms), last error
 //	returns -> how many were rescheduled (those still held under the token)
@@ -142,10 +155,10 @@ var retryScript = newScript(`
 local token = tonumber(ARGV[1])
 local n = 0
 for i = 2, #ARGV, 3 do
-  local a, l = meta(redis.call('HGET', KEYS[3], ARGV[i]))
+  local a, l, d, p = meta(redis.call('HGET', KEYS[3], ARGV[i]))
   if l == token then
-    redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i])
-    redis.call('HSET', KEYS[3], ARGV[i], a .. '|0|0|' .. ARGV[i + 2])
+    redis.call('ZADD', zkey(p), ARGV[i + 1], ARGV[i])
+    setmeta(ARGV[i], a, 0, 0, p, ARGV[i + 2])
     n = n + 1
   end
 end
@@ -178,7 +191,7 @@ func (s *Store) Retry(ctx context.Context, shard int, token int64, rs []Retry) (
 
 // deadScript moves messages of a claim to the dead set.
 //
-//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead, the due sets
 //	ARGV[1] -> the claim's token
 //	ARGV[2] -> dead messages kept per shard (the oldest beyond are deleted)
 //	ARGV[3..] -> pairs: message ID, reason
@@ -188,15 +201,15 @@ local token = tonumber(ARGV[1])
 local now = servertime()
 local n = 0
 for i = 3, #ARGV, 2 do
-  local a, l = meta(redis.call('HGET', KEYS[3], ARGV[i]))
+  local a, l, d, p = meta(redis.call('HGET', KEYS[3], ARGV[i]))
   if l == token then
-    redis.call('ZREM', KEYS[2], ARGV[i])
+    redis.call('ZREM', zkey(p), ARGV[i])
     redis.call('ZADD', KEYS[4], now, ARGV[i])
-    redis.call('HSET', KEYS[3], ARGV[i], a .. '|0|' .. now .. '|' .. ARGV[i + 1])
+    setmeta(ARGV[i], a, 0, now, p, ARGV[i + 1])
     n = n + 1
   end
 end
-trimdead(KEYS, tonumber(ARGV[2]))
+trimdead(tonumber(ARGV[2]))
 return n
 `)
 

@@ -2,12 +2,9 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -35,12 +32,13 @@ type Info struct {
 
 // inspectScript reads everything known about one message.
 //
-//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead, the due sets
 //	ARGV[1] -> message ID
 //	returns -> {now, due score or false, dead score or false, meta or false, message or false}
 var inspectScript = newScript(`
 local id = ARGV[1]
-return {servertime(), redis.call('ZSCORE', KEYS[2], id), redis.call('ZSCORE', KEYS[4], id),
+local score = duescore(id)
+return {servertime(), score, redis.call('ZSCORE', KEYS[4], id),
         redis.call('HGET', KEYS[3], id), redis.call('HGET', KEYS[1], id)}
 `)
 
@@ -86,13 +84,13 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 
 // cancelScript forgets a message, whatever its state.
 //
-//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead, the due sets
 //	ARGV[1] -> message ID
 //	returns -> 1 if it was known, 0 if not
 var cancelScript = newScript(`
 local id = ARGV[1]
 local n = redis.call('HDEL', KEYS[1], id)
-redis.call('ZREM', KEYS[2], id)
+unschedule(id)
 redis.call('ZREM', KEYS[4], id)
 redis.call('HDEL', KEYS[3], id)
 return n
@@ -116,19 +114,17 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 // reviveScript schedules a dead message again, due now, with its attempt
 // count reset.
 //
-//	KEYS[1] -> pool, KEYS[2] -> due, KEYS[3] -> meta, KEYS[4] -> dead
+//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead, the due sets
 //	ARGV[1] -> message ID
 //	returns -> 1 if it was dead and is scheduled now, 0 if it was not dead
 var reviveScript = newScript(`
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[4], id) then return 0 end
 redis.call('ZREM', KEYS[4], id)
-if redis.call('HEXISTS', KEYS[1], id) == 0 then
-  redis.call('HDEL', KEYS[3], id)
-  return 0
-end
-redis.call('ZADD', KEYS[2], servertime(), id)
+local a, l, d, p = meta(redis.call('HGET', KEYS[3], id))
 redis.call('HDEL', KEYS[3], id)
+if redis.call('HEXISTS', KEYS[1], id) == 0 then return 0 end
+redis.call('ZADD', zkey(p), servertime(), id)
 return 1
 `)
 
@@ -300,47 +296,64 @@ type Stats struct {
 	DueIn DueIn
 }
 
-// Stats counts parked, due and dead messages per shard in one pipeline. The
-// pipeline is not a transaction: under load the counts of different shards
-// (and buckets) are read a few microseconds apart.
+// statsScript counts one shard.
+//
+//	KEYS[4] -> dead, the due sets (of one shard)
+//	ARGV[1] -> now (Unix ms, Redis time, the same for every shard)
+//	ARGV[2..4] -> upper bounds of the minute, hour and day buckets
+//	returns -> {parked, due, dead, oldest due score or -1, minute, hour, day, later}
+var statsScript = newScript(`
+local now = tonumber(ARGV[1])
+local out = {0, 0, redis.call('ZCARD', KEYS[4]), -1, 0, 0, 0, 0}
+for p = 0, 9 do
+  local key = zkey(p)
+  local n = redis.call('ZCARD', key)
+  if n > 0 then
+    out[1] = out[1] + n
+    out[2] = out[2] + redis.call('ZCOUNT', key, '-inf', now)
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local score = tonumber(first[2])
+    if score <= now and (out[4] == -1 or score < out[4]) then out[4] = score end
+    local lo = now
+    for b = 2, 4 do
+      out[3 + b] = out[3 + b] + redis.call('ZCOUNT', key, '(' .. lo, ARGV[b])
+      lo = ARGV[b]
+    end
+    out[8] = out[8] + redis.call('ZCOUNT', key, '(' .. lo, '+inf')
+  end
+end
+return out
+`)
+
+// Stats counts parked, due and dead messages per shard, one script per
+// shard in one pipeline. The pipeline is not a transaction: under load the
+// counts of different shards are read a few microseconds apart.
 func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	now, err := s.rdb.Time(ctx).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store.stats: %w", err)
 	}
 	nowMs := now.UnixMilli()
-	type shardCmds struct {
-		parked, due, dead *redis.IntCmd
-		first             *redis.ZSliceCmd
-		dueIn             []*redis.IntCmd // the buckets after overdue: minute, hour, day, later
+	args := []any{nowMs}
+	for _, b := range dueInBounds {
+		args = append(args, nowMs+b.Milliseconds())
 	}
-	cmds := make([]shardCmds, s.shards)
-	pipe := s.rdb.Pipeline()
-	for i := range cmds {
-		key := s.keys.Due(i)
-		c := shardCmds{
-			parked: pipe.ZCard(ctx, key),
-			due:    pipe.ZCount(ctx, key, "-inf", fmt.Sprint(nowMs)),
-			dead:   pipe.ZCard(ctx, s.keys.Dead(i)),
-			first:  pipe.ZRangeWithScores(ctx, key, 0, 0),
-		}
-		lo := nowMs
-		for _, b := range dueInBounds {
-			hi := nowMs + b.Milliseconds()
-			c.dueIn = append(c.dueIn, pipe.ZCount(ctx, key, fmt.Sprintf("(%d", lo), fmt.Sprint(hi)))
-			lo = hi
-		}
-		c.dueIn = append(c.dueIn, pipe.ZCount(ctx, key, fmt.Sprintf("(%d", lo), "+inf"))
-		cmds[i] = c
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("store.stats: %w", err)
+	calls := make([]shardCall, s.shards)
+	for i := range calls {
+		calls[i] = shardCall{shard: i, args: args}
 	}
 	st := &Stats{Now: now, Shards: make([]ShardStats, s.shards)}
-	for i, c := range cmds {
-		ss := ShardStats{Shard: i, Parked: c.parked.Val(), Due: c.due.Val(), Dead: c.dead.Val()}
-		if z := c.first.Val(); len(z) == 1 && int64(z[0].Score) <= now.UnixMilli() {
-			ss.OldestDue = time.UnixMilli(int64(z[0].Score))
+	for i, cmd := range s.runEach(ctx, "stats", statsScript, calls) {
+		res, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("store.stats shard %d: %w", i, err)
+		}
+		if len(res) != 8 {
+			return nil, fmt.Errorf("store.stats shard %d: unexpected reply of %d items", i, len(res))
+		}
+		ss := ShardStats{Shard: i, Parked: res[0], Due: res[1], Dead: res[2]}
+		if res[3] >= 0 {
+			ss.OldestDue = time.UnixMilli(res[3])
 			if st.OldestDue.IsZero() || ss.OldestDue.Before(st.OldestDue) {
 				st.OldestDue = ss.OldestDue
 			}
@@ -350,10 +363,10 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		st.Dead += ss.Dead
 		st.Shards[i] = ss
 		st.DueIn.Overdue += ss.Due
-		st.DueIn.Minute += c.dueIn[0].Val()
-		st.DueIn.Hour += c.dueIn[1].Val()
-		st.DueIn.Day += c.dueIn[2].Val()
-		st.DueIn.Later += c.dueIn[3].Val()
+		st.DueIn.Minute += res[4]
+		st.DueIn.Hour += res[5]
+		st.DueIn.Day += res[6]
+		st.DueIn.Later += res[7]
 	}
 	return st, nil
 }

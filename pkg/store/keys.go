@@ -13,9 +13,11 @@ import (
 //	<prefix>:{N}:pool   hash   message ID -> encoded message (envelope.Encode)
 //	<prefix>:{N}:due    zset   message ID -> due time, Unix ms; while a message
 //	                           is in flight, its lease expiry instead
-//	<prefix>:{N}:meta   hash   message ID -> "attempts|lease|deadAt|reason",
+//	<prefix>:{N}:meta   hash   message ID -> "attempts|lease|deadAt|priority|reason",
 //	                           only for messages claimed at least once or dead
 //	<prefix>:{N}:dead   zset   message ID -> time it died, Unix ms
+//	<prefix>:{N}:due:pK zset   like due, for messages of x-delay-priority K
+//	                           (1..9); priority 0, the default, uses due
 //
 // and one key for the whole deployment:
 //
@@ -46,13 +48,29 @@ func (k Keys) Meta(shard int) string { return k.shardKey(shard, "meta") }
 // Dead is the sorted set of a shard's dead messages by time of death.
 func (k Keys) Dead(shard int) string { return k.shardKey(shard, "dead") }
 
+// MaxPriority is the highest x-delay-priority.
+const MaxPriority = 9
+
+// DueAt is the due set of a shard for a priority: Due for 0, due:pK for K.
+func (k Keys) DueAt(shard, priority int) string {
+	if priority == 0 {
+		return k.Due(shard)
+	}
+	return k.shardKey(shard, "due:p"+strconv.Itoa(priority))
+}
+
 // Config is the deployment-wide settings hash.
 func (k Keys) Config() string { return k.prefix + ":config" }
 
 // shard returns the keys of one shard in the order the scripts expect:
-// KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead.
+// KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, and KEYS[4+K] the
+// due set of priority K (1..9).
 func (k Keys) shard(shard int) []string {
-	return []string{k.Pool(shard), k.Due(shard), k.Meta(shard), k.Dead(shard)}
+	keys := []string{k.Pool(shard), k.Due(shard), k.Meta(shard), k.Dead(shard)}
+	for p := 1; p <= MaxPriority; p++ {
+		keys = append(keys, k.DueAt(shard, p))
+	}
+	return keys
 }
 
 // ShardOf returns the shard of a message ID: FNV-1a (32 bit) of the ID's

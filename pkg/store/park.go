@@ -9,15 +9,16 @@ import (
 
 // parkScript parks messages that are not known yet.
 //
-//	KEYS[1] -> pool hash, KEYS[2] -> due zset (of one shard)
-//	ARGV    -> triples: message ID, due time (Unix ms), encoded message
+//	KEYS[1] -> pool hash, KEYS[2] and KEYS[5..13] -> due sets (of one shard)
+//	ARGV    -> quadruples: message ID, due time (Unix ms), priority (0-9),
+//	           encoded message
 //	returns -> one integer per message: 1 parked, 0 the ID is already known
 //	           (parked, in flight or dead) and nothing was changed
 var parkScript = newScript(`
 local out = {}
-for i = 1, #ARGV, 3 do
-  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 2]) == 1 then
-    redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i])
+for i = 1, #ARGV, 4 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 3]) == 1 then
+    redis.call('ZADD', zkey(tonumber(ARGV[i + 2])), ARGV[i + 1], ARGV[i])
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
@@ -35,7 +36,7 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) (parked []bo
 		return nil, nil
 	}
 	calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-		return []any{m.ID, ms(m.DueAt), encode(m)}
+		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), encode(m)}
 	})
 	cmds := s.runEach(ctx, "park", parkScript, calls)
 	parked = make([]bool, len(msgs))
@@ -79,21 +80,21 @@ func (s *Store) groupByShard(msgs []*envelope.Message, args func(*envelope.Messa
 //
 //	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead (of one shard)
 //	ARGV[1] -> dead messages kept per shard
-//	ARGV[2..] -> triples: message ID, encoded message, reason
+//	ARGV[2..] -> quadruples: message ID, encoded message, reason, priority
 //	returns -> one integer per message: 1 kept, 0 the ID is already known
 var rejectScript = newScript(`
 local now = servertime()
 local out = {}
-for i = 2, #ARGV, 3 do
+for i = 2, #ARGV, 4 do
   if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
     redis.call('ZADD', KEYS[4], now, ARGV[i])
-    redis.call('HSET', KEYS[3], ARGV[i], '0|0|' .. now .. '|' .. ARGV[i + 2])
+    setmeta(ARGV[i], 0, 0, now, ARGV[i + 3], ARGV[i + 2])
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
   end
 end
-trimdead(KEYS, tonumber(ARGV[1]))
+trimdead(tonumber(ARGV[1]))
 return out
 `)
 
@@ -126,7 +127,7 @@ func (s *Store) Reject(ctx context.Context, rs []Rejected) ([]string, error) {
 			reasons[rs[i].Message] = rs[i].Reason
 		}
 		calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-			return []any{m.ID, encode(m), reasons[m]}
+			return []any{m.ID, encode(m), reasons[m], min(int(m.Priority), MaxPriority)}
 		})
 		for c := range calls {
 			calls[c].args = append([]any{s.maxDead}, calls[c].args...)

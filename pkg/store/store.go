@@ -109,36 +109,58 @@ func (s *Store) CheckShards(ctx context.Context) error {
 // Ping checks the connection.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
-// luaMeta is prepended to the scripts that read or write the meta hash.
-// A meta value is "attempts|lease|deadAt|reason": publish attempts so far,
-// the lease expiry while in flight (else 0), the time of death when dead
-// (else 0), and the last error or the dead reason.
+// luaMeta is prepended to every script. A meta value is
+// "attempts|lease|deadAt|priority|reason": publish attempts so far, the
+// lease expiry while in flight (else 0), the time of death when dead (else
+// 0), the message's priority (which due set holds it), and the last error or
+// the dead reason. zkey(p) is the due set of priority p; the scripts get
+// every shard key (see Keys.shard).
 const luaMeta = `
 local function meta(v)
-  if not v then return 0, 0, 0, '' end
-  local a, l, d, r = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
-  return tonumber(a), tonumber(l), tonumber(d), r
+  if not v then return 0, 0, 0, 0, '' end
+  local a, l, d, p, r = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d)|(.*)$')
+  return tonumber(a), tonumber(l), tonumber(d), tonumber(p), r
+end
+local function setmeta(id, a, l, d, p, r)
+  redis.call('HSET', KEYS[3], id, a .. '|' .. l .. '|' .. d .. '|' .. p .. '|' .. r)
+end
+local function zkey(p)
+  if p == 0 then return KEYS[2] end
+  return KEYS[4 + p]
 end
 local function servertime()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function trimdead(keys, max)
-  local n = redis.call('ZCARD', keys[4])
+local function trimdead(max)
+  local n = redis.call('ZCARD', KEYS[4])
   if n <= max then return end
-  local old = redis.call('ZRANGE', keys[4], 0, n - max - 1)
+  local old = redis.call('ZRANGE', KEYS[4], 0, n - max - 1)
   for _, id in ipairs(old) do
-    redis.call('HDEL', keys[1], id)
-    redis.call('HDEL', keys[3], id)
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('HDEL', KEYS[3], id)
   end
-  redis.call('ZREMRANGEBYRANK', keys[4], 0, n - max - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, n - max - 1)
+end
+-- unschedule removes an ID from whichever due set holds it.
+local function unschedule(id)
+  for p = 0, 9 do redis.call('ZREM', zkey(p), id) end
+end
+-- duescore returns the score and priority of an ID in the due sets.
+local function duescore(id)
+  for p = 0, 9 do
+    local s = redis.call('ZSCORE', zkey(p), id)
+    if s then return s, p end
+  end
+  return false, 0
 end
 `
 
 func newScript(src string) *redis.Script { return redis.NewScript(luaMeta + src) }
 
-// run executes a script on one shard. Every script gets the shard's four
-// keys: KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead.
+// run executes a script on one shard. Every script gets every key of the
+// shard: KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, KEYS[5..13]
+// the due sets of priorities 1..9.
 func (s *Store) run(ctx context.Context, op string, sc *redis.Script, shard int, args ...any) *redis.Cmd {
 	start := time.Now()
 	cmd := sc.Run(ctx, s.rdb, s.keys.shard(shard), args...)
@@ -195,14 +217,14 @@ func ignoreNil(err error) error {
 
 // parseMeta decodes a meta value (see luaMeta).
 func parseMeta(v string) (attempts int, lease, deadAt int64, reason string) {
-	parts := strings.SplitN(v, "|", 4)
-	if len(parts) != 4 {
+	parts := strings.SplitN(v, "|", 5)
+	if len(parts) != 5 {
 		return 0, 0, 0, ""
 	}
 	attempts, _ = strconv.Atoi(parts[0])
 	lease, _ = strconv.ParseInt(parts[1], 10, 64)
 	deadAt, _ = strconv.ParseInt(parts[2], 10, 64)
-	return attempts, lease, deadAt, parts[3]
+	return attempts, lease, deadAt, parts[4]
 }
 
 // ms converts a time to Unix milliseconds.

@@ -431,3 +431,63 @@ func keys(m map[string]store.Claimed) []string {
 	}
 	return out
 }
+
+// With a backlog, higher x-delay-priority is claimed first, due order within
+// a priority; every operation finds a message in its priority's due set.
+func TestPriorityOrdersTheBacklog(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	base := time.Now().Add(-time.Minute)
+	var msgs []*envelope.Message
+	for i := 0; i < 30; i++ {
+		m := msg(fmt.Sprintf("m%02d", i), base.Add(time.Duration(i)*time.Millisecond))
+		m.Priority = uint8(i % 3 * 4) // 0, 4, 8
+		msgs = append(msgs, m)
+	}
+	if _, err := s.Park(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Parked != 30 || st.Due != 30 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+	c, err := s.Claim(ctx, 0, 15, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range c.Messages {
+		got = append(got, fmt.Sprintf("%s/p%d", m.ID, m.Message.Priority))
+	}
+	want := []string{"m02/p8", "m05/p8", "m08/p8", "m11/p8", "m14/p8", "m17/p8", "m20/p8", "m23/p8", "m26/p8", "m29/p8",
+		"m01/p4", "m04/p4", "m07/p4", "m10/p4", "m13/p4"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("claim order\n got %v\nwant %v", got, want)
+	}
+	// Every operation finds the message in its own due set.
+	if info, err := s.Inspect(ctx, "m02"); err != nil || info.State != store.StateInflight {
+		t.Fatalf("inspect in-flight priority message: %+v %v", info, err)
+	}
+	if n, err := s.Retry(ctx, 0, c.Token, []store.Retry{{ID: "m02", At: time.Now().Add(time.Hour), Reason: "x"}}); err != nil || n != 1 {
+		t.Fatalf("retry %d %v", n, err)
+	}
+	if n, err := s.Dead(ctx, 0, c.Token, []store.Dead{{ID: "m05", Reason: "x"}}); err != nil || n != 1 {
+		t.Fatalf("dead %d %v", n, err)
+	}
+	if n, err := s.Ack(ctx, 0, c.Token, []string{"m08"}); err != nil || n != 1 {
+		t.Fatalf("ack %d %v", n, err)
+	}
+	if err := s.RetryDead(ctx, "m05"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, "m29"); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.Stats(ctx)
+	if err != nil || st.Parked != 28 || st.Dead != 0 {
+		t.Fatalf("after ops: parked %d dead %d, want 28 and 0 (%v)", st.Parked, st.Dead, err)
+	}
+	if n, _ := s.Client().ZCard(ctx, s.Keys().DueAt(0, 8)).Result(); n != 8 {
+		t.Fatalf("priority 8 set holds %d, want 8", n)
+	}
+}

@@ -1,0 +1,125 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// Micro-benchmarks of the Lua round trips the daemon makes per batch,
+// against a real redis-server on loopback (testenv.Redis, AOF everysec as in
+// production). One op is one batch of 256 messages; msg/s is reported too.
+// Run: go test -run '^$' -bench . -benchmem ./pkg/store/
+
+const benchBatch = 256
+
+func benchStore(b *testing.B, shards int) *store.Store {
+	b.Helper()
+	r := testenv.Redis(b)
+	return store.New(r.Client(), store.Options{Prefix: "bench", Shards: shards})
+}
+
+// benchMsgs returns n messages with IDs prefix-0000000.., a 100-byte body and
+// the fields the NATS ingest fills in.
+func benchMsgs(prefix string, n int, due time.Time) []*envelope.Message {
+	now := time.Now().Truncate(time.Millisecond)
+	body := make([]byte, 100)
+	out := make([]*envelope.Message, n)
+	for i := range out {
+		out[i] = &envelope.Message{
+			ID: fmt.Sprintf("%s-%07d", prefix, i), DueAt: due.Truncate(time.Millisecond),
+			Sink: "out", Destination: "fired.default", Ingest: "in", IngestedAt: now, Body: body,
+		}
+	}
+	return out
+}
+
+func reportMsgRate(b *testing.B) {
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "msg/s")
+}
+
+// BenchmarkPark parks batches of 256 (far-future due times, new IDs), spread
+// over 16 shards as the ingest pipeline does (one script per shard, one
+// pipeline), and into a single shard (one script call).
+func BenchmarkPark(b *testing.B) {
+	for _, shards := range []int{16, 1} {
+		b.Run(fmt.Sprintf("batch256-shards%d", shards), func(b *testing.B) {
+			s := benchStore(b, shards)
+			ctx := context.Background()
+			far := time.Now().Add(24 * time.Hour)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				msgs := benchMsgs(fmt.Sprintf("p%d", i), benchBatch, far)
+				b.StartTimer()
+				if _, err := s.Park(ctx, msgs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportMsgRate(b)
+		})
+	}
+}
+
+// BenchmarkClaim claims 256 due messages from one shard (the scheduler's
+// default batch_size).
+func BenchmarkClaim(b *testing.B) {
+	s := benchStore(b, 1)
+	ctx := context.Background()
+	past := time.Now().Add(-time.Second)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if _, err := s.Park(ctx, benchMsgs(fmt.Sprintf("c%d", i), benchBatch, past)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		c, err := s.Claim(ctx, 0, benchBatch, time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(c.Messages) != benchBatch {
+			b.Fatalf("claimed %d, want %d", len(c.Messages), benchBatch)
+		}
+	}
+	reportMsgRate(b)
+}
+
+// BenchmarkAck acks the 256 messages of one claim.
+func BenchmarkAck(b *testing.B) {
+	s := benchStore(b, 1)
+	ctx := context.Background()
+	past := time.Now().Add(-time.Second)
+	ids := make([]string, benchBatch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if _, err := s.Park(ctx, benchMsgs(fmt.Sprintf("a%d", i), benchBatch, past)); err != nil {
+			b.Fatal(err)
+		}
+		c, err := s.Claim(ctx, 0, benchBatch, time.Hour)
+		if err != nil || len(c.Messages) != benchBatch {
+			b.Fatalf("claim: %v (%d messages)", err, len(c.Messages))
+		}
+		for j, m := range c.Messages {
+			ids[j] = m.ID
+		}
+		b.StartTimer()
+		n, err := s.Ack(ctx, 0, c.Token, ids)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n != benchBatch {
+			b.Fatalf("acked %d, want %d", n, benchBatch)
+		}
+	}
+	reportMsgRate(b)
+}
