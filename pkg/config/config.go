@@ -23,6 +23,9 @@ type Config struct {
 	Ingest    []Ingest  `yaml:"ingest"`
 	Sinks     []Sink    `yaml:"sinks"`
 
+	// Encryption, when present, encrypts parked messages in Redis.
+	Encryption *Encryption `yaml:"encryption"`
+
 	// ShutdownTimeout bounds a graceful stop: finishing in-flight parks
 	// and publishes and committing offsets.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
@@ -134,6 +137,11 @@ type Limits struct {
 	MaxPayloadBytes int      `yaml:"max_payload_bytes"`
 	MaxHeaderBytes  int      `yaml:"max_header_bytes"`
 	MaxIDBytes      int      `yaml:"max_id_bytes"`
+	// MaxParkedMessages and MaxRedisMemory protect Redis: when the parked
+	// messages or Redis's used memory reach them, ingest pauses (nothing is
+	// read or acknowledged) until firing brings them down again. 0: no limit.
+	MaxParkedMessages int64 `yaml:"max_parked_messages"`
+	MaxRedisMemory    int64 `yaml:"max_redis_memory"` // bytes, INFO memory used_memory
 }
 
 // Dead configures what is kept of messages that are rejected or undeliverable.
@@ -145,6 +153,27 @@ type Dead struct {
 	// with the header x-delaybridge-dead-reason.
 	Sink        string `yaml:"sink"`
 	Destination string `yaml:"destination"`
+}
+
+// Encryption seals the key, headers and body of every parked and dead
+// message in Redis with AES-256-GCM (pkg/seal); the routing fields (due
+// time, priority, sink, destination and ingest names) stay readable. New
+// messages use ActiveKey; a message sealed with any key of Keys opens, so a
+// key is rotated by adding the new one, making it active, running
+// `delaybridge reencrypt`, then removing the old one.
+type Encryption struct {
+	ActiveKey string          `yaml:"active_key"`
+	Keys      []EncryptionKey `yaml:"keys"`
+}
+
+// EncryptionKey is one AES-256 key: 32 bytes in standard base64, in Key or
+// in the file KeyFile.
+type EncryptionKey struct {
+	// ID is stored with every message the key seals: never reuse an ID for
+	// another key.
+	ID      string `yaml:"id"`
+	Key     Secret `yaml:"key"`
+	KeyFile string `yaml:"key_file"`
 }
 
 // Ingest reads delayed messages from one broker source.

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/url"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -139,6 +141,12 @@ func (c *Config) Validate() error {
 	positive(&p, "limits.max_payload_bytes", int64(c.Limits.MaxPayloadBytes))
 	positive(&p, "limits.max_header_bytes", int64(c.Limits.MaxHeaderBytes))
 	positive(&p, "limits.max_id_bytes", int64(c.Limits.MaxIDBytes))
+	if c.Limits.MaxParkedMessages < 0 {
+		p.add("limits.max_parked_messages", "must not be negative (0: no limit)")
+	}
+	if c.Limits.MaxRedisMemory < 0 {
+		p.add("limits.max_redis_memory", "must not be negative (0: no limit)")
+	}
 	positive(&p, "dead.max_messages", int64(c.Dead.MaxMessages))
 	positive(&p, "shutdown_timeout", int64(c.ShutdownTimeout))
 
@@ -160,6 +168,9 @@ func (c *Config) Validate() error {
 	names := map[string]bool{}
 	for i := range c.Ingest {
 		c.validateIngest(&p, i, names, sinks)
+	}
+	if c.Encryption != nil {
+		c.Encryption.validate(&p)
 	}
 	if len(p) > 0 {
 		return p
@@ -361,6 +372,48 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay {
 		p.add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)
+	}
+}
+
+// encryptionKeyID is what a key ID may be: it is stored with every message.
+var encryptionKeyID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func (e *Encryption) validate(p *Problems) {
+	if len(e.Keys) == 0 {
+		p.add("encryption.keys", "at least one key is required (or remove encryption: to store messages in clear)")
+	}
+	ids := map[string]bool{}
+	for i, k := range e.Keys {
+		at := fmt.Sprintf("encryption.keys[%d]", i)
+		switch {
+		case k.ID == "":
+			p.add(at+".id", "required: a name stored with every message the key seals, e.g. k1")
+		case !encryptionKeyID.MatchString(k.ID):
+			p.add(at+".id", "%q must be 1 to 64 letters, digits, '.', '_' or '-'", k.ID)
+		case ids[k.ID]:
+			p.add(at+".id", "%q is used by another key", k.ID)
+		}
+		ids[k.ID] = true
+		field := at + ".key"
+		if k.KeyFile != "" {
+			field = at + ".key_file"
+		}
+		// The value is never shown: base64's error names only an offset,
+		// and the size is all that is said of a valid encoding.
+		switch raw, err := base64.StdEncoding.DecodeString(k.Key.Reveal()); {
+		case k.Key == "" && k.KeyFile == "":
+			p.add(at+".key", "required: 32 random bytes in standard base64 (openssl rand -base64 32), or key_file")
+		case err != nil:
+			p.add(field, "not valid standard base64 (make a key with: openssl rand -base64 32)")
+		case len(raw) != 32:
+			p.add(field, "decodes to %d bytes; AES-256 needs 32 (make a key with: openssl rand -base64 32)", len(raw))
+		}
+	}
+	switch {
+	case e.ActiveKey == "":
+		p.add("encryption.active_key", "required: the id of the key that seals new messages")
+	case !ids[e.ActiveKey]:
+		p.add("encryption.active_key", "%q is not the id of a key in encryption.keys", e.ActiveKey)
 	}
 }
 

@@ -114,6 +114,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 	})
 
 	limits := Limits(cfg)
+	roomToPark := newCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory)
 	for i := range cfg.Ingest {
 		ic := &cfg.Ingest[i]
 		src, err := NewSource(ctx, ic, log)
@@ -131,6 +132,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 			MaxInFlight:  ic.MaxInFlight,
 			DrainTimeout: cfg.ShutdownTimeout.D(),
 			DeadLetter:   deadLetter,
+			Capacity:     roomToPark,
 			Metrics:      d.metrics,
 			Tracer:       d.tracer,
 			Logger:       log,

@@ -46,6 +46,12 @@ type PipelineParams struct {
 	// DeadLetter, when set, gets a copy of every rejected message.
 	DeadLetter *sinks.DeadLetter
 
+	// Capacity, when set, returns an error while Redis is full (limits.
+	// max_parked_messages, max_redis_memory): the pipeline then waits before
+	// parking, reading and acknowledging nothing, as during an outage.
+	// It is told how many messages are about to be parked.
+	Capacity func(ctx context.Context, n int) error
+
 	Metrics *metrics.Metrics
 	Tracer  *tracing.Tracer // nil: no spans
 	Logger  *slog.Logger
@@ -90,7 +96,7 @@ func (pl *Pipeline) Ready() error {
 		}
 	}
 	if e := pl.redisErr.Load(); e != nil {
-		return fmt.Errorf("ingest %s: parking fails: %w", pl.p.Name, *e)
+		return fmt.Errorf("ingest %s: paused: %w", pl.p.Name, *e)
 	}
 	return nil
 }
@@ -223,6 +229,12 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	if pl.p.Capacity != nil {
+		// Room comes back as messages fire: look again often.
+		if err := pl.retryEvery(ctx, "capacity", 500*time.Millisecond, func() error { return pl.p.Capacity(ctx, len(msgs)) }); err != nil {
+			return err
+		}
+	}
 	spans := make([]tracing.Span, len(msgs))
 	for i, m := range msgs {
 		spans[i] = pl.p.Tracer.StartPark(ctx, m)
@@ -299,19 +311,24 @@ func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes 
 // the back-pressure that pauses the broker consumer, and Ready reports the
 // error.
 func (pl *Pipeline) retry(ctx context.Context, what string, op func() error) error {
+	return pl.retryEvery(ctx, what, 5*time.Second, op)
+}
+
+// retryEvery is retry with another longest wait.
+func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Duration, op func() error) error {
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op()
 		if err == nil {
 			if attempt > 1 {
-				pl.log.Info("redis is back; parking resumed", "op", what, "attempts", attempt)
+				pl.log.Info("parking resumed", "op", what, "attempts", attempt)
 			}
 			pl.redisErr.Store(nil)
 			return nil
 		}
 		pl.redisErr.Store(&err)
 		if attempt == 1 || attempt%20 == 0 {
-			pl.log.Warn("cannot reach redis; retrying (ingest paused, nothing acknowledged)", "op", what, "attempt", attempt, "err", err)
+			pl.log.Warn("cannot park; retrying (ingest paused, nothing acknowledged)", "op", what, "attempt", attempt, "err", err)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -320,7 +337,7 @@ func (pl *Pipeline) retry(ctx context.Context, what string, op func() error) err
 			return fmt.Errorf("%s: %w (gave up at shutdown: %v)", what, err, ctx.Err())
 		case <-t.C:
 		}
-		wait = min(wait*2, 5*time.Second)
+		wait = min(wait*2, longest)
 	}
 }
 

@@ -167,7 +167,7 @@ func TestRedisOutagePausesIngest(t *testing.T) {
 		e.src.send(fmt.Sprintf("during%d", i), "x-delay", "1h")
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return e.pl.Ready() != nil }, "Ready does not report the outage")
-	if err := e.pl.Ready(); !strings.Contains(err.Error(), "parking fails") {
+	if err := e.pl.Ready(); !strings.Contains(err.Error(), "paused") {
 		t.Fatalf("Ready = %v", err)
 	}
 	for i := 0; i < 20; i++ {
