@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/internal/natsutil"
 	"github.com/delaybridge/delaybridge/internal/tlsutil"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -15,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/rabbitingest"
+	"github.com/delaybridge/delaybridge/pkg/seal"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/sinks/kafkasink"
 	"github.com/delaybridge/delaybridge/pkg/sinks/natssink"
@@ -22,9 +24,18 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// OpenStore connects to the Redis of cfg and checks that it answers.
+// OpenStore connects to the Redis of cfg and checks that it answers. With an
+// encryption section, the store seals what it stores with its keys.
 func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, time.Duration, error)) (*store.Store, error) {
 	rc := cfg.Redis
+	var sealer envelope.Sealer // stays a nil interface when encryption is off
+	if cfg.Encryption != nil {
+		kr, err := seal.FromConfig(cfg.Encryption)
+		if err != nil {
+			return nil, fmt.Errorf("encryption: %w", err)
+		}
+		sealer = kr
+	}
 	tlsCfg, err := tlsutil.Client(rc.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -80,6 +91,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		Shards:  rc.Shards,
 		MaxDead: cfg.Dead.MaxMessages,
 		Observe: observe,
+		Sealer:  sealer,
 	}), nil
 }
 
@@ -101,7 +113,11 @@ func NewSink(ctx context.Context, sc config.Sink, log *slog.Logger) (sinks.Sink,
 	)
 	switch {
 	case sc.NATS != nil:
-		s, err = natssink.New(natssink.Config{Name: sc.Name, URL: sc.NATS.URL, JetStream: sc.NATS.JetStream}, log)
+		opts, oerr := natsutil.AuthOptions(sc.NATS.NATSAuth)
+		if oerr != nil {
+			return nil, fmt.Errorf("sink %s: %w", sc.Name, oerr)
+		}
+		s, err = natssink.New(natssink.Config{Name: sc.Name, URL: sc.NATS.URL, JetStream: sc.NATS.JetStream, Options: opts}, log)
 	case sc.RabbitMQ != nil:
 		r := sc.RabbitMQ
 		s, err = rabbitsink.New(ctx, rabbitsink.Config{Name: sc.Name, URL: r.URL, Exchange: r.Exchange, Mandatory: *r.Mandatory}, log)
@@ -127,8 +143,12 @@ func NewSource(ctx context.Context, ic *config.Ingest, log *slog.Logger) (ingest
 	switch {
 	case ic.NATS != nil:
 		n := ic.NATS
+		opts, oerr := natsutil.AuthOptions(n.NATSAuth)
+		if oerr != nil {
+			return nil, fmt.Errorf("ingest %s: %w", ic.Name, oerr)
+		}
 		s, err = natsingest.New(ctx, natsingest.Config{
-			Name: ic.Name, URL: n.URL, Subject: n.Subject, Stream: n.Stream,
+			Name: ic.Name, URL: n.URL, Options: opts, Subject: n.Subject, Stream: n.Stream,
 			Durable: n.Durable, AckWait: n.AckWait.D(), MaxInFlight: ic.MaxInFlight,
 		}, log)
 	case ic.RabbitMQ != nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/delaybridge/delaybridge/internal/natsutil"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
@@ -62,7 +63,11 @@ func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
 	switch {
 	case ic.NATS != nil:
 		n := ic.NATS
-		return natsingest.Send(ctx, natsingest.Config{Name: ic.Name, URL: n.URL, Subject: n.Subject, Stream: n.Stream}, r.Subject, h, r.Body)
+		opts, err := natsutil.AuthOptions(n.NATSAuth)
+		if err != nil {
+			return err
+		}
+		return natsingest.Send(ctx, natsingest.Config{Name: ic.Name, URL: n.URL, Options: opts, Subject: n.Subject, Stream: n.Stream}, r.Subject, h, r.Body)
 	case ic.RabbitMQ != nil:
 		return rabbitingest.Send(ctx, ic.RabbitMQ.URL, ic.RabbitMQ.Queue, h, r.Body)
 	case ic.Kafka != nil:

@@ -26,8 +26,9 @@ import (
 
 // Config of a NATS ingest.
 type Config struct {
-	Name    string // ingest name, for the connection name and logs
-	URL     string
+	Name    string        // ingest name, for the connection name and logs
+	URL     string        // comma-separated server list
+	Options []nats.Option // authentication and TLS (natsutil.AuthOptions)
 	Subject string
 	// Stream selects JetStream; empty means core NATS. The stream is
 	// created (file storage, Subject as its subject) when it does not exist.
@@ -67,7 +68,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Source, error) {
 		cfg.AckWait = 30 * time.Second
 	}
 	log = log.With("ingest", cfg.Name)
-	nc, err := natsutil.Connect(cfg.URL, "delaybridge ingest "+cfg.Name, log)
+	nc, err := natsutil.Connect(cfg.URL, "delaybridge ingest "+cfg.Name, log, cfg.Options...)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +261,7 @@ func Send(ctx context.Context, cfg Config, subject string, h envelope.Headers, b
 	if subject == "" {
 		subject = ConcreteSubject(cfg.Subject)
 	}
-	nc, err := nats.Connect(cfg.URL, nats.Name("delaybridge send"))
+	nc, err := nats.Connect(cfg.URL, append([]nats.Option{nats.Name("delaybridge send")}, cfg.Options...)...)
 	if err != nil {
 		return fmt.Errorf("connect to nats: %w", err)
 	}

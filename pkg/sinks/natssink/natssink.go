@@ -26,6 +26,7 @@ type Config struct {
 	Name      string
 	URL       string
 	JetStream bool
+	Options   []nats.Option // authentication and TLS (natsutil.AuthOptions)
 }
 
 // Sink publishes to NATS. Create it with New.
@@ -41,7 +42,7 @@ var _ sinks.Ready = (*Sink)(nil)
 // New connects to NATS.
 func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	log = log.With("sink", cfg.Name)
-	nc, err := natsutil.Connect(cfg.URL, "delaybridge sink "+cfg.Name, log)
+	nc, err := natsutil.Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, cfg.Options...)
 	if err != nil {
 		return nil, err
 	}
