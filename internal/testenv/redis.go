@@ -197,7 +197,7 @@ func (r *RedisServer) Start() {
 			return false
 		}
 		last = reply
-		return reply == "+PONG"
+		return reply == "+PONG" || strings.HasPrefix(reply, "-NOAUTH") // up; it wants a password
 	})
 	if proc.exited() {
 		r.t.Fatalf("testenv: redis-server on %s exited at start (%v); log tail:\n%s\nstdout:\n%s",
