@@ -1,0 +1,623 @@
+//go:build bench
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+)
+
+// env holds the servers every scenario shares: one redis-server (AOF
+// everysec, as the README recommends) and one embedded nats-server with
+// JetStream running in this process, as the tests do.
+type env struct {
+	nats  *testenv.NATSServer
+	redis *testenv.RedisServer
+	rdb   *redis.Client
+	bin   string // the daemon, built without -race
+}
+
+func newEnv(t *testing.T) *env {
+	e := &env{nats: testenv.NATS(t), redis: testenv.Redis(t)}
+	e.rdb = e.redis.Client()
+	t.Log("building the daemon")
+	e.bin = testenv.Build(t)
+	return e
+}
+
+func (e *env) redisVersion() string {
+	info, _ := e.rdb.Info(context.Background(), "server").Result()
+	return infoField(info, "redis_version")
+}
+
+// connect returns a new NATS connection and its JetStream context, closed at
+// the end of the test.
+func (e *env) connect(t *testing.T, name string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(e.nats.URL, nats.Name(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { asyncPubErrs.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// freshStream deletes stream name if it exists and creates it anew.
+func freshStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
+	t.Helper()
+	ctx := context.Background()
+	_ = js.DeleteStream(ctx, cfg.Name)
+	s, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatalf("create stream %s: %v", cfg.Name, err)
+	}
+	return s
+}
+
+// ---- the daemon ----
+
+type daemon struct {
+	proc  *testenv.Process
+	admin string
+}
+
+// startDaemon writes cfg (admin.listen is %ADMIN%) and runs `delaybridge run`
+// until /readyz answers 200. It returns nil and the process output when the
+// daemon exits at start (e.g. an adapter missing from this build).
+func (e *env) startDaemon(t *testing.T, cfg string) (*daemon, string) {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg = strings.ReplaceAll(cfg, "%ADMIN%", addr)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{admin: "http://" + addr}
+	d.proc = testenv.StartProcess(t, e.bin, "run", "--config", path)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if d.proc.Exited() {
+			return nil, d.proc.Output()
+		}
+		if resp, err := http.Get(d.admin + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return d, ""
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delaybridge not ready after 60s:\n%s", d.proc.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for the exit.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	d.proc.Signal(syscall.SIGTERM)
+	if code := d.proc.Wait(60 * time.Second); code != 0 {
+		t.Errorf("delaybridge exit code %d after SIGTERM; output tail:\n%s", code, lastBytes(d.proc.Output(), 3000))
+	}
+}
+
+func lastBytes(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// metrics scrapes /metrics and returns a few aggregates that explain where
+// the time goes: mean batch sizes, mean script round trips, wake-up causes,
+// ingest results.
+func (d *daemon) metrics(t *testing.T) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(d.admin + "/metrics")
+	if err != nil {
+		t.Logf("scrape metrics: %v", err)
+		return out
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Logf("parse metrics: %v", err)
+		return out
+	}
+	mean := func(name, key string, label string) {
+		f, ok := fams[name]
+		if !ok {
+			return
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			if h == nil || h.GetSampleCount() == 0 {
+				continue
+			}
+			k := key
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					k = key + "." + l.GetValue()
+				}
+			}
+			out[k+".count"] += float64(h.GetSampleCount())
+			out[k+".mean"] = h.GetSampleSum() / float64(h.GetSampleCount())
+		}
+	}
+	mean("delaybridge_park_batch_size", "park_batch_size", "")
+	mean("delaybridge_claim_batch_size", "claim_batch_size", "")
+	mean("delaybridge_park_duration_seconds", "park_seconds", "")
+	mean("delaybridge_sink_publish_duration_seconds", "sink_publish_seconds", "")
+	mean("delaybridge_redis_script_duration_seconds", "script_seconds", "script")
+	for _, c := range []struct{ name, key, label string }{
+		{"delaybridge_scheduler_wakeups_total", "wakeups", "cause"},
+		{"delaybridge_ingest_messages_total", "ingest", "result"},
+		{"delaybridge_sink_publish_errors_total", "publish_errors", "sink"},
+		{"delaybridge_retries_total", "retries", "sink"},
+	} {
+		f, ok := fams[c.name]
+		if !ok {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			k := c.key
+			for _, l := range m.GetLabel() {
+				if l.GetName() == c.label {
+					k += "." + l.GetValue()
+				}
+			}
+			out[k] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// startPerf runs `perf record -g` on pids while a run lasts when -perf is
+// set; the returned function stops it (SIGINT, as perf expects).
+func startPerf(t *testing.T, name string, pids ...int) func() {
+	if *flagPerf == "" {
+		return func() {}
+	}
+	if err := os.MkdirAll(*flagPerf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var ps []string
+	for _, p := range pids {
+		ps = append(ps, strconv.Itoa(p))
+	}
+	out := filepath.Join(*flagPerf, "perf-"+name+".data")
+	cmd := exec.Command("perf", "record", "-F", "499", "-g", "-o", out, "-p", strings.Join(ps, ","))
+	log, _ := os.Create(out + ".log")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Logf("perf: %v", err)
+		return func() {}
+	}
+	t.Logf("perf recording pids %v to %s", ps, out)
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		log.Close()
+	}
+}
+
+// redisPid is the redis-server's process ID (INFO server).
+func redisPid(rdb *redis.Client) int {
+	info, _ := rdb.Info(context.Background(), "server").Result()
+	return int(infoFloat(info, "process_id"))
+}
+
+// ---- /proc and INFO: CPU and memory ----
+
+const clockTicks = 100 // USER_HZ on Linux
+
+// procCPU returns utime+stime of pid in seconds (pid 0: this process).
+func procCPU(pid int) float64 {
+	p := "/proc/self/stat"
+	if pid > 0 {
+		p = fmt.Sprintf("/proc/%d/stat", pid)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	s = s[strings.LastIndexByte(s, ')')+2:] // fields from 3 (state) on
+	f := strings.Fields(s)
+	ut, _ := strconv.ParseFloat(f[11], 64) // field 14
+	st, _ := strconv.ParseFloat(f[12], 64) // field 15
+	return (ut + st) / clockTicks
+}
+
+// procHWM returns VmHWM (peak RSS) of pid in MB.
+func procHWM(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if kb, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 64)
+			return v / 1024
+		}
+	}
+	return -1
+}
+
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func infoFloat(info, name string) float64 {
+	v, _ := strconv.ParseFloat(infoField(info, name), 64)
+	return v
+}
+
+// redisCPU returns used_cpu_user+used_cpu_sys of the Redis server.
+func redisCPU(rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return -1
+	}
+	return infoFloat(info, "used_cpu_user") + infoFloat(info, "used_cpu_sys")
+}
+
+func redisUsedMemory(t *testing.T, rdb *redis.Client) float64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return infoFloat(info, "used_memory")
+}
+
+// cpuMeter measures the CPU used by the daemon, Redis and this process (the
+// embedded nats-server, the load generator and the consumer) over a run.
+type cpuMeter struct {
+	pid                           int
+	rdb                           *redis.Client
+	daemon0, redis0, self0, busy0 float64
+	forks0                        float64
+	wall0                         time.Time
+}
+
+func redisForks(rdb *redis.Client) float64 {
+	info, _ := rdb.Info(context.Background(), "stats").Result()
+	return infoFloat(info, "total_forks")
+}
+
+func startCPU(pid int, rdb *redis.Client) *cpuMeter {
+	return &cpuMeter{pid: pid, rdb: rdb, daemon0: procCPU(pid), redis0: redisCPU(rdb), self0: procCPU(0), busy0: machineBusy(), forks0: redisForks(rdb), wall0: time.Now()}
+}
+
+// machineBusy returns the CPU seconds all CPUs spent not idle since boot
+// (/proc/stat), to tell how much other processes took during a run.
+func machineBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)[1:]
+	var busy float64
+	for i, v := range f {
+		x, _ := strconv.ParseFloat(v, 64)
+		if i != 3 && i != 4 && i < 8 { // skip idle, iowait; guest is inside user
+			busy += x
+		}
+	}
+	return busy / clockTicks
+}
+
+func (c *cpuMeter) stop(s *Scenario) {
+	s.WallSeconds = time.Since(c.wall0).Seconds()
+	if c.pid > 0 {
+		s.DaemonCPUSeconds = procCPU(c.pid) - c.daemon0
+		s.DaemonPeakRSSMB = procHWM(c.pid)
+	}
+	s.RedisCPUSeconds = redisCPU(c.rdb) - c.redis0
+	s.HarnessCPUSeconds = procCPU(0) - c.self0
+	s.OtherCPUSeconds = machineBusy() - c.busy0 - s.HarnessCPUSeconds - s.RedisCPUSeconds - max(s.DaemonCPUSeconds, 0)
+	s.MachineCPUs = runtime.NumCPU()
+	if f := redisForks(c.rdb) - c.forks0; f > 0 {
+		s.note("Redis forked %.0f time(s) during the run (AOF rewrite)", f)
+	}
+}
+
+// ---- load ----
+
+// natsLoad describes one end-to-end run.
+type natsLoad struct {
+	kind      string        // "max": as fast as possible; "rate": paced; "spread": as fast as possible, due times spread
+	n         int           // messages
+	rate      float64       // msg/s for "rate"
+	delay     time.Duration // x-delay for "max" and "rate"
+	window    time.Duration // "spread": due times cover [t0+lead, t0+lead+window)
+	preParked int           // far-future messages parked before the run
+}
+
+func (l natsLoad) name() string {
+	switch l.kind {
+	case "rate":
+		return fmt.Sprintf("rate %s/s, delay %s", humanCount(l.rate), l.delay)
+	case "spread":
+		return fmt.Sprintf("%s due over %s", humanCount(float64(l.n)), l.window)
+	}
+	s := fmt.Sprintf("max rate, %s msgs, delay %s", humanCount(float64(l.n)), l.delay)
+	if l.preParked > 0 {
+		s += fmt.Sprintf(", %s parked", humanCount(float64(l.preParked)))
+	}
+	return s
+}
+
+func humanCount(v float64) string {
+	switch {
+	case v >= 1e6 && int(v)%100_000 == 0:
+		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+	case v >= 1e3 && int(v)%100 == 0:
+		return strconv.FormatFloat(v/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// spreadLead is how far after the start the first due time of a spread run
+// lies.
+const spreadLead = 2 * time.Second
+
+// asyncPubErrs counts failed asynchronous publishes (no PubAck, or an
+// error PubAck) of every JetStream context made by env.connect.
+var asyncPubErrs atomic.Int64
+
+type pubResult struct {
+	first, last time.Time // first publish call, last PubAck
+	errs        int64     // failed publishes (those messages are missing)
+}
+
+// publish publishes n messages built by mk with PublishMsgAsync, as fast as
+// possible (rate 0) or paced at rate msg/s, and waits for every PubAck.
+func publish(t *testing.T, js jetstream.JetStream, n int, rate float64, mk func(i int) *nats.Msg) *pubResult {
+	t.Helper()
+	r := &pubResult{}
+	errs0 := asyncPubErrs.Load()
+	r.first = time.Now()
+	for i := 0; i < n; {
+		if rate > 0 && float64(i) >= rate*time.Since(r.first).Seconds()+1 {
+			time.Sleep(500 * time.Microsecond)
+			continue
+		}
+		if _, err := js.PublishMsgAsync(mk(i)); err != nil {
+			time.Sleep(time.Millisecond)
+			continue // e.g. too many pending: retried, every message must go out
+		}
+		i++
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		t.Errorf("publish: PubAcks missing after 2 minutes")
+	}
+	r.last = time.Now()
+	r.errs = asyncPubErrs.Load() - errs0
+	return r
+}
+
+// ---- the receiving side ----
+
+// recorder collects what a consumer receives: one lateness sample per
+// message (arrival minus due), duplicates, and the arrival span.
+type recorder struct {
+	n      int
+	prefix string // x-message-id is prefix + 7-digit index
+
+	mu          sync.Mutex
+	seen        []bool
+	lat         []time.Duration
+	dues        []time.Time // due time of lat[i]
+	dups, alien int
+	first, last time.Time
+	count       atomic.Int64
+}
+
+func newRecorder(n int, prefix string) *recorder {
+	return &recorder{n: n, prefix: prefix, seen: make([]bool, n), lat: make([]time.Duration, 0, n), dues: make([]time.Time, 0, n)}
+}
+
+func msgID(prefix string, i int) string {
+	b := make([]byte, 0, len(prefix)+8)
+	b = append(b, prefix...)
+	b = append(b, '-')
+	s := strconv.Itoa(i)
+	for k := len(s); k < 7; k++ {
+		b = append(b, '0')
+	}
+	return string(append(b, s...))
+}
+
+// record notes one arrival at time at of the message id due at due.
+func (r *recorder) record(id string, at, due time.Time) {
+	i := -1
+	if rest, ok := strings.CutPrefix(id, r.prefix+"-"); ok {
+		if v, err := strconv.Atoi(rest); err == nil && v >= 0 && v < r.n {
+			i = v
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case i < 0:
+		r.alien++
+		return
+	case r.seen[i]:
+		r.dups++
+		return
+	}
+	r.seen[i] = true
+	r.lat = append(r.lat, at.Sub(due))
+	r.dues = append(r.dues, due)
+	if r.first.IsZero() || at.Before(r.first) {
+		r.first = at
+	}
+	if at.After(r.last) {
+		r.last = at
+	}
+	r.count.Add(1)
+}
+
+// wait waits until every message arrived, or nothing arrived for stall, or
+// max passed. It reports whether all arrived.
+func (r *recorder) wait(stall, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	last, lastChange := int64(-1), time.Now()
+	for time.Now().Before(deadline) {
+		c := r.count.Load()
+		if int(c) >= r.n {
+			return true
+		}
+		if c != last {
+			last, lastChange = c, time.Now()
+		} else if time.Since(lastChange) > stall {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func (r *recorder) fill(s *Scenario) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.Received = len(r.lat)
+	s.Duplicates = r.dups
+	s.Missing = r.n - len(r.lat)
+	s.Lateness = summarize(r.lat)
+	if s.Kind == "max" || len(r.lat) == 0 {
+		return
+	}
+	// Worst lateness per second of due time: tells a steady tail from a
+	// few bursts (a GC, an fsync, another process taking the CPUs).
+	t0 := r.dues[0]
+	for _, d := range r.dues {
+		if d.Before(t0) {
+			t0 = d
+		}
+	}
+	for i, d := range r.dues {
+		sec := int(d.Sub(t0) / time.Second)
+		for len(s.MaxLatenessPerSecond) <= sec {
+			s.MaxLatenessPerSecond = append(s.MaxLatenessPerSecond, 0)
+		}
+		if ms := float64(r.lat[i].Microseconds()) / 1000; ms > s.MaxLatenessPerSecond[sec] {
+			s.MaxLatenessPerSecond[sec] = ms
+		}
+	}
+	var over []string
+	for sec, v := range s.MaxLatenessPerSecond {
+		if v > 50 {
+			over = append(over, fmt.Sprintf("s%d: %.0f ms", sec, v))
+		}
+	}
+	if len(over) > 0 {
+		s.note("seconds (of due time) whose worst lateness exceeded 50 ms: %d of %d (%s)", len(over), len(s.MaxLatenessPerSecond), strings.Join(over, ", "))
+	}
+}
+
+// consumeFired records the messages of an ordered consumer on stream
+// (filter subjects) with arrival = the stream's timestamp (when the sink's
+// publish was stored) and due = dueOf(message).
+func consumeFired(t *testing.T, js jetstream.JetStream, stream string, filter string, rec *recorder, dueOf func(nats.Header) (time.Time, bool)) jetstream.ConsumeContext {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		due, ok := dueOf(m.Headers())
+		if !ok {
+			rec.mu.Lock()
+			rec.alien++
+			rec.mu.Unlock()
+			return
+		}
+		rec.record(m.Headers().Get("x-message-id"), md.Timestamp, due)
+	}, jetstream.PullMaxMessages(2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+// ---- statistics ----
+
+// Lateness is a distribution in milliseconds.
+type Lateness struct {
+	N    int     `json:"n"`
+	Min  float64 `json:"min_ms"`
+	Mean float64 `json:"mean_ms"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+func summarize(d []time.Duration) *Lateness {
+	if len(d) == 0 {
+		return nil
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	q := func(p float64) float64 {
+		i := int(p*float64(len(s))+0.5) - 1
+		return ms(s[min(max(i, 0), len(s)-1)])
+	}
+	var sum time.Duration
+	for _, x := range s {
+		sum += x
+	}
+	return &Lateness{N: len(s), Min: ms(s[0]), Mean: ms(sum / time.Duration(len(s))), P50: q(.50), P90: q(.90), P99: q(.99), P999: q(.999), Max: ms(s[len(s)-1])}
+}
+
+// drain reads and discards a response body.
+func drain(r io.ReadCloser) { _, _ = io.Copy(io.Discard, r); r.Close() }

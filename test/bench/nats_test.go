@@ -1,0 +1,230 @@
+//go:build bench
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// natsDaemonConfig: a JetStream ingest (stream DELAYED) routed to a
+// JetStream sink (stream FIRED). Everything else is the default a user gets.
+const natsDaemonConfig = `
+redis: {addr: "%s", key_prefix: bench, shards: 16}
+admin: {listen: "%%ADMIN%%"}
+ingest:
+  - name: in
+    nats: {url: "%s", subject: "delayed.>", stream: DELAYED, durable: delaybridge}
+    route: {sink: out, destination: fired.bench}
+sinks:
+  - name: out
+    nats: {url: "%s", jetstream: true}
+`
+
+var scenarioSeq int
+
+// nextPrefix returns a short x-message-id prefix unique in this run.
+func nextPrefix(kind string) string {
+	scenarioSeq++
+	return fmt.Sprintf("%s%d", kind[:1], scenarioSeq)
+}
+
+// dueAtHeader reads the x-delaybridge-due-at header the daemon adds.
+func dueAtHeader(h nats.Header) (time.Time, bool) {
+	v := h.Get(envelope.HeaderDueAt)
+	if v == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil
+}
+
+// runDaemonNATS runs the real daemon between a JetStream ingest and a
+// JetStream sink under load l and measures it.
+func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
+	s := &Scenario{Pairing: "NATS -> NATS", System: "delaybridge", Load: l.name(), Kind: l.kind,
+		Messages: l.n, TargetRate: l.rate, Delay: l.delay.String(), BodyBytes: *flagBody, ParkedBefore: l.preParked}
+	if l.kind == "spread" {
+		s.Delay = fmt.Sprintf("due over %s from +%s", l.window, spreadLead)
+	}
+	t.Logf("== %s %s: %s", s.Pairing, s.System, s.Load)
+	ctx := context.Background()
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, js := e.connect(t, "bench publisher")
+	_, jsc := e.connect(t, "bench sink consumer")
+	freshStream(t, js, jetstream.StreamConfig{Name: "DELAYED", Subjects: []string{"delayed.>"}, Storage: jetstream.FileStorage})
+	freshStream(t, js, jetstream.StreamConfig{Name: "FIRED", Subjects: []string{"fired.>"}, Storage: jetstream.FileStorage})
+	defer func() {
+		_ = js.DeleteStream(ctx, "DELAYED")
+		_ = js.DeleteStream(ctx, "FIRED")
+	}()
+
+	if l.preParked > 0 {
+		mem0 := redisUsedMemory(t, e.rdb)
+		start := time.Now()
+		parkFar(t, e.rdb, l.preParked, *flagBody)
+		mem1 := redisUsedMemory(t, e.rdb)
+		s.note("pre-parked %d far-future messages (%d-byte bodies) with store.Park in %.1fs; Redis used_memory +%.0f MB (%.0f B/msg)",
+			l.preParked, *flagBody, time.Since(start).Seconds(), (mem1-mem0)/1e6, (mem1-mem0)/float64(l.preParked))
+	}
+
+	d, out := e.startDaemon(t, fmt.Sprintf(natsDaemonConfig, e.redis.Addr, e.nats.URL, e.nats.URL))
+	if d == nil {
+		s.Status = "failed"
+		s.note("daemon exited at start: %s", lastBytes(out, 500))
+		return s
+	}
+	prefix := nextPrefix(l.kind)
+	rec := newRecorder(l.n, prefix)
+	cc := consumeFired(t, jsc, "FIRED", "fired.>", rec, dueAtHeader)
+	parked := watchAckFloor(t, jsc, "DELAYED", "delaybridge", uint64(l.n))
+	stopPerf := func() {}
+	if l.kind == "max" {
+		stopPerf = startPerf(t, fmt.Sprintf("nats-max-parked%d", l.preParked), d.proc.Pid, redisPid(e.rdb))
+	}
+	cpu := startCPU(d.proc.Pid, e.rdb)
+
+	body := make([]byte, *flagBody)
+	delayMS := strconv.FormatInt(l.delay.Milliseconds(), 10)
+	t0 := time.Now()
+	mk := func(i int) *nats.Msg {
+		m := &nats.Msg{Subject: "delayed.bench", Data: body, Header: nats.Header{}}
+		m.Header["x-message-id"] = []string{msgID(prefix, i)}
+		if l.kind == "spread" {
+			due := t0.Add(spreadLead + time.Duration(int64(l.window)*int64(i)/int64(l.n)))
+			m.Header["x-deliver-at"] = []string{strconv.FormatInt(due.UnixMilli(), 10)}
+		} else {
+			m.Header["x-delay"] = []string{delayMS}
+		}
+		return m
+	}
+	pr := publish(t, js, l.n, l.rate, mk)
+	all := rec.wait(30*time.Second, time.Duration(l.n/500)*time.Second+2*time.Minute)
+	parkedAt := parked()
+	cpu.stop(s)
+	stopPerf()
+	s.DaemonMetrics = d.metrics(t)
+	cc.Stop()
+	d.stop(t)
+
+	rec.fill(s)
+	s.PublishErrors = pr.errs
+	s.setPublish(pr)
+	if !parkedAt.IsZero() {
+		s.ParkSeconds = parkedAt.Sub(pr.first).Seconds()
+		s.ParkRate = float64(l.n) / s.ParkSeconds
+	}
+	s.setEndToEnd(pr.first, rec)
+	if l.kind == "spread" && s.Received > 0 {
+		firstDue := t0.Add(spreadLead)
+		s.FireRate = float64(s.Received) / rec.last.Sub(firstDue).Seconds()
+	}
+	s.finish(all)
+	return s
+}
+
+// watchAckFloor polls the durable consumer of stream until its ack floor
+// reaches seq (every message up to seq acknowledged, i.e. parked) and
+// returns a function that stops polling and returns that moment (zero if
+// never reached).
+func watchAckFloor(t *testing.T, js jetstream.JetStream, stream, durable string, seq uint64) func() time.Time {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu sync.Mutex
+		at time.Time
+		wg sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var cons jetstream.Consumer
+		for ctx.Err() == nil {
+			if cons == nil {
+				c, err := js.Consumer(ctx, stream, durable)
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				cons = c
+			}
+			info, err := cons.Info(ctx)
+			if err == nil && info.AckFloor.Stream >= seq {
+				mu.Lock()
+				at = time.Now()
+				mu.Unlock()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return func() time.Time {
+		cancel()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return at
+	}
+}
+
+// parkFar parks n messages due in 30 days directly with store.Park (the
+// daemon's scripts and layout), in batches of 4096 from two goroutines.
+func parkFar(t *testing.T, rdb *redis.Client, n, bodySize int) {
+	t.Helper()
+	st := store.New(rdb, store.Options{Prefix: "bench", Shards: 16})
+	parkMessages(t, st, n, bodySize, "f", time.Now().Add(30*24*time.Hour))
+}
+
+func parkMessages(t *testing.T, st *store.Store, n, bodySize int, prefix string, due time.Time) {
+	t.Helper()
+	body := make([]byte, bodySize)
+	for i := range body {
+		body[i] = byte('a' + i%26)
+	}
+	due = due.Truncate(time.Millisecond)
+	now := time.Now().Truncate(time.Millisecond)
+	const batch, workers = 4096, 2
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msgs := make([]*envelope.Message, 0, batch)
+			for from := w * batch; from < n; from += workers * batch {
+				msgs = msgs[:0]
+				for i := from; i < min(from+batch, n); i++ {
+					msgs = append(msgs, &envelope.Message{
+						ID: fmt.Sprintf("%s-%07d", prefix, i+1), DueAt: due,
+						Sink: "out", Destination: "fired.bench", Ingest: "in", IngestedAt: now, Body: body,
+					})
+				}
+				if _, err := st.Park(context.Background(), msgs); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("park: %v", firstErr)
+	}
+}

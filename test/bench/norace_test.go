@@ -1,0 +1,5 @@
+//go:build bench && !race
+
+package bench
+
+const raceEnabled = false
