@@ -47,6 +47,8 @@ func exit(code int, err error) error { return &exitError{code: code, err: err} }
 
 type app struct {
 	configPath string
+	adminURL   string // --admin: act through a running daemon's admin API
+	token      string // --token: its bearer token
 	stdin      io.Reader
 	stdout     io.Writer
 	stderr     io.Writer
@@ -68,6 +70,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", os.Getenv("DELAYBRIDGE_CONFIG"),
 		"configuration file (default $DELAYBRIDGE_CONFIG)")
+	root.PersistentFlags().StringVar(&a.adminURL, "admin", os.Getenv("DELAYBRIDGE_ADMIN"),
+		"inspect/cancel/stats/dead: act through this daemon admin URL (e.g. http://127.0.0.1:7070) instead of Redis (default $DELAYBRIDGE_ADMIN)")
+	root.PersistentFlags().StringVar(&a.token, "token", os.Getenv("DELAYBRIDGE_ADMIN_TOKEN"),
+		"bearer token for --admin (default $DELAYBRIDGE_ADMIN_TOKEN)")
 	root.AddCommand(a.runCmd(), a.validateCmd(), a.sendCmd(), a.inspectCmd(), a.cancelCmd(),
 		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
 

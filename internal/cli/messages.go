@@ -8,28 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-
-	"github.com/delaybridge/delaybridge/pkg/admin"
-	"github.com/delaybridge/delaybridge/pkg/daemon"
-	"github.com/delaybridge/delaybridge/pkg/store"
 )
-
-// withStore runs f against the Redis of the configuration (the same store
-// the daemon uses, so these commands work while it runs or not).
-func (a *app) withStore(cmd *cobra.Command, f func(ctx context.Context, s *store.Store) error) error {
-	cfg, err := a.load()
-	if err != nil {
-		return err
-	}
-	ctx, stop := withTimeoutCtx(cmd)
-	defer stop()
-	s, err := daemon.OpenStore(ctx, cfg, nil)
-	if err != nil {
-		return exit(1, err)
-	}
-	defer s.Client().Close()
-	return f(ctx, s)
-}
 
 func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.stdout)
@@ -44,19 +23,19 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "Print a parked or dead message's state as JSON; exit 1 if unknown",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
-				info, err := s.Inspect(ctx, args[0])
-				if errors.Is(err, store.ErrNotFound) {
+			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
+				v, err := b.Inspect(ctx, args[0], body)
+				if errors.Is(err, errNotFound) {
 					return exit(1, fmt.Errorf("no message with ID %q is parked or dead", args[0]))
 				}
 				if err != nil {
 					return exit(1, err)
 				}
-				return a.printJSON(admin.NewMessageView(info, body))
+				return a.printJSON(v)
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&body, "body", false, "include the body")
+	cmd.Flags().BoolVar(&body, "body", false, "include the body (through --admin: only when the daemon has admin.token)")
 	return cmd
 }
 
@@ -66,9 +45,9 @@ func (a *app) cancelCmd() *cobra.Command {
 		Short: "Cancel a parked message (or delete a dead one); exit 1 if unknown",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
-				err := s.Cancel(ctx, args[0])
-				if errors.Is(err, store.ErrNotFound) {
+			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
+				err := b.Cancel(ctx, args[0])
+				if errors.Is(err, errNotFound) {
 					return exit(1, fmt.Errorf("no message with ID %q is parked or dead", args[0]))
 				}
 				if err != nil {
@@ -88,12 +67,11 @@ func (a *app) statsCmd() *cobra.Command {
 		Short: "Print how many messages are parked, due and dead, per shard",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
-				st, err := s.Stats(ctx)
+			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
+				v, err := b.Stats(ctx)
 				if err != nil {
 					return exit(1, err)
 				}
-				v := admin.NewStatsView(st)
 				if asJSON {
 					return a.printJSON(v)
 				}
@@ -125,12 +103,11 @@ func (a *app) deadCmd() *cobra.Command {
 		Short: "List dead messages with their reasons, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
-				infos, err := s.ListDead(ctx, limit)
+			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
+				views, err := b.ListDead(ctx, limit)
 				if err != nil {
 					return exit(1, err)
 				}
-				views := admin.NewDeadViews(infos)
 				if asJSON {
 					return a.printJSON(views)
 				}
@@ -151,12 +128,12 @@ func (a *app) deadCmd() *cobra.Command {
 		Short: "Schedule dead messages again, due now; exit 1 if one is not dead",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
 				var failed error
 				for _, id := range args {
-					err := s.RetryDead(ctx, id)
+					err := b.RetryDead(ctx, id)
 					switch {
-					case errors.Is(err, store.ErrNotFound):
+					case errors.Is(err, errNotFound):
 						failed = exit(1, fmt.Errorf("no dead message with ID %q", id))
 						fmt.Fprintf(a.stderr, "not dead: %s\n", id)
 					case err != nil:
@@ -174,8 +151,8 @@ func (a *app) deadCmd() *cobra.Command {
 		Short: "Delete every dead message",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
-				n, err := s.PurgeDead(ctx)
+			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
+				n, err := b.PurgeDead(ctx)
 				if err != nil {
 					return exit(1, err)
 				}

@@ -73,11 +73,12 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	}
 	expandNode(root, "", lookup, &probs)
 	checkKeys(root, reflect.TypeOf(Config{}), "", &probs)
-	if len(probs) > 0 {
-		return nil, probs
-	}
+	structural := len(probs)
+
+	// Decode what can be decoded (unknown keys are ignored here, reported
+	// above) and validate it too, so that one run lists every problem.
 	var cfg Config
-	if err := root.Decode(&cfg); err != nil {
+	if err := root.Decode(&cfg); err != nil && structural == 0 {
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
 			for _, e := range te.Errors {
@@ -87,18 +88,35 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 			probs.add("", "%s", err)
 		}
 	}
-	if len(probs) > 0 {
-		return nil, probs
-	}
 	loadSecretFiles(reflect.ValueOf(&cfg), "", &probs)
+	cfg.ApplyDefaults()
+	var semantic Problems
+	if err := cfg.Validate(); err != nil {
+		errors.As(err, &semantic)
+	}
+	for _, sp := range semantic {
+		if !underAny(sp.Path, probs[:structural]) {
+			probs = append(probs, sp)
+		}
+	}
 	if len(probs) > 0 {
 		return nil, probs
-	}
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
 	}
 	return &cfg, nil
+}
+
+// underAny reports whether path is at or below the path of one of ps: a
+// value already reported as malformed is not reported again as missing.
+func underAny(path string, ps Problems) bool {
+	for _, p := range ps {
+		if p.Path == "" {
+			continue
+		}
+		if path == p.Path || strings.HasPrefix(path, p.Path+".") || strings.HasPrefix(path, p.Path+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 // envRef matches ${VAR} and ${VAR:-default}; $${...} is an escaped literal.
