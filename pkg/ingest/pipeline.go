@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,12 @@ type PipelineParams struct {
 	MaxInFlight int
 	// MaxBatch caps messages parked per Redis round trip (default 256).
 	MaxBatch int
+	// Workers is how many batches are parked at the same time (default 2),
+	// so that reading and parsing the next batch overlaps the Redis round
+	// trip of the current one. A batch holding a cancel waits for every
+	// batch before it, and the batches after it wait for it, so a cancel
+	// always sees the parks that came before it.
+	Workers int
 	// DrainTimeout bounds the work done after Run's context ends: messages
 	// already read are parked and acknowledged within it, or nacked
 	// (default 10s).
@@ -76,6 +83,9 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.MaxBatch > p.MaxInFlight {
 		p.MaxBatch = p.MaxInFlight
 	}
+	if p.Workers <= 0 {
+		p.Workers = 2
+	}
 	if p.DrainTimeout <= 0 {
 		p.DrainTimeout = 10 * time.Second
 	}
@@ -111,7 +121,8 @@ type item struct {
 // stops reading, parks and acknowledges what was already read (within
 // DrainTimeout), and returns nil.
 func (pl *Pipeline) Run(ctx context.Context) error {
-	items := make(chan item, pl.p.MaxInFlight-pl.p.MaxBatch+1)
+	// Messages in flight: those waiting in the channel plus a batch per worker.
+	items := make(chan item, max(1, pl.p.MaxInFlight-pl.p.Workers*pl.p.MaxBatch))
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(items)
@@ -127,9 +138,12 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	})
 	defer stop()
 
-	batch := make([]item, 0, pl.p.MaxBatch)
+	workers := make(chan struct{}, pl.p.Workers)
+	var running sync.WaitGroup
 	for it := range items {
-		batch = append(batch[:0], it)
+		batch := make([]item, 1, pl.p.MaxBatch)
+		batch[0] = it
+		cancels := hasCancel(it)
 	more:
 		for len(batch) < pl.p.MaxBatch {
 			select {
@@ -138,17 +152,35 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 					break more
 				}
 				batch = append(batch, it)
+				cancels = cancels || hasCancel(it)
 			default:
 				break more
 			}
 		}
-		pl.handle(work, batch)
+		if cancels {
+			running.Wait() // every park before the cancel is done
+			pl.handle(work, batch)
+			continue
+		}
+		workers <- struct{}{}
+		running.Add(1)
+		go func() {
+			defer func() { <-workers; running.Done() }()
+			pl.handle(work, batch)
+		}()
 	}
+	running.Wait()
 	err := <-readErr
 	if ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, ErrClosed)) {
 		return nil
 	}
 	return err
+}
+
+// hasCancel reports whether a message is a cancel control message.
+func hasCancel(it item) bool {
+	_, ok := it.in.Headers.Get(envelope.HeaderCancel)
+	return ok
 }
 
 func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
@@ -253,17 +285,19 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 	}
 	pl.p.Metrics.ParkDuration.Observe(time.Since(start).Seconds())
 	pl.p.Metrics.ParkBatchSize.Observe(float64(len(msgs)))
+	var n int
 	for i, m := range msgs {
 		if parked[i] {
-			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "parked").Inc()
+			n++
 			if pl.p.Notify != nil {
 				pl.p.Notify(m.ID, m.DueAt)
 			}
 		} else {
-			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "duplicate").Inc()
 			pl.log.Debug("message already parked, ignored", "id", m.ID)
 		}
 	}
+	pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "parked").Add(float64(n))
+	pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "duplicate").Add(float64(len(msgs) - n))
 	return nil
 }
 

@@ -24,6 +24,7 @@ type chanSource struct {
 	mu      sync.Mutex
 	settled map[string]error // by x-message-id; nil error = acked
 	onAck   func(id string)  // called when a message is acked, before recording
+	onRead  func(m *envelope.Incoming)
 }
 
 func newChanSource() *chanSource {
@@ -35,6 +36,9 @@ func (s *chanSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFu
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	case m := <-s.in:
+		if s.onRead != nil {
+			s.onRead(m)
+		}
 		id, _ := m.Headers.Get("x-message-id")
 		return m, func(_ context.Context, err error) error {
 			if err == nil && s.onAck != nil {
@@ -78,16 +82,26 @@ type pipelineEnv struct {
 }
 
 func startPipeline(t *testing.T, drain time.Duration) *pipelineEnv {
+	return startPipelineWith(t, drain, nil)
+}
+
+// startPipelineWith wraps the store (when wrap is non-nil) and may set up
+// the source before the pipeline starts.
+func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipelineEnv) ingest.Store) *pipelineEnv {
 	t.Helper()
 	r := testenv.Redis(t, testenv.WithAppendFsync("always"))
 	e := &pipelineEnv{redis: r, store: store.New(r.Client(), store.Options{Prefix: "p", Shards: 4}), src: newChanSource()}
+	var st ingest.Store = e.store
+	if setup != nil {
+		st = setup(e)
+	}
 	e.pl = ingest.NewPipeline(ingest.PipelineParams{
 		Name:   "test",
 		Source: e.src,
 		Route: &envelope.Route{Ingest: "test", Sink: "s", Destination: "d",
 			SinkExists: func(n string) bool { return n == "s" }},
 		Limits:       envelope.DefaultLimits,
-		Store:        e.store,
+		Store:        st,
 		DrainTimeout: drain,
 		Metrics:      metrics.New(),
 	})
@@ -114,9 +128,10 @@ func TestAckOnlyAfterPark(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		e.src.send(fmt.Sprintf("m%d", i), "x-delay", "1h")
 	}
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		_, ok := e.src.result("m299")
-		return ok
+	testenv.Eventually(t, 10*time.Second, func() bool { // batches finish in any order
+		e.src.mu.Lock()
+		defer e.src.mu.Unlock()
+		return len(e.src.settled) == 300
 	})
 	for i := 0; i < 300; i++ {
 		if err, ok := e.src.result(fmt.Sprintf("m%d", i)); !ok || err != nil {
@@ -176,7 +191,11 @@ func TestRedisOutagePausesIngest(t *testing.T) {
 		}
 	}
 	e.redis.Start()
-	testenv.Eventually(t, 20*time.Second, func() bool { _, ok := e.src.result("during19"); return ok }, "not resumed after redis came back")
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		e.src.mu.Lock()
+		defer e.src.mu.Unlock()
+		return len(e.src.settled) == 21
+	}, "not resumed after redis came back")
 	for i := 0; i < 20; i++ {
 		id := fmt.Sprintf("during%d", i)
 		if err, _ := e.src.result(id); err != nil {
@@ -208,5 +227,40 @@ func TestShutdownWithRedisDownNacks(t *testing.T) {
 	}
 	if err, ok := e.src.result("stuck"); !ok || err == nil {
 		t.Fatalf("stuck settled %v with %v; want a nack", ok, err)
+	}
+}
+
+// slowStore makes a park take a millisecond per message, widening the
+// window in which a cancel that did not wait for the (large) batches before
+// it would run first. (A delay injected into a fake, not a wait.)
+type slowStore struct{ ingest.Store }
+
+func (s slowStore) Park(ctx context.Context, msgs []*envelope.Message) ([]bool, error) {
+	time.Sleep(time.Duration(len(msgs)) * time.Millisecond)
+	return s.Store.Park(ctx, msgs)
+}
+
+// Batches are parked concurrently, but a cancel always sees the parks that
+// came before it, in whichever batch they were.
+func TestCancelSeesEveryEarlierPark(t *testing.T) {
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store { return slowStore{e.store} })
+	const n = 400
+	for i := 0; i < n; i++ {
+		e.src.send(fmt.Sprintf("p%d", i), "x-delay", "1h")
+	}
+	for i := n - 1; i >= 0; i-- { // the latest parks first: they are the ones still in flight
+		e.src.send(fmt.Sprintf("c%d", i), "x-delay-cancel", fmt.Sprintf("p%d", i))
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		e.src.mu.Lock()
+		defer e.src.mu.Unlock()
+		return len(e.src.settled) == 2*n
+	})
+	st, err := e.store.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Parked != 0 || st.Dead != 0 {
+		t.Fatalf("parked %d, dead %d: a cancel missed the park before it", st.Parked, st.Dead)
 	}
 }
