@@ -76,6 +76,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		"bearer token for --admin (default $DELAYBRIDGE_ADMIN_TOKEN)")
 	root.AddCommand(a.runCmd(), a.validateCmd(), a.sendCmd(), a.inspectCmd(), a.cancelCmd(),
 		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
+	root.AddCommand(a.reencryptCmd())
 
 	err := root.Execute()
 	if err == nil {

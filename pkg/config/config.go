@@ -159,8 +159,8 @@ type Dead struct {
 // message in Redis with AES-256-GCM (pkg/seal); the routing fields (due
 // time, priority, sink, destination and ingest names) stay readable. New
 // messages use ActiveKey; a message sealed with any key of Keys opens, so a
-// key is rotated by adding the new one, making it active, running
-// `delaybridge reencrypt`, then removing the old one.
+// key is rotated by adding the new one everywhere, then making it active,
+// running `delaybridge reencrypt`, and removing the old one (see pkg/seal).
 type Encryption struct {
 	ActiveKey string          `yaml:"active_key"`
 	Keys      []EncryptionKey `yaml:"keys"`

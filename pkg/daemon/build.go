@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/rabbitingest"
+	"github.com/delaybridge/delaybridge/pkg/seal"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/sinks/kafkasink"
 	"github.com/delaybridge/delaybridge/pkg/sinks/natssink"
@@ -23,9 +24,18 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// OpenStore connects to the Redis of cfg and checks that it answers.
+// OpenStore connects to the Redis of cfg and checks that it answers. With an
+// encryption section, the store seals what it stores with its keys.
 func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, time.Duration, error)) (*store.Store, error) {
 	rc := cfg.Redis
+	var sealer envelope.Sealer // stays a nil interface when encryption is off
+	if cfg.Encryption != nil {
+		kr, err := seal.FromConfig(cfg.Encryption)
+		if err != nil {
+			return nil, fmt.Errorf("encryption: %w", err)
+		}
+		sealer = kr
+	}
 	tlsCfg, err := tlsutil.Client(rc.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -81,6 +91,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		Shards:  rc.Shards,
 		MaxDead: cfg.Dead.MaxMessages,
 		Observe: observe,
+		Sealer:  sealer,
 	}), nil
 }
 

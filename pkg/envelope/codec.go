@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -14,7 +15,7 @@ import (
 //
 //	byte    version (1)
 //	byte    flags   (bit 0: key present; bit 1: ingested at present;
-//	                 bits 2-7 must be zero in version 1)
+//	                 bit 2: sealed; bits 3-7 must be zero in version 1)
 //	varint  due at, Unix milliseconds
 //	varint  ingested at, milliseconds relative to due at (0 when absent)
 //	byte    priority
@@ -25,29 +26,117 @@ import (
 //	uvarint header count, then per header: string key, string value
 //	...     body (the rest)
 //
-// A new field or an encrypted variant gets a new version byte or flag bit;
+// A sealed message (flag bit 2, written by Codec with a Sealer) keeps the
+// routing fields above in clear, up to and including ingest, and replaces
+// the rest (key, headers, body: the private part) with
+//
+//	string  key ID       (the Sealer key that sealed it)
+//	...     sealed       (the rest: Sealer.Seal of the private part, for
+//	                      AES-GCM 12 bytes nonce, ciphertext, 16 bytes tag)
+//
+// The additional authenticated data is uvarint len(ID), the ID, then every
+// stored byte before sealed (version through key ID): a sealed blob stored
+// under another ID, or with any routing field, flag or key ID changed, does
+// not open. The routing fields stay readable so that operators (inspect,
+// the dead list) see where a message goes even without its key; the sink,
+// destination and ingest names, the times, the priority, whether there is a
+// Kafka key and the size of the private part are visible in Redis.
+//
+// A new field or another variant gets a new version byte or flag bit;
 // Decode refuses what it does not know instead of guessing.
 const (
 	codecV1 byte = 1
 
 	flagKey      byte = 1 << 0
 	flagIngested byte = 1 << 1
-	knownV1           = flagKey | flagIngested
+	flagSealed   byte = 1 << 2
+	knownV1           = flagKey | flagIngested | flagSealed
 )
 
 // ErrCorrupt is wrapped by every Decode error.
 var ErrCorrupt = errors.New("envelope: corrupt stored message")
 
+// ErrSealed is wrapped by the Decode error of a sealed message that cannot be
+// opened: no Sealer is configured, its key ID is not one the Sealer knows, or
+// authentication failed (the blob was altered, stored under another ID, or
+// sealed with another key of the same ID). It matches ErrCorrupt as well, so
+// every Decode error is still ErrCorrupt.
+var ErrSealed error = sealedError{}
+
+type sealedError struct{}
+
+func (sealedError) Error() string        { return "envelope: cannot open sealed message" }
+func (sealedError) Is(target error) bool { return target == ErrCorrupt }
+
+// Sealer encrypts and authenticates the private part of a stored message
+// (key, headers, body) with an AEAD. pkg/seal's Keyring implements it with
+// AES-256-GCM. Implementations must be safe for concurrent use and hold no
+// state that changes: rotating keys means a new Sealer.
+type Sealer interface {
+	// KeyID names the key Seal uses (the active key). It is stored with
+	// every sealed message, so an ID must always name the same key.
+	KeyID() string
+	// Seal appends to dst the sealed form of plaintext under the key KeyID
+	// names, with aad authenticated but not stored (for AES-GCM: a random
+	// nonce, then ciphertext and tag). It must not fail.
+	Seal(dst, plaintext, aad []byte) []byte
+	// Open appends to dst the plaintext of sealed, which Seal made under the
+	// key keyID names with the same aad. The error says why it cannot
+	// (keyID is not configured, authentication failed) and never shows
+	// anything of a key.
+	Open(dst []byte, keyID string, sealed, aad []byte) ([]byte, error)
+}
+
+// Codec encodes and decodes stored messages. With a Sealer it seals what it
+// encodes and opens sealed messages; messages stored in clear (before
+// encryption was turned on) still decode. The zero Codec is Encode and
+// Decode: in clear, and a sealed message does not decode (ErrSealed).
+type Codec struct {
+	Sealer Sealer
+}
+
 // Encode appends the stored form of m (all but its ID) to dst.
-func Encode(dst []byte, m *Message) []byte {
+func Encode(dst []byte, m *Message) []byte { return Codec{}.Encode(dst, m) }
+
+// Decode parses a stored message. The returned Body aliases b. A sealed
+// message fails with ErrSealed: use a Codec with a Sealer.
+func Decode(id string, b []byte) (*Message, error) { return Codec{}.Decode(id, b) }
+
+// Encode appends the stored form of m to dst, sealed when c has a Sealer;
+// m.ID is authenticated with it.
+func (c Codec) Encode(dst []byte, m *Message) []byte {
 	var flags byte
 	if m.Key != nil {
 		flags |= flagKey
 	}
+	if !m.IngestedAt.IsZero() {
+		flags |= flagIngested
+	}
+	if c.Sealer == nil {
+		dst = appendRouting(dst, m, flags)
+		return appendPrivate(dst, m)
+	}
+	// aad = uvarint len(ID), ID, then the stored bytes before the sealed part.
+	aad := make([]byte, 0, binary.MaxVarintLen64+len(m.ID)+routingSize(m)+binary.MaxVarintLen64+len(c.Sealer.KeyID()))
+	aad = appendString(aad, m.ID)
+	idLen := len(aad)
+	aad = appendRouting(aad, m, flags|flagSealed)
+	aad = appendString(aad, c.Sealer.KeyID())
+	private := appendPrivate(make([]byte, 0, privateSize(m)), m)
+	dst = slices.Grow(dst, len(aad)-idLen+len(private)+sealSlack)
+	dst = append(dst, aad[idLen:]...)
+	return c.Sealer.Seal(dst, private, aad)
+}
+
+// sealSlack is room reserved for a Sealer's nonce and tag (28 bytes for
+// AES-GCM), so that Seal does not grow the buffer.
+const sealSlack = 64
+
+// appendRouting appends the fields that stay in clear: version through ingest.
+func appendRouting(dst []byte, m *Message, flags byte) []byte {
 	due := m.DueAt.UnixMilli()
 	ingested := int64(0)
 	if !m.IngestedAt.IsZero() {
-		flags |= flagIngested
 		ingested = m.IngestedAt.UnixMilli() - due
 	}
 	dst = append(dst, codecV1, flags)
@@ -56,7 +145,11 @@ func Encode(dst []byte, m *Message) []byte {
 	dst = append(dst, m.Priority)
 	dst = appendString(dst, m.Sink)
 	dst = appendString(dst, m.Destination)
-	dst = appendString(dst, m.Ingest)
+	return appendString(dst, m.Ingest)
+}
+
+// appendPrivate appends the fields a Sealer seals: key, headers, body.
+func appendPrivate(dst []byte, m *Message) []byte {
 	if m.Key != nil {
 		dst = appendString(dst, string(m.Key))
 	}
@@ -68,46 +161,52 @@ func Encode(dst []byte, m *Message) []byte {
 	return append(dst, m.Body...)
 }
 
-// EncodedSize is an upper bound of len(Encode(nil, m)), for sizing buffers.
-func EncodedSize(m *Message) int {
-	n := 2 + 2*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest)
-	n += binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64
+func routingSize(m *Message) int {
+	return 2 + 2*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest)
+}
+
+func privateSize(m *Message) int {
+	n := binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64
 	for _, h := range m.Headers {
 		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
 	}
 	return n + len(m.Body)
 }
 
+// EncodedSize is an upper bound of len(Encode(nil, m)), for sizing buffers.
+// A sealed encoding adds the key ID and the Sealer's overhead.
+func EncodedSize(m *Message) int { return routingSize(m) + privateSize(m) }
+
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
 	return append(dst, s...)
 }
 
-// Decode parses a stored message. The returned Body aliases b.
-func Decode(id string, b []byte) (*Message, error) {
-	d := decoder{b: b}
-	if len(b) < 2 {
-		return nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
+// Decode parses a stored message, opening it with c's Sealer when it is
+// sealed. The returned Body aliases b when the message is in clear (a sealed
+// one's is a fresh buffer).
+func (c Codec) Decode(id string, b []byte) (*Message, error) {
+	m, flags, d, err := decodeRouting(id, b)
+	if err != nil {
+		return nil, err
 	}
-	if b[0] != codecV1 {
-		return nil, fmt.Errorf("%w %q: unknown version %d (written by a newer delaybridge?)", ErrCorrupt, id, b[0])
+	if flags&flagSealed != 0 {
+		keyID := d.string()
+		if d.err != nil {
+			return nil, fmt.Errorf("%w %q: key ID: %v", ErrCorrupt, id, d.err)
+		}
+		if c.Sealer == nil {
+			return nil, fmt.Errorf("%w %q: sealed with key %q, but encryption is not configured", ErrSealed, id, keyID)
+		}
+		routing := b[:len(b)-len(d.b)]
+		aad := appendString(make([]byte, 0, binary.MaxVarintLen64+len(id)+len(routing)), id)
+		aad = append(aad, routing...)
+		plain, err := c.Sealer.Open(nil, keyID, d.b, aad)
+		if err != nil {
+			return nil, fmt.Errorf("%w %q: %w", ErrSealed, id, err)
+		}
+		d.b = plain
 	}
-	flags := b[1]
-	if flags&^knownV1 != 0 {
-		return nil, fmt.Errorf("%w %q: unknown flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, flags)
-	}
-	d.b = b[2:]
-	m := &Message{ID: id}
-	due := d.varint()
-	ingested := d.varint()
-	m.DueAt = time.UnixMilli(due)
-	if flags&flagIngested != 0 {
-		m.IngestedAt = time.UnixMilli(due + ingested)
-	}
-	m.Priority = d.byte()
-	m.Sink = d.string()
-	m.Destination = d.string()
-	m.Ingest = d.string()
 	if flags&flagKey != 0 {
 		m.Key = []byte(d.string())
 	}
@@ -128,6 +227,52 @@ func Decode(id string, b []byte) (*Message, error) {
 	}
 	m.Body = d.b
 	return m, nil
+}
+
+// SealedKeyID reports whether a stored message is sealed and with which key
+// ID, reading only the part in clear (nothing is opened or authenticated).
+// The error wraps ErrCorrupt.
+func SealedKeyID(b []byte) (keyID string, sealed bool, err error) {
+	_, flags, d, err := decodeRouting("", b)
+	if err != nil || flags&flagSealed == 0 {
+		return "", false, err
+	}
+	keyID = d.string()
+	if d.err != nil {
+		return "", false, fmt.Errorf("%w: key ID: %v", ErrCorrupt, d.err)
+	}
+	return keyID, true, nil
+}
+
+// decodeRouting parses the part every encoding has in clear: version
+// through ingest. d is left at what follows.
+func decodeRouting(id string, b []byte) (*Message, byte, *decoder, error) {
+	if len(b) < 2 {
+		return nil, 0, nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
+	}
+	if b[0] != codecV1 {
+		return nil, 0, nil, fmt.Errorf("%w %q: unknown version %d (written by a newer delaybridge?)", ErrCorrupt, id, b[0])
+	}
+	flags := b[1]
+	if flags&^knownV1 != 0 {
+		return nil, 0, nil, fmt.Errorf("%w %q: unknown flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, flags)
+	}
+	d := &decoder{b: b[2:]}
+	m := &Message{ID: id}
+	due := d.varint()
+	ingested := d.varint()
+	m.DueAt = time.UnixMilli(due)
+	if flags&flagIngested != 0 {
+		m.IngestedAt = time.UnixMilli(due + ingested)
+	}
+	m.Priority = d.byte()
+	m.Sink = d.string()
+	m.Destination = d.string()
+	m.Ingest = d.string()
+	if d.err != nil {
+		return nil, 0, nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)
+	}
+	return m, flags, d, nil
 }
 
 type decoder struct {

@@ -244,7 +244,7 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"version 0", append([]byte{0}, valid[1:]...), "unknown version"},
 		{"version 2", append([]byte{2}, valid[1:]...), "unknown version"},
 		{"version 255", append([]byte{255}, valid[1:]...), "unknown version"},
-		{"flag bit 2", append([]byte{1, 0x05}, valid[2:]...), "unknown flags"},
+		{"flag bit 3", append([]byte{1, 0x09}, valid[2:]...), "unknown flags"},
 		{"flag bit 6", append([]byte{1, 0x40}, valid[2:]...), "unknown flags"},
 		{"flag bit 7", append([]byte{1, 0x80}, valid[2:]...), "unknown flags"},
 		{"all flags", append([]byte{1, 0xff}, valid[2:]...), "unknown flags"},

@@ -170,6 +170,13 @@ func FuzzParse(f *testing.F) {
 			if diff := diffMessages(m, got); diff != "" {
 				t.Fatalf("codec round trip of a parsed message: %s", diff)
 			}
+			got, err = sealK1.Decode(m.ID, sealK1.Encode(nil, m))
+			if err != nil {
+				t.Fatalf("Decode of a sealed parsed message: %v", err)
+			}
+			if diff := diffMessages(m, got); diff != "" {
+				t.Fatalf("sealed round trip of a parsed message: %s", diff)
+			}
 		case Cancel:
 			if !hasCancel {
 				t.Fatalf("cancel without %s", HeaderCancel)
@@ -215,12 +222,47 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{1, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01})
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add([]byte{1, 1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02, 9, 1, 'a', 1, 'b', 1, 'c', 0, 1, 0, 0, 'x'})
+	// Sealed blobs (flag bit 2) of the ID the target decodes with, so that
+	// they open until the fuzzer changes a byte.
+	sm := fullMessage()
+	sm.ID = "fuzz-id"
+	f.Add(sealK1.Encode(nil, sm))
+	f.Add(sealK2.Encode(nil, sm))
+	sm.Key, sm.Headers, sm.Body = nil, nil, nil
+	f.Add(sealK1.Encode(nil, sm))
+	f.Add([]byte{1, 4, 0, 0, 0, 0, 0, 0, 2, 'k', '1'})
+	f.Add([]byte{1, 4, 0, 0, 0, 0, 0, 0, 0x7f})
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		orig := append([]byte(nil), b...)
+		// With a Sealer (which also reads clear messages): never panics,
+		// every error is ErrCorrupt, and what opens seals again.
+		for _, c := range []Codec{sealK1, sealK2} {
+			got, err := c.Decode("fuzz-id", b)
+			if !bytes.Equal(orig, b) {
+				t.Fatalf("sealed Decode modified its input")
+			}
+			if err != nil {
+				if !errors.Is(err, ErrCorrupt) || got != nil {
+					t.Fatalf("sealed Decode: %v, %v", got, err)
+				}
+				continue
+			}
+			if got.ID != "fuzz-id" {
+				t.Fatalf("ID %q", got.ID)
+			}
+			checkReencodeSealed(t, c, got)
+		}
+		keyID, sealed, kerr := SealedKeyID(b)
+		if kerr != nil && !errors.Is(kerr, ErrCorrupt) {
+			t.Fatalf("SealedKeyID error %v does not wrap ErrCorrupt", kerr)
+		}
 		m, err := Decode("fuzz-id", b)
 		if !bytes.Equal(orig, b) {
 			t.Fatalf("Decode modified its input")
+		}
+		if sealed && (err == nil || !errors.Is(err, ErrSealed)) {
+			t.Fatalf("sealed with %q but Decode without a Sealer gave %v", keyID, err)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
@@ -287,5 +329,25 @@ func FuzzCodecRoundTrip(f *testing.F) {
 			t.Fatalf("due %d, want %d", got.DueAt.UnixMilli(), dueMs)
 		}
 		checkReencode(t, got)
+
+		// Sealed: round trip, open after rotation, and any changed byte
+		// (its position drawn from the inputs) does not open.
+		sealed := sealK1.Encode(nil, m)
+		got, err = sealK2.Decode(m.ID, sealed)
+		if err != nil {
+			t.Fatalf("sealed Decode: %v", err)
+		}
+		if diff := diffMessages(m, got); diff != "" {
+			t.Fatalf("sealed round trip: %s", diff)
+		}
+		if _, err := onlyK2.Decode(m.ID, sealed); !errors.Is(err, ErrSealed) {
+			t.Fatalf("opened without its key: %v", err)
+		}
+		pos := int((uint64(dueMs) ^ uint64(len(body))*31 ^ uint64(nHeaders)*7) % uint64(len(sealed)))
+		tampered := append([]byte(nil), sealed...)
+		tampered[pos] ^= 1 << (prio % 8)
+		if m2, err := sealK1.Decode(m.ID, tampered); err == nil || !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("byte %d of %d changed, Decode = %+v, %v", pos, len(sealed), m2, err)
+		}
 	})
 }

@@ -98,7 +98,7 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) 
 	for i := 3; i < len(res); i += 3 {
 		id, _ := toString(res[i])
 		blob, _ := toString(res[i+2])
-		m, err := envelope.Decode(id, []byte(blob))
+		m, err := s.decode(id, blob)
 		c.Messages = append(c.Messages, Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Message: m, Err: err})
 	}
 	return c, nil

@@ -58,7 +58,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	}
 	now := toInt64(res[0])
 	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob)}
-	info.Message, info.Err = envelope.Decode(id, []byte(blob))
+	info.Message, info.Err = s.decode(id, blob)
 	var lease, deadAt int64
 	if m, ok := toString(res[3]); ok {
 		info.Attempts, lease, deadAt, info.Reason = parseMeta(m)
@@ -210,7 +210,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*Info, error) {
 			}
 			if blob, ok := toString(res[i+2]); ok {
 				info.EncodedSize = len(blob)
-				info.Message, info.Err = envelope.Decode(id, []byte(blob))
+				info.Message, info.Err = s.decode(id, blob)
 			}
 			out = append(out, info)
 		}

@@ -36,7 +36,7 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) (parked []bo
 		return nil, nil
 	}
 	calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), encode(m)}
+		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m)}
 	})
 	cmds := s.runEach(ctx, "park", parkScript, calls)
 	parked = make([]bool, len(msgs))
@@ -127,7 +127,7 @@ func (s *Store) Reject(ctx context.Context, rs []Rejected) ([]string, error) {
 			reasons[rs[i].Message] = rs[i].Reason
 		}
 		calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-			return []any{m.ID, encode(m), reasons[m], min(int(m.Priority), MaxPriority)}
+			return []any{m.ID, s.encode(m), reasons[m], min(int(m.Priority), MaxPriority)}
 		})
 		for c := range calls {
 			calls[c].args = append([]any{s.maxDead}, calls[c].args...)

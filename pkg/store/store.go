@@ -44,6 +44,7 @@ type Store struct {
 	shards  int
 	maxDead int // dead messages kept per shard
 	observe func(op string, d time.Duration, err error)
+	codec   envelope.Codec
 }
 
 // Options configure a Store.
@@ -58,6 +59,12 @@ type Options struct {
 	// Observe, when set, is called after every script with its name,
 	// duration and error (for metrics).
 	Observe func(op string, d time.Duration, err error)
+
+	// Sealer, when set, encrypts every message stored from now on (pkg/seal's
+	// Keyring) and opens sealed ones; messages stored in clear still read.
+	// Without it a sealed message cannot be read: Claimed.Err and Info.Err
+	// say why.
+	Sealer envelope.Sealer
 }
 
 // New returns a Store on rdb (a *redis.Client or *redis.ClusterClient).
@@ -72,7 +79,8 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		o.MaxDead = 100_000
 	}
 	perShard := (o.MaxDead + o.Shards - 1) / o.Shards
-	return &Store{rdb: rdb, keys: NewKeys(o.Prefix, o.Shards), shards: o.Shards, maxDead: perShard, observe: o.Observe}
+	return &Store{rdb: rdb, keys: NewKeys(o.Prefix, o.Shards), shards: o.Shards, maxDead: perShard, observe: o.Observe,
+		codec: envelope.Codec{Sealer: o.Sealer}}
 }
 
 // Shards returns the shard count.
@@ -251,7 +259,13 @@ func toString(v any) (string, bool) {
 	return "", false
 }
 
-// encode is envelope.Encode into a fresh buffer.
-func encode(m *envelope.Message) []byte {
-	return envelope.Encode(make([]byte, 0, envelope.EncodedSize(m)), m)
+// encode is the store's codec's Encode (sealed when it has a Sealer) into a
+// fresh buffer.
+func (s *Store) encode(m *envelope.Message) []byte {
+	return s.codec.Encode(make([]byte, 0, envelope.EncodedSize(m)), m)
+}
+
+// decode is the store's codec's Decode.
+func (s *Store) decode(id string, blob string) (*envelope.Message, error) {
+	return s.codec.Decode(id, []byte(blob))
 }

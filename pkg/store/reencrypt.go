@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// ErrNoSealer is returned by Reencrypt on a Store without Options.Sealer.
+var ErrNoSealer = errors.New("store: encryption is not configured (add an encryption section with an active_key)")
+
+// replaceScript stores new blobs only where the stored blob is still the one
+// read (compare and set), so that a message cancelled, fired, or cancelled
+// and parked again meanwhile is never overwritten or brought back.
+//
+//	KEYS[1] -> pool (of one shard)
+//	ARGV    -> triples: message ID, the blob read, the blob to store
+//	returns -> one integer per message: 1 replaced, 0 changed or gone
+//	           meanwhile (left alone)
+var replaceScript = newScript(`
+local out = {}
+for i = 1, #ARGV, 3 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+`)
+
+// ReencryptStats counts what Reencrypt did.
+type ReencryptStats struct {
+	Reencrypted int // sealed again with the active key, Plain of them stored in clear before
+	Plain       int
+	Current     int // already sealed with the active key
+	Failed      int // could not be decoded or opened (key not configured, altered): left as they are
+	Changed     int // changed or removed while being re-encrypted (fired, cancelled): left as they are
+}
+
+// reencryptFlushBytes bounds the blobs sent in one replace script call.
+const reencryptFlushBytes = 8 << 20
+
+// Reencrypt seals every parked and dead message that is not sealed with the
+// Sealer's active key: per shard it scans the pool (HSCAN, about batch
+// messages per call), opens and re-seals each message, and writes it back
+// with replaceScript. It is safe while daemons run. failed, when set, is
+// called for each message that cannot be read. HSCAN may return a message
+// twice while the pool grows; it is then counted twice (the second time as
+// current).
+func (s *Store) Reencrypt(ctx context.Context, batch int, failed func(id string, err error)) (ReencryptStats, error) {
+	var st ReencryptStats
+	if s.codec.Sealer == nil {
+		return st, ErrNoSealer
+	}
+	if batch <= 0 {
+		batch = 100
+	}
+	active := s.codec.Sealer.KeyID()
+	for shard := 0; shard < s.shards; shard++ {
+		pool := s.keys.Pool(shard)
+		var cursor uint64
+		for {
+			kv, next, err := s.rdb.HScan(ctx, pool, cursor, "", int64(batch)).Result()
+			if err != nil {
+				return st, fmt.Errorf("store.reencrypt shard %d: %w", shard, err)
+			}
+			var (
+				args  []any
+				size  int
+				plain []bool
+			)
+			flush := func() error {
+				if len(args) == 0 {
+					return nil
+				}
+				res, err := s.run(ctx, "reencrypt", replaceScript, shard, args...).Int64Slice()
+				if err != nil {
+					return fmt.Errorf("store.reencrypt shard %d: %w", shard, err)
+				}
+				for i, v := range res {
+					switch {
+					case v != 1:
+						st.Changed++
+					case plain[i]:
+						st.Reencrypted++
+						st.Plain++
+					default:
+						st.Reencrypted++
+					}
+				}
+				args, size, plain = args[:0], 0, plain[:0]
+				return nil
+			}
+			for i := 0; i+1 < len(kv); i += 2 {
+				id, blob := kv[i], kv[i+1]
+				keyID, sealed, err := envelope.SealedKeyID([]byte(blob))
+				if err == nil && sealed && keyID == active {
+					st.Current++
+					continue
+				}
+				m, err := s.decode(id, blob)
+				if err != nil {
+					st.Failed++
+					if failed != nil {
+						failed(id, err)
+					}
+					continue
+				}
+				enc := s.encode(m)
+				args = append(args, id, blob, enc)
+				plain = append(plain, !sealed)
+				if size += len(blob) + len(enc); size >= reencryptFlushBytes {
+					if err := flush(); err != nil {
+						return st, err
+					}
+				}
+			}
+			if err := flush(); err != nil {
+				return st, err
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return st, nil
+}
