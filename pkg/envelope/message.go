@@ -111,11 +111,14 @@ type Message struct {
 }
 
 // OutHeaders returns the headers a sink publishes: the forwarded headers plus
-// x-message-id, x-delaybridge-due-at and x-delaybridge-attempt.
+// x-message-id, x-delaybridge-due-at and x-delaybridge-attempt. A
+// Nats-Msg-Id left by a NATS ingest is not forwarded: it is the ID field of
+// an earlier hop, and a stale one would make JetStream drop a message that is
+// not a duplicate; the NATS sink sets it to this message's ID.
 func (m *Message) OutHeaders(attempt int) Headers {
 	out := make(Headers, 0, len(m.Headers)+3)
 	for _, h := range m.Headers {
-		if !IsControlHeader(h.Key) {
+		if !IsControlHeader(h.Key) && !strings.EqualFold(h.Key, HeaderNatsMsgID) {
 			out = append(out, h)
 		}
 	}

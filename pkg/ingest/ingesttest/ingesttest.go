@@ -21,8 +21,8 @@
 //			Open:    func(t *testing.T, key string) ingest.Source { ... },
 //			// produce like an application (acks=all), no special headers
 //			Publish: func(t *testing.T, key string, m ingesttest.Message) { ... },
-//			Features: ingesttest.Features{AtLeastOnce: true, Ordered: true,
-//				PublishedAt: true, Keys: true, PositionID: true,
+//			Features: ingesttest.Features{AtLeastOnce: true, Nack: true,
+//				Ordered: true, PublishedAt: true, Keys: true, PositionID: true,
 //				DuplicateHeaders: true, BinaryHeaders: true},
 //			RedeliveryDelay: 5 * time.Second, // group rebalance after a reopen
 //			StopBroker:  func(t *testing.T) { k.Close() },
@@ -142,8 +142,10 @@ type Features struct {
 	// after Close and a new Open (false: core NATS, which keeps nothing).
 	AtLeastOnce bool
 	// Nack: AckFunc(ctx, err) with err != nil brings the message back to
-	// the same open Source (JetStream Nak, AMQP nack with requeue). Kafka:
-	// false (the offset is just not committed; a reopen reads it again).
+	// the same open Source (JetStream Nak, AMQP nack with requeue; Kafka
+	// with kafkaingest: the partition is read again from the nacked record
+	// after a short pause, later records included, which AckIndividually
+	// false allows). False when only a reopen reads it again.
 	Nack bool
 	// AckIndividually: acknowledging a message settles it alone, whatever
 	// happened to earlier ones (JetStream, AMQP). Kafka: false, it commits

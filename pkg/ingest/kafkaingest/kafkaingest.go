@@ -85,6 +85,7 @@ type Source struct {
 	cfg    Config
 	log    *slog.Logger
 	dialer *kafka.Dialer
+	tr     *kafka.Transport // the client's own: see New
 	client *kafka.Client
 	cg     *kafka.ConsumerGroup
 
@@ -144,11 +145,23 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka ingest %s: consumer group: %w", cfg.Name, err)
 	}
+	// The start offset lookups (ListOffsets) go to the partition leaders of
+	// the client's cached metadata, which kafka-go refreshes only every
+	// MetadataTTL, not on "not leader" answers. kafka.DefaultTransport
+	// caches for 6s: a partition of a topic created (or moved) since its
+	// last refresh was not fetched for that long. Its own transport with a
+	// short TTL makes the retry after a second succeed.
+	tr := &kafka.Transport{
+		ClientID:    dialer.ClientID,
+		DialTimeout: dialer.Timeout,
+		MetadataTTL: time.Second,
+	}
 	s := &Source{
 		cfg:       cfg,
 		log:       log,
 		dialer:    dialer,
-		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second},
+		tr:        tr,
+		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr},
 		cg:        cg,
 		recs:      make(chan *record, 64),
 		closed:    make(chan struct{}),
@@ -366,6 +379,8 @@ func (s *Source) Close(ctx context.Context) error {
 		go func() {
 			s.cg.Close()
 			close(s.groupLeft)
+			<-s.runDone
+			s.tr.CloseIdleConnections() // also when Close returned early
 		}()
 	})
 	select {

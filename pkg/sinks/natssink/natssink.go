@@ -137,9 +137,6 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 		if reason := headerProblem(h); reason != "" {
 			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason))
 		}
-		if strings.EqualFold(h.Key, envelope.HeaderNatsMsgID) {
-			continue // set below from the message ID
-		}
 		nm.Header.Add(h.Key, h.Value)
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, m.ID)
