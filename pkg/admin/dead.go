@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -89,27 +88,11 @@ func (s *Server) deadItem(w http.ResponseWriter, r *http.Request, escaped string
 }
 
 func (s *Server) retryDead(w http.ResponseWriter, r *http.Request, id string) {
-	err := s.p.Store.RetryDead(r.Context(), id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, notFound(id, true))
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, err.Error())
-	default:
-		noContent(w)
-	}
+	answerAction(w, s.p.Store.RetryDead(r.Context(), id), notFound(id, true))
 }
 
 // deleteDead deletes a dead message; a message that is not dead is left
 // alone (404).
 func (s *Server) deleteDead(w http.ResponseWriter, r *http.Request, id string) {
-	err := s.p.Store.DeleteDead(r.Context(), id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, notFound(id, true))
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, err.Error())
-	default:
-		noContent(w)
-	}
+	answerAction(w, s.p.Store.DeleteDead(r.Context(), id), notFound(id, true))
 }

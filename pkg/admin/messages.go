@@ -176,10 +176,15 @@ func notFound(id string, dead bool) string {
 }
 
 func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, id string) {
-	err := s.p.Store.Cancel(r.Context(), id)
+	answerAction(w, s.p.Store.Cancel(r.Context(), id), notFound(id, false))
+}
+
+// answerAction answers an action on one message: 204 when done, 404 with
+// missing for store.ErrNotFound, 500 otherwise.
+func answerAction(w http.ResponseWriter, err error, missing string) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, notFound(id, false))
+		writeError(w, http.StatusNotFound, missing)
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	default:

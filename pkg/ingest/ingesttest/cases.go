@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/conformance"
+
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 )
@@ -96,7 +98,7 @@ func (s *suite) testHeaders(t *testing.T) {
 	id := s.send(t, key, Message{Headers: hs, Body: []byte("headers")})
 	_, first := src.collect(t, s.h.Timeout, []string{id})
 	got := first[id].in.Headers
-	if d := diffHeaders(hs, got); d != "" {
+	if d := conformance.DiffHeaders(hs, got, IDHeader); d != "" {
 		t.Errorf("headers differ: %s\ngot  %q\nwant %q", d, got, hs)
 	}
 	if v, ok := got.Get("x-mixed-case"); !ok || v != "Value With Spaces" {
@@ -432,7 +434,7 @@ func (s *suite) testConcurrentAcks(t *testing.T) {
 		}
 	}
 	if len(back) > 0 {
-		t.Errorf("%d acknowledged messages came back after Close and Open (acks lost, or not flushed by Close?): %s", len(back), abbrev(back))
+		t.Errorf("%d acknowledged messages came back after Close and Open (acks lost, or not flushed by Close?): %s", len(back), conformance.Abbrev(back))
 	}
 }
 
@@ -614,7 +616,7 @@ func (s *suite) testBrokerRestart(t *testing.T) {
 		}
 	})
 	s.h.StopBroker(t)
-	if !poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
+	if !conformance.Poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
 		t.Errorf("Ready() still nil %v after the broker stopped", s.h.Timeout)
 	}
 	s.h.StartBroker(t)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/conformance"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
@@ -178,7 +177,7 @@ func (o *source) collect(t *testing.T, d time.Duration, want []string) (tally, m
 		left := time.Until(deadline)
 		m, ok := o.read(t, max(left, time.Millisecond))
 		if !ok {
-			t.Fatalf("after %v, %d of %d expected messages never came: %s", d, len(seen.missing(want)), len(want), abbrev(seen.missing(want)))
+			t.Fatalf("after %v, %d of %d expected messages never came: %s", d, len(seen.missing(want)), len(want), conformance.Abbrev(seen.missing(want)))
 		}
 		seen[m.id]++
 		if _, ok := first[m.id]; !ok {
@@ -225,78 +224,8 @@ func ready(t *testing.T, src ingest.Source, d time.Duration) ingest.Ready {
 		t.Fatalf("%T does not implement ingest.Ready; every adapter must, for /readyz", src)
 	}
 	var last error
-	if !poll(d, func() bool { last = r.Ready(); return last == nil }) {
+	if !conformance.Poll(d, func() bool { last = r.Ready(); return last == nil }) {
 		t.Fatalf("Ready() still %v after %v", last, d)
 	}
 	return r
-}
-
-// poll calls cond until it returns true or d passes. The pause between
-// calls paces the loop; it is not synchronisation.
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-time.After(wait)
-		wait = min(wait*2, 50*time.Millisecond)
-	}
-}
-
-// abbrev lists IDs for a failure message, at most 20.
-func abbrev(ids []string) string {
-	if len(ids) > 20 {
-		return strings.Join(ids[:20], ",") + fmt.Sprintf(",... (%d more)", len(ids)-20)
-	}
-	return strings.Join(ids, ",")
-}
-
-// headerValues groups headers by their exact key, keeping the order of the
-// values of one key. Brokers with map headers (NATS, AMQP) keep no order
-// between different keys, so only per-key order is compared.
-func headerValues(h envelope.Headers) map[string][]string {
-	out := map[string][]string{}
-	for _, kv := range h {
-		out[kv.Key] = append(out[kv.Key], kv.Value)
-	}
-	return out
-}
-
-// diffHeaders describes how got differs from want (ignoring IDHeader), or
-// returns "".
-func diffHeaders(want, got envelope.Headers) string {
-	w, g := headerValues(want), headerValues(got)
-	delete(w, IDHeader)
-	delete(g, IDHeader)
-	var d []string
-	keys := map[string]bool{}
-	for k := range w {
-		keys[k] = true
-	}
-	for k := range g {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	for _, k := range sorted {
-		wv, wok := w[k]
-		gv, gok := g[k]
-		switch {
-		case !gok:
-			d = append(d, fmt.Sprintf("missing %q: %q", k, wv))
-		case !wok:
-			d = append(d, fmt.Sprintf("unexpected %q: %q", k, gv))
-		case !slices.Equal(wv, gv):
-			d = append(d, fmt.Sprintf("%q is %q, want %q", k, gv, wv))
-		}
-	}
-	return strings.Join(d, "; ")
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/conformance"
+
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -82,7 +84,7 @@ func (s *suite) testHeaders(t *testing.T) {
 		envelope.Header{Key: envelope.HeaderDueAt, Value: envelope.FormatTime(m.DueAt)},
 		envelope.Header{Key: envelope.HeaderAttempt, Value: "3"},
 	)
-	if d := diffHeaders(want, r.Headers); d != "" {
+	if d := conformance.DiffHeaders(want, r.Headers); d != "" {
 		t.Errorf("headers differ: %s\ngot  %q\nwant %q", d, r.Headers, want)
 	}
 	if s.h.Features.BrokerID && r.BrokerID != m.ID {
@@ -101,7 +103,7 @@ func (s *suite) testDuplicateHeaders(t *testing.T) {
 	m := s.msg(dest, []byte("dup"), hs)
 	s.mustPublish(t, sk, []sinks.Outgoing{m})
 	r := in.await(t, m.ID)[m.ID]
-	if d := diffHeaders(m.OutHeaders(1), r.Headers); d != "" {
+	if d := conformance.DiffHeaders(m.OutHeaders(1), r.Headers); d != "" {
 		t.Errorf("headers differ: %s", d)
 	}
 }
@@ -158,7 +160,7 @@ func (s *suite) testUncarriableHeaders(t *testing.T) {
 			continue
 		}
 		want := m.OutHeaders(1)
-		if d := diffHeaders(want, r.Headers); d != "" {
+		if d := conformance.DiffHeaders(want, r.Headers); d != "" {
 			t.Errorf("%s: Publish reported success but the header arrived altered: %s", o.name, d)
 		}
 	}
@@ -431,7 +433,7 @@ func (s *suite) testBrokerRestart(t *testing.T) {
 		}
 	})
 	s.h.StopBroker(t)
-	if !poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
+	if !conformance.Poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
 		t.Errorf("Ready() still nil %v after the broker stopped", s.h.Timeout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -453,7 +455,7 @@ func (s *suite) testBrokerRestart(t *testing.T) {
 	dest2, in2 := s.dest(t)
 	m := s.msg(dest2, []byte("after"), nil)
 	var last error
-	if !poll(s.h.Timeout, func() bool {
+	if !conformance.Poll(s.h.Timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		last = checkLen(t, []sinks.Outgoing{m}, sk.Publish(ctx, []sinks.Outgoing{m}))[0]

@@ -3,12 +3,11 @@ package sinktest
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/conformance"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -40,7 +39,7 @@ func (s *suite) ready(t *testing.T, sk sinks.Sink) sinks.Ready {
 		t.Fatalf("%T does not implement sinks.Ready; every adapter must, for /readyz", sk)
 	}
 	var last error
-	if !poll(s.h.Timeout, func() bool { last = r.Ready(); return last == nil }) {
+	if !conformance.Poll(s.h.Timeout, func() bool { last = r.Ready(); return last == nil }) {
 		t.Fatalf("Ready() still %v after %v", last, s.h.Timeout)
 	}
 	return r
@@ -180,7 +179,7 @@ func (b *inbox) await(t *testing.T, want ...string) map[string]Received {
 				first[id] = r
 			}
 		case <-deadline.C:
-			t.Fatalf("after %v, %d of %d messages never arrived at %s: %s", b.s.h.Timeout, len(missing), len(want), b.dest, abbrev(missing))
+			t.Fatalf("after %v, %d of %d messages never arrived at %s: %s", b.s.h.Timeout, len(missing), len(want), b.dest, conformance.Abbrev(missing))
 		}
 	}
 }
@@ -193,68 +192,4 @@ func (b *inbox) order(t *testing.T) []string {
 		out[i] = receivedID(t, r)
 	}
 	return out
-}
-
-// poll calls cond until it returns true or d passes. The pause between
-// calls paces the loop; it is not synchronisation.
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-time.After(wait)
-		wait = min(wait*2, 50*time.Millisecond)
-	}
-}
-
-func abbrev(ids []string) string {
-	if len(ids) > 20 {
-		return strings.Join(ids[:20], ",") + fmt.Sprintf(",... (%d more)", len(ids)-20)
-	}
-	return strings.Join(ids, ",")
-}
-
-// diffHeaders describes how got differs from want, comparing the values of
-// each exact key in order (map-header brokers keep no order across keys),
-// or returns "".
-func diffHeaders(want, got envelope.Headers) string {
-	group := func(h envelope.Headers) map[string][]string {
-		out := map[string][]string{}
-		for _, kv := range h {
-			out[kv.Key] = append(out[kv.Key], kv.Value)
-		}
-		return out
-	}
-	w, g := group(want), group(got)
-	keys := map[string]bool{}
-	for k := range w {
-		keys[k] = true
-	}
-	for k := range g {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	var d []string
-	for _, k := range sorted {
-		wv, wok := w[k]
-		gv, gok := g[k]
-		switch {
-		case !gok:
-			d = append(d, fmt.Sprintf("missing %q: %q", k, wv))
-		case !wok:
-			d = append(d, fmt.Sprintf("unexpected %q: %q", k, gv))
-		case !slices.Equal(wv, gv):
-			d = append(d, fmt.Sprintf("%q is %q, want %q", k, gv, wv))
-		}
-	}
-	return strings.Join(d, "; ")
 }

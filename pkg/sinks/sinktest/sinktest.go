@@ -40,15 +40,12 @@
 package sinktest
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
-	"regexp"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/conformance"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -163,7 +160,7 @@ func Run(t *testing.T, h Harness) {
 	if h.Features.MaxBody <= 0 {
 		h.Features.MaxBody = 1 << 20
 	}
-	s := &suite{h: h, run: randomHex(3)}
+	s := &suite{h: h, run: conformance.RandomHex(3)}
 	cases := []struct {
 		name string
 		f    func(t *testing.T)
@@ -200,23 +197,7 @@ type suite struct {
 	keys atomic.Int64 // key sequence
 }
 
-var nonKey = regexp.MustCompile(`[^a-z0-9]+`)
-
 // key returns a fresh key for the current subtest.
 func (s *suite) key(t *testing.T) string {
-	name := strings.ToLower(t.Name())
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	name = strings.Trim(nonKey.ReplaceAllString(name, "-"), "-")
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return "st-" + s.run + "-" + name + "-" + itoa(s.keys.Add(1))
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return conformance.Key(t, "st", s.run, s.keys.Add(1))
 }
