@@ -29,7 +29,8 @@ local now = servertime()
 local lease = now + tonumber(ARGV[2])
 local left = tonumber(ARGV[1])
 local out = {now, -1, lease}
-for p = 9, 0, -1 do
+local top = maxprio()
+for p = top, 0, -1 do
   if left == 0 then break end
   local key = zkey(p)
   local ids = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, left)
@@ -51,7 +52,7 @@ for p = 9, 0, -1 do
     end
   end
 end
-for p = 0, 9 do
+for p = 0, top do
   local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
   if first[2] then
     local score = tonumber(first[2])

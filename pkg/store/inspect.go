@@ -305,7 +305,7 @@ type Stats struct {
 var statsScript = newScript(`
 local now = tonumber(ARGV[1])
 local out = {0, 0, redis.call('ZCARD', KEYS[4]), -1, 0, 0, 0, 0}
-for p = 0, 9 do
+for p = 0, maxprio() do
   local key = zkey(p)
   local n = redis.call('ZCARD', key)
   if n > 0 then

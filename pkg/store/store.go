@@ -136,6 +136,13 @@ local function zkey(p)
   if p == 0 then return KEYS[2] end
   return KEYS[4 + p]
 end
+-- maxprio is the highest priority whose due set exists, 0 when only the
+-- default set may hold messages: one EXISTS instead of a lookup per set
+-- for the common case of no priorities in use.
+local function maxprio()
+  if redis.call('EXISTS', unpack(KEYS, 5, 13)) == 0 then return 0 end
+  return 9
+end
 local function servertime()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -152,11 +159,11 @@ local function trimdead(max)
 end
 -- unschedule removes an ID from whichever due set holds it.
 local function unschedule(id)
-  for p = 0, 9 do redis.call('ZREM', zkey(p), id) end
+  for p = 0, maxprio() do redis.call('ZREM', zkey(p), id) end
 end
 -- duescore returns the score and priority of an ID in the due sets.
 local function duescore(id)
-  for p = 0, 9 do
+  for p = 0, maxprio() do
     local s = redis.call('ZSCORE', zkey(p), id)
     if s then return s, p end
   end
