@@ -6,7 +6,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/internal/cli.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: help build dev deps test lint unit fuzz clean bench
+.PHONY: help build dev deps test lint unit fuzz fault clean bench
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ fuzz: ## each fuzz target for FUZZTIME (default 10s)
 
 bench: ## end-to-end benchmark of the real binary (~10 min): table to docs/performance.md, numbers to test/bench/bench.json
 	$(GO) test -tags bench -run TestBench -timeout 60m -v ./test/bench/ -args -out bench.json -doc $(CURDIR)/docs/performance.md $(BENCHFLAGS)
+
+fault: ## fault-injection suite against the real binary and real servers (~3 min): table to docs/reliability.md
+	$(GO) test -tags fault -count=1 -timeout 20m -v ./test/fault/ -args -report $(CURDIR)/docs/reliability.md $(FAULTFLAGS)
 
 clean: ## remove build output and the dev state
 	rm -rf bin .delaybridge-dev

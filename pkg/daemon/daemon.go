@@ -107,7 +107,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 		MaxLateness:  cfg.Scheduler.MaxLateness.D(),
 		LateDead:     cfg.Scheduler.LatePolicy == "dead",
 		DeadLetter:   deadLetter,
-		DrainTimeout: cfg.ShutdownTimeout.D(),
+		DrainTimeout: drainBudget(cfg.ShutdownTimeout.D()),
 		Metrics:      d.metrics,
 		Tracer:       d.tracer,
 		Logger:       log,
@@ -130,7 +130,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 			Store:        d.store,
 			Notify:       d.sched.Notify,
 			MaxInFlight:  ic.MaxInFlight,
-			DrainTimeout: cfg.ShutdownTimeout.D(),
+			DrainTimeout: drainBudget(cfg.ShutdownTimeout.D()),
 			DeadLetter:   deadLetter,
 			Capacity:     roomToPark,
 			Metrics:      d.metrics,
@@ -160,6 +160,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, 
 		})
 	}
 	return d, nil
+}
+
+// drainBudget is the part of shutdown_timeout that the ingests and the
+// scheduler may spend finishing their work after a stop began. The rest (a
+// fifth, at most 2 s) is kept for returning unparked messages to their
+// brokers, the final commits and closing connections, so that the whole stop
+// ends within shutdown_timeout even when the drain cannot finish (Redis
+// unreachable).
+func drainBudget(shutdown time.Duration) time.Duration {
+	return shutdown - min(shutdown/5, 2*time.Second)
 }
 
 // park parks one message for the admin API and wakes the scheduler.

@@ -1,0 +1,929 @@
+//go:build fault
+
+package fault
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// Settings every scenario shares. They are the "short" operating point the
+// faults need: a 2 s lease and a 2 s JetStream ack_wait, so that a crashed
+// instance's claims and unacknowledged ingest messages come back quickly.
+const (
+	keyPrefix   = "fault"
+	shards      = 16
+	lease       = 2 * time.Second
+	ackWait     = 2 * time.Second
+	maxInFlight = 500 // ingest max_in_flight: JetStream MaxAckPending of the daemon's consumer
+	maxDelayMs  = 5000
+	shutdownTO  = 10 * time.Second
+)
+
+// daemonConfig is the daemon's configuration; %[1]s Redis, %[2]s the ingest
+// NATS URL, %[3]s the sink NATS URL, %[4]s extra scheduler settings.
+//
+// Back-off: 200 ms doubling to 2 s, and 1000 attempts, so that retries go on
+// well past a 10 s sink outage (attempts 1-5 take ~3 s, then one every 2 s).
+const daemonConfig = `
+redis: {addr: "%[1]s", key_prefix: ` + keyPrefix + `, shards: 16, dial_timeout: 1s, read_timeout: 1s, write_timeout: 1s}
+admin: {listen: "%%ADMIN%%"}
+log: {level: info}
+scheduler:
+  lease: 2s
+  publish_timeout: 1s
+  max_sleep: 250ms
+  max_attempts: 1000
+  backoff: {initial: 200ms, max: 2s, multiplier: 2, jitter: 0.2}%[4]s
+shutdown_timeout: 10s
+ingest:
+  - name: in
+    nats: {url: "%[2]s", subject: "delayed.>", stream: DELAYED, durable: delaybridge, ack_wait: 2s}
+    max_in_flight: 500
+    route: {sink: out, destination: fired.fault}
+sinks:
+  - name: out
+    nats: {url: "%[3]s", jetstream: true}
+`
+
+// options select a scenario's servers.
+type options struct {
+	fsync     string // Redis appendfsync; "" is "always"
+	kafka     bool   // Kafka ingest (kfake) instead of NATS JetStream
+	partition int    // Kafka partitions (default 4)
+}
+
+// world is one scenario's servers, publisher, sink collector and daemons.
+type world struct {
+	t      *testing.T
+	name   string
+	start  time.Time
+	rng    *rand.Rand
+	in     *testenv.NATSServer   // ingest broker (nil with Kafka)
+	parts  int                   // Kafka partitions
+	kafka  *testenv.KafkaCluster // ingest broker with options.kafka
+	out    *testenv.NATSServer   // sink broker: a separate server, so either can be restarted alone
+	redis  *testenv.RedisServer
+	rdb    *redis.Client
+	pub    *publisher
+	col    *collector
+	cfg    string
+	cancel context.CancelFunc
+	ctx    context.Context
+	res    *result
+}
+
+func newWorld(t *testing.T, name string, o options) *world {
+	t.Helper()
+	if o.fsync == "" {
+		o.fsync = "always"
+	}
+	w := &world{t: t, name: name, start: time.Now(), rng: rand.New(rand.NewPCG(*flagSeed, seedOf(name)))}
+	w.res = &result{Name: name, Seed: *flagSeed, start: w.start, DupBound: -1}
+	register(w.res)
+	t.Cleanup(func() {
+		w.res.Wall = time.Since(w.start)
+		w.res.Failed = t.Failed()
+	})
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	t.Cleanup(w.cancel)
+
+	w.out = testenv.NATS(t)
+	w.redis = testenv.Redis(t, testenv.WithAppendFsync(o.fsync))
+	w.rdb = w.redis.Client()
+	w.col = newCollector(t, w.out.URL)
+	go w.col.run(w.ctx)
+
+	var ingestURL string
+	if o.kafka {
+		if o.partition == 0 {
+			o.partition = 4
+		}
+		w.parts = o.partition
+		w.kafka = testenv.Kafka(t, testenv.WithTopic("delayed", o.partition))
+		w.pub = newKafkaPublisher(t, name, w.kafka.Brokers)
+	} else {
+		w.in = testenv.NATS(t)
+		ingestURL = w.in.URL
+		w.pub = newNATSPublisher(t, name, w.in.URL)
+	}
+	w.cfg = fmt.Sprintf(daemonConfig, w.redis.Addr, ingestURL, w.out.URL, "")
+	if o.kafka {
+		w.cfg = strings.Replace(w.cfg,
+			`nats: {url: "", subject: "delayed.>", stream: DELAYED, durable: delaybridge, ack_wait: 2s}`,
+			fmt.Sprintf(`kafka: {brokers: ["%s"], topic: delayed, group: delaybridge, session_timeout: 2s, commit_interval: 50ms, max_in_flight_per_partition: 500}`,
+				strings.Join(w.kafka.Brokers, `", "`)), 1)
+	}
+	t.Logf("%s: redis %s (appendfsync %s), ingest %s, sink %s", name, w.redis.Addr, o.fsync, ingestURL+strings.Join(kafkaAddrs(w.kafka), ","), w.out.URL)
+	return w
+}
+
+func kafkaAddrs(k *testenv.KafkaCluster) []string {
+	if k == nil {
+		return nil
+	}
+	return k.Brokers
+}
+
+func seedOf(s string) uint64 {
+	var h uint64 = 14695981039346656037
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// at is the time since the scenario started, for logs.
+func (w *world) at() string { return time.Since(w.start).Round(10 * time.Millisecond).String() }
+
+func (w *world) logf(format string, args ...any) {
+	w.t.Helper()
+	w.t.Logf("[%s %8s] %s", w.name, w.at(), fmt.Sprintf(format, args...))
+}
+
+// hold waits for d: the DURATION OF A FAULT or the moment of one (a scenario
+// parameter, e.g. "the sink is away for 10 s"), never synchronisation, which
+// is done with await/Eventually on an observable condition.
+func (w *world) hold(d time.Duration, what string) {
+	w.logf("holding %v: %s", d.Round(time.Millisecond), what)
+	select {
+	case <-time.After(d):
+	case <-w.ctx.Done():
+	}
+}
+
+// burstSize is the size of a burst of messages due at one instant.
+const burstSize = 1000
+
+// burst publishes burstSize messages (IDs from `from` on), all due `lead`
+// from now, and returns their due time.
+func (w *world) burst(from int, lead time.Duration) time.Time {
+	at := time.Now().Add(lead)
+	began := time.Now()
+	w.pub.burst(w.ctx, from, from+burstSize, at)
+	w.logf("burst of %d messages, all due at +%v, published in %v", burstSize, lead, time.Since(began).Round(time.Millisecond))
+	return at
+}
+
+// burstAsync is burst in the background; the channel is closed when the
+// broker confirmed every message.
+func (w *world) burstAsync(from int, lead time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	at := time.Now().Add(lead)
+	go func() {
+		defer close(done)
+		w.pub.burst(w.ctx, from, from+burstSize, at)
+	}()
+	return done
+}
+
+// atBurst waits for the burst's due time, then reads Redis back to back
+// until its claims show (up to 2 s): the moment of the fault.
+func (w *world) atBurst(at time.Time) {
+	w.holdUntil(at, "the burst's due time (scenario parameter)")
+	if !w.untilHolding(2 * time.Second) {
+		w.logf("no claim of the burst seen in Redis")
+	}
+}
+
+// holdUntil is hold until the moment t (a scenario parameter).
+func (w *world) holdUntil(t time.Time, what string) {
+	if d := time.Until(t); d > 0 {
+		w.hold(d, what)
+	} else {
+		w.logf("already %v past the moment of: %s", -d, what)
+	}
+}
+
+// randDur is uniform in [lo, hi).
+func (w *world) randDur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
+}
+
+// await polls cond (from a ticker) until it is true or timeout passes, and
+// reports which. Unlike testenv.Eventually it does not fail the test, so
+// that a scenario can still measure and report what it got.
+func await(timeout time.Duration, cond func() bool) bool {
+	deadline := time.After(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		select {
+		case <-deadline:
+			return cond()
+		case <-tick.C:
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// daemon
+
+// daemon is one delaybridge process (restarted in place after a kill).
+type daemon struct {
+	w       *world
+	bin     string
+	cfgPath string
+	admin   string
+	proc    *testenv.Process
+	starts  int
+}
+
+// startDaemon writes the world's config with a fresh admin port and runs
+// `delaybridge run` until /readyz answers 200.
+func (w *world) startDaemon() *daemon {
+	w.t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(w.t))
+	path := filepath.Join(w.t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(w.cfg, "%ADMIN%", addr)), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	d := &daemon{w: w, bin: testenv.Build(w.t), cfgPath: path, admin: "http://" + addr}
+	d.start()
+	return d
+}
+
+func (d *daemon) start() {
+	d.w.t.Helper()
+	d.starts++
+	d.proc = testenv.StartProcessWith(d.w.t, testenv.ProcessOptions{}, d.bin, "run", "--config", d.cfgPath)
+	began := time.Now()
+	testenv.Eventually(d.w.t, 60*time.Second, func() bool {
+		if d.proc.Exited() {
+			d.w.t.Fatalf("delaybridge exited at start:\n%s", d.proc.Output())
+		}
+		code, _ := d.get("/readyz")
+		return code == http.StatusOK
+	}, "delaybridge not ready")
+	d.w.logf("daemon pid %d ready in %v (start #%d)", d.proc.Pid, time.Since(began).Round(time.Millisecond), d.starts)
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (d *daemon) kill() {
+	d.w.t.Helper()
+	d.proc.Kill()
+	d.w.logf("daemon pid %d killed (SIGKILL)", d.proc.Pid)
+}
+
+// term sends SIGTERM and returns the exit code and how long the exit took.
+func (d *daemon) term(timeout time.Duration) (int, time.Duration) {
+	d.w.t.Helper()
+	began := time.Now()
+	d.proc.Signal(syscall.SIGTERM)
+	code := d.proc.Wait(timeout)
+	return code, time.Since(began)
+}
+
+func (d *daemon) get(path string) (int, string) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(d.admin + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metric sums the samples of a Prometheus metric whose label set contains
+// every one of labels (`name="value"` strings); -1 when unreachable.
+func (d *daemon) metric(name string, labels ...string) float64 {
+	code, body := d.get("/metrics")
+	if code != http.StatusOK {
+		return -1
+	}
+	var sum float64
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+lines:
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue lines
+			}
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// ---------------------------------------------------------------------------
+// publisher
+
+// sent is one message the broker confirmed.
+type sent struct {
+	at    time.Time // when the ingest broker confirmed it (PubAck / acks=all)
+	delay time.Duration
+}
+
+// publisher sends the scenario's messages to the ingest. IDs are
+// "<scenario>-00042"; delays are drawn from the seed, so a resend carries
+// the same delay. A publish that fails (broker away) is retried until the
+// broker confirms it, as a real publisher would.
+type publisher struct {
+	t    *testing.T
+	name string
+	// send publishes one message with x-delay, or with x-deliver-at when
+	// at is not zero.
+	send func(ctx context.Context, id string, delay time.Duration, at time.Time) error
+
+	mu      sync.Mutex
+	sent    map[string]sent
+	order   []string
+	retries int             // failed publish attempts (each may have stored a copy anyway)
+	resent  map[string]bool // IDs with a failed attempt before the confirmed one
+	failing bool
+}
+
+func newNATSPublisher(t *testing.T, name, url string) *publisher {
+	nc, err := nats.Connect(url, nats.Name("fault publisher"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The ingest stream exists before the daemon starts, so messages can
+	// be published first; file storage survives a restart of the server.
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "DELAYED", Subjects: []string{"delayed.>"}, Storage: jetstream.FileStorage,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(t, name)
+	p.send = func(ctx context.Context, id string, delay time.Duration, at time.Time) error {
+		m := nats.NewMsg("delayed.fault")
+		m.Data = []byte(id)
+		if at.IsZero() {
+			m.Header.Set(envelope.HeaderDelay, strconv.FormatInt(delay.Milliseconds(), 10))
+		} else {
+			m.Header.Set(envelope.HeaderDeliverAt, strconv.FormatInt(at.UnixMilli(), 10))
+		}
+		m.Header.Set(envelope.HeaderMessageID, id)
+		m.Header.Set(envelope.HeaderNatsMsgID, id) // the ingest stream drops a resend in its window
+		_, err := js.PublishMsg(ctx, m)
+		return err
+	}
+	return p
+}
+
+func newPublisher(t *testing.T, name string) *publisher {
+	return &publisher{t: t, name: name, sent: map[string]sent{}, resent: map[string]bool{}}
+}
+
+// delayOf is the message's delay, 0-5 s, from the seed.
+func (p *publisher) delayOf(i int) time.Duration {
+	r := rand.New(rand.NewPCG(*flagSeed^seedOf(p.name), uint64(i)))
+	return time.Duration(r.IntN(maxDelayMs+1)) * time.Millisecond
+}
+
+func (p *publisher) id(i int) string { return fmt.Sprintf("%s-%05d", p.name, i) }
+
+// publish sends message i (due at `at` when not zero, else after its
+// delay) until the broker confirms it or ctx ends.
+func (p *publisher) publish(ctx context.Context, i int, at time.Time) {
+	id, delay := p.id(i), p.delayOf(i)
+	if !at.IsZero() {
+		delay = 0
+	}
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := p.send(pctx, id, delay, at)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			if _, dup := p.sent[id]; !dup {
+				p.order = append(p.order, id)
+			}
+			p.sent[id] = sent{at: time.Now(), delay: delay}
+			if p.failing {
+				p.failing = false
+				p.t.Logf("publisher: ingest accepts publishes again (%d failed attempts so far)", p.retries)
+			}
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Lock()
+		p.retries++
+		p.resent[id] = true
+		if !p.failing {
+			p.failing = true
+			p.t.Logf("publisher: publish of %s failed, retrying until the broker confirms: %v", id, err)
+		}
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond): // publisher's retry pacing
+		}
+	}
+}
+
+// stream publishes messages [from, to) at about rate per second in the
+// background; the channel is closed when all are confirmed.
+func (p *publisher) stream(ctx context.Context, from, to, rate int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		began := time.Now()
+		i := from
+		for i < to && ctx.Err() == nil {
+			target := from + int(time.Since(began).Seconds()*float64(rate)) + 1
+			for ; i < min(target, to) && ctx.Err() == nil; i++ {
+				p.publish(ctx, i, time.Time{})
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	}()
+	return done
+}
+
+// burst publishes messages [from, to) as fast as the broker confirms them,
+// all due at the same instant `at` (x-deliver-at): a top-of-the-minute
+// burst that keeps every shard claiming and publishing at `at`.
+func (p *publisher) burst(ctx context.Context, from, to int, at time.Time) {
+	for i := from; i < to && ctx.Err() == nil; i++ {
+		p.publish(ctx, i, at)
+	}
+}
+
+func (p *publisher) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.order)
+}
+
+func (p *publisher) resentIDs() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]bool, len(p.resent))
+	for k := range p.resent {
+		m[k] = true
+	}
+	return m
+}
+
+func (p *publisher) snapshot() (map[string]sent, []string, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]sent, len(p.sent))
+	for k, v := range p.sent {
+		m[k] = v
+	}
+	return m, append([]string(nil), p.order...), p.retries
+}
+
+// ---------------------------------------------------------------------------
+// collector
+
+// copyAt is one copy of a message stored by the sink stream.
+type copyAt struct {
+	at      time.Time // the sink stream's timestamp
+	due     time.Time // x-delaybridge-due-at
+	attempt int       // x-delaybridge-attempt
+	seq     uint64
+}
+
+// collector reads the sink stream FIRED from the start, into a map by
+// x-message-id. The stream's duplicate window is JetStream's minimum (100 ms)
+// so that it stores (nearly) every copy the daemon published: the counts are
+// the daemon's, not hidden by JetStream's de-duplication.
+type collector struct {
+	t  *testing.T
+	js jetstream.JetStream
+
+	mu     sync.Mutex
+	copies map[string][]copyAt
+	next   uint64 // next stream sequence to read
+	total  int
+}
+
+func newCollector(t *testing.T, url string) *collector {
+	nc, err := nats.Connect(url, nats.Name("fault sink consumer"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "FIRED", Subjects: []string{"fired.>"}, Storage: jetstream.FileStorage,
+		Duplicates: 100 * time.Millisecond,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return &collector{t: t, js: js, copies: map[string][]copyAt{}, next: 1}
+}
+
+// run reads until ctx ends, re-creating its ordered consumer from the next
+// unread sequence whenever the sink server went away.
+func (c *collector) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.mu.Lock()
+		next := c.next
+		c.mu.Unlock()
+		cons, err := c.js.OrderedConsumer(ctx, "FIRED", jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond): // re-try pacing while the sink server is away
+			}
+			continue
+		}
+		for ctx.Err() == nil {
+			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+			if err != nil {
+				break
+			}
+			for m := range batch.Messages() {
+				c.record(m)
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+		}
+	}
+}
+
+func (c *collector) record(m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	h := m.Headers()
+	cp := copyAt{at: md.Timestamp, seq: md.Sequence.Stream}
+	cp.due, _ = time.Parse(time.RFC3339Nano, h.Get(envelope.HeaderDueAt))
+	cp.attempt, _ = strconv.Atoi(h.Get(envelope.HeaderAttempt))
+	id := h.Get(envelope.HeaderMessageID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if md.Sequence.Stream < c.next {
+		return // already read (a re-created consumer overlapping)
+	}
+	c.next = md.Sequence.Stream + 1
+	c.copies[id] = append(c.copies[id], cp)
+	c.total++
+}
+
+// delivered counts how many of ids have at least one copy.
+func (c *collector) delivered(ids []string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if len(c.copies[id]) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// caughtUp reports whether everything the sink stream holds was read.
+func (c *collector) caughtUp(ctx context.Context) bool {
+	s, err := c.js.Stream(ctx, "FIRED")
+	if err != nil {
+		return false
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next > info.State.LastSeq
+}
+
+func (c *collector) snapshot() map[string][]copyAt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string][]copyAt, len(c.copies))
+	for k, v := range c.copies {
+		m[k] = append([]copyAt(nil), v...)
+	}
+	return m
+}
+
+// ---------------------------------------------------------------------------
+// Redis and ingest state
+
+// redisState is what Redis holds: parked messages (due set members), those
+// in flight (claimed under a lease not yet acked or retried) and dead ones.
+type redisState struct {
+	parked, inflight, dead int
+	inflightIDs            []string
+	leases                 map[string]int64 // in-flight ID -> lease expiry (Unix ms, Redis clock)
+	attempts               map[string]int   // in-flight ID -> attempt of the claim holding it
+}
+
+func readRedisState(ctx context.Context, rdb *redis.Client) (redisState, error) {
+	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}}
+	pipe := rdb.Pipeline()
+	due := make([]*redis.IntCmd, shards)
+	dead := make([]*redis.IntCmd, shards)
+	meta := make([]*redis.MapStringStringCmd, shards)
+	for i := 0; i < shards; i++ {
+		base := fmt.Sprintf("%s:{%d}:", keyPrefix, i)
+		due[i] = pipe.ZCard(ctx, base+"due")
+		dead[i] = pipe.ZCard(ctx, base+"dead")
+		meta[i] = pipe.HGetAll(ctx, base+"meta")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return s, err
+	}
+	for i := 0; i < shards; i++ {
+		s.parked += int(due[i].Val())
+		s.dead += int(dead[i].Val())
+		for id, v := range meta[i].Val() {
+			// attempts|lease|deadAt|reason: a lease other than 0 is a claim
+			// still held (or whose holder died).
+			if p := strings.SplitN(v, "|", 4); len(p) == 4 && p[1] != "0" {
+				s.inflight++
+				s.inflightIDs = append(s.inflightIDs, id)
+				s.leases[id], _ = strconv.ParseInt(p[1], 10, 64)
+				s.attempts[id], _ = strconv.Atoi(p[0])
+			}
+		}
+	}
+	return s, nil
+}
+
+func (w *world) redisState() redisState {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := readRedisState(ctx, w.rdb)
+	if err != nil {
+		w.t.Fatalf("reading redis state: %v", err)
+	}
+	return s
+}
+
+// aofState is the Redis state a killed server will come back with: its AOF
+// files copied into a second, private redis-server, which loads them and is
+// read there. It is exact at the moment of the kill, without racing the
+// daemon, which reconnects as soon as the real server is back.
+func (w *world) aofState() redisState {
+	w.t.Helper()
+	if w.redis.Running() {
+		w.t.Fatal("aofState: the redis server is running")
+	}
+	insp := testenv.Redis(w.t)
+	insp.Kill()
+	dst := filepath.Join(insp.Dir, "appendonlydir")
+	if err := os.RemoveAll(dst); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := copyDir(filepath.Join(w.redis.Dir, "appendonlydir"), dst); err != nil {
+		w.t.Fatal(err)
+	}
+	insp.Start()
+	defer insp.Kill()
+	c := insp.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := readRedisState(ctx, c)
+	if err != nil {
+		w.t.Fatalf("reading the AOF copy: %v", err)
+	}
+	return s
+}
+
+func copyDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ingestState is the daemon's JetStream consumer as the ingest server sees
+// it: messages delivered but not acknowledged, and not yet delivered.
+type ingestState struct {
+	ackPending, pending int
+	acked               int // delivered stream sequence minus those pending acks
+}
+
+func (w *world) ingestState() (ingestState, error) {
+	if w.in == nil {
+		return ingestState{}, errors.New("not a NATS ingest")
+	}
+	nc, err := nats.Connect(w.in.URL, nats.Name("fault inspector"))
+	if err != nil {
+		return ingestState{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return ingestState{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, "DELAYED", "delaybridge")
+	if err != nil {
+		return ingestState{}, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return ingestState{}, err
+	}
+	return ingestState{ackPending: info.NumAckPending, pending: int(info.NumPending),
+		acked: int(info.Delivered.Stream) - info.NumAckPending}, nil
+}
+
+// ---------------------------------------------------------------------------
+// the end of a scenario
+
+// settle waits until the scenario is quiet: every sent message has a copy
+// at the sink, Redis holds nothing, the ingest has nothing pending, and the
+// collector has read the whole sink stream (so late duplicates are counted).
+func (w *world) settle(timeout time.Duration) bool {
+	w.t.Helper()
+	_, order, _ := w.pub.snapshot()
+	ok := await(timeout, func() bool {
+		if w.col.delivered(order) < len(order) {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		s, err := readRedisState(ctx, w.rdb)
+		if err != nil || s.parked > 0 {
+			return false
+		}
+		if w.in != nil {
+			is, err := w.ingestState()
+			if err != nil || is.ackPending > 0 || is.pending > 0 {
+				return false
+			}
+		}
+		if w.kafka != nil {
+			if lag, err := w.kafkaLag(w.parts); err != nil || lag > 0 {
+				return false
+			}
+		}
+		return w.col.caughtUp(ctx)
+	})
+	if ok {
+		w.logf("settled: every message delivered, redis empty, ingest drained")
+	} else {
+		w.logf("NOT settled within %v", timeout)
+	}
+	return ok
+}
+
+// finish computes the scenario's numbers, fills its result row and checks
+// the guarantees: nothing lost (unless allowLoss), nothing early, no dead
+// message, and duplicates within dupBound (when >= 0).
+func (w *world) finish(allowLoss bool) *result {
+	w.t.Helper()
+	sentMap, order, pubRetries := w.pub.snapshot()
+	copies := w.col.snapshot()
+	r := w.res
+	r.Sent = len(order)
+	var late []time.Duration
+	var lost []string
+	for _, id := range order {
+		cs := copies[id]
+		if len(cs) == 0 {
+			lost = append(lost, id)
+			continue
+		}
+		r.Delivered++
+		r.Dups += len(cs) - 1
+		if len(cs) > 1 {
+			r.DupIDs = append(r.DupIDs, id)
+		}
+		first := cs[0]
+		for _, c := range cs[1:] {
+			if c.attempt <= 1 {
+				r.DupReparked++
+			} else {
+				r.DupRepublished++
+			}
+		}
+		for _, c := range cs {
+			if c.at.Before(c.due) {
+				r.Early++
+			}
+		}
+		late = append(late, first.at.Sub(first.due))
+	}
+	for id := range copies {
+		if _, ok := sentMap[id]; !ok {
+			r.Unknown++
+		}
+	}
+	r.Lost = len(lost)
+	r.LostIDs = lost
+	r.PublisherRetries = pubRetries
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	if len(late) > 0 {
+		r.P50Late = late[len(late)/2]
+		r.P99Late = late[min(len(late)-1, len(late)*99/100)]
+		r.MaxLate = late[len(late)-1]
+	}
+	if s, err := readRedisState(context.Background(), w.rdb); err == nil {
+		r.DeadLeft = s.dead
+		r.ParkedLeft = s.parked
+	}
+	w.logf("sent %d, delivered %d, lost %d, duplicates %d (re-published %d, re-parked %d; bound %d), early %d, lateness p50 %v p99 %v max %v",
+		r.Sent, r.Delivered, r.Lost, r.Dups, r.DupRepublished, r.DupReparked, r.DupBound, r.Early, r.P50Late, r.P99Late, r.MaxLate)
+
+	if r.Lost > 0 && !allowLoss {
+		w.t.Errorf("%d of %d messages lost; first: %v", r.Lost, r.Sent, first(lost, 20))
+		w.explainLost(lost)
+	}
+	if r.Early > 0 {
+		w.t.Errorf("%d copies were published before their due time", r.Early)
+	}
+	if r.Unknown > 0 {
+		w.t.Errorf("%d IDs at the sink were never sent", r.Unknown)
+	}
+	if r.DeadLeft > 0 {
+		w.t.Errorf("%d messages are dead", r.DeadLeft)
+	}
+	if r.DupBound >= 0 && r.Dups > r.DupBound {
+		w.t.Errorf("%d duplicates, more than the %d in flight at the faults", r.Dups, r.DupBound)
+	}
+	return r
+}
+
+// explainLost logs what Redis knows of some lost messages.
+func (w *world) explainLost(ids []string) {
+	ctx := context.Background()
+	for _, id := range first(ids, 5) {
+		sh := shardOf(id)
+		base := fmt.Sprintf("%s:{%d}:", keyPrefix, sh)
+		inPool, _ := w.rdb.HExists(ctx, base+"pool", id).Result()
+		score, zerr := w.rdb.ZScore(ctx, base+"due", id).Result()
+		meta, _ := w.rdb.HGet(ctx, base+"meta", id).Result()
+		w.logf("lost %s: shard %d, in pool %v, due score %v (%v), meta %q", id, sh, inPool, int64(score), zerr, meta)
+	}
+}
+
+// shardOf is the README's FNV-1a (32 bit) of the ID modulo the shard count.
+func shardOf(id string) int {
+	var h uint32 = 2166136261
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return int(h % shards)
+}
+
+func first(s []string, n int) []string { return s[:min(n, len(s))] }
