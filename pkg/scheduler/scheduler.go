@@ -351,6 +351,7 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, id
 	done := s.p.Clock.Now()
 	s.p.Metrics.PublishDuration.WithLabelValues(name).Observe(done.Sub(start).Seconds())
 	var ok, failed int
+	lateness := s.p.Metrics.FireLateness.WithLabelValues(name) // looked up once per batch
 	for j, i := range idx {
 		var err error
 		if j < len(res) {
@@ -364,7 +365,7 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, id
 		}
 		if err == nil {
 			ok++
-			s.p.Metrics.FireLateness.WithLabelValues(name).Observe(done.Sub(out[j].DueAt).Seconds())
+			lateness.Observe(done.Sub(out[j].DueAt).Seconds())
 		} else {
 			failed++
 		}
