@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/internal/kafkautil"
 	"github.com/delaybridge/delaybridge/internal/natsutil"
 	"github.com/delaybridge/delaybridge/internal/tlsutil"
 	"github.com/delaybridge/delaybridge/pkg/config"
@@ -123,8 +124,12 @@ func NewSink(ctx context.Context, sc config.Sink, log *slog.Logger) (sinks.Sink,
 		s, err = rabbitsink.New(ctx, rabbitsink.Config{Name: sc.Name, URL: r.URL, Exchange: r.Exchange, Mandatory: *r.Mandatory}, log)
 	case sc.Kafka != nil:
 		k := sc.Kafka
+		tlsCfg, mech, aerr := kafkautil.Auth(k.KafkaAuth)
+		if aerr != nil {
+			return nil, fmt.Errorf("sink %s: %w", sc.Name, aerr)
+		}
 		s, err = kafkasink.New(kafkasink.Config{Name: sc.Name, Brokers: k.Brokers, BatchTimeout: k.BatchTimeout.D(),
-			BatchSize: k.BatchSize, Compression: k.Compression}, log)
+			BatchSize: k.BatchSize, Compression: k.Compression, TLS: tlsCfg, SASL: mech}, log)
 	default:
 		return nil, fmt.Errorf("sink %s: the %s sink is not available in this build", sc.Name, sc.Kind())
 	}
@@ -156,10 +161,14 @@ func NewSource(ctx context.Context, ic *config.Ingest, log *slog.Logger) (ingest
 		s, err = rabbitingest.New(ctx, rabbitingest.Config{Name: ic.Name, URL: r.URL, Queue: r.Queue, Prefetch: r.Prefetch}, log)
 	case ic.Kafka != nil:
 		k := ic.Kafka
+		tlsCfg, mech, aerr := kafkautil.Auth(k.KafkaAuth)
+		if aerr != nil {
+			return nil, fmt.Errorf("ingest %s: %w", ic.Name, aerr)
+		}
 		s, err = kafkaingest.New(ctx, kafkaingest.Config{
 			Name: ic.Name, Brokers: k.Brokers, Topic: k.Topic, Group: k.Group, StartOffset: k.StartOffset,
 			SessionTimeout: k.SessionTimeout.D(), MaxInFlightPerPartition: k.MaxInFlightPerPartition,
-			CommitInterval: k.CommitInterval.D(),
+			CommitInterval: k.CommitInterval.D(), TLS: tlsCfg, SASL: mech,
 		}, log)
 	default:
 		return nil, fmt.Errorf("ingest %s: the %s ingest is not available in this build", ic.Name, ic.Kind())

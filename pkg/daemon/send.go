@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/delaybridge/delaybridge/internal/kafkautil"
 	"github.com/delaybridge/delaybridge/internal/natsutil"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -71,7 +72,12 @@ func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
 	case ic.RabbitMQ != nil:
 		return rabbitingest.Send(ctx, ic.RabbitMQ.URL, ic.RabbitMQ.Queue, h, r.Body)
 	case ic.Kafka != nil:
-		return kafkaingest.Send(ctx, ic.Kafka.Brokers, ic.Kafka.Topic, r.Key, h, r.Body)
+		k := ic.Kafka
+		tlsCfg, mech, err := kafkautil.Auth(k.KafkaAuth)
+		if err != nil {
+			return fmt.Errorf("ingest %s: %w", ic.Name, err)
+		}
+		return kafkaingest.SendConfig(ctx, kafkaingest.Config{Name: ic.Name, Brokers: k.Brokers, Topic: k.Topic, TLS: tlsCfg, SASL: mech}, r.Key, h, r.Body)
 	default:
 		return fmt.Errorf("ingest %s: sending to a %s ingest is not available in this build", ic.Name, ic.Kind())
 	}

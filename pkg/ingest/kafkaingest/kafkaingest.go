@@ -21,6 +21,7 @@ package kafkaingest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +30,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 
+	"github.com/delaybridge/delaybridge/internal/kafkautil"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 )
@@ -61,6 +64,12 @@ type Config struct {
 	// 100ms). They are also committed when a generation ends (rebalance) and
 	// on Close.
 	CommitInterval time.Duration
+
+	// TLS and SASL, when set, secure and authenticate every connection to
+	// the brokers: the group coordinator's, the partition readers', the
+	// offset lookups' and the topic check's (kafkautil.Auth makes them).
+	TLS  *tls.Config
+	SASL sasl.Mechanism
 }
 
 const (
@@ -116,9 +125,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Source, error) {
 		return nil, fmt.Errorf("kafka ingest %s: %w", cfg.Name, err)
 	}
 	log = log.With("ingest", cfg.Name, "topic", cfg.Topic, "group", cfg.Group)
-	dialer := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: "delaybridge-" + cfg.Name}
+	dialer := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: "delaybridge-" + cfg.Name, TLS: cfg.TLS, SASLMechanism: cfg.SASL}
 	if err := checkTopic(ctx, dialer, cfg.Brokers, cfg.Topic); err != nil {
-		return nil, fmt.Errorf("kafka ingest %s: %w", cfg.Name, err)
+		return nil, fmt.Errorf("kafka ingest %s: %w", cfg.Name, kafkautil.Explain(err))
 	}
 	start := kafka.FirstOffset
 	if cfg.StartOffset == "last" {
@@ -155,6 +164,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Source, error) {
 		ClientID:    dialer.ClientID,
 		DialTimeout: dialer.Timeout,
 		MetadataTTL: time.Second,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
 	}
 	s := &Source{
 		cfg:       cfg,
@@ -351,15 +362,15 @@ func (s *Source) Ready() error {
 	case !joined && joinErr == nil:
 		return fmt.Errorf("kafka: joining consumer group %q on %v", s.cfg.Group, s.cfg.Brokers)
 	case joinErr != nil:
-		return fmt.Errorf("kafka: cannot join consumer group %q on %v: %w", s.cfg.Group, s.cfg.Brokers, joinErr)
+		return fmt.Errorf("kafka: cannot join consumer group %q on %v: %w", s.cfg.Group, s.cfg.Brokers, kafkautil.Explain(joinErr))
 	case commitErr != nil:
-		return fmt.Errorf("kafka: cannot commit offsets of group %q: %w", s.cfg.Group, commitErr)
+		return fmt.Errorf("kafka: cannot commit offsets of group %q: %w", s.cfg.Group, kafkautil.Explain(commitErr))
 	case g == nil:
 		return nil // between two generations: a rebalance
 	}
 	for _, p := range g.parts {
 		if err := p.fetchError(); err != nil {
-			return fmt.Errorf("kafka: cannot fetch %s/%d: %w", p.topic, p.id, err)
+			return fmt.Errorf("kafka: cannot fetch %s/%d: %w", p.topic, p.id, kafkautil.Explain(err))
 		}
 	}
 	return nil
@@ -426,9 +437,17 @@ func (s *Source) resolveOffset(ctx context.Context, topic string, partition int,
 }
 
 // Send produces one record to topic with acks=all and waits for it (for
-// `delaybridge send`). key may be nil.
+// `delaybridge send`). key may be nil. It uses neither TLS nor SASL: see
+// SendConfig.
 func Send(ctx context.Context, brokers []string, topic string, key []byte, h envelope.Headers, body []byte) error {
-	tr := &kafka.Transport{ClientID: "delaybridge-send"}
+	return SendConfig(ctx, Config{Brokers: brokers, Topic: topic}, key, h, body)
+}
+
+// SendConfig is Send to cfg.Topic on cfg.Brokers, with cfg.TLS and
+// cfg.SASL; the other fields are not used.
+func SendConfig(ctx context.Context, cfg Config, key []byte, h envelope.Headers, body []byte) error {
+	brokers, topic := cfg.Brokers, cfg.Topic
+	tr := &kafka.Transport{ClientID: "delaybridge-send", TLS: cfg.TLS, SASL: cfg.SASL}
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
@@ -452,6 +471,16 @@ func Send(ctx context.Context, brokers []string, topic string, key []byte, h env
 		if errors.Is(err, kafka.UnknownTopicOrPartition) {
 			return fmt.Errorf("produce to %s: the topic does not exist on %v: %w", topic, brokers, err)
 		}
+		// A refused SASL exchange or client certificate reaches the writer
+		// as a closed connection: a connection of our own says which.
+		var probe func() error
+		if cfg.TLS != nil || cfg.SASL != nil {
+			probe = func() error {
+				d := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: tr.ClientID, TLS: cfg.TLS, SASLMechanism: cfg.SASL}
+				return kafkautil.Probe(ctx, d, brokers)
+			}
+		}
+		err = kafkautil.Diagnose(err, probe)
 		return fmt.Errorf("produce to %s on %v: %w", topic, brokers, err)
 	}
 	return nil

@@ -17,6 +17,7 @@ package kafkasink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +25,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 
+	"github.com/delaybridge/delaybridge/internal/kafkautil"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
@@ -40,6 +43,11 @@ type Config struct {
 	BatchSize int
 	// Compression: none (default), gzip, snappy, lz4, zstd.
 	Compression string
+
+	// TLS and SASL, when set, secure and authenticate every connection to
+	// the brokers: the writers' and Ready's (kafkautil.Auth makes them).
+	TLS  *tls.Config
+	SASL sasl.Mechanism
 }
 
 // MaxMessageBytes is the largest record (key, value and headers with their
@@ -51,6 +59,9 @@ const MaxMessageBytes = 1 << 20
 
 // readyTTL is how long a Ready check is reused.
 const readyTTL = time.Second
+
+// readyTimeout bounds a Ready check: connecting, TLS, SASL and one request.
+const readyTimeout = 5 * time.Second
 
 // Sink publishes to Kafka. Create it with New.
 type Sink struct {
@@ -105,6 +116,8 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		// Metadata is refreshed this often, so that a topic created after
 		// an "unknown topic" failure is seen soon.
 		MetadataTTL: 2 * time.Second,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
 	}
 	writer := func(batchSize int) *kafka.Writer {
 		return &kafka.Writer{
@@ -128,7 +141,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		tr:     tr,
 		w:      writer(cfg.BatchSize),
 		solo:   writer(1),
-		dialer: &kafka.Dialer{Timeout: readyTTL, ClientID: "delaybridge-" + cfg.Name},
+		dialer: &kafka.Dialer{Timeout: readyTimeout, ClientID: "delaybridge-" + cfg.Name, TLS: cfg.TLS, SASLMechanism: cfg.SASL},
 	}, nil
 }
 
@@ -245,7 +258,13 @@ func (s *Sink) classify(topic string, err error) error {
 			return fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried): %w", s.cfg.Name, topic, err)
 		}
 	}
-	return fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, err)
+	// A refused SASL exchange or client certificate reaches the writer as a
+	// closed connection; Ready's check (cached) says which.
+	var probe func() error
+	if s.cfg.TLS != nil || s.cfg.SASL != nil {
+		probe = s.Ready
+	}
+	return fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, kafkautil.Diagnose(err, probe))
 }
 
 // toKafka builds the record: body, key, and the published headers
@@ -288,26 +307,21 @@ func validTopic(t string) error {
 	return nil
 }
 
-// Ready returns nil when a broker accepts a connection; the answer is
-// reused for a second.
+// Ready returns nil when a broker accepts a connection and answers a
+// request on it (with TLS and SASL when configured, so a refused
+// certificate or credential shows here, saying what to check); the answer
+// is reused for a second.
 func (s *Sink) Ready() error {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
 	if !s.readyAt.IsZero() && time.Since(s.readyAt) < readyTTL {
 		return s.readyErr
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	var err error
-	for _, b := range s.cfg.Brokers {
-		var conn *kafka.Conn
-		if conn, err = s.dialer.DialContext(ctx, "tcp", b); err == nil {
-			conn.Close()
-			break
-		}
-	}
+	err := kafkautil.Probe(ctx, s.dialer, s.cfg.Brokers)
 	if err != nil {
-		err = fmt.Errorf("kafka: no broker of %v reachable: %w", s.cfg.Brokers, err)
+		err = fmt.Errorf("kafka: no broker of %v accepts a connection: %w", s.cfg.Brokers, err)
 	}
 	s.readyErr, s.readyAt = err, time.Now()
 	return err
