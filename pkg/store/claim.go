@@ -24,7 +24,7 @@ import (
 // A message is due when its score is <= now: a parked message whose due time
 // has come, or an in-flight message whose lease expired (its claimer died).
 // Claiming re-scores it to the lease expiry and counts the attempt.
-var claimScript = newScript(`
+var claimScript = newFiringScript(`
 local now = servertime()
 local lease = now + tonumber(ARGV[2])
 local left = tonumber(ARGV[1])
@@ -113,7 +113,7 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) 
 //	returns -> how many were removed; a message no longer held under the
 //	           token (its lease expired and another claim took it, or it was
 //	           cancelled) is left alone
-var ackScript = newScript(`
+var ackScript = newFiringScript(`
 local token = tonumber(ARGV[1])
 local n = 0
 for i = 2, #ARGV do
@@ -152,7 +152,7 @@ func (s *Store) Ack(ctx context.Context, shard int, token int64, ids []string) (
 //	ARGV[1] -> the claim's token
 //	ARGV[2..] -> triples: message ID, next attempt time (Unix ms), last error
 //	returns -> how many were rescheduled (those still held under the token)
-var retryScript = newScript(`
+var retryScript = newFiringScript(`
 local token = tonumber(ARGV[1])
 local n = 0
 for i = 2, #ARGV, 3 do
@@ -197,7 +197,7 @@ func (s *Store) Retry(ctx context.Context, shard int, token int64, rs []Retry) (
 //	ARGV[2] -> dead messages kept per shard (the oldest beyond are deleted)
 //	ARGV[3..] -> pairs: message ID, reason
 //	returns -> how many were moved (those still held under the token)
-var deadScript = newScript(`
+var deadScript = newFiringScript(`
 local token = tonumber(ARGV[1])
 local now = servertime()
 local n = 0

@@ -87,7 +87,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 //	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead, the due sets
 //	ARGV[1] -> message ID
 //	returns -> 1 if it was known, 0 if not
-var cancelScript = newScript(`
+var cancelScript = newFiringScript(`
 local id = ARGV[1]
 local n = redis.call('HDEL', KEYS[1], id)
 unschedule(id)
@@ -117,7 +117,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 //	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead, the due sets
 //	ARGV[1] -> message ID
 //	returns -> 1 if it was dead and is scheduled now, 0 if it was not dead
-var reviveScript = newScript(`
+var reviveScript = newFiringScript(`
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[4], id) then return 0 end
 redis.call('ZREM', KEYS[4], id)
@@ -147,7 +147,7 @@ func (s *Store) RetryDead(ctx context.Context, id string) error {
 //	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead
 //	ARGV[1] -> message ID
 //	returns -> 1 if it was dead and is deleted, 0 if it was not dead
-var deleteDeadScript = newScript(`
+var deleteDeadScript = newFiringScript(`
 local id = ARGV[1]
 if redis.call('ZREM', KEYS[4], id) == 0 then return 0 end
 redis.call('HDEL', KEYS[1], id)
@@ -227,7 +227,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*Info, error) {
 //	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead
 //	ARGV[1] -> at most this many
 //	returns -> how many were deleted
-var purgeDeadScript = newScript(`
+var purgeDeadScript = newFiringScript(`
 local ids = redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[1]) - 1)
 for _, id in ipairs(ids) do
   redis.call('HDEL', KEYS[1], id)

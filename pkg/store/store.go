@@ -127,6 +127,11 @@ const luaMeta = `
 local function meta(v)
   if not v then return 0, 0, 0, 0, '' end
   local a, l, d, p, r = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d)|(.*)$')
+  if not a then -- written before priorities: attempts|lease|deadAt|reason
+    a, l, d, r = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
+    p = 0
+  end
+  if not a then return 0, 0, 0, 0, '' end
   return tonumber(a), tonumber(l), tonumber(d), tonumber(p), r
 end
 local function setmeta(id, a, l, d, p, r)
@@ -172,6 +177,15 @@ end
 `
 
 func newScript(src string) *redis.Script { return redis.NewScript(luaMeta + src) }
+
+// newFiringScript is newScript for the scripts that fire and settle
+// messages. They may run when Redis is at maxmemory with noeviction
+// (allow-oom): they write little (a lease, a meta value) and acks free
+// memory, so firing goes on and makes room; parks and rejects stay refused,
+// which pauses ingest instead.
+func newFiringScript(src string) *redis.Script {
+	return redis.NewScript("#!lua flags=allow-oom\n" + luaMeta + src)
+}
 
 // run executes a script on one shard. Every script gets every key of the
 // shard: KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, KEYS[5..13]

@@ -491,3 +491,68 @@ func TestPriorityOrdersTheBacklog(t *testing.T) {
 		t.Fatalf("priority 8 set holds %d, want 8", n)
 	}
 }
+
+// At maxmemory with noeviction, parks are refused (ingest pauses) but
+// claiming and acking still work, so firing frees memory and parks resume.
+func TestFiringWorksAtMaxmemory(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t, testenv.WithArgs("--maxmemory", "3mb", "--maxmemory-policy", "noeviction"))
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 2})
+	body := make([]byte, 1000)
+	var parked int
+	for i := 0; ; i++ {
+		m := msg(fmt.Sprintf("m%05d", i), time.Now().Add(-time.Second))
+		m.Body = body
+		if _, err := s.Park(ctx, []*envelope.Message{m}); err != nil {
+			if !strings.Contains(err.Error(), "OOM") {
+				t.Fatalf("park %d: %v", i, err)
+			}
+			break
+		}
+		parked++
+		if i > 100_000 {
+			t.Fatal("never reached maxmemory")
+		}
+	}
+	acked := 0
+	for sh := 0; sh < s.Shards(); sh++ {
+		c, err := s.Claim(ctx, sh, 100, time.Minute)
+		if err != nil {
+			t.Fatalf("claim at maxmemory: %v", err)
+		}
+		ids := make([]string, len(c.Messages))
+		for i, m := range c.Messages {
+			ids[i] = m.ID
+		}
+		n, err := s.Ack(ctx, sh, c.Token, ids)
+		if err != nil {
+			t.Fatalf("ack at maxmemory: %v", err)
+		}
+		acked += n
+	}
+	if acked == 0 {
+		t.Fatal("nothing claimed")
+	}
+	m := msg("after", time.Now())
+	if _, err := s.Park(ctx, []*envelope.Message{m}); err != nil {
+		t.Fatalf("park after firing made room: %v", err)
+	}
+	t.Logf("parked %d before maxmemory, fired %d, parks resumed", parked, acked)
+}
+
+// A meta value written before priorities existed (four fields) still reads.
+func TestOldMetaFormat(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1})
+	if _, err := s.Park(ctx, []*envelope.Message{msg("old", time.Now().Add(-time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client().HSet(ctx, s.Keys().Meta(0), "old", "2|0|0|broker down").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, 0, 10, time.Minute)
+	if err != nil || len(c.Messages) != 1 || c.Messages[0].Attempt != 3 {
+		t.Fatalf("claim with an old meta value: %+v %v", c, err)
+	}
+}
