@@ -183,6 +183,7 @@ func (d *daemon) metrics(t *testing.T) map[string]float64 {
 		{"delaybridge_ingest_messages_total", "ingest", "result"},
 		{"delaybridge_sink_publish_errors_total", "publish_errors", "sink"},
 		{"delaybridge_retries_total", "retries", "sink"},
+		{"delaybridge_sink_published_total", "published", "-"}, // summed over sinks
 	} {
 		f, ok := fams[c.name]
 		if !ok {

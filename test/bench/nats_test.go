@@ -138,8 +138,11 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 
 // watchAckFloor polls the durable consumer of stream until its ack floor
 // reaches seq (every message up to seq acknowledged, i.e. parked) and
-// returns a function that stops polling and returns that moment (zero if
-// never reached).
+// returns a function that returns that moment (zero if never reached). The
+// function waits up to ackFloorGrace for the floor: the last messages can
+// reach the sink before their ingest acks are recorded (a message parked
+// after its due time fires at once), so the floor may trail the last
+// arrival a little.
 func watchAckFloor(t *testing.T, js jetstream.JetStream, stream, durable string, seq uint64) func() time.Time {
 	ctx, cancel := context.WithCancel(context.Background())
 	var (
@@ -170,14 +173,26 @@ func watchAckFloor(t *testing.T, js jetstream.JetStream, stream, durable string,
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
 	return func() time.Time {
+		grace := time.NewTimer(ackFloorGrace)
+		select {
+		case <-finished:
+		case <-grace.C:
+		}
+		grace.Stop()
 		cancel()
-		wg.Wait()
+		<-finished
 		mu.Lock()
 		defer mu.Unlock()
 		return at
 	}
 }
+
+// ackFloorGrace is how long after the last arrival at the sink the ingest
+// consumer's ack floor is still awaited.
+const ackFloorGrace = 10 * time.Second
 
 // parkFar parks n messages due in 30 days directly with store.Park (the
 // daemon's scripts and layout), in batches of 4096 from two goroutines.

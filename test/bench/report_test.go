@@ -56,6 +56,23 @@ type Scenario struct {
 
 	DaemonMetrics map[string]float64 `json:"daemon_metrics,omitempty"`
 	Notes         []string           `json:"notes,omitempty"`
+
+	// Scale-out runs (-only scale) only: the topology, and per daemon (in
+	// start order) its CPU seconds, peak RSS, messages parked by its ingest
+	// and published by its scheduler, and its /metrics aggregates
+	// (DaemonMetrics then holds their sums and count-weighted means).
+	Setup             string               `json:"setup,omitempty"` // "3 daemons, Redis Cluster (3 masters)"
+	Daemons           int                  `json:"daemons,omitempty"`
+	RedisNodes        int                  `json:"redis_nodes,omitempty"`
+	Pass              int                  `json:"pass,omitempty"` // -scale-repeat pass, from 1
+	DaemonCPUEach     []float64            `json:"daemon_cpu_seconds_each,omitempty"`
+	DaemonRSSEach     []float64            `json:"daemon_peak_rss_mb_each,omitempty"`
+	DaemonParked      []float64            `json:"daemon_parked_each,omitempty"`
+	DaemonPublished   []float64            `json:"daemon_published_each,omitempty"`
+	ExtraPublishes    int                  `json:"extra_publishes,omitempty"` // sum of published counters - received
+	DaemonMetricsEach []map[string]float64 `json:"daemon_metrics_each,omitempty"`
+	LoadAvgBefore     string               `json:"loadavg_before,omitempty"` // /proc/loadavg 1 5 15
+	LoadAvgAfter      string               `json:"loadavg_after,omitempty"`
 }
 
 func (s *Scenario) note(format string, args ...any) {
@@ -133,7 +150,7 @@ func (r *Report) add(t *testing.T, s *Scenario) {
 
 func (r *Report) find(system, kind string, rate float64, parked bool) *Scenario {
 	for _, s := range r.Scenarios {
-		if s.System == system && s.Kind == kind && s.Pairing == "NATS -> NATS" && (kind != "rate" || s.TargetRate == rate) &&
+		if s.System == system && s.Kind == kind && s.Pairing == "NATS -> NATS" && s.Setup == "" && (kind != "rate" || s.TargetRate == rate) &&
 			(s.ParkedBefore > 0) == parked && s.Status != "pending" && s.Status != "failed" {
 			return s
 		}
@@ -238,6 +255,9 @@ func (r *Report) Markdown() string {
 	w("| pairing | system | load | msgs | published/s | parked/s | end-to-end/s | p50 | p99 | p99.9 | max | status |\n")
 	w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range r.Scenarios {
+		if s.Setup != "" {
+			continue // in the scale-out section
+		}
 		if s.Status == "pending" {
 			w("| %s | %s | %s | - | - | - | - | - | - | - | - | pending |\n", s.Pairing, s.System, s.Load)
 			continue
@@ -262,7 +282,7 @@ func (r *Report) Markdown() string {
 	w("CPU seconds per 10,000 messages (utime+stime from /proc, Redis from INFO cpu; \"harness\" is this process: embedded nats-server, load generator and consumer). Peak RSS is the daemon's VmHWM.\n\n")
 	w("| system | load | daemon CPU s/10k | Redis CPU s/10k | harness CPU s/10k | daemon peak RSS MB | wall s | CPU used: daemon / Redis / harness / other processes (s) |\n|---|---|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range r.Scenarios {
-		if s.Status == "pending" {
+		if s.Status == "pending" || s.Setup != "" {
 			continue
 		}
 		w("| %s | %s | %s | %s | %s | %s | %.1f | %.1f / %.1f / %.1f / %.1f of %.0f |\n", s.System, s.Load, f2(s.DaemonCPUPer10k), f2(s.RedisCPUPer10k), f2(s.HarnessCPUPer10k), f0(s.DaemonPeakRSSMB), s.WallSeconds,
@@ -289,7 +309,7 @@ func (r *Report) Markdown() string {
 	w("| load | park batch | park ms | claim batch | claim ms | ack ms | sink publish ms | wake-ups timer/notify/batch |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range r.Scenarios {
 		dm := s.DaemonMetrics
-		if s.System != "delaybridge" || dm == nil {
+		if s.System != "delaybridge" || dm == nil || s.Setup != "" {
 			continue
 		}
 		ms := func(k string) string { return f2(dm[k] * 1000) }
@@ -298,10 +318,16 @@ func (r *Report) Markdown() string {
 			dm["wakeups.timer"], dm["wakeups.notify"], dm["wakeups.batch"])
 	}
 
+	r.scaleMarkdown(w)
+
 	var notes []string
 	for _, s := range r.Scenarios {
 		for _, n := range s.Notes {
-			notes = append(notes, fmt.Sprintf("- %s %s, %s: %s", s.Pairing, s.System, s.Load, n))
+			sys := s.System
+			if s.Setup != "" {
+				sys = fmt.Sprintf("scale-out pass %d, %s", s.Pass, s.Setup)
+			}
+			notes = append(notes, fmt.Sprintf("- %s %s, %s: %s", s.Pairing, sys, s.Load, n))
 		}
 	}
 	if len(notes) > 0 {
