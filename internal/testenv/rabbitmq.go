@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +24,10 @@ const (
 	rabbitBinDir       = "/usr/lib/rabbitmq/bin"
 	rabbitNodeName     = "testenv@localhost"
 	rabbitReadyTimeout = 120 * time.Second
+
+	// RabbitClientCN is the common name of the shared node's client certificate
+	// (RabbitNode.Certs.ClientCert): the user that SASL EXTERNAL logs in as.
+	RabbitClientCN = "delaybridge-test-client"
 )
 
 // RabbitNode is a throwaway rabbitmq-server node (a plain process, not the system
@@ -29,10 +35,17 @@ const (
 type RabbitNode struct {
 	URL      string // amqp://guest:guest@127.0.0.1:PORT/
 	Port     int    // AMQP port
+	TLSURL   string // amqps://guest:guest@127.0.0.1:TLSPORT/ (verify with Certs.CAFile)
+	TLSPort  int    // AMQP over TLS port
 	DistPort int    // Erlang distribution port of the node
 	EPMDPort int    // private epmd's port (ERL_EPMD_PORT)
 	Node     string // Erlang node name, for rabbitmqctl -n
 	Dir      string // all state: mnesia, logs, HOME with the Erlang cookie
+
+	// Certs is the node's PKI, generated once per node: the TLS listener serves
+	// Certs.ServerCert (valid for 127.0.0.1 and localhost) and verifies client
+	// certificates with Certs.CAFile; Certs.ClientCert has CN RabbitClientCN.
+	Certs *Certs
 
 	env      []string
 	pidFile  string
@@ -41,6 +54,9 @@ type RabbitNode struct {
 	proc     *child // rabbitmq-server (a shell script running beam.smp as its child)
 	epmd     *child
 	stopOnce sync.Once
+
+	usersMu  sync.Mutex
+	external bool // the EXTERNAL user exists
 }
 
 var (
@@ -52,8 +68,16 @@ var (
 // RabbitMQ returns the rabbitmq-server node shared by the whole test binary, starting
 // it on the first call (~4 s, ~210 MB RSS). The node runs as a plain process from
 // /usr/lib/rabbitmq/bin with all state in a temp dir, listening on 127.0.0.1 only, on
-// three ports drawn at random from [20000, 30000) and reserved (AMQP, Erlang
-// distribution, and a private epmd's, so it never touches the system epmd on 4369).
+// four ports drawn at random from [20000, 30000) and reserved (AMQP, AMQP over TLS,
+// Erlang distribution, and a private epmd's, so it never touches the system epmd on
+// 4369).
+//
+// The TLS listener (TLSURL) uses Certs: it asks for a client certificate and verifies
+// one that is given (verify_peer) but does not require it (fail_if_no_peer_cert
+// false). The rabbitmq_auth_mechanism_ssl plugin is enabled, and the node offers
+// PLAIN, AMQPLAIN and EXTERNAL; EXTERNAL (offered only to TLS connections with a
+// client certificate) maps the certificate's common name to a user, which
+// ExternalUser creates. AddUser creates password users.
 // HOME, RABBITMQ_* and ERL_* are set in the child's environment only. If the node was
 // stopped with Stop, RabbitMQ starts it again.
 //
@@ -91,8 +115,8 @@ func RabbitMQ(t testing.TB) *RabbitNode {
 }
 
 func newRabbitNode(server, epmd string) (*RabbitNode, error) {
-	// Three distinct reserved ports, each in [20000, 30000).
-	var ports [3]int
+	// Four distinct reserved ports, each in [20000, 30000).
+	var ports [4]int
 	var releases []func()
 	releaseAll := func() {
 		for _, f := range releases {
@@ -116,12 +140,18 @@ func newRabbitNode(server, epmd string) (*RabbitNode, error) {
 	r := &RabbitNode{
 		URL:      fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", ports[0]),
 		Port:     ports[0],
+		TLSURL:   fmt.Sprintf("amqps://guest:guest@127.0.0.1:%d/", ports[3]),
+		TLSPort:  ports[3],
 		DistPort: ports[1],
 		EPMDPort: ports[2],
 		Node:     rabbitNodeName,
 		Dir:      dir,
 		pidFile:  filepath.Join(dir, "node.pid"),
 		release:  releaseAll,
+	}
+	if r.Certs, err = nodeCerts(filepath.Join(dir, "certs")); err != nil {
+		r.shutdown()
+		return nil, err
 	}
 	if err := r.writeFiles(); err != nil {
 		r.shutdown()
@@ -152,11 +182,22 @@ func newRabbitNode(server, epmd string) (*RabbitNode, error) {
 func (r *RabbitNode) writeFiles() error {
 	files := map[string]string{
 		"empty.conf":      "",
-		"enabled_plugins": "[].\n",
+		"enabled_plugins": "[rabbitmq_auth_mechanism_ssl].\n",
 		"rabbitmq.conf": fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\n"+
+			"listeners.ssl.default = 127.0.0.1:%d\n"+
+			"ssl_options.cacertfile = %s\n"+
+			"ssl_options.certfile = %s\n"+
+			"ssl_options.keyfile = %s\n"+
+			"ssl_options.verify = verify_peer\n"+
+			"ssl_options.fail_if_no_peer_cert = false\n"+
+			"auth_mechanisms.1 = PLAIN\n"+
+			"auth_mechanisms.2 = AMQPLAIN\n"+
+			"auth_mechanisms.3 = EXTERNAL\n"+
+			"ssl_cert_login_from = common_name\n"+
 			"log.console = false\n"+
 			"log.file.level = info\n"+
-			"disk_free_limit.absolute = 50MB\n", r.Port),
+			"disk_free_limit.absolute = 50MB\n",
+			r.Port, r.TLSPort, r.Certs.CAFile, r.Certs.ServerCert, r.Certs.ServerKey),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(r.Dir, name), []byte(content), 0o644); err != nil {
@@ -224,7 +265,8 @@ func (r *RabbitNode) running() bool {
 }
 
 // start launches rabbitmq-server and waits until an AMQP connection as guest
-// succeeds (the listener opens at the end of the boot, after the default user exists).
+// succeeds (the listener opens at the end of the boot, after the default user exists)
+// and the TLS listener accepts TCP connections.
 func (r *RabbitNode) start(server string) error {
 	r.mu.Lock()
 	if r.proc != nil && !r.proc.exited() {
@@ -262,6 +304,11 @@ func (r *RabbitNode) start(server string) error {
 			return false
 		}
 		conn.Close()
+		// The TLS listener opens with the plain one; make sure of it.
+		if tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(r.TLSPort)); !canDial(tlsAddr) {
+			lastErr = fmt.Errorf("TLS listener %s not open", tlsAddr)
+			return false
+		}
 		return true
 	})
 	if proc.exited() {
@@ -375,3 +422,70 @@ func (r *RabbitNode) shutdown() error {
 	})
 	return err
 }
+
+// AddUser creates the user name with password and full permissions on the vhost
+// "/" (when it exists already, it sets its password). Users outlive the test, like
+// everything on the shared node: use names of your own. Each call runs rabbitmqctl
+// two or three times (about a second each).
+func (r *RabbitNode) AddUser(t testing.TB, name, password string) {
+	t.Helper()
+	if out, err := r.ctl(60*time.Second, "add_user", name, password); err != nil {
+		if !strings.Contains(out, "already") {
+			t.Fatalf("testenv: rabbitmqctl add_user %s: %v\n%s", name, err, out)
+		}
+		r.Ctl(t, "change_password", name, password)
+	}
+	r.Ctl(t, "set_permissions", "-p", "/", name, ".*", ".*", ".*")
+}
+
+// ExternalUser makes sure that the user SASL EXTERNAL logs in as with
+// Certs.ClientCert exists (named after its common name, RabbitClientCN, without a
+// password, with full permissions on "/"), and returns its name. The first call
+// creates it.
+func (r *RabbitNode) ExternalUser(t testing.TB) string {
+	t.Helper()
+	r.usersMu.Lock()
+	defer r.usersMu.Unlock()
+	if !r.external {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		r.AddUser(t, RabbitClientCN, hex.EncodeToString(b[:]))
+		r.Ctl(t, "clear_password", RabbitClientCN)
+		r.external = true
+	}
+	return RabbitClientCN
+}
+
+// nodeCerts generates the node's PKI in dir with NewCerts, which wants a
+// testing.TB: certTB gives it dir as its temp dir and turns its Fatalf into an
+// error. The files live as long as the node's dir, not as a test's.
+func nodeCerts(dir string) (c *Certs, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if f, ok := v.(certFatal); ok {
+				err = fmt.Errorf("certificates: %s", string(f))
+				return
+			}
+			err = fmt.Errorf("certificates: %v", v)
+		}
+	}()
+	return NewCerts(certTB{dir: dir}, RabbitClientCN), nil
+}
+
+type certFatal string
+
+// certTB is the testing.TB NewCerts runs with outside a test. Only the methods
+// NewCerts uses are implemented; any other panics (the nil embedded TB) and
+// nodeCerts reports it.
+type certTB struct {
+	testing.TB
+	dir string
+}
+
+func (certTB) Helper()                           {}
+func (c certTB) TempDir() string                 { return c.dir }
+func (certTB) Fatalf(format string, args ...any) { panic(certFatal(fmt.Sprintf(format, args...))) }
+func (certTB) Fatal(args ...any)                 { panic(certFatal(fmt.Sprint(args...))) }

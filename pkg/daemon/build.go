@@ -121,7 +121,7 @@ func NewSink(ctx context.Context, sc config.Sink, log *slog.Logger) (sinks.Sink,
 		s, err = natssink.New(natssink.Config{Name: sc.Name, URL: sc.NATS.URL, JetStream: sc.NATS.JetStream, Options: opts}, log)
 	case sc.RabbitMQ != nil:
 		r := sc.RabbitMQ
-		s, err = rabbitsink.New(ctx, rabbitsink.Config{Name: sc.Name, URL: r.URL, Exchange: r.Exchange, Mandatory: *r.Mandatory}, log)
+		s, err = rabbitsink.New(ctx, rabbitsink.Config{Name: sc.Name, URL: r.URL, Exchange: r.Exchange, Mandatory: *r.Mandatory, Auth: r.RabbitMQAuth}, log)
 	case sc.Kafka != nil:
 		k := sc.Kafka
 		tlsCfg, mech, aerr := kafkautil.Auth(k.KafkaAuth)
@@ -158,7 +158,7 @@ func NewSource(ctx context.Context, ic *config.Ingest, log *slog.Logger) (ingest
 		}, log)
 	case ic.RabbitMQ != nil:
 		r := ic.RabbitMQ
-		s, err = rabbitingest.New(ctx, rabbitingest.Config{Name: ic.Name, URL: r.URL, Queue: r.Queue, Prefetch: r.Prefetch}, log)
+		s, err = rabbitingest.New(ctx, rabbitingest.Config{Name: ic.Name, URL: r.URL, Queue: r.Queue, Prefetch: r.Prefetch, Auth: r.RabbitMQAuth}, log)
 	case ic.Kafka != nil:
 		k := ic.Kafka
 		tlsCfg, mech, aerr := kafkautil.Auth(k.KafkaAuth)

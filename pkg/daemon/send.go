@@ -70,7 +70,7 @@ func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
 		}
 		return natsingest.Send(ctx, natsingest.Config{Name: ic.Name, URL: n.URL, Options: opts, Subject: n.Subject, Stream: n.Stream}, r.Subject, h, r.Body)
 	case ic.RabbitMQ != nil:
-		return rabbitingest.Send(ctx, ic.RabbitMQ.URL, ic.RabbitMQ.Queue, h, r.Body)
+		return rabbitingest.Send(ctx, ic.RabbitMQ.URL, ic.RabbitMQ.RabbitMQAuth, ic.RabbitMQ.Queue, h, r.Body)
 	case ic.Kafka != nil:
 		k := ic.Kafka
 		tlsCfg, mech, err := kafkautil.Auth(k.KafkaAuth)

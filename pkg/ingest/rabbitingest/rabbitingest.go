@@ -27,6 +27,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/amqputil"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 )
@@ -36,6 +37,10 @@ type Config struct {
 	Name  string // ingest name, for the connection name and logs
 	URL   string // amqp:// or amqps://user:pass@host:port/vhost
 	Queue string // declared durable (classic) when it does not exist; used as it is otherwise
+	// Auth is the TLS and authentication: tls (amqps:// URLs), username
+	// and password overriding the URL's, or external (SASL EXTERNAL with
+	// the TLS client certificate). See amqputil.DialConfig.
+	Auth config.RabbitMQAuth
 	// Prefetch is the channel's QoS: how many unacknowledged messages the
 	// broker sends ahead. Default 1000; at most 65535.
 	Prefetch int
@@ -128,7 +133,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Source, error) {
 // starts the consumer.
 func (s *Source) connect(ctx context.Context) (*session, error) {
 	cfg := s.cfg
-	conn, err := amqputil.Dial(ctx, cfg.URL, "delaybridge ingest "+cfg.Name)
+	conn, err := amqputil.Dial(ctx, cfg.URL, "delaybridge ingest "+cfg.Name, cfg.Auth)
 	if err != nil {
 		return nil, err
 	}

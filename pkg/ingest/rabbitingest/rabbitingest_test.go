@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/ingest/rabbitingest"
@@ -314,7 +315,7 @@ func TestSend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	h := envelope.Headers{{Key: "x-delay", Value: "1500ms"}, {Key: "x-message-id", Value: "sent-1"}, {Key: "k", Value: "v1"}, {Key: "k", Value: "v2"}}
-	if err := rabbitingest.Send(ctx, node.URL, q, h, []byte("payload")); err != nil {
+	if err := rabbitingest.Send(ctx, node.URL, config.RabbitMQAuth{}, q, h, []byte("payload")); err != nil {
 		t.Fatal(err)
 	}
 	in, ack := read(t, s)
@@ -324,11 +325,11 @@ func TestSend(t *testing.T) {
 	}
 	_ = ack(ctx, nil)
 
-	err := rabbitingest.Send(ctx, node.URL, q+"-missing", h, []byte("x"))
+	err := rabbitingest.Send(ctx, node.URL, config.RabbitMQAuth{}, q+"-missing", h, []byte("x"))
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("send to a missing queue: %v", err)
 	}
-	err = rabbitingest.Send(ctx, "amqp://guest:wrong@127.0.0.1:"+fmt.Sprint(node.Port)+"/", q, h, nil)
+	err = rabbitingest.Send(ctx, "amqp://guest:wrong@127.0.0.1:"+fmt.Sprint(node.Port)+"/", config.RabbitMQAuth{}, q, h, nil)
 	if err == nil || strings.Contains(err.Error(), "wrong") {
 		t.Errorf("send with bad credentials: %v (must fail without showing the password)", err)
 	}

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/amqputil"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
@@ -15,9 +16,10 @@ import (
 // exchange, as a publisher would (for `delaybridge send`), and waits for the
 // broker's publisher confirm. h become the AMQP headers (string values; of
 // duplicate keys the first wins). The publish is mandatory: when no queue of
-// that name exists the broker returns the message and Send fails.
-func Send(ctx context.Context, url, queue string, h envelope.Headers, body []byte) error {
-	conn, err := amqputil.Dial(ctx, url, "delaybridge send")
+// that name exists the broker returns the message and Send fails. auth is
+// the TLS and authentication, as Config.Auth.
+func Send(ctx context.Context, url string, auth config.RabbitMQAuth, queue string, h envelope.Headers, body []byte) error {
+	conn, err := amqputil.Dial(ctx, url, "delaybridge send", auth)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/internal/amqputil"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
@@ -36,6 +37,10 @@ type Config struct {
 	Name     string // sink name, for the connection name and logs
 	URL      string // amqp:// or amqps://user:pass@host:port/vhost
 	Exchange string // "" is the default exchange (the destination is then a queue name)
+	// Auth is the TLS and authentication: tls (amqps:// URLs), username
+	// and password overriding the URL's, or external (SASL EXTERNAL with
+	// the TLS client certificate). See amqputil.DialConfig.
+	Auth config.RabbitMQAuth
 	// Mandatory makes a message that the exchange routes to no queue a
 	// failed publish ("unroutable"), instead of one the broker drops.
 	Mandatory bool
@@ -101,7 +106,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Sink, error) {
 
 // connect dials and opens the pool.
 func (s *Sink) connect(ctx context.Context) (*amqp.Connection, error) {
-	conn, err := amqputil.Dial(ctx, s.cfg.URL, "delaybridge sink "+s.cfg.Name)
+	conn, err := amqputil.Dial(ctx, s.cfg.URL, "delaybridge sink "+s.cfg.Name, s.cfg.Auth)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,106 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections from Addr to a target, so that a test can
+// cut a client off a server: Down closes the listener and every connection
+// (connecting is then refused), Up listens again on the same address.
+type Proxy struct {
+	Addr   string
+	target string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
+}
+
+func NewProxy(t testing.TB, target string) *Proxy {
+	p := &Proxy{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), target: target, conns: map[net.Conn]bool{}}
+	p.Up(t)
+	t.Cleanup(func() { p.Down(t) })
+	return p
+}
+
+// Up listens (again) on Addr.
+func (p *Proxy) Up(t testing.TB) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.pipe(c)
+			}()
+		}
+	}()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		return false
+	}
+	p.conns[c] = true
+	return true
+}
+
+func (p *Proxy) pipe(c net.Conn) {
+	u, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !p.track(c) || !p.track(u) {
+		c.Close()
+		u.Close()
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
+	<-done
+	c.Close()
+	u.Close()
+	<-done
+}
+
+// Down closes the listener and every connection: connecting is refused.
+func (p *Proxy) Down(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	ln := p.ln
+	p.ln = nil
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+	p.mu.Unlock()
+	if ln != nil {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Error(err)
+		}
+	}
+	p.wg.Wait()
+}
