@@ -61,7 +61,7 @@ func TestMatrix(t *testing.T) {
 	redis := testenv.Redis(t)
 	m.setupConsumers()
 
-	startDaemon(t, fmt.Sprintf(`
+	d := startDaemon(t, fmt.Sprintf(`
 redis: {addr: "%s", key_prefix: matrix}
 admin: {listen: "%%ADMIN%%"}
 scheduler: {max_sleep: 250ms, backoff: {initial: 100ms, max: 1s}}
@@ -116,11 +116,32 @@ sinks:
 	}
 	m.flush()
 
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
 		m.mu.Lock()
-		defer m.mu.Unlock()
-		return len(m.got) >= len(sent)
-	}, "not every message arrived")
+		n := len(m.got)
+		m.mu.Unlock()
+		if n >= len(sent) {
+			break
+		}
+		if time.Now().After(deadline) {
+			missing := map[string]int{}
+			m.mu.Lock()
+			for id, s := range sent {
+				if len(m.got[id]) == 0 {
+					missing[s.from+"->"+s.to]++
+				}
+			}
+			m.mu.Unlock()
+			dead := d.dead()
+			if len(dead) > 3 {
+				dead = dead[:3]
+			}
+			t.Fatalf("not every message arrived within 60 s; missing per pairing: %v; daemon stats %+v, dead (first 3) %+v",
+				missing, d.stats(), dead)
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
 
 	late := map[string]latency{}
 	dups := map[string]int{}
@@ -276,8 +297,13 @@ func (m *matrix) setupConsumers() {
 		go func() {
 			for {
 				msg, err := rd.ReadMessage(rctx)
-				if err != nil {
+				if rctx.Err() != nil {
 					return
+				}
+				if err != nil { // e.g. the group is not ready yet: try again
+					t.Logf("kafka reader out-%s: %v (retrying)", from, err)
+					time.Sleep(100 * time.Millisecond) // pacing a retry, not synchronisation
+					continue
 				}
 				r := received{headers: map[string]string{}, body: msg.Value, key: msg.Key, at: msg.Time}
 				for _, h := range msg.Headers {
