@@ -22,6 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/internal/tlsutil"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -1084,5 +1086,38 @@ func TestMetricsDisabled(t *testing.T) {
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != 404 || rec.Header().Get("Content-Type") != "application/json" {
 		t.Errorf("/metrics without Metrics: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+}
+
+// With a certificate the admin server speaks HTTPS only.
+func TestServeTLS(t *testing.T) {
+	certs := testenv.NewCerts(t, "client")
+	cfg, err := tlsutil.Server(config.ServerTLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Params{Listen: "127.0.0.1:0", TLS: cfg, Token: "tok"})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	clientTLS, err := tlsutil.Client(config.TLS{Enabled: true, CAFile: certs.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS}, Timeout: 10 * time.Second}
+	resp, err := c.Get("https://" + s.Addr() + "/healthz")
+	if err != nil {
+		t.Fatalf("https: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("https healthz: %d", resp.StatusCode)
+	}
+	if resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + s.Addr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("plain HTTP answered 200 on the TLS port")
+		}
 	}
 }
