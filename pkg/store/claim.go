@@ -23,26 +23,32 @@ import (
 //
 // A message is due when its score is <= now: a parked message whose due time
 // has come, or an in-flight message whose lease expired (its claimer died).
-// Claiming re-scores it to the lease expiry and counts the attempt.
+// Claiming re-scores it to the lease expiry (+ .5). Only a claim that finds
+// an expired lease writes the meta value, to count the abandoned attempt, so
+// that a message that crashes its claimers still reaches max_attempts.
 var claimScript = newFiringScript(`
 local now = servertime()
 local lease = now + tonumber(ARGV[2])
+local score = string.format('%d.5', lease)
 local left = tonumber(ARGV[1])
 local out = {now, -1, lease}
 local top = maxprio()
 for p = top, 0, -1 do
   if left == 0 then break end
   local key = zkey(p)
-  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, left)
-  for _, id in ipairs(ids) do
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
+  for i = 1, #due, 2 do
+    local id = due[i]
     local blob = redis.call('HGET', KEYS[1], id)
     if blob then
-      local a, l, d, _, r = meta(redis.call('HGET', KEYS[3], id))
-      a = a + 1
-      setmeta(id, a, lease, 0, p, r)
-      redis.call('ZADD', key, lease, id)
+      local a, _, _, _, r = meta(redis.call('HGET', KEYS[3], id))
+      if leased(due[i + 1]) then
+        a = a + 1 -- the claimer of the expired lease never finished it
+        setmeta(id, a, 0, 0, p, r)
+      end
+      redis.call('ZADD', key, score, id)
       out[#out + 1] = id
-      out[#out + 1] = a
+      out[#out + 1] = a + 1
       out[#out + 1] = blob
       left = left - 1
     else
@@ -55,8 +61,8 @@ end
 for p = 0, top do
   local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
   if first[2] then
-    local score = tonumber(first[2])
-    if out[2] == -1 or score < out[2] then out[2] = score end
+    local s = math.floor(tonumber(first[2]))
+    if out[2] == -1 or s < out[2] then out[2] = s end
   end
 end
 return out
@@ -115,13 +121,15 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) 
 //	           cancelled) is left alone
 var ackScript = newFiringScript(`
 local token = tonumber(ARGV[1])
+local top = maxprio()
 local n = 0
 for i = 2, #ARGV do
-  local a, l, d, p = meta(redis.call('HGET', KEYS[3], ARGV[i]))
-  if l == token then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('ZREM', zkey(p), ARGV[i])
-    redis.call('HDEL', KEYS[3], ARGV[i])
+  local id = ARGV[i]
+  local ok, p = held(id, token, top)
+  if ok then
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('ZREM', zkey(p), id)
+    redis.call('HDEL', KEYS[3], id)
     n = n + 1
   end
 end
@@ -154,12 +162,14 @@ func (s *Store) Ack(ctx context.Context, shard int, token int64, ids []string) (
 //	returns -> how many were rescheduled (those still held under the token)
 var retryScript = newFiringScript(`
 local token = tonumber(ARGV[1])
+local top = maxprio()
 local n = 0
 for i = 2, #ARGV, 3 do
-  local a, l, d, p = meta(redis.call('HGET', KEYS[3], ARGV[i]))
-  if l == token then
-    redis.call('ZADD', zkey(p), ARGV[i + 1], ARGV[i])
-    setmeta(ARGV[i], a, 0, 0, p, ARGV[i + 2])
+  local id = ARGV[i]
+  local ok, p, a = held(id, token, top)
+  if ok then
+    redis.call('ZADD', zkey(p), ARGV[i + 1], id)
+    setmeta(id, a + 1, 0, 0, p, ARGV[i + 2])
     n = n + 1
   end
 end
@@ -200,13 +210,15 @@ func (s *Store) Retry(ctx context.Context, shard int, token int64, rs []Retry) (
 var deadScript = newFiringScript(`
 local token = tonumber(ARGV[1])
 local now = servertime()
+local top = maxprio()
 local n = 0
 for i = 3, #ARGV, 2 do
-  local a, l, d, p = meta(redis.call('HGET', KEYS[3], ARGV[i]))
-  if l == token then
-    redis.call('ZREM', zkey(p), ARGV[i])
-    redis.call('ZADD', KEYS[4], now, ARGV[i])
-    setmeta(ARGV[i], a, 0, now, p, ARGV[i + 1])
+  local id = ARGV[i]
+  local ok, p, a = held(id, token, top)
+  if ok then
+    redis.call('ZREM', zkey(p), id)
+    redis.call('ZADD', KEYS[4], now, id)
+    setmeta(id, a + 1, 0, now, p, ARGV[i + 1])
     n = n + 1
   end
 end

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -59,9 +61,9 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	now := toInt64(res[0])
 	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob)}
 	info.Message, info.Err = s.decode(id, blob)
-	var lease, deadAt int64
+	var deadAt int64
 	if m, ok := toString(res[3]); ok {
-		info.Attempts, lease, deadAt, info.Reason = parseMeta(m)
+		info.Attempts, _, deadAt, info.Reason = parseMeta(m)
 	}
 	dueScore, inDue := toString(res[1])
 	_, inDead := toString(res[2])
@@ -70,11 +72,12 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 		info.State = StateDead
 		info.DeadAt = time.UnixMilli(deadAt)
 	case inDue:
-		score := toInt64(dueScore)
-		info.NextAt = time.UnixMilli(score)
+		score, _ := strconv.ParseFloat(dueScore, 64)
+		info.NextAt = time.UnixMilli(int64(score))
 		info.State = StateScheduled
-		if lease != 0 && lease == score && score > now {
+		if score != math.Trunc(score) && score > float64(now) { // a lease (.5) not yet expired
 			info.State = StateInflight
+			info.Attempts++ // the one under way
 		}
 	default:
 		return nil, ErrNotFound // a pool entry in neither set: being removed

@@ -12,9 +12,10 @@ import (
 //
 //	<prefix>:{N}:pool   hash   message ID -> encoded message (envelope.Encode)
 //	<prefix>:{N}:due    zset   message ID -> due time, Unix ms; while a message
-//	                           is in flight, its lease expiry instead
-//	<prefix>:{N}:meta   hash   message ID -> "attempts|lease|deadAt|priority|reason",
-//	                           only for messages claimed at least once or dead
+//	                           is in flight, its lease expiry + 0.5 instead
+//	<prefix>:{N}:meta   hash   message ID -> "attempts|0|deadAt|priority|reason",
+//	                           only once there is something to record (a failed
+//	                           or abandoned attempt, a death)
 //	<prefix>:{N}:dead   zset   message ID -> time it died, Unix ms
 //	<prefix>:{N}:due:pK zset   like due, for messages of x-delay-priority K
 //	                           (1..9); priority 0, the default, uses due

@@ -117,12 +117,18 @@ func (s *Store) CheckShards(ctx context.Context) error {
 // Ping checks the connection.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
-// luaMeta is prepended to every script. A meta value is
-// "attempts|lease|deadAt|priority|reason": publish attempts so far, the
-// lease expiry while in flight (else 0), the time of death when dead (else
-// 0), the message's priority (which due set holds it), and the last error or
-// the dead reason. zkey(p) is the due set of priority p; the scripts get
-// every shard key (see Keys.shard).
+// luaMeta is prepended to every script.
+//
+// A message in flight is in its due set with the lease expiry plus half a
+// millisecond as its score: due times are whole milliseconds, so the .5 marks
+// a claim, and the lease expiry in ms is the claim's token. A meta value is
+// "attempts|0|deadAt|priority|reason": publish attempts finished (or
+// abandoned by a crashed claimer) before the current one, the time of death
+// when dead (else 0), the message's priority (which due set holds it), and
+// the last error or the dead reason; it exists only once there is something
+// to record, so a message delivered at its first attempt never has one.
+// zkey(p) is the due set of priority p; the scripts get every shard key (see
+// Keys.shard).
 const luaMeta = `
 local function meta(v)
   if not v then return 0, 0, 0, 0, '' end
@@ -166,13 +172,27 @@ end
 local function unschedule(id)
   for p = 0, maxprio() do redis.call('ZREM', zkey(p), id) end
 end
--- duescore returns the score and priority of an ID in the due sets.
-local function duescore(id)
-  for p = 0, maxprio() do
+-- duescore returns the score and priority of an ID in the due sets of
+-- priorities 0..top (top defaults to maxprio()).
+local function duescore(id, top)
+  for p = 0, top or maxprio() do
     local s = redis.call('ZSCORE', zkey(p), id)
     if s then return s, p end
   end
   return false, 0
+end
+-- leased reports whether a due-set score is a lease expiry: leases end in
+-- .5, due times are whole milliseconds.
+local function leased(score)
+  return tonumber(score) % 1 ~= 0
+end
+-- held reports whether an ID is still in flight under the claim token
+-- (the lease expiry in ms), and returns its priority and meta fields.
+local function held(id, token, top)
+  local s, p = duescore(id, top)
+  if not s or tonumber(s) ~= token + 0.5 then return false end
+  local a, _, _, _, r = meta(redis.call('HGET', KEYS[3], id))
+  return true, p, a, r
 end
 `
 
