@@ -1121,3 +1121,24 @@ func TestServeTLS(t *testing.T) {
 		}
 	}
 }
+
+// Profiles are served only when asked for, and behind the token.
+func TestPprof(t *testing.T) {
+	on := New(Params{Listen: "127.0.0.1:0", Token: "tok", Pprof: true})
+	off := New(Params{Listen: "127.0.0.1:0", Token: "tok"})
+	for _, c := range []struct {
+		srv  *Server
+		auth string
+		want int
+	}{{on, "Bearer tok", 200}, {on, "", 401}, {off, "Bearer tok", 404}} {
+		req := httptest.NewRequest(http.MethodGet, "/debug/pprof/", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		rec := httptest.NewRecorder()
+		c.srv.Handler().ServeHTTP(rec, req)
+		if rec.Code != c.want {
+			t.Errorf("pprof %v with %q: %d, want %d", c.srv.p.Pprof, c.auth, rec.Code, c.want)
+		}
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,10 @@ type Params struct {
 
 	// TLS, when set, serves HTTPS.
 	TLS *tls.Config
+
+	// Pprof serves Go's runtime profiles under /debug/pprof/ (behind the
+	// token like /v1/), for diagnosing CPU and memory use in production.
+	Pprof bool
 
 	Store *store.Store
 
@@ -137,6 +142,13 @@ func New(p Params) *Server {
 	dashboard := ui.Handler()
 	for _, pattern := range ui.Patterns() {
 		s.mux.Handle(pattern, methods{http.MethodGet: dashboard.ServeHTTP})
+	}
+	if p.Pprof {
+		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", r.URL.EscapedPath()))
@@ -228,7 +240,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if strings.HasPrefix(path, "/v1/") && !s.authorized(rec, r) {
+	if (strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/debug/")) && !s.authorized(rec, r) {
 		return
 	}
 	switch {

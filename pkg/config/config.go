@@ -64,6 +64,9 @@ type Admin struct {
 	Token     Secret    `yaml:"token"`  // when set, /v1/ needs "Authorization: Bearer <token>"
 	TokenFile string    `yaml:"token_file"`
 	TLS       ServerTLS `yaml:"tls"` // serve HTTPS
+	// Pprof serves Go's runtime profiles under /debug/pprof/ (behind the
+	// token): off by default.
+	Pprof bool `yaml:"pprof"`
 }
 
 // TLS configures a client connection's TLS. With only enabled: true the
