@@ -96,6 +96,9 @@ func (e *env) startDaemon(t *testing.T, cfg string) (*daemon, string) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg = strings.ReplaceAll(cfg, "%ADMIN%", addr)
+	if *flagPprof != "" {
+		cfg = strings.Replace(cfg, "admin: {listen: ", "admin: {pprof: true, listen: ", 1)
+	}
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -229,6 +232,37 @@ func startPerf(t *testing.T, name string, pids ...int) func() {
 		_ = cmd.Wait()
 		log.Close()
 	}
+}
+
+// startProfile fetches a 5 s CPU profile of the daemon when -pprof is set;
+// the returned function waits for it.
+func startProfile(t *testing.T, name string, d *daemon) func() {
+	if *flagPprof == "" {
+		return func() {}
+	}
+	if err := os.MkdirAll(*flagPprof, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(*flagPprof, "cpu-"+name+".pprof")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get(d.admin + "/debug/pprof/profile?seconds=5")
+		if err != nil {
+			t.Logf("pprof: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(out)
+		if err != nil {
+			t.Logf("pprof: %v", err)
+			return
+		}
+		defer f.Close()
+		_, _ = io.Copy(f, resp.Body)
+		t.Logf("daemon CPU profile in %s", out)
+	}()
+	return func() { <-done }
 }
 
 // redisPid is the redis-server's process ID (INFO server).

@@ -101,6 +101,8 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 	stopPerf := func() {}
 	if l.kind == "max" {
 		stopPerf = startPerf(t, fmt.Sprintf("nats-max-parked%d", l.preParked), d.proc.Pid, redisPid(e.rdb))
+		stopProfile := startProfile(t, fmt.Sprintf("nats-max-parked%d", l.preParked), d)
+		defer stopProfile()
 	}
 	cpu := startCPU(d.proc.Pid, e.rdb)
 
