@@ -233,7 +233,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		attrs := []any{"method", r.Method, "path", path, "status", rec.status,
 			"duration", time.Since(start), "remote", r.RemoteAddr}
-		if rec.status >= 500 {
+		// 503 is /readyz answering "not ready", which probes ask every few
+		// seconds: the reason is in readiness, not worth a warning each time.
+		if rec.status >= 500 && rec.status != http.StatusServiceUnavailable {
 			s.log.Warn("admin request failed", append(attrs, "err", rec.errMsg)...)
 		} else {
 			s.log.Debug("admin request", attrs...)
