@@ -1143,3 +1143,24 @@ func TestPprof(t *testing.T) {
 		}
 	}
 }
+
+// A path spelled with percent-encoded letters reaches the same handlers
+// and needs the same token.
+func TestTokenCannotBeBypassedByEncoding(t *testing.T) {
+	e := newEnv(t, withToken(testToken))
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/%761/stats"}, {"GET", "/%761/dead"}, {"POST", "/%761/messages"}, {"GET", "/%76%31/stats"},
+	} {
+		r := e.doAuth(c.method, c.path, `{}`, "")
+		if r.status != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token: %d, want 401", c.method, c.path, r.status)
+		}
+	}
+	pp := New(Params{Listen: "127.0.0.1:0", Token: "tok", Pprof: true})
+	req := httptest.NewRequest(http.MethodGet, "/%64ebug/pprof/", nil)
+	rec := httptest.NewRecorder()
+	pp.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Errorf("/%%64ebug/pprof/ without a token: %d, want 401", rec.Code)
+	}
+}

@@ -242,7 +242,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if (strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/debug/")) && !s.authorized(rec, r) {
+	if needsToken(r) && !s.authorized(rec, r) {
 		return
 	}
 	switch {
@@ -253,6 +253,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.mux.ServeHTTP(rec, r)
 	}
+}
+
+// needsToken reports whether r is for /v1/ or /debug/, however its path is
+// spelled: the ServeMux routes on the decoded path, so "/%761/stats" reaches
+// the /v1/stats handler and must be checked like it.
+func needsToken(r *http.Request) bool {
+	for _, p := range []string{r.URL.Path, r.URL.EscapedPath()} {
+		if strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/debug/") {
+			return true
+		}
+	}
+	return false
 }
 
 // authorized checks the bearer token when one is configured, and answers
