@@ -92,8 +92,8 @@ func DialConfig(rawURL string, a config.RabbitMQAuth) (string, amqp.Config, erro
 	uri, err := amqp.ParseURI(rawURL)
 	if err != nil {
 		var ue *url.Error
-		if errors.As(err, &ue) { // its text quotes the URL, password included
-			err = fmt.Errorf("%w (a reserved character in the user or password must be percent-encoded)", ue.Err)
+		if errors.As(err, &ue) { // its text quotes the URL, and its inner error may quote a piece of the password
+			return "", cfg, errors.New("bad url: not a URL (a reserved character in the user or password, such as / # ? @ %, must be percent-encoded)")
 		}
 		return "", cfg, fmt.Errorf("bad url: %w", err)
 	}

@@ -105,7 +105,11 @@ func AuthOptions(a config.NATSAuth) ([]nats.Option, error) {
 func redact(servers string) string {
 	parts := strings.Split(servers, ",")
 	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+		u, err := url.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable url)" // it might hold a password
+		case u.User != nil:
 			u.User = url.User("***")
 			parts[i] = u.String()
 		}

@@ -112,3 +112,18 @@ sinks:
 		}
 	}
 }
+
+// A URL that does not parse is reported without quoting it: it may hold a
+// password.
+func TestBadURLDoesNotPrintThePassword(t *testing.T) {
+	_, err := Parse([]byte(`
+redis: {addr: "a:1"}
+sinks: [{name: r, rabbitmq: {url: "amqp://guest:s3cr/et@host/"}}]
+`), noEnv)
+	if err == nil || !strings.Contains(err.Error(), "sinks[0].rabbitmq.url: not a URL") {
+		t.Fatalf("err = %v", err)
+	}
+	if strings.Contains(err.Error(), "s3cr") {
+		t.Fatalf("the password is in the error: %v", err)
+	}
+}

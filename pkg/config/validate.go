@@ -463,7 +463,8 @@ func checkURL(p *Problems, at, v string, schemes ...string) {
 	}
 	u, err := url.Parse(v)
 	if err != nil {
-		p.add(at, "not a URL: %v", err)
+		// url.Error quotes the URL, password included, and its inner error a piece of it.
+		p.add(at, "not a URL (a reserved character in the user or password, such as / # ? @ %%, must be percent-encoded)")
 		return
 	}
 	for _, s := range schemes {

@@ -275,7 +275,7 @@ func Send(ctx context.Context, cfg Config, subject string, h envelope.Headers, b
 		if err := nc.PublishMsg(msg); err != nil {
 			return err
 		}
-		return nc.FlushWithContext(ctx)
+		return natsutil.Flush(ctx, nc) // a CLI context has no deadline
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
