@@ -87,12 +87,18 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redis %s: %w (is Redis running, redis.addr right, and are the credentials and TLS settings the server's?)", redisAddr(rc), err)
 	}
+	noFlags := !store.ScriptFlagsSupported(pctx, rdb)
+	if noFlags {
+		slog.Default().Warn("this Redis does not read Lua script flags (Redis before 7.0, or the in-process one of delaybridge dev): " +
+			"at maxmemory firing stops with ingest; Redis 7 or later is recommended")
+	}
 	return store.New(rdb, store.Options{
-		Prefix:  rc.KeyPrefix,
-		Shards:  rc.Shards,
-		MaxDead: cfg.Dead.MaxMessages,
-		Observe: observe,
-		Sealer:  sealer,
+		Prefix:        rc.KeyPrefix,
+		Shards:        rc.Shards,
+		MaxDead:       cfg.Dead.MaxMessages,
+		Observe:       observe,
+		Sealer:        sealer,
+		NoScriptFlags: noFlags,
 	}), nil
 }
 

@@ -61,7 +61,7 @@ end
 for p = 0, top do
   local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
   if first[2] then
-    local s = math.floor(tonumber(first[2]))
+    local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
     if out[2] == -1 or s < out[2] then out[2] = s end
   end
 end
@@ -125,7 +125,7 @@ local top = maxprio()
 local n = 0
 for i = 2, #ARGV do
   local id = ARGV[i]
-  local ok, p = held(id, token, top)
+  local ok, p = holds(id, token, top)
   if ok then
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', zkey(p), id)

@@ -63,7 +63,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	info.Message, info.Err = s.decode(id, blob)
 	var deadAt int64
 	if m, ok := toString(res[3]); ok {
-		info.Attempts, _, deadAt, info.Reason = parseMeta(m)
+		info.Attempts, deadAt, info.Reason = parseMeta(m)
 	}
 	dueScore, inDue := toString(res[1])
 	_, inDead := toString(res[2])
@@ -208,7 +208,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*Info, error) {
 			info := &Info{ID: id, State: StateDead, Shard: c}
 			if m, ok := toString(res[i+1]); ok {
 				var deadAt int64
-				info.Attempts, _, deadAt, info.Reason = parseMeta(m)
+				info.Attempts, deadAt, info.Reason = parseMeta(m)
 				info.DeadAt = time.UnixMilli(deadAt)
 			}
 			if blob, ok := toString(res[i+2]); ok {

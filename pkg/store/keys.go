@@ -27,11 +27,10 @@ import (
 // A parked message is in pool and in due; a dead one is in pool and in dead.
 type Keys struct {
 	prefix string
-	shards int
 }
 
-// NewKeys returns the key builder for prefix and shard count.
-func NewKeys(prefix string, shards int) Keys { return Keys{prefix: prefix, shards: shards} }
+// NewKeys returns the key builder for prefix.
+func NewKeys(prefix string) Keys { return Keys{prefix: prefix} }
 
 func (k Keys) shardKey(shard int, name string) string {
 	return k.prefix + ":{" + strconv.Itoa(shard) + "}:" + name
@@ -43,7 +42,8 @@ func (k Keys) Pool(shard int) string { return k.shardKey(shard, "pool") }
 // Due is the sorted set of a shard's parked messages by due time.
 func (k Keys) Due(shard int) string { return k.shardKey(shard, "due") }
 
-// Meta is the hash of a shard's attempt counts, leases and dead reasons.
+// Meta is the hash of a shard's attempt counts, last errors and dead
+// reasons, for the messages that have one.
 func (k Keys) Meta(shard int) string { return k.shardKey(shard, "meta") }
 
 // Dead is the sorted set of a shard's dead messages by time of death.

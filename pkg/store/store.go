@@ -39,12 +39,14 @@ var ErrShardMismatch = errors.New("store: shard count differs from the one recor
 
 // Store is the Redis side of delaybridge. It is safe for concurrent use.
 type Store struct {
-	rdb     redis.UniversalClient
-	keys    Keys
-	shards  int
-	maxDead int // dead messages kept per shard
-	observe func(op string, d time.Duration, err error)
-	codec   envelope.Codec
+	rdb       redis.UniversalClient
+	keys      Keys
+	shardKeys [][]string // the KEYS of every shard's scripts, built once
+	shards    int
+	maxDead   int  // dead messages kept per shard
+	noFlags   bool // the Redis cannot read script flags (before 7.0, miniredis)
+	observe   func(op string, d time.Duration, err error)
+	codec     envelope.Codec
 }
 
 // Options configure a Store.
@@ -52,8 +54,9 @@ type Options struct {
 	Prefix string // key prefix, e.g. "delaybridge"
 	Shards int    // number of shards, e.g. 16
 
-	// MaxDead is the number of dead messages kept in all; beyond it the
-	// oldest are deleted. 0 means 100,000.
+	// MaxDead is the number of dead messages kept, spread over the shards
+	// (ceil(MaxDead/Shards) each); beyond it the oldest of a shard are
+	// deleted. 0 means 100,000.
 	MaxDead int
 
 	// Observe, when set, is called after every script with its name,
@@ -65,6 +68,12 @@ type Options struct {
 	// Without it a sealed message cannot be read: Claimed.Err and Info.Err
 	// say why.
 	Sealer envelope.Sealer
+
+	// NoScriptFlags is for a Redis that cannot read Lua script flags (Redis
+	// before 7.0, and miniredis in `delaybridge dev`): the firing scripts run
+	// without allow-oom, so at maxmemory firing stops with ingest. See
+	// ScriptFlagsSupported.
+	NoScriptFlags bool
 }
 
 // New returns a Store on rdb (a *redis.Client or *redis.ClusterClient).
@@ -79,8 +88,19 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		o.MaxDead = 100_000
 	}
 	perShard := (o.MaxDead + o.Shards - 1) / o.Shards
-	return &Store{rdb: rdb, keys: NewKeys(o.Prefix, o.Shards), shards: o.Shards, maxDead: perShard, observe: o.Observe,
-		codec: envelope.Codec{Sealer: o.Sealer}}
+	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, observe: o.Observe,
+		codec: envelope.Codec{Sealer: o.Sealer}, noFlags: o.NoScriptFlags}
+	s.shardKeys = make([][]string, o.Shards)
+	for i := range s.shardKeys {
+		s.shardKeys[i] = s.keys.shard(i)
+	}
+	return s
+}
+
+// ScriptFlagsSupported reports whether rdb runs scripts with a
+// "#!lua flags=" line (Redis 7.0 and later).
+func ScriptFlagsSupported(ctx context.Context, rdb redis.UniversalClient) bool {
+	return rdb.Eval(ctx, "#!lua flags=allow-oom\nreturn 1", nil).Err() == nil
 }
 
 // Shards returns the shard count.
@@ -186,33 +206,52 @@ end
 local function leased(score)
   return tonumber(score) % 1 ~= 0
 end
--- held reports whether an ID is still in flight under the claim token
--- (the lease expiry in ms), and returns its priority and meta fields.
-local function held(id, token, top)
+-- holds reports whether an ID is still in flight under the claim token
+-- (the lease expiry in ms), and its priority.
+local function holds(id, token, top)
   local s, p = duescore(id, top)
-  if not s or tonumber(s) ~= token + 0.5 then return false end
-  local a, _, _, _, r = meta(redis.call('HGET', KEYS[3], id))
-  return true, p, a, r
+  return s ~= false and tonumber(s) == token + 0.5, p
+end
+-- held is holds plus the attempts recorded before this claim.
+local function held(id, token, top)
+  local ok, p = holds(id, token, top)
+  if not ok then return false end
+  return true, p, (meta(redis.call('HGET', KEYS[3], id)))
 end
 `
 
-func newScript(src string) *redis.Script { return redis.NewScript(luaMeta + src) }
+// script is a Lua script in two forms: with flags for Redis 7 and without
+// for a Redis that cannot read them (the same script when it has none).
+type script struct{ flagged, plain *redis.Script }
+
+func newScript(src string) script {
+	sc := redis.NewScript(luaMeta + src)
+	return script{sc, sc}
+}
 
 // newFiringScript is newScript for the scripts that fire and settle
 // messages. They may run when Redis is at maxmemory with noeviction
 // (allow-oom): they write little (a lease, a meta value) and acks free
 // memory, so firing goes on and makes room; parks and rejects stay refused,
 // which pauses ingest instead.
-func newFiringScript(src string) *redis.Script {
-	return redis.NewScript("#!lua flags=allow-oom\n" + luaMeta + src)
+func newFiringScript(src string) script {
+	return script{redis.NewScript("#!lua flags=allow-oom\n" + luaMeta + src), redis.NewScript(luaMeta + src)}
+}
+
+// pick returns the form of sc this Store's Redis runs.
+func (s *Store) pick(sc script) *redis.Script {
+	if s.noFlags {
+		return sc.plain
+	}
+	return sc.flagged
 }
 
 // run executes a script on one shard. Every script gets every key of the
 // shard: KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, KEYS[5..13]
 // the due sets of priorities 1..9.
-func (s *Store) run(ctx context.Context, op string, sc *redis.Script, shard int, args ...any) *redis.Cmd {
+func (s *Store) run(ctx context.Context, op string, scr script, shard int, args ...any) *redis.Cmd {
 	start := time.Now()
-	cmd := sc.Run(ctx, s.rdb, s.keys.shard(shard), args...)
+	cmd := s.pick(scr).Run(ctx, s.rdb, s.shardKeys[shard], args...)
 	if s.observe != nil {
 		s.observe(op, time.Since(start), ignoreNil(cmd.Err()))
 	}
@@ -227,20 +266,21 @@ type shardCall struct {
 // runEach runs one script per call in a single pipeline (one round trip on
 // a single Redis; one per node on a cluster). A call that hit NOSCRIPT (a
 // restarted or flushed Redis) is run again with the script's source.
-func (s *Store) runEach(ctx context.Context, op string, sc *redis.Script, calls []shardCall) []*redis.Cmd {
+func (s *Store) runEach(ctx context.Context, op string, scr script, calls []shardCall) []*redis.Cmd {
 	start := time.Now()
+	sc := s.pick(scr)
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 {
-		cmds[0] = sc.Run(ctx, s.rdb, s.keys.shard(calls[0].shard), calls[0].args...)
+		cmds[0] = sc.Run(ctx, s.rdb, s.shardKeys[calls[0].shard], calls[0].args...)
 	} else {
 		pipe := s.rdb.Pipeline()
 		for i, c := range calls {
-			cmds[i] = sc.EvalSha(ctx, pipe, s.keys.shard(c.shard), c.args...)
+			cmds[i] = sc.EvalSha(ctx, pipe, s.shardKeys[c.shard], c.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		for i, c := range calls {
 			if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				cmds[i] = sc.Run(ctx, s.rdb, s.keys.shard(c.shard), c.args...)
+				cmds[i] = sc.Run(ctx, s.rdb, s.shardKeys[c.shard], c.args...)
 			}
 		}
 	}
@@ -264,16 +304,20 @@ func ignoreNil(err error) error {
 	return err
 }
 
-// parseMeta decodes a meta value (see luaMeta).
-func parseMeta(v string) (attempts int, lease, deadAt int64, reason string) {
-	parts := strings.SplitN(v, "|", 5)
-	if len(parts) != 5 {
-		return 0, 0, 0, ""
+// parseMeta decodes a meta value (see luaMeta), in its current form or the
+// one written before priorities existed ("attempts|lease|deadAt|reason").
+func parseMeta(v string) (attempts int, deadAt int64, reason string) {
+	p := strings.SplitN(v, "|", 5)
+	if len(p) < 5 || len(p[3]) != 1 || p[3][0] < '0' || p[3][0] > '9' {
+		o := strings.SplitN(v, "|", 4)
+		if len(o) != 4 {
+			return 0, 0, ""
+		}
+		p = []string{o[0], o[1], o[2], "0", o[3]}
 	}
-	attempts, _ = strconv.Atoi(parts[0])
-	lease, _ = strconv.ParseInt(parts[1], 10, 64)
-	deadAt, _ = strconv.ParseInt(parts[2], 10, 64)
-	return attempts, lease, deadAt, parts[4]
+	attempts, _ = strconv.Atoi(p[0])
+	deadAt, _ = strconv.ParseInt(p[2], 10, 64)
+	return attempts, deadAt, p[4]
 }
 
 // ms converts a time to Unix milliseconds.

@@ -406,7 +406,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 }
 
 func TestKeysShareHashTagPerShard(t *testing.T) {
-	k := store.NewKeys("delaybridge", 16)
+	k := store.NewKeys("delaybridge")
 	for sh := 0; sh < 16; sh++ {
 		tag := fmt.Sprintf("{%d}", sh)
 		for _, key := range []string{k.Pool(sh), k.Due(sh), k.Meta(sh), k.Dead(sh)} {
