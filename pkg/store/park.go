@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -81,15 +82,21 @@ func (s *Store) groupByShard(msgs []*envelope.Message, args func(*envelope.Messa
 //	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead (of one shard)
 //	ARGV[1] -> dead messages kept per shard
 //	ARGV[2..] -> quadruples: message ID, encoded message, reason, priority
-//	returns -> one integer per message: 1 kept, 0 the ID is already known
+//	returns -> one integer per message: 1 kept; 2 kept already (this very
+//	           rejection, redelivered by its broker or sent again after a
+//	           failed call): nothing changed; 0 the ID is taken by another
+//	           message
 var rejectScript = newScript(`
 local now = servertime()
 local out = {}
 for i = 2, #ARGV, 4 do
-  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
-    redis.call('ZADD', KEYS[4], now, ARGV[i])
-    setmeta(ARGV[i], 0, 0, now, ARGV[i + 3], ARGV[i + 2])
+  local id = ARGV[i]
+  if redis.call('HSETNX', KEYS[1], id, ARGV[i + 1]) == 1 then
+    redis.call('ZADD', KEYS[4], now, id)
+    setmeta(id, 0, 0, now, ARGV[i + 3], ARGV[i + 2])
     out[#out + 1] = 1
+  elseif redis.call('ZSCORE', KEYS[4], id) and select(5, meta(redis.call('HGET', KEYS[3], id))) == ARGV[i + 2] then
+    out[#out + 1] = 2
   else
     out[#out + 1] = 0
   end
@@ -104,11 +111,14 @@ type Rejected struct {
 	Reason  string
 }
 
-// Reject keeps messages as dead messages with their reasons. A message whose
-// ID is already known is kept under a new ID (envelope.NewID) with the
-// original ID named in its reason, so that a bad message never overwrites a
-// good one and is never lost. It returns the IDs they were kept under.
+// Reject keeps messages as dead messages with their reasons. Rejecting the
+// same message again (a broker redelivery) keeps one dead message. A message
+// whose ID is taken by another is kept under a new ID (envelope.NewID) with
+// the original ID named in its reason, so that a bad message never
+// overwrites a good one and is never lost. It returns the IDs they were
+// kept under; rs is not changed.
 func (s *Store) Reject(ctx context.Context, rs []Rejected) ([]string, error) {
+	rs = slices.Clone(rs) // renamed entries stay ours
 	ids := make([]string, len(rs))
 	pending := make([]int, len(rs))
 	for i := range rs {
@@ -141,11 +151,11 @@ func (s *Store) Reject(ctx context.Context, rs []Rejected) ([]string, error) {
 			}
 			for j, v := range res {
 				i := pending[index[c][j]]
-				if v == 1 {
+				if v == 1 || v == 2 {
 					ids[i] = rs[i].Message.ID
 					continue
 				}
-				// Keep it under a fresh ID; copy so the caller's message is unchanged.
+				// Keep it under a fresh ID; a copy, so the caller's message is unchanged.
 				m := *rs[i].Message
 				rs[i].Reason = fmt.Sprintf("%s (its ID %q was already taken)", rs[i].Reason, m.ID)
 				m.ID = envelope.NewID()

@@ -556,3 +556,29 @@ func TestOldMetaFormat(t *testing.T) {
 		t.Fatalf("claim with an old meta value: %+v %v", c, err)
 	}
 }
+
+// A rejected message redelivered by its broker stays one dead message, and
+// the caller's slice is not changed.
+func TestRejectIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	rs := []store.Rejected{{Message: msg("bad", time.Now()), Reason: "x-delay is empty"}}
+	for i := 0; i < 3; i++ {
+		ids, err := s.Reject(ctx, rs)
+		if err != nil || ids[0] != "bad" {
+			t.Fatalf("reject %d: %v %v", i, ids, err)
+		}
+	}
+	if rs[0].Message.ID != "bad" || rs[0].Reason != "x-delay is empty" {
+		t.Fatalf("caller's slice changed: %+v", rs[0])
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Dead != 1 {
+		t.Fatalf("dead = %d, %v; want 1", st.Dead, err)
+	}
+	// Another rejection of the same ID (another reason) is kept apart.
+	ids, err := s.Reject(ctx, []store.Rejected{{Message: msg("bad", time.Now()), Reason: "other"}})
+	if err != nil || ids[0] == "bad" {
+		t.Fatalf("a different rejection under a taken ID: %v %v", ids, err)
+	}
+}
