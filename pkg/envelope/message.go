@@ -111,14 +111,13 @@ type Message struct {
 }
 
 // OutHeaders returns the headers a sink publishes: the forwarded headers plus
-// x-message-id, x-delaybridge-due-at and x-delaybridge-attempt. A
-// Nats-Msg-Id left by a NATS ingest is not forwarded: it is the ID field of
-// an earlier hop, and a stale one would make JetStream drop a message that is
-// not a duplicate; the NATS sink sets it to this message's ID.
+// x-message-id, x-delaybridge-due-at and x-delaybridge-attempt. (A
+// Nats-Msg-Id from a NATS ingest is forwarded like any ingest header; the
+// NATS sink replaces it with this message's ID, since it is NATS's ID field.)
 func (m *Message) OutHeaders(attempt int) Headers {
 	out := make(Headers, 0, len(m.Headers)+3)
 	for _, h := range m.Headers {
-		if !IsControlHeader(h.Key) && !strings.EqualFold(h.Key, HeaderNatsMsgID) {
+		if !IsControlHeader(h.Key) {
 			out = append(out, h)
 		}
 	}

@@ -134,6 +134,9 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	nm := nats.NewMsg(m.Destination)
 	nm.Data = m.Body
 	for _, h := range m.OutHeaders(m.Attempt) {
+		if strings.EqualFold(h.Key, envelope.HeaderNatsMsgID) {
+			continue // an earlier hop's ID field: set to this message's below
+		}
 		if reason := headerProblem(h); reason != "" {
 			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason))
 		}

@@ -127,6 +127,7 @@ func TestConformanceJetStream(t *testing.T) {
 		Features: sinktest.Features{
 			Confirms:         true,
 			BrokerID:         true,
+			BrokerIDHeader:   envelope.HeaderNatsMsgID,
 			Ordered:          true,
 			Dedupe:           true,
 			DuplicateHeaders: true,
@@ -163,6 +164,7 @@ func TestConformanceCoreNATS(t *testing.T) {
 		},
 		Features: sinktest.Features{
 			BrokerID:         true,
+			BrokerIDHeader:   envelope.HeaderNatsMsgID,
 			Ordered:          true,
 			DuplicateHeaders: true,
 			MaxBody:          maxBody,

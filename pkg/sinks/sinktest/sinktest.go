@@ -120,6 +120,11 @@ type Features struct {
 	// BrokerID: the message ID is also set as the broker's own ID field
 	// (AMQP message_id, NATS Nats-Msg-Id) and Consume reports it.
 	BrokerID bool
+	// BrokerIDHeader names the header that is the broker's ID field (NATS:
+	// Nats-Msg-Id): an incoming copy of it is replaced by the message ID.
+	// Elsewhere such a header is an ordinary ingest header and is forwarded,
+	// as the contract says of every ingest header but the control headers.
+	BrokerIDHeader string
 	// Ordered: the messages of one Publish call, and of successive calls,
 	// to one destination (with one key) arrive in that order.
 	Ordered bool
