@@ -453,7 +453,7 @@ func TestPostDuplicate(t *testing.T) {
 	r1 := e.do("POST", "/v1/messages", `{"id":"dup","delay":"1h","sink":"rabbit","destination":"q","body":"first"}`)
 	e.expect(r1, 201)
 	r2 := e.do("POST", "/v1/messages", `{"id":"dup","delay":"2h","sink":"kafka","destination":"t","body":"second"}`)
-	e.expect(r2, 200)
+	e.expect(r2, 201)
 	m := r2.json(t)
 	if m["id"] != "dup" || m["duplicate"] != true {
 		t.Errorf("duplicate answer %s", r2.body)

@@ -243,17 +243,18 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("park %q: %v", m.ID, err))
 		return
 	}
+	w.Header().Set("Location", messagesPrefix+url.PathEscape(m.ID))
 	if !parked {
-		// Answer the due time of the message already known under this ID,
-		// not the one of the request, which was not applied.
+		// Parking is idempotent (the contract): the same 201, flagged, with
+		// the due time of the message already known under this ID, not the
+		// one of the request, which was not applied.
 		due := m.DueAt
 		if info, err := s.p.Store.Inspect(r.Context(), m.ID); err == nil && info.Message != nil {
 			due = info.Message.DueAt
 		}
-		writeJSON(w, http.StatusOK, postResponse{ID: m.ID, DueAt: envelope.FormatTime(due), Duplicate: true})
+		writeJSON(w, http.StatusCreated, postResponse{ID: m.ID, DueAt: envelope.FormatTime(due), Duplicate: true})
 		return
 	}
-	w.Header().Set("Location", messagesPrefix+url.PathEscape(m.ID))
 	writeJSON(w, http.StatusCreated, postResponse{ID: m.ID, DueAt: envelope.FormatTime(m.DueAt)})
 }
 
