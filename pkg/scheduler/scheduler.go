@@ -183,6 +183,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	for ctx.Err() == nil {
 		st.planned.Store(awake)
 		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease)
+		claimedAt := s.p.Clock.Now() // c.Now in our clock
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -203,7 +204,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		if n := len(c.Messages); n > 0 {
 			s.p.Metrics.ClaimBatchSize.Observe(float64(n))
-			if retryAt := s.fire(work, c); !retryAt.IsZero() {
+			if retryAt := s.fire(work, c, claimedAt); !retryAt.IsZero() {
 				wait = min(wait, retryAt.Sub(s.p.Clock.Now()))
 			}
 			if n == s.p.BatchSize {
@@ -235,7 +236,7 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 // fire publishes a claim's messages and settles each in Redis. It returns
 // the earliest time a message was rescheduled for (zero when none was): the
 // claim's Next could not know it.
-func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time) {
+func (s *Scheduler) fire(ctx context.Context, c *store.Claim, claimedAt time.Time) (retryAt time.Time) {
 	errs := make([]error, len(c.Messages))
 	groups := map[string][]int{}
 	for i, m := range c.Messages {
@@ -261,6 +262,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 	wg.Wait()
 
 	now := s.p.Clock.Now()
+	toRedis := c.Now.Sub(claimedAt) // Redis's clock minus ours: due scores are Redis time
 	var (
 		acks    []string
 		retries []store.Retry
@@ -290,7 +292,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 			s.log.Warn("message is dead", "id", m.ID, "sink", sink, "attempts", m.Attempt, "reason", reason)
 		default:
 			at := now.Add(s.p.Backoff.Delay(m.Attempt, s.p.Rand()))
-			retries = append(retries, store.Retry{ID: m.ID, At: at, Reason: err.Error()})
+			retries = append(retries, store.Retry{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
 			if retryAt.IsZero() || at.Before(retryAt) {
 				retryAt = at
 			}
@@ -302,15 +304,15 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim) (retryAt time.Time
 		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads) - late))
 		s.p.Metrics.DeadTotal.WithLabelValues("late").Add(float64(late))
 	}
-	s.settle(ctx, c, "ack", len(acks), func(ctx context.Context) error {
+	s.settle(ctx, c, claimedAt, "ack", len(acks), func(ctx context.Context) error {
 		_, err := s.p.Store.Ack(ctx, c.Shard, c.Token, acks)
 		return err
 	})
-	s.settle(ctx, c, "retry", len(retries), func(ctx context.Context) error {
+	s.settle(ctx, c, claimedAt, "retry", len(retries), func(ctx context.Context) error {
 		_, err := s.p.Store.Retry(ctx, c.Shard, c.Token, retries)
 		return err
 	})
-	s.settle(ctx, c, "dead", len(deads), func(ctx context.Context) error {
+	s.settle(ctx, c, claimedAt, "dead", len(deads), func(ctx context.Context) error {
 		_, err := s.p.Store.Dead(ctx, c.Shard, c.Token, deads)
 		return err
 	})
@@ -380,11 +382,11 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, id
 // expires (another instance may then hold the messages, and the update would
 // be refused anyway), or ctx ends. A lost ack means the message is published
 // again: a duplicate, never a loss.
-func (s *Scheduler) settle(ctx context.Context, c *store.Claim, what string, n int, op func(context.Context) error) {
+func (s *Scheduler) settle(ctx context.Context, c *store.Claim, claimedAt time.Time, what string, n int, op func(context.Context) error) {
 	if n == 0 {
 		return
 	}
-	deadline := s.p.Clock.Now().Add(c.LeaseExpiry().Sub(c.Now))
+	deadline := claimedAt.Add(c.LeaseExpiry().Sub(c.Now)) // the lease's end, in our clock
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)

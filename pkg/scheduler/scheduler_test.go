@@ -88,6 +88,7 @@ type fakeStore struct {
 	corrupt map[string]bool
 	attempt map[string]int
 	token   int64
+	skew    time.Duration // Redis's clock minus the scheduler's
 
 	acked   chan string
 	retried chan store.Retry
@@ -124,7 +125,7 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 	}
 	sort.Slice(ids, func(i, j int) bool { return f.scores[ids[i]].Before(f.scores[ids[j]]) })
 	f.token++
-	c := &store.Claim{Shard: shard, Now: now, Token: f.token}
+	c := &store.Claim{Shard: shard, Now: now.Add(f.skew), Token: f.token}
 	for _, id := range ids {
 		if f.scores[id].After(now) || len(c.Messages) == max {
 			continue
@@ -437,5 +438,19 @@ func testCond(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(time.Millisecond) // polling with a deadline
+	}
+}
+
+// Retry times are due scores, so they are in Redis's clock, whatever the
+// skew of the daemon's.
+func TestRetryTimesAreInRedisTime(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 5, Backoff: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
+		h.store.skew = 10 * time.Minute
+		h.sink.fail = func(sinks.Outgoing) error { return errors.New("down") }
+		h.store.park("m", h.clock.Now(), "s")
+	})
+	r := recv(t, h.store.retried, "retry")
+	if got := r.At.Sub(h.clock.Now()); got != 10*time.Minute+time.Second {
+		t.Fatalf("retry at our clock + %v, want + 10m1s (Redis time + back-off)", got)
 	}
 }
