@@ -198,15 +198,6 @@ func explain(err error, rawURL string, a config.RabbitMQAuth) error {
 	return fmt.Errorf("%w; %s", err, hint)
 }
 
-// Redact hides the password of an AMQP URL, for logs and errors.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable url)"
-	}
-	return u.Redacted()
-}
-
 // Code returns the AMQP reply code of err (404 NOT_FOUND, 403
 // ACCESS_REFUSED, 320 CONNECTION_FORCED ...), or 0 when err carries none.
 func Code(err error) int {

@@ -436,15 +436,9 @@ func (s *Source) resolveOffset(ctx context.Context, topic string, partition int,
 	return 0, fmt.Errorf("list offsets: no answer for partition %d", partition)
 }
 
-// Send produces one record to topic with acks=all and waits for it (for
-// `delaybridge send`). key may be nil. It uses neither TLS nor SASL: see
-// SendConfig.
-func Send(ctx context.Context, brokers []string, topic string, key []byte, h envelope.Headers, body []byte) error {
-	return SendConfig(ctx, Config{Brokers: brokers, Topic: topic}, key, h, body)
-}
-
-// SendConfig is Send to cfg.Topic on cfg.Brokers, with cfg.TLS and
-// cfg.SASL; the other fields are not used.
+// SendConfig produces one record to cfg.Topic on cfg.Brokers, with cfg.TLS
+// and cfg.SASL, with acks=all, and waits for it (for `delaybridge send`).
+// key may be nil; the other fields of cfg are not used.
 func SendConfig(ctx context.Context, cfg Config, key []byte, h envelope.Headers, body []byte) error {
 	brokers, topic := cfg.Brokers, cfg.Topic
 	tr := &kafka.Transport{ClientID: "delaybridge-send", TLS: cfg.TLS, SASL: cfg.SASL}

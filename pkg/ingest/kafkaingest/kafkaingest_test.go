@@ -194,7 +194,7 @@ func TestRoundTrip(t *testing.T) {
 		kafka.Message{Topic: topic, Value: []byte("no key")},
 	)
 	// Send, the `delaybridge send` path.
-	if err := Send(ctxT(t, 10*time.Second), k.Brokers, topic, []byte("k3"),
+	if err := SendConfig(ctxT(t, 10*time.Second), Config{Brokers: k.Brokers, Topic: topic}, []byte("k3"),
 		envelope.Headers{{Key: "x-delay", Value: "1m"}, {Key: "a", Value: "b"}}, []byte("sent")); err != nil {
 		t.Fatalf("Send: %v", err)
 	}

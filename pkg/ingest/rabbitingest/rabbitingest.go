@@ -67,7 +67,6 @@ type Source struct {
 	isClose bool     // Close has begun: no new sessions
 	settled bool     // Close is draining: no new acks
 	acks    sync.WaitGroup
-	gen     uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -78,7 +77,6 @@ var _ ingest.Ready = (*Source)(nil)
 
 // session is one connection with its consuming channel.
 type session struct {
-	gen      uint64
 	conn     *amqp.Connection
 	ch       *amqp.Channel
 	tag      string
@@ -168,12 +166,7 @@ func (s *Source) setup(conn *amqp.Connection) (*session, error) {
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return nil, fmt.Errorf("qos: %w", err)
 	}
-	s.mu.Lock()
-	s.gen++
-	gen := s.gen
-	s.mu.Unlock()
 	sess := &session{
-		gen:      gen,
 		conn:     conn,
 		ch:       ch,
 		tag:      consumerTag(s.cfg.Name),
