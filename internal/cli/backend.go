@@ -36,7 +36,7 @@ type backend interface {
 // withBackend runs f against the admin API when --admin is given, else
 // against the Redis of --config.
 func (a *app) withBackend(cmd *cobra.Command, f func(ctx context.Context, b backend) error) error {
-	ctx, stop := withTimeoutCtx(cmd)
+	ctx, stop := signalCtx(cmd)
 	defer stop()
 	if a.adminURL != "" {
 		u, err := url.Parse(strings.TrimRight(a.adminURL, "/"))
@@ -217,7 +217,7 @@ func (a *app) withStore(cmd *cobra.Command, f func(ctx context.Context, s *store
 	if err != nil {
 		return err
 	}
-	ctx, stop := withTimeoutCtx(cmd)
+	ctx, stop := signalCtx(cmd)
 	defer stop()
 	s, err := daemon.OpenStore(ctx, cfg, nil)
 	if err != nil {

@@ -171,8 +171,9 @@ func (a *app) versionCmd() *cobra.Command {
 	}
 }
 
-// withTimeoutCtx is the context of a one-shot command.
-func withTimeoutCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+// signalCtx is the context of a one-shot command: cancelled by SIGINT or
+// SIGTERM, without a deadline.
+func signalCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	return ctx, stop
 }

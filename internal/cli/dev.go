@@ -20,7 +20,7 @@ func (a *app) devCmd() *cobra.Command {
 		Short: "Run everything locally for a first look: embedded NATS, Redis, the daemon; prints fired messages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := withTimeoutCtx(cmd)
+			ctx, stop := signalCtx(cmd)
 			defer stop()
 			self := "go run ./cmd/delaybridge"
 			if exe, err := os.Executable(); err == nil && !isGoRunBinary(exe) {

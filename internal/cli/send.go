@@ -44,7 +44,7 @@ func (a *app) sendCmd() *cobra.Command {
 			} else {
 				req.Body = []byte(args[0])
 			}
-			ctx, stop := withTimeoutCtx(cmd)
+			ctx, stop := signalCtx(cmd)
 			defer stop()
 			if err := daemon.Send(ctx, cfg, req); err != nil {
 				return exit(1, err)

@@ -35,7 +35,9 @@ type PipelineParams struct {
 	// wakes early for a message due sooner than it planned. May be nil.
 	Notify func(id string, due time.Time)
 
-	// MaxInFlight caps messages read but not yet acknowledged (default 1000).
+	// MaxInFlight bounds messages read but not yet acknowledged (default
+	// 1000): the read-ahead channel is sized so that it and the batches being
+	// parked hold about that many.
 	MaxInFlight int
 	// MaxBatch caps messages parked per Redis round trip (default 256).
 	MaxBatch int
@@ -267,9 +269,12 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 			return err
 		}
 	}
-	spans := make([]tracing.Span, len(msgs))
-	for i, m := range msgs {
-		spans[i] = pl.p.Tracer.StartPark(ctx, m)
+	var spans []tracing.Span
+	if pl.p.Tracer != nil {
+		spans = make([]tracing.Span, len(msgs))
+		for i, m := range msgs {
+			spans[i] = pl.p.Tracer.StartPark(ctx, m)
+		}
 	}
 	start := time.Now()
 	var parked []bool

@@ -35,8 +35,8 @@ type Config struct {
 	Stream  string
 	Durable string        // JetStream durable consumer name
 	AckWait time.Duration // JetStream redelivery timeout (default 30s)
-	// MaxInFlight caps unacknowledged messages (JetStream MaxAckPending;
-	// core NATS pending limit). Default 1000.
+	// MaxInFlight caps unacknowledged messages (JetStream MaxAckPending);
+	// core NATS buffers ten times as many before it drops. Default 1000.
 	MaxInFlight int
 }
 
