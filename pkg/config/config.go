@@ -149,7 +149,8 @@ type Limits struct {
 
 // Dead configures what is kept of messages that are rejected or undeliverable.
 type Dead struct {
-	// MaxMessages is how many dead messages are kept; the oldest go first.
+	// MaxMessages is how many dead messages are kept, spread evenly over
+	// the shards; beyond its share a shard deletes its oldest.
 	MaxMessages int `yaml:"max_messages"`
 	// Sink and Destination, when set, also publish every message that
 	// becomes dead there (best effort; it is kept in Redis either way),
