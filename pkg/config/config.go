@@ -168,6 +168,11 @@ type Dead struct {
 type Encryption struct {
 	ActiveKey string          `yaml:"active_key"`
 	Keys      []EncryptionKey `yaml:"keys"`
+	// RequireSealed refuses messages found in clear in Redis (they go dead
+	// with the reason): turn it on once `delaybridge reencrypt` has sealed
+	// what was parked before encryption, so that write access to Redis is
+	// not enough to inject a message or strip one's sealing.
+	RequireSealed bool `yaml:"require_sealed"`
 }
 
 // EncryptionKey is one AES-256 key: 32 bytes in standard base64, in Key or

@@ -98,6 +98,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		MaxDead:       cfg.Dead.MaxMessages,
 		Observe:       observe,
 		Sealer:        sealer,
+		RequireSealed: cfg.Encryption != nil && cfg.Encryption.RequireSealed,
 		NoScriptFlags: noFlags,
 	}), nil
 }

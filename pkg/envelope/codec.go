@@ -93,6 +93,10 @@ type Sealer interface {
 // Decode: in clear, and a sealed message does not decode (ErrSealed).
 type Codec struct {
 	Sealer Sealer
+	// RequireSealed refuses messages stored in clear (with ErrSealed): once
+	// everything is sealed, nobody with write access to Redis can slip in a
+	// message in clear, or clear the sealed flag of a stored one.
+	RequireSealed bool
 }
 
 // Encode appends the stored form of m (all but its ID) to dst.
@@ -189,6 +193,9 @@ func (c Codec) Decode(id string, b []byte) (*Message, error) {
 	m, flags, d, err := decodeRouting(id, b)
 	if err != nil {
 		return nil, err
+	}
+	if flags&flagSealed == 0 && c.RequireSealed {
+		return nil, fmt.Errorf("%w %q: stored in clear, but encryption.require_sealed is on", ErrSealed, id)
 	}
 	if flags&flagSealed != 0 {
 		keyID := d.string()

@@ -346,8 +346,15 @@ func FuzzCodecRoundTrip(f *testing.F) {
 		pos := int((uint64(dueMs) ^ uint64(len(body))*31 ^ uint64(nHeaders)*7) % uint64(len(sealed)))
 		tampered := append([]byte(nil), sealed...)
 		tampered[pos] ^= 1 << (prio % 8)
-		if m2, err := sealK1.Decode(m.ID, tampered); err == nil || !errors.Is(err, ErrCorrupt) {
+		// Clearing the sealed flag turns the blob into a message in clear,
+		// which a codec accepts for migration unless RequireSealed.
+		strict := sealK1
+		strict.RequireSealed = true
+		if m2, err := strict.Decode(m.ID, tampered); err == nil || !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d of %d changed, Decode = %+v, %v", pos, len(sealed), m2, err)
+		}
+		if _, err := strict.Decode(m.ID, Encode(nil, m)); !errors.Is(err, ErrSealed) {
+			t.Fatalf("RequireSealed accepted a message in clear: %v", err)
 		}
 	})
 }

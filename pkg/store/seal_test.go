@@ -342,3 +342,36 @@ func TestSealedWithoutSealer(t *testing.T) {
 		t.Fatalf("Reencrypt without a sealer: %v", err)
 	}
 }
+
+// TestRequireSealed: with encryption.require_sealed, a message put in Redis
+// in clear (by an old daemon, or by someone with write access) is reported
+// as unreadable instead of being published, and reencrypt still seals it.
+func TestRequireSealed(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	now := time.Now()
+	if _, err := sealedStore(rdb, nil).Park(ctx, []*envelope.Message{secretMsg("injected", now.Add(-time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	kr := keyringOf(t, "k1", "k1")
+	strict := store.New(rdb, store.Options{Prefix: "t", Shards: 4, MaxDead: 1000, Sealer: kr, RequireSealed: true})
+
+	claimed := claimAll(t, strict, time.Minute)
+	c, ok := claimed["injected"]
+	if !ok || !errors.Is(c.Err, envelope.ErrSealed) || c.Message != nil {
+		t.Fatalf("claim under require_sealed: %+v (found %v), want ErrSealed and no message", c, ok)
+	}
+
+	st, err := strict.Reencrypt(ctx, 10, func(id string, err error) { t.Errorf("failed %s: %v", id, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Reencrypted != 1 || st.Plain != 1 {
+		t.Fatalf("reencrypt %+v, want the clear message sealed", st)
+	}
+	info, err := strict.Inspect(ctx, "injected")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSecret(t, "injected", info.Message, info.Err)
+}

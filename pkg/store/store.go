@@ -68,6 +68,8 @@ type Options struct {
 	// Without it a sealed message cannot be read: Claimed.Err and Info.Err
 	// say why.
 	Sealer envelope.Sealer
+	// RequireSealed refuses messages found in clear (envelope.Codec).
+	RequireSealed bool
 
 	// NoScriptFlags is for a Redis that cannot read Lua script flags (Redis
 	// before 7.0, and miniredis in `delaybridge dev`): the firing scripts run
@@ -89,7 +91,7 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	}
 	perShard := (o.MaxDead + o.Shards - 1) / o.Shards
 	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, observe: o.Observe,
-		codec: envelope.Codec{Sealer: o.Sealer}, noFlags: o.NoScriptFlags}
+		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags}
 	s.shardKeys = make([][]string, o.Shards)
 	for i := range s.shardKeys {
 		s.shardKeys[i] = s.keys.shard(i)
