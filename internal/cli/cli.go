@@ -120,6 +120,9 @@ func (a *app) runCmd() *cobra.Command {
 				return err
 			}
 			log := daemon.NewLogger(cfg.Log, a.stderr)
+			if gc, set := tuneGC(os.Getenv); set {
+				log.Debug("garbage collector target set; GOGC overrides it", "gogc", gc)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := daemon.New(ctx, cfg, log)
