@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // Settings every scenario shares. They are the "short" operating point the
@@ -415,6 +417,15 @@ func (p *publisher) delayOf(i int) time.Duration {
 
 func (p *publisher) id(i int) string { return fmt.Sprintf("%s-%05d", p.name, i) }
 
+// idRange is the IDs of messages from to to-1.
+func (p *publisher) idRange(from, to int) []string {
+	ids := make([]string, 0, to-from)
+	for i := from; i < to; i++ {
+		ids = append(ids, p.id(i))
+	}
+	return ids
+}
+
 // publish sends message i (due at `at` when not zero, else after its
 // delay) until the broker confirms it or ctx ends.
 func (p *publisher) publish(ctx context.Context, i int, at time.Time) {
@@ -650,8 +661,9 @@ func (c *collector) snapshot() map[string][]copyAt {
 // ---------------------------------------------------------------------------
 // Redis and ingest state
 
-// redisState is what Redis holds: parked messages (due set members), those
-// in flight (claimed under a lease not yet acked or retried) and dead ones.
+// redisState is what Redis holds: parked messages (due set members, waiting
+// or in flight), those in flight (claimed under a lease not yet acked or
+// retried: a due score of lease expiry + 0.5, see store.Keys) and dead ones.
 type redisState struct {
 	parked, inflight, dead int
 	inflightIDs            []string
@@ -661,30 +673,40 @@ type redisState struct {
 
 func readRedisState(ctx context.Context, rdb *redis.Client) (redisState, error) {
 	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}}
+	keys := store.NewKeys(keyPrefix)
 	pipe := rdb.Pipeline()
-	due := make([]*redis.IntCmd, shards)
+	due := make([][]*redis.ZSliceCmd, shards)
 	dead := make([]*redis.IntCmd, shards)
 	meta := make([]*redis.MapStringStringCmd, shards)
 	for i := 0; i < shards; i++ {
-		base := fmt.Sprintf("%s:{%d}:", keyPrefix, i)
-		due[i] = pipe.ZCard(ctx, base+"due")
-		dead[i] = pipe.ZCard(ctx, base+"dead")
-		meta[i] = pipe.HGetAll(ctx, base+"meta")
+		for p := 0; p <= store.MaxPriority; p++ {
+			due[i] = append(due[i], pipe.ZRangeWithScores(ctx, keys.DueAt(i, p), 0, -1))
+		}
+		dead[i] = pipe.ZCard(ctx, keys.Dead(i))
+		meta[i] = pipe.HGetAll(ctx, keys.Meta(i))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return s, err
 	}
 	for i := 0; i < shards; i++ {
-		s.parked += int(due[i].Val())
 		s.dead += int(dead[i].Val())
-		for id, v := range meta[i].Val() {
-			// attempts|lease|deadAt|reason: a lease other than 0 is a claim
-			// still held (or whose holder died).
-			if p := strings.SplitN(v, "|", 4); len(p) == 4 && p[1] != "0" {
+		for _, cmd := range due[i] {
+			for _, z := range cmd.Val() {
+				s.parked++
+				if z.Score == math.Trunc(z.Score) {
+					continue // waiting for its due time
+				}
+				id := z.Member.(string)
+				// attempts|0|deadAt|priority|reason counts the attempts
+				// before this claim (failed or abandoned), when any.
+				before := 0
+				if v, ok := meta[i].Val()[id]; ok {
+					before, _ = strconv.Atoi(strings.SplitN(v, "|", 2)[0])
+				}
 				s.inflight++
 				s.inflightIDs = append(s.inflightIDs, id)
-				s.leases[id], _ = strconv.ParseInt(p[1], 10, 64)
-				s.attempts[id], _ = strconv.Atoi(p[0])
+				s.leases[id] = int64(z.Score)
+				s.attempts[id] = before + 1
 			}
 		}
 	}
@@ -908,10 +930,10 @@ func (w *world) explainLost(ids []string) {
 	ctx := context.Background()
 	for _, id := range first(ids, 5) {
 		sh := shardOf(id)
-		base := fmt.Sprintf("%s:{%d}:", keyPrefix, sh)
-		inPool, _ := w.rdb.HExists(ctx, base+"pool", id).Result()
-		score, zerr := w.rdb.ZScore(ctx, base+"due", id).Result()
-		meta, _ := w.rdb.HGet(ctx, base+"meta", id).Result()
+		keys := store.NewKeys(keyPrefix)
+		inPool, _ := w.rdb.HExists(ctx, keys.Pool(sh), id).Result()
+		score, zerr := w.rdb.ZScore(ctx, keys.Due(sh), id).Result()
+		meta, _ := w.rdb.HGet(ctx, keys.Meta(sh), id).Result()
 		w.logf("lost %s: shard %d, in pool %v, due score %v (%v), meta %q", id, sh, inPool, int64(score), zerr, meta)
 	}
 }

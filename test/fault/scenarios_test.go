@@ -192,6 +192,7 @@ func TestIngestRestartKafka(t *testing.T) {
 // park acknowledged to the ingest is on disk, so nothing is lost even when
 // Redis is killed.
 func TestRedisRestart(t *testing.T) {
+	const probes = 20 // messages published after each restart
 	w := newWorld(t, "redis-restart-always", options{fsync: "always"})
 	w.res.Fault = "Redis (appendfsync always) stopped gracefully and restarted; later SIGKILLed while claiming a burst, restarted"
 	w.startDaemon()
@@ -199,7 +200,7 @@ func TestRedisRestart(t *testing.T) {
 	done := w.pub.stream(w.ctx, 0, n, rate)
 	bound := 0
 	var notes []string
-	for _, how := range []string{"stop", "kill"} {
+	for k, how := range []string{"stop", "kill"} {
 		w.hold(w.randDur(2500*time.Millisecond, 4*time.Second), "traffic before the fault (scenario parameter)")
 		if how == "stop" {
 			w.redis.Stop()
@@ -216,15 +217,20 @@ func TestRedisRestart(t *testing.T) {
 		w.hold(time.Second, "Redis is away (the fault)")
 		w.redis.Start()
 		w.logf("redis restarted")
-		// Resumed: new deliveries, and the scripts are loaded again.
-		// (At a small -scale the traffic may all be delivered before the
-		// fault: then there is nothing left to resume.)
+		// Resumed: new deliveries, and the scripts are loaded again. A few
+		// probe messages, due shortly, give the restarted Redis work even
+		// when the stream and the burst were all delivered before the fault
+		// (as at a small -scale): parking and firing them must reload the
+		// scripts.
 		seen := w.col.delivered(w.ids())
+		probeFrom := n + burstSize + k*probes
+		w.pub.burst(w.ctx, probeFrom, probeFrom+probes, time.Now().Add(200*time.Millisecond))
+		probeIDs := w.pub.idRange(probeFrom, probeFrom+probes)
 		if !await(30*time.Second, func() bool {
 			ids := w.ids()
-			return w.col.delivered(ids) >= seen+min(50, len(ids)-seen)
+			return w.col.delivered(ids) >= seen+min(50, len(ids)-seen) && w.col.delivered(probeIDs) == probes
 		}) {
-			t.Errorf("no deliveries after the redis %s", how)
+			t.Errorf("nothing resumed after the redis %s: %d of %d probe messages delivered in 30 s", how, w.col.delivered(probeIDs), probes)
 		}
 		eval, evalsha, noscript := w.scriptStats()
 		notes = append(notes, fmt.Sprintf("after the %s: %d claims in flight; the restarted Redis saw %d EVAL (script reloads), %d EVALSHA of which %d failed (NOSCRIPT)",
