@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -64,7 +65,7 @@ func TestDaemonSIGKILL(t *testing.T) {
 			// A burst of messages due at one instant, and the kill as soon
 			// as its claims show in Redis: every shard is publishing.
 			at := w.burst(n, 1500*time.Millisecond)
-			w.atBurst(at)
+			w.atBurst(at, n)
 			how = fmt.Sprintf("while claiming a burst of %d messages", burstSize)
 		}
 		d.kill()
@@ -208,7 +209,7 @@ func TestRedisRestart(t *testing.T) {
 			// The kill comes as soon as the claims of a burst that came
 			// due show: they are under way, their Redis acks fail.
 			at := w.burst(n, 1500*time.Millisecond)
-			w.atBurst(at)
+			w.atBurst(at, n)
 			w.redis.Kill()
 		}
 		st := w.aofState()
@@ -428,7 +429,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	// SIGTERM as soon as the claims of a burst of messages that came due
 	// show in Redis: they must be published and acked before the exit.
 	at := w.burst(n, 1500*time.Millisecond)
-	w.atBurst(at)
+	w.atBurst(at, n)
 	holding := w.redisState().inflight
 	code, took := d.term(shutdownTO + 30*time.Second)
 	rs := w.redisState()
@@ -469,7 +470,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 // ack_wait.
 func TestTwoDaemonsOneKilled(t *testing.T) {
 	w := newWorld(t, "two-daemons-one-killed", options{})
-	w.res.Fault = "two daemons share Redis and the ingest; one SIGKILLed while claiming a burst, not restarted"
+	w.res.Fault = "two daemons share Redis and the ingest; one SIGKILLed while claiming a burst (the other paused meanwhile), not restarted"
 	a := w.startDaemon()
 	b := w.startDaemon()
 	n := scaled(perScenario)
@@ -481,9 +482,23 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 	// due show in Redis, when both daemons are claiming and publishing.
 	at := w.burst(n, 1500*time.Millisecond)
 	byA := a.metric("delaybridge_sink_published_total")
-	w.atBurst(at)
+	// The survivor is paused (SIGSTOP) while the burst comes due, so that
+	// the daemon about to die claims all of it: its claims are certainly
+	// orphaned, and the survivor must take them over after their lease.
+	b.proc.Signal(syscall.SIGSTOP)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			b.proc.Signal(syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	w.atBurst(at, n)
 	a.kill()
 	rs := w.redisState()
+	resume()
+	w.logf("the other daemon resumed (SIGCONT)")
 	is, err := w.ingestState()
 	if err != nil {
 		t.Fatalf("ingest state: %v", err)
@@ -529,7 +544,10 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 	if early > 0 {
 		t.Errorf("%d of the dead daemon's claims were published again before their lease expired", early)
 	}
-	if len(orphaned) > 0 && retaken < len(orphaned) {
+	if len(orphaned) == 0 {
+		t.Errorf("no claim of the killed daemon was left to take over (%d in flight at the kill): the scenario did not test a takeover", rs.inflight)
+	}
+	if retaken < len(orphaned) {
 		t.Errorf("only %d of the dead daemon's %d claims were published by the survivor", retaken, len(orphaned))
 	}
 	w.finish(false)
