@@ -201,44 +201,66 @@ func (w *world) burstAsync(from int, lead time.Duration) <-chan struct{} {
 	return done
 }
 
-// atBurst waits for the due time of the burst published from ID `from` on,
-// then polls Redis back to back (from 50 ms before it) until a claim of one of the burst's own
+// atBurst waits until shortly before the due time of the burst published
+// from ID `from` on, then polls until a claim of one of the burst's own
 // messages shows (up to 2 s; a claim of other traffic does not count): the
-// moment of the fault. Each poll is one ZMSCORE of the burst's IDs in one
-// shard, shards in turn: a single command is answered right after Redis
-// reads it, so the fault follows the read within a fraction of a
-// millisecond, while the claim it saw is still held. (A pipeline over all
-// shards queues behind the daemon's scripts and can come back after most of
-// the burst was acked: the whole burst settles in 10-20 ms.)
+// moment of the fault. Polling starts 50 ms early because the daemon fires
+// on time while this process (which runs the NATS servers too) may wake up
+// late: the whole burst settles in 10-20 ms.
 func (w *world) atBurst(at time.Time, from int) {
-	// Polling starts a little early: the daemon fires on time, but this
-	// process (which runs the NATS servers too) may wake up late.
 	w.holdUntil(at.Add(-50*time.Millisecond), "shortly before the burst's due time (scenario parameter)")
 	keys := store.NewKeys(keyPrefix)
-	var dues []string
-	var ids [][]string
 	byShard := map[int][]string{}
 	for _, id := range w.pub.idRange(from, from+burstSize) {
 		byShard[shardOf(id)] = append(byShard[shardOf(id)], id)
 	}
-	for sh, group := range byShard {
-		dues = append(dues, keys.Due(sh))
-		ids = append(ids, group)
+	held := w.untilClaimed(2*time.Second, func(ctx context.Context, shard int) ([]float64, error) {
+		if len(byShard[shard]) == 0 {
+			return nil, nil
+		}
+		return w.rdb.ZMScore(ctx, keys.Due(shard), byShard[shard]...).Result()
+	})
+	if !held {
+		w.logf("no claim of the burst seen in Redis")
 	}
+}
+
+// untilHolding polls until some message is in flight (claimed, not yet
+// acked), up to timeout, and reports whether that happened.
+func (w *world) untilHolding(timeout time.Duration) bool {
+	keys := store.NewKeys(keyPrefix)
+	return w.untilClaimed(timeout, func(ctx context.Context, shard int) ([]float64, error) {
+		zs, err := w.rdb.ZRangeWithScores(ctx, keys.Due(shard), 0, -1).Result()
+		scores := make([]float64, len(zs))
+		for i, z := range zs {
+			scores[i] = z.Score
+		}
+		return scores, err
+	})
+}
+
+// untilClaimed polls Redis back to back, one command per poll with the
+// shards in turn, until scores returns the due score of a claim held (lease
+// expiry + 0.5, see store.Keys), and reports whether that happened within
+// timeout. A single command is answered as soon as Redis runs it, so the
+// fault that follows comes within a fraction of a millisecond of the read,
+// while the claim it saw is still held (a pipeline over every shard queues
+// behind the daemon's scripts and can come back after the claims settled).
+func (w *world) untilClaimed(timeout time.Duration, scores func(ctx context.Context, shard int) ([]float64, error)) bool {
 	ctx := context.Background()
-	deadline := time.Now().Add(2 * time.Second)
-	for i := 0; time.Now().Before(deadline); i = (i + 1) % len(dues) {
-		scores, err := w.rdb.ZMScore(ctx, dues[i], ids[i]...).Result()
+	deadline := time.Now().Add(timeout)
+	for sh := 0; time.Now().Before(deadline); sh = (sh + 1) % shards {
+		ss, err := scores(ctx, sh)
 		if err != nil {
 			continue
 		}
-		for _, score := range scores {
-			if score != math.Trunc(score) { // lease expiry + 0.5: in flight
-				return
+		for _, score := range ss {
+			if score != math.Trunc(score) {
+				return true
 			}
 		}
 	}
-	w.logf("no claim of the burst seen in Redis")
+	return false
 }
 
 // holdUntil is hold until the moment t (a scenario parameter).

@@ -553,19 +553,6 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 	w.finish(false)
 }
 
-// untilHolding reads Redis back to back until some message is in flight
-// (claimed, not yet acked), and reports whether that happened in time.
-func (w *world) untilHolding(timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		s, err := readRedisState(context.Background(), w.rdb)
-		if err == nil && s.inflight > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // ids is the IDs the publisher got confirmed so far.
 func (w *world) ids() []string {
 	_, order, _ := w.pub.snapshot()
