@@ -120,8 +120,8 @@ func (a *app) runCmd() *cobra.Command {
 				return err
 			}
 			log := daemon.NewLogger(cfg.Log, a.stderr)
-			if gc, set := tuneGC(os.Getenv); set {
-				log.Debug("garbage collector target set; GOGC overrides it", "gogc", gc)
+			if tuneGC(os.Getenv) {
+				log.Debug("garbage collector target set; GOGC overrides it", "gogc", daemonGCPercent)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

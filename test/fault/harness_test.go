@@ -981,9 +981,9 @@ func (w *world) finish(allowLoss bool) *result {
 // explainLost logs what Redis knows of some lost messages.
 func (w *world) explainLost(ids []string) {
 	ctx := context.Background()
+	keys := store.NewKeys(keyPrefix)
 	for _, id := range first(ids, 5) {
 		sh := shardOf(id)
-		keys := store.NewKeys(keyPrefix)
 		inPool, _ := w.rdb.HExists(ctx, keys.Pool(sh), id).Result()
 		score, zerr := w.rdb.ZScore(ctx, keys.Due(sh), id).Result()
 		meta, _ := w.rdb.HGet(ctx, keys.Meta(sh), id).Result()

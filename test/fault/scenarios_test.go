@@ -464,7 +464,8 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 }
 
 // TestTwoDaemonsOneKilled runs two daemons on one Redis and one JetStream
-// durable consumer and kills one with SIGKILL mid-stream. Guarantee: the
+// durable consumer and kills one with SIGKILL while it claims a burst, the
+// other paused meanwhile so that the dead one holds the claims. Guarantee: the
 // survivor delivers everything; the killed one's claims come back to it when
 // their 2 s lease expires, its unacknowledged ingest messages after the 2 s
 // ack_wait.
@@ -476,10 +477,8 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 	n := scaled(perScenario)
 	done := w.pub.stream(w.ctx, 0, n, rate)
 	w.hold(w.randDur(4*time.Second, 7*time.Second), "random moment of the SIGKILL (scenario parameter)")
-	// Kill at a moment when claims are held (up to 3 s to find one); they
-	// may be either daemon's.
 	// The kill comes as soon as the claims of a burst of messages that came
-	// due show in Redis, when both daemons are claiming and publishing.
+	// due show in Redis.
 	at := w.burst(n, 1500*time.Millisecond)
 	byA := a.metric("delaybridge_sink_published_total")
 	// The survivor is paused (SIGSTOP) while the burst comes due, so that
