@@ -202,60 +202,76 @@ func (w *world) burstAsync(from int, lead time.Duration) <-chan struct{} {
 }
 
 // atBurst waits until shortly before the due time of the burst published
-// from ID `from` on, then polls until a claim of one of the burst's own
-// messages shows (up to 2 s; a claim of other traffic does not count): the
-// moment of the fault. Polling starts 50 ms early because the daemon fires
-// on time while this process (which runs the NATS servers too) may wake up
-// late: the whole burst settles in 10-20 ms.
-func (w *world) atBurst(at time.Time, from int) {
+// from ID `from` on, then polls until claims of the burst's own messages
+// show (up to 2 s; claims of other traffic do not count): the moment of the
+// fault. It reports whether it saw them. Polling starts 50 ms early because
+// the daemon fires on time while this process (which runs the NATS servers
+// too) may wake up late. Each poll is one script (heldScript), an atomic
+// read of every shard: the fault follows it within a fraction of a
+// millisecond, at the first moment any claim of the burst is held, while
+// most of the burst is (the whole burst settles in 10-20 ms).
+func (w *world) atBurst(at time.Time, from int) bool {
 	w.holdUntil(at.Add(-50*time.Millisecond), "shortly before the burst's due time (scenario parameter)")
 	keys := store.NewKeys(keyPrefix)
 	byShard := map[int][]string{}
 	for _, id := range w.pub.idRange(from, from+burstSize) {
 		byShard[shardOf(id)] = append(byShard[shardOf(id)], id)
 	}
-	held := w.untilClaimed(2*time.Second, func(ctx context.Context, shard int) ([]float64, error) {
-		if len(byShard[shard]) == 0 {
-			return nil, nil
+	var dues []string
+	var args []any
+	for sh, ids := range byShard {
+		dues = append(dues, keys.Due(sh))
+		args = append(args, len(ids))
+		for _, id := range ids {
+			args = append(args, id)
 		}
-		return w.rdb.ZMScore(ctx, keys.Due(shard), byShard[shard]...).Result()
-	})
-	if !held {
-		w.logf("no claim of the burst seen in Redis")
 	}
+	ctx := context.Background()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if n, err := heldScript.Run(ctx, w.rdb, dues, args...).Int(); err == nil && n > 0 {
+			return true
+		}
+	}
+	w.logf("no claim of the burst seen in Redis")
+	return false
 }
+
+// heldScript counts the given messages that are in flight: a due score of
+// lease expiry + 0.5 (see store.Keys). One script, so one atomic read.
+//
+//	KEYS    -> due sets
+//	ARGV    -> per due set: the number of IDs, then the IDs
+//	returns -> how many of them are in flight
+var heldScript = redis.NewScript(`
+local held, a = 0, 1
+for _, key in ipairs(KEYS) do
+  local n = tonumber(ARGV[a])
+  local scores = redis.call('ZMSCORE', key, unpack(ARGV, a + 1, a + n))
+  a = a + 1 + n
+  for _, s in ipairs(scores) do
+    if s and tonumber(s) % 1 ~= 0 then held = held + 1 end
+  end
+end
+return held
+`)
 
 // untilHolding polls until some message is in flight (claimed, not yet
-// acked), up to timeout, and reports whether that happened.
+// acked: a due score of lease expiry + 0.5, see store.Keys), up to timeout,
+// and reports whether that happened. It reads one shard's due set per
+// command, shards in turn: a single command is answered as soon as Redis
+// runs it, so the fault that follows comes right after the read, while the
+// claim it saw may still be held (a claim of one message lives a few ms).
 func (w *world) untilHolding(timeout time.Duration) bool {
 	keys := store.NewKeys(keyPrefix)
-	return w.untilClaimed(timeout, func(ctx context.Context, shard int) ([]float64, error) {
-		zs, err := w.rdb.ZRangeWithScores(ctx, keys.Due(shard), 0, -1).Result()
-		scores := make([]float64, len(zs))
-		for i, z := range zs {
-			scores[i] = z.Score
-		}
-		return scores, err
-	})
-}
-
-// untilClaimed polls Redis back to back, one command per poll with the
-// shards in turn, until scores returns the due score of a claim held (lease
-// expiry + 0.5, see store.Keys), and reports whether that happened within
-// timeout. A single command is answered as soon as Redis runs it, so the
-// fault that follows comes within a fraction of a millisecond of the read,
-// while the claim it saw is still held (a pipeline over every shard queues
-// behind the daemon's scripts and can come back after the claims settled).
-func (w *world) untilClaimed(timeout time.Duration, scores func(ctx context.Context, shard int) ([]float64, error)) bool {
 	ctx := context.Background()
 	deadline := time.Now().Add(timeout)
 	for sh := 0; time.Now().Before(deadline); sh = (sh + 1) % shards {
-		ss, err := scores(ctx, sh)
+		zs, err := w.rdb.ZRangeWithScores(ctx, keys.Due(sh), 0, -1).Result()
 		if err != nil {
 			continue
 		}
-		for _, score := range ss {
-			if score != math.Trunc(score) {
+		for _, z := range zs {
+			if z.Score != math.Trunc(z.Score) {
 				return true
 			}
 		}
