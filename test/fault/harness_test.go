@@ -439,8 +439,12 @@ type publisher struct {
 	failing bool
 }
 
-func newNATSPublisher(t *testing.T, name, url string) *publisher {
-	nc, err := nats.Connect(url, nats.Name("fault publisher"), nats.MaxReconnects(-1),
+// connectJetStream connects to the NATS server at url for the whole test,
+// reconnecting forever (the scenarios restart servers), and returns the
+// JetStream context of the connection.
+func connectJetStream(t *testing.T, url, name string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		t.Fatal(err)
@@ -450,6 +454,11 @@ func newNATSPublisher(t *testing.T, name, url string) *publisher {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+func newNATSPublisher(t *testing.T, name, url string) *publisher {
+	js := connectJetStream(t, url, "fault publisher")
 	// The ingest stream exists before the daemon starts, so messages can
 	// be published first; file storage survives a restart of the server.
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
@@ -619,16 +628,7 @@ type collector struct {
 }
 
 func newCollector(t *testing.T, url string) *collector {
-	nc, err := nats.Connect(url, nats.Name("fault sink consumer"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJetStream(t, url, "fault sink consumer")
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
 		Name: "FIRED", Subjects: []string{"fired.>"}, Storage: jetstream.FileStorage,
 		Duplicates: 100 * time.Millisecond,
