@@ -51,9 +51,11 @@ type Daemon struct {
 // New connects to Redis and every broker and prepares the components. It
 // fails with an error that names the component when a connection cannot be
 // made; nothing is left open then.
-func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (d *Daemon, err error) {
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, err error) {
 	redis.SetLogger(redisLogger{log})
-	d = &Daemon{cfg: cfg, log: log, metrics: metrics.New(), sinks: map[string]sinks.Sink{}}
+	// d is not the named result: every failure returns a nil *Daemon, and the
+	// cleanup below must still see the half-built one.
+	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), sinks: map[string]sinks.Sink{}}
 	defer func() {
 		if err != nil {
 			d.closeAll(context.Background())
