@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 BIN      := bin/delaybridge
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/internal/cli.version=$(VERSION)
+LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/cmd/delaybridge/cli.version=$(VERSION)
 # Fuzzing budget per target, as a count of executions (about 10 s each here):
 # a duration races Go 1.26's fuzz coordinator at its deadline and fails with a
 # bare "context deadline exceeded" on a busy machine (golang/go#75804, fixed
@@ -15,8 +15,8 @@ FUZZTIME ?= 300000x
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build bin/delaybridge
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/delaybridge
+build: ## build bin/delaybridge (production: without the dev command's embedded NATS and Redis)
+	CGO_ENABLED=0 $(GO) build -trimpath -tags nodev -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/delaybridge
 
 dev: ## run the local quickstart (embedded NATS + Redis + daemon)
 	$(GO) run ./cmd/delaybridge dev

@@ -45,8 +45,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/delaybridge/delaybridge/internal/cli"
+	"github.com/delaybridge/delaybridge/cmd/delaybridge/cli"
 	"github.com/delaybridge/delaybridge/pkg/admin"
+	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
 )
 
@@ -60,7 +63,7 @@ const (
 	systemdEnv     = "systemd/delaybridge.env.example"
 	binaryName     = "delaybridge"
 	modulePath     = "github.com/delaybridge/delaybridge"
-	versionSymbol  = modulePath + "/internal/cli.version"
+	versionSymbol  = modulePath + "/cmd/delaybridge/cli.version"
 )
 
 // stopBudget is how long a supervisor must let delaybridge stop before it
@@ -476,8 +479,8 @@ func checkBrokerObjects(t *testing.T, where string, cfg *config.Config, commands
 	}
 	rabbitIngestQueues := map[string]bool{}
 	for _, in := range cfg.Ingest {
-		if in.RabbitMQ != nil {
-			rabbitIngestQueues[in.RabbitMQ.Queue] = true // declared by delaybridge
+		if rabbitIn(in) != nil {
+			rabbitIngestQueues[rabbitIn(in).Queue] = true // declared by delaybridge
 		}
 	}
 	var subjects []string
@@ -491,19 +494,19 @@ func checkBrokerObjects(t *testing.T, where string, cfg *config.Config, commands
 	}
 	for i, in := range cfg.Ingest {
 		at := fmt.Sprintf("ingest[%d]", i)
-		if in.Kafka != nil {
-			kafkaTopic(at+".kafka.topic", in.Kafka.Topic)
+		if kafkaIn(in) != nil {
+			kafkaTopic(at+".kafka.topic", kafkaIn(in).Topic)
 		}
 		s, dest := sinks[in.Route.Sink], in.Route.Destination
 		field := at + ".route.destination"
 		switch {
-		case s.Kafka != nil:
+		case kafkaOut(s) != nil:
 			kafkaTopic(field, dest)
-		case s.RabbitMQ != nil && s.RabbitMQ.Exchange == "":
+		case rabbitOut(s) != nil && rabbitOut(s).Exchange == "":
 			if !rabbitIngestQueues[dest] && !strings.Contains(commands, "name="+dest+" ") && !strings.HasSuffix(commands, "name="+dest) {
 				t.Errorf("%s: %s: RabbitMQ queue %q (default exchange: routing key = queue) is declared by no service's command: publishes would be unroutable", where, field, dest)
 			}
-		case s.NATS != nil && s.NATS.JetStream:
+		case natsOut(s) != nil && natsOut(s).JetStream:
 			if !slices.ContainsFunc(subjects, func(p string) bool { return natsSubjectMatch(p, dest) }) {
 				t.Errorf("%s: %s: NATS subject %q is in no stream created by a service's command (--subjects ...): JetStream publishes would get no PubAck", where, field, dest)
 			}
@@ -1259,27 +1262,27 @@ func configHosts(cfg *config.Config) map[string]string {
 	for i, in := range cfg.Ingest {
 		at := fmt.Sprintf("ingest[%d]", i)
 		switch {
-		case in.Kafka != nil:
-			for j, b := range in.Kafka.Brokers {
+		case kafkaIn(in) != nil:
+			for j, b := range kafkaIn(in).Brokers {
 				hostPort(fmt.Sprintf("%s.kafka.brokers[%d]", at, j), b)
 			}
-		case in.RabbitMQ != nil:
-			urls(at+".rabbitmq.url", in.RabbitMQ.URL)
-		case in.NATS != nil:
-			urls(at+".nats.url", in.NATS.URL)
+		case rabbitIn(in) != nil:
+			urls(at+".rabbitmq.url", rabbitIn(in).URL)
+		case natsIn(in) != nil:
+			urls(at+".nats.url", natsIn(in).URL)
 		}
 	}
 	for i, s := range cfg.Sinks {
 		at := fmt.Sprintf("sinks[%d]", i)
 		switch {
-		case s.Kafka != nil:
-			for j, b := range s.Kafka.Brokers {
+		case kafkaOut(s) != nil:
+			for j, b := range kafkaOut(s).Brokers {
 				hostPort(fmt.Sprintf("%s.kafka.brokers[%d]", at, j), b)
 			}
-		case s.RabbitMQ != nil:
-			urls(at+".rabbitmq.url", s.RabbitMQ.URL)
-		case s.NATS != nil:
-			urls(at+".nats.url", s.NATS.URL)
+		case rabbitOut(s) != nil:
+			urls(at+".rabbitmq.url", rabbitOut(s).URL)
+		case natsOut(s) != nil:
+			urls(at+".nats.url", natsOut(s).URL)
 		}
 	}
 	return hosts
@@ -2067,4 +2070,35 @@ func TestCheckers(t *testing.T) {
 	if !help(t, "inspect").positionals {
 		t.Error("help(inspect): no positionals allowed, want an ID")
 	}
+}
+
+// The broker blocks of ingests and sinks, nil when of another kind.
+func kafkaIn(in config.Ingest) *kafkabroker.IngestConfig {
+	b, _ := in.Broker.(*kafkabroker.IngestConfig)
+	return b
+}
+
+func rabbitIn(in config.Ingest) *rabbitbroker.IngestConfig {
+	b, _ := in.Broker.(*rabbitbroker.IngestConfig)
+	return b
+}
+
+func natsIn(in config.Ingest) *natsbroker.IngestConfig {
+	b, _ := in.Broker.(*natsbroker.IngestConfig)
+	return b
+}
+
+func kafkaOut(s config.Sink) *kafkabroker.SinkConfig {
+	b, _ := s.Broker.(*kafkabroker.SinkConfig)
+	return b
+}
+
+func rabbitOut(s config.Sink) *rabbitbroker.SinkConfig {
+	b, _ := s.Broker.(*rabbitbroker.SinkConfig)
+	return b
+}
+
+func natsOut(s config.Sink) *natsbroker.SinkConfig {
+	b, _ := s.Broker.(*natsbroker.SinkConfig)
+	return b
 }

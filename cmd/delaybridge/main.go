@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/delaybridge/delaybridge/internal/cli"
+	"github.com/delaybridge/delaybridge/cmd/delaybridge/cli"
 )
 
 func main() { os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }

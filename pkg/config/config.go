@@ -187,28 +187,27 @@ type EncryptionKey struct {
 
 // Ingest reads delayed messages from one broker source.
 type Ingest struct {
-	Name     string          `yaml:"name"`
-	Kafka    *KafkaIngest    `yaml:"kafka"`
-	RabbitMQ *RabbitMQIngest `yaml:"rabbitmq"`
-	NATS     *NATSIngest     `yaml:"nats"`
-	Route    Route           `yaml:"route"`
+	Name  string `yaml:"name"`
+	Route Route  `yaml:"route"`
 
 	// MaxInFlight caps messages read but not yet parked and acknowledged;
 	// reading pauses at the cap.
 	MaxInFlight int `yaml:"max_in_flight"`
+
+	// Broker is the block under the broker's key (kafka:, rabbitmq:,
+	// nats:), defined by that broker's package (pkg/brokers).
+	Broker IngestBroker `yaml:"-"`
+
+	brokerKeys int // broker keys in the YAML mapping (one is right)
 }
 
-// Kind returns "kafka", "rabbitmq", "nats" or "".
+// Kind returns the broker's key ("kafka", "rabbitmq", "nats"), or "" when
+// no broker is given.
 func (i *Ingest) Kind() string {
-	switch {
-	case i.Kafka != nil:
-		return "kafka"
-	case i.RabbitMQ != nil:
-		return "rabbitmq"
-	case i.NATS != nil:
-		return "nats"
+	if i.Broker == nil {
+		return ""
 	}
-	return ""
+	return i.Broker.Kind()
 }
 
 // Route says where an ingest's messages go.
@@ -226,141 +225,24 @@ type Route struct {
 	DefaultDelay *Duration `yaml:"default_delay"`
 }
 
-// KafkaIngest consumes a topic with a consumer group.
-type KafkaIngest struct {
-	KafkaAuth `yaml:",inline"`
-	Brokers   []string `yaml:"brokers"`
-	Topic     string   `yaml:"topic"`
-	Group     string   `yaml:"group"`
-	// StartOffset is where a group without a committed offset starts:
-	// "first" (default) or "last".
-	StartOffset string `yaml:"start_offset"`
-	// SessionTimeout is how long the group waits for a silent member
-	// before giving its partitions to another (default 10s).
-	SessionTimeout Duration `yaml:"session_timeout"`
-	// MaxInFlightPerPartition caps records of one partition read but not
-	// yet parked; fetching pauses at the cap (default 1000).
-	MaxInFlightPerPartition int `yaml:"max_in_flight_per_partition"`
-	// CommitInterval is how often finished offsets are committed (default
-	// 100ms); they are always committed on shutdown and on rebalance.
-	CommitInterval Duration `yaml:"commit_interval"`
-}
-
-// RabbitMQIngest consumes a queue with manual acks.
-type RabbitMQIngest struct {
-	RabbitMQAuth `yaml:",inline"`
-	URL          string `yaml:"url"`
-	Queue        string `yaml:"queue"`
-	// Prefetch is the channel's QoS: unacknowledged messages the broker
-	// sends ahead (default: the ingest's max_in_flight).
-	Prefetch int `yaml:"prefetch"`
-}
-
-// NATSIngest consumes a JetStream stream with a durable pull consumer, or a
-// core NATS subject (at most once) when Stream is empty.
-type NATSIngest struct {
-	NATSAuth `yaml:",inline"`
-	URL      string   `yaml:"url"`
-	Subject  string   `yaml:"subject"`
-	Stream   string   `yaml:"stream"`
-	Durable  string   `yaml:"durable"`
-	AckWait  Duration `yaml:"ack_wait"`
-}
-
 // Sink publishes due messages to one broker.
 type Sink struct {
-	Name     string        `yaml:"name"`
-	RabbitMQ *RabbitMQSink `yaml:"rabbitmq"`
-	Kafka    *KafkaSink    `yaml:"kafka"`
-	NATS     *NATSSink     `yaml:"nats"`
+	Name string `yaml:"name"`
+
+	// Broker is the block under the broker's key (rabbitmq:, kafka:,
+	// nats:), defined by that broker's package (pkg/brokers).
+	Broker SinkBroker `yaml:"-"`
+
+	brokerKeys int
 }
 
-// Kind returns "kafka", "rabbitmq", "nats" or "".
+// Kind returns the broker's key ("kafka", "rabbitmq", "nats"), or "" when
+// no broker is given.
 func (s *Sink) Kind() string {
-	switch {
-	case s.Kafka != nil:
-		return "kafka"
-	case s.RabbitMQ != nil:
-		return "rabbitmq"
-	case s.NATS != nil:
-		return "nats"
+	if s.Broker == nil {
+		return ""
 	}
-	return ""
-}
-
-// RabbitMQSink publishes to an exchange; the destination is the routing key.
-type RabbitMQSink struct {
-	RabbitMQAuth `yaml:",inline"`
-	URL          string `yaml:"url"`
-	Exchange     string `yaml:"exchange"`
-	// Mandatory makes an unroutable message a failed publish (retried, then
-	// dead with reason "unroutable") instead of silently dropped (default
-	// true).
-	Mandatory *bool `yaml:"mandatory"`
-}
-
-// KafkaSink produces to topics; the destination is the topic.
-type KafkaSink struct {
-	KafkaAuth `yaml:",inline"`
-	Brokers   []string `yaml:"brokers"`
-	// BatchTimeout is how long a partial batch waits for more messages
-	// (default 1ms: a single due message goes out at once).
-	BatchTimeout Duration `yaml:"batch_timeout"`
-	// BatchSize is the most messages per produce request (default 1000).
-	BatchSize int `yaml:"batch_size"`
-	// Compression: none (default), gzip, snappy, lz4, zstd.
-	Compression string `yaml:"compression"`
-}
-
-// NATSSink publishes to subjects; the destination is the subject.
-type NATSSink struct {
-	NATSAuth `yaml:",inline"`
-	URL      string `yaml:"url"`
-	// JetStream waits for the stream's PubAck; without it a core NATS
-	// publish has no confirmation (at most once on the sink side).
-	JetStream bool `yaml:"jetstream"`
-}
-
-// KafkaAuth is how a Kafka client authenticates: TLS and/or SASL.
-type KafkaAuth struct {
-	TLS  TLS       `yaml:"tls"`
-	SASL KafkaSASL `yaml:"sasl"`
-}
-
-// KafkaSASL is SASL authentication to Kafka.
-type KafkaSASL struct {
-	// Mechanism: "" (none), "plain", "scram-sha-256", "scram-sha-512".
-	// PLAIN sends the password in clear: use it with TLS.
-	Mechanism    string `yaml:"mechanism"`
-	Username     string `yaml:"username"`
-	Password     Secret `yaml:"password"`
-	PasswordFile string `yaml:"password_file"`
-}
-
-// RabbitMQAuth is how an AMQP client authenticates. Username and password
-// override those in the URL; External uses SASL EXTERNAL, the identity of
-// the TLS client certificate (amqps with tls.cert_file and key_file, and
-// the broker's rabbitmq_auth_mechanism_ssl plugin).
-type RabbitMQAuth struct {
-	TLS          TLS    `yaml:"tls"`
-	Username     string `yaml:"username"`
-	Password     Secret `yaml:"password"`
-	PasswordFile string `yaml:"password_file"`
-	External     bool   `yaml:"external"`
-}
-
-// NATSAuth is how a NATS client authenticates: at most one of user and
-// password, token, nkey seed file, or credentials (.creds) file; TLS
-// independently.
-type NATSAuth struct {
-	TLS          TLS    `yaml:"tls"`
-	User         string `yaml:"user"`
-	Password     Secret `yaml:"password"`
-	PasswordFile string `yaml:"password_file"`
-	Token        Secret `yaml:"token"`
-	TokenFile    string `yaml:"token_file"`
-	NKeySeedFile string `yaml:"nkey_seed_file"`
-	CredsFile    string `yaml:"creds_file"`
+	return s.Broker.Kind()
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s").

@@ -1,4 +1,4 @@
-package config
+package config_test
 
 import (
 	"errors"
@@ -8,6 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	_ "github.com/delaybridge/delaybridge/pkg/brokers" // registers the broker blocks
+
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/config"
 )
 
 const minimal = `
@@ -42,7 +47,7 @@ sinks:
 func noEnv(string) (string, bool) { return "", false }
 
 func TestContractMinimalConfigIsValid(t *testing.T) {
-	cfg, err := Parse([]byte(minimal), noEnv)
+	cfg, err := config.Parse([]byte(minimal), noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,16 +57,16 @@ func TestContractMinimalConfigIsValid(t *testing.T) {
 	if len(cfg.Ingest) != 3 || cfg.Ingest[0].Kind() != "kafka" || cfg.Ingest[1].Kind() != "rabbitmq" || cfg.Ingest[2].Kind() != "nats" {
 		t.Fatalf("ingest = %+v", cfg.Ingest)
 	}
-	if !cfg.Ingest[0].Route.AllowOverride || cfg.Ingest[2].NATS.Durable != "delaybridge" {
-		t.Fatalf("ingest details = %+v %+v", cfg.Ingest[0].Route, cfg.Ingest[2].NATS)
+	if !cfg.Ingest[0].Route.AllowOverride || cfg.Ingest[2].Broker.(*natsbroker.IngestConfig).Durable != "delaybridge" {
+		t.Fatalf("ingest details = %+v %+v", cfg.Ingest[0].Route, cfg.Ingest[2].Broker)
 	}
-	if len(cfg.Sinks) != 3 || !cfg.Sinks[2].NATS.JetStream {
+	if len(cfg.Sinks) != 3 || !cfg.Sinks[2].Broker.(*natsbroker.SinkConfig).JetStream {
 		t.Fatalf("sinks = %+v", cfg.Sinks)
 	}
 }
 
 func TestDefaults(t *testing.T) {
-	cfg, err := Parse([]byte(`
+	cfg, err := config.Parse([]byte(`
 redis: {addr: "localhost:6379"}
 ingest:
   - name: n
@@ -85,8 +90,8 @@ sinks: [{name: s, nats: {url: "nats://x:4222"}}]
 		{"max_attempts", cfg.Scheduler.MaxAttempts, 10},
 		{"max_delay", cfg.Limits.MaxDelay.D(), 365 * 24 * time.Hour},
 		{"max_payload_bytes", cfg.Limits.MaxPayloadBytes, 1 << 20},
-		{"durable", cfg.Ingest[0].NATS.Durable, "delaybridge_n"},
-		{"ack_wait", cfg.Ingest[0].NATS.AckWait.D(), 30 * time.Second},
+		{"durable", cfg.Ingest[0].Broker.(*natsbroker.IngestConfig).Durable, "delaybridge_n"},
+		{"ack_wait", cfg.Ingest[0].Broker.(*natsbroker.IngestConfig).AckWait.D(), 30 * time.Second},
 		{"max_in_flight", cfg.Ingest[0].MaxInFlight, 1000},
 		{"shutdown_timeout", cfg.ShutdownTimeout.D(), 30 * time.Second},
 	}
@@ -100,7 +105,7 @@ sinks: [{name: s, nats: {url: "nats://x:4222"}}]
 func TestEnvExpansion(t *testing.T) {
 	env := map[string]string{"REDIS_ADDR": "10.0.0.1:6380", "SHARDS": "32", "PASS": "p@ss: #word"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	cfg, err := Parse([]byte(`
+	cfg, err := config.Parse([]byte(`
 redis:
   addr: ${REDIS_ADDR}
   shards: ${SHARDS}
@@ -190,7 +195,7 @@ sinks:
   - {name: a, kafka: {brokers: []}}
   - {name: "", rabbitmq: {url: "http://x"}}
   - {name: c}
-`, []string{"sinks[0]: give exactly one of rabbitmq, kafka, nats (got 2)", `sinks[1].name: "a" is used by another sink`,
+`, []string{"sinks[0]: give exactly one of kafka, nats, rabbitmq (got 2)", `sinks[1].name: "a" is used by another sink`,
 			"sinks[1].kafka.brokers: at least one broker is required", "sinks[2].name: required",
 			`sinks[2].rabbitmq.url: scheme "http" is not one of amqp, amqps`, "sinks[3]: give exactly one"}},
 		{"no sinks", `
@@ -217,12 +222,12 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 			`ingest[1].name: "k" is used by another ingest`, "ingest[1].rabbitmq.queue: required",
 			"ingest[1].route.allow_override", "ingest[2].nats.durable: a durable consumer needs a JetStream stream",
 			`ingest[2].route.allowed_sinks[0]: "zzz" names no sink`, "ingest[2].route.allowed_destinations[0]",
-			"ingest[2].route.default_delay: 9000h0m0s is over limits.max_delay", "ingest[3]: give exactly one of kafka, rabbitmq, nats (got 0)"}},
+			"ingest[2].route.default_delay: 9000h0m0s is over limits.max_delay", "ingest[3]: give exactly one of kafka, nats, rabbitmq (got 0)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Parse([]byte(c.yaml), noEnv)
-			var ps Problems
+			_, err := config.Parse([]byte(c.yaml), noEnv)
+			var ps config.Problems
 			if !errors.As(err, &ps) {
 				t.Fatalf("err = %v, want Problems", err)
 			}
@@ -238,8 +243,8 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 
 func TestEmptyAndBrokenYAML(t *testing.T) {
 	for _, in := range []string{"", "redis: [unclosed", "\t- bad"} {
-		_, err := Parse([]byte(in), noEnv)
-		var ps Problems
+		_, err := config.Parse([]byte(in), noEnv)
+		var ps config.Problems
 		if !errors.As(err, &ps) || len(ps) == 0 {
 			t.Errorf("Parse(%q) = %v, want Problems", in, err)
 		}
@@ -255,7 +260,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{}
-	if _, err := Parse(data, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+	if _, err := config.Parse(data, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatalf("config.example.yaml: %v", err)
 	}
 }

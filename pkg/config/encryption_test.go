@@ -1,4 +1,4 @@
-package config
+package config_test
 
 import (
 	"encoding/base64"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"gopkg.in/yaml.v3"
 )
 
@@ -25,7 +26,7 @@ func withEncryption(section string) []byte { return []byte(minimal + section) }
 
 func TestEncryptionOffWhenAbsent(t *testing.T) {
 	for _, extra := range []string{"", "encryption:\n"} {
-		cfg, err := Parse(withEncryption(extra), noEnv)
+		cfg, err := config.Parse(withEncryption(extra), noEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +42,7 @@ func TestEncryptionFromEnvAndFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"ENC_K1": encK1}
-	cfg, err := Parse(withEncryption(fmt.Sprintf(`
+	cfg, err := config.Parse(withEncryption(fmt.Sprintf(`
 encryption:
   active_key: k2
   keys:
@@ -145,8 +146,8 @@ func TestEncryptionProblems(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Parse(withEncryption(c.section+"\n"), noEnv)
-			var ps Problems
+			_, err := config.Parse(withEncryption(c.section+"\n"), noEnv)
+			var ps config.Problems
 			if !errors.As(err, &ps) {
 				t.Fatalf("Parse = %v, want Problems", err)
 			}

@@ -42,7 +42,8 @@ func (ps Problems) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-func (ps *Problems) add(path, format string, args ...any) {
+// Add adds a problem at path, its message formatted like fmt.Sprintf.
+func (ps *Problems) Add(path, format string, args ...any) {
 	*ps = append(*ps, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
@@ -82,10 +83,10 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
 			for _, e := range te.Errors {
-				probs.add("", "%s", e)
+				probs.Add("", "%s", e)
 			}
 		} else {
-			probs.add("", "%s", err)
+			probs.Add("", "%s", err)
 		}
 	}
 	loadSecretFiles(reflect.ValueOf(&cfg), "", &probs)
@@ -155,7 +156,7 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), p
 			if sub[2] != "" {
 				return sub[3]
 			}
-			probs.add(path, "environment variable %s is not set (write ${%s:-default} for a default)", sub[1], sub[1])
+			probs.Add(path, "environment variable %s is not set (write ${%s:-default} for a default)", sub[1], sub[1])
 			return ""
 		})
 		if out != n.Value {
@@ -182,35 +183,36 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 	case t == durationType:
 		if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
 			if _, err := time.ParseDuration(n.Value); err != nil {
-				probs.add(path, "%q is not a duration; write it with a unit, e.g. 30s, 500ms, 5m", n.Value)
+				probs.Add(path, "%q is not a duration; write it with a unit, e.g. 30s, 500ms, 5m", n.Value)
 			}
 		}
 	case scalarKind(t) != "":
 		if n.Kind != yaml.ScalarNode {
-			probs.add(path, "expected %s, got %s", scalarKind(t), describe(n))
+			probs.Add(path, "expected %s, got %s", scalarKind(t), describe(n))
 		} else if n.Tag != "!!null" {
 			checkScalar(n, t, path, probs)
 		}
 	case t.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			if n.Tag != "!!null" {
-				probs.add(path, "expected a mapping of keys, got %s", describe(n))
+				probs.Add(path, "expected a mapping of keys, got %s", describe(n))
 			}
 			return
 		}
 		fields := map[string]reflect.Type{}
 		addFields(t, fields)
+		brokerFields(t, fields)
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
 			p := join(path, k)
 			ft, ok := fields[k]
 			if !ok {
-				probs.add(p, "unknown key (known keys here: %s)", strings.Join(sortedKeys(fields), ", "))
+				probs.Add(p, "unknown key (known keys here: %s)", strings.Join(sortedKeys(fields), ", "))
 				continue
 			}
 			if seen[k] {
-				probs.add(p, "key given twice")
+				probs.Add(p, "key given twice")
 			}
 			seen[k] = true
 			checkKeys(n.Content[i+1], ft, p, probs)
@@ -218,7 +220,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 	case t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8:
 		if n.Kind != yaml.SequenceNode {
 			if n.Tag != "!!null" {
-				probs.add(path, "expected a list, got %s", describe(n))
+				probs.Add(path, "expected a list, got %s", describe(n))
 			}
 			return
 		}
@@ -309,6 +311,6 @@ func checkScalar(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 		err = n.Decode(&v)
 	}
 	if err != nil {
-		probs.add(path, "%q is not %s", n.Value, scalarKind(t))
+		probs.Add(path, "%q is not %s", n.Value, scalarKind(t))
 	}
 }

@@ -74,6 +74,11 @@ func loadSecretFiles(v reflect.Value, path string, probs *Problems) {
 					loadSecretFiles(v.Field(i), path, probs)
 				case name != "":
 					loadSecretFiles(v.Field(i), join(path, name), probs)
+				case f.Type.Kind() == reflect.Interface && !v.Field(i).IsNil():
+					// A broker block (Ingest.Broker, Sink.Broker) sits under its kind's key.
+					if b, ok := v.Field(i).Interface().(interface{ Kind() string }); ok {
+						loadSecretFiles(v.Field(i).Elem(), join(path, b.Kind()), probs)
+					}
 				}
 				continue
 			}
@@ -86,12 +91,12 @@ func loadSecretFiles(v reflect.Value, path string, probs *Problems) {
 				continue
 			}
 			if v.Field(i).String() != "" {
-				probs.add(join(path, name+"_file"), "give %s or %s_file, not both", name, name)
+				probs.Add(join(path, name+"_file"), "give %s or %s_file, not both", name, name)
 				continue
 			}
 			data, err := os.ReadFile(file)
 			if err != nil {
-				probs.add(join(path, name+"_file"), "cannot read: %v", err)
+				probs.Add(join(path, name+"_file"), "cannot read: %v", err)
 				continue
 			}
 			v.Field(i).SetString(strings.TrimRight(string(data), "\r\n"))

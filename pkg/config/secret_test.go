@@ -1,4 +1,4 @@
-package config
+package config_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"gopkg.in/yaml.v3"
 )
 
@@ -22,7 +26,7 @@ func TestSecretsFromFilesAndEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"TOKEN": "tok-" + secretValue}
-	cfg, err := Parse([]byte(fmt.Sprintf(`
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 redis: {addr: "a:1", password_file: %q}
 admin: {token: "${TOKEN}"}
 sinks:
@@ -36,9 +40,9 @@ sinks:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, got := range map[string]Secret{
-		"redis.password": cfg.Redis.Password, "kafka": cfg.Sinks[0].Kafka.SASL.Password,
-		"nats": cfg.Sinks[1].NATS.Password, "rabbitmq": cfg.Sinks[2].RabbitMQ.Password,
+	for name, got := range map[string]config.Secret{
+		"redis.password": cfg.Redis.Password, "kafka": cfg.Sinks[0].Broker.(*kafkabroker.SinkConfig).SASL.Password,
+		"nats": cfg.Sinks[1].Broker.(*natsbroker.SinkConfig).Password, "rabbitmq": cfg.Sinks[2].Broker.(*rabbitbroker.SinkConfig).Password,
 	} {
 		if got.Reveal() != secretValue {
 			t.Errorf("%s = %q from the file, want %q (trailing newline trimmed)", name, got.Reveal(), secretValue)
@@ -68,12 +72,12 @@ sinks:
 }
 
 func TestSecretProblems(t *testing.T) {
-	_, err := Parse([]byte(`
+	_, err := config.Parse([]byte(`
 redis: {addr: "a:1", password: x, password_file: /nonexistent/pw}
 admin: {token_file: /nonexistent/token}
 sinks: [{name: s, nats: {url: "nats://x:1"}}]
 `), noEnv)
-	var ps Problems
+	var ps config.Problems
 	if !errors.As(err, &ps) {
 		t.Fatalf("err = %v", err)
 	}
@@ -85,7 +89,7 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 }
 
 func TestAuthValidation(t *testing.T) {
-	_, err := Parse([]byte(`
+	_, err := config.Parse([]byte(`
 redis: {addr: "a:1", tls: {ca_file: x}}
 admin: {tls: {cert_file: c}}
 sinks:
@@ -116,7 +120,7 @@ sinks:
 // A URL that does not parse is reported without quoting it: it may hold a
 // password.
 func TestBadURLDoesNotPrintThePassword(t *testing.T) {
-	_, err := Parse([]byte(`
+	_, err := config.Parse([]byte(`
 redis: {addr: "a:1"}
 sinks: [{name: r, rabbitmq: {url: "amqp://guest:s3cr/et@host/"}}]
 `), noEnv)

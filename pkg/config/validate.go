@@ -11,105 +11,101 @@ import (
 	"time"
 )
 
-// Defaults, as documented in config.example.yaml.
+// Defaults, as config.example.yaml documents them. They are named here
+// once and applied by ApplyDefaults (the broker blocks' by their packages);
+// the components a configuration builds take their values from it.
 const (
+	DefaultKeyPrefix         = "delaybridge"
+	DefaultShards            = 16
+	DefaultRedisDialTimeout  = 5 * time.Second
+	DefaultRedisReadTimeout  = 3 * time.Second
+	DefaultRedisWriteTimeout = 3 * time.Second
+
 	DefaultAdminListen = "127.0.0.1:7070"
-	DefaultKeyPrefix   = "delaybridge"
-	DefaultShards      = 16
+	DefaultLogLevel    = "info"
+	DefaultLogFormat   = "text"
+
+	DefaultBatchSize         = 256
+	DefaultLease             = 30 * time.Second
+	DefaultMaxSleep          = time.Second
+	DefaultPublishTimeout    = 10 * time.Second
+	DefaultMaxAttempts       = 10
+	DefaultLatePolicy        = "deliver"
+	DefaultBackoffInitial    = time.Second
+	DefaultBackoffMax        = 5 * time.Minute
+	DefaultBackoffMultiplier = 2.0
+	DefaultBackoffJitter     = 0.2
+
+	DefaultMaxDelay        = 365 * 24 * time.Hour
+	DefaultMaxPayloadBytes = 1 << 20
+	DefaultMaxHeaderBytes  = 64 << 10
+	DefaultMaxIDBytes      = 256
+
+	DefaultDeadMaxMessages = 100_000
+
+	// DefaultShutdownTimeout is the one budget of a graceful stop: the
+	// daemon is gone within it (see daemon.Run).
+	DefaultShutdownTimeout = 30 * time.Second
+
+	DefaultMaxInFlight = 1000
 )
 
 // ApplyDefaults fills every unset field with its default.
 func (c *Config) ApplyDefaults() {
-	setStr(&c.Redis.KeyPrefix, DefaultKeyPrefix)
-	setInt(&c.Redis.Shards, DefaultShards)
-	setDur(&c.Redis.DialTimeout, 5*time.Second)
-	setDur(&c.Redis.ReadTimeout, 3*time.Second)
-	setDur(&c.Redis.WriteTimeout, 3*time.Second)
+	Default(&c.Redis.KeyPrefix, DefaultKeyPrefix)
+	Default(&c.Redis.Shards, DefaultShards)
+	Default(&c.Redis.DialTimeout, Duration(DefaultRedisDialTimeout))
+	Default(&c.Redis.ReadTimeout, Duration(DefaultRedisReadTimeout))
+	Default(&c.Redis.WriteTimeout, Duration(DefaultRedisWriteTimeout))
 
-	setStr(&c.Admin.Listen, DefaultAdminListen)
-	setStr(&c.Log.Level, "info")
-	setStr(&c.Log.Format, "text")
+	Default(&c.Admin.Listen, DefaultAdminListen)
+	Default(&c.Log.Level, DefaultLogLevel)
+	Default(&c.Log.Format, DefaultLogFormat)
 	if c.Tracing.SampleRatio == nil {
 		one := 1.0
 		c.Tracing.SampleRatio = &one
 	}
 
 	s := &c.Scheduler
-	setInt(&s.BatchSize, 256)
-	setDur(&s.Lease, 30*time.Second)
-	setDur(&s.MaxSleep, time.Second)
-	setDur(&s.PublishTimeout, 10*time.Second)
-	setInt(&s.MaxAttempts, 10)
-	setStr(&s.LatePolicy, "deliver")
-	setDur(&s.Backoff.Initial, time.Second)
-	setDur(&s.Backoff.Max, 5*time.Minute)
-	if s.Backoff.Multiplier == 0 {
-		s.Backoff.Multiplier = 2
-	}
-	if s.Backoff.Jitter == 0 {
-		s.Backoff.Jitter = 0.2
-	}
+	Default(&s.BatchSize, DefaultBatchSize)
+	Default(&s.Lease, Duration(DefaultLease))
+	Default(&s.MaxSleep, Duration(DefaultMaxSleep))
+	Default(&s.PublishTimeout, Duration(DefaultPublishTimeout))
+	Default(&s.MaxAttempts, DefaultMaxAttempts)
+	Default(&s.LatePolicy, DefaultLatePolicy)
+	Default(&s.Backoff.Initial, Duration(DefaultBackoffInitial))
+	Default(&s.Backoff.Max, Duration(DefaultBackoffMax))
+	Default(&s.Backoff.Multiplier, DefaultBackoffMultiplier)
+	Default(&s.Backoff.Jitter, DefaultBackoffJitter)
 
-	setDur(&c.Limits.MaxDelay, 365*24*time.Hour)
-	setInt(&c.Limits.MaxPayloadBytes, 1<<20)
-	setInt(&c.Limits.MaxHeaderBytes, 64<<10)
-	setInt(&c.Limits.MaxIDBytes, 256)
+	Default(&c.Limits.MaxDelay, Duration(DefaultMaxDelay))
+	Default(&c.Limits.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	Default(&c.Limits.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	Default(&c.Limits.MaxIDBytes, DefaultMaxIDBytes)
 
-	setInt(&c.Dead.MaxMessages, 100_000)
-	setDur(&c.ShutdownTimeout, 30*time.Second)
+	Default(&c.Dead.MaxMessages, DefaultDeadMaxMessages)
+	Default(&c.ShutdownTimeout, Duration(DefaultShutdownTimeout))
 
 	for i := range c.Sinks {
-		if k := c.Sinks[i].Kafka; k != nil {
-			setDur(&k.BatchTimeout, time.Millisecond)
-			setInt(&k.BatchSize, 1000)
-			setStr(&k.Compression, "none")
-		}
-		if r := c.Sinks[i].RabbitMQ; r != nil && r.Mandatory == nil {
-			yes := true
-			r.Mandatory = &yes
+		if b := c.Sinks[i].Broker; b != nil {
+			b.ApplyDefaults()
 		}
 	}
-
 	for i := range c.Ingest {
 		in := &c.Ingest[i]
-		setInt(&in.MaxInFlight, 1000)
-		if k := in.Kafka; k != nil {
-			setStr(&k.StartOffset, "first")
-			setDur(&k.SessionTimeout, 10*time.Second)
-			setInt(&k.MaxInFlightPerPartition, 1000)
-			setDur(&k.CommitInterval, 100*time.Millisecond)
-		}
-		if r := in.RabbitMQ; r != nil {
-			setInt(&r.Prefetch, in.MaxInFlight)
-		}
-		if n := in.NATS; n != nil && n.Stream != "" {
-			setStr(&n.Durable, durableName(in.Name))
-			setDur(&n.AckWait, 30*time.Second)
+		Default(&in.MaxInFlight, DefaultMaxInFlight)
+		if in.Broker != nil {
+			in.Broker.ApplyDefaults(in)
 		}
 	}
 }
 
-// durableName makes a JetStream consumer name from an ingest name.
-func durableName(name string) string {
-	r := strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_", "\t", "_")
-	return "delaybridge_" + r.Replace(name)
-}
-
-func setStr(p *string, v string) {
-	if *p == "" {
+// Default sets *p to v when *p is the zero value: how every default is
+// applied, here and in the broker packages.
+func Default[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
 		*p = v
-	}
-}
-
-func setInt(p *int, v int) {
-	if *p == 0 {
-		*p = v
-	}
-}
-
-func setDur(p *Duration, v time.Duration) {
-	if *p == 0 {
-		*p = Duration(v)
 	}
 }
 
@@ -118,52 +114,52 @@ func (c *Config) Validate() error {
 	var p Problems
 	c.validateRedis(&p)
 	if c.Admin.Listen != "" {
-		checkHostPort(&p, "admin.listen", c.Admin.Listen)
+		p.HostPort("admin.listen", c.Admin.Listen)
 	}
 	if t := c.Admin.TLS; (t.CertFile == "") != (t.KeyFile == "") {
-		p.add("admin.tls", "give both cert_file and key_file")
+		p.Add("admin.tls", "give both cert_file and key_file")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		p.add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+		p.Add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
 	}
 	switch c.Log.Format {
 	case "text", "json":
 	default:
-		p.add("log.format", "%q is not one of text, json", c.Log.Format)
+		p.Add("log.format", "%q is not one of text, json", c.Log.Format)
 	}
 	if r := *c.Tracing.SampleRatio; r < 0 || r > 1 {
-		p.add("tracing.sample_ratio", "%g is not between 0 and 1", r)
+		p.Add("tracing.sample_ratio", "%g is not between 0 and 1", r)
 	}
 	c.validateScheduler(&p)
-	positive(&p, "limits.max_delay", int64(c.Limits.MaxDelay))
-	positive(&p, "limits.max_payload_bytes", int64(c.Limits.MaxPayloadBytes))
-	positive(&p, "limits.max_header_bytes", int64(c.Limits.MaxHeaderBytes))
-	positive(&p, "limits.max_id_bytes", int64(c.Limits.MaxIDBytes))
+	p.Positive("limits.max_delay", int64(c.Limits.MaxDelay))
+	p.Positive("limits.max_payload_bytes", int64(c.Limits.MaxPayloadBytes))
+	p.Positive("limits.max_header_bytes", int64(c.Limits.MaxHeaderBytes))
+	p.Positive("limits.max_id_bytes", int64(c.Limits.MaxIDBytes))
 	if c.Limits.MaxParkedMessages < 0 {
-		p.add("limits.max_parked_messages", "must not be negative (0: no limit)")
+		p.Add("limits.max_parked_messages", "must not be negative (0: no limit)")
 	}
 	if c.Limits.MaxRedisMemory < 0 {
-		p.add("limits.max_redis_memory", "must not be negative (0: no limit)")
+		p.Add("limits.max_redis_memory", "must not be negative (0: no limit)")
 	}
-	positive(&p, "dead.max_messages", int64(c.Dead.MaxMessages))
-	positive(&p, "shutdown_timeout", int64(c.ShutdownTimeout))
+	p.Positive("dead.max_messages", int64(c.Dead.MaxMessages))
+	p.Positive("shutdown_timeout", int64(c.ShutdownTimeout))
 
 	sinks := map[string]bool{}
 	if len(c.Sinks) == 0 {
-		p.add("sinks", "at least one sink is required")
+		p.Add("sinks", "at least one sink is required")
 	}
 	for i := range c.Sinks {
 		c.validateSink(&p, i, sinks)
 	}
 	switch {
 	case c.Dead.Sink != "" && !sinks[c.Dead.Sink]:
-		p.add("dead.sink", "%q names no sink in sinks", c.Dead.Sink)
+		p.Add("dead.sink", "%q names no sink in sinks", c.Dead.Sink)
 	case c.Dead.Sink != "" && c.Dead.Destination == "":
-		p.add("dead.destination", "required with dead.sink")
+		p.Add("dead.destination", "required with dead.sink")
 	case c.Dead.Sink == "" && c.Dead.Destination != "":
-		p.add("dead.sink", "required with dead.destination")
+		p.Add("dead.sink", "required with dead.destination")
 	}
 	names := map[string]bool{}
 	for i := range c.Ingest {
@@ -183,83 +179,83 @@ func (c *Config) validateRedis(p *Problems) {
 	sentinel := len(r.SentinelAddrs) > 0 || r.MasterName != ""
 	switch {
 	case sentinel && (r.Addr != "" || len(r.Addrs) > 0 || r.Cluster):
-		p.add("redis.sentinel_addrs", "with Sentinel, give sentinel_addrs and master_name only (not addr, addrs or cluster)")
+		p.Add("redis.sentinel_addrs", "with Sentinel, give sentinel_addrs and master_name only (not addr, addrs or cluster)")
 	case sentinel && len(r.SentinelAddrs) == 0:
-		p.add("redis.sentinel_addrs", "master_name needs the sentinels in sentinel_addrs")
+		p.Add("redis.sentinel_addrs", "master_name needs the sentinels in sentinel_addrs")
 	case sentinel && r.MasterName == "":
-		p.add("redis.master_name", "sentinel_addrs needs the master_name the sentinels monitor")
+		p.Add("redis.master_name", "sentinel_addrs needs the master_name the sentinels monitor")
 	case sentinel:
 	case r.Cluster && len(r.Addrs) == 0:
-		p.add("redis.addrs", "cluster: true needs the seed nodes in addrs")
+		p.Add("redis.addrs", "cluster: true needs the seed nodes in addrs")
 	case r.Cluster && r.Addr != "":
-		p.add("redis.addr", "with cluster: true, give the nodes in addrs instead")
+		p.Add("redis.addr", "with cluster: true, give the nodes in addrs instead")
 	case !r.Cluster && len(r.Addrs) > 0:
-		p.add("redis.addrs", "addrs is for Redis Cluster; set cluster: true, or give a single addr")
+		p.Add("redis.addrs", "addrs is for Redis Cluster; set cluster: true, or give a single addr")
 	case !r.Cluster && r.Addr == "":
-		p.add("redis.addr", "required (host:port of Redis)")
+		p.Add("redis.addr", "required (host:port of Redis)")
 	}
 	if r.Addr != "" {
-		checkHostPort(p, "redis.addr", r.Addr)
+		p.HostPort("redis.addr", r.Addr)
 	}
 	for i, a := range r.Addrs {
-		checkHostPort(p, fmt.Sprintf("redis.addrs[%d]", i), a)
+		p.HostPort(fmt.Sprintf("redis.addrs[%d]", i), a)
 	}
 	for i, a := range r.SentinelAddrs {
-		checkHostPort(p, fmt.Sprintf("redis.sentinel_addrs[%d]", i), a)
+		p.HostPort(fmt.Sprintf("redis.sentinel_addrs[%d]", i), a)
 	}
 	if r.Cluster && r.DB != 0 {
-		p.add("redis.db", "Redis Cluster has only database 0")
+		p.Add("redis.db", "Redis Cluster has only database 0")
 	}
 	if r.DB < 0 {
-		p.add("redis.db", "must not be negative")
+		p.Add("redis.db", "must not be negative")
 	}
 	if strings.ContainsAny(r.KeyPrefix, "{} \t\r\n") {
-		p.add("redis.key_prefix", "%q must not contain braces or white space (braces would change the cluster hash tag)", r.KeyPrefix)
+		p.Add("redis.key_prefix", "%q must not contain braces or white space (braces would change the cluster hash tag)", r.KeyPrefix)
 	}
 	if r.Shards < 1 || r.Shards > 1024 {
-		p.add("redis.shards", "%d is not between 1 and 1024", r.Shards)
+		p.Add("redis.shards", "%d is not between 1 and 1024", r.Shards)
 	}
-	positive(p, "redis.dial_timeout", int64(r.DialTimeout))
-	positive(p, "redis.read_timeout", int64(r.ReadTimeout))
-	positive(p, "redis.write_timeout", int64(r.WriteTimeout))
+	p.Positive("redis.dial_timeout", int64(r.DialTimeout))
+	p.Positive("redis.read_timeout", int64(r.ReadTimeout))
+	p.Positive("redis.write_timeout", int64(r.WriteTimeout))
 	if r.PoolSize < 0 {
-		p.add("redis.pool_size", "must not be negative")
+		p.Add("redis.pool_size", "must not be negative")
 	}
-	checkTLS(p, "redis.tls", r.TLS)
+	p.TLS("redis.tls", r.TLS)
 }
 
 func (c *Config) validateScheduler(p *Problems) {
 	s := &c.Scheduler
 	if s.BatchSize < 1 || s.BatchSize > 10_000 {
-		p.add("scheduler.batch_size", "%d is not between 1 and 10000", s.BatchSize)
+		p.Add("scheduler.batch_size", "%d is not between 1 and 10000", s.BatchSize)
 	}
-	positive(p, "scheduler.lease", int64(s.Lease))
-	positive(p, "scheduler.max_sleep", int64(s.MaxSleep))
-	positive(p, "scheduler.publish_timeout", int64(s.PublishTimeout))
+	p.Positive("scheduler.lease", int64(s.Lease))
+	p.Positive("scheduler.max_sleep", int64(s.MaxSleep))
+	p.Positive("scheduler.publish_timeout", int64(s.PublishTimeout))
 	if s.PublishTimeout >= s.Lease {
-		p.add("scheduler.publish_timeout", "%s must be shorter than scheduler.lease %s, or a slow publish would be taken over by another instance", s.PublishTimeout, s.Lease)
+		p.Add("scheduler.publish_timeout", "%s must be shorter than scheduler.lease %s, or a slow publish would be taken over by another instance", s.PublishTimeout, s.Lease)
 	}
 	if s.LatePolicy != "deliver" && s.LatePolicy != "dead" {
-		p.add("scheduler.late_policy", "%q is not one of deliver, dead", s.LatePolicy)
+		p.Add("scheduler.late_policy", "%q is not one of deliver, dead", s.LatePolicy)
 	}
 	if s.MaxLateness < 0 {
-		p.add("scheduler.max_lateness", "must not be negative")
+		p.Add("scheduler.max_lateness", "must not be negative")
 	}
 	if s.LatePolicy == "dead" && s.MaxLateness == 0 {
-		p.add("scheduler.max_lateness", "late_policy dead needs a max_lateness")
+		p.Add("scheduler.max_lateness", "late_policy dead needs a max_lateness")
 	}
 	if s.MaxAttempts < 1 {
-		p.add("scheduler.max_attempts", "must be at least 1")
+		p.Add("scheduler.max_attempts", "must be at least 1")
 	}
-	positive(p, "scheduler.backoff.initial", int64(s.Backoff.Initial))
+	p.Positive("scheduler.backoff.initial", int64(s.Backoff.Initial))
 	if s.Backoff.Max < s.Backoff.Initial {
-		p.add("scheduler.backoff.max", "%s is less than backoff.initial %s", s.Backoff.Max, s.Backoff.Initial)
+		p.Add("scheduler.backoff.max", "%s is less than backoff.initial %s", s.Backoff.Max, s.Backoff.Initial)
 	}
 	if s.Backoff.Multiplier < 1 {
-		p.add("scheduler.backoff.multiplier", "%g must be at least 1", s.Backoff.Multiplier)
+		p.Add("scheduler.backoff.multiplier", "%g must be at least 1", s.Backoff.Multiplier)
 	}
 	if s.Backoff.Jitter < 0 || s.Backoff.Jitter > 1 {
-		p.add("scheduler.backoff.jitter", "%g is not between 0 and 1", s.Backoff.Jitter)
+		p.Add("scheduler.backoff.jitter", "%g is not between 0 and 1", s.Backoff.Jitter)
 	}
 }
 
@@ -267,33 +263,9 @@ func (c *Config) validateSink(p *Problems, i int, names map[string]bool) {
 	s := &c.Sinks[i]
 	at := fmt.Sprintf("sinks[%d]", i)
 	checkName(p, at+".name", s.Name, names, "sink")
-	kinds := 0
-	if s.RabbitMQ != nil {
-		kinds++
-		checkURL(p, at+".rabbitmq.url", s.RabbitMQ.URL, "amqp", "amqps")
-		checkRabbitAuth(p, at+".rabbitmq", s.RabbitMQ.RabbitMQAuth)
-	}
-	if k := s.Kafka; k != nil {
-		kinds++
-		checkBrokers(p, at+".kafka.brokers", k.Brokers)
-		checkKafkaAuth(p, at+".kafka", k.KafkaAuth)
-		positive(p, at+".kafka.batch_timeout", int64(k.BatchTimeout))
-		if k.BatchSize < 1 {
-			p.add(at+".kafka.batch_size", "must be at least 1")
-		}
-		switch k.Compression {
-		case "none", "gzip", "snappy", "lz4", "zstd":
-		default:
-			p.add(at+".kafka.compression", "%q is not one of none, gzip, snappy, lz4, zstd", k.Compression)
-		}
-	}
-	if s.NATS != nil {
-		kinds++
-		checkNATSURL(p, at+".nats.url", s.NATS.URL)
-		checkNATSAuth(p, at+".nats", s.NATS.NATSAuth)
-	}
-	if kinds != 1 {
-		p.add(at, "give exactly one of rabbitmq, kafka, nats (got %d)", kinds)
+	checkOneBroker(p, at, s.brokerKeys, s.Broker != nil)
+	if s.Broker != nil {
+		s.Broker.Validate(at+"."+s.Kind(), p)
 	}
 }
 
@@ -301,77 +273,39 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	in := &c.Ingest[i]
 	at := fmt.Sprintf("ingest[%d]", i)
 	checkName(p, at+".name", in.Name, names, "ingest")
-	kinds := 0
-	if k := in.Kafka; k != nil {
-		kinds++
-		checkBrokers(p, at+".kafka.brokers", k.Brokers)
-		checkKafkaAuth(p, at+".kafka", k.KafkaAuth)
-		required(p, at+".kafka.topic", k.Topic)
-		required(p, at+".kafka.group", k.Group)
-		if k.StartOffset != "first" && k.StartOffset != "last" {
-			p.add(at+".kafka.start_offset", "%q is not one of first, last", k.StartOffset)
-		}
-		if k.SessionTimeout.D() < time.Second {
-			p.add(at+".kafka.session_timeout", "%s is less than 1s", k.SessionTimeout)
-		}
-		if k.MaxInFlightPerPartition < 1 {
-			p.add(at+".kafka.max_in_flight_per_partition", "must be at least 1")
-		}
-		positive(p, at+".kafka.commit_interval", int64(k.CommitInterval))
-	}
-	if r := in.RabbitMQ; r != nil {
-		kinds++
-		checkURL(p, at+".rabbitmq.url", r.URL, "amqp", "amqps")
-		checkRabbitAuth(p, at+".rabbitmq", r.RabbitMQAuth)
-		required(p, at+".rabbitmq.queue", r.Queue)
-		if r.Prefetch < 1 || r.Prefetch > 65535 {
-			p.add(at+".rabbitmq.prefetch", "%d is not between 1 and 65535", r.Prefetch)
-		}
-	}
-	if n := in.NATS; n != nil {
-		kinds++
-		checkNATSURL(p, at+".nats.url", n.URL)
-		checkNATSAuth(p, at+".nats", n.NATSAuth)
-		required(p, at+".nats.subject", n.Subject)
-		if n.Stream == "" && n.Durable != "" {
-			p.add(at+".nats.durable", "a durable consumer needs a JetStream stream (nats.stream)")
-		}
-		if strings.ContainsAny(n.Durable, ".*> \t") {
-			p.add(at+".nats.durable", "%q must not contain '.', '*', '>' or white space", n.Durable)
-		}
-	}
-	if kinds != 1 {
-		p.add(at, "give exactly one of kafka, rabbitmq, nats (got %d)", kinds)
+	checkOneBroker(p, at, in.brokerKeys, in.Broker != nil)
+	if in.Broker != nil {
+		in.Broker.Validate(in, at+"."+in.Kind(), p)
 	}
 	if in.MaxInFlight < 1 {
-		p.add(at+".max_in_flight", "must be at least 1")
+		p.Add(at+".max_in_flight", "must be at least 1")
 	}
 	r := &in.Route
 	switch {
 	case r.Sink == "":
-		p.add(at+".route.sink", "required: the name of one of sinks")
+		p.Add(at+".route.sink", "required: the name of one of sinks")
 	case !sinks[r.Sink]:
-		p.add(at+".route.sink", "%q names no sink in sinks", r.Sink)
+		p.Add(at+".route.sink", "%q names no sink in sinks", r.Sink)
 	}
-	required(p, at+".route.destination", r.Destination)
+	p.Required(at+".route.destination", r.Destination)
 	if (len(r.AllowedSinks) > 0 || len(r.AllowedDestinations) > 0) && !r.AllowOverride {
-		p.add(at+".route.allow_override", "allowed_sinks/allowed_destinations restrict overrides; set allow_override: true to allow them")
+		p.Add(at+".route.allow_override", "allowed_sinks/allowed_destinations restrict overrides; set allow_override: true to allow them")
 	}
 	for j, s := range r.AllowedSinks {
 		if !sinks[s] {
-			p.add(fmt.Sprintf("%s.route.allowed_sinks[%d]", at, j), "%q names no sink in sinks", s)
+			p.Add(fmt.Sprintf("%s.route.allowed_sinks[%d]", at, j), "%q names no sink in sinks", s)
 		}
 	}
 	for j, d := range r.AllowedDestinations {
 		if _, err := path.Match(d, ""); err != nil {
-			p.add(fmt.Sprintf("%s.route.allowed_destinations[%d]", at, j), "%q is not a valid pattern: %v", d, err)
+			p.Add(fmt.Sprintf("%s.route.allowed_destinations[%d]", at, j), "%q is not a valid pattern: %v", d, err)
 		}
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay < 0 {
-		p.add(at+".route.default_delay", "must not be negative")
+		p.Add(at+".route.default_delay", "must not be negative")
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay {
-		p.add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)
+		p.Add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)
 	}
 }
 
@@ -380,18 +314,18 @@ var encryptionKeyID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 func (e *Encryption) validate(p *Problems) {
 	if len(e.Keys) == 0 {
-		p.add("encryption.keys", "at least one key is required (or remove encryption: to store messages in clear)")
+		p.Add("encryption.keys", "at least one key is required (or remove encryption: to store messages in clear)")
 	}
 	ids := map[string]bool{}
 	for i, k := range e.Keys {
 		at := fmt.Sprintf("encryption.keys[%d]", i)
 		switch {
 		case k.ID == "":
-			p.add(at+".id", "required: a name stored with every message the key seals, e.g. k1")
+			p.Add(at+".id", "required: a name stored with every message the key seals, e.g. k1")
 		case !encryptionKeyID.MatchString(k.ID):
-			p.add(at+".id", "%q must be 1 to 64 letters, digits, '.', '_' or '-'", k.ID)
+			p.Add(at+".id", "%q must be 1 to 64 letters, digits, '.', '_' or '-'", k.ID)
 		case ids[k.ID]:
-			p.add(at+".id", "%q is used by another key", k.ID)
+			p.Add(at+".id", "%q is used by another key", k.ID)
 		}
 		ids[k.ID] = true
 		field := at + ".key"
@@ -402,69 +336,65 @@ func (e *Encryption) validate(p *Problems) {
 		// and the size is all that is said of a valid encoding.
 		switch raw, err := base64.StdEncoding.DecodeString(k.Key.Reveal()); {
 		case k.Key == "" && k.KeyFile == "":
-			p.add(at+".key", "required: 32 random bytes in standard base64 (openssl rand -base64 32), or key_file")
+			p.Add(at+".key", "required: 32 random bytes in standard base64 (openssl rand -base64 32), or key_file")
 		case err != nil:
-			p.add(field, "not valid standard base64 (make a key with: openssl rand -base64 32)")
+			p.Add(field, "not valid standard base64 (make a key with: openssl rand -base64 32)")
 		case len(raw) != 32:
-			p.add(field, "decodes to %d bytes; AES-256 needs 32 (make a key with: openssl rand -base64 32)", len(raw))
+			p.Add(field, "decodes to %d bytes; AES-256 needs 32 (make a key with: openssl rand -base64 32)", len(raw))
 		}
 	}
 	switch {
 	case e.ActiveKey == "":
-		p.add("encryption.active_key", "required: the id of the key that seals new messages")
+		p.Add("encryption.active_key", "required: the id of the key that seals new messages")
 	case !ids[e.ActiveKey]:
-		p.add("encryption.active_key", "%q is not the id of a key in encryption.keys", e.ActiveKey)
+		p.Add("encryption.active_key", "%q is not the id of a key in encryption.keys", e.ActiveKey)
 	}
 }
 
 func checkName(p *Problems, at, name string, seen map[string]bool, what string) {
 	switch {
 	case name == "":
-		p.add(at, "required: a unique %s name", what)
+		p.Add(at, "required: a unique %s name", what)
 	case seen[name]:
-		p.add(at, "%q is used by another %s", name, what)
+		p.Add(at, "%q is used by another %s", name, what)
 	case strings.ContainsAny(name, " \t\r\n/"):
-		p.add(at, "%q must not contain white space or '/'", name)
+		p.Add(at, "%q must not contain white space or '/'", name)
 	}
 	seen[name] = true
 }
 
-func required(p *Problems, at, v string) {
+// Required reports a value that is empty or only white space.
+func (p *Problems) Required(at, v string) {
 	if strings.TrimSpace(v) == "" {
-		p.add(at, "required")
+		p.Add(at, "required")
 	}
 }
 
-func positive(p *Problems, at string, v int64) {
+// Positive reports a value that is 0 or less.
+func (p *Problems) Positive(at string, v int64) {
 	if v <= 0 {
-		p.add(at, "must be positive")
+		p.Add(at, "must be positive")
 	}
 }
 
-func checkHostPort(p *Problems, at, v string) {
+// HostPort reports a value that is not host:port.
+func (p *Problems) HostPort(at, v string) {
 	if _, _, err := net.SplitHostPort(v); err != nil {
-		p.add(at, "%q is not host:port", v)
+		p.Add(at, "%q is not host:port", v)
 	}
 }
 
-func checkBrokers(p *Problems, at string, brokers []string) {
-	if len(brokers) == 0 {
-		p.add(at, "at least one broker is required")
-	}
-	for j, b := range brokers {
-		checkHostPort(p, fmt.Sprintf("%s[%d]", at, j), b)
-	}
-}
-
-func checkURL(p *Problems, at, v string, schemes ...string) {
+// URL reports a value that is missing, not a URL, or of another scheme;
+// the message never quotes the URL (it may hold a password).
+func (p *Problems) URL(at, v string, schemes ...string) {
 	if v == "" {
-		p.add(at, "required")
+		p.Add(at, "required")
 		return
 	}
 	u, err := url.Parse(v)
 	if err != nil {
 		// url.Error quotes the URL, password included, and its inner error a piece of it.
-		p.add(at, "not a URL (a reserved character in the user or password, such as / # ? @ %%, must be percent-encoded)")
+		p.Add(at, "not a URL (a reserved character in the user or password, such as / # ? @ %%, must be percent-encoded)")
 		return
 	}
 	for _, s := range schemes {
@@ -472,75 +402,15 @@ func checkURL(p *Problems, at, v string, schemes ...string) {
 			return
 		}
 	}
-	p.add(at, "scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
+	p.Add(at, "scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
 }
 
-// checkNATSURL accepts nats.go's comma-separated server list.
-func checkNATSURL(p *Problems, at, v string) {
-	if v == "" {
-		p.add(at, "required")
-		return
-	}
-	for _, one := range strings.Split(v, ",") {
-		checkURL(p, at, strings.TrimSpace(one), "nats", "tls", "ws", "wss")
-	}
-}
-
-func checkTLS(p *Problems, at string, t TLS) {
+// TLS reports a client TLS block that is inconsistent.
+func (p *Problems) TLS(at string, t TLS) {
 	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify) {
-		p.add(at+".enabled", "TLS settings are given but enabled is false; set enabled: true")
+		p.Add(at+".enabled", "TLS settings are given but enabled is false; set enabled: true")
 	}
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		p.add(at, "give both cert_file and key_file for a client certificate")
-	}
-}
-
-func checkKafkaAuth(p *Problems, at string, a KafkaAuth) {
-	checkTLS(p, at+".tls", a.TLS)
-	s := a.SASL
-	switch s.Mechanism {
-	case "":
-		if s.Username != "" || s.Password != "" {
-			p.add(at+".sasl.mechanism", "required with a username or password: plain, scram-sha-256 or scram-sha-512")
-		}
-	case "plain", "scram-sha-256", "scram-sha-512":
-		required(p, at+".sasl.username", s.Username)
-		if s.Password == "" {
-			p.add(at+".sasl.password", "required (or password_file)")
-		}
-	default:
-		p.add(at+".sasl.mechanism", "%q is not one of plain, scram-sha-256, scram-sha-512", s.Mechanism)
-	}
-}
-
-func checkRabbitAuth(p *Problems, at string, a RabbitMQAuth) {
-	checkTLS(p, at+".tls", a.TLS)
-	if a.Password != "" && a.Username == "" {
-		p.add(at+".username", "required with a password")
-	}
-	if a.External && (a.TLS.CertFile == "" || !a.TLS.Enabled) {
-		p.add(at+".external", "SASL EXTERNAL authenticates with the TLS client certificate: set tls.enabled, tls.cert_file and tls.key_file")
-	}
-	if a.External && a.Username != "" {
-		p.add(at+".username", "not used with external: true (the certificate is the identity)")
-	}
-}
-
-func checkNATSAuth(p *Problems, at string, a NATSAuth) {
-	checkTLS(p, at+".tls", a.TLS)
-	methods := 0
-	if a.User != "" || a.Password != "" {
-		methods++
-		if a.User == "" {
-			p.add(at+".user", "required with a password")
-		}
-	}
-	for _, set := range []bool{a.Token != "", a.NKeySeedFile != "", a.CredsFile != ""} {
-		if set {
-			methods++
-		}
-	}
-	if methods > 1 {
-		p.add(at, "give one way to authenticate: user/password, token, nkey_seed_file or creds_file")
+		p.Add(at, "give both cert_file and key_file for a client certificate")
 	}
 }

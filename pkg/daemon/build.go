@@ -8,21 +8,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delaybridge/internal/kafkautil"
-	"github.com/delaybridge/delaybridge/internal/natsutil"
-	"github.com/delaybridge/delaybridge/internal/tlsutil"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
-	"github.com/delaybridge/delaybridge/pkg/ingest"
-	"github.com/delaybridge/delaybridge/pkg/ingest/kafkaingest"
-	"github.com/delaybridge/delaybridge/pkg/ingest/natsingest"
-	"github.com/delaybridge/delaybridge/pkg/ingest/rabbitingest"
 	"github.com/delaybridge/delaybridge/pkg/seal"
-	"github.com/delaybridge/delaybridge/pkg/sinks"
-	"github.com/delaybridge/delaybridge/pkg/sinks/kafkasink"
-	"github.com/delaybridge/delaybridge/pkg/sinks/natssink"
-	"github.com/delaybridge/delaybridge/pkg/sinks/rabbitsink"
 	"github.com/delaybridge/delaybridge/pkg/store"
+	"github.com/delaybridge/delaybridge/pkg/tlsutil"
 )
 
 // OpenStore connects to the Redis of cfg and checks that it answers. With an
@@ -111,79 +101,6 @@ func redisAddr(rc config.Redis) string {
 		return fmt.Sprint(rc.Addrs)
 	}
 	return rc.Addr
-}
-
-// NewSink connects the sink of sc.
-func NewSink(ctx context.Context, sc config.Sink, log *slog.Logger) (sinks.Sink, error) {
-	var (
-		s   sinks.Sink
-		err error
-	)
-	switch {
-	case sc.NATS != nil:
-		opts, oerr := natsutil.AuthOptions(sc.NATS.NATSAuth)
-		if oerr != nil {
-			return nil, fmt.Errorf("sink %s: %w", sc.Name, oerr)
-		}
-		s, err = natssink.New(natssink.Config{Name: sc.Name, URL: sc.NATS.URL, JetStream: sc.NATS.JetStream, Options: opts}, log)
-	case sc.RabbitMQ != nil:
-		r := sc.RabbitMQ
-		s, err = rabbitsink.New(ctx, rabbitsink.Config{Name: sc.Name, URL: r.URL, Exchange: r.Exchange, Mandatory: *r.Mandatory, Auth: r.RabbitMQAuth}, log)
-	case sc.Kafka != nil:
-		k := sc.Kafka
-		tlsCfg, mech, aerr := kafkautil.Auth(k.KafkaAuth)
-		if aerr != nil {
-			return nil, fmt.Errorf("sink %s: %w", sc.Name, aerr)
-		}
-		s, err = kafkasink.New(kafkasink.Config{Name: sc.Name, Brokers: k.Brokers, BatchTimeout: k.BatchTimeout.D(),
-			BatchSize: k.BatchSize, Compression: k.Compression, TLS: tlsCfg, SASL: mech}, log)
-	default:
-		return nil, fmt.Errorf("sink %s: the %s sink is not available in this build", sc.Name, sc.Kind())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sink %s: %w", sc.Name, err)
-	}
-	return s, nil
-}
-
-// NewSource connects the ingest source of ic.
-func NewSource(ctx context.Context, ic *config.Ingest, log *slog.Logger) (ingest.Source, error) {
-	var (
-		s   ingest.Source
-		err error
-	)
-	switch {
-	case ic.NATS != nil:
-		n := ic.NATS
-		opts, oerr := natsutil.AuthOptions(n.NATSAuth)
-		if oerr != nil {
-			return nil, fmt.Errorf("ingest %s: %w", ic.Name, oerr)
-		}
-		s, err = natsingest.New(ctx, natsingest.Config{
-			Name: ic.Name, URL: n.URL, Options: opts, Subject: n.Subject, Stream: n.Stream,
-			Durable: n.Durable, AckWait: n.AckWait.D(), MaxInFlight: ic.MaxInFlight,
-		}, log)
-	case ic.RabbitMQ != nil:
-		r := ic.RabbitMQ
-		s, err = rabbitingest.New(ctx, rabbitingest.Config{Name: ic.Name, URL: r.URL, Queue: r.Queue, Prefetch: r.Prefetch, Auth: r.RabbitMQAuth}, log)
-	case ic.Kafka != nil:
-		k := ic.Kafka
-		tlsCfg, mech, aerr := kafkautil.Auth(k.KafkaAuth)
-		if aerr != nil {
-			return nil, fmt.Errorf("ingest %s: %w", ic.Name, aerr)
-		}
-		s, err = kafkaingest.New(ctx, kafkaingest.Config{
-			Name: ic.Name, Brokers: k.Brokers, Topic: k.Topic, Group: k.Group, StartOffset: k.StartOffset,
-			SessionTimeout: k.SessionTimeout.D(), MaxInFlightPerPartition: k.MaxInFlightPerPartition,
-			CommitInterval: k.CommitInterval.D(), TLS: tlsCfg, SASL: mech,
-		}, log)
-	default:
-		return nil, fmt.Errorf("ingest %s: the %s ingest is not available in this build", ic.Name, ic.Kind())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ingest %s: %w", ic.Name, err)
-	}
-	return s, nil
 }
 
 // Limits converts the configured limits.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delaybridge/internal/tlsutil"
 	"github.com/delaybridge/delaybridge/pkg/admin"
+	"github.com/delaybridge/delaybridge/pkg/brokers"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
@@ -24,6 +24,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
+	"github.com/delaybridge/delaybridge/pkg/tlsutil"
 	"github.com/delaybridge/delaybridge/pkg/tracing"
 )
 
@@ -78,8 +79,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	}
 	warnEviction(ctx, d.store.Client(), log)
 
-	for _, sc := range cfg.Sinks {
-		s, err := NewSink(ctx, sc, log)
+	for i := range cfg.Sinks {
+		sc := &cfg.Sinks[i]
+		s, err := brokers.OpenSink(ctx, sc, log)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +121,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	roomToPark := newCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory)
 	for i := range cfg.Ingest {
 		ic := &cfg.Ingest[i]
-		src, err := NewSource(ctx, ic, log)
+		src, err := brokers.OpenSource(ctx, ic, log)
 		if err != nil {
 			return nil, err
 		}

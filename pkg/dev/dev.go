@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/pkg/brokers"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/daemon"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -122,7 +123,7 @@ Fired messages appear below. Ctrl-C stops everything.
 
 	if !o.NoWelcome {
 		due := time.Now().Add(5 * time.Second)
-		err := daemon.Send(ctx, cfg, daemon.SendRequest{Ingest: "dev", Delay: "5s", Body: []byte("hello from delaybridge")})
+		err := brokers.Send(ctx, cfg, brokers.SendRequest{Ingest: "dev", Delay: "5s", Body: []byte("hello from delaybridge")})
 		if err != nil {
 			fmt.Fprintf(out, "could not send the welcome message: %v\n", err)
 		} else {

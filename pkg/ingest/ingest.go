@@ -1,8 +1,8 @@
 // Package ingest reads delayed messages from brokers and parks them in
 // Redis.
 //
-// A broker adapter implements Source (sub-packages natsingest, kafkaingest,
-// rabbitingest). Pipeline drives one Source: it reads messages, parses their
+// Each broker package under pkg/brokers implements Source (natsbroker,
+// kafkabroker, rabbitbroker). Pipeline drives one Source: it reads messages, parses their
 // headers (envelope.Parse), parks them in batches, and only then
 // acknowledges each one to its broker. A message is acknowledged after it is
 // parked, kept as dead (rejected), or its cancel was applied; never before.
@@ -55,4 +55,16 @@ var ErrClosed = errors.New("ingest: source closed")
 // Ready returns nil when connected, else an error saying why not.
 type Ready interface {
 	Ready() error
+}
+
+// Publication is one message as a publisher puts it on an ingest's broker
+// (`delaybridge send`, the dev quickstart, tests): the argument of every
+// broker's Send.
+type Publication struct {
+	Headers envelope.Headers
+	Body    []byte
+	Key     []byte // Kafka: the record key
+	// Subject is where to publish on NATS; empty means the ingest's own
+	// subject with its wildcards filled in.
+	Subject string
 }

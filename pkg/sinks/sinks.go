@@ -1,7 +1,7 @@
 // Package sinks publishes due messages to brokers.
 //
-// A broker adapter implements Sink (sub-packages natssink, kafkasink,
-// rabbitsink). The scheduler removes a message from Redis only after its
+// Each broker package under pkg/brokers implements Sink (natsbroker,
+// kafkabroker, rabbitbroker). The scheduler removes a message from Redis only after its
 // Sink confirmed the publish, so delivery is at least once: a crash between
 // the confirmation and the removal publishes the message again, with the same
 // x-message-id (and the broker's own ID field) so that consumers can drop

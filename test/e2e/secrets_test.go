@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/delaybridge/delaybridge/internal/cli"
+	"github.com/delaybridge/delaybridge/cmd/delaybridge/cli"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 

@@ -1,0 +1,100 @@
+// Package brokers is the registry of the brokers delaybridge reads from and
+// publishes to. Each broker has one folder beside this file (natsbroker,
+// kafkabroker, rabbitbroker) holding everything of it: its configuration
+// blocks with their defaults and validation, its connection code, its
+// ingest Source, its Sink, and its Send (what `delaybridge send` uses).
+//
+// A new broker is one more such folder and one more line in the registry
+// below: the configuration then knows its key, and the daemon and the
+// command line open its sources and sinks through Open and Send here, with
+// no switch on the kind anywhere.
+//
+// Importing this package registers the brokers with pkg/config; a program
+// that loads a configuration imports it.
+package brokers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
+	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// registry is every broker of the build.
+var registry = []config.Broker{
+	kafkabroker.Broker,
+	natsbroker.Broker,
+	rabbitbroker.Broker,
+}
+
+func init() { config.RegisterBroker(registry...) }
+
+// Ingest is what a broker's ingest block (config.Ingest.Broker) can do
+// besides being configured.
+type Ingest interface {
+	config.IngestBroker
+	// Open connects a Source that reads the ingest's messages.
+	Open(ctx context.Context, in *config.Ingest, log *slog.Logger) (ingest.Source, error)
+	// Send publishes one message to the ingest's topic, queue or subject
+	// the way an application would, and waits for the broker to take it.
+	Send(ctx context.Context, in *config.Ingest, p ingest.Publication) error
+}
+
+// Sink is what a broker's sink block (config.Sink.Broker) can do besides
+// being configured.
+type Sink interface {
+	config.SinkBroker
+	// Open connects the sink named name.
+	Open(ctx context.Context, name string, log *slog.Logger) (sinks.Sink, error)
+}
+
+// Every block of the registry is one of these: checked when compiling.
+var (
+	_ Ingest = (*kafkabroker.IngestConfig)(nil)
+	_ Ingest = (*natsbroker.IngestConfig)(nil)
+	_ Ingest = (*rabbitbroker.IngestConfig)(nil)
+	_ Sink   = (*kafkabroker.SinkConfig)(nil)
+	_ Sink   = (*natsbroker.SinkConfig)(nil)
+	_ Sink   = (*rabbitbroker.SinkConfig)(nil)
+)
+
+// OpenSource connects the Source of the ingest in. The error names the
+// ingest.
+func OpenSource(ctx context.Context, in *config.Ingest, log *slog.Logger) (ingest.Source, error) {
+	b, err := ingestOf(in)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.Open(ctx, in, log)
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", in.Name, err)
+	}
+	return s, nil
+}
+
+// OpenSink connects the sink sc. The error names the sink.
+func OpenSink(ctx context.Context, sc *config.Sink, log *slog.Logger) (sinks.Sink, error) {
+	b, ok := sc.Broker.(Sink)
+	if !ok {
+		return nil, fmt.Errorf("sink %s: no broker block (one of %v) in this build", sc.Name, config.BrokerKinds())
+	}
+	s, err := b.Open(ctx, sc.Name, log)
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: %w", sc.Name, err)
+	}
+	return s, nil
+}
+
+func ingestOf(in *config.Ingest) (Ingest, error) {
+	b, ok := in.Broker.(Ingest)
+	if !ok {
+		return nil, fmt.Errorf("ingest %s: no broker block (one of %v) in this build", in.Name, config.BrokerKinds())
+	}
+	return b, nil
+}

@@ -1,0 +1,395 @@
+package kafkabroker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// generation is one consumer-group generation of this member: the partitions
+// assigned to it and the committer. Everything runs under kg.Start, so that
+// kafka-go waits for it before joining the next generation, and the final
+// commit goes out before the partitions can belong to anyone else.
+type generation struct {
+	src   *Source
+	kg    *kafka.Generation
+	parts []*partition
+
+	// acked is signalled by acknowledgements while the generation ends, so
+	// that finish notices when nothing handed out is outstanding.
+	acked chan struct{}
+}
+
+func newGeneration(s *Source, kg *kafka.Generation) *generation {
+	g := &generation{src: s, kg: kg, acked: make(chan struct{}, 1)}
+	for _, a := range kg.Assignments[s.cfg.Topic] {
+		g.parts = append(g.parts, &partition{
+			g:         g,
+			topic:     s.cfg.Topic,
+			id:        a.ID,
+			start:     a.Offset,
+			committed: max(a.Offset, -1), // FirstOffset/LastOffset: nothing committed
+			wake:      make(chan struct{}, 1),
+		})
+	}
+	return g
+}
+
+// start launches the committer and one fetcher per partition.
+func (g *generation) start() {
+	ids := make([]int, len(g.parts))
+	for i, p := range g.parts {
+		ids[i] = p.id
+	}
+	g.src.log.Info("kafka partitions assigned", "generation", g.kg.ID, "partitions", ids)
+	g.kg.Start(g.commitLoop)
+	for _, p := range g.parts {
+		g.kg.Start(p.run)
+	}
+}
+
+// commitLoop commits finished offsets every CommitInterval and, when the
+// generation ends, once more after giving up the partitions.
+func (g *generation) commitLoop(ctx context.Context) {
+	t := time.NewTicker(g.src.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			g.finish()
+			return
+		case <-t.C:
+			_ = g.commit()
+		}
+	}
+}
+
+// finish ends the generation: no more records are handed out, records
+// already handed out get a little time to be acknowledged (not on Close:
+// the caller has stopped acknowledging), the partitions are revoked (later
+// acknowledgements are ignored) and what is finished is committed.
+func (g *generation) finish() {
+	for _, p := range g.parts {
+		p.setStopping()
+	}
+	if !g.src.isClosed() {
+		deadline := time.NewTimer(g.src.drain)
+	wait:
+		for !g.drained() {
+			select {
+			case <-g.acked:
+			case <-deadline.C:
+				break wait
+			}
+		}
+		deadline.Stop()
+	}
+	for _, p := range g.parts {
+		p.revoke()
+	}
+	err := g.commit()
+	g.src.log.Info("kafka partitions revoked", "generation", g.kg.ID)
+	g.src.endGeneration(g, err)
+}
+
+// drained reports whether no record handed out is still unacknowledged.
+func (g *generation) drained() bool {
+	for _, p := range g.parts {
+		p.mu.Lock()
+		n := p.handed
+		p.mu.Unlock()
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// commit commits the committable offset of every partition that moved.
+func (g *generation) commit() error {
+	offsets := make(map[int]int64)
+	for _, p := range g.parts {
+		p.mu.Lock()
+		if p.cp != nil {
+			if c := p.cp.committable(); c > p.committed {
+				offsets[p.id] = c
+			}
+		}
+		p.mu.Unlock()
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	err := g.kg.CommitOffsets(map[string]map[int]int64{g.src.cfg.Topic: offsets})
+	if err != nil {
+		g.src.log.Warn("kafka offset commit failed; retrying at the next interval", "generation", g.kg.ID, "err", err)
+		g.src.setCommitErr(err)
+		return err
+	}
+	g.src.setCommitErr(nil)
+	for _, p := range g.parts {
+		if off, ok := offsets[p.id]; ok {
+			p.mu.Lock()
+			p.committed = max(p.committed, off)
+			p.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// partition is one assigned partition in one generation: its fetcher and
+// its checkpointer.
+type partition struct {
+	g     *generation
+	topic string
+	id    int
+	start int64 // committed offset, or kafka.FirstOffset/LastOffset
+
+	wake chan struct{} // capacity 1: room freed, or rewind requested
+
+	mu          sync.Mutex
+	epoch       uint64        // bumped by begin; records of older epochs are stale
+	cp          *checkpointer // nil until the start offset is known
+	committed   int64         // last committed offset; -1 when none
+	unsettled   int           // fetched in this epoch and not yet acknowledged
+	handed      int           // of those, handed out by Read
+	stopping    bool          // generation ending: hand out nothing more
+	revoked     bool          // generation ended: ignore acknowledgements
+	rewind      bool          // a record was nacked: re-read from committable
+	cancelFetch context.CancelFunc
+	fetchErr    error
+	fetchErrAt  time.Time
+}
+
+// record is a fetched record on its way to Read.
+type record struct {
+	p     *partition
+	epoch uint64
+	msg   kafka.Message
+	acked atomic.Bool
+}
+
+// ack is the record's ingest.AckFunc.
+func (r *record) ack(_ context.Context, err error) error {
+	if r.acked.Swap(true) {
+		return nil // a second call: the contract says once; ignore it
+	}
+	r.p.settle(r.epoch, r.msg.Offset, err)
+	return nil
+}
+
+// run fetches the partition until the generation ends.
+func (p *partition) run(ctx context.Context) {
+	log := p.g.src.log.With("partition", p.id)
+	offset := p.start
+	for ctx.Err() == nil {
+		if offset < 0 {
+			abs, err := p.g.src.resolveOffset(ctx, p.topic, p.id, offset)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.setFetchErr(err)
+					log.Debug("kafka: cannot look up start offset; retrying", "err", err)
+				}
+				if !sleep(ctx, time.Second) {
+					return
+				}
+				continue
+			}
+			offset = abs
+		}
+		if !p.begin(offset) {
+			return
+		}
+		offset = p.fetch(ctx, offset)
+		if offset < 0 {
+			return
+		}
+		log.Info("kafka: a record was not handled; re-reading the partition from its first unfinished record", "offset", offset)
+		if !sleep(ctx, rewindPause) {
+			return
+		}
+	}
+}
+
+// begin starts a new epoch at offset: everything fetched before is
+// forgotten (its acknowledgements are ignored) and will be fetched again.
+func (p *partition) begin(offset int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping || p.revoked {
+		return false
+	}
+	p.epoch++
+	p.cp = newCheckpointer(offset)
+	p.unsettled, p.handed, p.rewind = 0, 0, false
+	return true
+}
+
+// fetch reads from offset until ctx ends (it returns -1) or a nack asks for
+// a rewind (it returns the offset to re-read from).
+func (p *partition) fetch(ctx context.Context, offset int64) int64 {
+	cfg := &p.g.src.cfg
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.mu.Lock()
+	p.cancelFetch = cancel
+	epoch := p.epoch
+	p.mu.Unlock()
+
+	klog := kafka.LoggerFunc(func(format string, args ...any) {})
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:        cfg.Brokers,
+		Dialer:         p.g.src.dialer,
+		Topic:          p.topic,
+		Partition:      p.id,
+		QueueCapacity:  min(cfg.MaxInFlightPerPartition, 100),
+		MinBytes:       1,
+		MaxBytes:       1 << 20,
+		MaxWait:        time.Second,
+		IsolationLevel: kafka.ReadCommitted,
+		Logger:         klog,
+		ErrorLogger:    klog,
+	})
+	defer r.Close()
+	if err := r.SetOffset(offset); err != nil {
+		p.setFetchErr(err)
+		return -1
+	}
+	for {
+		// Wait for room under the in-flight cap, or a rewind.
+		for {
+			p.mu.Lock()
+			rewind, room := p.rewind, p.unsettled < cfg.MaxInFlightPerPartition
+			var at int64
+			if rewind {
+				at = p.cp.committable()
+			}
+			p.mu.Unlock()
+			if rewind {
+				return at
+			}
+			if room {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return -1
+			case <-p.wake:
+			}
+		}
+		m, err := r.FetchMessage(fctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return -1
+			}
+			if fctx.Err() != nil {
+				continue // rewind requested: handled at the top
+			}
+			p.setFetchErr(err)
+			p.g.src.log.Debug("kafka: fetch failed; retrying", "partition", p.id, "err", err)
+			continue
+		}
+		p.mu.Lock()
+		if p.stopping || p.revoked {
+			p.mu.Unlock()
+			return -1
+		}
+		p.cp.add(m.Offset)
+		p.unsettled++
+		p.fetchErr = nil
+		p.mu.Unlock()
+		select {
+		case p.g.src.recs <- &record{p: p, epoch: epoch, msg: m}:
+		case <-ctx.Done():
+			return -1
+		}
+	}
+}
+
+// handOut reports whether a record of epoch may go to the caller of Read,
+// and counts it as handed out.
+func (p *partition) handOut(epoch uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping || p.revoked || epoch != p.epoch {
+		return false
+	}
+	p.handed++
+	return true
+}
+
+// settle records the acknowledgement of the record at off.
+func (p *partition) settle(epoch uint64, off int64, err error) {
+	p.mu.Lock()
+	if p.revoked || epoch != p.epoch {
+		p.mu.Unlock()
+		return
+	}
+	p.unsettled--
+	p.handed--
+	var cancel context.CancelFunc
+	if err == nil {
+		p.cp.finish(off)
+	} else if !p.rewind {
+		p.rewind = true
+		cancel = p.cancelFetch
+	}
+	stopping := p.stopping
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	if stopping {
+		select {
+		case p.g.acked <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *partition) setStopping() {
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
+}
+
+func (p *partition) revoke() {
+	p.mu.Lock()
+	p.revoked = true
+	p.mu.Unlock()
+}
+
+func (p *partition) setFetchErr(err error) {
+	p.mu.Lock()
+	p.fetchErr, p.fetchErrAt = err, time.Now()
+	p.mu.Unlock()
+}
+
+// fetchError returns the last fetch error if it is recent.
+func (p *partition) fetchError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fetchErr != nil && time.Since(p.fetchErrAt) < fetchErrTTL {
+		return p.fetchErr
+	}
+	return nil
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,320 @@
+package kafkabroker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// SinkParams of a Kafka sink. Zero values take the defaults noted.
+type SinkParams struct {
+	Name    string
+	Brokers []string
+	// BatchTimeout is how long a partial batch waits for more messages
+	// (default 1ms).
+	BatchTimeout time.Duration
+	// BatchSize is the most messages per partition and produce request
+	// (default 1000).
+	BatchSize int
+	// Compression: none (default), gzip, snappy, lz4, zstd.
+	Compression string
+
+	// TLS and SASL, when set, secure and authenticate every connection to
+	// the brokers: the writers' and Ready's (Auth makes them).
+	TLS  *tls.Config
+	SASL sasl.Mechanism
+}
+
+// MaxMessageBytes is the largest record (key, value and headers with their
+// framing) the sink sends: kafka-go's batch limit, just under Kafka's
+// default max.message.bytes (1048588). A larger message is a permanent
+// error. A topic with a smaller max.message.bytes rejects larger records
+// itself, which is permanent too.
+const MaxMessageBytes = 1 << 20
+
+// readyTTL is how long a Ready check is reused.
+const readyTTL = time.Second
+
+// readyTimeout bounds a Ready check: connecting, TLS, SASL and one request.
+const readyTimeout = 5 * time.Second
+
+// Sink publishes to Kafka. Create it with New.
+type Sink struct {
+	cfg    SinkParams
+	log    *slog.Logger
+	tr     *kafka.Transport
+	w      *kafka.Writer // batches across callers
+	solo   *kafka.Writer // one record per request, to retry a too-large batch's records alone
+	dialer *kafka.Dialer
+
+	readyMu  sync.Mutex
+	readyAt  time.Time
+	readyErr error
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+var _ sinks.Ready = (*Sink)(nil)
+
+// New returns a Sink. It does not connect: the writer connects on the first
+// Publish, and Ready checks that a broker answers.
+func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, fmt.Errorf("kafka sink %s: no brokers", cfg.Name)
+	}
+	if cfg.BatchTimeout <= 0 {
+		cfg.BatchTimeout = time.Millisecond
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1000
+	}
+	var comp kafka.Compression
+	switch cfg.Compression {
+	case "", "none":
+	case "gzip":
+		comp = kafka.Gzip
+	case "snappy":
+		comp = kafka.Snappy
+	case "lz4":
+		comp = kafka.Lz4
+	case "zstd":
+		comp = kafka.Zstd
+	default:
+		return nil, fmt.Errorf("kafka sink %s: compression %q is not one of none, gzip, snappy, lz4, zstd", cfg.Name, cfg.Compression)
+	}
+	log = log.With("sink", cfg.Name)
+	klog := kafka.LoggerFunc(func(format string, args ...any) {
+		log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
+	})
+	tr := &kafka.Transport{
+		ClientID:    "delaybridge-" + cfg.Name,
+		DialTimeout: 5 * time.Second,
+		// Metadata is refreshed this often, so that a topic created after
+		// an "unknown topic" failure is seen soon.
+		MetadataTTL: 2 * time.Second,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
+	}
+	writer := func(batchSize int) *kafka.Writer {
+		return &kafka.Writer{
+			Addr:            kafka.TCP(cfg.Brokers...),
+			Balancer:        kafka.Murmur2Balancer{},
+			RequiredAcks:    kafka.RequireAll,
+			BatchTimeout:    cfg.BatchTimeout,
+			BatchSize:       batchSize,
+			BatchBytes:      MaxMessageBytes,
+			Compression:     comp,
+			MaxAttempts:     3,
+			WriteBackoffMin: 50 * time.Millisecond,
+			WriteBackoffMax: 500 * time.Millisecond,
+			Transport:       tr,
+			ErrorLogger:     klog,
+		}
+	}
+	return &Sink{
+		cfg:    cfg,
+		log:    log,
+		tr:     tr,
+		w:      writer(cfg.BatchSize),
+		solo:   writer(1),
+		dialer: &kafka.Dialer{Timeout: readyTimeout, ClientID: "delaybridge-" + cfg.Name, TLS: cfg.TLS, SASLMechanism: cfg.SASL},
+	}, nil
+}
+
+// Publish writes msgs, each to the topic named by its Destination, and
+// waits for acks=all. Each message has its own result: a message the broker
+// refused fails alone. Messages for different topics are written in
+// parallel; messages for one partition keep their order within a call.
+//
+// Permanent errors: an invalid topic name, a message over MaxMessageBytes
+// or over the topic's max.message.bytes. An unknown topic is retryable (it
+// may be created). When ctx ends first, the messages not yet confirmed have
+// an error, though they may still be written.
+func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
+	errs := make([]error, len(msgs))
+	kms := make([]kafka.Message, len(msgs))
+	byTopic := make(map[string][]int)
+	now := time.Now()
+	for i, m := range msgs {
+		if err := validTopic(m.Destination); err != nil {
+			errs[i] = sinks.Permanent(fmt.Errorf("kafka sink %s: %w", s.cfg.Name, err))
+			continue
+		}
+		kms[i] = toKafka(m, now)
+		if n := recordSize(&kms[i]); n > MaxMessageBytes {
+			errs[i] = sinks.Permanent(fmt.Errorf("kafka sink %s: message of about %d bytes exceeds the limit of %d bytes", s.cfg.Name, n, MaxMessageBytes))
+			continue
+		}
+		byTopic[m.Destination] = append(byTopic[m.Destination], i)
+	}
+	if len(byTopic) == 1 {
+		for topic, idx := range byTopic {
+			s.publishTopic(ctx, topic, kms, idx, errs)
+		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for topic, idx := range byTopic {
+		wg.Go(func() { s.publishTopic(ctx, topic, kms, idx, errs) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// publishTopic writes the messages kms[idx] (all for topic) and sets their
+// errs entries.
+func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Message, idx []int, errs []error) {
+	batch := make([]kafka.Message, len(idx))
+	for j, i := range idx {
+		batch[j] = kms[i]
+	}
+	err := s.w.WriteMessages(ctx, batch...)
+	if err == nil {
+		return
+	}
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) || len(werrs) != len(idx) {
+		// The call failed as a whole: topic metadata (unknown topic,
+		// brokers unreachable) or ctx.
+		for _, i := range idx {
+			errs[i] = s.classify(topic, err)
+		}
+		return
+	}
+	var alone []int
+	for j, e := range werrs {
+		switch {
+		case e == nil:
+		case tooLarge(e):
+			// The batch may be too large for the topic although each record
+			// fits: try the records one by one before calling it permanent.
+			alone = append(alone, idx[j])
+		default:
+			errs[idx[j]] = s.classify(topic, e)
+		}
+	}
+	if len(alone) == 0 {
+		return
+	}
+	batch = batch[:0]
+	for _, i := range alone {
+		batch = append(batch, kms[i])
+	}
+	err = s.solo.WriteMessages(ctx, batch...)
+	if err == nil {
+		return
+	}
+	if !errors.As(err, &werrs) || len(werrs) != len(alone) {
+		for _, i := range alone {
+			errs[i] = s.classify(topic, err)
+		}
+		return
+	}
+	for j, e := range werrs {
+		if e != nil {
+			errs[alone[j]] = s.classify(topic, e)
+		}
+	}
+}
+
+func tooLarge(err error) bool {
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
+}
+
+// classify wraps a publish error, as permanent when retrying cannot help.
+func (s *Sink) classify(topic string, err error) error {
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge:
+			return sinks.Permanent(fmt.Errorf("kafka sink %s: topic %q refuses the message as too large (its max.message.bytes): %w", s.cfg.Name, topic, err))
+		case kafka.InvalidTopic, kafka.InvalidRecord:
+			return sinks.Permanent(fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, err))
+		case kafka.UnknownTopicOrPartition:
+			return fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried): %w", s.cfg.Name, topic, err)
+		}
+	}
+	// A refused SASL exchange or client certificate reaches the writer as a
+	// closed connection; Ready's check (cached) says which.
+	var probe func() error
+	if s.cfg.TLS != nil || s.cfg.SASL != nil {
+		probe = s.Ready
+	}
+	return fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, Diagnose(err, probe))
+}
+
+// toKafka builds the record: body, key, and the published headers
+// (x-message-id, x-delaybridge-due-at, x-delaybridge-attempt included).
+func toKafka(m sinks.Outgoing, now time.Time) kafka.Message {
+	hs := m.OutHeaders(m.Attempt)
+	km := kafka.Message{
+		Topic:   m.Destination,
+		Key:     m.Key,
+		Value:   m.Body,
+		Time:    now,
+		Headers: make([]kafka.Header, len(hs)),
+	}
+	for i, h := range hs {
+		km.Headers[i] = kafka.Header{Key: h.Key, Value: []byte(h.Value)}
+	}
+	return km
+}
+
+// recordSize is an upper bound of the size kafka-go checks against
+// BatchBytes (it refuses a whole call when one message is over it).
+func recordSize(m *kafka.Message) int {
+	n := 4 + 1 + 1 + 8 + 4 + len(m.Key) + 4 + len(m.Value) + 5
+	for _, h := range m.Headers {
+		n += 10 + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// validTopic applies Kafka's topic name rules.
+func validTopic(t string) error {
+	if t == "" || t == "." || t == ".." || len(t) > 249 {
+		return fmt.Errorf("%q is not a valid Kafka topic name", t)
+	}
+	for _, c := range []byte(t) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%q is not a valid Kafka topic name (letters, digits, '.', '_', '-')", t)
+		}
+	}
+	return nil
+}
+
+// Ready returns nil when a broker accepts a connection and answers a
+// request on it (with TLS and SASL when configured, so a refused
+// certificate or credential shows here, saying what to check); the answer
+// is reused for a second.
+func (s *Sink) Ready() error {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	if !s.readyAt.IsZero() && time.Since(s.readyAt) < readyTTL {
+		return s.readyErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	err := Probe(ctx, s.dialer, s.cfg.Brokers)
+	if err != nil {
+		err = fmt.Errorf("kafka: no broker of %v accepts a connection: %w", s.cfg.Brokers, err)
+	}
+	s.readyErr, s.readyAt = err, time.Now()
+	return err
+}
+
+// Close flushes what is still batched and closes the connections. Publish
+// has already waited for every acknowledgement.
+func (s *Sink) Close() error {
+	err := errors.Join(s.w.Close(), s.solo.Close())
+	s.tr.CloseIdleConnections()
+	return err
+}

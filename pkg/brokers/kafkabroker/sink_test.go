@@ -1,0 +1,359 @@
+package kafkabroker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+func newSink(t testing.TB, k *testenv.KafkaCluster, cfg SinkParams) *Sink {
+	t.Helper()
+	cfg.Brokers = k.Brokers
+	if cfg.Name == "" {
+		cfg.Name = "test"
+	}
+	s, err := NewSink(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var due = time.Date(2026, 12, 1, 10, 0, 0, 500e6, time.UTC)
+
+func out(id, topic string, key, body []byte, kv ...string) sinks.Outgoing {
+	m := &envelope.Message{ID: id, DueAt: due, Destination: topic, Key: key, Body: body}
+	for i := 0; i < len(kv); i += 2 {
+		m.Headers = append(m.Headers, envelope.Header{Key: kv[i], Value: kv[i+1]})
+	}
+	return sinks.Outgoing{Message: m, Attempt: 1}
+}
+
+// consume reads n records from every partition of topic (in total), failing
+// after timeout; it then checks that no more arrive within a short while.
+func consume(t testing.TB, k *testenv.KafkaCluster, topic string, partitions, n int) []kafka.Message {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		recs []kafka.Message
+		wg   sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	for p := 0; p < partitions; p++ {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			for {
+				m, err := r.FetchMessage(ctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				recs = append(recs, m)
+				mu.Unlock()
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(recs) }
+	testenv.Eventually(t, 20*time.Second, func() bool { return count() >= n }, "%d records in %s", n, topic)
+	// No extra records (duplicates) show up: wait for the readers to have
+	// seen the partitions' ends.
+	tr := &kafka.Transport{} // not the default one: its metadata cache may predate the topic
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: tr}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := 0; p < partitions; p++ {
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	res, err := c.ListOffsets(ctxT(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatalf("list offsets: %v", err)
+	}
+	total := int64(0)
+	for _, po := range res.Topics[topic] {
+		total += po.LastOffset
+	}
+	cancel()
+	wg.Wait()
+	if total != int64(n) || len(recs) != n {
+		t.Fatalf("topic %s holds %d records, read %d, want %d", topic, total, len(recs), n)
+	}
+	return recs
+}
+
+func TestSinkPublishHeadersKeyAndLatency(t *testing.T) {
+	k := testenv.Kafka(t, testenv.WithTopic("out", 3))
+	s := newSink(t, k, SinkParams{})
+	if err := s.Ready(); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	// Warm up connections and metadata, then time a lone message.
+	if errs := s.Publish(ctxT(t, 10*time.Second), []sinks.Outgoing{out("warm", "out", []byte("w"), nil)}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	m := out("id-1", "out", []byte("key-1"), []byte("body\x00\xff"),
+		"content-type", "text/plain", "x-delay", "5s", "dup", "a", "dup", "b", "bin", "\x00\x01")
+	m.Attempt = 2
+	start := time.Now()
+	errs := s.Publish(ctxT(t, 10*time.Second), []sinks.Outgoing{m})
+	lat := time.Since(start)
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	t.Logf("a lone message was confirmed (acks=all) after %v", lat)
+	if lat > 500*time.Millisecond {
+		t.Errorf("lone message took %v: batching holds it back", lat)
+	}
+	// A message without a key.
+	if errs := s.Publish(ctxT(t, 10*time.Second), []sinks.Outgoing{out("id-2", "out", nil, []byte("nokey"))}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+
+	recs := consume(t, k, "out", 3, 3)
+	byID := map[string]kafka.Message{}
+	for _, r := range recs {
+		for _, h := range r.Headers {
+			if h.Key == envelope.HeaderMessageID {
+				byID[string(h.Value)] = r
+			}
+		}
+	}
+	r, ok := byID["id-1"]
+	if !ok {
+		t.Fatalf("id-1 not found in %d records", len(recs))
+	}
+	if string(r.Key) != "key-1" || !bytes.Equal(r.Value, []byte("body\x00\xff")) {
+		t.Errorf("key %q body %q", r.Key, r.Value)
+	}
+	var hs []string
+	for _, h := range r.Headers {
+		hs = append(hs, h.Key+"="+string(h.Value))
+	}
+	want := []string{"content-type=text/plain", "dup=a", "dup=b", "bin=\x00\x01",
+		"x-message-id=id-1", "x-delaybridge-due-at=2026-12-01T10:00:00.500Z", "x-delaybridge-attempt=2"}
+	if fmt.Sprintf("%q", hs) != fmt.Sprintf("%q", want) {
+		t.Errorf("headers %q, want %q", hs, want)
+	}
+	// murmur2 partitioning of the key, as the Java client does.
+	if wantP := (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: []byte("key-1")}, 0, 1, 2); r.Partition != wantP {
+		t.Errorf("partition %d, want %d", r.Partition, wantP)
+	}
+	if time.Since(r.Time) > time.Minute {
+		t.Errorf("record time %v", r.Time)
+	}
+	if r2 := byID["id-2"]; r2.Key != nil || string(r2.Value) != "nokey" {
+		t.Errorf("id-2: key %#v body %q", r2.Key, r2.Value)
+	}
+}
+
+// One Publish with good and bad messages: each gets its own result, and the
+// good ones are written once.
+func TestSinkPerMessageErrors(t *testing.T) {
+	k := testenv.Kafka(t, testenv.WithTopic("a", 2), testenv.WithTopic("b", 1))
+	s := newSink(t, k, SinkParams{})
+	msgs := []sinks.Outgoing{
+		out("ok-a", "a", []byte("k"), []byte("1")),
+		out("unknown", "not-yet", nil, []byte("2")),
+		out("bad-name", "bad topic!", nil, []byte("3")),
+		out("huge", "a", nil, bytes.Repeat([]byte("x"), MaxMessageBytes+1)),
+		out("ok-b", "b", nil, []byte("5")),
+		out("ok-a2", "a", nil, []byte("6")),
+	}
+	errs := s.Publish(ctxT(t, 20*time.Second), msgs)
+	for i, err := range errs {
+		t.Logf("%s: %v (permanent %v)", msgs[i].ID, err, sinks.IsPermanent(err))
+	}
+	check := func(i int, fails, permanent bool) {
+		t.Helper()
+		if (errs[i] != nil) != fails || sinks.IsPermanent(errs[i]) != permanent {
+			t.Errorf("%s: %v, want failure %v, permanent %v", msgs[i].ID, errs[i], fails, permanent)
+		}
+	}
+	check(0, false, false)
+	check(1, true, false)
+	check(2, true, true)
+	check(3, true, true)
+	check(4, false, false)
+	check(5, false, false)
+	if !strings.Contains(fmt.Sprint(errs[1]), "does not exist") {
+		t.Errorf("unknown topic error: %v", errs[1])
+	}
+	consume(t, k, "a", 2, 2)
+	consume(t, k, "b", 1, 1)
+
+	// The unknown topic is created: the retry succeeds.
+	k.CreateTopic(t, "not-yet", 1)
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		return s.Publish(ctxT(t, 5*time.Second), msgs[1:2])[0] == nil
+	}, "publish to the created topic")
+	consume(t, k, "not-yet", 1, 1)
+}
+
+// A topic whose max.message.bytes is below a batch of several small messages
+// refuses the batch: the small ones are retried alone and succeed, the one
+// that is too large alone is permanent.
+func TestSinkTopicMaxMessageBytes(t *testing.T) {
+	k := testenv.Kafka(t)
+	if err := k.Cluster.CreateTopic("small", 1, map[string]string{"max.message.bytes": "2000"}); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, k, SinkParams{BatchTimeout: 20 * time.Millisecond})
+	var msgs []sinks.Outgoing
+	for i := 0; i < 5; i++ {
+		msgs = append(msgs, out(fmt.Sprintf("s%d", i), "small", nil, bytes.Repeat([]byte("x"), 800)))
+	}
+	msgs = append(msgs, out("big", "small", nil, bytes.Repeat([]byte("x"), 3000)))
+	errs := s.Publish(ctxT(t, 20*time.Second), msgs)
+	for i := 0; i < 5; i++ {
+		if errs[i] != nil {
+			t.Errorf("%s: %v", msgs[i].ID, errs[i])
+		}
+	}
+	if !sinks.IsPermanent(errs[5]) {
+		t.Errorf("big: %v, want permanent", errs[5])
+	}
+	t.Logf("big: %v", errs[5])
+	consume(t, k, "small", 1, 5)
+}
+
+// Many goroutines publishing one message each: every message is written
+// once, and messages of different calls share produce requests.
+func TestSinkConcurrentPublish(t *testing.T) {
+	const goroutines, each, parts = 50, 20, 4
+	k := testenv.Kafka(t, testenv.WithTopic("conc", parts))
+	s := newSink(t, k, SinkParams{BatchTimeout: 5 * time.Millisecond})
+	_ = s.w.Stats() // reset
+	var wg sync.WaitGroup
+	errc := make(chan error, goroutines*each)
+	for g := 0; g < goroutines; g++ {
+		wg.Go(func() {
+			for i := 0; i < each; i++ {
+				m := out(fmt.Sprintf("g%d-%d", g, i), "conc", []byte(fmt.Sprint(g)), []byte("x"))
+				if err := s.Publish(ctxT(t, 20*time.Second), []sinks.Outgoing{m})[0]; err != nil {
+					errc <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	st := s.w.Stats()
+	t.Logf("%d messages in %d produce requests", st.Messages, st.Writes)
+	if st.Writes >= st.Messages {
+		t.Errorf("no batching across callers: %d requests for %d messages", st.Writes, st.Messages)
+	}
+	recs := consume(t, k, "conc", parts, goroutines*each)
+	seen := map[string]bool{}
+	for _, r := range recs {
+		for _, h := range r.Headers {
+			if h.Key == envelope.HeaderMessageID {
+				if seen[string(h.Value)] {
+					t.Errorf("duplicate %s", h.Value)
+				}
+				seen[string(h.Value)] = true
+			}
+		}
+	}
+	if len(seen) != goroutines*each {
+		t.Errorf("%d distinct messages", len(seen))
+	}
+}
+
+func TestSinkCompression(t *testing.T) {
+	k := testenv.Kafka(t, testenv.WithTopic("z", 1))
+	for _, c := range []string{"gzip", "snappy", "lz4", "zstd"} {
+		s := newSink(t, k, SinkParams{Compression: c})
+		if err := s.Publish(ctxT(t, 10*time.Second), []sinks.Outgoing{out(c, "z", nil, bytes.Repeat([]byte(c), 100))})[0]; err != nil {
+			t.Fatalf("%s: %v", c, err)
+		}
+	}
+	consume(t, k, "z", 1, 4)
+	if _, err := NewSink(SinkParams{Brokers: k.Brokers, Compression: "brotli"}, slog.Default()); err == nil {
+		t.Fatal("unknown compression accepted")
+	}
+}
+
+// Ready follows the brokers; a publish while they are down fails
+// retryably, and works again after they are back.
+func TestSinkBrokersDown(t *testing.T) {
+	k := testenv.Kafka(t, testenv.WithTopic("d", 1))
+	s := newSink(t, k, SinkParams{})
+	if errs := s.Publish(ctxT(t, 10*time.Second), []sinks.Outgoing{out("1", "d", nil, nil)}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	k.Close()
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.Ready() != nil }, "Ready to fail")
+	t.Logf("Ready while down: %v", s.Ready())
+	start := time.Now()
+	err := s.Publish(ctxT(t, 3*time.Second), []sinks.Outgoing{out("2", "d", nil, nil)})[0]
+	if err == nil || sinks.IsPermanent(err) {
+		t.Fatalf("publish while down: %v", err)
+	}
+	t.Logf("publish while down: %v (after %v)", err, time.Since(start))
+	k.Restart()
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.Ready() == nil }, "Ready after restart")
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		return s.Publish(ctxT(t, 5*time.Second), []sinks.Outgoing{out("3", "d", nil, nil)})[0] == nil
+	}, "publish after restart")
+}
+
+// BenchmarkPublish publishes to kfake (3 brokers, 8 partitions) messages of
+// 200 bytes: "batch100" from 4 goroutines per CPU, 100 messages per call
+// (the scheduler's shape under load); "single" one message per call from one
+// goroutine (the latency of a lone due message).
+func BenchmarkPublish(b *testing.B) {
+	k := testenv.Kafka(b, testenv.WithTopic("bench", 8))
+	s := newSink(b, k, SinkParams{})
+	body := bytes.Repeat([]byte("x"), 200)
+	b.Run("batch100", func(b *testing.B) {
+		const batch = 100
+		start := time.Now()
+		var n atomic.Int64
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			msgs := make([]sinks.Outgoing, batch)
+			for i := range msgs {
+				msgs[i] = out(fmt.Sprintf("m%d", i), "bench", []byte(fmt.Sprint(i)), body)
+			}
+			for pb.Next() {
+				for _, err := range s.Publish(context.Background(), msgs) {
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				n.Add(batch)
+			}
+		})
+		b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "msg/s")
+	})
+	b.Run("single", func(b *testing.B) {
+		msgs := []sinks.Outgoing{out("one", "bench", []byte("k"), body)}
+		start := time.Now()
+		for b.Loop() {
+			if err := s.Publish(context.Background(), msgs)[0]; err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+	})
+}

@@ -1,0 +1,417 @@
+package kafkabroker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+)
+
+// SourceParams of a Kafka ingest. Zero values take the defaults noted.
+type SourceParams struct {
+	Name    string // ingest name, for logs and the client ID
+	Brokers []string
+	Topic   string
+	Group   string // consumer group ID
+
+	// StartOffset is where a partition without a committed offset starts:
+	// "first" (default) or "last". The start is committed as soon as the
+	// partition is assigned, so records produced after the group first saw
+	// the partition are never skipped, even with "last".
+	StartOffset string
+
+	// SessionTimeout is how long the group waits for a silent member before
+	// giving its partitions to another (default 10s). Heartbeats are sent
+	// every tenth of it.
+	SessionTimeout time.Duration
+
+	// MaxInFlightPerPartition caps the records of one partition fetched but
+	// not yet acknowledged; fetching that partition pauses at the cap
+	// (default 1000).
+	MaxInFlightPerPartition int
+
+	// CommitInterval is how often finished offsets are committed (default
+	// 100ms). They are also committed when a generation ends (rebalance) and
+	// on Close.
+	CommitInterval time.Duration
+
+	// TLS and SASL, when set, secure and authenticate every connection to
+	// the brokers: the group coordinator's, the partition readers', the
+	// offset lookups' and the topic check's (Auth makes them).
+	TLS  *tls.Config
+	SASL sasl.Mechanism
+}
+
+const (
+	// revokeDrain bounds the wait, when a generation ends, for records
+	// already handed out to be acknowledged before the offsets are committed
+	// and the partitions given up. A longer wait saves duplicates but holds
+	// up the rebalance of the whole group.
+	revokeDrain = 3 * time.Second
+
+	// rewindPause is the pause before a partition is re-read from a record
+	// that was acknowledged with an error.
+	rewindPause = 500 * time.Millisecond
+
+	// fetchErrTTL is how long a fetch error makes Ready fail after it was
+	// last seen (kafka-go's Reader reports errors about once a second while
+	// it cannot fetch, and nothing when it recovered).
+	fetchErrTTL = 5 * time.Second
+)
+
+// Source is a Kafka ingest. Create it with New.
+type Source struct {
+	cfg    SourceParams
+	log    *slog.Logger
+	dialer *kafka.Dialer
+	tr     *kafka.Transport // the client's own: see New
+	client *kafka.Client
+	cg     *kafka.ConsumerGroup
+
+	// Fetched records of every partition, in fetch order per partition.
+	recs chan *record
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close
+	groupLeft chan struct{} // closed when the group is closed and left
+	runDone   chan struct{} // closed when the generation loop has exited
+	drain     time.Duration // revokeDrain; tests shorten it
+
+	mu        sync.Mutex
+	gen       *generation // current generation; nil between generations
+	joined    bool        // a generation was joined at least once
+	joinErr   error       // last error joining the group; nil once joined
+	commitErr error       // last commit error; nil after a successful commit
+	closeErr  error       // result of the final commit on Close
+}
+
+var _ ingest.Source = (*Source)(nil)
+var _ ingest.Ready = (*Source)(nil)
+
+// New checks that the topic exists and joins the consumer group. Joining and
+// fetching go on in the background; Ready tells whether they work.
+func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, fmt.Errorf("kafka ingest %s: %w", cfg.Name, err)
+	}
+	log = log.With("ingest", cfg.Name, "topic", cfg.Topic, "group", cfg.Group)
+	dialer := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: "delaybridge-" + cfg.Name, TLS: cfg.TLS, SASLMechanism: cfg.SASL}
+	if err := checkTopic(ctx, dialer, cfg.Brokers, cfg.Topic); err != nil {
+		return nil, fmt.Errorf("kafka ingest %s: %w", cfg.Name, Explain(err))
+	}
+	start := kafka.FirstOffset
+	if cfg.StartOffset == "last" {
+		start = kafka.LastOffset
+	}
+	heartbeat := min(max(cfg.SessionTimeout/10, 100*time.Millisecond), 3*time.Second)
+	klog := kafka.LoggerFunc(func(format string, args ...any) {
+		log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
+	})
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                    cfg.Group,
+		Brokers:               cfg.Brokers,
+		Dialer:                dialer,
+		Topics:                []string{cfg.Topic},
+		HeartbeatInterval:     heartbeat,
+		SessionTimeout:        cfg.SessionTimeout,
+		RebalanceTimeout:      max(cfg.SessionTimeout, revokeDrain+5*time.Second),
+		JoinGroupBackoff:      time.Second,
+		WatchPartitionChanges: true,
+		StartOffset:           start,
+		Logger:                klog,
+		ErrorLogger:           klog,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kafka ingest %s: consumer group: %w", cfg.Name, err)
+	}
+	// The start offset lookups (ListOffsets) go to the partition leaders of
+	// the client's cached metadata, which kafka-go refreshes only every
+	// MetadataTTL, not on "not leader" answers. kafka.DefaultTransport
+	// caches for 6s: a partition of a topic created (or moved) since its
+	// last refresh was not fetched for that long. Its own transport with a
+	// short TTL makes the retry after a second succeed.
+	tr := &kafka.Transport{
+		ClientID:    dialer.ClientID,
+		DialTimeout: dialer.Timeout,
+		MetadataTTL: time.Second,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
+	}
+	s := &Source{
+		cfg:       cfg,
+		log:       log,
+		dialer:    dialer,
+		tr:        tr,
+		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr},
+		cg:        cg,
+		recs:      make(chan *record, 64),
+		closed:    make(chan struct{}),
+		groupLeft: make(chan struct{}),
+		runDone:   make(chan struct{}),
+		drain:     revokeDrain,
+	}
+	go s.run()
+	return s, nil
+}
+
+func (c *SourceParams) defaults() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("no brokers")
+	case c.Topic == "":
+		return errors.New("no topic")
+	case c.Group == "":
+		return errors.New("no consumer group")
+	}
+	switch c.StartOffset {
+	case "":
+		c.StartOffset = "first"
+	case "first", "last":
+	default:
+		return fmt.Errorf("start offset %q is not one of first, last", c.StartOffset)
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.MaxInFlightPerPartition <= 0 {
+		c.MaxInFlightPerPartition = 1000
+	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = 100 * time.Millisecond
+	}
+	return nil
+}
+
+// checkTopic fails when no broker answers or the topic does not exist.
+func checkTopic(ctx context.Context, d *kafka.Dialer, brokers []string, topic string) error {
+	var err error
+	for _, b := range brokers {
+		var conn *kafka.Conn
+		conn, err = d.DialContext(ctx, "tcp", b)
+		if err != nil {
+			continue
+		}
+		var parts []kafka.Partition
+		parts, err = conn.ReadPartitions(topic)
+		conn.Close()
+		if err == nil && len(parts) == 0 {
+			err = kafka.UnknownTopicOrPartition
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, kafka.UnknownTopicOrPartition) {
+			return fmt.Errorf("topic %q does not exist on %s (create it first)", topic, b)
+		}
+	}
+	return fmt.Errorf("no broker of %v answered: %w", brokers, err)
+}
+
+// run joins generation after generation until Close.
+func (s *Source) run() {
+	defer close(s.runDone)
+	for {
+		kg, err := s.cg.Next(context.Background())
+		if errors.Is(err, kafka.ErrGroupClosed) {
+			return
+		}
+		if err != nil {
+			s.mu.Lock()
+			first := s.joinErr == nil
+			s.joinErr = err
+			s.mu.Unlock()
+			if first {
+				s.log.Warn("kafka consumer group: cannot join; retrying", "err", err)
+			} else {
+				s.log.Debug("kafka consumer group: still cannot join", "err", err)
+			}
+			continue
+		}
+		g := newGeneration(s, kg)
+		s.mu.Lock()
+		if s.joinErr != nil {
+			s.log.Info("kafka consumer group joined again")
+		}
+		s.gen, s.joined, s.joinErr, s.commitErr = g, true, nil, nil
+		s.mu.Unlock()
+		g.start()
+	}
+}
+
+// endGeneration is called by g when it has ended.
+func (s *Source) endGeneration(g *generation, commitErr error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == g {
+		s.gen = nil
+	}
+	select {
+	case <-s.closed:
+		s.closeErr = commitErr
+	default:
+	}
+}
+
+func (s *Source) setCommitErr(err error) {
+	s.mu.Lock()
+	s.commitErr = err
+	s.mu.Unlock()
+}
+
+func (s *Source) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Read returns the next record of any assigned partition. Records of a
+// partition come in offset order; records of different partitions
+// interleave.
+//
+// The AckFunc with a nil error marks the record finished: its offset is
+// committed once every earlier record of its partition is finished too.
+// With an error the record stays unfinished, so nothing from it on is
+// committed; after a short pause the partition is read again from its lowest
+// unfinished record (records after it come again), and a restart or the
+// partition's next owner re-reads it too. An AckFunc called after the
+// partition was revoked (rebalance, Close) does nothing: the new owner reads
+// the record again. The AckFunc never fails: commits happen in the
+// background.
+func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	for {
+		if s.isClosed() {
+			return nil, nil, ingest.ErrClosed
+		}
+		select {
+		case <-s.closed:
+			return nil, nil, ingest.ErrClosed
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case r := <-s.recs:
+			if !r.p.handOut(r.epoch) {
+				continue // its partition was revoked or rewound: stale
+			}
+			return incoming(&r.msg), r.ack, nil
+		}
+	}
+}
+
+// incoming converts a record.
+func incoming(m *kafka.Message) *envelope.Incoming {
+	in := &envelope.Incoming{
+		Body:       m.Value,
+		Key:        m.Key,
+		PositionID: m.Topic + "/" + strconv.Itoa(m.Partition) + "/" + strconv.FormatInt(m.Offset, 10),
+	}
+	if !m.Time.IsZero() && m.Time.UnixMilli() > 0 {
+		in.PublishedAt = m.Time
+	}
+	if len(m.Headers) > 0 {
+		in.Headers = make(envelope.Headers, len(m.Headers))
+		for i, h := range m.Headers {
+			in.Headers[i] = envelope.Header{Key: h.Key, Value: string(h.Value)}
+		}
+	}
+	return in
+}
+
+// Ready returns nil while this member is in the group, its commits succeed
+// and its partitions can be fetched; else it says why not. A rebalance in
+// progress counts as ready.
+func (s *Source) Ready() error {
+	if s.isClosed() {
+		return ingest.ErrClosed
+	}
+	s.mu.Lock()
+	g, joined, joinErr, commitErr := s.gen, s.joined, s.joinErr, s.commitErr
+	s.mu.Unlock()
+	switch {
+	case !joined && joinErr == nil:
+		return fmt.Errorf("kafka: joining consumer group %q on %v", s.cfg.Group, s.cfg.Brokers)
+	case joinErr != nil:
+		return fmt.Errorf("kafka: cannot join consumer group %q on %v: %w", s.cfg.Group, s.cfg.Brokers, Explain(joinErr))
+	case commitErr != nil:
+		return fmt.Errorf("kafka: cannot commit offsets of group %q: %w", s.cfg.Group, Explain(commitErr))
+	case g == nil:
+		return nil // between two generations: a rebalance
+	}
+	for _, p := range g.parts {
+		if err := p.fetchError(); err != nil {
+			return fmt.Errorf("kafka: cannot fetch %s/%d: %w", p.topic, p.id, Explain(err))
+		}
+	}
+	return nil
+}
+
+// Close stops fetching, commits the offsets of the records acknowledged so
+// far, and leaves the group (so that its partitions move to other members at
+// once). Records read but not yet acknowledged are not committed: whoever
+// reads the partition next gets them again. Close returns the final commit's
+// error, or ctx.Err() if ctx ends first (the group is still left in the
+// background).
+func (s *Source) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		// Ends the generation (whose last act is the final commit), then
+		// leaves the group.
+		go func() {
+			s.cg.Close()
+			close(s.groupLeft)
+			<-s.runDone
+			s.tr.CloseIdleConnections() // also when Close returned early
+		}()
+	})
+	select {
+	case <-s.groupLeft:
+	case <-ctx.Done():
+		return fmt.Errorf("kafka ingest %s: close: %w", s.cfg.Name, ctx.Err())
+	}
+	<-s.runDone
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closeErr != nil {
+		return fmt.Errorf("kafka ingest %s: final commit: %w", s.cfg.Name, s.closeErr)
+	}
+	return nil
+}
+
+// resolveOffset turns kafka.FirstOffset or kafka.LastOffset into an absolute
+// offset of the partition.
+func (s *Source) resolveOffset(ctx context.Context, topic string, partition int, which int64) (int64, error) {
+	req := kafka.FirstOffsetOf(partition)
+	if which == kafka.LastOffset {
+		req = kafka.LastOffsetOf(partition)
+	}
+	res, err := s.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{topic: {req}},
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, po := range res.Topics[topic] {
+		if po.Partition != partition {
+			continue
+		}
+		if po.Error != nil {
+			return 0, po.Error
+		}
+		if which == kafka.LastOffset {
+			return po.LastOffset, nil
+		}
+		return po.FirstOffset, nil
+	}
+	return 0, fmt.Errorf("list offsets: no answer for partition %d", partition)
+}

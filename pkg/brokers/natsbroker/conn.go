@@ -1,0 +1,115 @@
+package natsbroker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/delaybridge/delaybridge/pkg/tlsutil"
+)
+
+// Connect dials url (a comma-separated server list) and keeps reconnecting
+// forever with back-off; the connection state is logged. opts carry the
+// authentication and TLS (AuthOptions).
+func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				log.Warn("nats disconnected; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("nats error", "err", err)
+		}),
+	}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats %s: %w (is the server running, the url right, and are the credentials and TLS settings the server's?)", redact(url), err)
+	}
+	return nc, nil
+}
+
+// Flush waits until the server has processed everything sent on nc so far,
+// or ctx ends. nats.go's FlushWithContext refuses a context without a
+// deadline; such a context is given one far away, so that only the caller's
+// cancellation ends the wait.
+func Flush(ctx context.Context, nc *nats.Conn) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 24*time.Hour)
+		defer cancel()
+	}
+	return nc.FlushWithContext(ctx)
+}
+
+// Ready returns nil when nc is connected, else its state and last error
+// (an authorization violation, for example).
+func Ready(nc *nats.Conn) error {
+	if s := nc.Status(); s != nats.CONNECTED {
+		if err := nc.LastError(); err != nil {
+			return fmt.Errorf("nats connection is %s: %w", s, err)
+		}
+		return fmt.Errorf("nats connection is %s", s)
+	}
+	return nil
+}
+
+// AuthOptions turns the configured authentication and TLS into nats.go
+// options.
+func AuthOptions(a Auth) ([]nats.Option, error) {
+	var opts []nats.Option
+	tlsCfg, err := tlsutil.Client(a.TLS)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, nats.Secure(tlsCfg))
+	}
+	switch {
+	case a.User != "":
+		opts = append(opts, nats.UserInfo(a.User, a.Password.Reveal()))
+	case a.Token != "":
+		opts = append(opts, nats.Token(a.Token.Reveal()))
+	case a.NKeySeedFile != "":
+		o, err := nats.NkeyOptionFromSeed(a.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey_seed_file: %w", err)
+		}
+		opts = append(opts, o)
+	case a.CredsFile != "":
+		if _, err := os.Stat(a.CredsFile); err != nil {
+			return nil, fmt.Errorf("creds_file: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(a.CredsFile))
+	}
+	return opts, nil
+}
+
+// redact hides passwords and tokens in a server list.
+func redact(servers string) string {
+	parts := strings.Split(servers, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable url)" // it might hold a password
+		case u.User != nil:
+			u.User = url.User("***")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,172 @@
+package natsbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/textproto"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// SinkParams of a NATS sink.
+type SinkParams struct {
+	Name      string
+	URL       string
+	JetStream bool
+	Options   []nats.Option // authentication and TLS (AuthOptions)
+}
+
+// Sink publishes to NATS. Create it with New.
+type Sink struct {
+	cfg SinkParams
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+var _ sinks.Ready = (*Sink)(nil)
+
+// New connects to NATS.
+func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
+	log = log.With("sink", cfg.Name)
+	nc, err := Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, cfg.Options...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, nc: nc}
+	if cfg.JetStream {
+		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("nats sink %s: jetstream: %w", cfg.Name, err)
+		}
+	}
+	return s, nil
+}
+
+// Publish publishes msgs. With JetStream all are sent at once and then their
+// PubAcks awaited; a PubAck that reports a duplicate counts as confirmed (the
+// stream already holds the message).
+func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
+	errs := make([]error, len(msgs))
+	nmsgs := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		nmsgs[i], errs[i] = toNATS(m)
+	}
+	if s.js == nil {
+		return s.publishCore(ctx, nmsgs, errs)
+	}
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, nm := range nmsgs {
+		if errs[i] != nil {
+			continue
+		}
+		futures[i], errs[i] = s.js.PublishMsgAsync(nm)
+		errs[i] = s.publishErr(errs[i])
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = s.classify(err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("nats sink %s: no PubAck: %w", s.cfg.Name, ctx.Err())
+		}
+	}
+	return errs
+}
+
+func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
+	for i, nm := range nmsgs {
+		if errs[i] == nil {
+			errs[i] = s.publishErr(s.nc.PublishMsg(nm))
+		}
+	}
+	if err := Flush(ctx, s.nc); err != nil {
+		return sinks.Fill(errs, fmt.Errorf("nats sink %s: flush: %w", s.cfg.Name, err))
+	}
+	return errs
+}
+
+// publishErr wraps an error of the publish call itself; what the server
+// can never accept (a message over max_payload, a header nats.go cannot
+// encode) is Permanent.
+func (s *Sink) publishErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadHeaderMsg):
+		return sinks.Permanent(fmt.Errorf("nats sink %s: %w", s.cfg.Name, err))
+	}
+	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
+}
+
+// classify names the common JetStream failure.
+func (s *Sink) classify(err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)
+	}
+	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
+}
+
+// toNATS builds the NATS message. NATS headers are text lines, so a header
+// that cannot be carried exactly is a permanent error.
+func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
+	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") {
+		return nil, sinks.Permanent(fmt.Errorf("%q is not a NATS subject to publish to", m.Destination))
+	}
+	nm := nats.NewMsg(m.Destination)
+	nm.Data = m.Body
+	for _, h := range m.OutHeaders(m.Attempt) {
+		if strings.EqualFold(h.Key, envelope.HeaderNatsMsgID) {
+			continue // an earlier hop's ID field: set to this message's below
+		}
+		if reason := headerProblem(h); reason != "" {
+			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason))
+		}
+		nm.Header.Add(h.Key, h.Value)
+	}
+	nm.Header.Set(envelope.HeaderNatsMsgID, m.ID)
+	return nm, nil
+}
+
+// headerProblem says why NATS cannot carry h exactly, or returns "". Keys
+// are printable ASCII without spaces and without the characters nats.go
+// refuses; values are one text line, and nats.go trims their leading and
+// trailing blanks.
+func headerProblem(h envelope.Header) string {
+	if h.Key == "" {
+		return "empty key"
+	}
+	for i := 0; i < len(h.Key); i++ {
+		if c := h.Key[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return "keys must be printable ASCII without spaces or \"()/,:;<=>?@[\\]{}"
+		}
+	}
+	if strings.ContainsAny(h.Value, "\r\n") {
+		return "the value holds CR or LF (NATS headers are text lines)"
+	}
+	if textproto.TrimString(h.Value) != h.Value {
+		return "the value starts or ends with a space or tab, which NATS drops"
+	}
+	return ""
+}
+
+// Ready returns nil while connected.
+func (s *Sink) Ready() error { return Ready(s.nc) }
+
+// Close closes the connection. Publish has already waited for every PubAck.
+func (s *Sink) Close() error {
+	s.nc.Close()
+	return nil
+}

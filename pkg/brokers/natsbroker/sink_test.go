@@ -1,0 +1,176 @@
+package natsbroker_test
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/sinktest"
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// The default max_payload of nats-server is 1 MiB, headers included.
+const (
+	maxBody      = 1<<20 - 4096
+	oversizeBody = 1<<20 + 1
+)
+
+// consumer connects the test's consumer, reconnecting quickly after a
+// broker restart.
+func consumer(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name("sinktest consumer"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect consumer: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func openSink(url string, js bool) func(t *testing.T) sinks.Sink {
+	return func(t *testing.T) sinks.Sink {
+		t.Helper()
+		s, err := natsbroker.NewSink(natsbroker.SinkParams{Name: "conformance", URL: url, JetStream: js}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("natsbroker.New: %v", err)
+		}
+		return s
+	}
+}
+
+// received converts a NATS message as a consumer sees it; the broker's ID
+// header Nats-Msg-Id becomes BrokerID.
+func received(h nats.Header, data []byte) sinktest.Received {
+	r := sinktest.Received{Body: append([]byte(nil), data...)}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if strings.EqualFold(k, envelope.HeaderNatsMsgID) {
+			r.BrokerID = h[k][0]
+			continue
+		}
+		for _, v := range h[k] {
+			r.Headers = append(r.Headers, envelope.Header{Key: k, Value: v})
+		}
+	}
+	return r
+}
+
+func destination(_ *testing.T, key string) string { return "sinktest." + key }
+
+func TestSinkConformanceJetStream(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := consumer(t, ns.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const stream = "SINKTEST"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     stream,
+		Subjects: []string{"sinktest.>"},
+		Storage:  jetstream.FileStorage, // survives the broker restart
+	}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	var unrouted atomic.Int64
+	sinktest.Run(t, sinktest.Harness{
+		Open:        openSink(ns.URL, true),
+		Destination: destination,
+		Consume: func(t *testing.T, dest string) <-chan sinktest.Received {
+			t.Helper()
+			ch := make(chan sinktest.Received, 10000)
+			var cc jetstream.ConsumeContext
+			var err error
+			// Retried: right after a broker restart the consumer's
+			// connection may not be back yet.
+			ok := poll(30*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				var cons jetstream.Consumer
+				cons, err = js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+					FilterSubjects: []string{dest},
+					DeliverPolicy:  jetstream.DeliverAllPolicy,
+				})
+				if err != nil {
+					return false
+				}
+				cc, err = cons.Consume(func(m jetstream.Msg) { ch <- received(m.Headers(), m.Data()) })
+				return err == nil
+			})
+			if !ok {
+				t.Fatalf("consume %s: %v", dest, err)
+			}
+			t.Cleanup(cc.Stop)
+			return ch
+		},
+		UnroutableDestination: func(*testing.T) string {
+			return "unrouted." + strconv.FormatInt(unrouted.Add(1), 10) // no stream stores it
+		},
+		Features: sinktest.Features{
+			Confirms:         true,
+			BrokerID:         true,
+			BrokerIDHeader:   envelope.HeaderNatsMsgID,
+			Ordered:          true,
+			Dedupe:           true,
+			DuplicateHeaders: true,
+			MaxBody:          maxBody,
+			OversizeBody:     oversizeBody,
+		},
+		StopBroker:  func(*testing.T) { ns.Shutdown() },
+		StartBroker: func(*testing.T) { ns.Restart() },
+	})
+}
+
+// knownBugs are the NATS sink bugs the suite found (see the conformance
+// report); they are skipped unless DELAYBRIDGE_CONFORMANCE_STRICT=1.
+func TestSinkConformanceCoreNATS(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := consumer(t, ns.URL)
+	sinktest.Run(t, sinktest.Harness{
+		Open:        openSink(ns.URL, false),
+		Destination: destination,
+		Consume: func(t *testing.T, dest string) <-chan sinktest.Received {
+			t.Helper()
+			ch := make(chan sinktest.Received, 10000)
+			sub, err := nc.Subscribe(dest, func(m *nats.Msg) { ch <- received(m.Header, m.Data) })
+			if err != nil {
+				t.Fatalf("subscribe %s: %v", dest, err)
+			}
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			// Core NATS keeps nothing: the subscription must reach the
+			// server before anything is published.
+			if err := nc.FlushTimeout(30 * time.Second); err != nil {
+				t.Fatalf("flush subscription: %v", err)
+			}
+			return ch
+		},
+		Features: sinktest.Features{
+			BrokerID:         true,
+			BrokerIDHeader:   envelope.HeaderNatsMsgID,
+			Ordered:          true,
+			DuplicateHeaders: true,
+			MaxBody:          maxBody,
+			OversizeBody:     oversizeBody,
+		},
+		StopBroker:  func(*testing.T) { ns.Shutdown() },
+		StartBroker: func(*testing.T) { ns.Restart() },
+	})
+}

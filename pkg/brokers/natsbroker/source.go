@@ -1,0 +1,248 @@
+package natsbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+)
+
+// SourceParams of a NATS ingest.
+type SourceParams struct {
+	Name    string        // ingest name, for the connection name and logs
+	URL     string        // comma-separated server list
+	Options []nats.Option // authentication and TLS (AuthOptions)
+	Subject string
+	// Stream selects JetStream; empty means core NATS. The stream is
+	// created (file storage, Subject as its subject) when it does not exist.
+	Stream  string
+	Durable string        // JetStream durable consumer name
+	AckWait time.Duration // JetStream redelivery timeout (default 30s)
+	// MaxInFlight caps unacknowledged messages (JetStream MaxAckPending);
+	// core NATS buffers ten times as many before it drops. Default 1000.
+	MaxInFlight int
+}
+
+// Source is a NATS ingest. Create it with New.
+type Source struct {
+	cfg SourceParams
+	log *slog.Logger
+	nc  *nats.Conn
+
+	// JetStream
+	iter jetstream.MessagesContext
+	// core NATS
+	sub *nats.Subscription
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+var _ ingest.Source = (*Source)(nil)
+var _ ingest.Ready = (*Source)(nil)
+
+// New connects and subscribes. For JetStream it creates the stream if it is
+// missing and creates or updates the durable consumer.
+func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source, error) {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1000
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	log = log.With("ingest", cfg.Name)
+	nc, err := Connect(cfg.URL, "delaybridge ingest "+cfg.Name, log, cfg.Options...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg, log: log, nc: nc, closed: make(chan struct{})}
+	if cfg.Stream == "" {
+		log.Warn("core NATS ingest (no nats.stream): at most once, a message in flight during a stop or crash is lost; set nats.stream for at-least-once", "subject", cfg.Subject)
+		sub, err := nc.QueueSubscribeSync(cfg.Subject, "delaybridge_"+cfg.Name)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("nats ingest %s: subscribe %q: %w", cfg.Name, cfg.Subject, err)
+		}
+		_ = sub.SetPendingLimits(cfg.MaxInFlight*10, -1)
+		// SUB reaches the server asynchronously, and core NATS keeps nothing
+		// for a subject without subscribers: be subscribed when New returns.
+		if err := Flush(ctx, nc); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("nats ingest %s: subscribe %q: %w", cfg.Name, cfg.Subject, err)
+		}
+		s.sub = sub
+		return s, nil
+	}
+	if err := s.setupJetStream(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Source) setupJetStream(ctx context.Context) error {
+	cfg := s.cfg
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fmt.Errorf("nats ingest %s: jetstream: %w", cfg.Name, err)
+	}
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s.log.Info("creating jetstream stream", "stream", cfg.Stream, "subject", cfg.Subject)
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:     cfg.Stream,
+			Subjects: []string{cfg.Subject},
+			Storage:  jetstream.FileStorage,
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("nats ingest %s: stream %q: %w", cfg.Name, cfg.Stream, err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		FilterSubject: cfg.Subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxAckPending: cfg.MaxInFlight,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("nats ingest %s: consumer %q on stream %q (does the stream's subjects cover %q?): %w",
+			cfg.Name, cfg.Durable, cfg.Stream, cfg.Subject, err)
+	}
+	batch := min(cfg.MaxInFlight, 500)
+	iter, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		return fmt.Errorf("nats ingest %s: pull: %w", cfg.Name, err)
+	}
+	s.iter = iter
+	return nil
+}
+
+// Read returns the next message.
+func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	if s.sub != nil {
+		return s.readCore(ctx)
+	}
+	for {
+		msg, err := s.iter.Next(jetstream.NextContext(ctx))
+		if err == nil {
+			return s.incomingJS(msg)
+		}
+		select {
+		case <-s.closed:
+			return nil, nil, ingest.ErrClosed
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return nil, nil, ingest.ErrClosed
+		}
+		// Missed heartbeats and other pull errors while the server is
+		// away: the iterator keeps pulling once the connection is back.
+		s.log.Debug("jetstream pull interrupted; continuing", "err", err)
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFunc, error) {
+	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data()}
+	if md, err := msg.Metadata(); err == nil {
+		in.PublishedAt = md.Timestamp
+		in.PositionID = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	ack := func(ctx context.Context, err error) error {
+		if err != nil {
+			return msg.Nak()
+		}
+		return msg.Ack()
+	}
+	return in, ack, nil
+}
+
+func (s *Source) readCore(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	msg, err := s.sub.NextMsgWithContext(ctx)
+	for errors.Is(err, nats.ErrSlowConsumer) {
+		// At most once: the client dropped what did not fit in its pending
+		// limit. That is a loss to report, not the end of the Source.
+		dropped, _ := s.sub.Dropped()
+		s.log.Warn("core NATS ingest fell behind and dropped messages (at most once; set nats.stream for at-least-once)",
+			"subject", s.cfg.Subject, "dropped_total", dropped)
+		msg, err = s.sub.NextMsgWithContext(ctx)
+	}
+	if err != nil {
+		select {
+		case <-s.closed:
+			return nil, nil, ingest.ErrClosed
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, fmt.Errorf("nats ingest %s: %w", s.cfg.Name, err)
+	}
+	in := &envelope.Incoming{Headers: headers(msg.Header), Body: msg.Data}
+	return in, noAck, nil
+}
+
+// noAck settles a core NATS message: there is nothing to tell the server.
+func noAck(context.Context, error) error { return nil }
+
+// headers converts NATS headers (a map) to envelope headers, in key order so
+// that the result is deterministic.
+func headers(h nats.Header) envelope.Headers {
+	if len(h) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(envelope.Headers, 0, len(h))
+	for _, k := range keys {
+		for _, v := range h[k] {
+			out = append(out, envelope.Header{Key: k, Value: v})
+		}
+	}
+	return out
+}
+
+// Ready returns nil while connected.
+func (s *Source) Ready() error { return Ready(s.nc) }
+
+// Close stops the subscription and drains the connection, so that acks
+// already sent reach the server.
+func (s *Source) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		if s.iter != nil {
+			s.iter.Stop()
+		}
+		if s.sub != nil {
+			_ = s.sub.Unsubscribe()
+		}
+		// Flush pending acks before closing.
+		_ = Flush(ctx, s.nc)
+		s.nc.Close()
+	})
+	return nil
+}

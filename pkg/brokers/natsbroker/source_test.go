@@ -1,0 +1,181 @@
+package natsbroker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/ingesttest"
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+)
+
+// ackWait is the JetStream redelivery timeout in these tests: short, so that
+// the suite's redelivery checks after a reopen are quick.
+const ackWait = 2 * time.Second
+
+// Backlogs above the NATS Source defaults: MaxInFlight 1000 is JetStream's
+// MaxAckPending, and 10×MaxInFlight core NATS's client pending limit.
+const (
+	jsBacklog   = 2000
+	coreBacklog = 12000
+)
+
+func subject(key string) string { return "ingesttest." + key }
+
+// publisher connects like an application, reconnecting quickly after a
+// broker restart.
+func publisher(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name("ingesttest publisher"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect publisher: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func natsMsg(key string, m ingesttest.Message) *nats.Msg {
+	msg := nats.NewMsg(subject(key))
+	msg.Data = m.Body
+	for _, h := range m.Headers {
+		msg.Header.Add(h.Key, h.Value)
+	}
+	return msg
+}
+
+func open(t *testing.T, cfg natsbroker.SourceParams) ingest.Source {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	src, err := natsbroker.NewSource(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("natsbroker.New: %v", err)
+	}
+	return src
+}
+
+func TestSourceConformanceJetStream(t *testing.T) {
+	ns := testenv.NATS(t)
+	pub := publisher(t, ns.URL)
+	js, err := jetstream.New(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.Run(t, ingesttest.Harness{
+		Open: func(t *testing.T, key string) ingest.Source {
+			return open(t, natsbroker.SourceParams{
+				Name:    key,
+				URL:     ns.URL,
+				Subject: subject(key),
+				Stream:  "IT-" + key, // created by New
+				Durable: "delaybridge",
+				AckWait: ackWait,
+			})
+		},
+		Publish: func(t *testing.T, key string, m ingesttest.Message) {
+			t.Helper()
+			msg := natsMsg(key, m)
+			var err error
+			// Retried: right after a broker restart the publisher may not
+			// have reconnected yet.
+			ok := poll(30*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, err = js.PublishMsg(ctx, msg)
+				return err == nil
+			})
+			if !ok {
+				t.Fatalf("publish to %s: %v", msg.Subject, err)
+			}
+		},
+		Features: ingesttest.Features{
+			AtLeastOnce:      true,
+			Nack:             true,
+			AckIndividually:  true,
+			Ordered:          true,
+			PublishedAt:      true,
+			PositionID:       true,
+			DuplicateHeaders: true,
+			// NATS headers are text lines; a 1 MiB message includes them.
+			MaxBody: 1<<20 - 4096,
+		},
+		RedeliveryDelay: ackWait,
+		Backlog:         jsBacklog,
+		StopBroker:      func(*testing.T) { ns.Shutdown() },
+		StartBroker:     func(*testing.T) { ns.Restart() },
+	})
+}
+
+func TestSourceConformanceCoreNATS(t *testing.T) {
+	ns := testenv.NATS(t)
+	pub := publisher(t, ns.URL)
+	ingesttest.Run(t, ingesttest.Harness{
+		Open: func(t *testing.T, key string) ingest.Source {
+			return open(t, natsbroker.SourceParams{Name: key, URL: ns.URL, Subject: subject(key)})
+		},
+		Publish: func(t *testing.T, key string, m ingesttest.Message) {
+			t.Helper()
+			// Core NATS keeps nothing: publish only once the server knows
+			// the ingest's subscription (New does not wait for that, and
+			// after a restart the subscription is sent again on reconnect).
+			if !poll(30*time.Second, func() bool {
+				return ns.Server != nil && ns.Server.GlobalAccount().Interest(subject(key)) > 0
+			}) {
+				t.Fatalf("no subscriber for %s after 30s", subject(key))
+			}
+			if err := pub.PublishMsg(natsMsg(key, m)); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			if err := pub.FlushTimeout(10 * time.Second); err != nil {
+				t.Fatalf("flush: %v", err)
+			}
+		},
+		Features: ingesttest.Features{
+			Ordered:          true,
+			DuplicateHeaders: true,
+			MaxBody:          1<<20 - 4096,
+		},
+		Backlog:     coreBacklog,
+		StopBroker:  func(*testing.T) { ns.Shutdown() },
+		StartBroker: func(*testing.T) { ns.Restart() },
+	})
+}
+
+// poll calls cond until it returns true or d passes (pacing, not
+// synchronisation).
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+	return true
+}
+
+// TestCoreSubscribedWhenNewReturns: core NATS keeps nothing for a subject
+// without subscribers, so a message published right after New returns is
+// lost unless the subscription already reached the server.
+func TestSourceCoreSubscribedWhenNewReturns(t *testing.T) {
+	ns := testenv.NATS(t)
+	for i := range 20 {
+		subj := fmt.Sprintf("subscribed.%d", i)
+		src := open(t, natsbroker.SourceParams{Name: "subscribed", URL: ns.URL, Subject: subj})
+		n := ns.Server.GlobalAccount().Interest(subj)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = src.Close(ctx)
+		cancel()
+		if n == 0 {
+			t.Fatalf("attempt %d: the server had no subscriber for %s when New returned", i, subj)
+		}
+	}
+}

@@ -1,0 +1,351 @@
+package rabbitbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// pubChan is one channel in confirm mode with the bookkeeping that maps the
+// broker's confirms and returns back to the publishes awaiting them.
+//
+// Correlation: publishes on a channel are serialized (pubMu), so the next
+// delivery tag (GetNextPublishSeqNo) is the one the broker will confirm;
+// the entry is registered under that tag before the frame is sent. One
+// goroutine (dispatch) reads both the confirms and the returns. The broker
+// sends a message's basic.return before its basic.ack, and amqp091-go
+// hands the return to our channel before it handles that ack, so when a
+// confirm is read, its return (if any) is already in the returns buffer:
+// dispatch drains that buffer first. Returns carry no delivery tag; they are
+// matched by (exchange, routing key, message_id). Two publishes in flight
+// with the same key go to the same queues and share their fate, so the
+// match cannot blame the wrong one in practice.
+type pubChan struct {
+	ch  *amqp.Channel
+	sem chan struct{} // one slot per unconfirmed publish
+
+	pubMu sync.Mutex // serializes publishes: tag = GetNextPublishSeqNo
+
+	mu       sync.Mutex
+	pending  map[uint64]entry
+	lowest   uint64 // every tag below it is settled
+	returned map[returnKey]returnInfo
+	err      error         // why the channel died; set before dead closes
+	dead     chan struct{} // closed when the channel is gone and every pending entry failed
+}
+
+type entry struct {
+	b   *batch
+	i   int
+	key returnKey
+}
+
+type returnKey struct{ exchange, routingKey, messageID string }
+
+type returnInfo struct {
+	n    int
+	code uint16
+	text string
+}
+
+// batch collects the results of one Publish call. left counts unsettled
+// entries plus one held by the publisher until all are registered.
+type batch struct {
+	errs      []error
+	settled   []bool
+	left      int
+	done      chan struct{}
+	abandoned bool // Publish returned (ctx ended); results are dropped
+}
+
+func (s *Sink) openChan(conn *amqp.Connection) (*pubChan, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	p := &pubChan{
+		ch:       ch,
+		sem:      make(chan struct{}, maxInFlight),
+		pending:  make(map[uint64]entry),
+		lowest:   1,
+		returned: make(map[returnKey]returnInfo),
+		dead:     make(chan struct{}),
+	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, maxInFlight))
+	returns := ch.NotifyReturn(make(chan amqp.Return, maxInFlight))
+	go p.dispatch(s.cfg, confirms, returns, closes)
+	return p, nil
+}
+
+func (p *pubChan) isDead() bool {
+	select {
+	case <-p.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// dispatch settles pending publishes from the confirms and returns until
+// the channel closes, then fails what is left.
+func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
+	for confirms != nil {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			p.recordReturn(r)
+		case c, ok := <-confirms:
+			if !ok {
+				confirms = nil
+				continue
+			}
+		drain:
+			for returns != nil {
+				select {
+				case r, ok := <-returns:
+					if !ok {
+						returns = nil
+						break drain
+					}
+					p.recordReturn(r)
+				default:
+					break drain
+				}
+			}
+			p.confirm(cfg, c)
+		}
+	}
+	// amqp091-go sends the close error before it closes the confirms.
+	var reason error
+	select {
+	case e := <-closes:
+		reason = CloseReason(e, "channel")
+	default:
+		reason = errors.New("channel closed")
+	}
+	reason = describe(cfg, reason)
+	p.mu.Lock()
+	p.err = reason
+	for tag, e := range p.pending {
+		p.settle(e, fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason))
+		delete(p.pending, tag)
+	}
+	close(p.dead)
+	p.mu.Unlock()
+}
+
+// describe makes the common channel and connection errors actionable.
+func describe(cfg SinkParams, err error) error {
+	switch Code(err) {
+	case amqp.NotFound:
+		return fmt.Errorf("exchange %q not found (declare it, or fix the sink's exchange): %w", cfg.Exchange, err)
+	case amqp.AccessRefused:
+		return fmt.Errorf("access refused (check the user's permissions on the exchange): %w", err)
+	}
+	return err
+}
+
+func (p *pubChan) recordReturn(r amqp.Return) {
+	k := returnKey{r.Exchange, r.RoutingKey, r.MessageId}
+	p.mu.Lock()
+	ri := p.returned[k]
+	ri.n++
+	ri.code, ri.text = r.ReplyCode, r.ReplyText
+	p.returned[k] = ri
+	p.mu.Unlock()
+}
+
+func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Confirms arrive in tag order; a tag below this one still pending had
+	// its confirm dropped (amqp091-go gives up on a full listener).
+	for t := p.lowest; t < c.DeliveryTag; t++ {
+		if e, ok := p.pending[t]; ok {
+			delete(p.pending, t)
+			p.settle(e, fmt.Errorf("rabbitmq sink %s: publisher confirm lost", cfg.Name))
+		}
+	}
+	if c.DeliveryTag >= p.lowest {
+		p.lowest = c.DeliveryTag + 1
+	}
+	e, ok := p.pending[c.DeliveryTag]
+	if !ok {
+		return
+	}
+	delete(p.pending, c.DeliveryTag)
+	var err error
+	if ri, ok := p.returned[e.key]; ok && ri.n > 0 {
+		ri.n--
+		if ri.n == 0 {
+			delete(p.returned, e.key)
+		} else {
+			p.returned[e.key] = ri
+		}
+		err = fmt.Errorf("rabbitmq sink %s: %w: exchange %q has no queue bound for routing key %q (returned %d %s)",
+			cfg.Name, ErrUnroutable, e.key.exchange, e.key.routingKey, ri.code, ri.text)
+	} else if !c.Ack {
+		err = fmt.Errorf("rabbitmq sink %s: the broker nacked the publish (internal error in the queue)", cfg.Name)
+	}
+	p.settle(e, err)
+}
+
+// settle records one result and frees its in-flight slot. p.mu is held.
+func (p *pubChan) settle(e entry, err error) {
+	if !e.b.abandoned {
+		e.b.errs[e.i] = err
+		e.b.settled[e.i] = true
+	}
+	e.b.left--
+	if e.b.left == 0 {
+		close(e.b.done)
+	}
+	<-p.sem
+}
+
+// publish sends msgs (skipping those with errs[i] set) and waits for their
+// confirms, filling errs.
+func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
+	b := &batch{errs: make([]error, len(msgs)), settled: make([]bool, len(msgs)), left: 1, done: make(chan struct{})}
+	sent := make([]bool, len(msgs))
+	var stopErr error // once set, the rest of the batch is not sent
+
+	p.pubMu.Lock()
+	for i, m := range msgs {
+		if errs[i] != nil {
+			continue
+		}
+		if stopErr != nil {
+			errs[i] = stopErr
+			continue
+		}
+		select {
+		case p.sem <- struct{}{}:
+		case <-p.dead:
+			stopErr = p.deadErr(cfg)
+			errs[i] = stopErr
+			continue
+		case <-ctx.Done():
+			stopErr = fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, ctx.Err())
+			errs[i] = stopErr
+			continue
+		}
+		tag := p.ch.GetNextPublishSeqNo()
+		key := returnKey{cfg.Exchange, m.Destination, pubs[i].MessageId}
+		p.mu.Lock()
+		if p.isDead() {
+			p.mu.Unlock()
+			<-p.sem
+			stopErr = p.deadErr(cfg)
+			errs[i] = stopErr
+			continue
+		}
+		p.pending[tag] = entry{b: b, i: i, key: key}
+		b.left++
+		p.mu.Unlock()
+
+		err := p.ch.Publish(cfg.Exchange, m.Destination, cfg.Mandatory, false, pubs[i])
+		if err != nil {
+			p.mu.Lock()
+			if e, ok := p.pending[tag]; ok && e.b == b {
+				delete(p.pending, tag)
+				b.left--
+				<-p.sem
+			}
+			p.mu.Unlock()
+			if p.ch.IsClosed() {
+				select { // the library closes the confirms right after
+				case <-p.dead:
+				case <-ctx.Done():
+				}
+				stopErr = p.deadErr(cfg)
+				errs[i] = stopErr
+				continue
+			}
+			errs[i] = fmt.Errorf("rabbitmq sink %s: publish: %w", cfg.Name, err)
+			continue
+		}
+		sent[i] = true
+	}
+	p.pubMu.Unlock()
+
+	p.mu.Lock()
+	b.left-- // the publisher's hold
+	if b.left == 0 {
+		close(b.done)
+	}
+	p.mu.Unlock()
+
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		p.mu.Lock()
+		if b.left > 0 {
+			b.abandoned = true
+			for i := range msgs {
+				if sent[i] && !b.settled[i] {
+					b.errs[i] = fmt.Errorf("rabbitmq sink %s: no publisher confirm yet: %w (fate unknown; published again)", cfg.Name, ctx.Err())
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	for i := range msgs {
+		if sent[i] {
+			errs[i] = b.errs[i]
+		}
+	}
+	p.mu.Unlock()
+}
+
+func (p *pubChan) deadErr(cfg SinkParams) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		return fmt.Errorf("rabbitmq sink %s: not sent, channel closed", cfg.Name)
+	}
+	return fmt.Errorf("rabbitmq sink %s: not sent, %w", cfg.Name, p.err)
+}
+
+// toAMQP builds the publishing of m. AMQP short strings (routing key, header
+// names, message_id) hold at most 255 bytes.
+func toAMQP(m sinks.Outgoing) (amqp.Publishing, error) {
+	if len(m.Destination) > 255 {
+		return amqp.Publishing{}, sinks.Permanent(fmt.Errorf("routing key %.40q... is longer than 255 bytes", m.Destination))
+	}
+	hs := m.OutHeaders(m.Attempt)
+	table := make(amqp.Table, len(hs))
+	for _, h := range hs {
+		if len(h.Key) > 255 {
+			return amqp.Publishing{}, sinks.Permanent(fmt.Errorf("header name %.40q... is longer than 255 bytes (AMQP limit)", h.Key))
+		}
+		if _, dup := table[h.Key]; dup {
+			continue // duplicate (Kafka) header: the first wins, as in Headers.Get
+		}
+		table[h.Key] = h.Value
+	}
+	pub := amqp.Publishing{
+		Headers:      table,
+		Body:         m.Body,
+		DeliveryMode: amqp.Persistent,
+	}
+	// A longer ID still travels in the x-message-id header.
+	if len(m.ID) <= 255 {
+		pub.MessageId = m.ID
+	}
+	return pub, nil
+}

@@ -1,0 +1,299 @@
+package rabbitbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// SinkParams of a RabbitMQ sink.
+type SinkParams struct {
+	Name     string // sink name, for the connection name and logs
+	URL      string // amqp:// or amqps://user:pass@host:port/vhost
+	Exchange string // "" is the default exchange (the destination is then a queue name)
+	// Auth is the TLS and authentication: tls (amqps:// URLs), username
+	// and password overriding the URL's, or external (SASL EXTERNAL with
+	// the TLS client certificate). See DialConfig.
+	Auth Auth
+	// Mandatory makes a message that the exchange routes to no queue a
+	// failed publish ("unroutable"), instead of one the broker drops.
+	Mandatory bool
+}
+
+const (
+	// poolSize is the number of publishing channels. Concurrent Publish
+	// calls use different channels; one batch stays on one channel.
+	poolSize = 4
+	// maxInFlight caps unconfirmed publishes per channel (and sizes the
+	// confirm and return buffers, which amqp091-go needs to have room for
+	// every outstanding confirm).
+	maxInFlight = 4096
+)
+
+// ErrUnroutable is wrapped by the error of a mandatory publish the broker
+// returned because no queue is bound for its routing key.
+var ErrUnroutable = errors.New("unroutable")
+
+// Sink publishes to RabbitMQ. Create it with New.
+type Sink struct {
+	cfg   SinkParams
+	log   *slog.Logger
+	state *State
+
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu      sync.Mutex
+	conn    *amqp.Connection // nil while disconnected
+	pool    [poolSize]*pubChan
+	blocked error // the broker blocked the connection (resource alarm)
+	next    atomic.Uint32
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+var _ sinks.Ready = (*Sink)(nil)
+
+// New connects and opens the publishing channels. It fails when the first
+// connection fails (a wrong URL or credentials show at once); later outages
+// are retried for ever. A missing exchange is logged, not fatal: it may be
+// declared later, and until then every publish fails saying so.
+func NewSink(ctx context.Context, cfg SinkParams, log *slog.Logger) (*Sink, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Sink{
+		cfg:   cfg,
+		log:   log.With("sink", cfg.Name),
+		state: NewState(),
+		done:  make(chan struct{}),
+	}
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq sink %s: %w", cfg.Name, err)
+	}
+	s.checkExchange(conn)
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = stop
+	go s.supervise(runCtx, conn)
+	return s, nil
+}
+
+// connect dials and opens the pool.
+func (s *Sink) connect(ctx context.Context) (*amqp.Connection, error) {
+	conn, err := Dial(ctx, s.cfg.URL, "delaybridge sink "+s.cfg.Name, s.cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	var pool [poolSize]*pubChan
+	for i := range pool {
+		if pool[i], err = s.openChan(conn); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	s.conn, s.pool, s.blocked = conn, pool, nil
+	s.mu.Unlock()
+	s.state.Up()
+	return conn, nil
+}
+
+// checkExchange warns when the configured exchange does not exist.
+func (s *Sink) checkExchange(conn *amqp.Connection) {
+	if s.cfg.Exchange == "" {
+		return
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclarePassive(s.cfg.Exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
+		s.log.Warn("rabbitmq sink exchange not usable; publishes fail until it is declared", "exchange", s.cfg.Exchange, "err", err)
+	}
+}
+
+// supervise reopens channels the broker closed and reconnects with back-off
+// when the connection ends, until Close.
+func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
+	defer close(s.done)
+	var bo Backoff
+	for {
+		err := s.watch(ctx, conn)
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conn = nil
+		s.pool = [poolSize]*pubChan{}
+		s.mu.Unlock()
+		s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", err))
+		s.log.Warn("rabbitmq sink disconnected; reconnecting", "err", err)
+		_ = conn.CloseDeadline(time.Now().Add(time.Second))
+		for {
+			if !bo.Wait(ctx, nil) {
+				return
+			}
+			if conn, err = s.connect(ctx); err == nil {
+				break
+			}
+			s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", err))
+			s.log.Debug("rabbitmq sink reconnect failed", "err", err)
+		}
+		bo.Reset()
+		s.log.Info("rabbitmq sink reconnected")
+	}
+}
+
+// watch waits until conn ends (returning why) or ctx ends, replacing the
+// pool's channels that die meanwhile.
+func (s *Sink) watch(ctx context.Context, conn *amqp.Connection) error {
+	connDown := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	for {
+		s.mu.Lock()
+		pool := s.pool
+		s.mu.Unlock()
+		// Wake when any channel of the pool dies.
+		died := make(chan int, poolSize)
+		stopWatch := make(chan struct{})
+		for i, p := range pool {
+			go func() {
+				select {
+				case <-p.dead:
+					died <- i
+				case <-stopWatch:
+				}
+			}()
+		}
+		var i int
+		select {
+		case <-ctx.Done():
+			close(stopWatch)
+			return ctx.Err()
+		case e := <-connDown:
+			close(stopWatch)
+			return CloseReason(e, "connection")
+		case b, ok := <-blocked:
+			close(stopWatch)
+			if !ok {
+				blocked = nil // the connection is closing: connDown follows
+				continue
+			}
+			s.setBlocked(b)
+			continue
+		case i = <-died:
+			close(stopWatch)
+		}
+		s.log.Warn("rabbitmq sink channel closed by the broker; reopening", "err", pool[i].err)
+		p, err := s.openChan(conn)
+		if err != nil {
+			// The connection is going away too: connDown will say so.
+			s.log.Debug("reopen channel", "err", err)
+			if conn.IsClosed() {
+				return fmt.Errorf("reopen channel: %w", err)
+			}
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		s.mu.Lock()
+		s.pool[i] = p
+		s.mu.Unlock()
+	}
+}
+
+func (s *Sink) setBlocked(b amqp.Blocking) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Active {
+		s.blocked = fmt.Errorf("the broker blocks publishing on this connection: %s", b.Reason)
+		s.log.Warn("rabbitmq sink blocked by the broker (resource alarm)", "reason", b.Reason)
+	} else {
+		s.blocked = nil
+		s.log.Info("rabbitmq sink unblocked")
+	}
+}
+
+// pick returns a live channel of the pool, round robin, or nil.
+func (s *Sink) pick() *pubChan {
+	start := s.next.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range uint32(poolSize) {
+		p := s.pool[(start+k)%poolSize]
+		if p != nil && !p.isDead() {
+			return p
+		}
+	}
+	return nil
+}
+
+// Publish publishes msgs on one channel of the pool and awaits their
+// confirms. A message that cannot be expressed in AMQP (routing key or
+// header name over 255 bytes) fails permanently; everything else that fails
+// is retried by the scheduler.
+func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
+	errs := make([]error, len(msgs))
+	pubs := make([]amqp.Publishing, len(msgs))
+	for i, m := range msgs {
+		pubs[i], errs[i] = toAMQP(m)
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("rabbitmq sink %s: %w", s.cfg.Name, errs[i])
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, err))
+	}
+	p := s.pick()
+	if p == nil {
+		err := s.state.Err()
+		if err == nil {
+			err = errors.New("no open channel")
+		}
+		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected: %w", s.cfg.Name, err))
+	}
+	p.publish(ctx, s.cfg, msgs, pubs, errs)
+	return errs
+}
+
+// Ready returns nil while connected and not blocked by the broker.
+func (s *Sink) Ready() error {
+	if err := s.state.Err(); err != nil {
+		return fmt.Errorf("rabbitmq sink %s: %w", s.cfg.Name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.blocked != nil {
+		return fmt.Errorf("rabbitmq sink %s: %w", s.cfg.Name, s.blocked)
+	}
+	return nil
+}
+
+// Close closes the connection. Publish has already waited for its confirms;
+// one still waiting fails.
+func (s *Sink) Close() error {
+	s.stop()
+	<-s.done
+	s.mu.Lock()
+	conn := s.conn
+	s.conn = nil
+	s.mu.Unlock()
+	s.state.Down(errors.New("closed"))
+	if conn != nil {
+		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
+	}
+	return nil
+}

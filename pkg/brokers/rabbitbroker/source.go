@@ -1,0 +1,384 @@
+package rabbitbroker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+)
+
+// SourceParams of a RabbitMQ ingest.
+type SourceParams struct {
+	Name  string // ingest name, for the connection name and logs
+	URL   string // amqp:// or amqps://user:pass@host:port/vhost
+	Queue string // declared durable (classic) when it does not exist; used as it is otherwise
+	// Auth is the TLS and authentication: tls (amqps:// URLs), username
+	// and password overriding the URL's, or external (SASL EXTERNAL with
+	// the TLS client certificate). See DialConfig.
+	Auth Auth
+	// Prefetch is the channel's QoS: how many unacknowledged messages the
+	// broker sends ahead. Default 1000; at most 65535.
+	Prefetch int
+}
+
+// ErrStaleDelivery is returned (wrapped) by an AckFunc whose message came
+// from a channel that has closed since: the broker has requeued the message
+// and delivers it again.
+var ErrStaleDelivery = errors.New("the channel that delivered the message is gone; the broker delivers it again")
+
+// Source is a RabbitMQ ingest. Create it with New.
+type Source struct {
+	cfg   SourceParams
+	log   *slog.Logger
+	state *State
+
+	out    chan delivery // supervisor -> Read
+	closed chan struct{} // closed by Close
+	stop   context.CancelFunc
+	done   chan struct{} // supervisor exited
+
+	mu      sync.Mutex
+	cur     *session // nil while disconnected
+	isClose bool     // Close has begun: no new sessions
+	settled bool     // Close is draining: no new acks
+	acks    sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ ingest.Source = (*Source)(nil)
+var _ ingest.Ready = (*Source)(nil)
+
+// session is one connection with its consuming channel.
+type session struct {
+	conn     *amqp.Connection
+	ch       *amqp.Channel
+	tag      string
+	msgs     <-chan amqp.Delivery
+	connDown chan *amqp.Error
+	chDown   chan *amqp.Error
+	dead     chan struct{} // closed when the session has ended
+}
+
+type delivery struct {
+	d    amqp.Delivery
+	sess *session
+}
+
+// New connects, makes sure the queue exists and starts consuming. It fails
+// when the first connection fails (a wrong URL or credentials show at once);
+// later outages are retried for ever.
+func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source, error) {
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = 1000
+	}
+	if cfg.Prefetch > 65535 {
+		cfg.Prefetch = 65535
+	}
+	if cfg.Queue == "" {
+		return nil, fmt.Errorf("rabbitmq ingest %s: no queue", cfg.Name)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Source{
+		cfg:    cfg,
+		log:    log.With("ingest", cfg.Name, "queue", cfg.Queue),
+		state:  NewState(),
+		out:    make(chan delivery),
+		closed: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	sess, err := s.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq ingest %s: %w", cfg.Name, err)
+	}
+	s.cur = sess
+	s.state.Up()
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = stop
+	go s.supervise(runCtx, sess)
+	return s, nil
+}
+
+// connect dials, declares the queue if it is missing, sets the QoS and
+// starts the consumer.
+func (s *Source) connect(ctx context.Context) (*session, error) {
+	cfg := s.cfg
+	conn, err := Dial(ctx, cfg.URL, "delaybridge ingest "+cfg.Name, cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := s.setup(conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return sess, nil
+}
+
+func (s *Source) setup(conn *amqp.Connection) (*session, error) {
+	q := s.cfg.Queue
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if _, err := ch.QueueDeclarePassive(q, false, false, false, false, nil); err != nil {
+		if Code(err) != amqp.NotFound {
+			return nil, fmt.Errorf("queue %q: %w", q, err)
+		}
+		// The failed passive declare closed the channel.
+		if ch, err = conn.Channel(); err != nil {
+			return nil, fmt.Errorf("open channel: %w", err)
+		}
+		args := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}
+		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+			return nil, fmt.Errorf("declare queue %q: %w", q, err)
+		}
+		s.log.Info("declared missing queue (durable, classic)")
+	}
+	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+		return nil, fmt.Errorf("qos: %w", err)
+	}
+	sess := &session{
+		conn:     conn,
+		ch:       ch,
+		tag:      consumerTag(s.cfg.Name),
+		connDown: conn.NotifyClose(make(chan *amqp.Error, 1)),
+		chDown:   ch.NotifyClose(make(chan *amqp.Error, 1)),
+		dead:     make(chan struct{}),
+	}
+	sess.msgs, err = ch.Consume(q, sess.tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("consume queue %q: %w", q, err)
+	}
+	return sess, nil
+}
+
+func consumerTag(name string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "delaybridge-" + name + "-" + hex.EncodeToString(b[:])
+}
+
+// supervise forwards the deliveries of the current session to Read, and
+// reconnects with back-off when the session ends, until Close.
+func (s *Source) supervise(ctx context.Context, sess *session) {
+	defer close(s.done)
+	var bo Backoff
+	for {
+		reason := s.forward(sess)
+		if reason == nil { // closing: Close tears the session down
+			return
+		}
+		s.mu.Lock()
+		s.cur = nil
+		s.mu.Unlock()
+		close(sess.dead)
+		s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", reason))
+		s.log.Warn("rabbitmq ingest disconnected; reconnecting", "err", reason)
+		_ = sess.conn.CloseDeadline(time.Now().Add(time.Second))
+
+		for {
+			if !bo.Wait(ctx, s.closed) {
+				return
+			}
+			next, err := s.connect(ctx)
+			if err != nil {
+				s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", err))
+				s.log.Debug("rabbitmq ingest reconnect failed", "err", err)
+				continue
+			}
+			s.mu.Lock()
+			if s.isClose {
+				s.mu.Unlock()
+				_ = next.conn.Close()
+				return
+			}
+			s.cur = next
+			s.mu.Unlock()
+			sess = next
+			break
+		}
+		bo.Reset()
+		s.state.Up()
+		s.log.Info("rabbitmq ingest reconnected")
+	}
+}
+
+// forward passes sess's deliveries to Read until the session ends (it
+// returns why) or the Source closes (it returns nil). A delivery it holds
+// when the session ends is dropped: the broker requeues it.
+func (s *Source) forward(sess *session) error {
+	for {
+		select {
+		case <-s.closed:
+			return nil
+		case e := <-sess.connDown:
+			return CloseReason(e, "connection")
+		case e := <-sess.chDown:
+			return CloseReason(e, "channel")
+		case d, ok := <-sess.msgs:
+			if !ok {
+				return sess.endReason()
+			}
+			select {
+			case s.out <- delivery{d: d, sess: sess}:
+			case <-s.closed:
+				return nil
+			case e := <-sess.connDown:
+				return CloseReason(e, "connection")
+			case e := <-sess.chDown:
+				return CloseReason(e, "channel")
+			}
+		}
+	}
+}
+
+// endReason says why the delivery channel closed: the channel or connection
+// went away, or the broker cancelled the consumer (the queue was deleted).
+func (sess *session) endReason() error {
+	select {
+	case e := <-sess.connDown:
+		return CloseReason(e, "connection")
+	case e := <-sess.chDown:
+		return CloseReason(e, "channel")
+	default:
+		return errors.New("the broker cancelled the consumer (queue deleted?)")
+	}
+}
+
+// Read returns the next message.
+func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	select {
+	case <-s.closed:
+		return nil, nil, ingest.ErrClosed
+	default:
+	}
+	select {
+	case d := <-s.out:
+		in := &envelope.Incoming{
+			Headers:  Headers(d.d.Headers),
+			Body:     d.d.Body,
+			NativeID: d.d.MessageId,
+		}
+		return in, s.ackFunc(d.sess, d.d.DeliveryTag), nil
+	case <-s.closed:
+		return nil, nil, ingest.ErrClosed
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+// ackFunc settles delivery tag of sess, on sess's own channel only.
+func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
+	return func(_ context.Context, handleErr error) error {
+		s.mu.Lock()
+		if s.settled {
+			s.mu.Unlock()
+			return fmt.Errorf("rabbitmq ingest %s: source closed before the message was settled; the broker delivers it again", s.cfg.Name)
+		}
+		s.acks.Add(1)
+		s.mu.Unlock()
+		defer s.acks.Done()
+
+		select {
+		case <-sess.dead:
+			return fmt.Errorf("rabbitmq ingest %s: %w", s.cfg.Name, ErrStaleDelivery)
+		default:
+		}
+		var err error
+		if handleErr == nil {
+			err = sess.ch.Ack(tag, false)
+		} else {
+			err = sess.ch.Nack(tag, false, true)
+		}
+		if err != nil {
+			if sess.ch.IsClosed() {
+				return fmt.Errorf("rabbitmq ingest %s: %w (%v)", s.cfg.Name, ErrStaleDelivery, err)
+			}
+			return fmt.Errorf("rabbitmq ingest %s: settle delivery: %w", s.cfg.Name, err)
+		}
+		return nil
+	}
+}
+
+// Ready returns nil while connected and consuming, else why not.
+func (s *Source) Ready() error {
+	if err := s.state.Err(); err != nil {
+		return fmt.Errorf("rabbitmq ingest %s: %w", s.cfg.Name, err)
+	}
+	return nil
+}
+
+// Close cancels the consumer, waits until the acks already given have been
+// sent, and closes the channel and the connection (the broker requeues
+// every message delivered but not acked). It returns early with ctx.Err()
+// when ctx ends.
+func (s *Source) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	return s.closeErr
+}
+
+func (s *Source) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.isClose = true
+	sess := s.cur
+	s.mu.Unlock()
+	close(s.closed)
+	s.stop()
+
+	if sess != nil {
+		// Stop the broker sending more; deliveries already buffered are
+		// never read, hence requeued when the channel closes.
+		if err := wait(ctx, func() error { return sess.ch.Cancel(sess.tag, false) }); err != nil {
+			s.log.Debug("cancel consumer", "err", err)
+		}
+	}
+	s.mu.Lock()
+	s.settled = true
+	s.mu.Unlock()
+	var errs []error
+	if err := wait(ctx, func() error { s.acks.Wait(); return nil }); err != nil {
+		errs = append(errs, fmt.Errorf("rabbitmq ingest %s: waiting for acks: %w", s.cfg.Name, err))
+	}
+	if sess != nil {
+		// channel.close is answered after the broker processed every
+		// frame sent before it on the channel: the acks have arrived.
+		if err := wait(ctx, sess.ch.Close); err != nil && !errors.Is(err, amqp.ErrClosed) {
+			s.log.Debug("close channel", "err", err)
+		}
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = time.Now().Add(5 * time.Second)
+		}
+		_ = sess.conn.CloseDeadline(deadline)
+	}
+	if err := wait(ctx, func() error { <-s.done; return nil }); err != nil {
+		errs = append(errs, err)
+	}
+	s.state.Down(errors.New("closed"))
+	return errors.Join(errs...)
+}
+
+// wait runs f and waits for it or for ctx, whichever is first.
+func wait(ctx context.Context, f func() error) error {
+	res := make(chan error, 1)
+	go func() { res <- f() }()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
