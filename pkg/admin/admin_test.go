@@ -530,7 +530,7 @@ func TestPostInvalid(t *testing.T) {
 		{"body too large", valid(map[string]any{"body": strings.Repeat("b", 33)}), "limits.max_payload_bytes 32"},
 		{"base64 body too large", valid(map[string]any{"body": nil, "body_base64": strings.Repeat("AAAA", 11)}), "body is 33 bytes"},
 		{"body number", valid(map[string]any{"body": 5}), `field "body" must be a string`},
-		{"priority", valid(map[string]any{"priority": 10}), "priority 10"},
+		{"priority", valid(map[string]any{"priority": 10}), `priority "10" is not an integer from 0 to 9`},
 		{"unknown field", valid(map[string]any{"delay_ms": 5}), `unknown field "delay_ms"`},
 		{"invalid json", `{"delay":`, "not valid JSON"},
 		{"trailing data", valid(nil) + `{}`, "exactly one JSON object"},
@@ -1162,5 +1162,73 @@ func TestTokenCannotBeBypassedByEncoding(t *testing.T) {
 	pp.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized {
 		t.Errorf("/%%64ebug/pprof/ without a token: %d, want 401", rec.Code)
+	}
+}
+
+// TestPostSharesTheIngestRules sends the same invalid messages once as an
+// ingest would hand them to envelope.Parse and once through POST
+// /v1/messages: both paths reject each one with the same reason (the API
+// names its fields where the ingest names headers), so a rule changed in
+// envelope changes both, and a rule written again in the API would show
+// here as a different reason.
+func TestPostSharesTheIngestRules(t *testing.T) {
+	lim := envelope.Limits{MaxDelay: time.Hour, MaxPayloadBytes: 32, MaxHeaderBytes: 60, MaxIDBytes: 16}
+	e := newEnv(t, withLimits(lim))
+	sinkExists := func(name string) bool { return name == "rabbit" || name == "kafka" }
+	cases := []struct {
+		name    string
+		headers envelope.Headers // as an ingested message carries them
+		body    string
+		sink    string
+		dest    string
+		request map[string]any // the same message as a POST
+	}{
+		{"delay not a duration", envelope.Headers{{Key: "x-delay", Value: "soon"}}, "b", "rabbit", "q",
+			map[string]any{"delay": "soon"}},
+		{"negative delay", envelope.Headers{{Key: "x-delay", Value: "-5s"}}, "b", "rabbit", "q",
+			map[string]any{"delay": "-5s"}},
+		{"delay over max_delay", envelope.Headers{{Key: "x-delay", Value: "2h"}}, "b", "rabbit", "q",
+			map[string]any{"delay": "2h"}},
+		{"deliver_at not a time", envelope.Headers{{Key: "x-deliver-at", Value: "tomorrow"}}, "b", "rabbit", "q",
+			map[string]any{"deliver_at": "tomorrow"}},
+		{"id with a control character", envelope.Headers{{Key: "x-delay", Value: "1s"}, {Key: "x-message-id", Value: "a\tb"}}, "b", "rabbit", "q",
+			map[string]any{"delay": "1s", "id": "a\tb"}},
+		{"id over max_id_bytes", envelope.Headers{{Key: "x-delay", Value: "1s"}, {Key: "x-message-id", Value: strings.Repeat("i", 17)}}, "b", "rabbit", "q",
+			map[string]any{"delay": "1s", "id": strings.Repeat("i", 17)}},
+		{"priority out of range", envelope.Headers{{Key: "x-delay", Value: "1s"}, {Key: "x-delay-priority", Value: "10"}}, "b", "rabbit", "q",
+			map[string]any{"delay": "1s", "priority": 10}},
+		{"unknown sink", envelope.Headers{{Key: "x-delay", Value: "1s"}}, "b", "nope", "q",
+			map[string]any{"delay": "1s", "sink": "nope"}},
+		{"destination with a newline", envelope.Headers{{Key: "x-delay", Value: "1s"}}, "b", "rabbit", "a\nb",
+			map[string]any{"delay": "1s", "destination": "a\nb"}},
+		{"body over max_payload_bytes", envelope.Headers{{Key: "x-delay", Value: "1s"}}, strings.Repeat("b", 33), "rabbit", "q",
+			map[string]any{"delay": "1s", "body": strings.Repeat("b", 33)}},
+		{"headers over max_header_bytes", envelope.Headers{{Key: "x-delay", Value: "1s"}, {Key: "h", Value: strings.Repeat("v", 60)}}, "b", "rabbit", "q",
+			map[string]any{"delay": "1s", "headers": map[string]string{"h": strings.Repeat("v", 60)}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := &envelope.Incoming{Headers: c.headers, Body: []byte(c.body)}
+			route := &envelope.Route{Ingest: "in", Sink: c.sink, Destination: c.dest, SinkExists: sinkExists}
+			d := envelope.Parse(in, route, lim, time.Now(), nil)
+			if d.Action != envelope.Reject {
+				t.Fatalf("ingest: %v, want a rejection", d.Action)
+			}
+			req := map[string]any{"sink": c.sink, "destination": c.dest, "body": c.body}
+			for k, v := range c.request {
+				req[k] = v
+			}
+			body, err := json.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := e.do("POST", "/v1/messages", string(body))
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("POST: status %d, want 400: %s", r.status, r.body)
+			}
+			if got, want := r.errorText(t), apiNames.Replace(d.Reason); got != want {
+				t.Errorf("POST rejects with %q, the ingest with %q", got, d.Reason)
+			}
+		})
 	}
 }

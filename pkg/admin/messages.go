@@ -214,9 +214,13 @@ type postResponse struct {
 }
 
 // maxRequestBytes caps a POST body: the body may come base64-encoded or
-// JSON-escaped, and so may the headers.
+// JSON-escaped, and so may the headers. Without limits it is 64 MiB.
 func (s *Server) maxRequestBytes() int64 {
-	return 2*int64(s.p.Limits.MaxPayloadBytes) + 2*int64(s.p.Limits.MaxHeaderBytes) + 64<<10
+	lim := s.p.Limits
+	if lim.MaxPayloadBytes <= 0 || lim.MaxHeaderBytes <= 0 {
+		return 64 << 20
+	}
+	return 2*int64(lim.MaxPayloadBytes) + 2*int64(lim.MaxHeaderBytes) + 64<<10
 }
 
 func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
@@ -304,58 +308,75 @@ func jsonKind(goType string) string {
 	}
 }
 
-// buildMessage validates a request and builds the message to park, or
-// returns the reason it is invalid.
+// buildMessage turns a request into the message to park, or returns the
+// reason it is invalid. The request becomes an incoming message, as if a
+// publisher had put it on an ingest: its fields become the control headers
+// (delay -> x-delay, deliver_at -> x-deliver-at, id -> x-message-id,
+// priority -> x-delay-priority) and its sink and destination the route, and
+// envelope.Parse applies the same rules to it as to every ingested message.
+// Only what is particular to the API is checked here: the JSON shapes,
+// which fields are required, and header names and values.
 func (s *Server) buildMessage(req *postRequest, now time.Time) (*envelope.Message, string) {
-	lim := s.p.Limits
-	m := &envelope.Message{IngestedAt: now}
-
-	due, reason := dueTime(req.Delay, req.DeliverAt, now)
+	in, reason := req.incoming()
 	if reason != "" {
 		return nil, reason
 	}
-	if due.Sub(now) > lim.MaxDelay {
-		return nil, fmt.Sprintf("due time %s is more than limits.max_delay %s from now", envelope.FormatTime(due), lim.MaxDelay)
+	route := &envelope.Route{Sink: strings.TrimSpace(req.Sink), Destination: req.Destination, SinkExists: s.p.SinkExists}
+	d := envelope.Parse(in, route, s.p.Limits, now, nil)
+	if d.Action != envelope.Park {
+		return nil, apiNames.Replace(d.Reason)
 	}
-	m.DueAt = due
+	return d.Message, ""
+}
 
-	switch sink := strings.TrimSpace(req.Sink); {
-	case sink == "":
-		return nil, "sink is required: the name of a configured sink"
-	case s.p.SinkExists != nil && !s.p.SinkExists(sink):
-		return nil, fmt.Sprintf("sink %q names no configured sink", sink)
-	default:
-		m.Sink = sink
-	}
-	switch d := req.Destination; {
-	case d == "":
-		return nil, "destination is required: a topic, subject or routing key of the sink"
-	case strings.ContainsAny(d, "\x00\r\n"):
-		return nil, "destination contains a NUL, CR or LF character"
-	default:
-		m.Destination = d
-	}
+// apiNames renames the control headers in Parse's reasons to the request
+// fields they came from.
+var apiNames = strings.NewReplacer(
+	envelope.HeaderDeliverAt, "deliver_at",
+	envelope.HeaderPriority, "priority",
+	envelope.HeaderMessageID, "id",
+	envelope.HeaderDelay, "delay",
+)
 
-	if req.ID == nil {
-		m.ID = envelope.NewID()
-	} else if *req.ID == "" {
-		return nil, "id is empty; leave it out to get a generated ID"
-	} else if reason := envelope.CheckID("id", *req.ID, lim.MaxIDBytes); reason != "" {
+// incoming is the request as an ingested message.
+func (req *postRequest) incoming() (*envelope.Incoming, string) {
+	in := &envelope.Incoming{}
+	delay, hasDelay, reason := scalar("delay", req.Delay)
+	if reason != "" {
 		return nil, reason
-	} else {
-		m.ID = *req.ID
 	}
-
-	if req.Key != nil {
-		m.Key = []byte(*req.Key)
+	at, hasAt, reason := scalar("deliver_at", req.DeliverAt)
+	if reason != "" {
+		return nil, reason
+	}
+	switch {
+	case hasDelay && hasAt:
+		return nil, "give either delay or deliver_at, not both"
+	case hasDelay:
+		in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderDelay, Value: delay})
+	case hasAt:
+		in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderDeliverAt, Value: at})
+	default:
+		return nil, `delay or deliver_at is required: "delay": 5000 (ms) or "5m", or "deliver_at": "2026-12-01T10:00:00Z" or epoch ms`
+	}
+	if strings.TrimSpace(req.Sink) == "" {
+		return nil, "sink is required: the name of a configured sink"
+	}
+	if req.Destination == "" {
+		return nil, "destination is required: a topic, subject or routing key of the sink"
+	}
+	if req.ID != nil {
+		if *req.ID == "" {
+			return nil, "id is empty; leave it out to get a generated ID"
+		}
+		in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderMessageID, Value: *req.ID})
 	}
 	if req.Priority != nil {
-		if *req.Priority < 0 || *req.Priority > 9 {
-			return nil, fmt.Sprintf("priority %d is not an integer from 0 to 9", *req.Priority)
-		}
-		m.Priority = uint8(*req.Priority)
+		in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderPriority, Value: strconv.Itoa(*req.Priority)})
 	}
-
+	if req.Key != nil {
+		in.Key = []byte(*req.Key)
+	}
 	keys := make([]string, 0, len(req.Headers))
 	for k := range req.Headers {
 		keys = append(keys, k)
@@ -366,60 +387,23 @@ func (s *Server) buildMessage(req *postRequest, now time.Time) (*envelope.Messag
 		if reason := checkHeader(k, v); reason != "" {
 			return nil, reason
 		}
-		m.Headers = append(m.Headers, envelope.Header{Key: k, Value: v})
+		in.Headers = append(in.Headers, envelope.Header{Key: k, Value: v})
 	}
-	if n := m.Headers.Size(); n > lim.MaxHeaderBytes {
-		return nil, fmt.Sprintf("headers are %d bytes, over limits.max_header_bytes %d", n, lim.MaxHeaderBytes)
-	}
-
 	switch {
 	case req.Body != nil && req.BodyBase64 != nil:
 		return nil, "give either body or body_base64, not both"
 	case req.Body != nil:
-		m.Body = []byte(*req.Body)
+		in.Body = []byte(*req.Body)
 	case req.BodyBase64 != nil:
 		b, err := base64.StdEncoding.DecodeString(*req.BodyBase64)
 		if err != nil {
 			return nil, fmt.Sprintf("body_base64 is not standard base64: %v", err)
 		}
-		m.Body = b
+		in.Body = b
 	default:
 		return nil, `body is required: give "body" (text) or "body_base64" (binary); "" for an empty body`
 	}
-	if len(m.Body) > lim.MaxPayloadBytes {
-		return nil, fmt.Sprintf("body is %d bytes, over limits.max_payload_bytes %d", len(m.Body), lim.MaxPayloadBytes)
-	}
-	return m, ""
-}
-
-// dueTime computes the due time from exactly one of delay and deliver_at,
-// read like the x-delay and x-deliver-at headers.
-func dueTime(delay, deliverAt json.RawMessage, now time.Time) (time.Time, string) {
-	d, hasDelay, reason := scalar("delay", delay)
-	if reason != "" {
-		return time.Time{}, reason
-	}
-	at, hasAt, reason := scalar("deliver_at", deliverAt)
-	if reason != "" {
-		return time.Time{}, reason
-	}
-	switch {
-	case hasDelay && hasAt:
-		return time.Time{}, "give either delay or deliver_at, not both"
-	case hasDelay:
-		dur, reason := envelope.ParseDelay(d)
-		if reason != "" {
-			return time.Time{}, rename(reason, envelope.HeaderDelay, "delay")
-		}
-		return now.Add(dur), ""
-	case hasAt:
-		t, reason := envelope.ParseDeliverAt(at)
-		if reason != "" {
-			return time.Time{}, rename(reason, envelope.HeaderDeliverAt, "deliver_at")
-		}
-		return t, ""
-	}
-	return time.Time{}, `delay or deliver_at is required: "delay": 5000 (ms) or "5m", or "deliver_at": "2026-12-01T10:00:00Z" or epoch ms`
+	return in, ""
 }
 
 // scalar reads a JSON string or number as text; null and absent are
@@ -439,14 +423,6 @@ func scalar(field string, raw json.RawMessage) (text string, given bool, reason 
 		return string(raw), true, ""
 	}
 	return "", false, fmt.Sprintf("%s must be an integer or a string, not %s", field, raw)
-}
-
-// rename makes a reason of envelope's header parsers name the API field.
-func rename(reason, header, field string) string {
-	if rest, ok := strings.CutPrefix(reason, header); ok {
-		return field + rest
-	}
-	return reason
 }
 
 // checkHeader validates one header of a request.

@@ -76,8 +76,8 @@ type Params struct {
 	// accepts every non-empty name.
 	SinkExists func(name string) bool
 
-	// Limits bound POST /v1/messages; a zero field takes the value of
-	// envelope.DefaultLimits.
+	// Limits bound POST /v1/messages as they bound ingested messages (the
+	// configured limits:); a zero field sets no bound.
 	Limits envelope.Limits
 
 	Logger *slog.Logger // nil discards
@@ -110,19 +110,6 @@ const (
 func New(p Params) *Server {
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
-	}
-	d := envelope.DefaultLimits
-	if p.Limits.MaxDelay <= 0 {
-		p.Limits.MaxDelay = d.MaxDelay
-	}
-	if p.Limits.MaxPayloadBytes <= 0 {
-		p.Limits.MaxPayloadBytes = d.MaxPayloadBytes
-	}
-	if p.Limits.MaxHeaderBytes <= 0 {
-		p.Limits.MaxHeaderBytes = d.MaxHeaderBytes
-	}
-	if p.Limits.MaxIDBytes <= 0 {
-		p.Limits.MaxIDBytes = d.MaxIDBytes
 	}
 	s := &Server{p: p, log: p.Logger, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token))}
 

@@ -19,7 +19,7 @@ func ExampleParse() {
 	route := &envelope.Route{Ingest: "orders-in", Sink: "rabbit", Destination: "orders.expired"}
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-	d := envelope.Parse(in, route, envelope.DefaultLimits, now, nil)
+	d := envelope.Parse(in, route, envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256}, now, nil)
 	m := d.Message
 	fmt.Println("action:", d.Action)
 	fmt.Println("id:", m.ID)

@@ -56,20 +56,14 @@ type Route struct {
 	SinkExists func(name string) bool
 }
 
-// Limits bound what one message may be.
+// Limits bound what one message may be; a zero field sets no bound. The
+// configured ones come from config.Limits (limits: in the YAML file), whose
+// defaults pkg/config names.
 type Limits struct {
 	MaxDelay        time.Duration // due time at most this far after now
 	MaxPayloadBytes int           // body size
 	MaxHeaderBytes  int           // sum of header key and value sizes
 	MaxIDBytes      int           // message ID size
-}
-
-// DefaultLimits are the limits when the configuration sets none.
-var DefaultLimits = Limits{
-	MaxDelay:        365 * 24 * time.Hour,
-	MaxPayloadBytes: 1 << 20,
-	MaxHeaderBytes:  64 << 10,
-	MaxIDBytes:      256,
 }
 
 // Action is what to do with an ingested message.
@@ -372,7 +366,9 @@ func ParseDeliverAt(v string) (time.Time, string) {
 	return t.Truncate(time.Millisecond), ""
 }
 
-// route applies x-delay-sink and x-delay-destination to msg.
+// route applies x-delay-sink and x-delay-destination to msg, then checks
+// the sink and destination the message ends up with, whether they came
+// from the route or from the headers.
 func (p *parser) route(msg *Message) string {
 	r := p.r
 	sink, hasSink := p.in.Headers.Get(HeaderSink)
@@ -385,9 +381,6 @@ func (p *parser) route(msg *Message) string {
 		if sink == "" {
 			return HeaderSink + " is empty"
 		}
-		if r.SinkExists != nil && !r.SinkExists(sink) {
-			return fmt.Sprintf("%s %q names no configured sink", HeaderSink, printable(sink))
-		}
 		if len(r.AllowedSinks) > 0 && !contains(r.AllowedSinks, sink) {
 			return fmt.Sprintf("%s %q is not in route.allowed_sinks", HeaderSink, printable(sink))
 		}
@@ -397,16 +390,20 @@ func (p *parser) route(msg *Message) string {
 		if strings.TrimSpace(dest) == "" {
 			return HeaderDestination + " is empty"
 		}
-		if !utf8.ValidString(dest) || strings.ContainsAny(dest, "\x00\r\n") {
-			return HeaderDestination + " is not printable UTF-8"
-		}
 		if len(r.AllowedDestinations) > 0 && !matchAny(r.AllowedDestinations, dest) {
 			return fmt.Sprintf("%s %q matches no pattern of route.allowed_destinations", HeaderDestination, printable(dest))
 		}
 		msg.Destination = dest
 	}
-	if msg.Sink == "" {
+	switch {
+	case msg.Sink == "":
 		return "no sink: the route has none and no x-delay-sink was given"
+	case r.SinkExists != nil && !r.SinkExists(msg.Sink):
+		return fmt.Sprintf("sink %q names no configured sink", printable(msg.Sink))
+	case strings.TrimSpace(msg.Destination) == "":
+		return "no destination: the route has none and no x-delay-destination was given"
+	case !utf8.ValidString(msg.Destination) || strings.ContainsAny(msg.Destination, "\x00\r\n"):
+		return fmt.Sprintf("destination contains a NUL, CR or LF character or is not UTF-8 (not printable): %q", printable(msg.Destination))
 	}
 	return ""
 }

@@ -147,7 +147,7 @@ func parseWith(t testing.TB, in *Incoming, r *Route, lim Limits) Decision {
 
 func parse(t testing.TB, in *Incoming) Decision {
 	t.Helper()
-	return parseWith(t, in, testRoute(), DefaultLimits)
+	return parseWith(t, in, testRoute(), testLimits)
 }
 
 func mustPark(t testing.TB, d Decision) *Message {
@@ -185,7 +185,7 @@ func TestParseDelayValid(t *testing.T) {
 		{"1.5s", 1500 * time.Millisecond},
 		{"0s", 0},
 		{"1500us", time.Millisecond},                        // truncated to milliseconds
-		{"8760h", 365 * 24 * time.Hour},                     // exactly DefaultLimits.MaxDelay
+		{"8760h", 365 * 24 * time.Hour},                     // exactly testLimits.MaxDelay
 		{"31536000000", 365 * 24 * time.Hour},               // same, in ms
 		{"9223372036854", 9223372036854 * time.Millisecond}, // the largest Duration in ms
 	}
@@ -196,7 +196,7 @@ func TestParseDelayValid(t *testing.T) {
 				t.Fatalf("ParseDelay(%q) = %v, %q; want %v", c.in, got, reason, c.want)
 			}
 			d := parse(t, &Incoming{Headers: hdrs(HeaderDelay, c.in)})
-			if c.want > DefaultLimits.MaxDelay {
+			if c.want > testLimits.MaxDelay {
 				mustReject(t, d, "max_delay")
 				return
 			}
@@ -255,7 +255,7 @@ func TestParseDelayInvalid(t *testing.T) {
 }
 
 func TestParseDelayOverMaxDelay(t *testing.T) {
-	lim := DefaultLimits
+	lim := testLimits
 	lim.MaxDelay = time.Hour
 	for _, v := range []string{"3600001", "1h0m0.001s", "2h", "8761h", "9223372036854"} {
 		t.Run(v, func(t *testing.T) {
@@ -348,7 +348,7 @@ func TestParseDeliverAtInvalid(t *testing.T) {
 }
 
 func TestParseDeliverAtBeyondMaxDelay(t *testing.T) {
-	lim := DefaultLimits
+	lim := testLimits
 	lim.MaxDelay = time.Hour
 	at := func(d time.Duration) string { return FormatTime(nowMs.Add(d)) }
 	for _, v := range []string{
@@ -384,7 +384,7 @@ func TestParseDelayHeadersCombination(t *testing.T) {
 	t.Run("none, default", func(t *testing.T) {
 		r := testRoute()
 		r.DefaultDelay, r.HasDefaultDelay = 90*time.Second, true
-		m := mustPark(t, parseWith(t, &Incoming{}, r, DefaultLimits))
+		m := mustPark(t, parseWith(t, &Incoming{}, r, testLimits))
 		if !m.DueAt.Equal(nowMs.Add(90 * time.Second)) {
 			t.Fatalf("due %v", m.DueAt)
 		}
@@ -392,7 +392,7 @@ func TestParseDelayHeadersCombination(t *testing.T) {
 	t.Run("none, default zero", func(t *testing.T) {
 		r := testRoute()
 		r.HasDefaultDelay = true
-		m := mustPark(t, parseWith(t, &Incoming{}, r, DefaultLimits))
+		m := mustPark(t, parseWith(t, &Incoming{}, r, testLimits))
 		if !m.DueAt.Equal(nowMs) {
 			t.Fatalf("due %v", m.DueAt)
 		}
@@ -400,7 +400,7 @@ func TestParseDelayHeadersCombination(t *testing.T) {
 	t.Run("header wins over default", func(t *testing.T) {
 		r := testRoute()
 		r.DefaultDelay, r.HasDefaultDelay = time.Hour, true
-		m := mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "2s")}, r, DefaultLimits))
+		m := mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "2s")}, r, testLimits))
 		if !m.DueAt.Equal(nowMs.Add(2 * time.Second)) {
 			t.Fatalf("due %v", m.DueAt)
 		}
@@ -408,12 +408,12 @@ func TestParseDelayHeadersCombination(t *testing.T) {
 	t.Run("invalid header does not fall back to default", func(t *testing.T) {
 		r := testRoute()
 		r.DefaultDelay, r.HasDefaultDelay = time.Hour, true
-		mustReject(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "soon")}, r, DefaultLimits), "x-delay")
+		mustReject(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "soon")}, r, testLimits), "x-delay")
 	})
 	t.Run("default over max_delay", func(t *testing.T) {
 		r := testRoute()
 		r.DefaultDelay, r.HasDefaultDelay = 2*time.Hour, true
-		lim := DefaultLimits
+		lim := testLimits
 		lim.MaxDelay = time.Hour
 		mustReject(t, parseWith(t, &Incoming{}, r, lim), "max_delay")
 	})
@@ -442,7 +442,7 @@ func TestParseDelayBase(t *testing.T) {
 			if c.def != 0 {
 				r.DefaultDelay, r.HasDefaultDelay = c.def, true
 			}
-			m := mustPark(t, parseWith(t, &c.in, r, DefaultLimits))
+			m := mustPark(t, parseWith(t, &c.in, r, testLimits))
 			if !m.DueAt.Equal(c.wantDue) {
 				t.Fatalf("due %v, want %v", m.DueAt, c.wantDue)
 			}
@@ -473,7 +473,7 @@ func TestParseHeaderCaseInsensitive(t *testing.T) {
 		"X-Delay-Sink", "kafka",
 		"X-DELAY-DESTINATION", "topic-a",
 		"X-Delay-Priority", "7",
-	)}, r, DefaultLimits))
+	)}, r, testLimits))
 	if m.ID != "id-1" || m.Sink != "kafka" || m.Destination != "topic-a" || m.Priority != 7 ||
 		!m.DueAt.Equal(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)) || len(m.Headers) != 0 {
 		t.Fatalf("got %+v", m)
@@ -505,7 +505,7 @@ func TestParseControlHeaderTwice(t *testing.T) {
 					val = "1"
 				}
 				hs = append(hs, Header{pair[0], val}, Header{"keep", "me"}, Header{pair[1], val})
-				mustReject(t, parseWith(t, &Incoming{Headers: hs}, r, DefaultLimits), "given 2 times")
+				mustReject(t, parseWith(t, &Incoming{Headers: hs}, r, testLimits), "given 2 times")
 			})
 		}
 	}
@@ -553,9 +553,9 @@ func TestParseMessageIDSources(t *testing.T) {
 }
 
 func TestParseNewIDNilUsesNewID(t *testing.T) {
-	d := Parse(&Incoming{Headers: hdrs(HeaderDelay, "1")}, testRoute(), DefaultLimits, testNow, nil)
-	checkDecision(t, &Incoming{Headers: hdrs(HeaderDelay, "1")}, DefaultLimits, testNow, d)
-	d2 := Parse(&Incoming{Headers: hdrs(HeaderDelay, "1")}, testRoute(), DefaultLimits, testNow, nil)
+	d := Parse(&Incoming{Headers: hdrs(HeaderDelay, "1")}, testRoute(), testLimits, testNow, nil)
+	checkDecision(t, &Incoming{Headers: hdrs(HeaderDelay, "1")}, testLimits, testNow, d)
+	d2 := Parse(&Incoming{Headers: hdrs(HeaderDelay, "1")}, testRoute(), testLimits, testNow, nil)
 	if d.Message.ID == d2.Message.ID {
 		t.Fatalf("two generated IDs are equal: %q", d.Message.ID)
 	}
@@ -668,7 +668,7 @@ func TestParseOverrides(t *testing.T) {
 				c.route(r)
 			}
 			in := &Incoming{Headers: append(hdrs(HeaderDelay, "1000", "trace", "t1"), c.headers...)}
-			d := parseWith(t, in, r, DefaultLimits)
+			d := parseWith(t, in, r, testLimits)
 			if c.reasonHas != "" {
 				mustReject(t, d, c.reasonHas)
 				return
@@ -691,18 +691,18 @@ func TestParseAllowedSinksAreNames(t *testing.T) {
 	r.AllowOverride = true
 	r.AllowedSinks = []string{"kafka-eu"}
 	r.SinkExists = func(name string) bool { return name == "kafka-eu" || name == "rabbit" }
-	d := parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000", HeaderSink, "kafka-eu")}, r, DefaultLimits)
+	d := parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000", HeaderSink, "kafka-eu")}, r, testLimits)
 	if d.Action != Park || d.Message.Sink != "kafka-eu" {
 		t.Errorf("allowed sink kafka-eu refused: %v %q", d.Action, d.Reason)
 	}
-	mustReject(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000", HeaderSink, "rabbit")}, r, DefaultLimits), "allowed_sinks")
+	mustReject(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000", HeaderSink, "rabbit")}, r, testLimits), "allowed_sinks")
 }
 
 func TestParseSinkExistsNil(t *testing.T) {
 	r := testRoute()
 	r.AllowOverride = true
 	r.SinkExists = nil
-	m := mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1", HeaderSink, "anything")}, r, DefaultLimits))
+	m := mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1", HeaderSink, "anything")}, r, testLimits))
 	if m.Sink != "anything" {
 		t.Fatalf("sink %q", m.Sink)
 	}
@@ -784,7 +784,7 @@ func TestParsePriority(t *testing.T) {
 }
 
 func TestParseBodyLimit(t *testing.T) {
-	lim := DefaultLimits
+	lim := testLimits
 	lim.MaxPayloadBytes = 100
 	m := mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1"), Body: make([]byte, 100)}, testRoute(), lim))
 	if len(m.Body) != 100 {
@@ -817,7 +817,7 @@ func TestParseEmptyBody(t *testing.T) {
 }
 
 func TestParseHeaderLimit(t *testing.T) {
-	lim := DefaultLimits
+	lim := testLimits
 	lim.MaxHeaderBytes = 32
 	// "x-delay"+"1" = 8 bytes, "k"+23 bytes = 24: exactly 32.
 	ok := hdrs(HeaderDelay, "1", "k", strings.Repeat("v", 23))
@@ -861,7 +861,7 @@ func TestParseParkMessage(t *testing.T) {
 	}
 	r := testRoute()
 	r.AllowOverride = true
-	d := parseWith(t, in, r, DefaultLimits)
+	d := parseWith(t, in, r, testLimits)
 	m := mustPark(t, d)
 	want := &Message{
 		ID:          "order-42",
@@ -1029,8 +1029,16 @@ func TestActionString(t *testing.T) {
 
 func TestParseDoesNotCallNewIDNeedlessly(t *testing.T) {
 	newID, calls := genIDs()
-	d := Parse(&Incoming{Headers: hdrs(HeaderDelay, "1", HeaderMessageID, "given")}, testRoute(), DefaultLimits, testNow, newID)
+	d := Parse(&Incoming{Headers: hdrs(HeaderDelay, "1", HeaderMessageID, "given")}, testRoute(), testLimits, testNow, newID)
 	if d.Message.ID != "given" || *calls != 0 {
 		t.Fatalf("ID %q, newID called %d times", d.Message.ID, *calls)
 	}
+}
+
+// testLimits are the configuration's default limits.
+var testLimits = Limits{
+	MaxDelay:        365 * 24 * time.Hour,
+	MaxPayloadBytes: 1 << 20,
+	MaxHeaderBytes:  64 << 10,
+	MaxIDBytes:      256,
 }

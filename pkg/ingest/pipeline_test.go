@@ -100,7 +100,7 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 		Source: e.src,
 		Route: &envelope.Route{Ingest: "test", Sink: "s", Destination: "d",
 			SinkExists: func(n string) bool { return n == "s" }},
-		Limits:       envelope.DefaultLimits,
+		Limits:       envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256},
 		Store:        st,
 		DrainTimeout: drain,
 		Metrics:      metrics.New(),
