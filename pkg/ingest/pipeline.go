@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -35,21 +36,13 @@ type PipelineParams struct {
 	// wakes early for a message due sooner than it planned. May be nil.
 	Notify func(id string, due time.Time)
 
-	// MaxInFlight bounds messages read but not yet acknowledged (default
-	// 1000): the read-ahead channel is sized so that it and the batches being
-	// parked hold about that many.
+	// MaxInFlight bounds messages read but not yet acknowledged (the
+	// ingest's max_in_flight; required): the read-ahead channel is sized so
+	// that it and the batches being parked hold about that many.
 	MaxInFlight int
-	// MaxBatch caps messages parked per Redis round trip (default 256).
-	MaxBatch int
-	// Workers is how many batches are parked at the same time (default 2),
-	// so that reading and parsing the next batch overlaps the Redis round
-	// trip of the current one. A batch holding a cancel waits for every
-	// batch before it, and the batches after it wait for it, so a cancel
-	// always sees the parks that came before it.
-	Workers int
 	// DrainTimeout bounds the work done after Run's context ends: messages
 	// already read are parked and acknowledged within it, or nacked
-	// (default 10s).
+	// (required).
 	DrainTimeout time.Duration
 
 	// DeadLetter, when set, gets a copy of every rejected message.
@@ -74,22 +67,25 @@ type Pipeline struct {
 	redisErr atomic.Pointer[error] // last Redis failure while parking; nil when fine
 }
 
+// parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
+const parkBatch = 256
+
+// parkWorkers is how many batches are parked at the same time, so that
+// reading and parsing the next batch overlaps the Redis round trip of the
+// current one. A batch holding a cancel waits for every batch before it,
+// and the batches after it wait for it, so a cancel always sees the parks
+// that came before it.
+const parkWorkers = 2
+
+// ackTimeout bounds telling the broker the fate of messages (acks, nacks);
+// it does not follow the pipeline's context, so that acks still go out while
+// stopping.
+const ackTimeout = 10 * time.Second
+
 // NewPipeline returns a Pipeline; Run starts it.
 func NewPipeline(p PipelineParams) *Pipeline {
-	if p.MaxInFlight <= 0 {
-		p.MaxInFlight = 1000
-	}
-	if p.MaxBatch <= 0 {
-		p.MaxBatch = 256
-	}
-	if p.MaxBatch > p.MaxInFlight {
-		p.MaxBatch = p.MaxInFlight
-	}
-	if p.Workers <= 0 {
-		p.Workers = 2
-	}
-	if p.DrainTimeout <= 0 {
-		p.DrainTimeout = 10 * time.Second
+	if p.MaxInFlight <= 0 || p.DrainTimeout <= 0 {
+		panic(fmt.Sprintf("ingest.NewPipeline %s: MaxInFlight (%d) and DrainTimeout (%v) are required", p.Name, p.MaxInFlight, p.DrainTimeout))
 	}
 	if p.Now == nil {
 		p.Now = time.Now
@@ -124,7 +120,8 @@ type item struct {
 // DrainTimeout), and returns nil.
 func (pl *Pipeline) Run(ctx context.Context) error {
 	// Messages in flight: those waiting in the channel plus a batch per worker.
-	items := make(chan item, max(1, pl.p.MaxInFlight-pl.p.Workers*pl.p.MaxBatch))
+	maxBatch := min(parkBatch, pl.p.MaxInFlight)
+	items := make(chan item, max(1, pl.p.MaxInFlight-parkWorkers*maxBatch))
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(items)
@@ -132,22 +129,17 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	}()
 
 	// Work on messages already read survives ctx, bounded by DrainTimeout.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	work, cancelWork := lifecycle.DrainContext(ctx, pl.p.DrainTimeout)
 	defer cancelWork()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(pl.p.DrainTimeout, cancelWork)
-		context.AfterFunc(work, func() { t.Stop() })
-	})
-	defer stop()
 
-	workers := make(chan struct{}, pl.p.Workers)
+	workers := make(chan struct{}, parkWorkers)
 	var running sync.WaitGroup
 	for it := range items {
-		batch := make([]item, 1, pl.p.MaxBatch)
+		batch := make([]item, 1, maxBatch)
 		batch[0] = it
 		cancels := hasCancel(it)
 	more:
-		for len(batch) < pl.p.MaxBatch {
+		for len(batch) < maxBatch {
 			select {
 			case it, ok := <-items:
 				if !ok {
@@ -194,7 +186,7 @@ func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
 		select {
 		case items <- item{in: in, ack: ack, at: pl.p.Now()}:
 		case <-ctx.Done():
-			actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			actx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 			pl.settle(actx, ack, ctx.Err())
 			cancel()
 			return ctx.Err()
@@ -250,7 +242,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		pl.nackAll(batch, err)
 		return
 	}
-	ackCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	for _, it := range batch {
 		pl.settle(ackCtx, it.ack, nil)
@@ -355,7 +347,7 @@ func (pl *Pipeline) retry(ctx context.Context, what string, op func() error) err
 
 // retryEvery is retry with another longest wait.
 func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Duration, op func() error) error {
-	wait := 50 * time.Millisecond
+	bo := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: longest}
 	for attempt := 1; ; attempt++ {
 		err := op()
 		if err == nil {
@@ -369,14 +361,9 @@ func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Du
 		if attempt == 1 || attempt%20 == 0 {
 			pl.log.Warn("cannot park; retrying (ingest paused, nothing acknowledged)", "op", what, "attempt", attempt, "err", err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !bo.Wait(ctx, nil) {
 			return fmt.Errorf("%s: %w (gave up at shutdown: %v)", what, err, ctx.Err())
-		case <-t.C:
 		}
-		wait = min(wait*2, longest)
 	}
 }
 
@@ -384,7 +371,7 @@ func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Du
 // batch that were parked already are parked again on redelivery: a no-op.
 func (pl *Pipeline) nackAll(batch []item, err error) {
 	pl.log.Warn("returning messages to the broker unparked", "count", len(batch), "err", err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	for _, it := range batch {
 		pl.settle(ctx, it.ack, err)

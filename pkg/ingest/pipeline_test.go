@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
@@ -102,6 +103,7 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 			SinkExists: func(n string) bool { return n == "s" }},
 		Limits:       envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256},
 		Store:        st,
+		MaxInFlight:  config.DefaultMaxInFlight,
 		DrainTimeout: drain,
 		Metrics:      metrics.New(),
 	})

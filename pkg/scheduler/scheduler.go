@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -44,11 +45,13 @@ type Params struct {
 	Store Store
 	Sinks map[string]sinks.Sink
 
-	BatchSize      int           // most messages per claim (default 256)
-	Lease          time.Duration // how long a claim holds its messages (default 30s)
-	MaxSleep       time.Duration // longest sleep without a claim (default 1s)
-	PublishTimeout time.Duration // bound of one publish (default 10s)
-	MaxAttempts    int           // publishes before a message is dead (default 10)
+	// The values of the scheduler: section (config.Scheduler), which has
+	// their defaults; New panics on a zero one.
+	BatchSize      int           // most messages per claim
+	Lease          time.Duration // how long a claim holds its messages
+	MaxSleep       time.Duration // longest sleep without a claim
+	PublishTimeout time.Duration // bound of one publish
+	MaxAttempts    int           // publishes before a message is dead
 	Backoff        Backoff       // between attempts
 	// MaxLateness, when positive with LateDead, makes a message claimed
 	// more than this after its due time dead (reason "late") instead of
@@ -58,7 +61,7 @@ type Params struct {
 	// DeadLetter, when set, gets a copy of every message that goes dead.
 	DeadLetter *sinks.DeadLetter
 	// DrainTimeout bounds the work finished after Run's context ends
-	// (default 10s).
+	// (required).
 	DrainTimeout time.Duration
 
 	Clock   Clock          // default SystemClock
@@ -89,26 +92,9 @@ type shardState struct {
 
 // New returns a Scheduler; Run starts it.
 func New(p Params) *Scheduler {
-	if p.BatchSize <= 0 {
-		p.BatchSize = 256
-	}
-	if p.Lease <= 0 {
-		p.Lease = 30 * time.Second
-	}
-	if p.MaxSleep <= 0 {
-		p.MaxSleep = time.Second
-	}
-	if p.PublishTimeout <= 0 {
-		p.PublishTimeout = 10 * time.Second
-	}
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = 10
-	}
-	if p.Backoff.Initial <= 0 {
-		p.Backoff = Backoff{Initial: time.Second, Max: 5 * time.Minute, Multiplier: 2, Jitter: 0.2}
-	}
-	if p.DrainTimeout <= 0 {
-		p.DrainTimeout = 10 * time.Second
+	if p.BatchSize <= 0 || p.Lease <= 0 || p.MaxSleep <= 0 || p.PublishTimeout <= 0 || p.MaxAttempts <= 0 ||
+		p.Backoff.Initial <= 0 || p.Backoff.Max <= 0 || p.Backoff.Multiplier < 1 || p.DrainTimeout <= 0 {
+		panic(fmt.Sprintf("scheduler.New: a required value is missing (config.ApplyDefaults gives them all): %+v", p))
 	}
 	if p.Clock == nil {
 		p.Clock = SystemClock{}
@@ -156,13 +142,8 @@ func (s *Scheduler) setStoreErr(err error) {
 // Run runs every shard until ctx ends, then finishes the publishes under way
 // (within DrainTimeout) and returns.
 func (s *Scheduler) Run(ctx context.Context) error {
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	work, cancelWork := lifecycle.DrainContext(ctx, s.p.DrainTimeout)
 	defer cancelWork()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(s.p.DrainTimeout, cancelWork)
-		context.AfterFunc(work, func() { t.Stop() })
-	})
-	defer stop()
 
 	var wg sync.WaitGroup
 	for i := range s.shards {
@@ -179,7 +160,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // loop claims and fires one shard until ctx ends.
 func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	st := &s.shards[shard]
-	failWait := 50 * time.Millisecond
+	failing := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		st.planned.Store(awake)
 		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease)
@@ -189,14 +170,14 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				return
 			}
 			s.setStoreErr(err)
-			s.log.Warn("claim failed; retrying", "shard", shard, "err", err, "retry_in", failWait)
-			s.sleep(ctx, st, failWait)
-			failWait = min(failWait*2, 5*time.Second)
+			wait := failing.Next()
+			s.log.Warn("claim failed; retrying", "shard", shard, "err", err, "retry_in", wait)
+			s.sleep(ctx, st, wait)
 			continue
 		}
-		if failWait > 50*time.Millisecond {
+		if failing.Failing() {
 			s.setStoreErr(nil)
-			failWait = 50 * time.Millisecond
+			failing.Reset()
 		}
 		wait := s.p.MaxSleep
 		if !c.Next.IsZero() {
@@ -387,12 +368,13 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Claim, claimedAt time.T
 		return
 	}
 	deadline := claimedAt.Add(c.LeaseExpiry().Sub(c.Now)) // the lease's end, in our clock
-	wait := 50 * time.Millisecond
+	bo := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
 		if err == nil {
 			return
 		}
+		wait := bo.Next()
 		if ctx.Err() != nil || s.p.Clock.Now().Add(wait).After(deadline) {
 			s.log.Warn("cannot record publish results in redis; the lease will expire and these messages be published again",
 				"op", what, "shard", c.Shard, "messages", n, "err", err)
@@ -407,6 +389,5 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Claim, claimedAt time.T
 		case <-t.C():
 		}
 		t.Stop()
-		wait = min(wait*2, 2*time.Second)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -221,6 +222,7 @@ func start(t *testing.T, p Params, setup func(*harness)) *harness {
 	p.Clock = h.clock
 	p.Metrics = metrics.New()
 	p.Rand = func() float64 { return 0.5 } // no jitter
+	withDefaults(&p)
 	h.sched = New(p)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -453,4 +455,16 @@ func TestRetryTimesAreInRedisTime(t *testing.T) {
 	if got := r.At.Sub(h.clock.Now()); got != 10*time.Minute+time.Second {
 		t.Fatalf("retry at our clock + %v, want + 10m1s (Redis time + back-off)", got)
 	}
+}
+
+// withDefaults fills the zero fields of p with the configuration's defaults.
+func withDefaults(p *Params) {
+	config.Default(&p.BatchSize, config.DefaultBatchSize)
+	config.Default(&p.Lease, config.DefaultLease)
+	config.Default(&p.MaxSleep, config.DefaultMaxSleep)
+	config.Default(&p.PublishTimeout, config.DefaultPublishTimeout)
+	config.Default(&p.MaxAttempts, config.DefaultMaxAttempts)
+	config.Default(&p.Backoff, Backoff{Initial: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax,
+		Multiplier: config.DefaultBackoffMultiplier, Jitter: config.DefaultBackoffJitter})
+	config.Default(&p.DrainTimeout, config.DefaultShutdownTimeout)
 }

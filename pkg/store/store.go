@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +57,7 @@ type Options struct {
 
 	// MaxDead is the number of dead messages kept, spread over the shards
 	// (ceil(MaxDead/Shards) each); beyond it the oldest of a shard are
-	// deleted. 0 means 100,000.
+	// deleted. 0 keeps them all.
 	MaxDead int
 
 	// Observe, when set, is called after every script with its name,
@@ -79,17 +80,17 @@ type Options struct {
 }
 
 // New returns a Store on rdb (a *redis.Client or *redis.ClusterClient).
+//
+// Options carry no defaults of their own (config.ApplyDefaults has them):
+// New panics when Prefix is empty or Shards is not positive.
 func New(rdb redis.UniversalClient, o Options) *Store {
-	if o.Shards <= 0 {
-		o.Shards = 16
+	if o.Shards <= 0 || o.Prefix == "" {
+		panic(fmt.Sprintf("store.New: Options.Prefix (%q) and Options.Shards (%d) are required", o.Prefix, o.Shards))
 	}
-	if o.Prefix == "" {
-		o.Prefix = "delaybridge"
+	perShard := math.MaxInt32 // MaxDead 0: keep every dead message
+	if o.MaxDead > 0 {
+		perShard = (o.MaxDead + o.Shards - 1) / o.Shards
 	}
-	if o.MaxDead <= 0 {
-		o.MaxDead = 100_000
-	}
-	perShard := (o.MaxDead + o.Shards - 1) / o.Shards
 	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, observe: o.Observe,
 		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags}
 	s.shardKeys = make([][]string, o.Shards)

@@ -152,14 +152,18 @@ func TestAuth(t *testing.T) {
 }
 
 func ingestConfig(addrs []string, a kafkabroker.Auth) config.Ingest {
-	return config.Ingest{Name: "in", Broker: &kafkabroker.IngestConfig{
+	ic := config.Ingest{Name: "in", Broker: &kafkabroker.IngestConfig{
 		Auth: a, Brokers: addrs, Topic: topic, Group: "delaybridge",
 		SessionTimeout: config.Duration(2 * time.Second), CommitInterval: config.Duration(20 * time.Millisecond),
 	}}
+	ic.Broker.ApplyDefaults(&ic)
+	return ic
 }
 
 func sinkConfig(addrs []string, a kafkabroker.Auth) config.Sink {
-	return config.Sink{Name: "out", Broker: &kafkabroker.SinkConfig{Auth: a, Brokers: addrs}}
+	sc := config.Sink{Name: "out", Broker: &kafkabroker.SinkConfig{Auth: a, Brokers: addrs}}
+	sc.Broker.ApplyDefaults()
+	return sc
 }
 
 func outgoing(i int) sinks.Outgoing {

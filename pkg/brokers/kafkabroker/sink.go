@@ -15,17 +15,16 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
-// SinkParams of a Kafka sink. Zero values take the defaults noted.
+// SinkParams of a Kafka sink. BatchTimeout and BatchSize are required;
+// SinkConfig.ApplyDefaults gives the defaults of the configuration.
 type SinkParams struct {
 	Name    string
 	Brokers []string
-	// BatchTimeout is how long a partial batch waits for more messages
-	// (default 1ms).
+	// BatchTimeout is how long a partial batch waits for more messages.
 	BatchTimeout time.Duration
-	// BatchSize is the most messages per partition and produce request
-	// (default 1000).
+	// BatchSize is the most messages per partition and produce request.
 	BatchSize int
-	// Compression: none (default), gzip, snappy, lz4, zstd.
+	// Compression: none (or empty), gzip, snappy, lz4, zstd.
 	Compression string
 
 	// TLS and SASL, when set, secure and authenticate every connection to
@@ -70,11 +69,8 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, fmt.Errorf("kafka sink %s: no brokers", cfg.Name)
 	}
-	if cfg.BatchTimeout <= 0 {
-		cfg.BatchTimeout = time.Millisecond
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 1000
+	if cfg.BatchTimeout <= 0 || cfg.BatchSize <= 0 {
+		return nil, fmt.Errorf("kafka sink %s: batch timeout (%v) and batch size (%d) are required (the kafka block's defaults give them)", cfg.Name, cfg.BatchTimeout, cfg.BatchSize)
 	}
 	var comp kafka.Compression
 	switch cfg.Compression {

@@ -25,7 +25,7 @@ func TestSinkConformance(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{
 		Open: func(t *testing.T) sinks.Sink {
 			t.Helper()
-			s, err := NewSink(SinkParams{Name: "conformance", Brokers: k.Brokers}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			s, err := NewSink(withSinkDefaults(SinkParams{Name: "conformance", Brokers: k.Brokers}), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}

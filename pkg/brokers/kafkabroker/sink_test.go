@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -25,7 +26,7 @@ func newSink(t testing.TB, k *testenv.KafkaCluster, cfg SinkParams) *Sink {
 	if cfg.Name == "" {
 		cfg.Name = "test"
 	}
-	s, err := NewSink(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := NewSink(withSinkDefaults(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -287,7 +288,7 @@ func TestSinkCompression(t *testing.T) {
 		}
 	}
 	consume(t, k, "z", 1, 4)
-	if _, err := NewSink(SinkParams{Brokers: k.Brokers, Compression: "brotli"}, slog.Default()); err == nil {
+	if _, err := NewSink(withSinkDefaults(SinkParams{Brokers: k.Brokers, Compression: "brotli"}), slog.Default()); err == nil {
 		t.Fatal("unknown compression accepted")
 	}
 }
@@ -356,4 +357,12 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
 	})
+}
+
+// withSinkDefaults fills the zero fields of p with the configuration's
+// defaults.
+func withSinkDefaults(p SinkParams) SinkParams {
+	config.Default(&p.BatchTimeout, DefaultBatchTimeout)
+	config.Default(&p.BatchSize, DefaultBatchSize)
+	return p
 }

@@ -17,7 +17,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 )
 
-// SourceParams of a Kafka ingest. Zero values take the defaults noted.
+// SourceParams of a Kafka ingest. Every field but TLS and SASL is required;
+// IngestConfig.ApplyDefaults gives the defaults of the configuration.
 type SourceParams struct {
 	Name    string // ingest name, for logs and the client ID
 	Brokers []string
@@ -25,23 +26,22 @@ type SourceParams struct {
 	Group   string // consumer group ID
 
 	// StartOffset is where a partition without a committed offset starts:
-	// "first" (default) or "last". The start is committed as soon as the
+	// "first" or "last". The start is committed as soon as the
 	// partition is assigned, so records produced after the group first saw
 	// the partition are never skipped, even with "last".
 	StartOffset string
 
 	// SessionTimeout is how long the group waits for a silent member before
-	// giving its partitions to another (default 10s). Heartbeats are sent
+	// giving its partitions to another. Heartbeats are sent
 	// every tenth of it.
 	SessionTimeout time.Duration
 
 	// MaxInFlightPerPartition caps the records of one partition fetched but
-	// not yet acknowledged; fetching that partition pauses at the cap
-	// (default 1000).
+	// not yet acknowledged; fetching that partition pauses at the cap.
 	MaxInFlightPerPartition int
 
-	// CommitInterval is how often finished offsets are committed (default
-	// 100ms). They are also committed when a generation ends (rebalance) and
+	// CommitInterval is how often finished offsets are committed. They are
+	// also committed when a generation ends (rebalance) and
 	// on Close.
 	CommitInterval time.Duration
 
@@ -101,7 +101,7 @@ var _ ingest.Ready = (*Source)(nil)
 // New checks that the topic exists and joins the consumer group. Joining and
 // fetching go on in the background; Ready tells whether they work.
 func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source, error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("kafka ingest %s: %w", cfg.Name, err)
 	}
 	log = log.With("ingest", cfg.Name, "topic", cfg.Topic, "group", cfg.Group)
@@ -164,7 +164,7 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 	return s, nil
 }
 
-func (c *SourceParams) defaults() error {
+func (c *SourceParams) check() error {
 	switch {
 	case len(c.Brokers) == 0:
 		return errors.New("no brokers")
@@ -174,20 +174,13 @@ func (c *SourceParams) defaults() error {
 		return errors.New("no consumer group")
 	}
 	switch c.StartOffset {
-	case "":
-		c.StartOffset = "first"
 	case "first", "last":
 	default:
 		return fmt.Errorf("start offset %q is not one of first, last", c.StartOffset)
 	}
-	if c.SessionTimeout <= 0 {
-		c.SessionTimeout = 10 * time.Second
-	}
-	if c.MaxInFlightPerPartition <= 0 {
-		c.MaxInFlightPerPartition = 1000
-	}
-	if c.CommitInterval <= 0 {
-		c.CommitInterval = 100 * time.Millisecond
+	if c.SessionTimeout <= 0 || c.MaxInFlightPerPartition <= 0 || c.CommitInterval <= 0 {
+		return fmt.Errorf("session timeout (%v), max in flight per partition (%d) and commit interval (%v) are required (the kafka block's defaults give them)",
+			c.SessionTimeout, c.MaxInFlightPerPartition, c.CommitInterval)
 	}
 	return nil
 }

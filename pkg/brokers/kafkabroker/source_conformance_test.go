@@ -64,13 +64,13 @@ func TestSourceConformance(t *testing.T) {
 			mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			src, err := NewSource(ctx, SourceParams{
+			src, err := NewSource(ctx, withDefaults(SourceParams{
 				Name:           key,
 				Brokers:        k.Brokers,
 				Topic:          key,
 				Group:          "delaybridge",
 				SessionTimeout: sessionTimeout,
-			}, testLog(t))
+			}), testLog(t))
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 )
@@ -69,7 +70,7 @@ func newSource(t testing.TB, k *testenv.KafkaCluster, cfg SourceParams) *Source 
 	if cfg.Name == "" {
 		cfg.Name = "test"
 	}
-	s, err := NewSource(ctxT(t, 10*time.Second), cfg, testLog(t))
+	s, err := NewSource(ctxT(t, 10*time.Second), withDefaults(cfg), testLog(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -247,18 +248,18 @@ func TestSourceRoundTrip(t *testing.T) {
 
 func TestSourceNewFails(t *testing.T) {
 	k := testenv.Kafka(t, testenv.WithBrokers(1))
-	_, err := NewSource(ctxT(t, 10*time.Second), SourceParams{Brokers: k.Brokers, Topic: "nope", Group: "g"}, testLog(t))
+	_, err := NewSource(ctxT(t, 10*time.Second), withDefaults(SourceParams{Brokers: k.Brokers, Topic: "nope", Group: "g"}), testLog(t))
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("unknown topic: %v", err)
 	}
 	port := testenv.FreePort(t)
 	start := time.Now()
-	_, err = NewSource(ctxT(t, 10*time.Second), SourceParams{Brokers: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Topic: "t", Group: "g"}, testLog(t))
+	_, err = NewSource(ctxT(t, 10*time.Second), withDefaults(SourceParams{Brokers: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Topic: "t", Group: "g"}), testLog(t))
 	if err == nil {
 		t.Fatal("no broker: no error")
 	}
 	t.Logf("no broker: %v (after %v)", err, time.Since(start))
-	if _, err := NewSource(context.Background(), SourceParams{Brokers: k.Brokers, Topic: "t"}, testLog(t)); err == nil {
+	if _, err := NewSource(context.Background(), withDefaults(SourceParams{Brokers: k.Brokers, Topic: "t"}), testLog(t)); err == nil {
 		t.Fatal("no group: no error")
 	}
 }
@@ -612,4 +613,13 @@ func TestSourceHeadersNilValueAndEmptyKey(t *testing.T) {
 	if !incoming(m).PublishedAt.IsZero() {
 		t.Fatal("timestamp -1 is not zero")
 	}
+}
+
+// withDefaults fills the zero fields of p with the configuration's defaults.
+func withDefaults(p SourceParams) SourceParams {
+	config.Default(&p.StartOffset, DefaultStartOffset)
+	config.Default(&p.SessionTimeout, DefaultSessionTimeout)
+	config.Default(&p.MaxInFlightPerPartition, DefaultMaxInFlightPerPartition)
+	config.Default(&p.CommitInterval, DefaultCommitInterval)
+	return p
 }

@@ -27,13 +27,13 @@ type SourceParams struct {
 	// created (file storage, Subject as its subject) when it does not exist.
 	Stream  string
 	Durable string        // JetStream durable consumer name
-	AckWait time.Duration // JetStream redelivery timeout (default 30s)
+	AckWait time.Duration // JetStream redelivery timeout (required with a stream)
 	// MaxInFlight caps unacknowledged messages (JetStream MaxAckPending);
-	// core NATS buffers ten times as many before it drops. Default 1000.
+	// core NATS buffers ten times as many before it drops. Required.
 	MaxInFlight int
 }
 
-// Source is a NATS ingest. Create it with New.
+// Source is a NATS ingest. Create it with NewSource.
 type Source struct {
 	cfg SourceParams
 	log *slog.Logger
@@ -54,11 +54,8 @@ var _ ingest.Ready = (*Source)(nil)
 // New connects and subscribes. For JetStream it creates the stream if it is
 // missing and creates or updates the durable consumer.
 func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source, error) {
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1000
-	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
+	if cfg.MaxInFlight <= 0 || (cfg.Stream != "" && cfg.AckWait <= 0) {
+		return nil, fmt.Errorf("nats ingest %s: max in flight (%d) and, with a stream, ack wait (%v) are required (the configuration's defaults give them)", cfg.Name, cfg.MaxInFlight, cfg.AckWait)
 	}
 	log = log.With("ingest", cfg.Name)
 	nc, err := Connect(cfg.URL, "delaybridge ingest "+cfg.Name, log, cfg.Options...)

@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/ingesttest"
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 )
 
@@ -55,6 +56,8 @@ func open(t *testing.T, cfg natsbroker.SourceParams) ingest.Source {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	config.Default(&cfg.MaxInFlight, config.DefaultMaxInFlight)
+	config.Default(&cfg.AckWait, natsbroker.DefaultAckWait)
 	src, err := natsbroker.NewSource(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("natsbroker.New: %v", err)

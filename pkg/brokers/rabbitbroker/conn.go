@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -197,49 +196,6 @@ func Code(err error) int {
 		return ae.Code
 	}
 	return 0
-}
-
-// Backoff is an exponential back-off with jitter for reconnect loops:
-// Min, doubling up to Max. The zero value uses 100ms and 5s.
-type Backoff struct {
-	Min, Max time.Duration
-	n        int
-}
-
-// Next returns the next wait.
-func (b *Backoff) Next() time.Duration {
-	lo, hi := b.Min, b.Max
-	if lo <= 0 {
-		lo = 100 * time.Millisecond
-	}
-	if hi <= 0 {
-		hi = 5 * time.Second
-	}
-	d := lo << min(b.n, 16)
-	if d > hi || d <= 0 {
-		d = hi
-	}
-	b.n++
-	// Jitter: 75% to 125%, so that many clients do not reconnect in step.
-	return d*3/4 + rand.N(d/2+1)
-}
-
-// Reset starts over at Min, after a successful connect.
-func (b *Backoff) Reset() { b.n = 0 }
-
-// Wait sleeps for the next back-off; it returns false when done is closed or
-// ctx ends first.
-func (b *Backoff) Wait(ctx context.Context, done <-chan struct{}) bool {
-	t := time.NewTimer(b.Next())
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-done:
-		return false
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // State is a connection state for Ready: nil while connected, else why not.

@@ -49,5 +49,6 @@
 //
 // amqp091-go does not reconnect by itself (its experimental Recovery is left
 // off): each adapter runs its own loop that dials, sets up its channels,
-// watches NotifyClose, and dials again with Backoff when the broker goes away.
+// watches NotifyClose, and dials again with lifecycle.Backoff when the broker
+// goes away.
 package rabbitbroker

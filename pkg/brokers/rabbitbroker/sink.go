@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
@@ -125,7 +126,7 @@ func (s *Sink) checkExchange(conn *amqp.Connection) {
 // when the connection ends, until Close.
 func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 	defer close(s.done)
-	var bo Backoff
+	var bo lifecycle.Backoff
 	for {
 		err := s.watch(ctx, conn)
 		if ctx.Err() != nil {

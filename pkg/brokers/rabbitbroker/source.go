@@ -14,6 +14,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 )
 
 // SourceParams of a RabbitMQ ingest.
@@ -26,7 +27,7 @@ type SourceParams struct {
 	// the TLS client certificate). See DialConfig.
 	Auth Auth
 	// Prefetch is the channel's QoS: how many unacknowledged messages the
-	// broker sends ahead. Default 1000; at most 65535.
+	// broker sends ahead (required; at most MaxPrefetch).
 	Prefetch int
 }
 
@@ -35,7 +36,7 @@ type SourceParams struct {
 // and delivers it again.
 var ErrStaleDelivery = errors.New("the channel that delivered the message is gone; the broker delivers it again")
 
-// Source is a RabbitMQ ingest. Create it with New.
+// Source is a RabbitMQ ingest. Create it with NewSource.
 type Source struct {
 	cfg   SourceParams
 	log   *slog.Logger
@@ -79,11 +80,8 @@ type delivery struct {
 // when the first connection fails (a wrong URL or credentials show at once);
 // later outages are retried for ever.
 func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source, error) {
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = 1000
-	}
-	if cfg.Prefetch > 65535 {
-		cfg.Prefetch = 65535
+	if cfg.Prefetch < 1 || cfg.Prefetch > MaxPrefetch {
+		return nil, fmt.Errorf("rabbitmq ingest %s: prefetch %d is not between 1 and %d", cfg.Name, cfg.Prefetch, MaxPrefetch)
 	}
 	if cfg.Queue == "" {
 		return nil, fmt.Errorf("rabbitmq ingest %s: no queue", cfg.Name)
@@ -175,7 +173,7 @@ func consumerTag(name string) string {
 // reconnects with back-off when the session ends, until Close.
 func (s *Source) supervise(ctx context.Context, sess *session) {
 	defer close(s.done)
-	var bo Backoff
+	var bo lifecycle.Backoff
 	for {
 		reason := s.forward(sess)
 		if reason == nil { // closing: Close tears the session down

@@ -277,7 +277,7 @@ func TestSourceNewFailsOnBadURL(t *testing.T) {
 	node := testenv.RabbitMQ(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := rabbitbroker.NewSource(ctx, rabbitbroker.SourceParams{Name: "bad", URL: fmt.Sprintf("amqp://guest:secret@127.0.0.1:%d/novhost", node.Port), Queue: "q"}, quiet)
+	_, err := rabbitbroker.NewSource(ctx, rabbitbroker.SourceParams{Name: "bad", URL: fmt.Sprintf("amqp://guest:secret@127.0.0.1:%d/novhost", node.Port), Queue: "q", Prefetch: 10}, quiet)
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("New with a missing vhost: %v", err)
 	}
