@@ -2,11 +2,13 @@
 # Installs the servers that the tests start by themselves (see internal/testenv):
 # redis-server (+ redis-cli) and rabbitmq-server (+ Erlang, epmd) from Debian.
 # NATS and Kafka need nothing: nats-server is embedded and kfake runs in-process.
-# Also Debian's chromium, the headless browser of the dashboard test (test/ui).
+# Also Debian's chromium, the headless browser of the dashboard test (test/ui), and
+# Debian's prometheus for its promtool, which checks and unit-tests the alerting
+# rules in deploy/prometheus (test/ops); the Prometheus server itself is not run.
 #
 # Idempotent and fast when everything is present. The tests never use the system
 # services: after installing, this stops and disables them (they would hold the
-# default ports 6379, 5672, 4369 and waste memory).
+# default ports 6379, 5672, 4369, 9090 and waste memory).
 #
 # Usage: bash scripts/test-deps.sh   (as root, or with sudo available)
 #        TEST_DEPS_FORCE=1 bash scripts/test-deps.sh   runs apt-get even if all is present
@@ -19,12 +21,13 @@ command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missi
 command -v redis-cli >/dev/null 2>&1 || [ -x /usr/bin/redis-cli ] || missing+=(redis-tools)
 [ -x "$RABBIT_SERVER" ] || missing+=(rabbitmq-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 
 if [ "${TEST_DEPS_FORCE:-}" = 1 ] && [ ${#missing[@]} -eq 0 ]; then
-	missing=(redis-server redis-tools rabbitmq-server chromium) # re-run apt-get anyway (for checking this script)
+	missing=(redis-server redis-tools rabbitmq-server chromium prometheus) # re-run apt-get anyway (for checking this script)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "test-deps: redis-server, redis-cli, rabbitmq-server and chromium already installed; nothing to do"
+	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium and promtool already installed; nothing to do"
 	exit 0
 fi
 
@@ -54,14 +57,14 @@ echo "test-deps: installing ${missing[*]} (apt-get update + install)"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	redis-server redis-tools rabbitmq-server chromium >/dev/null
+	redis-server redis-tools rabbitmq-server chromium prometheus >/dev/null
 
 # Stop and disable the system services if something started them anyway. Only touch
 # what runs as the services' own users (the tests' servers run as the test's user),
 # and never call the init script's stop on a stopped RabbitMQ: it runs rabbitmqctl,
 # which itself leaves an epmd daemon behind on the default port 4369.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-	for unit in redis-server.service rabbitmq-server.service epmd.service epmd.socket; do
+	for unit in redis-server.service rabbitmq-server.service epmd.service epmd.socket prometheus.service prometheus-node-exporter.service; do
 		"${SUDO[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
 	done
 else
@@ -73,11 +76,17 @@ else
 		echo "test-deps: stopping the system rabbitmq-server service"
 		"${SUDO[@]}" /etc/init.d/rabbitmq-server stop >/dev/null 2>&1 || true
 	fi
+	# prometheus pulls in prometheus-node-exporter (a Recommends); both run as user prometheus.
+	if pgrep -u prometheus >/dev/null 2>&1; then
+		echo "test-deps: stopping the system prometheus and prometheus-node-exporter services"
+		"${SUDO[@]}" /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+		"${SUDO[@]}" /etc/init.d/prometheus-node-exporter stop >/dev/null 2>&1 || true
+	fi
 	for pid in $(pgrep -u rabbitmq -x epmd 2>/dev/null || true); do
 		echo "test-deps: stopping the rabbitmq user's epmd (pid $pid)"
 		"${SUDO[@]}" kill -9 "$pid" 2>/dev/null || true
 	done
 fi
 
-echo "test-deps: installed: $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server), chromium $(dpkg-query -W -f='${Version}' chromium)"
+echo "test-deps: installed: $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server), chromium $(dpkg-query -W -f='${Version}' chromium), $(promtool --version 2>&1 | head -1)"
 echo "test-deps: system services left stopped; tests start their own servers"
