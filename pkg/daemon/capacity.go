@@ -78,13 +78,28 @@ func (c *capacity) check(ctx context.Context, n int) error {
 // usedMemory is INFO memory's used_memory; on a cluster, the largest of
 // the masters'.
 func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	m, err := redisMemory(ctx, rdb)
+	return m.used, err
+}
+
+// memory is what INFO memory says about a Redis node.
+type memory struct {
+	used      int64 // used_memory
+	maxmemory int64 // maxmemory; 0 when Redis has no limit
+}
+
+// redisMemory reads INFO memory; on a cluster, that of the master using the
+// most memory.
+func redisMemory(ctx context.Context, rdb redis.UniversalClient) (memory, error) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		var mu sync.Mutex
-		var most int64
+		var most memory
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			n, err := usedMemory(ctx, c)
+			m, err := redisMemory(ctx, c)
 			mu.Lock()
-			most = max(most, n)
+			if m.used > most.used {
+				most = m
+			}
 			mu.Unlock()
 			return err
 		})
@@ -92,12 +107,27 @@ func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 	}
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
-		return 0, fmt.Errorf("redis INFO memory: %w", err)
+		return memory{}, fmt.Errorf("redis INFO memory: %w", err)
 	}
+	var m memory
+	var found bool
 	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "used_memory":
+			if m.used, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return memory{}, fmt.Errorf("redis INFO memory: used_memory: %w", err)
+			}
+			found = true
+		case "maxmemory":
+			m.maxmemory, _ = strconv.ParseInt(v, 10, 64) // absent or odd: no limit known
 		}
 	}
-	return 0, fmt.Errorf("redis INFO memory has no used_memory")
+	if !found {
+		return memory{}, fmt.Errorf("redis INFO memory has no used_memory")
+	}
+	return m, nil
 }

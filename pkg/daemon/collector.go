@@ -12,11 +12,14 @@ import (
 )
 
 // collector computes the gauges that describe state rather than events, at
-// scrape time: what Redis holds (one pipelined round trip over all shards)
-// and whether each connection is up. Nothing is polled between scrapes.
+// scrape time: what Redis holds (one pipelined round trip over all shards),
+// how much memory Redis uses (INFO memory, one more round trip), whether
+// each connection is up and whether each ingest is paused. Nothing is polled
+// between scrapes.
 type collector struct {
 	d                                *Daemon
 	up, parked, due, dead, oldestAge *prometheus.Desc
+	paused, memUsed, memLimit        *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -32,11 +35,17 @@ func newCollector(d *Daemon) *collector {
 			"Dead messages kept in Redis.", nil, nil),
 		oldestAge: prometheus.NewDesc("delaybridge_oldest_due_age_seconds",
 			"How long the oldest due message has been waiting (0 when nothing is due).", nil, nil),
+		paused: prometheus.NewDesc("delaybridge_ingest_paused",
+			"1 while an ingest waits before parking, reading and acknowledging nothing: a limit (limits.max_parked_messages, max_redis_memory) is reached or Redis refuses parks; else 0.", []string{"ingest"}, nil),
+		memUsed: prometheus.NewDesc("delaybridge_redis_memory_used_bytes",
+			"Redis INFO used_memory; on a cluster, the master that uses the most.", nil, nil),
+		memLimit: prometheus.NewDesc("delaybridge_redis_memory_limit_bytes",
+			"Limits on Redis memory, by limit: maxmemory (Redis's own: parks are refused beyond it; on a cluster, that of the master using the most), max_redis_memory (limits.max_redis_memory: ingest pauses at it). Only the limits that are set appear.", []string{"limit"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge} {
+	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit} {
 		ch <- d
 	}
 }
@@ -57,6 +66,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			age = max(0, st.Now.Sub(st.OldestDue).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, age)
+	}
+	if mem, err := redisMemory(ctx, c.d.store.Client()); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.memUsed, prometheus.GaugeValue, float64(mem.used))
+		if mem.maxmemory > 0 {
+			ch <- prometheus.MustNewConstMetric(c.memLimit, prometheus.GaugeValue, float64(mem.maxmemory), "maxmemory")
+		}
+	}
+	if limit := c.d.cfg.Limits.MaxRedisMemory; limit > 0 {
+		ch <- prometheus.MustNewConstMetric(c.memLimit, prometheus.GaugeValue, float64(limit), "max_redis_memory")
+	}
+	for i, p := range c.d.pipes {
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, boolValue(p.Paused() != nil), c.d.cfg.Ingest[i].Name)
 	}
 	for i, src := range c.d.sources {
 		up := true

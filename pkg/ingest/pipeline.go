@@ -103,8 +103,18 @@ func (pl *Pipeline) Ready() error {
 			return fmt.Errorf("ingest %s: %w", pl.p.Name, err)
 		}
 	}
+	if err := pl.Paused(); err != nil {
+		return fmt.Errorf("ingest %s: paused: %w", pl.p.Name, err)
+	}
+	return nil
+}
+
+// Paused returns why the pipeline waits before parking (a limit is reached
+// or Redis refuses parks), or nil while parking works. While it waits it
+// reads and acknowledges nothing: the broker keeps the messages.
+func (pl *Pipeline) Paused() error {
 	if e := pl.redisErr.Load(); e != nil {
-		return fmt.Errorf("ingest %s: paused: %w", pl.p.Name, *e)
+		return *e
 	}
 	return nil
 }

@@ -187,6 +187,9 @@ func TestRedisOutagePausesIngest(t *testing.T) {
 	if err := e.pl.Ready(); !strings.Contains(err.Error(), "paused") {
 		t.Fatalf("Ready = %v", err)
 	}
+	if e.pl.Paused() == nil {
+		t.Fatal("Paused = nil while Redis is down")
+	}
 	for i := 0; i < 20; i++ {
 		if _, ok := e.src.result(fmt.Sprintf("during%d", i)); ok {
 			t.Fatalf("during%d settled while redis is down", i)
@@ -208,6 +211,9 @@ func TestRedisOutagePausesIngest(t *testing.T) {
 		}
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return e.pl.Ready() == nil })
+	if err := e.pl.Paused(); err != nil {
+		t.Fatalf("Paused = %v after Redis came back", err)
+	}
 }
 
 // Stopping while Redis is down returns the unparked messages to the broker
