@@ -2,9 +2,11 @@
 # Installs the servers that the tests start by themselves (see internal/testenv):
 # redis-server (+ redis-cli) and rabbitmq-server (+ Erlang, epmd) from Debian.
 # NATS and Kafka need nothing: nats-server is embedded and kfake runs in-process.
-# Also Debian's chromium, the headless browser of the dashboard test (test/ui), and
+# Also Debian's chromium, the headless browser of the dashboard test (test/ui);
 # Debian's prometheus for its promtool, which checks and unit-tests the alerting
-# rules in deploy/prometheus (test/ops); the Prometheus server itself is not run.
+# rules in deploy/prometheus (test/ops; the Prometheus server itself is not run);
+# and systemd for systemd-analyze, which the deploy tests (deploy/) run on the
+# unit file (`systemd-analyze verify`; no running systemd is needed).
 #
 # Idempotent and fast when everything is present. The tests never use the system
 # services: after installing, this stops and disables them (they would hold the
@@ -22,12 +24,13 @@ command -v redis-cli >/dev/null 2>&1 || [ -x /usr/bin/redis-cli ] || missing+=(r
 [ -x "$RABBIT_SERVER" ] || missing+=(rabbitmq-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || [ -x /usr/bin/systemd-analyze ] || missing+=(systemd)
 
 if [ "${TEST_DEPS_FORCE:-}" = 1 ] && [ ${#missing[@]} -eq 0 ]; then
-	missing=(redis-server redis-tools rabbitmq-server chromium prometheus) # re-run apt-get anyway (for checking this script)
+	missing=(redis-server redis-tools rabbitmq-server chromium prometheus systemd) # re-run apt-get anyway (for checking this script)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium and promtool already installed; nothing to do"
+	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium, promtool and systemd-analyze already installed; nothing to do"
 	exit 0
 fi
 
@@ -57,7 +60,7 @@ echo "test-deps: installing ${missing[*]} (apt-get update + install)"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	redis-server redis-tools rabbitmq-server chromium prometheus >/dev/null
+	redis-server redis-tools rabbitmq-server chromium prometheus systemd >/dev/null
 
 # Stop and disable the system services if something started them anyway. Only touch
 # what runs as the services' own users (the tests' servers run as the test's user),
@@ -88,5 +91,5 @@ else
 	done
 fi
 
-echo "test-deps: installed: $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server), chromium $(dpkg-query -W -f='${Version}' chromium), $(promtool --version 2>&1 | head -1)"
+echo "test-deps: installed: $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server), chromium $(dpkg-query -W -f='${Version}' chromium), $(promtool --version 2>&1 | head -1), systemd $(dpkg-query -W -f='${Version}' systemd)"
 echo "test-deps: system services left stopped; tests start their own servers"
