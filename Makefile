@@ -1,6 +1,9 @@
 # delaybridge: `make test` is what CI runs (.ci/run). `make help` lists targets.
 GO       ?= go
 PKGS     := ./...
+# deploy/ is a Go module of its own: its tests use Kubernetes', compose's,
+# BuildKit's and systemd's parsers, which must stay out of the daemon's go.mod.
+DEPLOY   := deploy
 BIN      := bin/delaybridge
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/cmd/delaybridge/cli.version=$(VERSION)
@@ -30,9 +33,11 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	cd $(DEPLOY) && $(GO) vet ./...
 
-unit: ## all tests, with the race detector, against real servers
+unit: ## all tests, with the race detector, against real servers (and the deploy/ module's)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd $(DEPLOY) && $(GO) test -race -count=1 -timeout 10m ./...
 
 fuzz: ## each fuzz target for FUZZTIME (default 300000 executions, ~10 s)
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
