@@ -17,6 +17,8 @@
 // the admin port is the one exposed, published and probed, and probe paths
 // answer 200 on the real admin handler; every grace period covers the
 // shutdown rule (stopBudget); the image is built like `make build`.
+//
+// broken_test.go proves each check fails on a broken copy of each file.
 package deploy_test
 
 import (
