@@ -27,10 +27,12 @@ var brokenCases = []struct {
 	{"wrong type", dockerfileName, []edit{{"--interval=10s", "--interval=ten"}}, checkDockerfile, `invalid duration "ten"`},
 	{"admin port not exposed", dockerfileName, []edit{{"EXPOSE 7070", "EXPOSE 8080"}}, checkDockerfile, "but the image EXPOSEs [8080]"},
 	{"user by name", dockerfileName, []edit{{"USER 65532:65532", "USER nonroot"}}, checkDockerfile, `USER "nonroot": want a numeric non-root uid`},
+	{"built unlike make build", dockerfileName, []edit{{"go build -trimpath -tags nodev", "go build -trimpath"}}, checkDockerfile, "the go build RUN has -tags \"\", `make build` has \"nodev\""},
 	{"no version stamp", dockerfileName, []edit{{"cli.version=${VERSION}", "cli.Version=${VERSION}"}}, checkDockerfile, "does not stamp " + versionSymbol},
 
 	// Dockerfile.dockerignore: BuildKit's pattern matcher.
 	{"malformed pattern", dockerignoreName, []edit{{"\n.git\n", "\n.git\npkg/[\n"}}, checkDockerignore, "syntax error in pattern"},
+	{"excludes the production build's file", dockerignoreName, []edit{{"\n.git\n", "\n.git\ncmd/delaybridge/cli/nodev.go\n"}}, checkDockerignore, "excludes cmd/delaybridge/cli/nodev.go"},
 	{"excludes sources", dockerignoreName, []edit{{"**/*_test.go", "**/*.go"}}, checkDockerignore, "excludes cmd/delaybridge/main.go, which the image build needs"},
 
 	// docker-compose.yml: compose-go.

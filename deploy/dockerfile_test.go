@@ -187,9 +187,19 @@ func checkDockerfile(dir string) problems {
 		ps.add("%s: builder golang:%s is older than go.mod's go %s (golang images set GOTOOLCHAIN=local, so the build would fail)", file, tag, want)
 	}
 	if run, words := df.goBuild(&ps, file, "v0"); run != nil {
-		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", mainPackage} {
-			if !slices.Contains(words, want) {
-				ps.add("%s: %s: lacks %s", file, run.String(), want)
+		if !slices.Contains(words, mainPackage) {
+			ps.add("%s: %s: does not build %s", file, run.String(), mainPackage)
+		}
+		// Built like `make build`: the same environment and flags, as make
+		// itself expands the recipe (VERSION=v0 on both sides).
+		if mk, err := makeBuild(); err != nil {
+			ps.add("%v", err)
+		} else {
+			got := goBuildSettings(words)
+			for _, k := range sortedKeys(mk) {
+				if got[k] != mk[k] {
+					ps.add("%s: the go build RUN has %s %q, `make build` has %q: the image would not be built like make build", file, k, got[k], mk[k])
+				}
 			}
 		}
 		if ld := ldflags(words); !strings.Contains(ld, "-X "+versionSymbol+"=") {
@@ -277,6 +287,45 @@ func checkDockerfile(dir string) problems {
 
 func TestDockerfile(t *testing.T) { checkDockerfile(".").report(t) }
 
+// makeBuild is goBuildSettings of the command `make build` runs, from
+// `make -n` (make's own expansion of the Makefile).
+var makeBuild = sync.OnceValues(func() (map[string]string, error) {
+	cmd := exec.Command("make", "-s", "-n", "build", "VERSION=v0", "GO=go")
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("make -n build: %w", err)
+	}
+	words, err := shell.NewLex('\\').ProcessWords(strings.TrimSpace(string(out)), shell.EnvsFromSlice(nil))
+	if err != nil || !slices.Contains(words, "build") {
+		return nil, fmt.Errorf("make -n build printed %q, not a go build (%v)", out, err)
+	}
+	return goBuildSettings(words), nil
+})
+
+// goBuildSettings is what decides the binary in a go build command line:
+// the CGO_ENABLED it runs with and the -trimpath, -tags and -ldflags flags.
+func goBuildSettings(words []string) map[string]string {
+	m := map[string]string{"CGO_ENABLED": "", "-trimpath": "", "-tags": "", "-ldflags": ""}
+	for i, w := range words {
+		if v, ok := strings.CutPrefix(w, "CGO_ENABLED="); ok {
+			m["CGO_ENABLED"] = v
+		}
+		if w == "-trimpath" {
+			m[w] = "true"
+		}
+		if (w == "-tags" || w == "-ldflags") && i+1 < len(words) {
+			m[w] = words[i+1]
+		}
+		for _, f := range []string{"-tags", "-ldflags", "-trimpath"} {
+			if v, ok := strings.CutPrefix(w, f+"="); ok {
+				m[f] = v
+			}
+		}
+	}
+	return m
+}
+
 // ldflags is the value of -ldflags in a go build command's words.
 func ldflags(words []string) string {
 	for i, w := range words {
@@ -336,6 +385,9 @@ func TestDockerfileVersionLdflag(t *testing.T) {
 	}
 	bin := filepath.Join(t.TempDir(), binaryName)
 	args := []string{"build", "-ldflags", ld, "-o", bin}
+	if tags := goBuildSettings(words)["-tags"]; tags != "" {
+		args = append(args, "-tags", tags) // the image's build, e.g. without the dev command
+	}
 	// Built like this test binary (-race or not), so that the packages come
 	// from the build cache and only the link is new.
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -359,11 +411,22 @@ func TestDockerfileVersionLdflag(t *testing.T) {
 	}
 }
 
+var (
+	buildInputsMu    sync.Mutex
+	buildInputsCache = map[string][]string{}
+)
+
 // buildInputs lists the files the image build reads: go.mod, go.sum, and the
 // Go and embedded files of every package of this module that the binary is
-// built from (for linux, without cgo, as in the Dockerfile).
-var buildInputs = sync.OnceValues(func() ([]string, error) {
-	cmd := exec.Command("go", "list", "-deps", "-json=Dir,Module,GoFiles,EmbedFiles", mainPackage)
+// built from (for linux, without cgo, with the build tags tags, as in the
+// Dockerfile).
+func buildInputs(tags string) ([]string, error) {
+	buildInputsMu.Lock()
+	defer buildInputsMu.Unlock()
+	if in, ok := buildInputsCache[tags]; ok {
+		return in, nil
+	}
+	cmd := exec.Command("go", "list", "-deps", "-tags="+tags, "-json=Dir,Module,GoFiles,EmbedFiles", mainPackage)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	out, err := cmd.Output()
@@ -401,13 +464,20 @@ var buildInputs = sync.OnceValues(func() ([]string, error) {
 	if len(needed) < 5 {
 		return nil, fmt.Errorf("go list found only %v: the check would prove nothing", needed)
 	}
+	buildInputsCache[tags] = needed
 	return needed, nil
-})
+}
 
 // checkDockerignore checks that dir/Dockerfile.dockerignore, read and matched
-// by BuildKit's own code (moby/patternmatcher), keeps every build input.
+// by BuildKit's own code (moby/patternmatcher), keeps every input of
+// dir/Dockerfile's go build.
 func checkDockerignore(dir string) problems {
 	var ps problems
+	df := loadDockerfile(&ps, dir)
+	if df == nil {
+		return ps
+	}
+	_, words := df.goBuild(&ps, filepath.Join(dir, dockerfileName), "v0")
 	file := filepath.Join(dir, dockerignoreName)
 	f, err := os.Open(file)
 	if err != nil {
@@ -425,7 +495,7 @@ func checkDockerignore(dir string) problems {
 		ps.add("%s: %v", file, err)
 		return ps
 	}
-	needed, err := buildInputs()
+	needed, err := buildInputs(goBuildSettings(words)["-tags"])
 	if err != nil {
 		ps.add("%v", err)
 		return ps
