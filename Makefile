@@ -13,7 +13,7 @@ LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/cmd/delaybridge/cli.vers
 # in Go 1.27); a count has no deadline to race. FUZZTIME=30s works too.
 FUZZTIME ?= 300000x
 
-.PHONY: help build dev deps test lint unit fuzz fault fault-ci clean bench
+.PHONY: help build dev deps test short lint unit fuzz fault fault-ci clean bench
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ deps: ## install the servers the tests start (redis-server, rabbitmq-server)
 	bash scripts/test-deps.sh
 
 test: deps lint unit fuzz fault-ci ## everything CI runs: deps, gofmt, vet, tests with -race, short fuzzing, the fault suite (smaller)
+
+short: ## the tests that need no server (go test -short; about a minute): a quick check while changing code
+	$(GO) test -short -count=1 $(PKGS)
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

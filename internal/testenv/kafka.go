@@ -71,6 +71,7 @@ type KafkaCluster struct {
 // kfake is not a real broker: it has no replication and its own scheduling, so it
 // proves protocol-level behaviour, not Kafka's durability.
 func Kafka(t testing.TB, opts ...KafkaOption) *KafkaCluster {
+	skipShort(t, "a Kafka cluster")
 	t.Helper()
 	cfg := kafkaConfig{brokers: 3, persist: true}
 	for _, o := range opts {

@@ -29,6 +29,7 @@ type NATSServer struct {
 // Caveat: the server runs in the test process, so -race also instruments it and
 // (in a cold build cache) it takes ~40 s to compile.
 func NATS(t testing.TB) *NATSServer {
+	skipShort(t, "a NATS server")
 	t.Helper()
 	port := reservePorts(t, portLo, portHi)
 	n := &NATSServer{

@@ -66,6 +66,7 @@ var (
 // directory to go.mod) once per test process and returns the binary's path. See
 // BuildPackage.
 func Build(t testing.TB) string {
+	skipShort(t, "the delaybridge binary")
 	t.Helper()
 	return BuildPackage(t, "./cmd/delaybridge")
 }
@@ -80,6 +81,7 @@ func Build(t testing.TB) string {
 // Caveat: the first build of a package embedding big dependencies takes tens of
 // seconds with a cold build cache; later ones are cache hits.
 func BuildPackage(t testing.TB, pkg string) string {
+	skipShort(t, "the delaybridge binary")
 	t.Helper()
 	buildMu.Lock()
 	b, ok := builds[pkg]

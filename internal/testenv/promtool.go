@@ -6,6 +6,7 @@ import "testing"
 // in its prometheus package (scripts/test-deps.sh installs it). Like the servers, a
 // missing promtool fails the test with a hint to run scripts/test-deps.sh.
 func Promtool(t testing.TB) string {
+	skipShort(t, "promtool")
 	t.Helper()
 	return lookBinary(t, "promtool", "/usr/bin/promtool")
 }

@@ -88,6 +88,7 @@ var (
 // stays behind. The guest user is allowed because clients come from loopback.
 // Debian's rabbitmq-server 3.10 has no delayed-message plugin.
 func RabbitMQ(t testing.TB) *RabbitNode {
+	skipShort(t, "a RabbitMQ node")
 	t.Helper()
 	// Check the binaries on every call, so that a missing install fails each test
 	// with the hint rather than only the first one.

@@ -114,6 +114,7 @@ func (c *child) waitExit(d time.Duration) bool {
 // about a second of acknowledged writes is lost by Kill. Use WithAppendFsync("always")
 // when a test kills the server and expects every acknowledged write back.
 func Redis(t testing.TB, opts ...RedisOption) *RedisServer {
+	skipShort(t, "redis-server")
 	t.Helper()
 	cfg := redisConfig{fsync: "everysec"}
 	for _, o := range opts {

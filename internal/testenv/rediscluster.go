@@ -31,6 +31,7 @@ type RedisClusterServer struct {
 // port, dir and nodes.conf, so it rejoins with the same slots). Every key of one Lua
 // script or MULTI must share a {hash tag}, or Redis answers CROSSSLOT.
 func RedisCluster(t testing.TB, n int) *RedisClusterServer {
+	skipShort(t, "a Redis Cluster")
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("testenv.RedisCluster: need at least 3 masters, got %d", n)

@@ -14,6 +14,7 @@ import (
 // a failover takes a few seconds: down-after 1 s, failover-timeout 3 s. It
 // returns once the sentinel answers PING, and kills it at cleanup.
 func RedisSentinel(t testing.TB, masterName, masterAddr string) *RedisServer {
+	skipShort(t, "Redis Sentinel")
 	t.Helper()
 	bin := lookBinary(t, "redis-server", "/usr/bin/redis-server")
 	port := reservePorts(t, portLo, portHi)

@@ -51,6 +51,16 @@ func FreePort(t testing.TB) int {
 	return reservePorts(t, portLo, portHi)
 }
 
+// skipShort skips the test under `go test -short`, which runs only the tests
+// that need no server (about a minute; see the Makefile's short target).
+// `make test` never passes -short: there a missing server fails the test.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: this test needs %s", what)
+	}
+}
+
 // Eventually calls cond every few milliseconds until it returns true, and fails the
 // test with t.Fatalf if it has not by timeout. msgAndArgs is an optional fmt format
 // and its arguments describing what was awaited. cond runs on the calling goroutine,
