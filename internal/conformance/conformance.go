@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -40,23 +39,6 @@ func Key(t *testing.T, prefix, run string, seq int64) string {
 		name = name[:40]
 	}
 	return prefix + "-" + run + "-" + name + "-" + strconv.FormatInt(seq, 10)
-}
-
-// Poll calls cond until it returns true or d passes. The pause between
-// calls paces the loop; it is not synchronisation.
-func Poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-time.After(wait)
-		wait = min(wait*2, 50*time.Millisecond)
-	}
 }
 
 // Abbrev lists IDs for a failure message, at most 20.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/conformance"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
@@ -269,7 +270,7 @@ func (s *suite) testAckOnlyAfterSuccess(t *testing.T) {
 
 	src2 := s.open(t, key)
 	seen, _ := src2.collect(t, s.redeliveryWait(), unacked)
-	for id, n := range src2.quiet(t, s.absenceWindow()) {
+	for id, n := range src2.readFor(t, s.absenceWindow()) {
 		seen[id] += n
 	}
 	for _, id := range acked {
@@ -302,14 +303,14 @@ func (s *suite) testNack(t *testing.T) {
 	var seen tally
 	if f.Nack {
 		seen, _ = src.collect(t, s.h.Timeout, ids[1:2])
-		for id, n := range src.quiet(t, s.absenceWindow()) {
+		for id, n := range src.readFor(t, s.absenceWindow()) {
 			seen[id] += n
 		}
 	} else {
 		src.close(t)
 		src2 := s.open(t, key)
 		seen, _ = src2.collect(t, s.redeliveryWait(), ids[1:2])
-		for id, n := range src2.quiet(t, s.absenceWindow()) {
+		for id, n := range src2.readFor(t, s.absenceWindow()) {
 			seen[id] += n
 		}
 	}
@@ -424,7 +425,7 @@ func (s *suite) testConcurrentAcks(t *testing.T) {
 	src.closeCtx(t, context.Background())
 	src2 := s.open(t, key)
 	again, _ := src2.collect(t, s.redeliveryWait(), []string{canary})
-	for id, k := range src2.quiet(t, s.absenceWindow()) {
+	for id, k := range src2.readFor(t, s.absenceWindow()) {
 		again[id] += k
 	}
 	var back []string
@@ -616,7 +617,7 @@ func (s *suite) testBrokerRestart(t *testing.T) {
 		}
 	})
 	s.h.StopBroker(t)
-	if !conformance.Poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
+	if !testenv.Poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
 		t.Errorf("Ready() still nil %v after the broker stopped", s.h.Timeout)
 	}
 	s.h.StartBroker(t)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/conformance"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
@@ -188,9 +189,9 @@ func (o *source) collect(t *testing.T, d time.Duration, want []string) (tally, m
 	return seen, first
 }
 
-// quiet reads and acknowledges every message that comes within d, and
-// returns how often each ID came.
-func (o *source) quiet(t *testing.T, d time.Duration) tally {
+// readFor reads for all of d (it always waits that long), acknowledging every
+// message that comes, and returns how often each ID came.
+func (o *source) readFor(t *testing.T, d time.Duration) tally {
 	t.Helper()
 	seen := tally{}
 	deadline := time.Now().Add(d)
@@ -224,7 +225,7 @@ func ready(t *testing.T, src ingest.Source, d time.Duration) ingest.Ready {
 		t.Fatalf("%T does not implement ingest.Ready; every adapter must, for /readyz", src)
 	}
 	var last error
-	if !conformance.Poll(d, func() bool { last = r.Ready(); return last == nil }) {
+	if !testenv.Poll(d, func() bool { last = r.Ready(); return last == nil }) {
 		t.Fatalf("Ready() still %v after %v", last, d)
 	}
 	return r

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/conformance"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -440,7 +441,7 @@ func (s *suite) testBrokerRestart(t *testing.T) {
 		}
 	})
 	s.h.StopBroker(t)
-	if !conformance.Poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
+	if !testenv.Poll(s.h.Timeout, func() bool { return r.Ready() != nil }) {
 		t.Errorf("Ready() still nil %v after the broker stopped", s.h.Timeout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -462,7 +463,7 @@ func (s *suite) testBrokerRestart(t *testing.T) {
 	dest2, in2 := s.dest(t)
 	m := s.msg(dest2, []byte("after"), nil)
 	var last error
-	if !conformance.Poll(s.h.Timeout, func() bool {
+	if !testenv.Poll(s.h.Timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		last = checkLen(t, []sinks.Outgoing{m}, sk.Publish(ctx, []sinks.Outgoing{m}))[0]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/conformance"
+	"github.com/delaybridge/delaybridge/internal/testenv"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -39,7 +40,7 @@ func (s *suite) ready(t *testing.T, sk sinks.Sink) sinks.Ready {
 		t.Fatalf("%T does not implement sinks.Ready; every adapter must, for /readyz", sk)
 	}
 	var last error
-	if !conformance.Poll(s.h.Timeout, func() bool { last = r.Ready(); return last == nil }) {
+	if !testenv.Poll(s.h.Timeout, func() bool { last = r.Ready(); return last == nil }) {
 		t.Fatalf("Ready() still %v after %v", last, s.h.Timeout)
 	}
 	return r

@@ -214,7 +214,7 @@ func (p *Process) Output() string {
 // or if the process exits first.
 func (p *Process) WaitOutput(timeout time.Duration, substr string) {
 	p.t.Helper()
-	ok := poll(timeout, func() bool { return strings.Contains(p.Output(), substr) || p.proc.exited() })
+	ok := Poll(timeout, func() bool { return strings.Contains(p.Output(), substr) || p.proc.exited() })
 	if ok && strings.Contains(p.Output(), substr) {
 		return
 	}

@@ -169,7 +169,7 @@ func newRabbitNode(server, epmd string) (*RabbitNode, error) {
 		return nil, fmt.Errorf("start epmd: %w", err)
 	}
 	epmdAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(r.EPMDPort))
-	if !poll(10*time.Second, func() bool { return r.epmd.exited() || canDial(epmdAddr) }) || r.epmd.exited() {
+	if !Poll(10*time.Second, func() bool { return r.epmd.exited() || canDial(epmdAddr) }) || r.epmd.exited() {
 		r.shutdown()
 		return nil, fmt.Errorf("epmd on port %d did not start (%v)", r.EPMDPort, r.epmd.err)
 	}
@@ -295,7 +295,7 @@ func (r *RabbitNode) start(server string) error {
 	r.mu.Unlock()
 
 	var lastErr error
-	ok := poll(rabbitReadyTimeout, func() bool {
+	ok := Poll(rabbitReadyTimeout, func() bool {
 		if proc.exited() {
 			return true
 		}

@@ -188,7 +188,7 @@ func (r *RedisServer) Start() {
 	r.mu.Unlock()
 
 	var last string
-	ok := poll(redisReadyTimeout, func() bool {
+	ok := Poll(redisReadyTimeout, func() bool {
 		if proc.exited() {
 			return true
 		}

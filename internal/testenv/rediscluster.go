@@ -89,7 +89,7 @@ func (c *RedisClusterServer) WaitHealthy(timeout time.Duration) {
 		"cluster_known_nodes:" + strconv.Itoa(len(c.Addrs)),
 	}
 	var last string
-	ok := poll(timeout, func() bool {
+	ok := Poll(timeout, func() bool {
 		for i, cl := range clients {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			info, err := cl.ClusterInfo(ctx).Result()

@@ -67,14 +67,16 @@ func skipShort(t testing.TB, what string) {
 // so it may use t.Fatal itself; it should be quick (it is not interrupted).
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msgAndArgs ...any) {
 	t.Helper()
-	if !poll(timeout, cond) {
+	if !Poll(timeout, cond) {
 		t.Fatalf("testenv.Eventually: condition not met within %v: %s", timeout, formatMsg(msgAndArgs))
 	}
 }
 
-// poll is Eventually without the test: it reports whether cond became true in time.
-// It checks cond at once, then backs off from 2 ms to 50 ms between checks.
-func poll(timeout time.Duration, cond func() bool) bool {
+// Poll is Eventually without the test: it reports whether cond became true within
+// timeout, for a caller that says more than Eventually can when it did not. It
+// checks cond at once, then backs off from 2 ms to 50 ms between checks. Every
+// wait for a condition in the tests goes through Poll or Eventually.
+func Poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	wait := 2 * time.Millisecond
 	for {

@@ -694,7 +694,7 @@ func TestIDsWithReservedCharacters(t *testing.T) {
 //	dead:     C (claimed, then given up), R (rejected at ingest), "job/retry"
 //	due:      D, E (due 10 s ago)
 //	not due:  F, G (due in an hour)
-func stateFixture(t *testing.T, e *env) (token map[int]int64) {
+func stateFixture(t *testing.T, e *env) (leases map[int]*store.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
@@ -715,14 +715,14 @@ func stateFixture(t *testing.T, e *env) (token map[int]int64) {
 		}
 	}
 	park(msg("A", now.Add(-time.Minute)), msg("B", now.Add(-time.Minute)), msg("C", now.Add(-time.Minute)), msg("job/retry", now.Add(-time.Minute)))
-	token = map[int]int64{}
+	leases = map[int]*store.Lease{}
 	claimed := map[string]bool{}
 	for shard := 0; shard < e.store.Shards(); shard++ {
 		c, err := e.store.Claim(ctx, shard, 100, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		token[shard] = c.Token
+		leases[shard] = c
 		for _, m := range c.Messages {
 			claimed[m.ID] = true
 		}
@@ -731,7 +731,7 @@ func stateFixture(t *testing.T, e *env) (token map[int]int64) {
 		t.Fatalf("claimed %v", claimed)
 	}
 	for _, id := range []string{"C", "job/retry"} {
-		n, err := e.store.Dead(ctx, e.store.ShardOf(id), token[e.store.ShardOf(id)], []store.Dead{{ID: id, Reason: "sink rabbit: NO_ROUTE for " + id}})
+		n, err := e.store.MarkDead(ctx, leases[e.store.ShardOf(id)], []store.Failure{{ID: id, Reason: "sink rabbit: NO_ROUTE for " + id}})
 		if err != nil || n != 1 {
 			t.Fatalf("Dead %s: %d %v", id, n, err)
 		}
@@ -741,7 +741,7 @@ func stateFixture(t *testing.T, e *env) (token map[int]int64) {
 	if err != nil || ids[0] != "R" {
 		t.Fatalf("Reject: %v %v", ids, err)
 	}
-	return token
+	return leases
 }
 
 func TestStats(t *testing.T) {
@@ -817,7 +817,7 @@ func TestStats(t *testing.T) {
 
 func TestMessageStates(t *testing.T) {
 	e := newEnv(t)
-	token := stateFixture(t, e)
+	leases := stateFixture(t, e)
 
 	g := e.do("GET", "/v1/messages/A", "")
 	e.expect(g, 200)
@@ -825,7 +825,7 @@ func TestMessageStates(t *testing.T) {
 	if a["state"] != "inflight" || a["attempts"] != 1.0 || a["ingest"] != "orders-in" || a["destination"] != "q.A" {
 		t.Errorf("A: %s", g.body)
 	}
-	if next := mustTime(t, a["next_attempt_at"]); !next.Equal(time.UnixMilli(token[e.store.ShardOf("A")])) {
+	if next := mustTime(t, a["next_attempt_at"]); !next.Equal(leases[e.store.ShardOf("A")].Expiry()) {
 		t.Errorf("A next_attempt_at %v, want the lease expiry", next)
 	}
 
@@ -849,7 +849,7 @@ func TestMessageStates(t *testing.T) {
 	// A failed attempt: scheduled again with the last error.
 	retryAt := time.Now().Add(time.Minute).Truncate(time.Millisecond)
 	shard := e.store.ShardOf("B")
-	if n, err := e.store.Retry(context.Background(), shard, token[shard], []store.Retry{{ID: "B", At: retryAt, Reason: "sink rabbit: connection reset"}}); err != nil || n != 1 {
+	if n, err := e.store.Retry(context.Background(), leases[shard], []store.RetryAt{{ID: "B", At: retryAt, Reason: "sink rabbit: connection reset"}}); err != nil || n != 1 {
 		t.Fatalf("Retry: %d %v", n, err)
 	}
 	g = e.do("GET", "/v1/messages/B", "")

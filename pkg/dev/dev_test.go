@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/daemon"
 )
@@ -36,13 +37,9 @@ func TestDevFiresWithTheInProcessRedis(t *testing.T) {
 	go func() {
 		done <- Run(ctx, Options{Dir: t.TempDir(), Out: out, Log: daemon.NewLogger(config.Log{Level: "error", Format: "text"}, out), SelfPath: "delaybridge"})
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out.String(), `body="hello from delaybridge"`) {
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("the welcome message did not fire; output:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling the printed output with a deadline
+	if !testenv.Poll(30*time.Second, func() bool { return strings.Contains(out.String(), `body="hello from delaybridge"`) }) {
+		cancel()
+		t.Fatalf("the welcome message did not fire; output:\n%s", out.String())
 	}
 	if !strings.Contains(out.String(), "miniredis") {
 		t.Errorf("no warning about the in-process Redis:\n%s", out.String())

@@ -197,7 +197,7 @@ func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
 		case items <- item{in: in, ack: ack, at: pl.p.Now()}:
 		case <-ctx.Done():
 			actx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-			pl.settle(actx, ack, ctx.Err())
+			pl.acknowledge(actx, ack, ctx.Err())
 			cancel()
 			return ctx.Err()
 		}
@@ -255,7 +255,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	for _, it := range batch {
-		pl.settle(ackCtx, it.ack, nil)
+		pl.acknowledge(ackCtx, it.ack, nil)
 	}
 }
 
@@ -384,14 +384,15 @@ func (pl *Pipeline) nackAll(batch []item, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	for _, it := range batch {
-		pl.settle(ctx, it.ack, err)
+		pl.acknowledge(ctx, it.ack, err)
 	}
 }
 
-// settle calls an AckFunc. ctx is not the pipeline's: acks are still sent
-// while shutting down.
-func (pl *Pipeline) settle(ctx context.Context, ack AckFunc, err error) {
+// acknowledge tells the broker a message's fate through its AckFunc (err
+// nil: done; else deliver it again). ctx is not the pipeline's: acks are
+// still sent while shutting down.
+func (pl *Pipeline) acknowledge(ctx context.Context, ack AckFunc, err error) {
 	if aerr := ack(ctx, err); aerr != nil {
-		pl.log.Warn("cannot settle message with the broker; it may be delivered again", "err", aerr)
+		pl.log.Warn("cannot acknowledge the message to the broker; it may be delivered again", "err", aerr)
 	}
 }

@@ -34,10 +34,10 @@ import (
 type Store interface {
 	Shards() int
 	ShardOf(id string) int
-	Claim(ctx context.Context, shard, max int, lease time.Duration) (*store.Claim, error)
-	Ack(ctx context.Context, shard int, token int64, ids []string) (int, error)
-	Retry(ctx context.Context, shard int, token int64, rs []store.Retry) (int, error)
-	Dead(ctx context.Context, shard int, token int64, ds []store.Dead) (int, error)
+	Claim(ctx context.Context, shard, max int, lease time.Duration) (*store.Lease, error)
+	Ack(ctx context.Context, l *store.Lease, ids []string) (int, error)
+	Retry(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
+	MarkDead(ctx context.Context, l *store.Lease, fs []store.Failure) (int, error)
 }
 
 // Params configure a Scheduler.
@@ -214,10 +214,10 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 	}
 }
 
-// fire publishes a claim's messages and settles each in Redis. It returns
-// the earliest time a message was rescheduled for (zero when none was): the
-// claim's Next could not know it.
-func (s *Scheduler) fire(ctx context.Context, c *store.Claim, claimedAt time.Time) (retryAt time.Time) {
+// fire publishes a lease's messages and records the outcome of each in
+// Redis. It returns the earliest time a message was rescheduled for (zero
+// when none was): the claim's Next could not know it.
+func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time) (retryAt time.Time) {
 	errs := make([]error, len(c.Messages))
 	groups := map[string][]int{}
 	for i, m := range c.Messages {
@@ -246,8 +246,8 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim, claimedAt time.Tim
 	toRedis := c.Now.Sub(claimedAt) // Redis's clock minus ours: due scores are Redis time
 	var (
 		acks    []string
-		retries []store.Retry
-		deads   []store.Dead
+		retries []store.RetryAt
+		deads   []store.Failure
 		letters []sinks.Dead
 		late    int
 	)
@@ -265,7 +265,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim, claimedAt time.Tim
 			if !sinks.IsPermanent(err) && !errors.As(err, new(*lateError)) {
 				reason = fmt.Sprintf("publish failed %d times, last: %s", m.Attempt, err)
 			}
-			deads = append(deads, store.Dead{ID: m.ID, Reason: reason})
+			deads = append(deads, store.Failure{ID: m.ID, Reason: reason})
 			letters = append(letters, sinks.Dead{Message: m.Message, Reason: reason, Attempts: m.Attempt})
 			if errors.As(err, new(*lateError)) {
 				late++
@@ -273,7 +273,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim, claimedAt time.Tim
 			s.log.Warn("message is dead", "id", m.ID, "sink", sink, "attempts", m.Attempt, "reason", reason)
 		default:
 			at := now.Add(s.p.Backoff.Delay(m.Attempt, s.p.Rand()))
-			retries = append(retries, store.Retry{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
+			retries = append(retries, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
 			if retryAt.IsZero() || at.Before(retryAt) {
 				retryAt = at
 			}
@@ -285,16 +285,16 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Claim, claimedAt time.Tim
 		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads) - late))
 		s.p.Metrics.DeadTotal.WithLabelValues("late").Add(float64(late))
 	}
-	s.settle(ctx, c, claimedAt, "ack", len(acks), func(ctx context.Context) error {
-		_, err := s.p.Store.Ack(ctx, c.Shard, c.Token, acks)
+	s.record(ctx, c, claimedAt, "ack", len(acks), func(ctx context.Context) error {
+		_, err := s.p.Store.Ack(ctx, c, acks)
 		return err
 	})
-	s.settle(ctx, c, claimedAt, "retry", len(retries), func(ctx context.Context) error {
-		_, err := s.p.Store.Retry(ctx, c.Shard, c.Token, retries)
+	s.record(ctx, c, claimedAt, "retry", len(retries), func(ctx context.Context) error {
+		_, err := s.p.Store.Retry(ctx, c, retries)
 		return err
 	})
-	s.settle(ctx, c, claimedAt, "dead", len(deads), func(ctx context.Context) error {
-		_, err := s.p.Store.Dead(ctx, c.Shard, c.Token, deads)
+	s.record(ctx, c, claimedAt, "dead", len(deads), func(ctx context.Context) error {
+		_, err := s.p.Store.MarkDead(ctx, c, deads)
 		return err
 	})
 	s.p.DeadLetter.Publish(ctx, letters)
@@ -315,7 +315,7 @@ func (e *lateError) Error() string {
 
 // publish sends the messages idx of a claim to one sink and records the
 // results in errs.
-func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, idx []int, errs []error) {
+func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error) {
 	out := make([]sinks.Outgoing, len(idx))
 	var spans []tracing.Span
 	if s.p.Tracer != nil {
@@ -359,15 +359,16 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Claim, id
 	}
 }
 
-// settle runs a store update of a claim until it succeeds, the claim's lease
-// expires (another instance may then hold the messages, and the update would
-// be refused anyway), or ctx ends. A lost ack means the message is published
+// record writes the outcome of a lease's publishes to Redis (op: an ack, a
+// retry or a death), trying again until it succeeds, the lease expires
+// (another instance may then hold the messages, and the update would be
+// refused anyway), or ctx ends. A lost ack means the message is published
 // again: a duplicate, never a loss.
-func (s *Scheduler) settle(ctx context.Context, c *store.Claim, claimedAt time.Time, what string, n int, op func(context.Context) error) {
+func (s *Scheduler) record(ctx context.Context, c *store.Lease, claimedAt time.Time, what string, n int, op func(context.Context) error) {
 	if n == 0 {
 		return
 	}
-	deadline := claimedAt.Add(c.LeaseExpiry().Sub(c.Now)) // the lease's end, in our clock
+	deadline := claimedAt.Add(c.Expiry().Sub(c.Now)) // the lease's end, in our clock
 	bo := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)

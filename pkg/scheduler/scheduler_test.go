@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
@@ -88,12 +89,11 @@ type fakeStore struct {
 	msgs    map[string]*envelope.Message
 	corrupt map[string]bool
 	attempt map[string]int
-	token   int64
 	skew    time.Duration // Redis's clock minus the scheduler's
 
 	acked   chan string
-	retried chan store.Retry
-	dead    chan store.Dead
+	retried chan store.RetryAt
+	dead    chan store.Failure
 	claims  chan int // messages per claim
 }
 
@@ -101,8 +101,8 @@ func newFakeStore(c *fakeClock) *fakeStore {
 	return &fakeStore{
 		clock: c, scores: map[string]time.Time{}, msgs: map[string]*envelope.Message{},
 		corrupt: map[string]bool{}, attempt: map[string]int{},
-		acked: make(chan string, 1000), retried: make(chan store.Retry, 1000),
-		dead: make(chan store.Dead, 1000), claims: make(chan int, 1000),
+		acked: make(chan string, 1000), retried: make(chan store.RetryAt, 1000),
+		dead: make(chan store.Failure, 1000), claims: make(chan int, 1000),
 	}
 }
 
@@ -116,7 +116,7 @@ func (f *fakeStore) park(id string, due time.Time, sink string) {
 func (f *fakeStore) Shards() int        { return 1 }
 func (f *fakeStore) ShardOf(string) int { return 0 }
 
-func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration) (*store.Claim, error) {
+func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration) (*store.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.clock.Now()
@@ -125,8 +125,7 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return f.scores[ids[i]].Before(f.scores[ids[j]]) })
-	f.token++
-	c := &store.Claim{Shard: shard, Now: now.Add(f.skew), Token: f.token}
+	c := &store.Lease{Shard: shard, Now: now.Add(f.skew), ExpiryMs: now.Add(f.skew + lease).UnixMilli()}
 	for _, id := range ids {
 		if f.scores[id].After(now) || len(c.Messages) == max {
 			continue
@@ -148,7 +147,7 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 	return c, nil
 }
 
-func (f *fakeStore) Ack(_ context.Context, _ int, _ int64, ids []string) (int, error) {
+func (f *fakeStore) Ack(_ context.Context, _ *store.Lease, ids []string) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, id := range ids {
@@ -158,7 +157,7 @@ func (f *fakeStore) Ack(_ context.Context, _ int, _ int64, ids []string) (int, e
 	return len(ids), nil
 }
 
-func (f *fakeStore) Retry(_ context.Context, _ int, _ int64, rs []store.Retry) (int, error) {
+func (f *fakeStore) Retry(_ context.Context, _ *store.Lease, rs []store.RetryAt) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range rs {
@@ -168,7 +167,7 @@ func (f *fakeStore) Retry(_ context.Context, _ int, _ int64, rs []store.Retry) (
 	return len(rs), nil
 }
 
-func (f *fakeStore) Dead(_ context.Context, _ int, _ int64, ds []store.Dead) (int, error) {
+func (f *fakeStore) MarkDead(_ context.Context, _ *store.Lease, ds []store.Failure) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, d := range ds {
@@ -412,7 +411,7 @@ func TestLatePolicyDeadAndDeadLetterCopies(t *testing.T) {
 	if id := recv(t, h.store.acked, "ack"); id != "fine" {
 		t.Fatalf("acked %s", id)
 	}
-	testCond(t, func() bool { dlq.mu.Lock(); defer dlq.mu.Unlock(); return len(dlq.published) == 1 })
+	testenv.Eventually(t, 5*time.Second, func() bool { dlq.mu.Lock(); defer dlq.mu.Unlock(); return len(dlq.published) == 1 })
 	dlq.mu.Lock()
 	defer dlq.mu.Unlock()
 	c := dlq.published[0]
@@ -428,18 +427,6 @@ func TestLatePolicyDeadAndDeadLetterCopies(t *testing.T) {
 		if p.ID == "late" {
 			t.Fatal("a late message was published under late_policy dead")
 		}
-	}
-}
-
-// testCond polls cond with a deadline.
-func testCond(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline
 	}
 }
 

@@ -113,7 +113,7 @@ func BenchmarkAck(b *testing.B) {
 			ids[j] = m.ID
 		}
 		b.StartTimer()
-		n, err := s.Ack(ctx, 0, c.Token, ids)
+		n, err := s.Ack(ctx, c, ids)
 		if err != nil {
 			b.Fatal(err)
 		}

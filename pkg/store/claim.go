@@ -15,10 +15,11 @@ import (
 //	           priorities 0 and 1..9 (of one shard)
 //	ARGV[1] -> at most this many messages
 //	ARGV[2] -> lease in ms
-//	returns -> {now, next, lease, id1, attempt1, message1, id2, ...}
+//	returns -> {now, next, expiry, id1, attempt1, message1, id2, ...}
 //	           now: Redis server time (Unix ms), the clock every instance shares;
 //	           next: lowest score left in the due sets, -1 when all are empty;
-//	           lease: lease expiry of this claim, its token (now + lease ms);
+//	           expiry: when this claim's lease ends (now + lease ms), which
+//	           identifies the claim;
 //	           attempt: this publish attempt, from 1.
 //
 // A message is due when its score is <= now: a parked message whose due time
@@ -41,10 +42,10 @@ for p = top, 0, -1 do
     local id = due[i]
     local blob = redis.call('HGET', KEYS[1], id)
     if blob then
-      local a, _, _, _, r = meta(redis.call('HGET', KEYS[3], id))
+      local a, _, _, r = meta(redis.call('HGET', KEYS[3], id))
       if leased(due[i + 1]) then
         a = a + 1 -- the claimer of the expired lease never finished it
-        setmeta(id, a, 0, 0, p, r)
+        setmeta(id, a, 0, p, r)
       end
       redis.call('ZADD', key, score, id)
       out[#out + 1] = id
@@ -76,20 +77,25 @@ type Claimed struct {
 	Err     error             // the stored message could not be decoded
 }
 
-// Claim is the result of one claim on one shard.
-type Claim struct {
-	Shard    int
-	Token    int64     // lease expiry in Unix ms; pass it to Ack, Retry, Dead
+// Lease is what one claim on one shard took: its messages are held until
+// the lease expires, then due again for any instance. Ack, Retry and
+// MarkDead take the Lease and act only on messages it still holds.
+type Lease struct {
+	Shard int
+	// ExpiryMs is when the lease ends, Unix ms on Redis's clock. It also
+	// identifies the claim: a message held under it has the score
+	// ExpiryMs + 0.5 in its due set.
+	ExpiryMs int64
 	Now      time.Time // Redis server time at the claim
 	Next     time.Time // lowest score left in the shard (due time or lease expiry); zero when empty
 	Messages []Claimed
 }
 
-// LeaseExpiry is when the claimed messages become due again if not acked.
-func (c *Claim) LeaseExpiry() time.Time { return time.UnixMilli(c.Token) }
+// Expiry is when the claimed messages become due again if not acked.
+func (l *Lease) Expiry() time.Time { return time.UnixMilli(l.ExpiryMs) }
 
 // Claim takes up to max due messages of a shard and holds them for lease.
-func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) (*Claim, error) {
+func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) (*Lease, error) {
 	res, err := s.run(ctx, "claim", claimScript, shard, max, lease.Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("store.claim shard %d: %w", shard, err)
@@ -97,7 +103,7 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) 
 	if len(res) < 3 || (len(res)-3)%3 != 0 {
 		return nil, fmt.Errorf("store.claim shard %d: unexpected reply of %d items", shard, len(res))
 	}
-	c := &Claim{Shard: shard, Now: time.UnixMilli(toInt64(res[0])), Token: toInt64(res[2])}
+	c := &Lease{Shard: shard, Now: time.UnixMilli(toInt64(res[0])), ExpiryMs: toInt64(res[2])}
 	if next := toInt64(res[1]); next >= 0 {
 		c.Next = time.UnixMilli(next)
 	}
@@ -114,18 +120,18 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) 
 // ackScript removes delivered messages.
 //
 //	KEYS[1] -> pool, KEYS[3] -> meta, the due sets (of one shard)
-//	ARGV[1] -> the claim's token
+//	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2..] -> message IDs
 //	returns -> how many were removed; a message no longer held under the
-//	           token (its lease expired and another claim took it, or it was
-//	           cancelled) is left alone
+//	           lease (it expired and another claim took the message, or it
+//	           was cancelled) is left alone
 var ackScript = newFiringScript(`
-local token = tonumber(ARGV[1])
+local expiry = tonumber(ARGV[1])
 local top = maxprio()
 local n = 0
 for i = 2, #ARGV do
   local id = ARGV[i]
-  local ok, p = holds(id, token, top)
+  local ok, p = claimedby(id, expiry, top)
   if ok then
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', zkey(p), id)
@@ -137,19 +143,19 @@ return n
 `)
 
 // Ack removes messages the sink confirmed. It returns how many were still
-// held under the claim's token and removed.
-func (s *Store) Ack(ctx context.Context, shard int, token int64, ids []string) (int, error) {
+// held under the lease and removed.
+func (s *Store) Ack(ctx context.Context, l *Lease, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	args := make([]any, 0, len(ids)+1)
-	args = append(args, token)
+	args = append(args, l.ExpiryMs)
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	n, err := s.run(ctx, "ack", ackScript, shard, args...).Int()
+	n, err := s.run(ctx, "ack", ackScript, l.Shard, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("store.ack shard %d: %w", shard, err)
+		return 0, fmt.Errorf("store.ack shard %d: %w", l.Shard, err)
 	}
 	return n, nil
 }
@@ -157,68 +163,68 @@ func (s *Store) Ack(ctx context.Context, shard int, token int64, ids []string) (
 // retryScript puts messages whose publish failed back in the due set.
 //
 //	KEYS[3] -> meta, the due sets (of one shard)
-//	ARGV[1] -> the claim's token
+//	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2..] -> triples: message ID, next attempt time (Unix ms), last error
-//	returns -> how many were rescheduled (those still held under the token)
+//	returns -> how many were rescheduled (those still held under the lease)
 var retryScript = newFiringScript(`
-local token = tonumber(ARGV[1])
+local expiry = tonumber(ARGV[1])
 local top = maxprio()
 local n = 0
 for i = 2, #ARGV, 3 do
   local id = ARGV[i]
-  local ok, p, a = held(id, token, top)
+  local ok, p, a = claimedattempts(id, expiry, top)
   if ok then
     redis.call('ZADD', zkey(p), ARGV[i + 1], id)
-    setmeta(id, a + 1, 0, 0, p, ARGV[i + 2])
+    setmeta(id, a + 1, 0, p, ARGV[i + 2])
     n = n + 1
   end
 end
 return n
 `)
 
-// Retry is a message to publish again at At.
-type Retry struct {
+// RetryAt is a message of a lease to publish again at At (Redis's clock).
+type RetryAt struct {
 	ID     string
 	At     time.Time
 	Reason string // the error of the failed attempt
 }
 
-// Retry reschedules messages of a claim.
-func (s *Store) Retry(ctx context.Context, shard int, token int64, rs []Retry) (int, error) {
+// Retry reschedules messages of a lease.
+func (s *Store) Retry(ctx context.Context, l *Lease, rs []RetryAt) (int, error) {
 	if len(rs) == 0 {
 		return 0, nil
 	}
 	args := make([]any, 0, 3*len(rs)+1)
-	args = append(args, token)
+	args = append(args, l.ExpiryMs)
 	for _, r := range rs {
 		args = append(args, r.ID, ms(r.At), r.Reason)
 	}
-	n, err := s.run(ctx, "retry", retryScript, shard, args...).Int()
+	n, err := s.run(ctx, "retry", retryScript, l.Shard, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("store.retry shard %d: %w", shard, err)
+		return 0, fmt.Errorf("store.retry shard %d: %w", l.Shard, err)
 	}
 	return n, nil
 }
 
-// deadScript moves messages of a claim to the dead set.
+// deadScript moves messages of a lease to the dead set.
 //
 //	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead, the due sets
-//	ARGV[1] -> the claim's token
+//	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2] -> dead messages kept per shard (the oldest beyond are deleted)
 //	ARGV[3..] -> pairs: message ID, reason
-//	returns -> how many were moved (those still held under the token)
+//	returns -> how many were moved (those still held under the lease)
 var deadScript = newFiringScript(`
-local token = tonumber(ARGV[1])
+local expiry = tonumber(ARGV[1])
 local now = servertime()
 local top = maxprio()
 local n = 0
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local ok, p, a = held(id, token, top)
+  local ok, p, a = claimedattempts(id, expiry, top)
   if ok then
     redis.call('ZREM', zkey(p), id)
     redis.call('ZADD', KEYS[4], now, id)
-    setmeta(id, a + 1, 0, now, p, ARGV[i + 1])
+    setmeta(id, a + 1, now, p, ARGV[i + 1])
     n = n + 1
   end
 end
@@ -226,25 +232,25 @@ trimdead(tonumber(ARGV[2]))
 return n
 `)
 
-// Dead is a message of a claim that is given up on.
-type Dead struct {
+// Failure is a message of a lease that is given up on, and why.
+type Failure struct {
 	ID     string
 	Reason string
 }
 
-// Dead moves messages of a claim to the dead set with their reasons.
-func (s *Store) Dead(ctx context.Context, shard int, token int64, ds []Dead) (int, error) {
-	if len(ds) == 0 {
+// MarkDead moves messages of a lease to the dead set with their reasons.
+func (s *Store) MarkDead(ctx context.Context, l *Lease, fs []Failure) (int, error) {
+	if len(fs) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 2*len(ds)+2)
-	args = append(args, token, s.maxDead)
-	for _, d := range ds {
-		args = append(args, d.ID, d.Reason)
+	args := make([]any, 0, 2*len(fs)+2)
+	args = append(args, l.ExpiryMs, s.maxDead)
+	for _, f := range fs {
+		args = append(args, f.ID, f.Reason)
 	}
-	n, err := s.run(ctx, "dead", deadScript, shard, args...).Int()
+	n, err := s.run(ctx, "dead", deadScript, l.Shard, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("store.dead shard %d: %w", shard, err)
+		return 0, fmt.Errorf("store.dead shard %d: %w", l.Shard, err)
 	}
 	return n, nil
 }

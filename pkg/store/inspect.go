@@ -124,7 +124,7 @@ var reviveScript = newFiringScript(`
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[4], id) then return 0 end
 redis.call('ZREM', KEYS[4], id)
-local a, l, d, p = meta(redis.call('HGET', KEYS[3], id))
+local _, _, p = meta(redis.call('HGET', KEYS[3], id))
 redis.call('HDEL', KEYS[3], id)
 if redis.call('HEXISTS', KEYS[1], id) == 0 then return 0 end
 redis.call('ZADD', zkey(p), servertime(), id)

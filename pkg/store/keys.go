@@ -13,7 +13,7 @@ import (
 //	<prefix>:{N}:pool   hash   message ID -> encoded message (envelope.Encode)
 //	<prefix>:{N}:due    zset   message ID -> due time, Unix ms; while a message
 //	                           is in flight, its lease expiry + 0.5 instead
-//	<prefix>:{N}:meta   hash   message ID -> "attempts|0|deadAt|priority|reason",
+//	<prefix>:{N}:meta   hash   message ID -> "attempts|deadAt|priority|reason",
 //	                           only once there is something to record (a failed
 //	                           or abandoned attempt, a death)
 //	<prefix>:{N}:dead   zset   message ID -> time it died, Unix ms

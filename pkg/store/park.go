@@ -93,9 +93,9 @@ for i = 2, #ARGV, 4 do
   local id = ARGV[i]
   if redis.call('HSETNX', KEYS[1], id, ARGV[i + 1]) == 1 then
     redis.call('ZADD', KEYS[4], now, id)
-    setmeta(id, 0, 0, now, ARGV[i + 3], ARGV[i + 2])
+    setmeta(id, 0, now, ARGV[i + 3], ARGV[i + 2])
     out[#out + 1] = 1
-  elseif redis.call('ZSCORE', KEYS[4], id) and select(5, meta(redis.call('HGET', KEYS[3], id))) == ARGV[i + 2] then
+  elseif redis.call('ZSCORE', KEYS[4], id) and select(4, meta(redis.call('HGET', KEYS[3], id))) == ARGV[i + 2] then
     out[#out + 1] = 2
   else
     out[#out + 1] = 0

@@ -310,7 +310,7 @@ func TestSealedWithUnknownKey(t *testing.T) {
 	// What the scheduler does with it (pkg/scheduler: a decode error is
 	// permanent): dead with the reason, kept, readable once k1 is back.
 	reason := "cannot decode the stored message: " + m.Err.Error()
-	if n, err := s2.Dead(ctx, c.Shard, c.Token, []store.Dead{{ID: "lost", Reason: reason}}); err != nil || n != 1 {
+	if n, err := s2.MarkDead(ctx, c, []store.Failure{{ID: "lost", Reason: reason}}); err != nil || n != 1 {
 		t.Fatalf("Dead = %d, %v", n, err)
 	}
 	dead, err := s2.ListDead(ctx, 10)

@@ -11,10 +11,10 @@
 //	                                   ack: removed ┘
 //
 // A lease that expires makes the message due again for any instance, so a
-// crashed daemon's claims are recovered without a coordinator. The lease
-// expiry returned by Claim is the claim's token: Ack, Retry and Dead act
-// only on messages still held under that token, so an instance that lost its
-// lease cannot undo the work of the instance that took the message over.
+// crashed daemon's claims are recovered without a coordinator. Ack, Retry
+// and MarkDead act only on messages still held under the Lease that Claim
+// returned (identified by its expiry), so an instance that lost its lease
+// cannot undo the work of the instance that took the message over.
 package store
 
 import (
@@ -144,27 +144,23 @@ func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 //
 // A message in flight is in its due set with the lease expiry plus half a
 // millisecond as its score: due times are whole milliseconds, so the .5 marks
-// a claim, and the lease expiry in ms is the claim's token. A meta value is
-// "attempts|0|deadAt|priority|reason": publish attempts finished (or
-// abandoned by a crashed claimer) before the current one, the time of death
-// when dead (else 0), the message's priority (which due set holds it), and
-// the last error or the dead reason; it exists only once there is something
-// to record, so a message delivered at its first attempt never has one.
-// zkey(p) is the due set of priority p; the scripts get every shard key (see
-// Keys.shard).
+// a claim, and the lease expiry in ms identifies the claim (Lease.ExpiryMs).
+// A meta value is "attempts|deadAt|priority|reason": publish attempts
+// finished (or abandoned by a crashed claimer) before the current one, the
+// time of death when dead (else 0), the message's priority (which due set
+// holds it), and the last error or the dead reason; it exists only once there
+// is something to record, so a message delivered at its first attempt never
+// has one. zkey(p) is the due set of priority p; the scripts get every shard
+// key (see Keys.shard).
 const luaMeta = `
 local function meta(v)
-  if not v then return 0, 0, 0, 0, '' end
-  local a, l, d, p, r = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d)|(.*)$')
-  if not a then -- written before priorities: attempts|lease|deadAt|reason
-    a, l, d, r = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
-    p = 0
-  end
-  if not a then return 0, 0, 0, 0, '' end
-  return tonumber(a), tonumber(l), tonumber(d), tonumber(p), r
+  if not v then return 0, 0, 0, '' end
+  local a, d, p, r = string.match(v, '^(%d+)|(%d+)|(%d)|(.*)$')
+  if not a then return 0, 0, 0, '' end
+  return tonumber(a), tonumber(d), tonumber(p), r
 end
-local function setmeta(id, a, l, d, p, r)
-  redis.call('HSET', KEYS[3], id, a .. '|' .. l .. '|' .. d .. '|' .. p .. '|' .. r)
+local function setmeta(id, a, d, p, r)
+  redis.call('HSET', KEYS[3], id, a .. '|' .. d .. '|' .. p .. '|' .. r)
 end
 local function zkey(p)
   if p == 0 then return KEYS[2] end
@@ -209,15 +205,15 @@ end
 local function leased(score)
   return tonumber(score) % 1 ~= 0
 end
--- holds reports whether an ID is still in flight under the claim token
--- (the lease expiry in ms), and its priority.
-local function holds(id, token, top)
+-- claimedby reports whether an ID is still in flight under the lease that
+-- ends at expiry (ms), and its priority.
+local function claimedby(id, expiry, top)
   local s, p = duescore(id, top)
-  return s ~= false and tonumber(s) == token + 0.5, p
+  return s ~= false and tonumber(s) == expiry + 0.5, p
 end
--- held is holds plus the attempts recorded before this claim.
-local function held(id, token, top)
-  local ok, p = holds(id, token, top)
+-- claimedattempts is claimedby plus the attempts recorded before this claim.
+local function claimedattempts(id, expiry, top)
+  local ok, p = claimedby(id, expiry, top)
   if not ok then return false end
   return true, p, (meta(redis.call('HGET', KEYS[3], id)))
 end
@@ -232,8 +228,8 @@ func newScript(src string) script {
 	return script{sc, sc}
 }
 
-// newFiringScript is newScript for the scripts that fire and settle
-// messages. They may run when Redis is at maxmemory with noeviction
+// newFiringScript is newScript for the scripts that fire messages and record
+// their outcome. They may run when Redis is at maxmemory with noeviction
 // (allow-oom): they write little (a lease, a meta value) and acks free
 // memory, so firing goes on and makes room; parks and rejects stay refused,
 // which pauses ingest instead.
@@ -307,20 +303,15 @@ func ignoreNil(err error) error {
 	return err
 }
 
-// parseMeta decodes a meta value (see luaMeta), in its current form or the
-// one written before priorities existed ("attempts|lease|deadAt|reason").
+// parseMeta decodes a meta value (see luaMeta).
 func parseMeta(v string) (attempts int, deadAt int64, reason string) {
-	p := strings.SplitN(v, "|", 5)
-	if len(p) < 5 || len(p[3]) != 1 || p[3][0] < '0' || p[3][0] > '9' {
-		o := strings.SplitN(v, "|", 4)
-		if len(o) != 4 {
-			return 0, 0, ""
-		}
-		p = []string{o[0], o[1], o[2], "0", o[3]}
+	p := strings.SplitN(v, "|", 4)
+	if len(p) != 4 {
+		return 0, 0, ""
 	}
 	attempts, _ = strconv.Atoi(p[0])
-	deadAt, _ = strconv.ParseInt(p[2], 10, 64)
-	return attempts, deadAt, p[4]
+	deadAt, _ = strconv.ParseInt(p[1], 10, 64)
+	return attempts, deadAt, p[3]
 }
 
 // ms converts a time to Unix milliseconds.

@@ -158,24 +158,24 @@ func TestAckRetryDeadHonourTheToken(t *testing.T) {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
 	// A stale token changes nothing.
-	if n, err := s.Ack(ctx, 0, c.Token-1, []string{"ok"}); err != nil || n != 0 {
+	if n, err := s.Ack(ctx, &store.Lease{Shard: 0, ExpiryMs: c.ExpiryMs - 1}, []string{"ok"}); err != nil || n != 0 {
 		t.Fatalf("stale ack = %d, %v", n, err)
 	}
-	if n, err := s.Ack(ctx, 0, c.Token, []string{"ok"}); err != nil || n != 1 {
+	if n, err := s.Ack(ctx, c, []string{"ok"}); err != nil || n != 1 {
 		t.Fatalf("ack = %d, %v", n, err)
 	}
 	if _, err := s.Inspect(ctx, "ok"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("acked message still there: %v", err)
 	}
 	next := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-	if n, err := s.Retry(ctx, 0, c.Token, []store.Retry{{ID: "again", At: next, Reason: "broker down"}}); err != nil || n != 1 {
+	if n, err := s.Retry(ctx, c, []store.RetryAt{{ID: "again", At: next, Reason: "broker down"}}); err != nil || n != 1 {
 		t.Fatalf("retry = %d, %v", n, err)
 	}
 	info, err := s.Inspect(ctx, "again")
 	if err != nil || info.State != store.StateScheduled || !info.NextAt.Equal(next) || info.Attempts != 1 || info.Reason != "broker down" {
 		t.Fatalf("after retry: %+v, %v", info, err)
 	}
-	if n, err := s.Dead(ctx, 0, c.Token, []store.Dead{{ID: "bad", Reason: "unroutable | really"}}); err != nil || n != 1 {
+	if n, err := s.MarkDead(ctx, c, []store.Failure{{ID: "bad", Reason: "unroutable | really"}}); err != nil || n != 1 {
 		t.Fatalf("dead = %d, %v", n, err)
 	}
 	info, err = s.Inspect(ctx, "bad")
@@ -198,7 +198,7 @@ func TestExpiredLeaseIsClaimedAgain(t *testing.T) {
 	if err != nil || len(first.Messages) != 1 {
 		t.Fatalf("first claim: %v %v", first, err)
 	}
-	var second *store.Claim
+	var second *store.Lease
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		second, err = s.Claim(ctx, 0, 10, time.Minute)
 		return err == nil && len(second.Messages) == 1
@@ -207,10 +207,10 @@ func TestExpiredLeaseIsClaimedAgain(t *testing.T) {
 		t.Fatalf("attempt = %d, want 2", second.Messages[0].Attempt)
 	}
 	// The first claimer lost the message: its ack does nothing.
-	if n, _ := s.Ack(ctx, 0, first.Token, []string{"a"}); n != 0 {
+	if n, _ := s.Ack(ctx, first, []string{"a"}); n != 0 {
 		t.Fatalf("stale claimer acked %d", n)
 	}
-	if n, _ := s.Ack(ctx, 0, second.Token, []string{"a"}); n != 1 {
+	if n, _ := s.Ack(ctx, second, []string{"a"}); n != 1 {
 		t.Fatalf("owner acked %d", n)
 	}
 }
@@ -468,13 +468,13 @@ func TestPriorityOrdersTheBacklog(t *testing.T) {
 	if info, err := s.Inspect(ctx, "m02"); err != nil || info.State != store.StateInflight {
 		t.Fatalf("inspect in-flight priority message: %+v %v", info, err)
 	}
-	if n, err := s.Retry(ctx, 0, c.Token, []store.Retry{{ID: "m02", At: time.Now().Add(time.Hour), Reason: "x"}}); err != nil || n != 1 {
+	if n, err := s.Retry(ctx, c, []store.RetryAt{{ID: "m02", At: time.Now().Add(time.Hour), Reason: "x"}}); err != nil || n != 1 {
 		t.Fatalf("retry %d %v", n, err)
 	}
-	if n, err := s.Dead(ctx, 0, c.Token, []store.Dead{{ID: "m05", Reason: "x"}}); err != nil || n != 1 {
+	if n, err := s.MarkDead(ctx, c, []store.Failure{{ID: "m05", Reason: "x"}}); err != nil || n != 1 {
 		t.Fatalf("dead %d %v", n, err)
 	}
-	if n, err := s.Ack(ctx, 0, c.Token, []string{"m08"}); err != nil || n != 1 {
+	if n, err := s.Ack(ctx, c, []string{"m08"}); err != nil || n != 1 {
 		t.Fatalf("ack %d %v", n, err)
 	}
 	if err := s.RetryDead(ctx, "m05"); err != nil {
@@ -524,7 +524,7 @@ func TestFiringWorksAtMaxmemory(t *testing.T) {
 		for i, m := range c.Messages {
 			ids[i] = m.ID
 		}
-		n, err := s.Ack(ctx, sh, c.Token, ids)
+		n, err := s.Ack(ctx, c, ids)
 		if err != nil {
 			t.Fatalf("ack at maxmemory: %v", err)
 		}
@@ -538,23 +538,6 @@ func TestFiringWorksAtMaxmemory(t *testing.T) {
 		t.Fatalf("park after firing made room: %v", err)
 	}
 	t.Logf("parked %d before maxmemory, fired %d, parks resumed", parked, acked)
-}
-
-// A meta value written before priorities existed (four fields) still reads.
-func TestOldMetaFormat(t *testing.T) {
-	ctx := context.Background()
-	r := testenv.Redis(t)
-	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1})
-	if _, err := s.Park(ctx, []*envelope.Message{msg("old", time.Now().Add(-time.Second))}); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Client().HSet(ctx, s.Keys().Meta(0), "old", "2|0|0|broker down").Err(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.Claim(ctx, 0, 10, time.Minute)
-	if err != nil || len(c.Messages) != 1 || c.Messages[0].Attempt != 3 {
-		t.Fatalf("claim with an old meta value: %+v %v", c, err)
-	}
 }
 
 // A rejected message redelivered by its broker stays one dead message, and

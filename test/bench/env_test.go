@@ -105,22 +105,24 @@ func (e *env) startDaemon(t *testing.T, cfg string) (*daemon, string) {
 	}
 	d := &daemon{admin: "http://" + addr}
 	d.proc = testenv.StartProcess(t, e.bin, "run", "--config", path)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	ready := testenv.Poll(60*time.Second, func() bool {
 		if d.proc.Exited() {
-			return nil, d.proc.Output()
+			return true
 		}
-		if resp, err := http.Get(d.admin + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return d, ""
-			}
+		resp, err := http.Get(d.admin + "/readyz")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("delaybridge not ready after 60s:\n%s", d.proc.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	switch {
+	case d.proc.Exited():
+		return nil, d.proc.Output()
+	case !ready:
+		t.Fatalf("delaybridge not ready after 60s:\n%s", d.proc.Output())
 	}
+	return d, ""
 }
 
 // stop sends SIGTERM and waits for the exit.

@@ -116,31 +116,26 @@ sinks:
 	}
 	m.flush()
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	arrived := testenv.Poll(60*time.Second, func() bool {
 		m.mu.Lock()
-		n := len(m.got)
+		defer m.mu.Unlock()
+		return len(m.got) >= len(sent)
+	})
+	if !arrived {
+		missing := map[string]int{}
+		m.mu.Lock()
+		for id, s := range sent {
+			if len(m.got[id]) == 0 {
+				missing[s.from+"->"+s.to]++
+			}
+		}
 		m.mu.Unlock()
-		if n >= len(sent) {
-			break
+		dead := d.dead()
+		if len(dead) > 3 {
+			dead = dead[:3]
 		}
-		if time.Now().After(deadline) {
-			missing := map[string]int{}
-			m.mu.Lock()
-			for id, s := range sent {
-				if len(m.got[id]) == 0 {
-					missing[s.from+"->"+s.to]++
-				}
-			}
-			m.mu.Unlock()
-			dead := d.dead()
-			if len(dead) > 3 {
-				dead = dead[:3]
-			}
-			t.Fatalf("not every message arrived within 60 s; missing per pairing: %v; daemon stats %+v, dead (first 3) %+v",
-				missing, d.stats(), dead)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
+		t.Fatalf("not every message arrived within 60 s; missing per pairing: %v; daemon stats %+v, dead (first 3) %+v",
+			missing, d.stats(), dead)
 	}
 
 	late := map[string]latency{}

@@ -766,7 +766,7 @@ func readRedisState(ctx context.Context, rdb *redis.Client) (redisState, error) 
 					continue // waiting for its due time
 				}
 				id := z.Member.(string)
-				// attempts|0|deadAt|priority|reason counts the attempts
+				// attempts|deadAt|priority|reason counts the attempts
 				// before this claim (failed or abandoned), when any.
 				before := 0
 				if v, ok := meta[i].Val()[id]; ok {

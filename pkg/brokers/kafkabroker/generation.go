@@ -154,7 +154,7 @@ type partition struct {
 	epoch       uint64        // bumped by begin; records of older epochs are stale
 	cp          *checkpointer // nil until the start offset is known
 	committed   int64         // last committed offset; -1 when none
-	unsettled   int           // fetched in this epoch and not yet acknowledged
+	unacked     int           // fetched in this epoch and not yet acknowledged
 	handed      int           // of those, handed out by Read
 	stopping    bool          // generation ending: hand out nothing more
 	revoked     bool          // generation ended: ignore acknowledgements
@@ -177,7 +177,7 @@ func (r *record) ack(_ context.Context, err error) error {
 	if r.acked.Swap(true) {
 		return nil // a second call: the contract says once; ignore it
 	}
-	r.p.settle(r.epoch, r.msg.Offset, err)
+	r.p.finish(r.epoch, r.msg.Offset, err)
 	return nil
 }
 
@@ -224,7 +224,7 @@ func (p *partition) begin(offset int64) bool {
 	}
 	p.epoch++
 	p.cp = newCheckpointer(offset)
-	p.unsettled, p.handed, p.rewind = 0, 0, false
+	p.unacked, p.handed, p.rewind = 0, 0, false
 	return true
 }
 
@@ -262,7 +262,7 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 		// Wait for room under the in-flight cap, or a rewind.
 		for {
 			p.mu.Lock()
-			rewind, room := p.rewind, p.unsettled < cfg.MaxInFlightPerPartition
+			rewind, room := p.rewind, p.unacked < cfg.MaxInFlightPerPartition
 			var at int64
 			if rewind {
 				at = p.cp.committable()
@@ -298,7 +298,7 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 			return -1
 		}
 		p.cp.add(m.Offset)
-		p.unsettled++
+		p.unacked++
 		p.fetchErr = nil
 		p.mu.Unlock()
 		select {
@@ -321,14 +321,14 @@ func (p *partition) handOut(epoch uint64) bool {
 	return true
 }
 
-// settle records the acknowledgement of the record at off.
-func (p *partition) settle(epoch uint64, off int64, err error) {
+// finish records the acknowledgement of the record at off.
+func (p *partition) finish(epoch uint64, off int64, err error) {
 	p.mu.Lock()
 	if p.revoked || epoch != p.epoch {
 		p.mu.Unlock()
 		return
 	}
-	p.unsettled--
+	p.unacked--
 	p.handed--
 	var cancel context.CancelFunc
 	if err == nil {

@@ -85,7 +85,7 @@ func TestSourceConformance(t *testing.T) {
 			var err error
 			// Retried: right after a broker restart the writer's
 			// connections and metadata are stale.
-			ok := poll(30*time.Second, func() bool {
+			ok := testenv.Poll(30*time.Second, func() bool {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				err = w.WriteMessages(ctx, msg)
@@ -120,17 +120,4 @@ func TestSourceConformance(t *testing.T) {
 		StopBroker:  func(*testing.T) { k.Close() },
 		StartBroker: func(*testing.T) { k.Restart() },
 	})
-}
-
-// poll calls cond until it returns true or d passes (pacing, not
-// synchronisation).
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-time.After(20 * time.Millisecond)
-	}
-	return true
 }

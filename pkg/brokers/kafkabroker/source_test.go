@@ -353,7 +353,7 @@ func TestSourceInFlightCapPausesFetching(t *testing.T) {
 	p := s.gen.parts[0]
 	s.mu.Unlock()
 	p.mu.Lock()
-	unsettled, pending := p.unsettled, p.cp.pending()
+	unsettled, pending := p.unacked, p.cp.pending()
 	p.mu.Unlock()
 	if unsettled != 3 || pending != 3 || len(s.recs) != 0 {
 		t.Fatalf("at the cap: unsettled %d, pending %d, queued %d", unsettled, pending, len(s.recs))

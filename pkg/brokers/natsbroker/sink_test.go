@@ -101,7 +101,7 @@ func TestSinkConformanceJetStream(t *testing.T) {
 			var err error
 			// Retried: right after a broker restart the consumer's
 			// connection may not be back yet.
-			ok := poll(30*time.Second, func() bool {
+			ok := testenv.Poll(30*time.Second, func() bool {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				var cons jetstream.Consumer

@@ -200,7 +200,7 @@ func (s *Source) readCore(ctx context.Context) (*envelope.Incoming, ingest.AckFu
 	return in, noAck, nil
 }
 
-// noAck settles a core NATS message: there is nothing to tell the server.
+// noAck acknowledges a core NATS message: there is nothing to tell the server.
 func noAck(context.Context, error) error { return nil }
 
 // headers converts NATS headers (a map) to envelope headers, in key order so

@@ -89,7 +89,7 @@ func TestSourceConformanceJetStream(t *testing.T) {
 			var err error
 			// Retried: right after a broker restart the publisher may not
 			// have reconnected yet.
-			ok := poll(30*time.Second, func() bool {
+			ok := testenv.Poll(30*time.Second, func() bool {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				_, err = js.PublishMsg(ctx, msg)
@@ -129,7 +129,7 @@ func TestSourceConformanceCoreNATS(t *testing.T) {
 			// Core NATS keeps nothing: publish only once the server knows
 			// the ingest's subscription (New does not wait for that, and
 			// after a restart the subscription is sent again on reconnect).
-			if !poll(30*time.Second, func() bool {
+			if !testenv.Poll(30*time.Second, func() bool {
 				return ns.Server != nil && ns.Server.GlobalAccount().Interest(subject(key)) > 0
 			}) {
 				t.Fatalf("no subscriber for %s after 30s", subject(key))
@@ -150,19 +150,6 @@ func TestSourceConformanceCoreNATS(t *testing.T) {
 		StopBroker:  func(*testing.T) { ns.Shutdown() },
 		StartBroker: func(*testing.T) { ns.Restart() },
 	})
-}
-
-// poll calls cond until it returns true or d passes (pacing, not
-// synchronisation).
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-time.After(20 * time.Millisecond)
-	}
-	return true
 }
 
 // TestCoreSubscribedWhenNewReturns: core NATS keeps nothing for a subject

@@ -9,9 +9,9 @@
 // The Source reads delayed messages from a RabbitMQ queue.
 //
 // The queue is consumed with manual acknowledgements, at least once: a
-// message is acked (basic.ack) only when the pipeline settles it after it is
+// message is acked (basic.ack) only when the pipeline acknowledges it after it is
 // parked, and nacked with requeue when parking failed. A message read but not
-// settled when the connection drops or the Source closes is requeued by the
+// acknowledged when the connection drops or the Source closes is requeued by the
 // broker and delivered again.
 //
 // The Source reconnects by itself with back-off when the broker restarts or

@@ -33,7 +33,7 @@ type pubChan struct {
 
 	mu       sync.Mutex
 	pending  map[uint64]entry
-	lowest   uint64 // every tag below it is settled
+	lowest   uint64 // every tag below it is resolved (confirmed, refused or lost)
 	returned map[returnKey]returnInfo
 	err      error         // why the channel died; set before dead closes
 	dead     chan struct{} // closed when the channel is gone and every pending entry failed
@@ -53,11 +53,11 @@ type returnInfo struct {
 	text string
 }
 
-// batch collects the results of one Publish call. left counts unsettled
+// batch collects the results of one Publish call. left counts unresolved
 // entries plus one held by the publisher until all are registered.
 type batch struct {
 	errs      []error
-	settled   []bool
+	resolved  []bool
 	left      int
 	done      chan struct{}
 	abandoned bool // Publish returned (ctx ended); results are dropped
@@ -96,7 +96,7 @@ func (p *pubChan) isDead() bool {
 	}
 }
 
-// dispatch settles pending publishes from the confirms and returns until
+// dispatch resolves pending publishes from the confirms and returns until
 // the channel closes, then fails what is left.
 func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
 	for confirms != nil {
@@ -140,7 +140,7 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 	p.mu.Lock()
 	p.err = reason
 	for tag, e := range p.pending {
-		p.settle(e, fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason))
+		p.resolve(e, fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason))
 		delete(p.pending, tag)
 	}
 	close(p.dead)
@@ -176,7 +176,7 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 	for t := p.lowest; t < c.DeliveryTag; t++ {
 		if e, ok := p.pending[t]; ok {
 			delete(p.pending, t)
-			p.settle(e, fmt.Errorf("rabbitmq sink %s: publisher confirm lost", cfg.Name))
+			p.resolve(e, fmt.Errorf("rabbitmq sink %s: publisher confirm lost", cfg.Name))
 		}
 	}
 	if c.DeliveryTag >= p.lowest {
@@ -200,14 +200,14 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 	} else if !c.Ack {
 		err = fmt.Errorf("rabbitmq sink %s: the broker nacked the publish (internal error in the queue)", cfg.Name)
 	}
-	p.settle(e, err)
+	p.resolve(e, err)
 }
 
-// settle records one result and frees its in-flight slot. p.mu is held.
-func (p *pubChan) settle(e entry, err error) {
+// resolve records one result and frees its in-flight slot. p.mu is held.
+func (p *pubChan) resolve(e entry, err error) {
 	if !e.b.abandoned {
 		e.b.errs[e.i] = err
-		e.b.settled[e.i] = true
+		e.b.resolved[e.i] = true
 	}
 	e.b.left--
 	if e.b.left == 0 {
@@ -219,7 +219,7 @@ func (p *pubChan) settle(e entry, err error) {
 // publish sends msgs (skipping those with errs[i] set) and waits for their
 // confirms, filling errs.
 func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
-	b := &batch{errs: make([]error, len(msgs)), settled: make([]bool, len(msgs)), left: 1, done: make(chan struct{})}
+	b := &batch{errs: make([]error, len(msgs)), resolved: make([]bool, len(msgs)), left: 1, done: make(chan struct{})}
 	sent := make([]bool, len(msgs))
 	var stopErr error // once set, the rest of the batch is not sent
 
@@ -296,7 +296,7 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 		if b.left > 0 {
 			b.abandoned = true
 			for i := range msgs {
-				if sent[i] && !b.settled[i] {
+				if sent[i] && !b.resolved[i] {
 					b.errs[i] = fmt.Errorf("rabbitmq sink %s: no publisher confirm yet: %w (fate unknown; published again)", cfg.Name, ctx.Err())
 				}
 			}

@@ -50,7 +50,7 @@ type Source struct {
 	mu      sync.Mutex
 	cur     *session // nil while disconnected
 	isClose bool     // Close has begun: no new sessions
-	settled bool     // Close is draining: no new acks
+	closing bool     // Close is draining: no new acks
 	acks    sync.WaitGroup
 
 	closeOnce sync.Once
@@ -278,13 +278,13 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 	}
 }
 
-// ackFunc settles delivery tag of sess, on sess's own channel only.
+// ackFunc acks or nacks delivery tag of sess, on sess's own channel only.
 func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
 	return func(_ context.Context, handleErr error) error {
 		s.mu.Lock()
-		if s.settled {
+		if s.closing {
 			s.mu.Unlock()
-			return fmt.Errorf("rabbitmq ingest %s: source closed before the message was settled; the broker delivers it again", s.cfg.Name)
+			return fmt.Errorf("rabbitmq ingest %s: source closed before the message was acknowledged; the broker delivers it again", s.cfg.Name)
 		}
 		s.acks.Add(1)
 		s.mu.Unlock()
@@ -305,7 +305,7 @@ func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
 			if sess.ch.IsClosed() {
 				return fmt.Errorf("rabbitmq ingest %s: %w (%v)", s.cfg.Name, ErrStaleDelivery, err)
 			}
-			return fmt.Errorf("rabbitmq ingest %s: settle delivery: %w", s.cfg.Name, err)
+			return fmt.Errorf("rabbitmq ingest %s: ack or nack delivery: %w", s.cfg.Name, err)
 		}
 		return nil
 	}
@@ -344,7 +344,7 @@ func (s *Source) close(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
-	s.settled = true
+	s.closing = true
 	s.mu.Unlock()
 	var errs []error
 	if err := wait(ctx, func() error { s.acks.Wait(); return nil }); err != nil {

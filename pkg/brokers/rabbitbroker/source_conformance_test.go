@@ -52,7 +52,7 @@ func TestSourceConformance(t *testing.T) {
 			}
 			var err error
 			// Retried: after a broker restart the publisher connects again.
-			ok := poll(60*time.Second, func() bool {
+			ok := testenv.Poll(60*time.Second, func() bool {
 				err = pub.publish(key, p)
 				return err == nil
 			})
@@ -145,17 +145,4 @@ func (c *confirmPublisher) publish(queue string, p amqp.Publishing) error {
 		return errors.New("nacked by the broker")
 	}
 	return nil
-}
-
-// poll calls cond until it returns true or d passes (pacing, not
-// synchronisation).
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-time.After(20 * time.Millisecond)
-	}
-	return true
 }
