@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// The stored encoding, version 1. Integers are varints (encoding/binary);
-// strings and byte fields are a uvarint length followed by the bytes; the
-// body is stored raw, last, with no length, so that a parked body costs its
-// own size and nothing more.
+// The stored encoding. Integers are varints (encoding/binary); strings and
+// byte fields are a uvarint length followed by the bytes; the body is stored
+// raw, last, with no length, so that a parked body costs its own size and
+// nothing more. Version 1:
 //
 //	byte    version (1)
 //	byte    flags   (bit 0: key present; bit 1: ingested at present;
-//	                 bit 2: sealed; bits 3-7 must be zero in version 1)
+//	                 bit 2: sealed; bits 3-7 must be zero)
 //	varint  due at, Unix milliseconds
 //	varint  ingested at, milliseconds relative to due at (0 when absent)
 //	byte    priority
@@ -26,9 +26,32 @@ import (
 //	uvarint header count, then per header: string key, string value
 //	...     body (the rest)
 //
+// Version 2 is version 1 with a second flags byte after the first and the
+// fields it announces; a message that needs none of them is written in
+// version 1, which every delaybridge reads:
+//
+//	byte    version (2)
+//	byte    flags   (as in version 1)
+//	byte    ext     (bit 0: published at; bit 1: group; bit 2: recurrence;
+//	                 bit 3: headers carry native values; bit 4: properties;
+//	                 bits 5-7 must be zero)
+//	varint  due at
+//	varint  ingested at (relative to due at)
+//	varint  published at, relative to due at   (ext bit 0)
+//	byte    priority
+//	string  sink, destination, ingest
+//	string  group                              (ext bit 1)
+//	...     recurrence                         (ext bit 2, see appendRecur)
+//	bytes   key                                (flag bit 0)
+//	uvarint header count, then per header: string key, string value,
+//	        and with ext bit 3 string native ("" for none)
+//	uvarint property count, then per property: string key, string value,
+//	        string native                      (ext bit 4)
+//	...     body
+//
 // A sealed message (flag bit 2, written by Codec with a Sealer) keeps the
-// routing fields above in clear, up to and including ingest, and replaces
-// the rest (key, headers, body: the private part) with
+// routing fields in clear, up to and including the recurrence, and replaces
+// the rest (key, headers, properties, body: the private part) with
 //
 //	string  key ID       (the Sealer key that sealed it)
 //	...     sealed       (the rest: Sealer.Seal of the private part, for
@@ -39,18 +62,27 @@ import (
 // under another ID, or with any routing field, flag or key ID changed, does
 // not open. The routing fields stay readable so that operators (inspect,
 // the dead list) see where a message goes even without its key; the sink,
-// destination and ingest names, the times, the priority, whether there is a
-// Kafka key and the size of the private part are visible in Redis.
+// destination, ingest and group names, the times, the schedule, the
+// priority, whether there is a Kafka key and the size of the private part
+// are visible in Redis.
 //
 // A new field or another variant gets a new version byte or flag bit;
 // Decode refuses what it does not know instead of guessing.
 const (
 	codecV1 byte = 1
+	codecV2 byte = 2
 
 	flagKey      byte = 1 << 0
 	flagIngested byte = 1 << 1
 	flagSealed   byte = 1 << 2
-	knownV1           = flagKey | flagIngested | flagSealed
+	knownFlags        = flagKey | flagIngested | flagSealed
+
+	extPublished byte = 1 << 0
+	extGroup     byte = 1 << 1
+	extRecur     byte = 1 << 2
+	extNative    byte = 1 << 3
+	extProps     byte = 1 << 4
+	knownExt          = extPublished | extGroup | extRecur | extNative | extProps
 )
 
 // ErrCorrupt is wrapped by every Decode error.
@@ -116,17 +148,18 @@ func (c Codec) Encode(dst []byte, m *Message) []byte {
 	if !m.IngestedAt.IsZero() {
 		flags |= flagIngested
 	}
+	ext := extFlags(m)
 	if c.Sealer == nil {
-		dst = appendRouting(dst, m, flags)
-		return appendPrivate(dst, m)
+		dst = appendRouting(dst, m, flags, ext)
+		return appendPrivate(dst, m, ext)
 	}
 	// aad = uvarint len(ID), ID, then the stored bytes before the sealed part.
 	aad := make([]byte, 0, binary.MaxVarintLen64+len(m.ID)+routingSize(m)+binary.MaxVarintLen64+len(c.Sealer.KeyID()))
 	aad = appendString(aad, m.ID)
 	idLen := len(aad)
-	aad = appendRouting(aad, m, flags|flagSealed)
+	aad = appendRouting(aad, m, flags|flagSealed, ext)
 	aad = appendString(aad, c.Sealer.KeyID())
-	private := appendPrivate(make([]byte, 0, privateSize(m)), m)
+	private := appendPrivate(make([]byte, 0, privateSize(m)), m, ext)
 	dst = slices.Grow(dst, len(aad)-idLen+len(private)+sealSlack)
 	dst = append(dst, aad[idLen:]...)
 	return c.Sealer.Seal(dst, private, aad)
@@ -136,24 +169,89 @@ func (c Codec) Encode(dst []byte, m *Message) []byte {
 // AES-GCM), so that Seal does not grow the buffer.
 const sealSlack = 64
 
-// appendRouting appends the fields that stay in clear: version through ingest.
-func appendRouting(dst []byte, m *Message, flags byte) []byte {
+// extFlags returns the version 2 fields m needs; 0 means version 1.
+func extFlags(m *Message) byte {
+	var ext byte
+	if !m.PublishedAt.IsZero() {
+		ext |= extPublished
+	}
+	if m.Group != "" {
+		ext |= extGroup
+	}
+	if m.Recur != nil {
+		ext |= extRecur
+	}
+	for _, h := range m.Headers {
+		if h.Native != "" {
+			ext |= extNative
+			break
+		}
+	}
+	if len(m.Properties) > 0 {
+		ext |= extProps
+	}
+	return ext
+}
+
+// appendRouting appends the fields that stay in clear: version through the
+// recurrence.
+func appendRouting(dst []byte, m *Message, flags, ext byte) []byte {
 	due := m.DueAt.UnixMilli()
 	ingested := int64(0)
 	if !m.IngestedAt.IsZero() {
 		ingested = m.IngestedAt.UnixMilli() - due
 	}
-	dst = append(dst, codecV1, flags)
+	if ext == 0 {
+		dst = append(dst, codecV1, flags)
+	} else {
+		dst = append(dst, codecV2, flags, ext)
+	}
 	dst = binary.AppendVarint(dst, due)
 	dst = binary.AppendVarint(dst, ingested)
+	if ext&extPublished != 0 {
+		dst = binary.AppendVarint(dst, m.PublishedAt.UnixMilli()-due)
+	}
 	dst = append(dst, m.Priority)
 	dst = appendString(dst, m.Sink)
 	dst = appendString(dst, m.Destination)
-	return appendString(dst, m.Ingest)
+	dst = appendString(dst, m.Ingest)
+	if ext&extGroup != 0 {
+		dst = appendString(dst, m.Group)
+	}
+	if ext&extRecur != 0 {
+		dst = appendRecur(dst, m.Recur)
+	}
+	return dst
 }
 
-// appendPrivate appends the fields a Sealer seals: key, headers, body.
-func appendPrivate(dst []byte, m *Message) []byte {
+// appendRecur appends a recurrence:
+//
+//	varint  every, milliseconds (0 for a cron schedule)
+//	string  cron ("" for an every schedule)
+//	string  time zone
+//	varint  anchor, Unix milliseconds
+//	varint  until, Unix milliseconds (0: no end)
+//	uvarint count (0: no limit)
+//	uvarint n, the occurrence
+//	byte    missed policy
+func appendRecur(dst []byte, r *Recurrence) []byte {
+	dst = binary.AppendVarint(dst, r.Every.Milliseconds())
+	dst = appendString(dst, r.Cron)
+	dst = appendString(dst, r.TimeZone)
+	dst = binary.AppendVarint(dst, r.Anchor.UnixMilli())
+	until := int64(0)
+	if !r.Until.IsZero() {
+		until = r.Until.UnixMilli()
+	}
+	dst = binary.AppendVarint(dst, until)
+	dst = binary.AppendUvarint(dst, uint64(max(r.Count, 0)))
+	dst = binary.AppendUvarint(dst, uint64(max(r.N, 0)))
+	return append(dst, byte(r.Missed))
+}
+
+// appendPrivate appends the fields a Sealer seals: key, headers,
+// properties, body.
+func appendPrivate(dst []byte, m *Message, ext byte) []byte {
 	if m.Key != nil {
 		dst = appendString(dst, string(m.Key))
 	}
@@ -161,18 +259,42 @@ func appendPrivate(dst []byte, m *Message) []byte {
 	for _, h := range m.Headers {
 		dst = appendString(dst, h.Key)
 		dst = appendString(dst, h.Value)
+		if ext&extNative != 0 {
+			dst = appendString(dst, h.Native)
+		}
+	}
+	if ext&extProps != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Properties)))
+		for _, h := range m.Properties {
+			dst = appendString(dst, h.Key)
+			dst = appendString(dst, h.Value)
+			dst = appendString(dst, h.Native)
+		}
 	}
 	return append(dst, m.Body...)
 }
 
 func routingSize(m *Message) int {
-	return 2 + 2*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest)
+	n := 3 + 3*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest)
+	if m.Group != "" {
+		n += binary.MaxVarintLen64 + len(m.Group)
+	}
+	if r := m.Recur; r != nil {
+		n += 7*binary.MaxVarintLen64 + 1 + len(r.Cron) + len(r.TimeZone)
+	}
+	return n
 }
 
 func privateSize(m *Message) int {
 	n := binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64
 	for _, h := range m.Headers {
-		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
+		n += 3*binary.MaxVarintLen64 + len(h.Key) + len(h.Value) + len(h.Native)
+	}
+	if len(m.Properties) > 0 {
+		n += binary.MaxVarintLen64
+		for _, h := range m.Properties {
+			n += 3*binary.MaxVarintLen64 + len(h.Key) + len(h.Value) + len(h.Native)
+		}
 	}
 	return n + len(m.Body)
 }
@@ -190,7 +312,7 @@ func appendString(dst []byte, s string) []byte {
 // sealed. The returned Body aliases b when the message is in clear (a sealed
 // one's is a fresh buffer).
 func (c Codec) Decode(id string, b []byte) (*Message, error) {
-	m, flags, d, err := decodeRouting(id, b)
+	m, flags, ext, d, err := decodeRouting(id, b)
 	if err != nil {
 		return nil, err
 	}
@@ -217,17 +339,9 @@ func (c Codec) Decode(id string, b []byte) (*Message, error) {
 	if flags&flagKey != 0 {
 		m.Key = []byte(d.string())
 	}
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)) { // every header takes at least 2 bytes
-		d.err = fmt.Errorf("header count %d exceeds remaining %d bytes", n, len(d.b))
-	}
-	if d.err == nil && n > 0 {
-		m.Headers = make(Headers, 0, n)
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			k := d.string()
-			v := d.string()
-			m.Headers = append(m.Headers, Header{k, v})
-		}
+	m.Headers = d.headers(ext&extNative != 0)
+	if ext&extProps != 0 {
+		m.Properties = d.headers(true)
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)
@@ -240,7 +354,7 @@ func (c Codec) Decode(id string, b []byte) (*Message, error) {
 // ID, reading only the part in clear (nothing is opened or authenticated).
 // The error wraps ErrCorrupt.
 func SealedKeyID(b []byte) (keyID string, sealed bool, err error) {
-	_, flags, d, err := decodeRouting("", b)
+	_, flags, _, d, err := decodeRouting("", b)
 	if err != nil || flags&flagSealed == 0 {
 		return "", false, err
 	}
@@ -252,19 +366,30 @@ func SealedKeyID(b []byte) (keyID string, sealed bool, err error) {
 }
 
 // decodeRouting parses the part every encoding has in clear: version
-// through ingest. d is left at what follows.
-func decodeRouting(id string, b []byte) (*Message, byte, *decoder, error) {
+// through the recurrence. d is left at what follows.
+func decodeRouting(id string, b []byte) (*Message, byte, byte, *decoder, error) {
 	if len(b) < 2 {
-		return nil, 0, nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
+		return nil, 0, 0, nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
 	}
-	if b[0] != codecV1 {
-		return nil, 0, nil, fmt.Errorf("%w %q: unknown version %d (written by a newer delaybridge?)", ErrCorrupt, id, b[0])
+	var flags, ext byte
+	var d *decoder
+	switch b[0] {
+	case codecV1:
+		flags, d = b[1], &decoder{b: b[2:]}
+	case codecV2:
+		if len(b) < 3 {
+			return nil, 0, 0, nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
+		}
+		flags, ext, d = b[1], b[2], &decoder{b: b[3:]}
+		if ext == 0 || ext&^knownExt != 0 {
+			return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown version 2 flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, ext)
+		}
+	default:
+		return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown version %d (written by a newer delaybridge?)", ErrCorrupt, id, b[0])
 	}
-	flags := b[1]
-	if flags&^knownV1 != 0 {
-		return nil, 0, nil, fmt.Errorf("%w %q: unknown flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, flags)
+	if flags&^knownFlags != 0 {
+		return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, flags)
 	}
-	d := &decoder{b: b[2:]}
 	m := &Message{ID: id}
 	due := d.varint()
 	ingested := d.varint()
@@ -272,14 +397,63 @@ func decodeRouting(id string, b []byte) (*Message, byte, *decoder, error) {
 	if flags&flagIngested != 0 {
 		m.IngestedAt = time.UnixMilli(due + ingested)
 	}
+	if ext&extPublished != 0 {
+		m.PublishedAt = time.UnixMilli(due + d.varint())
+	}
 	m.Priority = d.byte()
 	m.Sink = d.string()
 	m.Destination = d.string()
 	m.Ingest = d.string()
-	if d.err != nil {
-		return nil, 0, nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)
+	if ext&extGroup != 0 {
+		m.Group = d.string()
 	}
-	return m, flags, d, nil
+	if ext&extRecur != 0 {
+		m.Recur = d.recur()
+	}
+	if d.err != nil {
+		return nil, 0, 0, nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)
+	}
+	return m, flags, ext, d, nil
+}
+
+// headers reads a header list (see the encoding), each with a native value
+// when native is set.
+func (d *decoder) headers(native bool) Headers {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) { // every header takes at least 2 bytes
+		d.err = fmt.Errorf("header count %d exceeds remaining %d bytes", n, len(d.b))
+	}
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	h := make(Headers, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		kv := Header{Key: d.string(), Value: d.string()}
+		if native {
+			kv.Native = d.string()
+		}
+		h = append(h, kv)
+	}
+	return h
+}
+
+// recur reads a recurrence (see appendRecur).
+func (d *decoder) recur() *Recurrence {
+	r := &Recurrence{}
+	r.Every = time.Duration(d.varint()) * time.Millisecond
+	r.Cron = d.string()
+	r.TimeZone = d.string()
+	r.Anchor = time.UnixMilli(d.varint())
+	if until := d.varint(); until != 0 {
+		r.Until = time.UnixMilli(until)
+	}
+	r.Count = int(min(d.uvarint(), 1<<31))
+	r.N = int(min(d.uvarint(), 1<<31))
+	r.Missed = Missed(d.byte())
+	if d.err == nil && r.Missed > MissedSkip {
+		d.err = fmt.Errorf("unknown missed policy %d", r.Missed)
+	}
+	return r
 }
 
 type decoder struct {

@@ -52,6 +52,22 @@ func diffMessages(want, got *Message) string {
 	if !bytes.Equal(want.Body, got.Body) {
 		add("Body of %d bytes differs from want's %d bytes", len(got.Body), len(want.Body))
 	}
+	if want.PublishedAt.IsZero() != got.PublishedAt.IsZero() || !want.PublishedAt.Equal(got.PublishedAt) {
+		add("PublishedAt %v, want %v", got.PublishedAt, want.PublishedAt)
+	}
+	if want.Group != got.Group {
+		add("Group %q, want %q", got.Group, want.Group)
+	}
+	switch w, g := want.Recur, got.Recur; {
+	case (w == nil) != (g == nil):
+		add("Recur %+v, want %+v", g, w)
+	case w != nil && (w.Every != g.Every || w.Cron != g.Cron || w.TimeZone != g.TimeZone || !w.Anchor.Equal(g.Anchor) ||
+		!w.Until.Equal(g.Until) || w.Count != g.Count || w.N != g.N || w.Missed != g.Missed):
+		add("Recur %+v, want %+v", *g, *w)
+	}
+	if fmt.Sprint(want.Properties) != fmt.Sprint(got.Properties) {
+		add("Properties %q, want %q", got.Properties, want.Properties)
+	}
 	return strings.Join(d, "; ")
 }
 
@@ -94,7 +110,7 @@ func roundTrip(t *testing.T, m *Message) ([]byte, *Message) {
 func TestCodecRoundTrip(t *testing.T) {
 	manyHeaders := make(Headers, 1000)
 	for i := range manyHeaders {
-		manyHeaders[i] = Header{fmt.Sprintf("h-%d", i), strings.Repeat("v", i%300)}
+		manyHeaders[i] = Header{Key: fmt.Sprintf("h-%d", i), Value: strings.Repeat("v", i%300)}
 	}
 	bigBody := make([]byte, 1<<20)
 	for i := range bigBody {

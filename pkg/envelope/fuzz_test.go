@@ -68,7 +68,7 @@ func FuzzParse(f *testing.F) {
 		in := &Incoming{Body: body, NativeID: nativeID, PositionID: positionID}
 		add := func(bit int, k, v string) {
 			if has(bit) {
-				in.Headers = append(in.Headers, Header{k, v})
+				in.Headers = append(in.Headers, Header{Key: k, Value: v})
 			}
 		}
 		add(fzExtra1, k1, v1)
@@ -284,12 +284,13 @@ func FuzzDecode(f *testing.F) {
 }
 
 func FuzzCodecRoundTrip(f *testing.F) {
-	f.Add(codecDue.UnixMilli(), codecDue.UnixMilli()-5000, true, uint8(7), "rabbit", "orders.expired", "orders-in", []byte("key"), false, uint8(3), "content-type", "\x00\xff", []byte("body"))
-	f.Add(int64(0), int64(0), false, uint8(0), "", "", "", []byte(nil), true, uint8(0), "", "", []byte(nil))
-	f.Add(int64(-1), int64(1), true, uint8(255), "\xff", "a\x00", "é", []byte{}, false, uint8(255), "k", strings.Repeat("v", 300), bytes.Repeat([]byte{0}, 1000))
-	f.Add(int64(1<<63-1), int64(-1<<63), true, uint8(9), "s", "d", "i", []byte{0}, false, uint8(1), "", "", []byte{1})
+	f.Add(codecDue.UnixMilli(), codecDue.UnixMilli()-5000, true, uint8(7), "rabbit", "orders.expired", "orders-in", []byte("key"), false, uint8(3), "content-type", "\x00\xff", []byte("body"), uint8(0))
+	f.Add(int64(0), int64(0), false, uint8(0), "", "", "", []byte(nil), true, uint8(0), "", "", []byte(nil), uint8(0))
+	f.Add(int64(-1), int64(1), true, uint8(255), "\xff", "a\x00", "é", []byte{}, false, uint8(255), "k", strings.Repeat("v", 300), bytes.Repeat([]byte{0}, 1000), uint8(31))
+	f.Add(int64(1<<63-1), int64(-1<<63), true, uint8(9), "s", "d", "i", []byte{0}, false, uint8(1), "", "", []byte{1}, uint8(5))
+	f.Add(codecDue.UnixMilli(), codecDue.UnixMilli()-5000, true, uint8(0), "nats", "fired.x", "in", []byte(nil), true, uint8(4), "x-num", "42", []byte("b"), uint8(0x1f))
 
-	f.Fuzz(func(t *testing.T, dueMs, ingestedMs int64, hasIngested bool, prio uint8, sink, dest, ingest string, key []byte, keyNil bool, nHeaders uint8, hk, hv string, body []byte) {
+	f.Fuzz(func(t *testing.T, dueMs, ingestedMs int64, hasIngested bool, prio uint8, sink, dest, ingest string, key []byte, keyNil bool, nHeaders uint8, hk, hv string, body []byte, v2 uint8) {
 		m := &Message{
 			ID:          "rt-" + strconv.Itoa(int(nHeaders)),
 			DueAt:       time.UnixMilli(dueMs),
@@ -309,7 +310,27 @@ func FuzzCodecRoundTrip(f *testing.F) {
 			}
 		}
 		for i := 0; i < int(nHeaders%32); i++ {
-			m.Headers = append(m.Headers, Header{hk + strconv.Itoa(i), hv[:len(hv)*i/32]})
+			m.Headers = append(m.Headers, Header{Key: hk + strconv.Itoa(i), Value: hv[:len(hv)*i/32]})
+		}
+		// The version 2 fields, each drawn by a bit of v2.
+		if v2&1 != 0 {
+			m.PublishedAt = time.UnixMilli(ingestedMs ^ dueMs)
+		}
+		if v2&2 != 0 {
+			m.Group = hk + dest
+		}
+		if v2&4 != 0 {
+			m.Recur = &Recurrence{Every: time.Duration(uint64(ingestedMs)%(1<<40)) * time.Millisecond, Cron: hk, TimeZone: sink,
+				Anchor: time.UnixMilli(dueMs), Count: int(nHeaders), N: int(prio), Missed: Missed(prio % 3)}
+			if hasIngested {
+				m.Recur.Until = time.UnixMilli(ingestedMs | 1)
+			}
+		}
+		if v2&8 != 0 && len(m.Headers) > 0 {
+			m.Headers[len(m.Headers)/2].Native = "I" + hv
+		}
+		if v2&16 != 0 {
+			m.Properties = Headers{{Key: "content_type", Value: hv, Native: hk}, {Key: "priority", Value: "5"}}
 		}
 		enc := Encode(nil, m)
 		if !bytes.HasSuffix(enc, body) {

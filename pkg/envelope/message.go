@@ -59,6 +59,12 @@ func IsControlHeader(key string) bool {
 type Header struct {
 	Key   string
 	Value string
+	// Native is the broker's own encoding of a value that has a type its
+	// string form loses (an AMQP integer, boolean, table...), written and
+	// read by that broker's package; "" for a plain string value. A sink of
+	// the same broker kind publishes the value back with its type; other
+	// sinks publish Value.
+	Native string
 }
 
 // Headers keeps headers in broker order, duplicates included (Kafka allows
@@ -108,6 +114,23 @@ type Message struct {
 	Priority    uint8     // 0 (default) .. 9; higher fires first in a backlog
 	Ingest      string    // name of the ingest it came from ("" for the admin API)
 	IngestedAt  time.Time // when delaybridge took it in
+
+	// PublishedAt is when the broker says the message was published
+	// (Incoming.PublishedAt), zero when it records no precise time. Of two
+	// messages with one ID, the one published later is the newer (replace,
+	// the dedupe window).
+	PublishedAt time.Time
+	// Group files the message under a group key (x-delay-group), so that
+	// the whole group can be listed and cancelled at once.
+	Group string
+	// Recur makes the message recurring: firing occurrence N parks
+	// occurrence N+1 at the schedule's next time, in the same step.
+	Recur *Recurrence
+	// Properties are the fields of the ingest broker's message that are not
+	// headers (AMQP content_type, correlation_id, ...), named and encoded by
+	// that broker's package, so that a sink of the same kind publishes them
+	// back.
+	Properties Headers
 }
 
 // OutHeaders returns the headers a sink publishes: the forwarded headers plus
@@ -122,9 +145,9 @@ func (m *Message) OutHeaders(attempt int) Headers {
 		}
 	}
 	return append(out,
-		Header{HeaderMessageID, m.ID},
-		Header{HeaderDueAt, FormatTime(m.DueAt)},
-		Header{HeaderAttempt, strconv.Itoa(attempt)},
+		Header{Key: HeaderMessageID, Value: m.ID},
+		Header{Key: HeaderDueAt, Value: FormatTime(m.DueAt)},
+		Header{Key: HeaderAttempt, Value: strconv.Itoa(attempt)},
 	)
 }
 

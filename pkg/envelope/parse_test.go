@@ -35,7 +35,7 @@ func hdrs(kv ...string) Headers {
 	}
 	var h Headers
 	for i := 0; i < len(kv); i += 2 {
-		h = append(h, Header{kv[i], kv[i+1]})
+		h = append(h, Header{Key: kv[i], Value: kv[i+1]})
 	}
 	return h
 }
@@ -460,7 +460,7 @@ func TestParseHeaderCaseInsensitive(t *testing.T) {
 			if !m.DueAt.Equal(nowMs.Add(1500 * time.Millisecond)) {
 				t.Fatalf("due %v", m.DueAt)
 			}
-			if len(m.Headers) != 1 || m.Headers[0] != (Header{"Other", "v"}) {
+			if len(m.Headers) != 1 || m.Headers[0] != (Header{Key: "Other", Value: "v"}) {
 				t.Fatalf("forwarded %v", m.Headers)
 			}
 		})
@@ -504,7 +504,7 @@ func TestParseControlHeaderTwice(t *testing.T) {
 				case HeaderPriority:
 					val = "1"
 				}
-				hs = append(hs, Header{pair[0], val}, Header{"keep", "me"}, Header{pair[1], val})
+				hs = append(hs, Header{Key: pair[0], Value: val}, Header{Key: "keep", Value: "me"}, Header{Key: pair[1], Value: val})
 				mustReject(t, parseWith(t, &Incoming{Headers: hs}, r, testLimits), "given 2 times")
 			})
 		}
@@ -538,7 +538,7 @@ func TestParseMessageIDSources(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.in.Headers = append(c.in.Headers, Header{HeaderDelay, "1000"})
+			c.in.Headers = append(c.in.Headers, Header{Key: HeaderDelay, Value: "1000"})
 			m := mustPark(t, parse(t, &c.in))
 			if m.ID != c.want {
 				t.Fatalf("ID %q, want %q", m.ID, c.want)
@@ -585,7 +585,7 @@ func TestParseInvalidMessageID(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.in.Headers = append(c.in.Headers, Header{HeaderDelay, "1000"})
+			c.in.Headers = append(c.in.Headers, Header{Key: HeaderDelay, Value: "1000"})
 			c.in.Body = []byte("payload")
 			d := parse(t, &c.in)
 			mustReject(t, d, c.reason)
@@ -677,7 +677,7 @@ func TestParseOverrides(t *testing.T) {
 			if m.Sink != c.wantSink || m.Destination != c.wantDest {
 				t.Fatalf("sink %q destination %q, want %q %q", m.Sink, m.Destination, c.wantSink, c.wantDest)
 			}
-			if len(m.Headers) != 1 || m.Headers[0] != (Header{"trace", "t1"}) {
+			if len(m.Headers) != 1 || m.Headers[0] != (Header{Key: "trace", Value: "t1"}) {
 				t.Fatalf("forwarded %v", m.Headers)
 			}
 		})

@@ -99,7 +99,7 @@ func sealedRoundTrip(t testing.TB, c Codec, m *Message) []byte {
 }
 
 // privateLen is the length of the clear encoding of key, headers and body.
-func privateLen(m *Message) int { return len(appendPrivate(nil, m)) }
+func privateLen(m *Message) int { return len(appendPrivate(nil, m, extFlags(m))) }
 
 func TestSealedRoundTrip(t *testing.T) {
 	cases := map[string]func(*Message){
