@@ -131,6 +131,11 @@ type Message struct {
 	// that broker's package, so that a sink of the same kind publishes them
 	// back.
 	Properties Headers
+
+	// Replace parks the message over a parked one of the same ID when this
+	// one was published later (x-delay-replace, the kafka-scheduler
+	// dialect). An instruction to the store, not stored.
+	Replace bool
 }
 
 // OutHeaders returns the headers a sink publishes: the forwarded headers plus
