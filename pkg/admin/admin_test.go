@@ -79,7 +79,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 			if err != nil {
 				return false, err
 			}
-			return res[0], nil
+			return res[0].Accepted(), nil
 		},
 		SinkExists: func(name string) bool { return name == "rabbit" || name == "kafka" },
 		Logger:     slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -708,9 +708,9 @@ func stateFixture(t *testing.T, e *env) (leases map[int]*store.Lease) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, ok := range res {
-			if !ok {
-				t.Fatalf("%s not parked", ms[i].ID)
+		for i, r := range res {
+			if r != store.Parked {
+				t.Fatalf("%s not parked: %v", ms[i].ID, r)
 			}
 		}
 	}
@@ -718,7 +718,7 @@ func stateFixture(t *testing.T, e *env) (leases map[int]*store.Lease) {
 	leases = map[int]*store.Lease{}
 	claimed := map[string]bool{}
 	for shard := 0; shard < e.store.Shards(); shard++ {
-		c, err := e.store.Claim(ctx, shard, 100, time.Minute)
+		c, err := e.store.Claim(ctx, shard, 100, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -266,11 +266,11 @@ func (s *Server) park(ctx context.Context, m *envelope.Message) (bool, error) {
 	if s.p.Park != nil {
 		return s.p.Park(ctx, m)
 	}
-	parked, err := s.p.Store.Park(ctx, []*envelope.Message{m})
+	res, err := s.p.Store.Park(ctx, []*envelope.Message{m})
 	if err != nil {
 		return false, err
 	}
-	return parked[0], nil
+	return res[0].Accepted(), nil
 }
 
 // decodeError turns a JSON decoding error into a status and a reason.

@@ -123,6 +123,11 @@ type Scheduler struct {
 	// "late"). MaxLateness 0 means no limit.
 	LatePolicy  string   `yaml:"late_policy"`
 	MaxLateness Duration `yaml:"max_lateness"`
+	// DedupeWindow is how long a delivered message's ID (with its broker
+	// publish time) is remembered, so that a re-read of it (an ingest
+	// redelivery after a crash or a rebalance) is acknowledged without
+	// parking it again. Unset: 2m; 0 turns it off.
+	DedupeWindow *Duration `yaml:"dedupe_window"`
 }
 
 // Backoff is the exponential back-off between publish attempts:
@@ -223,11 +228,18 @@ type Route struct {
 	// DefaultDelay applies to messages with neither x-delay nor
 	// x-deliver-at; without it they are rejected.
 	DefaultDelay *Duration `yaml:"default_delay"`
+	// Missed is what a recurring message does with the occurrences missed
+	// while nothing fired: once (default: one occurrence for them all),
+	// all, or skip.
+	Missed string `yaml:"missed"`
 }
 
 // Sink publishes due messages to one broker.
 type Sink struct {
 	Name string `yaml:"name"`
+	// MaxRate throttles what is released to the sink, in messages per
+	// second shared by every instance (0: no limit).
+	MaxRate float64 `yaml:"max_rate"`
 
 	// Broker is the block under the broker's key (rabbitmq:, kafka:,
 	// nats:), defined by that broker's package (pkg/brokers).

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/base64"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"path"
@@ -35,6 +36,8 @@ const (
 	DefaultBackoffMax        = 5 * time.Minute
 	DefaultBackoffMultiplier = 2.0
 	DefaultBackoffJitter     = 0.2
+	DefaultDedupeWindow      = 2 * time.Minute
+	DefaultMissed            = "once"
 
 	DefaultMaxDelay        = 365 * 24 * time.Hour
 	DefaultMaxPayloadBytes = 1 << 20
@@ -48,6 +51,13 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 
 	DefaultMaxInFlight = 1000
+)
+
+// Bounds of values that have no natural limit, past which a value is a
+// mistake.
+const (
+	MaxDedupeWindow = 7 * 24 * time.Hour
+	MaxSinkRate     = 1_000_000
 )
 
 // ApplyDefaults fills every unset field with its default.
@@ -77,6 +87,10 @@ func (c *Config) ApplyDefaults() {
 	Default(&s.Backoff.Max, Duration(DefaultBackoffMax))
 	Default(&s.Backoff.Multiplier, DefaultBackoffMultiplier)
 	Default(&s.Backoff.Jitter, DefaultBackoffJitter)
+	if s.DedupeWindow == nil {
+		w := Duration(DefaultDedupeWindow)
+		s.DedupeWindow = &w
+	}
 
 	Default(&c.Limits.MaxDelay, Duration(DefaultMaxDelay))
 	Default(&c.Limits.MaxPayloadBytes, DefaultMaxPayloadBytes)
@@ -94,6 +108,7 @@ func (c *Config) ApplyDefaults() {
 	for i := range c.Ingest {
 		in := &c.Ingest[i]
 		Default(&in.MaxInFlight, DefaultMaxInFlight)
+		Default(&in.Route.Missed, DefaultMissed)
 		if in.Broker != nil {
 			in.Broker.ApplyDefaults(in)
 		}
@@ -257,12 +272,28 @@ func (c *Config) validateScheduler(p *Problems) {
 	if s.Backoff.Jitter < 0 || s.Backoff.Jitter > 1 {
 		p.Add("scheduler.backoff.jitter", "%g is not between 0 and 1", s.Backoff.Jitter)
 	}
+	switch w := *s.DedupeWindow; {
+	case w < 0:
+		p.Add("scheduler.dedupe_window", "must not be negative (0 turns it off)")
+	case w > 0 && w < s.Lease:
+		p.Add("scheduler.dedupe_window", "%s is shorter than scheduler.lease %s: a crashed instance's messages are taken over only after the lease, and their re-reads may come later than the window; make it at least the lease, or 0 to turn it off", w, s.Lease)
+	case w.D() > MaxDedupeWindow:
+		p.Add("scheduler.dedupe_window", "%s is over %s: Redis keeps one key per delivered message for the whole window (see the README for its cost)", w, MaxDedupeWindow)
+	}
 }
 
 func (c *Config) validateSink(p *Problems, i int, names map[string]bool) {
 	s := &c.Sinks[i]
 	at := fmt.Sprintf("sinks[%d]", i)
 	checkName(p, at+".name", s.Name, names, "sink")
+	switch {
+	case s.MaxRate < 0 || math.IsNaN(s.MaxRate):
+		p.Add(at+".max_rate", "must not be negative (0: no limit)")
+	case s.MaxRate > MaxSinkRate:
+		p.Add(at+".max_rate", "%g messages/s is over %g: no broker takes that much from one bridge; leave it out for no limit", s.MaxRate, float64(MaxSinkRate))
+	case s.MaxRate > 0 && s.MaxRate < 0.001:
+		p.Add(at+".max_rate", "%g messages/s is under one message in 1000 s; 0 means no limit", s.MaxRate)
+	}
 	checkOneBroker(p, at, s.brokerKeys, s.Broker != nil)
 	if s.Broker != nil {
 		s.Broker.Validate(at+"."+s.Kind(), p)
@@ -303,6 +334,9 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay < 0 {
 		p.Add(at+".route.default_delay", "must not be negative")
+	}
+	if r.Missed != "once" && r.Missed != "all" && r.Missed != "skip" {
+		p.Add(at+".route.missed", "%q is not one of once, all, skip", r.Missed)
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay {
 		p.Add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)

@@ -86,6 +86,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		Prefix:        rc.KeyPrefix,
 		Shards:        rc.Shards,
 		MaxDead:       cfg.Dead.MaxMessages,
+		DedupeWindow:  cfg.Scheduler.DedupeWindow.D(),
 		Observe:       observe,
 		Sealer:        sealer,
 		RequireSealed: cfg.Encryption != nil && cfg.Encryption.RequireSealed,
@@ -132,5 +133,6 @@ func Route(cfg *config.Config, ic *config.Ingest) *envelope.Route {
 		r.DefaultDelay = ic.Route.DefaultDelay.D()
 		r.HasDefaultDelay = true
 	}
+	r.Missed, _ = envelope.ParseMissed(ic.Route.Missed) // validated with the configuration
 	return r
 }

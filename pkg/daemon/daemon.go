@@ -94,9 +94,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			Timeout: cfg.Scheduler.PublishTimeout.D(), Logger: log, Count: d.metrics.CountDeadLetters}
 	}
 
+	rates := map[string]float64{}
+	for _, sc := range cfg.Sinks {
+		if sc.MaxRate > 0 {
+			rates[sc.Name] = sc.MaxRate
+		}
+	}
 	d.sched = scheduler.New(scheduler.Params{
 		Store:          d.store,
 		Sinks:          d.sinks,
+		MaxRates:       rates,
 		BatchSize:      cfg.Scheduler.BatchSize,
 		Lease:          cfg.Scheduler.Lease.D(),
 		MaxSleep:       cfg.Scheduler.MaxSleep.D(),
@@ -179,14 +186,14 @@ func drainBudget(shutdown time.Duration) time.Duration {
 
 // park parks one message for the admin API and wakes the scheduler.
 func (d *Daemon) park(ctx context.Context, m *envelope.Message) (bool, error) {
-	parked, err := d.store.Park(ctx, []*envelope.Message{m})
+	res, err := d.store.Park(ctx, []*envelope.Message{m})
 	if err != nil {
 		return false, err
 	}
-	if parked[0] {
+	if res[0].Accepted() {
 		d.sched.Notify(m.ID, m.DueAt)
 	}
-	return parked[0], nil
+	return res[0].Accepted(), nil
 }
 
 // AdminAddr is the admin server's address ("" without one).

@@ -27,9 +27,21 @@ const (
 	HeaderCancel      = "x-delay-cancel"
 	HeaderPriority    = "x-delay-priority"
 
+	// Second round: replace, groups and recurring schedules.
+	HeaderReplace     = "x-delay-replace"
+	HeaderGroup       = "x-delay-group"
+	HeaderCancelGroup = "x-delay-cancel-group"
+	HeaderEvery       = "x-delay-every"
+	HeaderCron        = "x-delay-cron"
+	HeaderTimeZone    = "x-delay-timezone"
+	HeaderUntil       = "x-delay-until"
+	HeaderCount       = "x-delay-count"
+
 	// Added by delaybridge on every published message.
 	HeaderDueAt   = "x-delaybridge-due-at"
 	HeaderAttempt = "x-delaybridge-attempt"
+	// Added on every occurrence of a recurring message: its number, from 1.
+	HeaderOccurrence = "x-delaybridge-occurrence"
 
 	// NATS's own de-duplication header.
 	HeaderNatsMsgID = "Nats-Msg-Id"
@@ -41,6 +53,8 @@ const (
 var controlHeaders = []string{
 	HeaderDelay, HeaderDeliverAt, HeaderSink, HeaderDestination, HeaderCancel,
 	HeaderPriority, HeaderMessageID, HeaderDueAt, HeaderAttempt,
+	HeaderReplace, HeaderGroup, HeaderCancelGroup, HeaderEvery, HeaderCron,
+	HeaderTimeZone, HeaderUntil, HeaderCount, HeaderOccurrence,
 }
 
 // IsControlHeader reports whether the header is consumed or rewritten by
@@ -139,21 +153,26 @@ type Message struct {
 }
 
 // OutHeaders returns the headers a sink publishes: the forwarded headers plus
-// x-message-id, x-delaybridge-due-at and x-delaybridge-attempt. (A
+// x-message-id, x-delaybridge-due-at and x-delaybridge-attempt (and
+// x-delaybridge-occurrence for a recurring message). (A
 // Nats-Msg-Id from a NATS ingest is forwarded like any ingest header; the
 // NATS sink replaces it with this message's ID, since it is NATS's ID field.)
 func (m *Message) OutHeaders(attempt int) Headers {
-	out := make(Headers, 0, len(m.Headers)+3)
+	out := make(Headers, 0, len(m.Headers)+4)
 	for _, h := range m.Headers {
 		if !IsControlHeader(h.Key) {
 			out = append(out, h)
 		}
 	}
-	return append(out,
+	out = append(out,
 		Header{Key: HeaderMessageID, Value: m.ID},
 		Header{Key: HeaderDueAt, Value: FormatTime(m.DueAt)},
 		Header{Key: HeaderAttempt, Value: strconv.Itoa(attempt)},
 	)
+	if m.Recur != nil {
+		out = append(out, Header{Key: HeaderOccurrence, Value: strconv.Itoa(m.Recur.N)})
+	}
+	return out
 }
 
 // FormatTime formats t as RFC 3339 in UTC with milliseconds, the form of

@@ -54,6 +54,10 @@ type Route struct {
 
 	// SinkExists reports whether a sink of that name is configured.
 	SinkExists func(name string) bool
+
+	// Missed is what a recurring message does with the occurrences missed
+	// while nothing fired (route.missed).
+	Missed Missed
 }
 
 // Limits bound what one message may be; a zero field sets no bound. The
@@ -77,6 +81,9 @@ const (
 	Cancel
 	// Reject the message: keep Message as a dead message with Reason.
 	Reject
+	// CancelGroup cancels every parked message of the group CancelGroup;
+	// the control message itself is not parked.
+	CancelGroup
 )
 
 func (a Action) String() string {
@@ -87,6 +94,8 @@ func (a Action) String() string {
 		return "cancel"
 	case Reject:
 		return "reject"
+	case CancelGroup:
+		return "cancel_group"
 	}
 	return "unknown"
 }
@@ -96,6 +105,7 @@ type Decision struct {
 	Action   Action
 	Message  *Message // Park: the message to park; Cancel, Reject: the message as received, to keep as dead
 	CancelID string   // Cancel: the ID to cancel
+	Group    string   // CancelGroup: the group to cancel
 	Reason   string   // Reject: why, in words an operator can act on
 	Code     string   // Reject: a short fixed name of the reason, for metrics (RejectCodes)
 }
@@ -105,6 +115,7 @@ var RejectCodes = []string{
 	CodeInvalidID, CodePayloadTooLarge, CodeHeadersTooLarge, CodeDuplicateHeader,
 	CodeInvalidCancel, CodeBothDelays, CodeInvalidDelay, CodeInvalidDeliverAt,
 	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
+	CodeInvalidSchedule, CodeInvalidGroup,
 }
 
 // Reject codes.
@@ -122,6 +133,8 @@ const (
 	CodeInvalidPriority  = "invalid_priority"
 	CodeInvalidRoute     = "invalid_route"
 	CodeCancelUnknown    = "cancel_unknown_id" // set by the ingest pipeline, not by Parse
+	CodeInvalidSchedule  = "invalid_schedule"
+	CodeInvalidGroup     = "invalid_group"
 )
 
 // NewID returns a generated message ID: a UUIDv7 (time-ordered, unique).
@@ -149,6 +162,7 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		Body:        in.Body,
 		Ingest:      r.Ingest,
 		IngestedAt:  now,
+		PublishedAt: in.PublishedAt.Truncate(time.Millisecond),
 	}
 	reject := func(code, format string, args ...any) Decision {
 		// A rejected message keeps every header, control headers included,
@@ -186,11 +200,25 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		return Decision{Action: Cancel, Message: msg, CancelID: target}
 	}
 
+	if target, ok := in.Headers.Get(HeaderCancelGroup); ok {
+		if reason := checkID(HeaderCancelGroup, target, lim.MaxIDBytes); reason != "" {
+			return reject(CodeInvalidGroup, "%s", reason)
+		}
+		msg.Headers = in.Headers
+		return Decision{Action: CancelGroup, Message: msg, Group: target}
+	}
+
 	due, code, reason := p.due()
 	if reason != "" {
 		return reject(code, "%s", reason)
 	}
 	msg.DueAt = due
+	if g, ok := in.Headers.Get(HeaderGroup); ok {
+		if reason := checkID(HeaderGroup, g, lim.MaxIDBytes); reason != "" {
+			return reject(CodeInvalidGroup, "%s", reason)
+		}
+		msg.Group = g
+	}
 	if v, ok := in.Headers.Get(HeaderPriority); ok {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 || n > 9 {
@@ -202,14 +230,16 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		return reject(CodeInvalidRoute, "%s", reason)
 	}
 	msg.Headers = forwarded(in.Headers)
+	msg.Recur = p.recur
 	return Decision{Action: Park, Message: msg}
 }
 
 type parser struct {
-	in  *Incoming
-	r   *Route
-	lim Limits
-	now time.Time
+	in    *Incoming
+	r     *Route
+	lim   Limits
+	now   time.Time // the moment of ingest, in whole milliseconds
+	recur *Recurrence
 }
 
 // id resolves the message ID in the contract's order: x-message-id, the
@@ -272,13 +302,17 @@ func checkID(name, v string, max int) string {
 }
 
 // due computes the due time from x-delay, x-deliver-at or the route's
-// default delay.
+// default delay, and for a recurring message its schedule (p.recur), whose
+// first occurrence needs no delay header. A due time is never earlier than
+// the instant the headers name: sub-millisecond digits round up.
 func (p *parser) due() (due time.Time, code, reason string) {
 	delay, hasDelay := p.in.Headers.Get(HeaderDelay)
 	at, hasAt := p.in.Headers.Get(HeaderDeliverAt)
+	// The broker's publish time counts to the nanosecond (a JetStream time
+	// has them); the moment of ingest counts in whole milliseconds.
 	base := p.now
 	if !p.in.PublishedAt.IsZero() {
-		base = p.in.PublishedAt.Truncate(time.Millisecond)
+		base = p.in.PublishedAt
 	}
 	switch {
 	case hasDelay && hasAt:
@@ -291,23 +325,38 @@ func (p *parser) due() (due time.Time, code, reason string) {
 		if d > p.lim.MaxDelay && p.lim.MaxDelay > 0 {
 			return due, CodeOverMaxDelay, fmt.Sprintf("x-delay %s is over limits.max_delay %s", d, p.lim.MaxDelay)
 		}
-		due = base.Add(d)
+		due = ceilMillis(base.Add(d))
 	case hasAt:
 		t, reason := ParseDeliverAt(at)
 		if reason != "" {
 			return due, CodeInvalidDeliverAt, reason
 		}
 		due = t
+	}
+	r, first, reason := recurrence(p.in.Headers, base, due, hasDelay || hasAt, p.r.Missed)
+	switch {
+	case reason != "":
+		return time.Time{}, CodeInvalidSchedule, reason
+	case r != nil:
+		p.recur, due = r, first
+	case hasDelay || hasAt:
 	case p.r.HasDefaultDelay:
-		due = base.Add(p.r.DefaultDelay)
+		due = ceilMillis(base.Add(p.r.DefaultDelay))
 	default:
 		return due, CodeNoDelay, "no x-delay or x-deliver-at header, and the route has no default_delay"
 	}
 	if p.lim.MaxDelay > 0 && due.Sub(p.now) > p.lim.MaxDelay {
 		return time.Time{}, CodeOverMaxDelay, fmt.Sprintf("due time %s is more than limits.max_delay %s from now", FormatTime(due), p.lim.MaxDelay)
 	}
+	if due.UnixMilli() >= MaxDueMs {
+		return time.Time{}, CodeOverMaxDelay, fmt.Sprintf("due time %s is after %s, the latest delaybridge keeps", FormatTime(due), FormatTime(time.UnixMilli(MaxDueMs-1)))
+	}
 	return due, "", ""
 }
+
+// MaxDueMs bounds due times (Unix ms, exclusive): 2^42, in 2109. The store
+// keeps a message held for its sink in a band above it (store.HoldBand).
+const MaxDueMs = 1 << 42
 
 // ParseDelay parses an x-delay value: integer milliseconds ("5000") or a Go
 // duration ("1500ms", "5m", "1h30m"). It returns a reason when the value is
@@ -334,7 +383,7 @@ func ParseDelay(v string) (time.Duration, string) {
 	if d < 0 {
 		return 0, fmt.Sprintf("x-delay %q is negative", printable(v))
 	}
-	return d.Truncate(time.Millisecond), ""
+	return d, ""
 }
 
 const maxDuration = time.Duration(1<<63 - 1)
@@ -363,7 +412,7 @@ func ParseDeliverAt(v string) (time.Time, string) {
 	if t.Before(time.Unix(0, 0)) {
 		return time.Time{}, fmt.Sprintf("x-deliver-at %q is before 1970", printable(v))
 	}
-	return t.Truncate(time.Millisecond), ""
+	return ceilMillis(t), ""
 }
 
 // route applies x-delay-sink and x-delay-destination to msg, then checks

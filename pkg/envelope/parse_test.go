@@ -131,6 +131,10 @@ func checkDecision(t testing.TB, in *Incoming, lim Limits, now time.Time, d Deci
 		if !validTestID(d.CancelID, lim.MaxIDBytes) {
 			t.Fatalf("Cancel of invalid ID %q", d.CancelID)
 		}
+	case CancelGroup:
+		if !validTestID(d.Group, lim.MaxIDBytes) {
+			t.Fatalf("CancelGroup of invalid group %q", d.Group)
+		}
 	default:
 		t.Fatalf("unknown action %d", d.Action)
 	}
@@ -184,7 +188,7 @@ func TestParseDelayValid(t *testing.T) {
 		{" 5s ", 5 * time.Second},
 		{"1.5s", 1500 * time.Millisecond},
 		{"0s", 0},
-		{"1500us", time.Millisecond},                        // truncated to milliseconds
+		{"1500us", 1500 * time.Microsecond},                 // exact: the due time it makes rounds up
 		{"8760h", 365 * 24 * time.Hour},                     // exactly testLimits.MaxDelay
 		{"31536000000", 365 * 24 * time.Hour},               // same, in ms
 		{"9223372036854", 9223372036854 * time.Millisecond}, // the largest Duration in ms
@@ -201,7 +205,7 @@ func TestParseDelayValid(t *testing.T) {
 				return
 			}
 			m := mustPark(t, d)
-			if want := nowMs.Add(c.want); !m.DueAt.Equal(want) {
+			if want := ceilMillis(nowMs.Add(c.want)); !m.DueAt.Equal(want) {
 				t.Fatalf("due %v, want %v", m.DueAt, want)
 			}
 		})
@@ -267,12 +271,14 @@ func TestParseDelayOverMaxDelay(t *testing.T) {
 	if !m.DueAt.Equal(nowMs.Add(time.Hour)) {
 		t.Fatalf("due %v", m.DueAt)
 	}
-	// Without a max_delay any representable delay parks.
+	// Without a max_delay any delay parks up to 2109 (MaxDueMs), and a
+	// later due time is refused.
 	lim.MaxDelay = 0
-	m = mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "9223372036854")}, testRoute(), lim))
-	if !m.DueAt.Equal(nowMs.Add(9223372036854 * time.Millisecond)) {
+	m = mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "2000000000000")}, testRoute(), lim))
+	if !m.DueAt.Equal(nowMs.Add(2000000000000 * time.Millisecond)) {
 		t.Fatalf("due %v", m.DueAt)
 	}
+	mustReject(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "9223372036854")}, testRoute(), lim), "the latest delaybridge keeps")
 }
 
 func TestParseDeliverAtValid(t *testing.T) {
@@ -284,7 +290,7 @@ func TestParseDeliverAtValid(t *testing.T) {
 		{" 2026-12-01T10:00:00Z ", time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)},
 		{"2026-12-01T10:00:00.5Z", time.Date(2026, 12, 1, 10, 0, 0, 500e6, time.UTC)},
 		{"2026-12-01T10:00:00.123Z", time.Date(2026, 12, 1, 10, 0, 0, 123e6, time.UTC)},
-		{"2026-12-01T10:00:00.123456789Z", time.Date(2026, 12, 1, 10, 0, 0, 123e6, time.UTC)}, // truncated to ms
+		{"2026-12-01T10:00:00.123456789Z", time.Date(2026, 12, 1, 10, 0, 0, 124e6, time.UTC)}, // rounded up: never early
 		{"2026-12-01T12:00:00+02:00", time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)},
 		{"2026-12-01T05:30:00.250-04:30", time.Date(2026, 12, 1, 10, 0, 0, 250e6, time.UTC)},
 		{"1796119200000", time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)},
@@ -421,7 +427,7 @@ func TestParseDelayHeadersCombination(t *testing.T) {
 
 func TestParseDelayBase(t *testing.T) {
 	pub := testNow.Add(-2*time.Second - 300*time.Microsecond)
-	pubMs := pub.Truncate(time.Millisecond)
+	pubMs := ceilMillis(pub) // due times round up: never early
 	cases := []struct {
 		name    string
 		in      Incoming
@@ -431,7 +437,7 @@ func TestParseDelayBase(t *testing.T) {
 		{"x-delay from now", Incoming{Headers: hdrs(HeaderDelay, "5000")}, 0, nowMs.Add(5 * time.Second)},
 		{"x-delay from published", Incoming{Headers: hdrs(HeaderDelay, "5000"), PublishedAt: pub}, 0, pubMs.Add(5 * time.Second)},
 		{"duration from published", Incoming{Headers: hdrs(HeaderDelay, "1m"), PublishedAt: pub}, 0, pubMs.Add(time.Minute)},
-		{"already due: published long ago", Incoming{Headers: hdrs(HeaderDelay, "1000"), PublishedAt: testNow.Add(-time.Hour)}, 0, testNow.Add(-time.Hour + time.Second).Truncate(time.Millisecond)},
+		{"already due: published long ago", Incoming{Headers: hdrs(HeaderDelay, "1000"), PublishedAt: testNow.Add(-time.Hour)}, 0, ceilMillis(testNow.Add(-time.Hour + time.Second))},
 		{"default from published", Incoming{PublishedAt: pub}, 10 * time.Second, pubMs.Add(10 * time.Second)},
 		{"default from now", Incoming{}, 10 * time.Second, nowMs.Add(10 * time.Second)},
 		{"x-deliver-at ignores published", Incoming{Headers: hdrs(HeaderDeliverAt, "2026-07-01T00:00:00Z"), PublishedAt: pub}, 0, time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)},

@@ -1,6 +1,14 @@
 package envelope
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	_ "time/tzdata" // x-delay-timezone works in images without a zoneinfo database
+
+	"github.com/robfig/cron/v3"
+)
 
 // Recurrence is the schedule of a recurring message (x-delay-every or
 // x-delay-cron, with x-delay-timezone, x-delay-until and x-delay-count).
@@ -32,3 +40,261 @@ const (
 	MissedAll                // fire every missed occurrence
 	MissedSkip               // fire none of them; go on with the next one in the future
 )
+
+// ParseMissed reads a route.missed value: once (the default, ""), all or
+// skip.
+func ParseMissed(s string) (Missed, error) {
+	switch s {
+	case "", "once":
+		return MissedOnce, nil
+	case "all":
+		return MissedAll, nil
+	case "skip":
+		return MissedSkip, nil
+	}
+	return 0, fmt.Errorf("%q is not one of once, all, skip", s)
+}
+
+// MinEvery is the shortest x-delay-every.
+const MinEvery = time.Second
+
+// maxSkip bounds how many occurrences Next walks over to find the first one
+// after a long downtime; beyond it the schedule's next time from now is
+// taken (the occurrence numbers then count only the walked ones).
+const maxSkip = 100_000
+
+// cronParser reads 5-field (minute first) and 6-field (seconds first)
+// expressions and descriptors (@hourly, @daily...).
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// parseCron parses an x-delay-cron expression; zone prefixes and @every are
+// refused (x-delay-timezone and x-delay-every say those).
+func parseCron(spec string) (cron.Schedule, error) {
+	s := strings.TrimSpace(spec)
+	switch {
+	case s == "":
+		return nil, fmt.Errorf("is empty")
+	case strings.HasPrefix(s, "TZ=") || strings.HasPrefix(s, "CRON_TZ="):
+		return nil, fmt.Errorf("%q has a time zone prefix: give the zone in %s instead", printable(spec), HeaderTimeZone)
+	case strings.HasPrefix(s, "@every"):
+		return nil, fmt.Errorf("%q: use %s for a fixed interval", printable(spec), HeaderEvery)
+	}
+	sched, err := cronParser.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a 5- or 6-field cron expression or a descriptor such as @hourly: %v", printable(spec), err)
+	}
+	return sched, nil
+}
+
+func (r *Recurrence) location() *time.Location {
+	if r.TimeZone == "" {
+		return time.UTC
+	}
+	if loc, err := time.LoadLocation(r.TimeZone); err == nil {
+		return loc
+	}
+	return time.UTC // checked when parsed; a zone gone from the database since
+}
+
+// after returns the schedule's first time after t, zero when there is none.
+func (r *Recurrence) after(t time.Time) time.Time {
+	if r.Every > 0 {
+		if t.Before(r.Anchor) {
+			return r.Anchor
+		}
+		n := t.Sub(r.Anchor)/r.Every + 1
+		return r.Anchor.Add(n * r.Every)
+	}
+	sched, err := parseCron(r.Cron)
+	if err != nil {
+		return time.Time{}
+	}
+	return cronAfter(sched, t, r.location())
+}
+
+// cronAfter is the cron schedule's first time after t, read on the wall
+// clock of loc, so that daylight saving never fires an occurrence twice or
+// not at all: a wall time that does not exist (the hour skipped in spring)
+// fires when the clock jumps over it, and one that exists twice (the hour
+// repeated in autumn) fires the first time.
+func cronAfter(sched cron.Schedule, t time.Time, loc *time.Location) time.Time {
+	w := t.In(loc)
+	wall := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), time.UTC)
+	next := sched.Next(wall)
+	if next.IsZero() {
+		return time.Time{}
+	}
+	return fromWall(next, loc)
+}
+
+// fromWall returns the first instant whose wall clock in loc reads the wall
+// time w (given in UTC fields), or, when no instant does (a daylight-saving
+// gap), the instant the clock jumped over it.
+func fromWall(w time.Time, loc *time.Location) time.Time {
+	var first time.Time
+	for _, probe := range []time.Time{w.Add(-36 * time.Hour), w.Add(36 * time.Hour)} {
+		_, off := probe.In(loc).Zone()
+		c := w.Add(-time.Duration(off) * time.Second)
+		if sameWall(c.In(loc), w) && (first.IsZero() || c.Before(first)) {
+			first = c
+		}
+	}
+	if !first.IsZero() {
+		return first
+	}
+	_, off := w.Add(-36 * time.Hour).In(loc).Zone()
+	start, _ := w.Add(-time.Duration(off) * time.Second).In(loc).ZoneBounds()
+	return start
+}
+
+func sameWall(a, w time.Time) bool {
+	return a.Year() == w.Year() && a.Month() == w.Month() && a.Day() == w.Day() &&
+		a.Hour() == w.Hour() && a.Minute() == w.Minute() && a.Second() == w.Second()
+}
+
+// Skip reports whether the occurrence due at due should not be published
+// under the skip policy: a later occurrence is already due at now, so this
+// one was missed.
+func (r *Recurrence) Skip(due, now time.Time) bool {
+	if r.Missed != MissedSkip {
+		return false
+	}
+	next := r.after(due)
+	return !next.IsZero() && !next.After(now)
+}
+
+// Next returns the occurrence that follows the one due at due, fired at
+// now: its due time and number, and false when the series ends (after
+// Until, past Count, or a schedule with no next time). Under the once and
+// skip policies the occurrences already missed at now are passed over.
+func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
+	n := r.N + 1
+	next := r.after(due)
+	if r.Missed != MissedAll {
+		for i := 0; !next.IsZero() && !next.After(now); i++ {
+			if i == maxSkip {
+				next = r.after(now)
+				break
+			}
+			next = r.after(next)
+			n++
+		}
+	}
+	switch {
+	case next.IsZero(),
+		!r.Until.IsZero() && next.After(r.Until),
+		r.Count > 0 && n > r.Count:
+		return time.Time{}, 0, false
+	}
+	return next.Truncate(time.Millisecond), n, true
+}
+
+// String is the schedule as the API and the CLI show it.
+func (r *Recurrence) String() string {
+	var b strings.Builder
+	if r.Every > 0 {
+		b.WriteString("every " + r.Every.String())
+	} else {
+		b.WriteString("cron " + r.Cron)
+		if r.TimeZone != "" {
+			b.WriteString(" in " + r.TimeZone)
+		}
+	}
+	if !r.Until.IsZero() {
+		b.WriteString(" until " + FormatTime(r.Until))
+	}
+	if r.Count > 0 {
+		b.WriteString(", " + strconv.Itoa(r.Count) + " times")
+	}
+	return b.String()
+}
+
+// recurrence reads the recurring-schedule headers of an incoming message.
+// It returns nil when there are none, else the schedule with the due time
+// of occurrence 1: the time x-delay or x-deliver-at gave (hasDue), else the
+// schedule's first time after base (the publish time). The reason says
+// what is wrong, for a rejection.
+func recurrence(h Headers, base, due time.Time, hasDue bool, missed Missed) (r *Recurrence, first time.Time, reason string) {
+	every, hasEvery := h.Get(HeaderEvery)
+	spec, hasCron := h.Get(HeaderCron)
+	zone, hasZone := h.Get(HeaderTimeZone)
+	until, hasUntil := h.Get(HeaderUntil)
+	count, hasCount := h.Get(HeaderCount)
+	switch {
+	case !hasEvery && !hasCron:
+		if hasZone || hasUntil || hasCount {
+			return nil, first, fmt.Sprintf("%s, %s or %s given without %s or %s", HeaderTimeZone, HeaderUntil, HeaderCount, HeaderEvery, HeaderCron)
+		}
+		return nil, first, ""
+	case hasEvery && hasCron:
+		return nil, first, fmt.Sprintf("both %s and %s given; give one", HeaderEvery, HeaderCron)
+	}
+	r = &Recurrence{N: 1, Missed: missed}
+	if hasEvery {
+		d, err := time.ParseDuration(strings.TrimSpace(every))
+		switch {
+		case err != nil:
+			return nil, first, fmt.Sprintf("%s %q is not a duration (1s, 5m, 1h30m)", HeaderEvery, printable(every))
+		case d < MinEvery:
+			return nil, first, fmt.Sprintf("%s %q is shorter than %s", HeaderEvery, printable(every), MinEvery)
+		case d%time.Millisecond != 0:
+			return nil, first, fmt.Sprintf("%s %q is not a whole number of milliseconds", HeaderEvery, printable(every))
+		}
+		if hasZone {
+			return nil, first, fmt.Sprintf("%s applies to %s only", HeaderTimeZone, HeaderCron)
+		}
+		r.Every = d
+	} else {
+		if _, err := parseCron(spec); err != nil {
+			return nil, first, fmt.Sprintf("%s %v", HeaderCron, err)
+		}
+		r.Cron = strings.TrimSpace(spec)
+		if hasZone {
+			z := strings.TrimSpace(zone)
+			if _, err := time.LoadLocation(z); err != nil || z == "" || z == "Local" {
+				return nil, first, fmt.Sprintf("%s %q is not an IANA time zone (Europe/Berlin, America/New_York, UTC)", HeaderTimeZone, printable(zone))
+			}
+			r.TimeZone = z
+		}
+	}
+	if hasUntil {
+		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(until))
+		if err != nil {
+			return nil, first, fmt.Sprintf("%s %q is not RFC 3339 (2026-12-31T23:59:59Z)", HeaderUntil, printable(until))
+		}
+		r.Until = t
+	}
+	if hasCount {
+		n, err := strconv.Atoi(strings.TrimSpace(count))
+		if err != nil || n < 1 {
+			return nil, first, fmt.Sprintf("%s %q is not a whole number of at least 1", HeaderCount, printable(count))
+		}
+		r.Count = n
+	}
+	switch {
+	case hasDue:
+		first = due
+	case r.Every > 0:
+		first = base.Add(r.Every)
+	default:
+		first = r.after(base)
+		if first.IsZero() {
+			return nil, first, fmt.Sprintf("%s %q never fires", HeaderCron, printable(spec))
+		}
+	}
+	first = ceilMillis(first)
+	if !r.Until.IsZero() && first.After(r.Until) {
+		return nil, first, fmt.Sprintf("%s %s is before the first occurrence %s", HeaderUntil, FormatTime(r.Until), FormatTime(first))
+	}
+	r.Anchor = first
+	return r, first, ""
+}
+
+// ceilMillis rounds t up to a whole millisecond: a due time is never
+// earlier than the instant its headers name.
+func ceilMillis(t time.Time) time.Time {
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}

@@ -19,9 +19,10 @@ import (
 
 // Store is the part of the store a Pipeline needs (*store.Store).
 type Store interface {
-	Park(ctx context.Context, msgs []*envelope.Message) ([]bool, error)
+	Park(ctx context.Context, msgs []*envelope.Message) ([]store.ParkResult, error)
 	Reject(ctx context.Context, rs []store.Rejected) ([]string, error)
 	Cancel(ctx context.Context, id string) error
+	CancelGroup(ctx context.Context, group string) (int, error)
 }
 
 // PipelineParams configure a Pipeline.
@@ -181,10 +182,12 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	return err
 }
 
-// hasCancel reports whether a message is a cancel control message.
+// hasCancel reports whether a message is a cancel or group-cancel control
+// message, which must see every park before it.
 func hasCancel(it item) bool {
 	_, ok := it.in.Headers.Get(envelope.HeaderCancel)
-	return ok
+	_, group := it.in.Headers.Get(envelope.HeaderCancelGroup)
+	return ok || group
 }
 
 func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
@@ -242,6 +245,24 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			rejects = append(rejects, store.Rejected{Message: d.Message,
 				Reason: fmt.Sprintf("%s: no message with ID %q is parked (unknown, already delivered, or not parked yet)", envelope.HeaderCancel, d.CancelID)})
 			codes = append(codes, envelope.CodeCancelUnknown)
+		case envelope.CancelGroup:
+			// Like a cancel, it sees every park before it in the batch.
+			if err := pl.park(ctx, parks); err != nil {
+				pl.nackAll(batch, err)
+				return
+			}
+			parks = parks[:0]
+			var n int
+			err := pl.retry(ctx, "cancel_group", func() (err error) {
+				n, err = pl.p.Store.CancelGroup(ctx, d.Group)
+				return err
+			})
+			if err != nil {
+				pl.nackAll(batch, err)
+				return
+			}
+			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled_group").Inc()
+			pl.log.Debug("group cancelled", "group", d.Group, "messages", n, "by", d.Message.ID)
 		}
 	}
 	if err := pl.park(ctx, parks); err != nil {
@@ -279,9 +300,9 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 		}
 	}
 	start := time.Now()
-	var parked []bool
+	var results []store.ParkResult
 	err := pl.retry(ctx, "park", func() (err error) {
-		parked, err = pl.p.Store.Park(ctx, msgs)
+		results, err = pl.p.Store.Park(ctx, msgs)
 		return err
 	})
 	for _, sp := range spans {
@@ -292,19 +313,29 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 	}
 	pl.p.Metrics.ParkDuration.Observe(time.Since(start).Seconds())
 	pl.p.Metrics.ParkBatchSize.Observe(float64(len(msgs)))
-	var n int
+	var counts [4]int // parked, replaced, duplicate, stale
 	for i, m := range msgs {
-		if parked[i] {
-			n++
+		switch r := results[i]; r {
+		case store.Parked, store.Replaced:
+			counts[min(int(r)-1, 1)]++
 			if pl.p.Notify != nil {
 				pl.p.Notify(m.ID, m.DueAt)
 			}
-		} else {
-			pl.log.Debug("message already parked, ignored", "id", m.ID)
+		case store.Queued:
+			counts[1]++
+		case store.NotNewer:
+			counts[3]++
+			pl.log.Debug("replacement not newer than the parked message, ignored", "id", m.ID)
+		default: // Known, Duplicate
+			counts[2]++
+			pl.log.Debug("message already parked or delivered, ignored", "id", m.ID, "result", r)
 		}
 	}
-	pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "parked").Add(float64(n))
-	pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "duplicate").Add(float64(len(msgs) - n))
+	for i, result := range []string{"parked", "replaced", "duplicate", "stale"} {
+		if counts[i] > 0 {
+			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, result).Add(float64(counts[i]))
+		}
+	}
 	return nil
 }
 

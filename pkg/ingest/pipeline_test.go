@@ -243,7 +243,7 @@ func TestShutdownWithRedisDownNacks(t *testing.T) {
 // it would run first. (A delay injected into a fake, not a wait.)
 type slowStore struct{ ingest.Store }
 
-func (s slowStore) Park(ctx context.Context, msgs []*envelope.Message) ([]bool, error) {
+func (s slowStore) Park(ctx context.Context, msgs []*envelope.Message) ([]store.ParkResult, error) {
 	time.Sleep(time.Duration(len(msgs)) * time.Millisecond)
 	return s.Store.Park(ctx, msgs)
 }

@@ -16,7 +16,7 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	IngestMessages *prometheus.CounterVec // ingest, result: parked|duplicate|rejected|cancelled
+	IngestMessages *prometheus.CounterVec // ingest, result: parked|replaced|duplicate|stale|rejected|cancelled
 	IngestRejected *prometheus.CounterVec // ingest, reason
 	ParkBatchSize  prometheus.Histogram
 	ParkDuration   prometheus.Histogram
@@ -32,6 +32,10 @@ type Metrics struct {
 	ScriptDuration   *prometheus.HistogramVec // script
 	ScriptErrors     *prometheus.CounterVec   // script
 	SchedulerWakeups *prometheus.CounterVec   // cause: timer|notify|batch
+	SinkPaused       *prometheus.GaugeVec     // sink: 1 while paused
+	Held             *prometheus.CounterVec   // sink: messages held because the sink was down or paused
+	Deferred         *prometheus.CounterVec   // sink: messages that waited for a max_rate slot
+	Skipped          prometheus.Counter       // occurrences of recurring messages passed over (route.missed skip)
 }
 
 // New creates and registers every collector on a new registry, with the Go
@@ -75,6 +79,14 @@ func New() *Metrics {
 			"Redis script errors, by script.", "script"),
 		SchedulerWakeups: f.counterVec("delaybridge_scheduler_wakeups_total",
 			"Shard scheduler wake-ups, by cause: timer, notify (a sooner message was parked), batch (a full claim).", "cause"),
+		SinkPaused: f.gaugeVec("delaybridge_sink_paused",
+			"1 while the sink is paused (POST /v1/sinks/{name}/pause), for every instance.", "sink"),
+		Held: f.counterVec("delaybridge_sink_held_total",
+			"Due messages held because their sink was down or paused (their attempts not counted).", "sink"),
+		Deferred: f.counterVec("delaybridge_sink_deferred_total",
+			"Messages that waited for a publish slot of their sink's max_rate.", "sink"),
+		Skipped: f.counter("delaybridge_recurring_skipped_total",
+			"Occurrences of recurring messages passed over after downtime (route.missed: skip)."),
 	}
 }
 
@@ -90,6 +102,18 @@ type factory struct{ reg *prometheus.Registry }
 
 func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	c := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 	f.reg.MustRegister(c)
 	return c
 }

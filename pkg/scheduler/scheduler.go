@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -30,14 +31,20 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/tracing"
 )
 
-// Store is the part of the store the scheduler needs (*store.Store).
+// Store is the part of the store the scheduler needs (*store.Store): the
+// claim and what settles a lease, and the sinks' shared state.
 type Store interface {
 	Shards() int
 	ShardOf(id string) int
-	Claim(ctx context.Context, shard, max int, lease time.Duration) (*store.Lease, error)
-	Ack(ctx context.Context, l *store.Lease, ids []string) (int, error)
+	Claim(ctx context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error)
+	Ack(ctx context.Context, l *store.Lease, ds []store.Done) (int, error)
 	Retry(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
 	MarkDead(ctx context.Context, l *store.Lease, fs []store.Failure) (int, error)
+	Hold(ctx context.Context, l *store.Lease, us []store.Unavailable) (int, error)
+	Defer(ctx context.Context, l *store.Lease, slots []store.Slot) (int, error)
+	Release(ctx context.Context, shard, band, max int) (int, error)
+	Slots(ctx context.Context, sink string, n int, maxRate float64) (time.Time, []time.Time, error)
+	SinkStates(ctx context.Context, names []string) (map[string]store.SinkState, error)
 }
 
 // Params configure a Scheduler.
@@ -63,6 +70,9 @@ type Params struct {
 	// DrainTimeout bounds the work finished after Run's context ends
 	// (required).
 	DrainTimeout time.Duration
+	// MaxRates are the sinks' max_rate (messages/s, shared by every
+	// instance); a sink without one is not throttled.
+	MaxRates map[string]float64
 
 	Clock   Clock          // default SystemClock
 	Rand    func() float64 // jitter source in [0,1); default math/rand
@@ -76,6 +86,7 @@ type Scheduler struct {
 	p      Params
 	log    *slog.Logger
 	shards []shardState
+	gate   *gate
 
 	mu       sync.Mutex
 	storeErr error // last claim failure, for readiness
@@ -110,6 +121,7 @@ func New(p Params) *Scheduler {
 		s.shards[i].wake = make(chan struct{}, 1)
 		s.shards[i].planned.Store(awake)
 	}
+	s.gate = newGate(p.Store, p.Sinks, len(s.shards), p.BatchSize, s.log, p.Metrics, s.wakeAll)
 	return s
 }
 
@@ -121,6 +133,16 @@ func (s *Scheduler) Notify(id string, due time.Time) {
 	if due.UnixMilli() < st.planned.Load() {
 		select {
 		case st.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeAll wakes every shard (held messages were released).
+func (s *Scheduler) wakeAll() {
+	for i := range s.shards {
+		select {
+		case s.shards[i].wake <- struct{}{}:
 		default:
 		}
 	}
@@ -145,7 +167,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	work, cancelWork := lifecycle.DrainContext(ctx, s.p.DrainTimeout)
 	defer cancelWork()
 
+	if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
+		s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
+	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.refreshLoop(ctx)
+	}()
 	for i := range s.shards {
 		wg.Add(1)
 		go func() {
@@ -157,13 +187,31 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+// refreshLoop refreshes the sink gate every MaxSleep until ctx ends. It
+// runs on the wall clock, not the injected one: it reads the state of
+// Redis and of the sinks, which a test's fake clock does not move.
+func (s *Scheduler) refreshLoop(ctx context.Context) {
+	t := time.NewTicker(s.p.MaxSleep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
+			s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
+		}
+	}
+}
+
 // loop claims and fires one shard until ctx ends.
 func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	st := &s.shards[shard]
 	failing := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		st.planned.Store(awake)
-		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease)
+		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease, s.gate.blocked(s.p.Clock.Now()))
 		claimedAt := s.p.Clock.Now() // c.Now in our clock
 		if err != nil {
 			if ctx.Err() != nil {
@@ -219,6 +267,7 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 // when none was): the claim's Next could not know it.
 func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time) (retryAt time.Time) {
 	errs := make([]error, len(c.Messages))
+	skipped := make([]bool, len(c.Messages))
 	groups := map[string][]int{}
 	for i, m := range c.Messages {
 		switch {
@@ -227,13 +276,27 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		case s.p.LateDead && s.p.MaxLateness > 0 && c.Now.Sub(m.Message.DueAt) > s.p.MaxLateness:
 			errs[i] = &lateError{due: m.Message.DueAt, claimed: c.Now, max: s.p.MaxLateness}
 		case s.p.Sinks[m.Message.Sink] == nil:
-			errs[i] = fmt.Errorf("sink %q is not configured", m.Message.Sink)
+			errs[i] = sinks.Rejected(fmt.Errorf("sink %q is not configured", m.Message.Sink))
+		case m.Message.Recur != nil && m.Message.Recur.Skip(m.Message.DueAt, c.Now):
+			skipped[i] = true // a missed occurrence under route.missed skip: parks the next one, publishes nothing
+			s.p.Metrics.Skipped.Inc()
 		default:
 			groups[m.Message.Sink] = append(groups[m.Message.Sink], i)
 		}
 	}
+	var slots []store.Slot
+	for name, idx := range groups {
+		if rate := s.p.MaxRates[name]; rate > 0 {
+			var deferred []store.Slot
+			groups[name], deferred = s.throttle(ctx, name, rate, c, idx)
+			slots = append(slots, deferred...)
+		}
+	}
 	var wg sync.WaitGroup
 	for name, idx := range groups {
+		if len(idx) == 0 {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -244,10 +307,15 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 
 	now := s.p.Clock.Now()
 	toRedis := c.Now.Sub(claimedAt) // Redis's clock minus ours: due scores are Redis time
+	deferred := make(map[string]bool, len(slots))
+	for _, sl := range slots {
+		deferred[sl.ID] = true
+	}
 	var (
-		acks    []string
+		acks    []store.Done
 		retries []store.RetryAt
 		deads   []store.Failure
+		holds   []store.Unavailable
 		letters []sinks.Dead
 		late    int
 	)
@@ -258,8 +326,16 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 			sink = m.Message.Sink
 		}
 		switch {
+		case deferred[m.ID]:
 		case err == nil:
-			acks = append(acks, m.ID)
+			acks = append(acks, s.done(m.Message, c.Now, skipped[i]))
+			if !skipped[i] {
+				s.gate.delivered(sink)
+			}
+		case sinks.IsUnavailable(err) && !errors.As(err, new(*lateError)):
+			holds = append(holds, store.Unavailable{ID: m.ID, Band: s.gate.band(sink), DueAt: m.Message.DueAt})
+			s.gate.unavailable(sink, now, err)
+			s.p.Metrics.Held.WithLabelValues(sink).Inc()
 		case sinks.IsPermanent(err) || errors.As(err, new(*lateError)) || m.Attempt >= s.p.MaxAttempts:
 			reason := err.Error()
 			if !sinks.IsPermanent(err) && !errors.As(err, new(*lateError)) {
@@ -297,8 +373,80 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		_, err := s.p.Store.MarkDead(ctx, c, deads)
 		return err
 	})
+	s.record(ctx, c, claimedAt, "hold", len(holds), func(ctx context.Context) error {
+		_, err := s.p.Store.Hold(ctx, c, holds)
+		return err
+	})
+	s.record(ctx, c, claimedAt, "defer", len(slots), func(ctx context.Context) error {
+		_, err := s.p.Store.Defer(ctx, c, slots)
+		return err
+	})
+	for _, sl := range slots {
+		if at := sl.At.Add(-toRedis); retryAt.IsZero() || at.Before(retryAt) {
+			retryAt = at
+		}
+	}
 	s.p.DeadLetter.Publish(ctx, letters)
 	return retryAt
+}
+
+// done is the ack of a delivered (or, under route.missed skip, passed over)
+// message: for a recurring one, its next occurrence is parked in the same
+// step, computed from the schedule (never from now), unless the series
+// ended.
+func (s *Scheduler) done(m *envelope.Message, now time.Time, skipped bool) store.Done {
+	d := store.Done{ID: m.ID}
+	if !skipped {
+		d.PublishedAt = m.PublishedAt
+	}
+	if r := m.Recur; r != nil {
+		if due, n, ok := r.Next(m.DueAt, now); ok {
+			next := *m
+			nr := *r
+			nr.N = n
+			next.DueAt, next.Recur = due, &nr
+			d.Next = &next
+		}
+	}
+	return d
+}
+
+// throttle splits the messages idx of a lease for a sink with max_rate into
+// those whose publish slot has come (returned to publish now) and those
+// that wait for theirs (deferred). A message that waited for its slot
+// already is published without a new one. When Redis cannot allot slots,
+// everything waits a second.
+func (s *Scheduler) throttle(ctx context.Context, sink string, rate float64, c *store.Lease, idx []int) (now []int, deferred []store.Slot) {
+	var need []int
+	for _, i := range idx {
+		if c.Messages[i].Slotted {
+			now = append(now, i)
+		} else {
+			need = append(need, i)
+		}
+	}
+	if len(need) == 0 {
+		return now, nil
+	}
+	redisNow, slots, err := s.p.Store.Slots(ctx, sink, len(need), rate)
+	if err != nil {
+		s.log.Warn("cannot allot publish slots for max_rate; the messages wait", "sink", sink, "err", err)
+		for _, i := range need {
+			deferred = append(deferred, store.Slot{ID: c.Messages[i].ID, At: c.Now.Add(time.Second)})
+		}
+		return now, deferred
+	}
+	for j, i := range need {
+		if !slots[j].After(redisNow) {
+			now = append(now, i)
+			continue
+		}
+		deferred = append(deferred, store.Slot{ID: c.Messages[i].ID, At: slots[j]})
+	}
+	if len(deferred) > 0 {
+		s.p.Metrics.Deferred.WithLabelValues(sink).Add(float64(len(deferred)))
+	}
+	return now, deferred
 }
 
 // lateError is why a message claimed too long after its due time is dead

@@ -3,9 +3,11 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,6 +93,11 @@ type fakeStore struct {
 	attempt map[string]int
 	skew    time.Duration // Redis's clock minus the scheduler's
 
+	held     map[string]time.Time // held for a sink: the score it had
+	paused   map[string]bool
+	nextSlot time.Time
+	holds    chan store.Unavailable
+
 	acked   chan string
 	retried chan store.RetryAt
 	dead    chan store.Failure
@@ -100,7 +107,8 @@ type fakeStore struct {
 func newFakeStore(c *fakeClock) *fakeStore {
 	return &fakeStore{
 		clock: c, scores: map[string]time.Time{}, msgs: map[string]*envelope.Message{},
-		corrupt: map[string]bool{}, attempt: map[string]int{},
+		corrupt: map[string]bool{}, attempt: map[string]int{}, held: map[string]time.Time{}, paused: map[string]bool{},
+		holds: make(chan store.Unavailable, 1000),
 		acked: make(chan string, 1000), retried: make(chan store.RetryAt, 1000),
 		dead: make(chan store.Failure, 1000), claims: make(chan int, 1000),
 	}
@@ -116,7 +124,7 @@ func (f *fakeStore) park(id string, due time.Time, sink string) {
 func (f *fakeStore) Shards() int        { return 1 }
 func (f *fakeStore) ShardOf(string) int { return 0 }
 
-func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration) (*store.Lease, error) {
+func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.clock.Now()
@@ -128,6 +136,11 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 	c := &store.Lease{Shard: shard, Now: now.Add(f.skew), ExpiryMs: now.Add(f.skew + lease).UnixMilli()}
 	for _, id := range ids {
 		if f.scores[id].After(now) || len(c.Messages) == max {
+			continue
+		}
+		if _, ok := blocked[f.msgs[id].Sink]; ok {
+			f.held[id] = f.scores[id]
+			delete(f.scores, id)
 			continue
 		}
 		f.attempt[id]++
@@ -147,14 +160,75 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 	return c, nil
 }
 
-func (f *fakeStore) Ack(_ context.Context, _ *store.Lease, ids []string) (int, error) {
+func (f *fakeStore) Ack(_ context.Context, _ *store.Lease, ds []store.Done) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, id := range ids {
-		delete(f.scores, id)
-		f.acked <- id
+	for _, d := range ds {
+		delete(f.scores, d.ID)
+		if d.Next != nil {
+			f.scores[d.ID] = d.Next.DueAt
+			f.msgs[d.ID] = d.Next
+		}
+		f.acked <- d.ID
 	}
-	return len(ids), nil
+	return len(ds), nil
+}
+
+func (f *fakeStore) Hold(_ context.Context, _ *store.Lease, us []store.Unavailable) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, u := range us {
+		f.held[u.ID] = f.scores[u.ID]
+		delete(f.scores, u.ID)
+		f.holds <- u
+	}
+	return len(us), nil
+}
+
+func (f *fakeStore) Defer(_ context.Context, _ *store.Lease, slots []store.Slot) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, sl := range slots {
+		f.scores[sl.ID] = sl.At
+	}
+	return len(slots), nil
+}
+
+func (f *fakeStore) Release(context.Context, int, int, int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for id := range f.held {
+		f.scores[id] = f.msgs[id].DueAt
+		delete(f.held, id)
+		n++
+	}
+	return n, nil
+}
+
+func (f *fakeStore) Slots(_ context.Context, _ string, n int, rate float64) (time.Time, []time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now().Add(f.skew)
+	if f.nextSlot.Before(now) {
+		f.nextSlot = now
+	}
+	slots := make([]time.Time, n)
+	for i := range slots {
+		slots[i] = f.nextSlot
+		f.nextSlot = f.nextSlot.Add(time.Duration(float64(time.Second) / rate))
+	}
+	return now, slots, nil
+}
+
+func (f *fakeStore) SinkStates(_ context.Context, names []string) (map[string]store.SinkState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]store.SinkState{}
+	for i, n := range names {
+		out[n] = store.SinkState{Band: i, Paused: f.paused[n]}
+	}
+	return out, nil
 }
 
 func (f *fakeStore) Retry(_ context.Context, _ *store.Lease, rs []store.RetryAt) (int, error) {
@@ -315,7 +389,7 @@ func TestFullBatchClaimsAgainAtOnce(t *testing.T) {
 }
 
 func TestFailedPublishBacksOffThenDies(t *testing.T) {
-	boom := errors.New("broker down")
+	boom := sinks.Rejected(errors.New("unroutable")) // the broker attributes it to the message: it counts
 	h := start(t, Params{MaxAttempts: 3, MaxSleep: time.Hour,
 		Backoff: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
 		h.sink.fail = func(sinks.Outgoing) error { return boom }
@@ -326,14 +400,14 @@ func TestFailedPublishBacksOffThenDies(t *testing.T) {
 		if got := r.At.Sub(h.clock.Now()); got != wantDelay {
 			t.Fatalf("attempt %d: back-off %v, want %v", attempt+1, got, wantDelay)
 		}
-		if r.Reason != "broker down" {
+		if r.Reason != "unroutable" {
 			t.Fatalf("reason %q", r.Reason)
 		}
 		recv(t, h.clock.timers, "sleep until retry")
 		h.clock.Advance(wantDelay)
 	}
 	d := recv(t, h.store.dead, "dead after max attempts")
-	if d.ID != "m" || !strings.Contains(d.Reason, "3 times") || !strings.Contains(d.Reason, "broker down") {
+	if d.ID != "m" || !strings.Contains(d.Reason, "3 times") || !strings.Contains(d.Reason, "unroutable") {
 		t.Fatalf("dead = %+v", d)
 	}
 }
@@ -435,7 +509,7 @@ func TestLatePolicyDeadAndDeadLetterCopies(t *testing.T) {
 func TestRetryTimesAreInRedisTime(t *testing.T) {
 	h := start(t, Params{MaxAttempts: 5, Backoff: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
 		h.store.skew = 10 * time.Minute
-		h.sink.fail = func(sinks.Outgoing) error { return errors.New("down") }
+		h.sink.fail = func(sinks.Outgoing) error { return sinks.Rejected(errors.New("unroutable")) }
 		h.store.park("m", h.clock.Now(), "s")
 	})
 	r := recv(t, h.store.retried, "retry")
@@ -454,4 +528,118 @@ func withDefaults(p *Params) {
 	config.Default(&p.Backoff, Backoff{Initial: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax,
 		Multiplier: config.DefaultBackoffMultiplier, Jitter: config.DefaultBackoffJitter})
 	config.Default(&p.DrainTimeout, config.DefaultShutdownTimeout)
+}
+
+// A publish that fails because the sink is unavailable is not the
+// message's fault: the message is held without counting an attempt, past
+// max_attempts as long as the sink stays down, and delivered once it is back.
+func TestUnavailableSinkHoldsWithoutCountingAttempts(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	h := start(t, Params{MaxAttempts: 1, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+		h.sink.fail = func(sinks.Outgoing) error {
+			if down.Load() {
+				return errors.New("nats: connection closed")
+			}
+			return nil
+		}
+		h.store.park("m", h.clock.Now(), "s")
+	})
+	u := recv(t, h.store.holds, "held")
+	if u.ID != "m" || !u.DueAt.Equal(h.clock.Now()) {
+		t.Fatalf("held %+v", u)
+	}
+	select {
+	case d := <-h.store.dead:
+		t.Fatalf("dead although the sink was down: %+v", d)
+	case r := <-h.store.retried:
+		t.Fatalf("retried (attempt counted) although the sink was down: %+v", r)
+	default:
+	}
+	down.Store(false)
+	// The gate's back-off passes on the injected clock; its refresh (on the
+	// wall clock, every MaxSleep) then releases the message, which fires.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		h.clock.Advance(time.Second)
+		select {
+		case id := <-h.store.acked:
+			return id == "m"
+		default:
+			return false
+		}
+	}, "the held message delivered after the sink came back")
+}
+
+// A paused sink's messages are held, not published, until it is resumed.
+func TestPausedSinkHolds(t *testing.T) {
+	h := start(t, Params{MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+		h.store.paused["s"] = true
+	})
+	h.store.park("p", h.clock.Now(), "s")
+	h.sched.Notify("p", h.clock.Now())
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		h.store.mu.Lock()
+		defer h.store.mu.Unlock()
+		_, held := h.store.held["p"]
+		return held
+	}, "the paused sink's message held")
+	if n := len(h.sink.published); n != 0 {
+		t.Fatalf("published %d to a paused sink", n)
+	}
+	h.store.mu.Lock()
+	h.store.paused["s"] = false
+	h.store.mu.Unlock()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		h.clock.Advance(time.Millisecond)
+		select {
+		case <-h.store.acked:
+			return true
+		default:
+			return false
+		}
+	}, "delivered after resume")
+}
+
+// A recurring message's ack carries its next occurrence, due on the
+// schedule however late this one fired.
+func TestRecurringAckParksTheNext(t *testing.T) {
+	h := start(t, Params{MaxSleep: time.Hour}, func(h *harness) {
+		due := h.clock.Now()
+		h.store.park("r", due, "s")
+		h.store.msgs["r"].Recur = &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 1, Missed: envelope.MissedAll}
+	})
+	recv(t, h.store.acked, "first occurrence")
+	h.store.mu.Lock()
+	next := h.store.msgs["r"]
+	h.store.mu.Unlock()
+	if next.Recur.N != 2 || !next.DueAt.Equal(next.Recur.Anchor.Add(time.Minute)) {
+		t.Fatalf("next occurrence #%d due %v", next.Recur.N, next.DueAt)
+	}
+	h.sink.mu.Lock()
+	out := h.sink.published[0].OutHeaders(1)
+	h.sink.mu.Unlock()
+	if v, _ := out.Get(envelope.HeaderOccurrence); v != "1" {
+		t.Fatalf("x-delaybridge-occurrence %q", v)
+	}
+}
+
+// max_rate: messages beyond the slots that have come wait for theirs.
+func TestMaxRateDefers(t *testing.T) {
+	h := start(t, Params{MaxSleep: time.Hour, MaxRates: map[string]float64{"s": 10}}, func(h *harness) {
+		for i := range 5 {
+			h.store.park(fmt.Sprintf("t%d", i), h.clock.Now(), "s")
+		}
+	})
+	recv(t, h.store.acked, "the first slot's message")
+	h.store.mu.Lock()
+	waiting := 0
+	for _, at := range h.store.scores {
+		if at.After(h.clock.Now()) {
+			waiting++
+		}
+	}
+	h.store.mu.Unlock()
+	if waiting != 4 {
+		t.Fatalf("%d messages wait for a slot, want 4 (one slot per 100 ms at 10/s)", waiting)
+	}
 }

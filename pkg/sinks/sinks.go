@@ -29,8 +29,12 @@ type Sink interface {
 	// acks=all, JetStream PubAck; core NATS: the connection was flushed,
 	// which is no proof of delivery) or ctx ends. It returns one error per
 	// message, nil for a confirmed one; a message whose fate is unknown has
-	// an error and will be published again. Wrap an error with Permanent
-	// when trying again cannot help. Publish may be called concurrently.
+	// an error and will be published again. Wrap an error with Rejected
+	// when the broker refused this message (it counts toward max_attempts),
+	// with Permanent when trying again cannot help (dead at once); any other
+	// error is the sink's (unreachable, disconnected, timed out): the
+	// message waits for the sink without counting an attempt. Publish may
+	// be called concurrently.
 	Publish(ctx context.Context, msgs []Outgoing) []error
 
 	// Close releases the connection. Publish must not be called after it.
@@ -57,6 +61,30 @@ func Permanent(err error) error { return &PermanentError{Err: err} }
 func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
+}
+
+// RejectedError marks a publish that the broker refused for this message:
+// unroutable, no stream for the subject, not authorized for that
+// destination, a topic that does not exist. It counts toward max_attempts;
+// failures the broker does not attribute to the message do not.
+type RejectedError struct{ Err error }
+
+func (e *RejectedError) Error() string { return e.Err.Error() }
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// Rejected wraps err as a RejectedError.
+func Rejected(err error) error { return &RejectedError{Err: err} }
+
+// IsRejected reports whether err is or wraps a RejectedError.
+func IsRejected(err error) bool {
+	var r *RejectedError
+	return errors.As(err, &r)
+}
+
+// IsUnavailable reports whether a publish failed because the sink could not
+// take it (neither Rejected nor Permanent): not the message's fault.
+func IsUnavailable(err error) bool {
+	return err != nil && !IsRejected(err) && !IsPermanent(err)
 }
 
 // Fill sets every nil entry of errs to err; it returns errs, for the

@@ -81,7 +81,7 @@ func BenchmarkClaim(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		c, err := s.Claim(ctx, 0, benchBatch, time.Hour)
+		c, err := s.Claim(ctx, 0, benchBatch, time.Hour, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func BenchmarkAck(b *testing.B) {
 		if _, err := s.Park(ctx, benchMsgs(fmt.Sprintf("a%d", i), benchBatch, past)); err != nil {
 			b.Fatal(err)
 		}
-		c, err := s.Claim(ctx, 0, benchBatch, time.Hour)
+		c, err := s.Claim(ctx, 0, benchBatch, time.Hour, nil)
 		if err != nil || len(c.Messages) != benchBatch {
 			b.Fatalf("claim: %v (%d messages)", err, len(c.Messages))
 		}
@@ -113,7 +113,7 @@ func BenchmarkAck(b *testing.B) {
 			ids[j] = m.ID
 		}
 		b.StartTimer()
-		n, err := s.Ack(ctx, c, ids)
+		n, err := s.Ack(ctx, c, acks(ids...))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,18 +9,24 @@ import (
 )
 
 // claimScript takes due messages and puts them in flight, highest priority
-// first, due order within a priority.
+// first, due order within a priority. A due message of a blocked sink (down
+// or paused) is held instead: moved into the sink's hold band, due order
+// kept, untouched until Release brings it back.
 //
-//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[2] and KEYS[5..13] -> due sets of
-//	           priorities 0 and 1..9 (of one shard)
+//	KEYS[1..15] -> the shard's keys (Keys.shard)
 //	ARGV[1] -> at most this many messages
 //	ARGV[2] -> lease in ms
-//	returns -> {now, next, expiry, id1, attempt1, message1, id2, ...}
+//	ARGV[3..] -> pairs: a blocked sink's name, its hold band index
+//	returns -> {now, next, expiry, id1, attempt1, slotted1, message1, id2, ...}
 //	           now: Redis server time (Unix ms), the clock every instance shares;
-//	           next: lowest score left in the due sets, -1 when all are empty;
+//	           next: lowest score left in the due sets (held ones aside), -1
+//	           when none is left, now when the script stopped holding before
+//	           it was done (claim again at once);
 //	           expiry: when this claim's lease ends (now + lease ms), which
 //	           identifies the claim;
-//	           attempt: this publish attempt, from 1.
+//	           attempt: this publish attempt, from 1;
+//	           slotted: 1 when the message had been given a publish slot by
+//	           the sink's max_rate (Defer), 0 otherwise.
 //
 // A message is due when its score is <= now: a parked message whose due time
 // has come, or an in-flight message whose lease expired (its claimer died).
@@ -32,38 +38,61 @@ local now = servertime()
 local lease = now + tonumber(ARGV[2])
 local score = string.format('%d.5', lease)
 local left = tonumber(ARGV[1])
+local holds = left * 4 -- bound of the messages held per call
+local blocked, anyblocked = {}, false
+for i = 3, #ARGV, 2 do
+  blocked[ARGV[i]] = HOLDBAND * (1 + tonumber(ARGV[i + 1]))
+  anyblocked = true
+end
 local out = {now, -1, lease}
 local top = maxprio()
 for p = top, 0, -1 do
-  if left == 0 then break end
   local key = zkey(p)
-  local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
-  for i = 1, #due, 2 do
-    local id = due[i]
-    local blob = redis.call('HGET', KEYS[1], id)
-    if blob then
-      local a, _, _, r = meta(redis.call('HGET', KEYS[3], id))
-      if leased(due[i + 1]) then
-        a = a + 1 -- the claimer of the expired lease never finished it
-        setmeta(id, a, 0, p, r)
+  while left > 0 and holds > 0 do
+    local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
+    if #due == 0 then break end
+    for i = 1, #due, 2 do
+      local id = due[i]
+      local blob = redis.call('HGET', KEYS[1], id)
+      local band = false
+      if anyblocked and blob then
+        local info = blobinfo(blob)
+        if blocked[info.sink] then band = blocked[info.sink] + info.due end
       end
-      redis.call('ZADD', key, score, id)
-      out[#out + 1] = id
-      out[#out + 1] = a + 1
-      out[#out + 1] = blob
-      left = left - 1
-    else
-      -- a due entry without a message (cannot happen through these scripts)
-      redis.call('ZREM', key, id)
-      redis.call('HDEL', KEYS[3], id)
+      if not blob then
+        -- a due entry without a message (cannot happen through these scripts)
+        redis.call('ZREM', key, id)
+        redis.call('HDEL', KEYS[3], id)
+      elseif band then
+        redis.call('ZADD', key, band, id)
+        holds = holds - 1
+      else
+        local a, _, _, r = meta(redis.call('HGET', KEYS[3], id))
+        if leased(due[i + 1]) then
+          a = a + 1 -- the claimer of the expired lease never finished it
+          setmeta(id, a, 0, p, r)
+        end
+        local slotted = 0
+        if tonumber(due[i + 1]) % 1 == 0.25 then slotted = 1 end
+        redis.call('ZADD', key, score, id)
+        out[#out + 1] = id
+        out[#out + 1] = a + 1
+        out[#out + 1] = slotted
+        out[#out + 1] = blob
+        left = left - 1
+      end
     end
   end
 end
-for p = 0, top do
-  local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
-  if first[2] then
-    local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
-    if out[2] == -1 or s < out[2] then out[2] = s end
+if holds <= 0 then
+  out[2] = now
+else
+  for p = 0, top do
+    local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
+    if first[2] and not held(first[2]) then
+      local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
+      if out[2] == -1 or s < out[2] then out[2] = s end
+    end
   end
 end
 return out
@@ -73,6 +102,7 @@ return out
 type Claimed struct {
 	ID      string
 	Attempt int               // this publish attempt, from 1
+	Slotted bool              // it waited for a publish slot of its sink's max_rate (Defer)
 	Message *envelope.Message // nil when Err is set
 	Err     error             // the stored message could not be decoded
 }
@@ -95,65 +125,115 @@ type Lease struct {
 func (l *Lease) Expiry() time.Time { return time.UnixMilli(l.ExpiryMs) }
 
 // Claim takes up to max due messages of a shard and holds them for lease.
-func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration) (*Lease, error) {
-	res, err := s.run(ctx, "claim", claimScript, shard, max, lease.Milliseconds()).Slice()
+// Due messages of the blocked sinks (name -> hold band index, see
+// Bands) are held instead of claimed.
+func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*Lease, error) {
+	args := make([]any, 0, 2+2*len(blocked))
+	args = append(args, max, lease.Milliseconds())
+	for sink, band := range blocked {
+		args = append(args, sink, band)
+	}
+	res, err := s.run(ctx, "claim", claimScript, shard, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("store.claim shard %d: %w", shard, err)
 	}
-	if len(res) < 3 || (len(res)-3)%3 != 0 {
+	if len(res) < 3 || (len(res)-3)%4 != 0 {
 		return nil, fmt.Errorf("store.claim shard %d: unexpected reply of %d items", shard, len(res))
 	}
 	c := &Lease{Shard: shard, Now: time.UnixMilli(toInt64(res[0])), ExpiryMs: toInt64(res[2])}
 	if next := toInt64(res[1]); next >= 0 {
 		c.Next = time.UnixMilli(next)
 	}
-	c.Messages = make([]Claimed, 0, (len(res)-3)/3)
-	for i := 3; i < len(res); i += 3 {
+	c.Messages = make([]Claimed, 0, (len(res)-3)/4)
+	for i := 3; i < len(res); i += 4 {
 		id, _ := toString(res[i])
-		blob, _ := toString(res[i+2])
+		blob, _ := toString(res[i+3])
 		m, err := s.decode(id, blob)
-		c.Messages = append(c.Messages, Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Message: m, Err: err})
+		c.Messages = append(c.Messages, Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Slotted: toInt64(res[i+2]) == 1, Message: m, Err: err})
 	}
 	return c, nil
 }
 
-// ackScript removes delivered messages.
+// ackScript removes delivered messages: forgets them, or parks their next
+// occurrence (recurring), or the replacement that waited for them.
 //
-//	KEYS[1] -> pool, KEYS[3] -> meta, the due sets (of one shard)
+//	KEYS[1..15] -> the shard's keys; KEYS[15+j] -> the dedupe key
+//	           (Keys.Done) of the j-th message
 //	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
-//	ARGV[2..] -> message IDs
-//	returns -> how many were removed; a message no longer held under the
-//	           lease (it expired and another claim took the message, or it
-//	           was cancelled) is left alone
+//	ARGV[2] -> dedupe window in ms (0: off)
+//	ARGV[3..] -> per message 5 values: ID, broker publish time (Unix ms, 0
+//	           unknown), then for a recurring message the next occurrence:
+//	           due time (Unix ms), priority, encoded message; "" "" "" when
+//	           the series ends or the message does not recur
+//	returns -> how many were removed or moved on; a message no longer held
+//	           under the lease (it expired and another claim took the
+//	           message, or it was cancelled) is left alone
 var ackScript = newFiringScript(`
 local expiry = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
 local top = maxprio()
-local n = 0
-for i = 2, #ARGV do
+local n, j = 0, 0
+for i = 3, #ARGV, 5 do
+  j = j + 1
   local id = ARGV[i]
   local ok, p = claimedby(id, expiry, top)
   if ok then
-    redis.call('HDEL', KEYS[1], id)
+    local blob = redis.call('HGET', KEYS[1], id)
     redis.call('ZREM', zkey(p), id)
-    redis.call('HDEL', KEYS[3], id)
+    if window > 0 then
+      redis.call('SET', KEYS[15 + j], ARGV[i + 1], 'PX', window)
+    end
+    local waiting = redis.call('HGET', KEYS[15], id)
+    if waiting then
+      forget(id, blob)
+      promote(id, waiting)
+    elseif ARGV[i + 2] ~= '' then
+      local old, nxt = blobinfo(blob), ARGV[i + 4]
+      groupdel(old.group, id)
+      redis.call('HDEL', KEYS[3], id)
+      redis.call('HSET', KEYS[1], id, nxt)
+      redis.call('ZADD', zkey(tonumber(ARGV[i + 3])), ARGV[i + 2], id)
+      groupadd(blobinfo(nxt).group, id)
+    else
+      forget(id, blob)
+    end
     n = n + 1
   end
 end
 return n
 `)
 
-// Ack removes messages the sink confirmed. It returns how many were still
-// held under the lease and removed.
-func (s *Store) Ack(ctx context.Context, l *Lease, ids []string) (int, error) {
-	if len(ids) == 0 {
+// Done is a message a sink confirmed, for Ack.
+type Done struct {
+	ID          string
+	PublishedAt time.Time // its broker publish time, remembered for the dedupe window (zero: unknown)
+	// Next is the next occurrence of a recurring message, parked in the
+	// same step; nil when the message does not recur or its series ended.
+	Next *envelope.Message
+}
+
+// Ack removes messages the sink confirmed (and parks the next occurrence of
+// the recurring ones). It returns how many were still held under the lease.
+func (s *Store) Ack(ctx context.Context, l *Lease, ds []Done) (int, error) {
+	if len(ds) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, len(ids)+1)
-	args = append(args, l.ExpiryMs)
-	for _, id := range ids {
-		args = append(args, id)
+	args := make([]any, 0, 5*len(ds)+2)
+	keys := make([]string, 0, len(ds))
+	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
+	for _, d := range ds {
+		var pub int64
+		if !d.PublishedAt.IsZero() {
+			pub = d.PublishedAt.UnixMilli()
+		}
+		if d.Next != nil {
+			args = append(args, d.ID, pub, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
+		} else {
+			args = append(args, d.ID, pub, "", "", "")
+		}
+		keys = append(keys, s.keys.Done(l.Shard, d.ID))
 	}
-	n, err := s.run(ctx, "ack", ackScript, l.Shard, args...).Int()
+	n, err := s.runKeys(ctx, "ack", ackScript, l.Shard, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store.ack shard %d: %w", l.Shard, err)
 	}
@@ -165,7 +245,9 @@ func (s *Store) Ack(ctx context.Context, l *Lease, ids []string) (int, error) {
 //	KEYS[3] -> meta, the due sets (of one shard)
 //	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2..] -> triples: message ID, next attempt time (Unix ms), last error
-//	returns -> how many were rescheduled (those still held under the lease)
+//	returns -> how many were rescheduled (those still held under the
+//	           lease); a replacement that waited for the message takes its
+//	           place instead
 var retryScript = newFiringScript(`
 local expiry = tonumber(ARGV[1])
 local top = maxprio()
@@ -174,8 +256,16 @@ for i = 2, #ARGV, 3 do
   local id = ARGV[i]
   local ok, p, a = claimedattempts(id, expiry, top)
   if ok then
-    redis.call('ZADD', zkey(p), ARGV[i + 1], id)
-    setmeta(id, a + 1, 0, p, ARGV[i + 2])
+    local waiting = redis.call('HGET', KEYS[15], id)
+    if waiting then
+      -- a replacement waited for this version: it takes its place
+      redis.call('ZREM', zkey(p), id)
+      forget(id, redis.call('HGET', KEYS[1], id))
+      promote(id, waiting)
+    else
+      redis.call('ZADD', zkey(p), ARGV[i + 1], id)
+      setmeta(id, a + 1, 0, p, ARGV[i + 2])
+    end
     n = n + 1
   end
 end
@@ -212,7 +302,9 @@ func (s *Store) Retry(ctx context.Context, l *Lease, rs []RetryAt) (int, error) 
 //	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2] -> dead messages kept per shard (the oldest beyond are deleted)
 //	ARGV[3..] -> pairs: message ID, reason
-//	returns -> how many were moved (those still held under the lease)
+//	returns -> how many were moved (those still held under the lease); a
+//	           replacement that waited for the message takes its place
+//	           instead
 var deadScript = newFiringScript(`
 local expiry = tonumber(ARGV[1])
 local now = servertime()
@@ -223,8 +315,15 @@ for i = 3, #ARGV, 2 do
   local ok, p, a = claimedattempts(id, expiry, top)
   if ok then
     redis.call('ZREM', zkey(p), id)
-    redis.call('ZADD', KEYS[4], now, id)
-    setmeta(id, a + 1, now, p, ARGV[i + 1])
+    local waiting = redis.call('HGET', KEYS[15], id)
+    if waiting then
+      -- a replacement waited for this version: it takes its place
+      forget(id, redis.call('HGET', KEYS[1], id))
+      promote(id, waiting)
+    else
+      redis.call('ZADD', KEYS[4], now, id)
+      setmeta(id, a + 1, now, p, ARGV[i + 1])
+    end
     n = n + 1
   end
 end

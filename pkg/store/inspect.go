@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -26,6 +29,7 @@ type Info struct {
 	Err         error             // the stored message could not be decoded
 	Attempts    int               // publish attempts so far
 	NextAt      time.Time         // scheduled: next attempt; inflight: lease expiry
+	Held        bool              // scheduled, and held because its sink is down or paused
 	DeadAt      time.Time         // dead: when it died
 	Reason      string            // dead: why; scheduled after a failure: the last error
 	Shard       int
@@ -75,6 +79,10 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 		score, _ := strconv.ParseFloat(dueScore, 64)
 		info.NextAt = time.UnixMilli(int64(score))
 		info.State = StateScheduled
+		if held, due := Held(score); held {
+			info.Held, info.NextAt = true, due
+			break
+		}
 		if score != math.Trunc(score) && score > float64(now) { // a lease (.5) not yet expired
 			info.State = StateInflight
 			info.Attempts++ // the one under way
@@ -92,11 +100,12 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 //	returns -> 1 if it was known, 0 if not
 var cancelScript = newFiringScript(`
 local id = ARGV[1]
-local n = redis.call('HDEL', KEYS[1], id)
+local blob = redis.call('HGET', KEYS[1], id)
+if not blob then return 0 end
 unschedule(id)
 redis.call('ZREM', KEYS[4], id)
-redis.call('HDEL', KEYS[3], id)
-return n
+forget(id, blob)
+return 1
 `)
 
 // Cancel deletes a parked or dead message. It returns ErrNotFound for an
@@ -153,8 +162,7 @@ func (s *Store) RetryDead(ctx context.Context, id string) error {
 var deleteDeadScript = newFiringScript(`
 local id = ARGV[1]
 if redis.call('ZREM', KEYS[4], id) == 0 then return 0 end
-redis.call('HDEL', KEYS[1], id)
-redis.call('HDEL', KEYS[3], id)
+forget(id, redis.call('HGET', KEYS[1], id))
 return 1
 `)
 
@@ -232,10 +240,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*Info, error) {
 //	returns -> how many were deleted
 var purgeDeadScript = newFiringScript(`
 local ids = redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[1]) - 1)
-for _, id in ipairs(ids) do
-  redis.call('HDEL', KEYS[1], id)
-  redis.call('HDEL', KEYS[3], id)
-end
+for _, id in ipairs(ids) do forget(id, redis.call('HGET', KEYS[1], id)) end
 if #ids > 0 then redis.call('ZREM', KEYS[4], unpack(ids)) end
 return #ids
 `)
@@ -280,9 +285,22 @@ type DueIn struct {
 	Later   int64 `json:"later"`   // score > now+24h
 }
 
-// dueInBounds are the upper bounds of the DueIn buckets after Overdue, as
-// offsets from now; the last bucket (Later) has none.
-var dueInBounds = []time.Duration{time.Minute, time.Hour, 24 * time.Hour}
+// Forecast counts parked messages by the window they come due within, from
+// the Redis server's time: each count includes the messages already due,
+// and the shorter windows' (what fires within 5 minutes includes what fires
+// within 1). Later is what comes due after 24 hours. Held messages (their
+// sink down or paused) count by their due times.
+type Forecast struct {
+	Minute      int64 `json:"1m"`
+	FiveMinutes int64 `json:"5m"`
+	Hour        int64 `json:"1h"`
+	Day         int64 `json:"24h"`
+	Later       int64 `json:"later"`
+}
+
+// bucketBounds are the upper bounds of the due-time buckets after the
+// overdue one, as offsets from now; the last bucket has none.
+var bucketBounds = []time.Duration{time.Minute, 5 * time.Minute, time.Hour, 24 * time.Hour}
 
 // Stats counts every shard.
 type Stats struct {
@@ -290,39 +308,57 @@ type Stats struct {
 	Parked int64
 	Due    int64
 	Dead   int64
+	Held   int64 // parked and held for a sink that is down or paused
 	Shards []ShardStats
-	// OldestDue is the lowest due score over all shards that is <= now, zero
-	// when nothing is due.
+	// OldestDue is the lowest due time over all shards that is <= now, zero
+	// when nothing is due (held messages included).
 	OldestDue time.Time
 	// DueIn is the parked messages of all shards by due-time bucket; its
 	// Overdue equals Due.
 	DueIn DueIn
+	// Forecast is the same by window.
+	Forecast Forecast
 }
 
 // statsScript counts one shard.
 //
-//	KEYS[4] -> dead, the due sets (of one shard)
+//	KEYS[1..15] -> the shard's keys
 //	ARGV[1] -> now (Unix ms, Redis time, the same for every shard)
-//	ARGV[2..4] -> upper bounds of the minute, hour and day buckets
-//	returns -> {parked, due, dead, oldest due score or -1, minute, hour, day, later}
+//	ARGV[2..5] -> upper bounds of the buckets after overdue (1m, 5m, 1h, 24h)
+//	ARGV[6] -> how many hold bands are in use
+//	returns -> {parked, due, dead, oldest due or -1, held, then the six
+//	           buckets: overdue, 1m, 5m, 1h, 24h, later}
 var statsScript = newScript(`
 local now = tonumber(ARGV[1])
-local out = {0, 0, redis.call('ZCARD', KEYS[4]), -1, 0, 0, 0, 0}
+local out = {0, 0, redis.call('ZCARD', KEYS[4]), -1, 0, 0, 0, 0, 0, 0, 0}
+local bands = tonumber(ARGV[6])
 for p = 0, maxprio() do
   local key = zkey(p)
   local n = redis.call('ZCARD', key)
   if n > 0 then
     out[1] = out[1] + n
-    out[2] = out[2] + redis.call('ZCOUNT', key, '-inf', now)
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    local score = tonumber(first[2])
-    if score <= now and (out[4] == -1 or score < out[4]) then out[4] = score end
-    local lo = now
-    for b = 2, 4 do
-      out[3 + b] = out[3 + b] + redis.call('ZCOUNT', key, '(' .. lo, ARGV[b])
-      lo = ARGV[b]
+    for b = 0, bands do
+      local base = 0
+      if b > 0 then base = HOLDBAND * b end
+      local top = base + HOLDBAND
+      if b > 0 then out[5] = out[5] + redis.call('ZCOUNT', key, base, '(' .. top) end
+      local due = redis.call('ZCOUNT', key, base, base + now)
+      if b == 0 then due = due + redis.call('ZCOUNT', key, '-inf', '(0') end
+      out[2] = out[2] + due
+      out[6] = out[6] + due
+      if due > 0 then
+        local first = redis.call('ZRANGEBYSCORE', key, base, base + now, 'WITHSCORES', 'LIMIT', 0, 1)
+        local score = tonumber(first[2]) - base
+        if out[4] == -1 or score < out[4] then out[4] = score end
+      end
+      local lo = base + now
+      for i = 2, 5 do
+        local hi = base + tonumber(ARGV[i])
+        out[5 + i] = out[5 + i] + redis.call('ZCOUNT', key, '(' .. lo, hi)
+        lo = hi
+      end
+      out[11] = out[11] + redis.call('ZCOUNT', key, '(' .. lo, '(' .. top)
     end
-    out[8] = out[8] + redis.call('ZCOUNT', key, '(' .. lo, '+inf')
   end
 end
 return out
@@ -336,11 +372,16 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store.stats: %w", err)
 	}
+	bands, err := s.rdb.HGet(ctx, s.keys.Sinks(), "bands").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store.stats: %w", err)
+	}
 	nowMs := now.UnixMilli()
 	args := []any{nowMs}
-	for _, b := range dueInBounds {
+	for _, b := range bucketBounds {
 		args = append(args, nowMs+b.Milliseconds())
 	}
+	args = append(args, bands)
 	calls := make([]shardCall, s.shards)
 	for i := range calls {
 		calls[i] = shardCall{shard: i, args: args}
@@ -351,7 +392,7 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store.stats shard %d: %w", i, err)
 		}
-		if len(res) != 8 {
+		if len(res) != 11 {
 			return nil, fmt.Errorf("store.stats shard %d: unexpected reply of %d items", i, len(res))
 		}
 		ss := ShardStats{Shard: i, Parked: res[0], Due: res[1], Dead: res[2]}
@@ -364,12 +405,19 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		st.Parked += ss.Parked
 		st.Due += ss.Due
 		st.Dead += ss.Dead
+		st.Held += res[4]
 		st.Shards[i] = ss
-		st.DueIn.Overdue += ss.Due
-		st.DueIn.Minute += res[4]
-		st.DueIn.Hour += res[5]
-		st.DueIn.Day += res[6]
-		st.DueIn.Later += res[7]
+		b := res[5:]
+		st.DueIn.Overdue += b[0]
+		st.DueIn.Minute += b[1]
+		st.DueIn.Hour += b[2] + b[3]
+		st.DueIn.Day += b[4]
+		st.DueIn.Later += b[5]
+		st.Forecast.Minute += b[0] + b[1]
+		st.Forecast.FiveMinutes += b[0] + b[1] + b[2]
+		st.Forecast.Hour += b[0] + b[1] + b[2] + b[3]
+		st.Forecast.Day += b[0] + b[1] + b[2] + b[3] + b[4]
+		st.Forecast.Later += b[5]
 	}
 	return st, nil
 }

@@ -19,12 +19,27 @@ import (
 //	<prefix>:{N}:dead   zset   message ID -> time it died, Unix ms
 //	<prefix>:{N}:due:pK zset   like due, for messages of x-delay-priority K
 //	                           (1..9); priority 0, the default, uses due
+//	<prefix>:{N}:groups zset   "<group>\x00<message ID>" -> 0: the messages of
+//	                           each group (x-delay-group), found by range
+//	<prefix>:{N}:next   hash   message ID -> encoded replacement, parked when
+//	                           the version in flight is done (x-delay-replace)
+//	<prefix>:{N}:done:<ID>     string with a TTL: the broker publish time
+//	                           (Unix ms) of a delivered message, for
+//	                           scheduler.dedupe_window
 //
-// and one key for the whole deployment:
+// and for the whole deployment:
 //
 //	<prefix>:config     hash   shards -> the shard count, fixed on first start
+//	<prefix>:sinks      hash   "index:<sink>" -> the sink's hold band (below);
+//	                           "paused:<sink>" -> 1 while the sink is paused
+//	<prefix>:rate:<sink> string the next free publish slot of a sink with
+//	                           max_rate (Unix µs), shared by every instance
 //
-// A parked message is in pool and in due; a dead one is in pool and in dead.
+// A parked message is in pool and in one due set; a dead one is in pool and
+// in dead. A due message of a sink that is down or paused is held: its score
+// moves up into the sink's band, HoldBand*(1+index) + due time, far beyond
+// any due time, so nothing claims it, and back when the sink can take it
+// again; within the band the order of due times is kept.
 type Keys struct {
 	prefix string
 }
@@ -60,18 +75,38 @@ func (k Keys) DueAt(shard, priority int) string {
 	return k.shardKey(shard, "due:p"+strconv.Itoa(priority))
 }
 
+// Groups is the index of a shard's messages by group.
+func (k Keys) Groups(shard int) string { return k.shardKey(shard, "groups") }
+
+// Next is the hash of a shard's replacements waiting for the version in
+// flight.
+func (k Keys) Next(shard int) string { return k.shardKey(shard, "next") }
+
+// Done is the key that remembers a delivered message for the dedupe window.
+func (k Keys) Done(shard int, id string) string { return k.shardKey(shard, "done:"+id) }
+
 // Config is the deployment-wide settings hash.
 func (k Keys) Config() string { return k.prefix + ":config" }
 
+// Sinks is the deployment-wide hash of sink hold bands and pause flags.
+func (k Keys) Sinks() string { return k.prefix + ":sinks" }
+
+// Rate is the shared publish-slot clock of a sink with max_rate.
+func (k Keys) Rate(sink string) string { return k.prefix + ":rate:" + sink }
+
+// shardKeyCount is how many keys shard returns: every script gets them.
+const shardKeyCount = 15
+
 // shard returns the keys of one shard in the order the scripts expect:
-// KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, and KEYS[4+K] the
-// due set of priority K (1..9).
+// KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, KEYS[4+K] the due
+// set of priority K (1..9), KEYS[14] groups, KEYS[15] next. A script that
+// needs more (dedupe keys) gets them after these, from KEYS[16].
 func (k Keys) shard(shard int) []string {
 	keys := []string{k.Pool(shard), k.Due(shard), k.Meta(shard), k.Dead(shard)}
 	for p := 1; p <= MaxPriority; p++ {
 		keys = append(keys, k.DueAt(shard, p))
 	}
-	return keys
+	return append(keys, k.Groups(shard), k.Next(shard))
 }
 
 // ShardOf returns the shard of a message ID: FNV-1a (32 bit) of the ID's

@@ -8,52 +8,160 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
-// parkScript parks messages that are not known yet.
+// parkScript parks messages that are not known yet, and replaces those
+// asked to when they are newer.
 //
-//	KEYS[1] -> pool hash, KEYS[2] and KEYS[5..13] -> due sets (of one shard)
-//	ARGV    -> quadruples: message ID, due time (Unix ms), priority (0-9),
-//	           encoded message
-//	returns -> one integer per message: 1 parked, 0 the ID is already known
-//	           (parked, in flight or dead) and nothing was changed
+//	KEYS[1..15] -> the shard's keys (Keys.shard); KEYS[15+j] -> the
+//	           dedupe key (Keys.Done) of the j-th message
+//	ARGV    -> per message 8 values: ID, due time (Unix ms), priority
+//	           (0-9), encoded message, broker publish time (Unix ms, 0
+//	           unknown: for the dedupe window), version time (the publish
+//	           time, else the ingest time: for replace, which compares it
+//	           with the one in the parked message's blob), replace (1 or
+//	           0), group ("" none)
+//	returns -> one integer per message, a ParkResult: 1 parked; 0 the ID
+//	           is known (parked, in flight or dead) and nothing changed;
+//	           2 replaced the parked or dead one; 3 delivered within the
+//	           dedupe window with the same or a later publish time; 4
+//	           waits behind the version in flight; 5 not newer than the
+//	           one parked, which stays
 var parkScript = newScript(`
 local out = {}
-for i = 1, #ARGV, 4 do
-  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 3]) == 1 then
-    redis.call('ZADD', zkey(tonumber(ARGV[i + 2])), ARGV[i + 1], ARGV[i])
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+local j = 0
+for i = 1, #ARGV, 8 do
+  j = j + 1
+  local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local pub, version, group = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), ARGV[i + 7]
+  local done = redis.call('GET', KEYS[15 + j])
+  local r = 0
+  if done and tonumber(done) >= pub then
+    r = 3
+  elseif redis.call('HSETNX', KEYS[1], id, blob) == 1 then
+    redis.call('ZADD', zkey(prio), due, id)
+    groupadd(group, id)
+    r = 1
+  elseif ARGV[i + 6] == '1' then
+    local old = blobinfo(redis.call('HGET', KEYS[1], id))
+    local score, p = duescore(id)
+    if version <= old.pub then
+      r = 5
+    elseif score and leased(score) then
+      redis.call('HSET', KEYS[15], id, blob)
+      r = 4
+    else
+      local band = 0
+      if score then
+        redis.call('ZREM', zkey(p), id)
+        if held(score) then band = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND end
+      else
+        redis.call('ZREM', KEYS[4], id) -- dead: parked again as the replacement
+      end
+      groupdel(old.group, id)
+      redis.call('HDEL', KEYS[3], id)
+      redis.call('HSET', KEYS[1], id, blob)
+      redis.call('ZADD', zkey(prio), band + tonumber(due), id)
+      groupadd(group, id)
+      r = 2
+    end
   end
+  out[#out + 1] = r
 end
 return out
 `)
 
+// ParkResult is what Park did with one message.
+type ParkResult int
+
+// Park results.
+const (
+	Known        ParkResult = 0 // the ID is already parked, in flight or dead: nothing changed (idempotent ingest)
+	Parked       ParkResult = 1
+	Replaced     ParkResult = 2 // Message.Replace and newer: it replaced the parked (or dead) message
+	Duplicate    ParkResult = 3 // delivered within the dedupe window, with the same or a later publish time
+	Queued       ParkResult = 4 // Message.Replace and newer than the version in flight: parked when that one is done
+	NotNewer     ParkResult = 5 // Message.Replace but not newer than the parked one, which stays
+	maxParkValue            = NotNewer
+)
+
+// Accepted reports whether the message is now in Redis as sent (parked,
+// replacing or queued behind the version in flight).
+func (r ParkResult) Accepted() bool { return r == Parked || r == Replaced || r == Queued }
+
+func (r ParkResult) String() string {
+	switch r {
+	case Known:
+		return "known"
+	case Parked:
+		return "parked"
+	case Replaced:
+		return "replaced"
+	case Duplicate:
+		return "duplicate"
+	case Queued:
+		return "queued"
+	case NotNewer:
+		return "not_newer"
+	}
+	return "unknown"
+}
+
 // Park parks msgs, batching them into one script call per shard, all in one
-// pipeline. parked[i] is false when msgs[i]'s ID was already known (the
-// contract's idempotent ingest). On error nothing can be assumed about
-// which messages were parked; parking them again is safe.
-func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) (parked []bool, err error) {
+// pipeline. A message whose ID is already known changes nothing (the
+// contract's idempotent ingest), unless it has Replace and was published
+// later than the known one. A message delivered within the dedupe window is
+// not parked again. On error nothing can be assumed about which messages
+// were parked; parking them again is safe.
+func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
 	calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m)}
+		broker := publishedMs(m)
+		replace := 0
+		if m.Replace {
+			replace = 1
+			if m.PublishedAt.IsZero() && !m.IngestedAt.IsZero() {
+				// The version a later replacement compares with: without a
+				// broker publish time, the ingest time.
+				v := *m
+				v.PublishedAt = m.IngestedAt
+				m = &v
+			}
+		}
+		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), broker, publishedMs(m), replace, m.Group}
 	})
+	for c := range calls {
+		for _, i := range index[c] {
+			calls[c].keys = append(calls[c].keys, s.keys.Done(calls[c].shard, msgs[i].ID))
+		}
+	}
 	cmds := s.runEach(ctx, "park", parkScript, calls)
-	parked = make([]bool, len(msgs))
+	res := make([]ParkResult, len(msgs))
 	for c, cmd := range cmds {
-		res, err := cmd.Int64Slice()
+		vals, err := cmd.Int64Slice()
 		if err != nil {
 			return nil, fmt.Errorf("store.park shard %d: %w", calls[c].shard, err)
 		}
-		if len(res) != len(index[c]) {
-			return nil, fmt.Errorf("store.park shard %d: %d results for %d messages", calls[c].shard, len(res), len(index[c]))
+		if len(vals) != len(index[c]) {
+			return nil, fmt.Errorf("store.park shard %d: %d results for %d messages", calls[c].shard, len(vals), len(index[c]))
 		}
-		for j, v := range res {
-			parked[index[c][j]] = v == 1
+		for j, v := range vals {
+			if v < 0 || v > int64(maxParkValue) {
+				return nil, fmt.Errorf("store.park shard %d: unexpected result %d", calls[c].shard, v)
+			}
+			res[index[c][j]] = ParkResult(v)
 		}
 	}
-	return parked, nil
+	return res, nil
+}
+
+// publishedMs is m's broker publish time in Unix ms, 0 when unknown: what
+// the dedupe window remembers and compares.
+func publishedMs(m *envelope.Message) int64 {
+	if m.PublishedAt.IsZero() {
+		return 0
+	}
+	return m.PublishedAt.UnixMilli()
 }
 
 // groupByShard builds one call per shard from msgs; index[c][j] is the
@@ -94,6 +202,7 @@ for i = 2, #ARGV, 4 do
   if redis.call('HSETNX', KEYS[1], id, ARGV[i + 1]) == 1 then
     redis.call('ZADD', KEYS[4], now, id)
     setmeta(id, 0, now, ARGV[i + 3], ARGV[i + 2])
+    groupadd(blobinfo(ARGV[i + 1]).group, id)
     out[#out + 1] = 1
   elseif redis.call('ZSCORE', KEYS[4], id) and select(4, meta(redis.call('HGET', KEYS[3], id))) == ARGV[i + 2] then
     out[#out + 1] = 2

@@ -292,7 +292,7 @@ func TestSealedWithUnknownKey(t *testing.T) {
 	if err != nil || info.Message != nil || !errors.Is(info.Err, envelope.ErrSealed) {
 		t.Fatalf("Inspect = %+v, %v", info, err)
 	}
-	c, err := s2.Claim(ctx, s2.ShardOf("lost"), 10, time.Minute)
+	c, err := s2.Claim(ctx, s2.ShardOf("lost"), 10, time.Minute, nil)
 	if err != nil || len(c.Messages) != 1 {
 		t.Fatalf("Claim = %+v, %v", c, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,8 @@ type Store struct {
 	keys      Keys
 	shardKeys [][]string // the KEYS of every shard's scripts, built once
 	shards    int
-	maxDead   int  // dead messages kept per shard
+	maxDead   int // dead messages kept per shard
+	dedupe    time.Duration
 	noFlags   bool // the Redis cannot read script flags (before 7.0, miniredis)
 	observe   func(op string, d time.Duration, err error)
 	codec     envelope.Codec
@@ -54,6 +56,11 @@ type Store struct {
 type Options struct {
 	Prefix string // key prefix, e.g. "delaybridge"
 	Shards int    // number of shards, e.g. 16
+
+	// DedupeWindow is how long a delivered message's ID is remembered, so
+	// that a re-read of it is not parked again (scheduler.dedupe_window);
+	// 0 remembers nothing.
+	DedupeWindow time.Duration
 
 	// MaxDead is the number of dead messages kept, spread over the shards
 	// (ceil(MaxDead/Shards) each); beyond it the oldest of a shard are
@@ -91,7 +98,7 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	if o.MaxDead > 0 {
 		perShard = (o.MaxDead + o.Shards - 1) / o.Shards
 	}
-	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, observe: o.Observe,
+	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, dedupe: o.DedupeWindow, observe: o.Observe,
 		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags}
 	s.shardKeys = make([][]string, o.Shards)
 	for i := range s.shardKeys {
@@ -177,14 +184,79 @@ local function servertime()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- blob parsing: the routing part of envelope's stored encoding (versions 1
+-- and 2, see pkg/envelope/codec.go), read here to learn a message's due
+-- time, publish time, priority, sink and group without a round trip.
+local function uvar(s, i)
+  local v, m = 0, 1
+  while true do
+    local b = string.byte(s, i)
+    i = i + 1
+    if b < 128 then return v + b * m, i end
+    v = v + (b - 128) * m
+    m = m * 128
+  end
+end
+local function svar(s, i)
+  local u
+  u, i = uvar(s, i)
+  if u % 2 == 0 then return u / 2, i end
+  return -(u + 1) / 2, i
+end
+local function bstr(s, i)
+  local n
+  n, i = uvar(s, i)
+  return string.sub(s, i, i + n - 1), i + n
+end
+local function parseblob(s)
+  local ver, ext, i = string.byte(s, 1), 0, 3
+  if ver == 2 then ext, i = string.byte(s, 3), 4 elseif ver ~= 1 then error('unknown version') end
+  local due, pub, _
+  due, i = svar(s, i)
+  _, i = svar(s, i)
+  pub = 0
+  if ext % 2 == 1 then pub, i = svar(s, i); pub = due + pub end
+  local prio = string.byte(s, i)
+  local sink, group
+  sink, i = bstr(s, i + 1)
+  _, i = bstr(s, i)
+  _, i = bstr(s, i)
+  group = ''
+  if math.floor(ext / 2) % 2 == 1 then group = bstr(s, i) end
+  return {due = due, pub = pub, prio = prio, sink = sink, group = group}
+end
+-- blobinfo is parseblob that never fails: an unreadable blob has no sink
+-- and no group (it is never held, and in no group).
+local function blobinfo(s)
+  if s then
+    local ok, info = pcall(parseblob, s)
+    if ok then return info end
+  end
+  return {due = 0, pub = 0, prio = 0, sink = '', group = ''}
+end
+local function groupadd(group, id)
+  if group ~= '' then redis.call('ZADD', KEYS[14], 0, group .. '\0' .. id) end
+end
+local function groupdel(group, id)
+  if group ~= '' then redis.call('ZREM', KEYS[14], group .. '\0' .. id) end
+end
+-- HOLDBAND is the width of a sink's hold band (Keys): a held message's
+-- score is HOLDBAND * (1 + the sink's index) + its due time.
+local HOLDBAND = 4398046511104
+local function held(score) return tonumber(score) >= HOLDBAND end
+-- forget deletes everything of a message but its dead entry, which the
+-- callers handle.
+local function forget(id, blob)
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[15], id)
+  groupdel(blobinfo(blob).group, id)
+end
 local function trimdead(max)
   local n = redis.call('ZCARD', KEYS[4])
   if n <= max then return end
   local old = redis.call('ZRANGE', KEYS[4], 0, n - max - 1)
-  for _, id in ipairs(old) do
-    redis.call('HDEL', KEYS[1], id)
-    redis.call('HDEL', KEYS[3], id)
-  end
+  for _, id in ipairs(old) do forget(id, redis.call('HGET', KEYS[1], id)) end
   redis.call('ZREMRANGEBYRANK', KEYS[4], 0, n - max - 1)
 end
 -- unschedule removes an ID from whichever due set holds it.
@@ -201,15 +273,23 @@ local function duescore(id, top)
   return false, 0
 end
 -- leased reports whether a due-set score is a lease expiry: leases end in
--- .5, due times are whole milliseconds.
+-- .5, due times are whole milliseconds (rate slots end in .25).
 local function leased(score)
-  return tonumber(score) % 1 ~= 0
+  return tonumber(score) % 1 == 0.5
 end
 -- claimedby reports whether an ID is still in flight under the lease that
 -- ends at expiry (ms), and its priority.
 local function claimedby(id, expiry, top)
   local s, p = duescore(id, top)
   return s ~= false and tonumber(s) == expiry + 0.5, p
+end
+-- promote parks blob, the replacement that waited in next for the version
+-- in flight, which the caller forgot.
+local function promote(id, blob)
+  local info = blobinfo(blob)
+  redis.call('HSET', KEYS[1], id, blob)
+  redis.call('ZADD', zkey(info.prio), info.due, id)
+  groupadd(info.group, id)
 end
 -- claimedattempts is claimedby plus the attempts recorded before this claim.
 local function claimedattempts(id, expiry, top)
@@ -249,8 +329,13 @@ func (s *Store) pick(sc script) *redis.Script {
 // shard: KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, KEYS[5..13]
 // the due sets of priorities 1..9.
 func (s *Store) run(ctx context.Context, op string, scr script, shard int, args ...any) *redis.Cmd {
+	return s.runKeys(ctx, op, scr, shard, nil, args...)
+}
+
+// runKeys is run with more keys after the shard's (from KEYS[16]).
+func (s *Store) runKeys(ctx context.Context, op string, scr script, shard int, extra []string, args ...any) *redis.Cmd {
 	start := time.Now()
-	cmd := s.pick(scr).Run(ctx, s.rdb, s.shardKeys[shard], args...)
+	cmd := s.pick(scr).Run(ctx, s.rdb, s.keysOf(shard, extra), args...)
 	if s.observe != nil {
 		s.observe(op, time.Since(start), ignoreNil(cmd.Err()))
 	}
@@ -259,7 +344,16 @@ func (s *Store) run(ctx context.Context, op string, scr script, shard int, args 
 
 type shardCall struct {
 	shard int
+	keys  []string // more keys after the shard's, from KEYS[16]
 	args  []any
+}
+
+// keysOf returns the KEYS of a script call on shard.
+func (s *Store) keysOf(shard int, extra []string) []string {
+	if len(extra) == 0 {
+		return s.shardKeys[shard]
+	}
+	return append(slices.Clip(s.shardKeys[shard]), extra...)
 }
 
 // runEach runs one script per call in a single pipeline (one round trip on
@@ -270,16 +364,16 @@ func (s *Store) runEach(ctx context.Context, op string, scr script, calls []shar
 	sc := s.pick(scr)
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 {
-		cmds[0] = sc.Run(ctx, s.rdb, s.shardKeys[calls[0].shard], calls[0].args...)
+		cmds[0] = sc.Run(ctx, s.rdb, s.keysOf(calls[0].shard, calls[0].keys), calls[0].args...)
 	} else {
 		pipe := s.rdb.Pipeline()
 		for i, c := range calls {
-			cmds[i] = sc.EvalSha(ctx, pipe, s.shardKeys[c.shard], c.args...)
+			cmds[i] = sc.EvalSha(ctx, pipe, s.keysOf(c.shard, c.keys), c.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		for i, c := range calls {
 			if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				cmds[i] = sc.Run(ctx, s.rdb, s.shardKeys[c.shard], c.args...)
+				cmds[i] = sc.Run(ctx, s.rdb, s.keysOf(c.shard, c.keys), c.args...)
 			}
 		}
 	}

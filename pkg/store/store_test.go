@@ -30,7 +30,7 @@ func claimAll(t *testing.T, s *store.Store, lease time.Duration) map[string]stor
 	t.Helper()
 	got := map[string]store.Claimed{}
 	for sh := 0; sh < s.Shards(); sh++ {
-		c, err := s.Claim(context.Background(), sh, 1000, lease)
+		c, err := s.Claim(context.Background(), sh, 1000, lease, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,16 +55,16 @@ func TestParkIsIdempotentAndClaimTakesOnlyDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range parked {
-		if !p {
-			t.Fatalf("message %d not parked", i)
+		if p != store.Parked {
+			t.Fatalf("message %d: %v, want parked", i, p)
 		}
 	}
 	// Parking the same IDs again changes nothing, even with another body.
 	again := msg("past", now.Add(time.Hour))
 	again.Body = []byte("other")
 	parked, err = s.Park(ctx, []*envelope.Message{again})
-	if err != nil || parked[0] {
-		t.Fatalf("second park = %v, %v; want false, nil", parked, err)
+	if err != nil || parked[0] != store.Known {
+		t.Fatalf("second park = %v, %v; want known, nil", parked, err)
 	}
 
 	got := claimAll(t, s, time.Minute)
@@ -98,7 +98,7 @@ func TestClaimReportsNextDueAndServerTime(t *testing.T) {
 	if _, err := s.Park(context.Background(), []*envelope.Message{msg("a", now.Add(time.Hour)), msg("b", now.Add(2*time.Hour))}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Claim(context.Background(), 0, 10, time.Minute)
+	c, err := s.Claim(context.Background(), 0, 10, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestClaimReportsNextDueAndServerTime(t *testing.T) {
 		t.Fatalf("server time %v is far from local %v", c.Now, now)
 	}
 	empty := newStore(t, 1)
-	c, err = empty.Claim(context.Background(), 0, 10, time.Minute)
+	c, err = empty.Claim(context.Background(), 0, 10, time.Minute, nil)
 	if err != nil || !c.Next.IsZero() {
 		t.Fatalf("empty shard: next = %v, err %v", c.Next, err)
 	}
@@ -129,7 +129,7 @@ func TestClaimBatchLimit(t *testing.T) {
 	if _, err := s.Park(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Claim(ctx, 0, 10, time.Minute)
+	c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,15 +153,15 @@ func TestAckRetryDeadHonourTheToken(t *testing.T) {
 	if _, err := s.Park(ctx, []*envelope.Message{msg("ok", now), msg("again", now), msg("bad", now)}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Claim(ctx, 0, 10, time.Minute)
+	c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
 	if err != nil || len(c.Messages) != 3 {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
 	// A stale token changes nothing.
-	if n, err := s.Ack(ctx, &store.Lease{Shard: 0, ExpiryMs: c.ExpiryMs - 1}, []string{"ok"}); err != nil || n != 0 {
+	if n, err := s.Ack(ctx, &store.Lease{Shard: 0, ExpiryMs: c.ExpiryMs - 1}, acks("ok")); err != nil || n != 0 {
 		t.Fatalf("stale ack = %d, %v", n, err)
 	}
-	if n, err := s.Ack(ctx, c, []string{"ok"}); err != nil || n != 1 {
+	if n, err := s.Ack(ctx, c, acks("ok")); err != nil || n != 1 {
 		t.Fatalf("ack = %d, %v", n, err)
 	}
 	if _, err := s.Inspect(ctx, "ok"); !errors.Is(err, store.ErrNotFound) {
@@ -194,23 +194,23 @@ func TestExpiredLeaseIsClaimedAgain(t *testing.T) {
 	if _, err := s.Park(ctx, []*envelope.Message{msg("a", time.Now().Add(-time.Second))}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := s.Claim(ctx, 0, 10, 20*time.Millisecond)
+	first, err := s.Claim(ctx, 0, 10, 20*time.Millisecond, nil)
 	if err != nil || len(first.Messages) != 1 {
 		t.Fatalf("first claim: %v %v", first, err)
 	}
 	var second *store.Lease
 	testenv.Eventually(t, 5*time.Second, func() bool {
-		second, err = s.Claim(ctx, 0, 10, time.Minute)
+		second, err = s.Claim(ctx, 0, 10, time.Minute, nil)
 		return err == nil && len(second.Messages) == 1
 	}, "message not claimed again after its lease expired")
 	if second.Messages[0].Attempt != 2 {
 		t.Fatalf("attempt = %d, want 2", second.Messages[0].Attempt)
 	}
 	// The first claimer lost the message: its ack does nothing.
-	if n, _ := s.Ack(ctx, first, []string{"a"}); n != 0 {
+	if n, _ := s.Ack(ctx, first, acks("a")); n != 0 {
 		t.Fatalf("stale claimer acked %d", n)
 	}
-	if n, _ := s.Ack(ctx, second, []string{"a"}); n != 1 {
+	if n, _ := s.Ack(ctx, second, acks("a")); n != 1 {
 		t.Fatalf("owner acked %d", n)
 	}
 }
@@ -399,8 +399,8 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range parked {
-		if !p {
-			t.Fatalf("message %d not parked after SCRIPT FLUSH", i)
+		if p != store.Parked {
+			t.Fatalf("message %d not parked after SCRIPT FLUSH: %v", i, p)
 		}
 	}
 }
@@ -451,7 +451,7 @@ func TestPriorityOrdersTheBacklog(t *testing.T) {
 	if err != nil || st.Parked != 30 || st.Due != 30 {
 		t.Fatalf("stats %+v %v", st, err)
 	}
-	c, err := s.Claim(ctx, 0, 15, time.Minute)
+	c, err := s.Claim(ctx, 0, 15, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func TestPriorityOrdersTheBacklog(t *testing.T) {
 	if n, err := s.MarkDead(ctx, c, []store.Failure{{ID: "m05", Reason: "x"}}); err != nil || n != 1 {
 		t.Fatalf("dead %d %v", n, err)
 	}
-	if n, err := s.Ack(ctx, c, []string{"m08"}); err != nil || n != 1 {
+	if n, err := s.Ack(ctx, c, acks("m08")); err != nil || n != 1 {
 		t.Fatalf("ack %d %v", n, err)
 	}
 	if err := s.RetryDead(ctx, "m05"); err != nil {
@@ -516,7 +516,7 @@ func TestFiringWorksAtMaxmemory(t *testing.T) {
 	}
 	acked := 0
 	for sh := 0; sh < s.Shards(); sh++ {
-		c, err := s.Claim(ctx, sh, 100, time.Minute)
+		c, err := s.Claim(ctx, sh, 100, time.Minute, nil)
 		if err != nil {
 			t.Fatalf("claim at maxmemory: %v", err)
 		}
@@ -524,7 +524,7 @@ func TestFiringWorksAtMaxmemory(t *testing.T) {
 		for i, m := range c.Messages {
 			ids[i] = m.ID
 		}
-		n, err := s.Ack(ctx, c, ids)
+		n, err := s.Ack(ctx, c, acks(ids...))
 		if err != nil {
 			t.Fatalf("ack at maxmemory: %v", err)
 		}
@@ -564,4 +564,13 @@ func TestRejectIsIdempotent(t *testing.T) {
 	if err != nil || ids[0] == "bad" {
 		t.Fatalf("a different rejection under a taken ID: %v %v", ids, err)
 	}
+}
+
+// acks are the Done values of plain deliveries of ids.
+func acks(ids ...string) []store.Done {
+	ds := make([]store.Done, len(ids))
+	for i, id := range ids {
+		ds[i] = store.Done{ID: id}
+	}
+	return ds
 }

@@ -235,7 +235,9 @@ func (s *Sink) classify(topic string, err error) error {
 		case kafka.InvalidTopic, kafka.InvalidRecord:
 			return sinks.Permanent(fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, err))
 		case kafka.UnknownTopicOrPartition:
-			return fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried): %w", s.cfg.Name, topic, err)
+			return sinks.Rejected(fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried): %w", s.cfg.Name, topic, err))
+		case kafka.TopicAuthorizationFailed:
+			return sinks.Rejected(fmt.Errorf("kafka sink %s: not authorized to produce to topic %q: %w", s.cfg.Name, topic, err))
 		}
 	}
 	// A refused SASL exchange or client certificate reaches the writer as a

@@ -113,8 +113,17 @@ func (s *Sink) publishErr(err error) error {
 
 // classify names the common JetStream failure.
 func (s *Sink) classify(err error) error {
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
+		return sinks.Rejected(fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err))
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return sinks.Rejected(fmt.Errorf("nats sink %s: not authorized to publish to this subject: %w", s.cfg.Name, err))
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 {
+		// The stream refused this message (e.g. too large for it, or a
+		// header it does not allow): the message's fault.
+		return sinks.Rejected(fmt.Errorf("nats sink %s: %w", s.cfg.Name, err))
 	}
 	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
 }

@@ -140,7 +140,11 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 	p.mu.Lock()
 	p.err = reason
 	for tag, e := range p.pending {
-		p.resolve(e, fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason))
+		err := fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason)
+		if Code(reason) == amqp.AccessRefused {
+			err = sinks.Rejected(err) // not authorized for that destination
+		}
+		p.resolve(e, err)
 		delete(p.pending, tag)
 	}
 	close(p.dead)
@@ -195,8 +199,8 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 		} else {
 			p.returned[e.key] = ri
 		}
-		err = fmt.Errorf("rabbitmq sink %s: %w: exchange %q has no queue bound for routing key %q (returned %d %s)",
-			cfg.Name, ErrUnroutable, e.key.exchange, e.key.routingKey, ri.code, ri.text)
+		err = sinks.Rejected(fmt.Errorf("rabbitmq sink %s: %w: exchange %q has no queue bound for routing key %q (returned %d %s)",
+			cfg.Name, ErrUnroutable, e.key.exchange, e.key.routingKey, ri.code, ri.text))
 	} else if !c.Ack {
 		err = fmt.Errorf("rabbitmq sink %s: the broker nacked the publish (internal error in the queue)", cfg.Name)
 	}

@@ -1,0 +1,209 @@
+package envelope
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// x-delay-every: occurrence n is due at start + (n-1) * every, however late
+// each one fired: no drift over 1,000 occurrences.
+func TestEveryDoesNotDrift(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	r := &Recurrence{Every: time.Second, Anchor: start, N: 1, Missed: MissedAll}
+	due := start
+	for n := 2; n <= 1000; n++ {
+		fired := due.Add(time.Duration(n%7) * 3 * time.Millisecond) // each one fired a little late
+		next, got, ok := r.Next(due, fired)
+		if !ok || got != n || !next.Equal(start.Add(time.Duration(n-1)*time.Second)) {
+			t.Fatalf("occurrence %d: %v #%d %v, want %v", n, next, got, ok, start.Add(time.Duration(n-1)*time.Second))
+		}
+		r.N, due = got, next
+	}
+}
+
+// After downtime: once fires one occurrence and goes on with the first one
+// in the future; all fires each missed one; skip publishes none of them.
+func TestMissedPolicies(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	now := start.Add(10*time.Minute + 30*time.Second) // down for 10 minutes
+	for _, c := range []struct {
+		missed   Missed
+		wantNext time.Time
+		wantN    int
+		skip     bool
+	}{
+		{MissedOnce, start.Add(11 * time.Minute), 12, false},
+		{MissedAll, start.Add(time.Minute), 2, false},
+		{MissedSkip, start.Add(11 * time.Minute), 12, true},
+	} {
+		r := &Recurrence{Every: time.Minute, Anchor: start, N: 1, Missed: c.missed}
+		if got := r.Skip(start, now); got != c.skip {
+			t.Errorf("%d: Skip = %v, want %v", c.missed, got, c.skip)
+		}
+		next, n, ok := r.Next(start, now)
+		if !ok || !next.Equal(c.wantNext) || n != c.wantN {
+			t.Errorf("%d: next %v #%d %v, want %v #%d", c.missed, next, n, ok, c.wantNext, c.wantN)
+		}
+	}
+	// A late occurrence within one interval is only late, not missed.
+	r := &Recurrence{Every: time.Minute, Anchor: start, N: 1, Missed: MissedSkip}
+	if r.Skip(start, start.Add(30*time.Second)) {
+		t.Error("an occurrence 30 s late is skipped")
+	}
+}
+
+// Until and Count end a series.
+func TestSeriesEnds(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	r := &Recurrence{Every: time.Hour, Anchor: start, N: 2, Count: 3}
+	if _, n, ok := r.Next(start.Add(time.Hour), start.Add(time.Hour)); !ok || n != 3 {
+		t.Fatalf("third of three: %d %v", n, ok)
+	}
+	r.N = 3
+	if _, _, ok := r.Next(start.Add(2*time.Hour), start.Add(2*time.Hour)); ok {
+		t.Fatal("a fourth occurrence of three")
+	}
+	r = &Recurrence{Every: time.Hour, Anchor: start, N: 1, Until: start.Add(90 * time.Minute)}
+	if _, _, ok := r.Next(start, start); !ok {
+		t.Fatal("the second occurrence (before until) ends the series")
+	}
+	r.N = 2
+	if _, _, ok := r.Next(start.Add(time.Hour), start.Add(time.Hour)); ok {
+		t.Fatal("an occurrence after until")
+	}
+}
+
+// Daylight saving in Europe/Berlin (2026: 29 March 02:00 -> 03:00, 25
+// October 03:00 -> 02:00): a daily 02:30 fires once at 03:00 on the day the
+// hour is skipped, and once (the first 02:30) on the day it is repeated.
+func TestCronDaylightSaving(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Recurrence{Cron: "30 2 * * *", TimeZone: "Europe/Berlin", N: 1, Missed: MissedAll}
+	walk := func(from time.Time, days int) []time.Time {
+		var out []time.Time
+		due := from
+		for range days {
+			next, n, ok := r.Next(due, due)
+			if !ok {
+				t.Fatal("series ended")
+			}
+			r.N, due = n, next
+			out = append(out, next)
+		}
+		return out
+	}
+	spring := walk(time.Date(2026, 3, 27, 2, 30, 0, 0, berlin), 3)
+	want := []time.Time{
+		time.Date(2026, 3, 28, 2, 30, 0, 0, berlin),
+		time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), // 03:00 CEST, when the clock jumped over 02:30
+		time.Date(2026, 3, 30, 2, 30, 0, 0, berlin),
+	}
+	for i := range want {
+		if !spring[i].Equal(want[i]) {
+			t.Errorf("spring #%d: %v, want %v", i, spring[i].In(berlin), want[i].In(berlin))
+		}
+	}
+	autumn := walk(time.Date(2026, 10, 24, 2, 30, 0, 0, berlin), 2)
+	wantAutumn := []time.Time{
+		time.Date(2026, 10, 25, 0, 30, 0, 0, time.UTC), // the first 02:30, CEST
+		time.Date(2026, 10, 26, 2, 30, 0, 0, berlin),
+	}
+	for i := range wantAutumn {
+		if !autumn[i].Equal(wantAutumn[i]) {
+			t.Errorf("autumn #%d: %v, want %v", i, autumn[i].In(berlin), wantAutumn[i].In(berlin))
+		}
+	}
+}
+
+// The recurring headers, good and bad.
+func TestParseRecurring(t *testing.T) {
+	pub := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	parseAt := func(h Headers) Decision {
+		return Parse(&Incoming{Headers: h, PublishedAt: pub}, testRoute(), testLimits, pub, nil)
+	}
+	// every without a delay: the first occurrence one interval after publishing.
+	d := parseAt(hdrs(HeaderEvery, "5m"))
+	m := mustPark(t, d)
+	if m.Recur == nil || m.Recur.Every != 5*time.Minute || !m.DueAt.Equal(pub.Add(5*time.Minute)) || m.Recur.N != 1 {
+		t.Fatalf("every: %+v due %v", m.Recur, m.DueAt)
+	}
+	// with x-delay: the first occurrence then.
+	m = mustPark(t, parseAt(hdrs(HeaderEvery, "1h", HeaderDelay, "10s")))
+	if !m.DueAt.Equal(pub.Add(10*time.Second)) || !m.Recur.Anchor.Equal(m.DueAt) {
+		t.Fatalf("every with x-delay: due %v anchor %v", m.DueAt, m.Recur.Anchor)
+	}
+	// cron: the first time after publishing, in its zone.
+	m = mustPark(t, parseAt(hdrs(HeaderCron, "0 9 * * *", HeaderTimeZone, "America/New_York", HeaderCount, "3")))
+	ny, _ := time.LoadLocation("America/New_York")
+	if want := time.Date(2026, 12, 1, 9, 0, 0, 0, ny); !m.DueAt.Equal(want) || m.Recur.Count != 3 {
+		t.Fatalf("cron: due %v, want %v (count %d)", m.DueAt, want, m.Recur.Count)
+	}
+	if _, ok := m.Headers.Get(HeaderCron); ok {
+		t.Fatal("x-delay-cron is forwarded")
+	}
+	for _, c := range []struct {
+		h    Headers
+		want string
+	}{
+		{hdrs(HeaderEvery, "0s"), "shorter than 1s"},
+		{hdrs(HeaderEvery, "500ms"), "shorter than 1s"},
+		{hdrs(HeaderEvery, "soon"), "not a duration"},
+		{hdrs(HeaderCron, "0 0 30 2 *"), "never fires"},
+		{hdrs(HeaderCron, "61 * * * *"), "not a 5- or 6-field cron"},
+		{hdrs(HeaderCron, "TZ=UTC 0 * * * *"), "time zone prefix"},
+		{hdrs(HeaderCron, "CRON_TZ=UTC"), "time zone prefix"},
+		{hdrs(HeaderCron, "@every 1m"), "x-delay-every"},
+		{hdrs(HeaderCron, "@hourly", HeaderTimeZone, "Mars/Olympus"), "not an IANA time zone"},
+		{hdrs(HeaderEvery, "1m", HeaderCron, "@hourly"), "both"},
+		{hdrs(HeaderEvery, "1m", HeaderCount, "0"), "at least 1"},
+		{hdrs(HeaderEvery, "1m", HeaderCount, "-2"), "at least 1"},
+		{hdrs(HeaderEvery, "1m", HeaderUntil, "tomorrow"), "not RFC 3339"},
+		{hdrs(HeaderEvery, "1h", HeaderUntil, "2026-12-01T10:30:00Z"), "before the first occurrence"},
+		{hdrs(HeaderCount, "3"), "without x-delay-every or x-delay-cron"},
+		{hdrs(HeaderEvery, "1m", HeaderTimeZone, "UTC"), "applies to x-delay-cron only"},
+	} {
+		d := parseAt(c.h)
+		if d.Action != Reject || !strings.Contains(d.Reason, c.want) || d.Code != CodeInvalidSchedule {
+			t.Errorf("%v: %v %q (%s), want a rejection saying %q", c.h, d.Action, d.Reason, d.Code, c.want)
+		}
+	}
+}
+
+// Groups and group cancels.
+func TestParseGroups(t *testing.T) {
+	m := mustPark(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1s", HeaderGroup, "order-42")}))
+	if m.Group != "order-42" {
+		t.Fatalf("group %q", m.Group)
+	}
+	if _, ok := m.Headers.Get(HeaderGroup); ok {
+		t.Fatal("x-delay-group is forwarded")
+	}
+	d := parse(t, &Incoming{Headers: hdrs(HeaderCancelGroup, "order-42")})
+	if d.Action != CancelGroup || d.Group != "order-42" {
+		t.Fatalf("cancel group: %v %q", d.Action, d.Group)
+	}
+	for _, h := range []Headers{hdrs(HeaderDelay, "1s", HeaderGroup, ""), hdrs(HeaderCancelGroup, "a\x01b")} {
+		if d := parse(t, &Incoming{Headers: h}); d.Action != Reject || d.Code != CodeInvalidGroup {
+			t.Errorf("%v: %v %q, want a rejection", h, d.Action, d.Reason)
+		}
+	}
+}
+
+// Due times never fall before the instant named: sub-millisecond digits
+// round up, from x-deliver-at and from a JetStream publish time.
+func TestNeverEarly(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	d := Parse(&Incoming{Headers: hdrs(HeaderDeliverAt, "2026-12-01T10:00:05.0000001Z")}, testRoute(), testLimits, now, nil)
+	if m := mustPark(t, d); !m.DueAt.Equal(time.Date(2026, 12, 1, 10, 0, 5, 1e6, time.UTC)) {
+		t.Fatalf("x-deliver-at: %v", m.DueAt)
+	}
+	pub := now.Add(123456 * time.Nanosecond)
+	d = Parse(&Incoming{Headers: hdrs(HeaderDelay, "5ms"), PublishedAt: pub}, testRoute(), testLimits, now, nil)
+	if m := mustPark(t, d); m.DueAt.Before(pub.Add(5*time.Millisecond)) || m.DueAt.Sub(pub.Add(5*time.Millisecond)) >= time.Millisecond {
+		t.Fatalf("x-delay from a publish time with nanoseconds: %v", m.DueAt)
+	}
+}

@@ -1,0 +1,222 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// gate decides which sinks may be fired to: a sink that is down (its
+// connection not ready, or a publish just failed for a reason that was not
+// the message's) or paused (for every instance, in Redis) is blocked, and
+// the claims hold its due messages in its hold band instead of taking them.
+// When a sink can take messages again, the gate releases its held messages
+// back to their due times, earliest first, and wakes the shards.
+//
+// The gate refreshes from Redis (pause flags, hold bands) and from the sinks
+// (Ready) every refresh interval; a publish that fails as unavailable blocks
+// its sink at once, for a back-off that grows while the sink keeps failing.
+type gate struct {
+	store   Store
+	sinks   map[string]sinks.Sink
+	shards  int
+	batch   int
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	wake    func() // wakes every shard, after a release
+
+	mu    sync.Mutex
+	state map[string]*sinkGate
+}
+
+// sinkGate is the gate's view of one sink.
+type sinkGate struct {
+	band      int
+	paused    bool
+	notReady  error     // the sink's Ready, when it says it is not
+	downUntil time.Time // after an unavailable publish: blocked until then (local clock)
+	backoff   lifecycle.Backoff
+	blocked   bool // as of the last refresh
+}
+
+func newGate(st Store, sk map[string]sinks.Sink, shards, batch int, log *slog.Logger, m *metrics.Metrics, wake func()) *gate {
+	g := &gate{store: st, sinks: sk, shards: shards, batch: batch, log: log, metrics: m, wake: wake, state: map[string]*sinkGate{}}
+	for name := range sk {
+		g.state[name] = &sinkGate{backoff: lifecycle.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}}
+	}
+	return g
+}
+
+// names returns the configured sink names, sorted.
+func (g *gate) names() []string {
+	names := make([]string, 0, len(g.sinks))
+	for n := range g.sinks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// refresh reads the pause flags and hold bands from Redis and the sinks'
+// readiness, then releases the held messages of every sink that can take
+// them.
+func (g *gate) refresh(ctx context.Context, now time.Time) error {
+	states, err := g.store.SinkStates(ctx, g.names())
+	if err != nil {
+		return err
+	}
+	var release []string
+	g.mu.Lock()
+	for name, sg := range g.state {
+		rs := states[name]
+		sg.band, sg.paused = rs.Band, rs.Paused
+		sg.notReady = nil
+		if r, ok := g.sinks[name].(sinks.Ready); ok {
+			sg.notReady = r.Ready()
+		}
+		was := sg.blocked
+		sg.blocked = sg.paused || sg.notReady != nil || now.Before(sg.downUntil)
+		if !sg.blocked {
+			release = append(release, name)
+		}
+		if was != sg.blocked {
+			g.log.Info("sink "+map[bool]string{true: "blocked: its due messages are held", false: "open again: releasing its held messages"}[sg.blocked],
+				"sink", name, "paused", sg.paused, "not_ready", errString(sg.notReady), "down_until", sg.downUntil)
+		}
+		paused := 0.0
+		if sg.paused {
+			paused = 1
+		}
+		g.metrics.SinkPaused.WithLabelValues(name).Set(paused)
+	}
+	g.mu.Unlock()
+	released := 0
+	for _, name := range release {
+		n, err := g.releaseAll(ctx, name)
+		released += n
+		if err != nil {
+			return err
+		}
+	}
+	if released > 0 {
+		g.wake()
+	}
+	return nil
+}
+
+// releaseAll moves every held message of a sink back to its due time.
+func (g *gate) releaseAll(ctx context.Context, name string) (int, error) {
+	band := g.band(name)
+	total := 0
+	for shard := 0; shard < g.shards; shard++ {
+		for {
+			n, err := g.store.Release(ctx, shard, band, g.batch)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n < g.batch {
+				break
+			}
+		}
+	}
+	if total > 0 {
+		g.log.Info("released held messages", "sink", name, "messages", total)
+	}
+	return total, nil
+}
+
+func (g *gate) band(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state[name].band
+}
+
+// blocked returns the sinks whose due messages the claims hold, with their
+// hold bands, as of now.
+func (g *gate) blocked(now time.Time) map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out map[string]int
+	for name, sg := range g.state {
+		if sg.paused || sg.notReady != nil || now.Before(sg.downUntil) {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[name] = sg.band
+		}
+	}
+	return out
+}
+
+// unavailable blocks a sink whose publish just failed for a reason that
+// was not the message's, for a back-off that grows while it keeps failing.
+func (g *gate) unavailable(name string, now time.Time, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	sg := g.state[name]
+	if sg == nil {
+		return
+	}
+	if now.Before(sg.downUntil) {
+		return // blocked already
+	}
+	wait := sg.backoff.Next()
+	sg.downUntil = now.Add(wait)
+	g.log.Warn("sink unavailable: its due messages wait for it, their attempts not counted", "sink", name, "retry_in", wait, "err", err)
+}
+
+// delivered records a publish the sink confirmed: its back-off starts over.
+func (g *gate) delivered(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if sg := g.state[name]; sg != nil && sg.backoff.Failing() {
+		sg.backoff.Reset()
+	}
+}
+
+// SinkStatus is what the scheduler knows of a sink.
+type SinkStatus struct {
+	Name    string
+	Ready   error // nil when connected
+	Paused  bool
+	Blocked bool // held: paused, not ready, or failing
+}
+
+// Sinks returns the status of every configured sink, sorted by name.
+func (s *Scheduler) Sinks() []SinkStatus {
+	g := s.gate
+	now := s.p.Clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]SinkStatus, 0, len(g.state))
+	for name, sg := range g.state {
+		out = append(out, SinkStatus{Name: name, Ready: sg.notReady, Paused: sg.paused,
+			Blocked: sg.paused || sg.notReady != nil || now.Before(sg.downUntil)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Refresh makes the gate read the sinks' state now (after a pause or a
+// resume), instead of at its next tick.
+func (s *Scheduler) Refresh(ctx context.Context) error {
+	if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil {
+		return fmt.Errorf("scheduler: sink state: %w", err)
+	}
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A group's messages live in every shard (a message's shard follows its
+// ID), each shard indexing its own in its groups set, so that parking,
+// firing and cancelling a message updates its group in the same script.
+// Listing or cancelling a group runs one script per shard; a message parked
+// into the group on a shard while the group is being cancelled is parked
+// either before that shard's script (cancelled) or after (kept, delivered
+// in its time), never half-removed.
+
+// groupCancelBatch bounds the messages one cancel script removes.
+const groupCancelBatch = 1000
+
+// cancelGroupScript cancels up to ARGV[2] messages of a group in one shard.
+//
+//	KEYS[1..15] -> the shard's keys
+//	ARGV[1] -> the group
+//	ARGV[2] -> at most this many
+//	returns -> how many were cancelled
+var cancelGroupScript = newFiringScript(`
+local lo, hi = '[' .. ARGV[1] .. '\0', '(' .. ARGV[1] .. '\1'
+local members = redis.call('ZRANGEBYLEX', KEYS[14], lo, hi, 'LIMIT', 0, tonumber(ARGV[2]))
+local prefix = #ARGV[1] + 2
+for _, m in ipairs(members) do
+  local id = string.sub(m, prefix)
+  unschedule(id)
+  redis.call('ZREM', KEYS[4], id)
+  forget(id, redis.call('HGET', KEYS[1], id))
+  redis.call('ZREM', KEYS[14], m) -- an index entry without its message goes too
+end
+return #members
+`)
+
+// CancelGroup cancels every parked, in-flight and dead message of a group
+// and returns how many. As with Cancel, a message already in flight may
+// still be published once.
+func (s *Store) CancelGroup(ctx context.Context, group string) (int, error) {
+	if group == "" {
+		return 0, fmt.Errorf("store.cancel_group: empty group")
+	}
+	total := 0
+	pending := make([]int, s.shards)
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		calls := make([]shardCall, len(pending))
+		for i, sh := range pending {
+			calls[i] = shardCall{shard: sh, args: []any{group, groupCancelBatch}}
+		}
+		var again []int
+		for i, cmd := range s.runEach(ctx, "cancel_group", cancelGroupScript, calls) {
+			n, err := cmd.Int()
+			if err != nil {
+				return total, fmt.Errorf("store.cancel_group shard %d: %w", calls[i].shard, err)
+			}
+			total += n
+			if n == groupCancelBatch {
+				again = append(again, calls[i].shard)
+			}
+		}
+		pending = again
+	}
+	return total, nil
+}
+
+// GroupMembers returns the IDs of a group's messages, sorted, at most limit
+// (0: all).
+func (s *Store) GroupMembers(ctx context.Context, group string, limit int) ([]string, error) {
+	if group == "" {
+		return nil, fmt.Errorf("store.group_members: empty group")
+	}
+	lo, hi := "["+group+"\x00", "("+group+"\x01"
+	pipe := s.rdb.Pipeline()
+	cmds := make([]interface{ Val() []string }, s.shards)
+	for sh := 0; sh < s.shards; sh++ {
+		cmds[sh] = pipe.ZRangeByLex(ctx, s.keys.Groups(sh), redisRangeBy(lo, hi, limit))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("store.group_members: %w", err)
+	}
+	var ids []string
+	for _, c := range cmds {
+		for _, m := range c.Val() {
+			ids = append(ids, m[len(group)+1:])
+		}
+	}
+	sort.Strings(ids)
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
+	return ids, nil
+}
+
+func redisRangeBy(min, max string, limit int) *redis.ZRangeBy {
+	r := &redis.ZRangeBy{Min: min, Max: max}
+	if limit > 0 {
+		r.Count = int64(limit)
+	}
+	return r
+}

@@ -1,0 +1,385 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// park parks msgs and fails unless every result is want.
+func park(t *testing.T, s *store.Store, want store.ParkResult, msgs ...*envelope.Message) {
+	t.Helper()
+	res, err := s.Park(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r != want {
+			t.Fatalf("park %s: %v, want %v", msgs[i].ID, r, want)
+		}
+	}
+}
+
+func inspect(t *testing.T, s *store.Store, id string) *store.Info {
+	t.Helper()
+	info, err := s.Inspect(context.Background(), id)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", id, err)
+	}
+	return info
+}
+
+// A delivered message's re-read within the dedupe window is a duplicate
+// unless it was published later; without a window it parks again.
+func TestDedupeWindow(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 2, DedupeWindow: time.Minute})
+	pub := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	m := msg("once", time.Now().Add(-time.Millisecond))
+	m.PublishedAt = pub
+	park(t, s, store.Parked, m)
+	c, err := s.Claim(ctx, s.ShardOf("once"), 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if n, err := s.Ack(ctx, c, []store.Done{{ID: "once", PublishedAt: pub}}); err != nil || n != 1 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	// The re-read (same publish time) and an older one are duplicates.
+	park(t, s, store.Duplicate, m)
+	older := *m
+	older.PublishedAt = pub.Add(-time.Second)
+	park(t, s, store.Duplicate, &older)
+	// A newer message with that ID parks.
+	newer := *m
+	newer.PublishedAt = pub.Add(time.Second)
+	park(t, s, store.Parked, &newer)
+	ttl, err := r.Client().PTTL(ctx, s.Keys().Done(s.ShardOf("once"), "once")).Result()
+	if err != nil || ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("the remembered ID's TTL is %v (%v), want at most the window", ttl, err)
+	}
+
+	off := store.New(r.Client(), store.Options{Prefix: "off", Shards: 2})
+	park(t, off, store.Parked, msg("x", time.Now().Add(-time.Millisecond)))
+	c, _ = off.Claim(ctx, off.ShardOf("x"), 10, time.Minute, nil)
+	if _, err := off.Ack(ctx, c, acks("x")); err != nil {
+		t.Fatal(err)
+	}
+	park(t, off, store.Parked, msg("x", time.Now()))
+}
+
+// Replace: the newer publish time wins; an older redelivery never undoes a
+// newer replacement; a replacement of a message in flight waits for it.
+func TestReplace(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	t0 := time.Now().Truncate(time.Millisecond)
+	version := func(pub time.Duration, due time.Time, body string) *envelope.Message {
+		m := msg("r", due)
+		m.Body, m.Replace, m.PublishedAt = []byte(body), true, t0.Add(pub)
+		m.Group = "g-" + body
+		return m
+	}
+	park(t, s, store.Parked, version(0, t0.Add(time.Hour), "v1"))
+	park(t, s, store.Replaced, version(time.Second, t0.Add(2*time.Hour), "v2"))
+	park(t, s, store.NotNewer, version(500*time.Millisecond, t0.Add(time.Minute), "v1.5")) // a redelivered older one
+	info := inspect(t, s, "r")
+	if string(info.Message.Body) != "v2" || !info.Message.DueAt.Equal(t0.Add(2*time.Hour)) || !info.NextAt.Equal(t0.Add(2*time.Hour)) {
+		t.Fatalf("after replace: %s due %v next %v", info.Message.Body, info.Message.DueAt, info.NextAt)
+	}
+	if ids, _ := s.GroupMembers(ctx, "g-v1", 0); len(ids) != 0 {
+		t.Fatalf("the replaced message is still in its old group: %v", ids)
+	}
+	if ids, _ := s.GroupMembers(ctx, "g-v2", 0); len(ids) != 1 {
+		t.Fatalf("the replacement is not in its group: %v", ids)
+	}
+	// Without Replace, a known ID is left alone.
+	plain := msg("r", t0)
+	park(t, s, store.Known, plain)
+
+	// In flight: the replacement waits and is parked when the version in
+	// flight is acknowledged.
+	if _, err := s.Reschedule(ctx, "r", t0.Add(-time.Second), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, s.ShardOf("r"), 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	park(t, s, store.Queued, version(2*time.Second, t0.Add(3*time.Hour), "v3"))
+	if info := inspect(t, s, "r"); info.State != store.StateInflight || string(info.Message.Body) != "v2" {
+		t.Fatalf("in flight: %s %s", info.State, info.Message.Body)
+	}
+	if _, err := s.Ack(ctx, c, acks("r")); err != nil {
+		t.Fatal(err)
+	}
+	info = inspect(t, s, "r")
+	if info.State != store.StateScheduled || string(info.Message.Body) != "v3" || !info.NextAt.Equal(t0.Add(3*time.Hour)) {
+		t.Fatalf("after the ack: %s %s next %v", info.State, info.Message.Body, info.NextAt)
+	}
+}
+
+// A held message keeps its due order in its sink's band, is not claimed,
+// still counts as parked and due, and comes back by Release.
+func TestHoldAndRelease(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	states, err := s.SinkStates(ctx, []string{"down", "up"})
+	if err != nil || len(states) != 2 {
+		t.Fatalf("states %v %v", states, err)
+	}
+	band := states["down"].Band
+	now := time.Now().Truncate(time.Millisecond)
+	var msgs []*envelope.Message
+	for i := range 6 {
+		m := msg(fmt.Sprintf("d%d", i), now.Add(time.Duration(i-10)*time.Second))
+		if i%2 == 0 {
+			m.Sink = "down"
+		} else {
+			m.Sink = "up"
+		}
+		msgs = append(msgs, m)
+	}
+	park(t, s, store.Parked, msgs...)
+	c, err := s.Claim(ctx, 0, 100, time.Minute, map[string]int{"down": band})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Messages) != 3 {
+		t.Fatalf("claimed %d, want the 3 of sink up", len(c.Messages))
+	}
+	for _, m := range c.Messages {
+		if m.Message.Sink != "up" {
+			t.Fatalf("claimed a message of the blocked sink: %s", m.ID)
+		}
+	}
+	info := inspect(t, s, "d0")
+	if info.State != store.StateScheduled || !info.Held || !info.NextAt.Equal(msgs[0].DueAt) {
+		t.Fatalf("held message: %+v", info)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Held != 3 || st.Parked != 6 || st.Due != 3 {
+		// the 3 in flight have a lease a minute ahead: not due
+		t.Fatalf("stats: held %d parked %d due %d (%v)", st.Held, st.Parked, st.Due, err)
+	}
+	if !st.OldestDue.Equal(msgs[0].DueAt) {
+		t.Fatalf("oldest due %v, want the held d0's %v", st.OldestDue, msgs[0].DueAt)
+	}
+	// A claim with the sink still blocked takes nothing more.
+	if c2, _ := s.Claim(ctx, 0, 100, time.Minute, map[string]int{"down": band}); len(c2.Messages) != 0 {
+		t.Fatalf("claimed %d held messages", len(c2.Messages))
+	}
+	// An in-flight message whose sink went down is held without counting
+	// the attempt.
+	if n, err := s.Hold(ctx, c, []store.Unavailable{{ID: "d1", Band: states["up"].Band, DueAt: msgs[1].DueAt}}); err != nil || n != 1 {
+		t.Fatalf("hold: %d %v", n, err)
+	}
+	if info := inspect(t, s, "d1"); !info.Held || info.Attempts != 0 {
+		t.Fatalf("held in-flight message: %+v", info)
+	}
+	// Release brings them back, in due order.
+	if n, err := s.Release(ctx, 0, band, 2); err != nil || n != 2 {
+		t.Fatalf("release: %d %v", n, err)
+	}
+	if n, err := s.Release(ctx, 0, band, 10); err != nil || n != 1 {
+		t.Fatalf("release the rest: %d %v", n, err)
+	}
+	c3, err := s.Claim(ctx, 0, 100, time.Minute, nil)
+	if err != nil || len(c3.Messages) != 3 {
+		t.Fatalf("claim after release: %d %v", len(c3.Messages), err)
+	}
+	for i, want := range []string{"d0", "d2", "d4"} {
+		if c3.Messages[i].ID != want || c3.Messages[i].Attempt != 1 {
+			t.Fatalf("claim after release: #%d %s attempt %d, want %s attempt 1", i, c3.Messages[i].ID, c3.Messages[i].Attempt, want)
+		}
+	}
+}
+
+// Pause is kept in Redis for every instance.
+func TestPause(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	if err := s.SetPaused(ctx, "k", true); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.SinkStates(ctx, []string{"k", "j"})
+	if err != nil || !st["k"].Paused || st["j"].Paused || st["k"].Band == st["j"].Band {
+		t.Fatalf("states %+v %v", st, err)
+	}
+	_ = s.SetPaused(ctx, "k", false)
+	if st, _ := s.SinkStates(ctx, nil); st["k"].Paused {
+		t.Fatal("resumed sink still paused")
+	}
+}
+
+// Slots are shared: two stores on one Redis get consecutive ones.
+func TestSlots(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	a := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1})
+	b := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1})
+	now, sa, err := a.Slots(ctx, "k", 10, 100) // 10 ms apart
+	if err != nil || len(sa) != 10 {
+		t.Fatal(err)
+	}
+	_, sb, err := b.Slots(ctx, "k", 5, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa[0].After(now) {
+		t.Fatalf("the first slot %v is after now %v", sa[0], now)
+	}
+	for i := 1; i < len(sa); i++ {
+		if d := sa[i].Sub(sa[i-1]); d != 10*time.Millisecond {
+			t.Fatalf("slot %d is %v after the previous", i, d)
+		}
+	}
+	if sb[0].Before(sa[9].Add(10 * time.Millisecond)) {
+		t.Fatalf("the other instance's first slot %v overlaps %v", sb[0], sa[9])
+	}
+	// Deferred messages are claimed as slotted, at their slot.
+	s := newStore(t, 1)
+	park(t, s, store.Parked, msg("late", time.Now().Add(-time.Second)))
+	c, _ := s.Claim(ctx, 0, 10, time.Minute, nil)
+	slot := time.Now().Add(50 * time.Millisecond)
+	if n, err := s.Defer(ctx, c, []store.Slot{{ID: "late", At: slot}}); err != nil || n != 1 {
+		t.Fatalf("defer: %d %v", n, err)
+	}
+	var got store.Claimed
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+		if err != nil || len(c.Messages) == 0 {
+			return false
+		}
+		got = c.Messages[0]
+		return true
+	}, "the deferred message")
+	if !got.Slotted || got.Attempt != 1 {
+		t.Fatalf("claimed %+v, want slotted and its first attempt", got)
+	}
+}
+
+// Reschedule, with and without if_due_at; in flight is refused; fire now.
+func TestRescheduleAndFire(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 2)
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	park(t, s, store.Parked, msg("a", due))
+	later := due.Add(time.Hour)
+	if _, err := s.Reschedule(ctx, "a", later, due.Add(time.Second)); !errors.Is(err, store.ErrDueAtMismatch) {
+		t.Fatalf("reschedule with a wrong if_due_at: %v", err)
+	}
+	got, err := s.Reschedule(ctx, "a", later, due)
+	if err != nil || !got.Equal(later) {
+		t.Fatalf("reschedule: %v %v", got, err)
+	}
+	info := inspect(t, s, "a")
+	if !info.Message.DueAt.Equal(later) || !info.NextAt.Equal(later) {
+		t.Fatalf("after reschedule: due %v next %v", info.Message.DueAt, info.NextAt)
+	}
+	if _, err := s.Reschedule(ctx, "nope", later, time.Time{}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown: %v", err)
+	}
+	if err := s.Fire(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, s.ShardOf("a"), 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("fired message not due: %+v %v", c, err)
+	}
+	if _, err := s.Reschedule(ctx, "a", later, time.Time{}); !errors.Is(err, store.ErrInFlight) {
+		t.Fatalf("reschedule in flight: %v", err)
+	}
+}
+
+// Groups: listed across shards, cancelled at once, index kept in step with
+// acks and cancels.
+func TestGroups(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 8)
+	var msgs []*envelope.Message
+	for i := range 50 {
+		m := msg(fmt.Sprintf("g%02d", i), time.Now().Add(time.Hour))
+		m.Group = "order-42"
+		if i%5 == 0 {
+			m.Group = "order-7"
+		}
+		msgs = append(msgs, m)
+	}
+	park(t, s, store.Parked, msgs...)
+	ids, err := s.GroupMembers(ctx, "order-42", 0)
+	if err != nil || len(ids) != 40 {
+		t.Fatalf("members: %d %v", len(ids), err)
+	}
+	if err := s.Cancel(ctx, "g01"); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := s.GroupMembers(ctx, "order-42", 0); len(ids) != 39 {
+		t.Fatalf("after a cancel: %d members", len(ids))
+	}
+	n, err := s.CancelGroup(ctx, "order-42")
+	if err != nil || n != 39 {
+		t.Fatalf("cancel group: %d %v", n, err)
+	}
+	st, _ := s.Stats(ctx)
+	if st.Parked != 10 {
+		t.Fatalf("parked %d after cancelling the group, want the 10 of order-7", st.Parked)
+	}
+	if ids, _ := s.GroupMembers(ctx, "order-7", 0); len(ids) != 10 {
+		t.Fatalf("the other group: %d", len(ids))
+	}
+}
+
+// A recurring message's ack parks its next occurrence in the same step.
+func TestAckParksTheNextOccurrence(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	m := msg("every", time.Now().Add(-time.Millisecond))
+	m.Group = "g"
+	m.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: m.DueAt, N: 1}
+	park(t, s, store.Parked, m)
+	c, _ := s.Claim(ctx, 0, 10, time.Minute, nil)
+	next := *c.Messages[0].Message
+	nr := *next.Recur
+	nr.N = 2
+	next.Recur, next.DueAt = &nr, m.DueAt.Add(time.Minute)
+	if n, err := s.Ack(ctx, c, []store.Done{{ID: "every", Next: &next}}); err != nil || n != 1 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	info := inspect(t, s, "every")
+	if info.State != store.StateScheduled || info.Message.Recur.N != 2 || !info.NextAt.Equal(next.DueAt) {
+		t.Fatalf("next occurrence: %+v", info)
+	}
+	if ids, _ := s.GroupMembers(ctx, "g", 0); len(ids) != 1 {
+		t.Fatalf("group: %v", ids)
+	}
+}
+
+// Forecast counts by window, each window including the shorter ones.
+func TestForecast(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 2)
+	now := time.Now()
+	park(t, s, store.Parked,
+		msg("over", now.Add(-time.Second)),
+		msg("m", now.Add(30*time.Second)),
+		msg("f", now.Add(3*time.Minute)),
+		msg("h", now.Add(30*time.Minute)),
+		msg("d", now.Add(3*time.Hour)),
+		msg("l", now.Add(48*time.Hour)))
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.Forecast{Minute: 2, FiveMinutes: 3, Hour: 4, Day: 5, Later: 1}
+	if st.Forecast != want {
+		t.Fatalf("forecast %+v, want %+v", st.Forecast, want)
+	}
+}

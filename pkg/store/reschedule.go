@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrInFlight is returned for a change to a message that is being published.
+var ErrInFlight = errors.New("store: message is in flight")
+
+// ErrDueAtMismatch is returned by Reschedule when the message's due time is
+// not the one the caller expected (if_due_at).
+var ErrDueAtMismatch = errors.New("store: due time is not the expected one")
+
+// rescheduleScript gives a scheduled message a new due time, with its new
+// encoding (whose due time is the new one), unless it changed meanwhile.
+//
+//	KEYS[1..15] -> the shard's keys
+//	ARGV[1] -> message ID
+//	ARGV[2] -> the encoded message the new one was made from
+//	ARGV[3] -> the new encoded message
+//	ARGV[4] -> the new due time (Unix ms); "now" for the Redis server time
+//	returns -> {result, due}: result 1 done, 0 not found (or dead), -1 in
+//	           flight, -2 changed meanwhile (read it again); due: the due
+//	           time set (Unix ms)
+var rescheduleScript = newFiringScript(`
+local id = ARGV[1]
+local score, p = duescore(id)
+if not score then return {0, 0} end
+if leased(score) then return {-1, 0} end
+if redis.call('HGET', KEYS[1], id) ~= ARGV[2] then return {-2, 0} end
+local due = ARGV[4]
+if due == 'now' then due = servertime() else due = tonumber(due) end
+local s = due
+if held(score) then s = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND + due end
+redis.call('HSET', KEYS[1], id, ARGV[3])
+redis.call('ZADD', zkey(p), s, id)
+return {1, due}
+`)
+
+// Reschedule moves a scheduled message to due (now when due is zero: fire
+// it now), and returns the due time set. With ifDueAt non-zero it only does
+// so when the message's due time is ifDueAt (ErrDueAtMismatch otherwise). It
+// returns ErrNotFound for an unknown or dead message, ErrInFlight for one
+// being published. A message held for its sink stays held, at its new time.
+func (s *Store) Reschedule(ctx context.Context, id string, due, ifDueAt time.Time) (time.Time, error) {
+	shard := s.ShardOf(id)
+	for range 10 { // a message changed between the read and the write: read again
+		blob, err := s.rdb.HGet(ctx, s.keys.Pool(shard), id).Result()
+		if err != nil {
+			if errors.Is(err, redis.Nil) {
+				return time.Time{}, ErrNotFound
+			}
+			return time.Time{}, fmt.Errorf("store.reschedule shard %d: %w", shard, err)
+		}
+		m, err := s.decode(id, blob)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("store.reschedule %q: %w", id, err)
+		}
+		if !ifDueAt.IsZero() && !m.DueAt.Equal(ifDueAt.Truncate(time.Millisecond)) {
+			return m.DueAt, ErrDueAtMismatch
+		}
+		dueArg := any("now")
+		m.DueAt = due
+		if due.IsZero() {
+			if now, err := s.rdb.Time(ctx).Result(); err == nil {
+				m.DueAt = now.Truncate(time.Millisecond) // in the blob; the score is the server's time
+			}
+		} else {
+			dueArg = ms(due)
+		}
+		res, err := s.run(ctx, "reschedule", rescheduleScript, shard, id, blob, s.encode(m), dueArg).Int64Slice()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("store.reschedule shard %d: %w", shard, err)
+		}
+		if len(res) != 2 {
+			return time.Time{}, fmt.Errorf("store.reschedule shard %d: unexpected reply of %d items", shard, len(res))
+		}
+		switch res[0] {
+		case 1:
+			return time.UnixMilli(res[1]), nil
+		case 0:
+			return time.Time{}, ErrNotFound
+		case -1:
+			return time.Time{}, ErrInFlight
+		}
+	}
+	return time.Time{}, fmt.Errorf("store.reschedule %q: the message kept changing; try again", id)
+}
+
+// Fire makes a scheduled message due now.
+func (s *Store) Fire(ctx context.Context, id string) error {
+	_, err := s.Reschedule(ctx, id, time.Time{}, time.Time{})
+	return err
+}
