@@ -32,6 +32,12 @@ type Incoming struct {
 	// a redelivery after a crash maps to the same ID. "" when the broker has
 	// no stable position (core NATS, AMQP).
 	PositionID string
+
+	// HeaderError, when set, says why the broker's header block could not
+	// be decoded (Headers is then empty or partial). Parse rejects such a
+	// message with this reason before looking at any header, so that the
+	// dead message says what was wrong instead of "no x-delay header".
+	HeaderError string
 }
 
 // Route is what an ingest does with the messages it reads.
@@ -112,7 +118,7 @@ type Decision struct {
 
 // RejectCodes lists every Decision.Code.
 var RejectCodes = []string{
-	CodeInvalidID, CodePayloadTooLarge, CodeHeadersTooLarge, CodeDuplicateHeader,
+	CodeUndecodableHeaders, CodeInvalidID, CodePayloadTooLarge, CodeHeadersTooLarge, CodeDuplicateHeader,
 	CodeInvalidCancel, CodeBothDelays, CodeInvalidDelay, CodeInvalidDeliverAt,
 	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
 	CodeInvalidSchedule, CodeInvalidGroup,
@@ -120,21 +126,22 @@ var RejectCodes = []string{
 
 // Reject codes.
 const (
-	CodeInvalidID        = "invalid_id"
-	CodePayloadTooLarge  = "payload_too_large"
-	CodeHeadersTooLarge  = "headers_too_large"
-	CodeDuplicateHeader  = "duplicate_header"
-	CodeInvalidCancel    = "invalid_cancel"
-	CodeBothDelays       = "both_delay_headers"
-	CodeInvalidDelay     = "invalid_delay"
-	CodeInvalidDeliverAt = "invalid_deliver_at"
-	CodeNoDelay          = "no_delay"
-	CodeOverMaxDelay     = "over_max_delay"
-	CodeInvalidPriority  = "invalid_priority"
-	CodeInvalidRoute     = "invalid_route"
-	CodeCancelUnknown    = "cancel_unknown_id" // set by the ingest pipeline, not by Parse
-	CodeInvalidSchedule  = "invalid_schedule"
-	CodeInvalidGroup     = "invalid_group"
+	CodeUndecodableHeaders = "undecodable_headers"
+	CodeInvalidID          = "invalid_id"
+	CodePayloadTooLarge    = "payload_too_large"
+	CodeHeadersTooLarge    = "headers_too_large"
+	CodeDuplicateHeader    = "duplicate_header"
+	CodeInvalidCancel      = "invalid_cancel"
+	CodeBothDelays         = "both_delay_headers"
+	CodeInvalidDelay       = "invalid_delay"
+	CodeInvalidDeliverAt   = "invalid_deliver_at"
+	CodeNoDelay            = "no_delay"
+	CodeOverMaxDelay       = "over_max_delay"
+	CodeInvalidPriority    = "invalid_priority"
+	CodeInvalidRoute       = "invalid_route"
+	CodeCancelUnknown      = "cancel_unknown_id" // set by the ingest pipeline, not by Parse
+	CodeInvalidSchedule    = "invalid_schedule"
+	CodeInvalidGroup       = "invalid_group"
 )
 
 // NewID returns a generated message ID: a UUIDv7 (time-ordered, unique).
@@ -176,6 +183,9 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 			msg.Body = nil
 		}
 		return Decision{Action: Reject, Message: msg, Reason: fmt.Sprintf(format, args...), Code: code}
+	}
+	if in.HeaderError != "" {
+		return reject(CodeUndecodableHeaders, "the message's headers could not be decoded: %s", printable(in.HeaderError))
 	}
 	if idErr != "" {
 		return reject(CodeInvalidID, "%s", idErr)
@@ -276,9 +286,12 @@ func (p *parser) id(newID func() string) (id, reason string) {
 	return newID(), reason
 }
 
-// CheckID validates a message ID: non-empty, printable UTF-8 without control
-// characters, at most max bytes (0: no limit). It returns "" or the reason,
-// naming the ID as name.
+// CheckID validates a message ID: non-empty, valid UTF-8, at most max bytes
+// (0: no limit), and without a character that changes how the ID is shown
+// (IsDeceptive): so that one ID cannot be made to look like another in the
+// JSON, the dashboard or the CLI. It returns "" or the reason, naming the ID
+// as name. Every place that accepts an ID uses it: ingest headers, the
+// admin API (body and path) and the command line.
 func CheckID(name, v string, max int) string { return checkID(name, v, max) }
 
 func checkID(name, v string, max int) string {
@@ -294,11 +307,38 @@ func checkID(name, v string, max int) string {
 		return name + " is not valid UTF-8"
 	}
 	for _, c := range v {
-		if c < 0x20 || c == 0x7f {
-			return name + " contains a control character"
+		if IsDeceptive(c) {
+			return fmt.Sprintf("%s contains the control character %U (C0 and C1 controls, DEL and bidirectional overrides and isolates are refused in IDs)", name, c)
 		}
 	}
 	return ""
+}
+
+// IsDeceptive reports whether r is refused in a message ID because it is
+// invisible or changes the display of what follows: C0 controls, DEL, C1
+// controls (U+0080-U+009F), and the bidirectional embeddings, overrides
+// (U+202A-U+202E) and isolates (U+2066-U+2069).
+func IsDeceptive(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
+
+// DisplayID returns id for showing to a person: as it is when it has no
+// character IsDeceptive refuses (every ID accepted since they are refused),
+// else with each such character written as \uXXXX, so that an ID stored
+// by an older version cannot pass for another one on a terminal or a page.
+func DisplayID(id string) string {
+	if !strings.ContainsFunc(id, IsDeceptive) {
+		return id
+	}
+	var b strings.Builder
+	for _, r := range id {
+		if IsDeceptive(r) {
+			fmt.Fprintf(&b, "\\u%04x", r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // due computes the due time from x-delay, x-deliver-at or the route's

@@ -51,13 +51,14 @@ func genIDs() (func() string, *int) {
 }
 
 // validTestID is an independent statement of what a valid message ID is:
-// non-empty, valid UTF-8, no C0 control character or DEL, at most max bytes.
+// non-empty, valid UTF-8, no C0 or C1 control character, DEL, bidi
+// embedding, override or isolate, at most max bytes.
 func validTestID(id string, max int) bool {
 	if id == "" || !utf8.ValidString(id) || (max > 0 && len(id) > max) {
 		return false
 	}
 	for _, r := range id {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || strings.ContainsRune("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069", r) {
 			return false
 		}
 	}
@@ -585,6 +586,12 @@ func TestParseInvalidMessageID(t *testing.T) {
 		{"newline", Incoming{Headers: hdrs(HeaderMessageID, "id\nx")}, "control", "gen-1"},
 		{"DEL", Incoming{Headers: hdrs(HeaderMessageID, "id\x7f")}, "control", "gen-1"},
 		{"tab", Incoming{Headers: hdrs(HeaderMessageID, "\tid")}, "control", "gen-1"},
+		{"C1 control", Incoming{Headers: hdrs(HeaderMessageID, "id\u0085x")}, "U+0085", "gen-1"},
+		{"C1 CSI", Incoming{Headers: hdrs(HeaderMessageID, "id\u009b31m")}, "U+009B", "gen-1"},
+		{"right-to-left override", Incoming{Headers: hdrs(HeaderMessageID, "invoice-\u202egpj.exe")}, "U+202E", "gen-1"},
+		{"left-to-right embedding", Incoming{Headers: hdrs(HeaderMessageID, "\u202aorder-1")}, "U+202A", "gen-1"},
+		{"first-strong isolate", Incoming{Headers: hdrs(HeaderMessageID, "order-\u2068x\u2069")}, "U+2068", "gen-1"},
+		{"pop directional isolate", Incoming{Headers: hdrs(HeaderMessageID, "order\u2069")}, "U+2069", "gen-1"},
 		{"invalid with position fallback", Incoming{Headers: hdrs(HeaderMessageID, ""), PositionID: "orders/0/7"}, "empty", "orders/0/7"},
 		{"invalid AMQP message_id", Incoming{NativeID: "a\rb", PositionID: "orders/0/7"}, "message_id", "orders/0/7"},
 		{"invalid Nats-Msg-Id", Incoming{Headers: hdrs(HeaderNatsMsgID, strings.Repeat("n", 300))}, HeaderNatsMsgID, "gen-1"},
@@ -607,6 +614,47 @@ func TestParseInvalidMessageID(t *testing.T) {
 				t.Fatalf("dead headers %v, want %v", d.Message.Headers, c.in.Headers)
 			}
 		})
+	}
+}
+
+// IDs in scripts written right to left, and characters next to the refused
+// ranges, are IDs like any other.
+func TestParseIDsNearTheRefusedRanges(t *testing.T) {
+	for _, id := range []string{"\u05d4\u05d6\u05de\u05e0\u05d4-42", "\u0637\u0644\u0628-7", "a\u00a0b", "x\u2029y", "nbsp\u00a0", "\u2070", "~"} {
+		d := parse(t, &Incoming{Headers: hdrs(HeaderMessageID, id, HeaderDelay, "1000")})
+		if d.Action != Park || d.Message.ID != id {
+			t.Errorf("ID %q: %v %q (%s)", id, d.Action, d.Message.ID, d.Reason)
+		}
+	}
+}
+
+func TestDisplayID(t *testing.T) {
+	for id, want := range map[string]string{
+		"order-42":              "order-42",
+		"\u05d4\u05d6-1":        "\u05d4\u05d6-1",
+		"invoice-\u202egpj.exe": `invoice-\u202egpj.exe`,
+		"a\u0085b\tc":           `a\u0085b\u0009c`,
+		"x\u2066y\u2069":        `x\u2066y\u2069`,
+	} {
+		if got := DisplayID(id); got != want {
+			t.Errorf("DisplayID(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
+
+// A message whose broker could not decode its header block is rejected
+// with that reason, not for a missing delay header, under its position ID.
+func TestParseHeaderError(t *testing.T) {
+	in := &Incoming{HeaderError: "nats: message could not decode headers", Body: []byte("b"), PositionID: "DELAYED/7"}
+	d := parse(t, in)
+	mustReject(t, d, "headers could not be decoded: nats: message could not decode headers")
+	if d.Code != CodeUndecodableHeaders || d.Message.ID != "DELAYED/7" || string(d.Message.Body) != "b" {
+		t.Errorf("code %q, ID %q, body %q", d.Code, d.Message.ID, d.Message.Body)
+	}
+	// Even with a delay among the headers that could be read.
+	in = &Incoming{HeaderError: "bad", Headers: hdrs(HeaderDelay, "1000")}
+	if d := parse(t, in); d.Action != Reject || d.Code != CodeUndecodableHeaders {
+		t.Errorf("with a readable delay: %v %q", d.Action, d.Code)
 	}
 }
 
