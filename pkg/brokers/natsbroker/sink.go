@@ -41,6 +41,9 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, nc: nc}
+	if !cfg.JetStream {
+		log.Warn("core NATS sink (jetstream: false): a publish is not confirmed, only flushed to the server; a message is lost when no subscriber or server takes it; set jetstream: true and a stream for the destinations for at-least-once")
+	}
 	if cfg.JetStream {
 		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
 		if err != nil {

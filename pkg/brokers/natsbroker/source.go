@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sort"
 	"strconv"
 	"sync"
@@ -161,7 +162,7 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 }
 
 func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFunc, error) {
-	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data()}
+	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data(), HeaderError: jsHeaderError(msg)}
 	if md, err := msg.Metadata(); err == nil {
 		in.PublishedAt = md.Timestamp
 		in.PositionID = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
@@ -196,12 +197,50 @@ func (s *Source) readCore(ctx context.Context) (*envelope.Incoming, ingest.AckFu
 		}
 		return nil, nil, fmt.Errorf("nats ingest %s: %w", s.cfg.Name, err)
 	}
-	in := &envelope.Incoming{Headers: headers(msg.Header), Body: msg.Data}
+	in := &envelope.Incoming{Headers: headers(msg.Header), Body: msg.Data,
+		HeaderError: headerError(msg.Header, msg.Size(), msg.Subject, msg.Reply, msg.Data)}
 	return in, noAck, nil
 }
 
 // noAck acknowledges a core NATS message: there is nothing to tell the server.
 func noAck(context.Context, error) error { return nil }
+
+// headerError says why a received message's header block could not be
+// decoded, "" when it was or there was none. nats.go hands such a message
+// on with a nil Header and reports nats.ErrBadHeaderMsg only to the
+// connection's asynchronous error handler, which cannot tell which message
+// it was; what the message still shows is its size on the wire (size: the
+// subject, the reply subject, the header block and the data), larger than
+// its parts without a header block.
+func headerError(h nats.Header, size int, subject, reply string, data []byte) string {
+	if h != nil || size <= len(subject)+len(reply)+len(data) {
+		return ""
+	}
+	return nats.ErrBadHeaderMsg.Error() + " (the header block is not NATS/1.0 followed by \"Name: value\" lines)"
+}
+
+// jsHeaderError is headerError for a JetStream message, whose interface
+// does not show the size: it is read from the *nats.Msg inside. When a
+// future nats.go changes that layout, it finds nothing and the message goes
+// on as before (TestNATSUndecodableHeaders in test/e2e pins the detection).
+func jsHeaderError(m jetstream.Msg) string {
+	if m.Headers() != nil {
+		return ""
+	}
+	v := reflect.ValueOf(m)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return ""
+	}
+	inner := v.Elem().FieldByName("msg")
+	if !inner.IsValid() || inner.Type() != reflect.TypeFor[*nats.Msg]() || inner.IsNil() {
+		return ""
+	}
+	wsz := inner.Elem().FieldByName("wsz")
+	if !wsz.IsValid() || wsz.Kind() != reflect.Int || wsz.Int() == 0 {
+		return ""
+	}
+	return headerError(nil, int(wsz.Int()), m.Subject(), m.Reply(), m.Data())
+}
 
 // headers converts NATS headers (a map) to envelope headers, in key order so
 // that the result is deterministic.

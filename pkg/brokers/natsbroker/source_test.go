@@ -1,9 +1,12 @@
 package natsbroker_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +170,83 @@ func TestSourceCoreSubscribedWhenNewReturns(t *testing.T) {
 		if n == 0 {
 			t.Fatalf("attempt %d: the server had no subscriber for %s when New returned", i, subj)
 		}
+	}
+}
+
+// rawPublish sends HPUB frames over a plain TCP connection, as a client
+// with a broken header encoder would: nats.go itself cannot send a header
+// block that is not NATS/1.0 followed by "Name: value" lines.
+func rawPublish(t *testing.T, port int, subject string, frames ...[2]string) {
+	t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if _, err := r.ReadString('\n'); err != nil { // INFO
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}\r\n")
+	for _, f := range frames {
+		hdr, body := f[0], f[1]
+		fmt.Fprintf(c, "HPUB %s %d %d\r\n%s%s\r\n", subject, len(hdr), len(hdr)+len(body), hdr, body)
+	}
+	fmt.Fprintf(c, "PING\r\n")
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "PONG") {
+		t.Fatalf("raw publish: %q %v", line, err)
+	}
+}
+
+// TestSourceUndecodableHeaders: a message whose header block cannot be
+// decoded reaches the pipeline with HeaderError set (so that it goes dead
+// saying so), on JetStream and on core NATS; a valid message without
+// headers and one with an empty header block do not.
+func TestSourceUndecodableHeaders(t *testing.T) {
+	ns := testenv.NATS(t)
+	frames := [][2]string{
+		{"GARBAGE\r\nx-delay: 5\r\n\r\n", "bad-version"},
+		{"NATS/1.0\r\nx-delay 5\r\n\r\n", "no-colon"},
+		{"NATS/1.0\r\nx-delay: 5\r\n", "unterminated"},
+		{"NATS/1.0\r\n\r\n", "empty-block"},
+		{"NATS/1.0\r\nx-delay: 5\r\n\r\n", "good"},
+	}
+	want := map[string]bool{"bad-version": true, "no-colon": true, "unterminated": true, "empty-block": false, "good": false, "none": false}
+	for _, mode := range []string{"jetstream", "core"} {
+		t.Run(mode, func(t *testing.T) {
+			p := natsbroker.SourceParams{Name: "hdr-" + mode, URL: ns.URL, Subject: "hdr." + mode}
+			if mode == "jetstream" {
+				p.Stream, p.Durable = "HDR", "hdr"
+			}
+			src := open(t, p)
+			t.Cleanup(func() { _ = src.Close(context.Background()) })
+			rawPublish(t, ns.Port, p.Subject, frames...)
+			pub := publisher(t, ns.URL)
+			if err := pub.Publish(p.Subject, []byte("none")); err != nil {
+				t.Fatal(err)
+			}
+			_ = pub.Flush()
+			for range want {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				in, ack, err := src.Read(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("read: %v", err)
+				}
+				_ = ack(context.Background(), nil)
+				bad, known := want[string(in.Body)]
+				switch {
+				case !known:
+					t.Errorf("unexpected message %q", in.Body)
+				case bad && !strings.Contains(in.HeaderError, "could not decode headers"):
+					t.Errorf("%s: HeaderError %q, want the decode error", in.Body, in.HeaderError)
+				case !bad && in.HeaderError != "":
+					t.Errorf("%s: HeaderError %q on a valid message", in.Body, in.HeaderError)
+				}
+				if v, _ := in.Headers.Get("x-delay"); string(in.Body) == "good" && v != "5" {
+					t.Errorf("good: x-delay %q, want 5", v)
+				}
+			}
+		})
 	}
 }
