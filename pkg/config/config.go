@@ -65,8 +65,12 @@ type Admin struct {
 	TokenFile string    `yaml:"token_file"`
 	TLS       ServerTLS `yaml:"tls"` // serve HTTPS
 	// Pprof serves Go's runtime profiles under /debug/pprof/ (behind the
-	// token): off by default.
+	// token, which it requires): off by default.
 	Pprof bool `yaml:"pprof"`
+	// AllowedHosts are the host names (or IP addresses) a request's Host
+	// header may name, against DNS rebinding. Empty: when listen is on
+	// loopback, its host, localhost, 127.0.0.1 and ::1; otherwise any.
+	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
 // TLS configures a client connection's TLS. With only enabled: true the

@@ -198,6 +198,14 @@ sinks:
 `, []string{"sinks[0]: give exactly one of kafka, nats, rabbitmq (got 2)", `sinks[1].name: "a" is used by another sink`,
 			"sinks[1].kafka.brokers: at least one broker is required", "sinks[2].name: required",
 			`sinks[2].rabbitmq.url: scheme "http" is not one of amqp, amqps`, "sinks[3]: give exactly one"}},
+		{"admin", `
+redis: {addr: "a:1"}
+admin: {pprof: true, allowed_hosts: ["admin.example.com", "10.0.0.7", "::1", "", "http://x", "host:7070", "bad host", "-x.example", "a..b"]}
+sinks: [{name: s, nats: {url: "nats://x:1"}}]
+`, []string{"admin.pprof: requires admin.token", `admin.allowed_hosts[3]: "" is empty`,
+			`admin.allowed_hosts[4]: "http://x" must be a host name or an IP address, without scheme, port or path`,
+			`admin.allowed_hosts[5]: "host:7070" must be`, `admin.allowed_hosts[6]: "bad host" must be`,
+			`admin.allowed_hosts[7]: "-x.example" is not a valid host name`, `admin.allowed_hosts[8]: "a..b" is not a valid host name`}},
 		{"no sinks", `
 redis: {addr: "a:1"}
 `, []string{"sinks: at least one sink is required"}},
@@ -238,6 +246,24 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 				}
 			}
 		})
+	}
+}
+
+// pprof is accepted with a token, from the file or from token_file, and
+// valid allowed_hosts are not reported.
+func TestPprofWithTokenAndAllowedHosts(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, admin := range []string{
+		`{pprof: true, token: "s3cret", allowed_hosts: ["admin.example.com", "10.0.0.7", "::1", "localhost", "host_1.internal."]}`,
+		`{pprof: true, token_file: "` + tokenFile + `"}`,
+	} {
+		cfg := "redis: {addr: \"a:1\"}\nadmin: " + admin + "\nsinks: [{name: s, nats: {url: \"nats://x:1\"}}]\n"
+		if _, err := config.Parse([]byte(cfg), noEnv); err != nil {
+			t.Errorf("admin: %s: %v", admin, err)
+		}
 	}
 }
 

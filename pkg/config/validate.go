@@ -134,6 +134,14 @@ func (c *Config) Validate() error {
 	if t := c.Admin.TLS; (t.CertFile == "") != (t.KeyFile == "") {
 		p.Add("admin.tls", "give both cert_file and key_file")
 	}
+	if c.Admin.Pprof && c.Admin.Token.Reveal() == "" {
+		p.Add("admin.pprof", "requires admin.token (or token_file): the profiles hold goroutine stacks, heap contents and command lines")
+	}
+	for i, h := range c.Admin.AllowedHosts {
+		if reason := checkAllowedHost(h); reason != "" {
+			p.Add(fmt.Sprintf("admin.allowed_hosts[%d]", i), "%q %s", h, reason)
+		}
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -395,6 +403,29 @@ func checkName(p *Problems, at, name string, seen map[string]bool, what string) 
 		p.Add(at, "%q must not contain white space or '/'", name)
 	}
 	seen[name] = true
+}
+
+// checkAllowedHost says why h cannot be an admin.allowed_hosts entry: a
+// host name or an IP address, without scheme, port or path.
+func checkAllowedHost(h string) string {
+	switch {
+	case h == "":
+		return "is empty"
+	case strings.ContainsAny(h, "/:[]@ \t") && net.ParseIP(h) == nil:
+		return "must be a host name or an IP address, without scheme, port or path (e.g. admin.example.com)"
+	}
+	if net.ParseIP(h) != nil {
+		return ""
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || strings.HasPrefix(label, "-") || strings.HasSuffix(label, "-") ||
+			strings.ContainsFunc(label, func(r rune) bool {
+				return !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+			}) {
+			return "is not a valid host name"
+		}
+	}
+	return ""
 }
 
 // Required reports a value that is empty or only white space.
