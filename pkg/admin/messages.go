@@ -46,18 +46,22 @@ type MessageView struct {
 	Reason        string            `json:"reason,omitempty"`     // dead: why
 	DeadAt        string            `json:"dead_at,omitempty"`
 	Size          int               `json:"size"` // encoded bytes in Redis
-	Key           *string           `json:"key,omitempty"`
-	KeyBase64     *string           `json:"key_base64,omitempty"`
-	Headers       map[string]string `json:"headers"` // forwarded headers; the first value of a repeated header
-	Body          *string           `json:"body,omitempty"`
-	BodyBase64    *string           `json:"body_base64,omitempty"`
+
+	// The content: only when asked for (?body=true, inspect --body) and,
+	// through the API, only when a token is configured. Headers may carry
+	// credentials meant for the consumer, so they are treated like the body.
+	Key        *string           `json:"key,omitempty"`
+	KeyBase64  *string           `json:"key_base64,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"` // forwarded headers; the first value of a repeated header
+	Body       *string           `json:"body,omitempty"`
+	BodyBase64 *string           `json:"body_base64,omitempty"`
 	DecodeError   string            `json:"decode_error,omitempty"` // the stored message cannot be decoded
 }
 
-// NewMessageView converts what the store knows of a message; the body only
-// when withBody.
-func NewMessageView(info *store.Info, withBody bool) MessageView {
-	v := MessageView{ID: info.ID, State: info.State, Attempts: info.Attempts, Size: info.EncodedSize, Headers: map[string]string{}}
+// NewMessageView converts what the store knows of a message; its content
+// (key, headers and body) only when withContent.
+func NewMessageView(info *store.Info, withContent bool) MessageView {
+	v := MessageView{ID: info.ID, State: info.State, Attempts: info.Attempts, Size: info.EncodedSize}
 	switch info.State {
 	case store.StateDead:
 		v.Reason = info.Reason
@@ -81,17 +85,19 @@ func NewMessageView(info *store.Info, withBody bool) MessageView {
 	if info.State == store.StateInflight || (info.State == store.StateScheduled && !info.NextAt.Equal(m.DueAt)) {
 		v.NextAttemptAt = formatTime(info.NextAt)
 	}
+	if !withContent {
+		return v
+	}
 	if m.Key != nil {
 		v.Key, v.KeyBase64 = textOrBase64(m.Key)
 	}
+	v.Headers = map[string]string{}
 	for _, h := range m.Headers {
 		if _, seen := v.Headers[h.Key]; !seen && !envelope.IsControlHeader(h.Key) {
 			v.Headers[h.Key] = h.Value
 		}
 	}
-	if withBody {
-		v.Body, v.BodyBase64 = textOrBase64(m.Body)
-	}
+	v.Body, v.BodyBase64 = textOrBase64(m.Body)
 	return v
 }
 
@@ -114,7 +120,8 @@ func formatTime(t time.Time) string {
 }
 
 // pathID unescapes the ID part of a path and answers 400 or 404 when there
-// is no usable ID.
+// is no usable ID: one that envelope.CheckID refuses is never parked, and
+// is refused here as everywhere else.
 func pathID(w http.ResponseWriter, escaped, usage string) (string, bool) {
 	id, err := url.PathUnescape(escaped)
 	if err != nil {
@@ -123,6 +130,10 @@ func pathID(w http.ResponseWriter, escaped, usage string) (string, bool) {
 	}
 	if id == "" {
 		writeError(w, http.StatusNotFound, "no message ID in the path: use "+usage+" with the ID URL-encoded")
+		return "", false
+	}
+	if reason := envelope.CheckID("the message ID in the path", id, 0); reason != "" {
+		writeError(w, http.StatusBadRequest, reason)
 		return "", false
 	}
 	return id, true
@@ -141,19 +152,20 @@ func (s *Server) messageItem(w http.ResponseWriter, r *http.Request, escapedID s
 }
 
 // getMessage answers the state of a message; deadOnly answers 404 for a
-// message that is not dead (GET /v1/dead/{id}).
+// message that is not dead (GET /v1/dead/{id}). The content (key, headers,
+// body) is served with ?body=true, and only when a token is configured.
 func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, id string, deadOnly bool) {
-	withBody := false
+	withContent := false
 	if v := r.URL.Query().Get("body"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter body=%q is not a boolean; use body=true", v))
 			return
 		}
-		withBody = b
+		withContent = b
 	}
-	if withBody && s.p.Token == "" {
-		writeError(w, http.StatusForbidden, "message bodies are only served when admin.token is set; set it and send \"Authorization: Bearer <admin.token>\"")
+	if withContent && s.p.Token == "" {
+		writeError(w, http.StatusForbidden, "a message's key, headers and body are only served when admin.token is set; set it and send \"Authorization: Bearer <admin.token>\"")
 		return
 	}
 	info, err := s.p.Store.Inspect(r.Context(), id)
@@ -165,7 +177,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, id string, d
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, NewMessageView(info, withBody))
+	writeJSON(w, http.StatusOK, NewMessageView(info, withContent))
 }
 
 func notFound(id string, dead bool) string {
@@ -225,15 +237,8 @@ func (s *Server) maxRequestBytes() int64 {
 
 func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	var req postRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxRequestBytes()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		status, reason := decodeError(err)
+	if status, reason := readJSON(w, r, s.maxRequestBytes(), &req); reason != "" {
 		writeError(w, status, reason)
-		return
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "the request body must hold exactly one JSON object")
 		return
 	}
 	now := time.Now().Truncate(time.Millisecond)
@@ -382,11 +387,18 @@ func (req *postRequest) incoming() (*envelope.Incoming, string) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	spelled := make(map[string]string, len(keys)) // lower case -> as given
 	for _, k := range keys {
 		v := req.Headers[k]
 		if reason := checkHeader(k, v); reason != "" {
 			return nil, reason
 		}
+		// Header lookups are case-insensitive: two spellings of one name
+		// would let a filter read one and a consumer the other.
+		if prev, ok := spelled[strings.ToLower(k)]; ok {
+			return nil, fmt.Sprintf("headers: %q and %q name the same header (names are case-insensitive); give it once", prev, k)
+		}
+		spelled[strings.ToLower(k)] = k
 		in.Headers = append(in.Headers, envelope.Header{Key: k, Value: v})
 	}
 	switch {

@@ -1,11 +1,16 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
 // errorResponse is every error answer.
@@ -20,9 +25,47 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	_ = EncodeJSON(w, v, "") // the client went away; nothing to do
+}
+
+// EncodeJSON writes v as JSON and a newline, indented by indent when it is
+// not empty, with every character that envelope.IsDeceptive names (C0 and
+// C1 controls, DEL, bidirectional overrides and isolates) written as a
+// \uXXXX escape: the decoded strings are the same, but a terminal or a
+// page showing the raw JSON cannot be made to show an ID or a value as
+// another one. The admin API and the CLI's JSON output use it.
+func EncodeJSON(w io.Writer, v any, indent string) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v) // the client went away; nothing to do
+	if indent != "" {
+		enc.SetIndent("", indent)
+	}
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(escapeDeceptive(buf.Bytes()))
+	return err
+}
+
+// escapeDeceptive escapes the runes envelope.IsDeceptive names in encoded
+// JSON, where they can only be inside strings (encoding/json already
+// escapes C0 controls; the newline ending the encoding is kept).
+func escapeDeceptive(b []byte) []byte {
+	if !bytes.ContainsFunc(b[:max(0, len(b)-1)], func(r rune) bool { return r >= 0x7f && envelope.IsDeceptive(r) }) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+32)
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r >= 0x7f && envelope.IsDeceptive(r) {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		} else {
+			out = append(out, b[i:i+n]...)
+		}
+		i += n
+	}
+	return out
 }
 
 // writeError answers {"error": reason} with status.

@@ -9,9 +9,17 @@
 //
 // When a token is configured, every /v1/ request needs
 // "Authorization: Bearer <token>"; /healthz, /readyz and /metrics never do,
-// so that probes and scrapers need no secret. Message bodies are served only
-// when a token is configured (GET /v1/messages/{id}?body=true), so that an
-// unauthenticated admin port never leaks payloads.
+// so that probes and scrapers need no secret. A message's content (its key,
+// headers and body) is served only when a token is configured and asked for
+// (GET /v1/messages/{id}?body=true), so that an unauthenticated admin port
+// never leaks payloads or the credentials headers may carry; /readyz shows
+// the addresses in its reason only to a caller with the token.
+//
+// Before any of that, every request passes the guards of guard.go: an
+// allowed Host (against DNS rebinding), and for a state-changing method a
+// same-origin browser request or none, and a JSON body or none (against
+// cross-site requests). Every JSON body is read by readJSON (decode.go),
+// which is stricter than encoding/json.
 //
 // Message IDs in paths are URL-encoded by clients ("topic/3/1234" may be sent
 // as "topic%2F3%2F1234" or as is). Under /v1/dead/, a path ending in "/retry"
@@ -56,7 +64,13 @@ type Params struct {
 
 	// Pprof serves Go's runtime profiles under /debug/pprof/ (behind the
 	// token like /v1/), for diagnosing CPU and memory use in production.
+	// It requires Token: without one it is not served (and logged).
 	Pprof bool
+
+	// AllowedHosts are the names a request's Host may give (port aside);
+	// empty means Listen's host, localhost, 127.0.0.1 and ::1 when Listen
+	// is on loopback, and any Host otherwise.
+	AllowedHosts []string
 
 	Store *store.Store
 
@@ -90,6 +104,7 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
+	hosts   hostGuard
 
 	mu   sync.Mutex
 	srv  *http.Server
@@ -111,7 +126,8 @@ func New(p Params) *Server {
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{p: p, log: p.Logger, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token))}
+	s := &Server{p: p, log: p.Logger, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token)),
+		hosts: newHostGuard(p.AllowedHosts, p.Listen)}
 
 	// Fixed paths go through the ServeMux; methods are dispatched by
 	// methods so that 404 and 405 are JSON like every other error.
@@ -130,7 +146,10 @@ func New(p Params) *Server {
 	for _, pattern := range ui.Patterns() {
 		s.mux.Handle(pattern, methods{http.MethodGet: dashboard.ServeHTTP})
 	}
-	if p.Pprof {
+	if p.Pprof && p.Token == "" {
+		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
+	}
+	if p.Pprof && p.Token != "" {
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -171,6 +190,10 @@ func (s *Server) Start() error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.srv, s.ln, s.done = srv, ln, make(chan struct{})
+	if s.p.Token == "" {
+		s.log.Warn("the admin API has no token: whoever reaches "+ln.Addr().String()+" can list, cancel, schedule and retry messages; set admin.token (or token_file)",
+			"addr", ln.Addr().String())
+	}
 	go func() {
 		defer close(s.done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -229,6 +252,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	if !s.guard(rec, r) {
+		return
+	}
 	if needsToken(r) && !s.authorized(rec, r) {
 		return
 	}
@@ -260,17 +286,12 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if s.p.Token == "" {
 		return true
 	}
-	auth := r.Header.Get("Authorization")
-	scheme, got, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(got) == "" {
+	switch s.bearer(r) {
+	case tokenMissing:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
 		writeError(w, http.StatusUnauthorized, "missing token: send the header \"Authorization: Bearer <admin.token>\"")
 		return false
-	}
-	// Comparing hashes keeps the comparison constant-time in the token's
-	// length too.
-	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+	case tokenWrong:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge", error="invalid_token"`)
 		writeError(w, http.StatusUnauthorized, "invalid token: the bearer token does not match admin.token")
 		return false
@@ -278,14 +299,45 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+type tokenCheck int
+
+const (
+	tokenMissing tokenCheck = iota
+	tokenWrong
+	tokenValid
+)
+
+// bearer checks r's bearer token against the configured one (which must be
+// set).
+func (s *Server) bearer(r *http.Request) tokenCheck {
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(got) == "" {
+		return tokenMissing
+	}
+	// Comparing hashes keeps the comparison constant-time in the token's
+	// length too.
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+		return tokenWrong
+	}
+	return tokenValid
+}
+
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readyz answers 200 or 503 with the reason. The reason names the
+// addresses of Redis and the brokers only for a caller with the token:
+// probes need no secret, and a stranger learns why, not where.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.p.Ready != nil {
 		if err := s.p.Ready(); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+			reason := err.Error()
+			if s.p.Token == "" || s.bearer(r) != tokenValid {
+				reason = redactAddresses(reason)
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": reason})
 			return
 		}
 	}

@@ -1,0 +1,258 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// readJSON reads a request body into dst (a pointer to a struct) as one
+// JSON object, more strictly than encoding/json, so that a filter in front
+// of the API and the API read the same request:
+//
+//   - field names match dst's json tags exactly (encoding/json would take
+//     "ID" for "id"), and no name is unknown;
+//   - no object, at any depth, names a key twice (encoding/json lets the
+//     last one win, a filter may look at the first);
+//   - the body is valid UTF-8 and its strings hold no lone UTF-16
+//     surrogate escape (encoding/json replaces both with U+FFFD; binary
+//     data belongs in base64 fields);
+//   - nothing follows the object, and the body is at most max bytes.
+//
+// It returns 0 and "" when dst was filled, else the status and the reason
+// to answer. Every admin endpoint that takes JSON reads it with readJSON.
+func readJSON(w http.ResponseWriter, r *http.Request, max int64, dst any) (int, string) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		return decodeError(err)
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return http.StatusBadRequest, "empty request body: send a JSON object"
+	}
+	if !utf8.Valid(raw) {
+		i := invalidUTF8At(raw)
+		return http.StatusBadRequest, fmt.Sprintf("the request body is not valid UTF-8 (at byte %d); send binary data base64-encoded in the *_base64 fields", i)
+	}
+	t := reflect.TypeOf(dst).Elem()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // a number is only skipped here: no float64 range error
+	if reason := checkValue(dec, t, ""); reason != "" {
+		return http.StatusBadRequest, reason
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return http.StatusBadRequest, "the request body must hold exactly one JSON object"
+	}
+	if reason := loneSurrogate(raw); reason != "" {
+		return http.StatusBadRequest, reason
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	return 0, ""
+}
+
+// checkValue reads one JSON value from dec, checking the keys of every
+// object in it: against t's json fields when t is a struct, for duplicates
+// always. at is the value's path for reasons ("" for the body, then
+// "headers", "headers.x-a").
+func checkValue(dec *json.Decoder, t reflect.Type, at string) string {
+	tok, err := dec.Token()
+	if err != nil {
+		return syntaxReason(err)
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if at == "" && tok != json.Delim('{') {
+		return "the request body must be a JSON object"
+	}
+	switch tok {
+	case json.Delim('{'):
+		var fields map[string]reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			fields = jsonFields(t)
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return syntaxReason(err)
+			}
+			key := k.(string) // the decoder only returns string keys in an object
+			path := joinPath(at, key)
+			if seen[key] {
+				return fmt.Sprintf("%s is given twice; give each field once", quotePath(path))
+			}
+			seen[key] = true
+			var sub reflect.Type
+			switch {
+			case fields != nil:
+				ft, ok := fields[key]
+				if !ok {
+					return unknownField(path, key, fields)
+				}
+				sub = ft
+			case t != nil && t.Kind() == reflect.Map:
+				sub = t.Elem()
+			}
+			if reason := checkValue(dec, sub, path); reason != "" {
+				return reason
+			}
+		}
+		if _, err := dec.Token(); err != nil { // '}'
+			return syntaxReason(err)
+		}
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if reason := checkValue(dec, elem, fmt.Sprintf("%s[%d]", at, i)); reason != "" {
+				return reason
+			}
+		}
+		if _, err := dec.Token(); err != nil { // ']'
+			return syntaxReason(err)
+		}
+	}
+	return ""
+}
+
+// syntaxReason is the reason for a token error: the body was not empty, so
+// an end of input is an unexpected one.
+func syntaxReason(err error) string {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	_, reason := decodeError(err)
+	return reason
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// jsonFields maps the JSON names of a struct's fields to their types
+// (nil for json.RawMessage and interfaces: any shape, keys still unique).
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		ft := f.Type
+		if ft == rawMessageType || ft.Kind() == reflect.Interface {
+			ft = nil
+		}
+		out[name] = ft
+	}
+	return out
+}
+
+func joinPath(at, key string) string {
+	if at == "" {
+		return key
+	}
+	return at + "." + key
+}
+
+func quotePath(p string) string { return fmt.Sprintf("field %q", p) }
+
+// unknownField names the field and the known ones; a name that differs
+// from a known one only in case says so, as encoding/json would have taken
+// it silently.
+func unknownField(path, key string, fields map[string]reflect.Type) string {
+	known := make([]string, 0, len(fields))
+	for k := range fields {
+		known = append(known, k)
+	}
+	slices.Sort(known)
+	for _, k := range known {
+		if strings.EqualFold(k, key) {
+			return fmt.Sprintf("unknown %s: field names are case-sensitive; did you mean %q?", quotePath(path), k)
+		}
+	}
+	return fmt.Sprintf("unknown %s; known: %s", quotePath(path), strings.Join(known, ", "))
+}
+
+// invalidUTF8At returns the offset of the first byte of b that is not
+// valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// loneSurrogate finds a \uD800-\uDFFF escape that is not half of a pair in
+// a JSON text already known to be valid JSON, and returns the reason to
+// refuse it ("" when there is none).
+func loneSurrogate(raw []byte) string {
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\':
+			if raw[i+1] != 'u' {
+				i++ // a one-character escape: \" \\ \/ \b \f \n \r \t
+				continue
+			}
+			u := hex4(raw[i+2 : i+6])
+			i += 5
+			switch {
+			case u >= 0xd800 && u < 0xdc00: // high: a low one must follow
+				if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+					if lo := hex4(raw[i+3 : i+7]); lo >= 0xdc00 && lo < 0xe000 {
+						i += 6
+						continue
+					}
+				}
+				return fmt.Sprintf("the request body holds a lone UTF-16 surrogate \\u%04x, which is not a character; send binary data base64-encoded in the *_base64 fields", u)
+			case u >= 0xdc00 && u < 0xe000:
+				return fmt.Sprintf("the request body holds a lone UTF-16 surrogate \\u%04x, which is not a character; send binary data base64-encoded in the *_base64 fields", u)
+			}
+		}
+	}
+	return ""
+}
+
+// hex4 decodes four hex digits (valid JSON guarantees them).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}

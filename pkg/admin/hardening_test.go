@@ -1,0 +1,412 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// The tests of issue 18 against the real server (on a real Redis): cross-site
+// requests, Host checks, what is readable without a token, pprof, deceptive
+// IDs, strict JSON and /readyz. test/ui has the same cross-site attacks from
+// a real browser, test/e2e the ones that need the daemon.
+
+func withListen(addr string, allowed ...string) envOption {
+	return func(p *Params, _ *redis.Options) { p.Listen, p.AllowedHosts = addr, allowed }
+}
+
+// raw sends a request with the given headers (Host included) and no token
+// unless given among them.
+func (e *env) raw(method, path, body string, header map[string]string) response {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// deadFixture keeps one rejected message "dead-1" and returns the store's
+// dead count.
+func deadFixture(t *testing.T, e *env) {
+	t.Helper()
+	m := &envelope.Message{ID: "dead-1", DueAt: time.Now().Truncate(time.Millisecond), Sink: "rabbit", Destination: "q",
+		Body: []byte("b"), IngestedAt: time.Now().Truncate(time.Millisecond)}
+	if _, err := e.store.Reject(context.Background(), []store.Rejected{{Message: m, Reason: "x-delay \"soon\""}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) counts() (parked, dead int64) {
+	e.t.Helper()
+	st, err := e.store.Stats(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st.Parked, st.Dead
+}
+
+// TestCrossSiteRequestsRefused: without a token (and with one), a
+// state-changing request that a browser marks as cross-origin, or whose body
+// is not JSON, changes nothing; the same request from the server's own
+// origin, or from a client that is not a browser, works.
+func TestCrossSiteRequestsRefused(t *testing.T) {
+	for _, token := range []string{"", testToken} {
+		t.Run("token="+token, func(t *testing.T) {
+			e := newEnv(t, withToken(token), withListen("127.0.0.1:7070"))
+			deadFixture(t, e)
+			host := strings.TrimPrefix(e.url, "http://")
+			auth := map[string]string{}
+			if token != "" {
+				auth["Authorization"] = "Bearer " + token
+			}
+			with := func(extra map[string]string) map[string]string {
+				h := map[string]string{}
+				for k, v := range auth {
+					h[k] = v
+				}
+				for k, v := range extra {
+					h[k] = v
+				}
+				return h
+			}
+			post := `{"id":"csrf","delay":"1h","sink":"rabbit","destination":"q","body":"x"}`
+			refused := []struct {
+				name, method, path, body string
+				header                   map[string]string
+				status                   int
+			}{
+				{"no-cors text/plain POST", "POST", "/v1/messages", post, map[string]string{
+					"Content-Type": "text/plain", "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, 403},
+				{"same-site but other origin", "POST", "/v1/messages", post, map[string]string{
+					"Content-Type": "application/json", "Origin": "http://127.0.0.1:1", "Sec-Fetch-Site": "same-site"}, 403},
+				{"old browser: Origin only", "POST", "/v1/messages", post, map[string]string{
+					"Content-Type": "application/json", "Origin": "http://evil.example"}, 403},
+				{"Origin null", "POST", "/v1/messages", post, map[string]string{"Content-Type": "application/json", "Origin": "null"}, 403},
+				{"form post", "POST", "/v1/messages", post, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
+				{"text/plain without Origin", "POST", "/v1/messages", post, map[string]string{"Content-Type": "text/plain"}, 415},
+				{"body without Content-Type", "POST", "/v1/messages", post, nil, 415},
+				{"cross-site retry", "POST", "/v1/dead/dead-1/retry", "", map[string]string{
+					"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, 403},
+				{"retry with a text body", "POST", "/v1/dead/dead-1/retry", "x", map[string]string{"Content-Type": "text/plain"}, 415},
+				{"cross-site delete", "DELETE", "/v1/dead/dead-1", "", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+			}
+			for _, c := range refused {
+				r := e.raw(c.method, c.path, c.body, with(c.header))
+				if r.status != c.status {
+					t.Errorf("%s: %d, want %d: %s", c.name, r.status, c.status, r.body)
+					continue
+				}
+				r.errorText(t)
+			}
+			if parked, dead := e.counts(); parked != 0 || dead != 1 {
+				t.Fatalf("after the refused requests: parked %d, dead %d; want 0 and 1", parked, dead)
+			}
+			// The dashboard's own requests, and clients that are not browsers.
+			r := e.raw("POST", "/v1/messages", post, with(map[string]string{
+				"Content-Type": "application/json; charset=utf-8", "Origin": "http://" + host, "Sec-Fetch-Site": "same-origin"}))
+			e.expect(r, 201)
+			r = e.raw("POST", "/v1/dead/dead-1/retry", "", with(map[string]string{"Origin": "http://" + host}))
+			e.expect(r, 204)
+			r = e.raw("DELETE", "/v1/messages/csrf", "", with(nil))
+			e.expect(r, 204)
+			if parked, dead := e.counts(); parked != 1 || dead != 0 {
+				t.Errorf("after the allowed requests: parked %d, dead %d; want 1 and 0", parked, dead)
+			}
+		})
+	}
+}
+
+// TestHostGuard: on loopback only the loopback names (and the listen host)
+// are answered, on every path, so that a rebound DNS name cannot read
+// anything; allowed_hosts replaces them; a public listen address answers
+// any Host unless allowed_hosts is set.
+func TestHostGuard(t *testing.T) {
+	port := strings.TrimPrefix(newEnv(t).url, "http://127.0.0.1:") // any port: only the name is compared
+	cases := []struct {
+		name    string
+		listen  string
+		allowed []string
+		ok      []string
+		refused []string
+	}{
+		{"loopback default", "127.0.0.1:7070", nil,
+			[]string{"127.0.0.1", "127.0.0.1:" + port, "localhost:7070", "LOCALHOST.", "[::1]:7070"},
+			[]string{"evil.example:7070", "evil.example", "127.0.0.2:7070", "localhost.evil.example"}},
+		{"localhost listen", "localhost:7070", nil, []string{"localhost:7070", "127.0.0.1"}, []string{"rebound.example"}},
+		{"allowed_hosts", "127.0.0.1:7070", []string{"admin.example.com"},
+			[]string{"admin.example.com", "ADMIN.example.com:443"}, []string{"127.0.0.1", "localhost", "evil.example"}},
+		{"public listen", "0.0.0.0:7070", nil, []string{"anything.example", "10.0.0.7:7070"}, nil},
+		{"public listen, allowed_hosts", ":7070", []string{"delaybridge.internal", "10.0.0.7"},
+			[]string{"delaybridge.internal:7070", "10.0.0.7"}, []string{"evil.example"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, withListen(c.listen, c.allowed...))
+			for _, h := range c.ok {
+				for _, path := range []string{"/v1/stats", "/healthz"} {
+					if r := e.raw("GET", path, "", map[string]string{"Host": h}); r.status != 200 {
+						t.Errorf("Host %q %s: %d, want 200: %s", h, path, r.status, r.body)
+					}
+				}
+			}
+			for _, h := range c.refused {
+				for _, path := range []string{"/v1/stats", "/v1/dead", "/readyz", "/metrics", "/", "/v1/messages/x"} {
+					r := e.raw("GET", path, "", map[string]string{"Host": h})
+					if r.status != http.StatusForbidden {
+						t.Errorf("Host %q %s: %d, want 403: %.200s", h, path, r.status, r.body)
+						continue
+					}
+					if msg := r.errorText(t); !strings.Contains(msg, "admin.allowed_hosts") {
+						t.Errorf("Host %q: reason %q does not say what to do", h, msg)
+					}
+				}
+				r := e.raw("POST", "/v1/messages", `{"delay":1,"sink":"rabbit","destination":"q","body":""}`,
+					map[string]string{"Host": h, "Content-Type": "application/json"})
+				if r.status != http.StatusForbidden {
+					t.Errorf("Host %q POST: %d, want 403", h, r.status)
+				}
+			}
+			if parked, _ := e.counts(); parked != 0 {
+				t.Errorf("a request with a refused Host parked a message")
+			}
+		})
+	}
+}
+
+// TestContentOnlyWithTokenAndAsked: the key and the headers are content,
+// like the body: absent unless ?body=true, and ?body=true needs a token.
+// The contract's fields are always there.
+func TestContentOnlyWithTokenAndAsked(t *testing.T) {
+	post := `{"id":"m1","delay":"1h","sink":"rabbit","destination":"q","key":"customer-7",
+		"headers":{"authorization":"Bearer for-the-consumer","x-trace":"t1"},"body":"secret body"}`
+	secrets := []string{"customer-7", "for-the-consumer", "t1", "secret body", "authorization"}
+	contract := []string{"id", "state", "due_at", "sink", "destination", "attempts"}
+	check := func(t *testing.T, r response, wantContent bool) {
+		t.Helper()
+		m := r.json(t)
+		for _, k := range contract {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%s missing: %s", k, r.body)
+			}
+		}
+		for _, s := range secrets {
+			if got := strings.Contains(string(r.body), s); got != wantContent {
+				t.Errorf("content %q shown: %v, want %v: %s", s, got, wantContent, r.body)
+			}
+		}
+	}
+	t.Run("no token", func(t *testing.T) {
+		e := newEnv(t)
+		e.post(post)
+		r := e.do("GET", "/v1/messages/m1", "")
+		e.expect(r, 200)
+		check(t, r, false)
+		r = e.do("GET", "/v1/messages/m1?body=true", "")
+		e.expect(r, http.StatusForbidden)
+		if strings.Contains(string(r.body), "customer-7") {
+			t.Errorf("403 shows content: %s", r.body)
+		}
+	})
+	t.Run("token", func(t *testing.T) {
+		e := newEnv(t, withToken(testToken))
+		e.post(post)
+		r := e.do("GET", "/v1/messages/m1", "")
+		e.expect(r, 200)
+		check(t, r, false)
+		r = e.do("GET", "/v1/messages/m1?body=true", "")
+		e.expect(r, 200)
+		check(t, r, true)
+		if m := r.json(t); m["key"] != "customer-7" || fmt.Sprint(m["headers"]) != "map[authorization:Bearer for-the-consumer x-trace:t1]" {
+			t.Errorf("content: %s", r.body)
+		}
+	})
+}
+
+// TestPprofNeedsToken: a server told to serve pprof without a token does
+// not serve it (config validation refuses the file before that).
+func TestPprofNeedsToken(t *testing.T) {
+	e := newEnv(t, func(p *Params, _ *redis.Options) { p.Pprof = true })
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=2", "/debug/pprof/heap", "/debug/pprof/cmdline"} {
+		r := e.doAuth("GET", path, "", "")
+		if r.status != http.StatusNotFound {
+			t.Errorf("GET %s without a token configured: %d, want 404", path, r.status)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "pprof is not served") {
+		t.Errorf("no warning logged:\n%s", e.logs.String())
+	}
+}
+
+// TestDeceptiveIDsRefused: an ID with a C1 control or a bidi override or
+// isolate is refused when posted and when named in a path (400, with the
+// character named); one stored before the rule is listed with the
+// character escaped in the JSON, and decodes to the same ID.
+func TestDeceptiveIDsRefused(t *testing.T) {
+	e := newEnv(t, withToken(testToken))
+	for _, id := range []string{"invoice-\u202egpj.exe", "a\u0085b", "x\u009b31m", "\u2066order\u2069", "\u202aorder"} {
+		// Once as JSON escapes, once as raw UTF-8.
+		for _, quoted := range []string{fmt.Sprintf("%q", id), `"` + id + `"`} {
+			r := e.do("POST", "/v1/messages", `{"id":`+quoted+`,"delay":"1h","sink":"rabbit","destination":"q","body":""}`)
+			e.expect(r, 400)
+			if msg := r.errorText(t); !strings.Contains(msg, "id contains the control character U+") {
+				t.Errorf("POST id %s: reason %q", quoted, msg)
+			}
+		}
+		esc := url.PathEscape(id)
+		for _, rq := range []struct{ method, path string }{
+			{"GET", "/v1/messages/" + esc}, {"DELETE", "/v1/messages/" + esc}, {"GET", "/v1/dead/" + esc},
+			{"POST", "/v1/dead/" + esc + "/retry"}, {"DELETE", "/v1/dead/" + esc},
+		} {
+			r := e.do(rq.method, rq.path, "")
+			if r.status != 400 {
+				t.Errorf("%s %s: %d, want 400", rq.method, rq.path, r.status)
+				continue
+			}
+			if msg := r.errorText(t); !strings.Contains(msg, "control character U+") || !strings.Contains(msg, "in the path") {
+				t.Errorf("%s %s: reason %q", rq.method, rq.path, msg)
+			}
+		}
+	}
+	if parked, _ := e.counts(); parked != 0 {
+		t.Fatalf("a deceptive ID was parked")
+	}
+	// Stored by an older version: listed, escaped in the JSON text.
+	legacy := "paid-\u202e0001"
+	m := &envelope.Message{ID: legacy, DueAt: time.Now().Truncate(time.Millisecond), Sink: "rabbit", Destination: "q"}
+	if _, err := e.store.Reject(context.Background(), []store.Rejected{{Message: m, Reason: "old"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("GET", "/v1/dead", "")
+	e.expect(r, 200)
+	if strings.ContainsRune(string(r.body), '\u202e') || !strings.Contains(string(r.body), `paid-\u202e0001`) {
+		t.Errorf("the dead list shows the override raw: %s", r.body)
+	}
+	var list []DeadView
+	if err := json.Unmarshal(r.body, &list); err != nil || len(list) != 1 || list[0].ID != legacy {
+		t.Errorf("escaped ID does not decode to the stored one: %v %+v", err, list)
+	}
+}
+
+// TestStrictJSON: exact field names, no repeated key at any depth, valid
+// UTF-8 without lone surrogates; nothing of it parked.
+func TestStrictJSON(t *testing.T) {
+	e := newEnv(t, withToken(testToken))
+	const tail = `"sink":"rabbit","destination":"q","body":"x"`
+	cases := []struct{ name, body, want string }{
+		{"upper-case id", `{"ID":"a","delay":1,` + tail + `}`, `unknown field "ID": field names are case-sensitive; did you mean "id"?`},
+		{"mixed-case delay", `{"Delay":1,` + tail + `}`, `did you mean "delay"?`},
+		{"mixed-case body", `{"delay":1,"sink":"rabbit","destination":"q","Body":"x"}`, `did you mean "body"?`},
+		{"repeated id", `{"id":"a","id":"b","delay":1,` + tail + `}`, `field "id" is given twice`},
+		{"repeated delay", `{"delay":"1h","delay":1,` + tail + `}`, `field "delay" is given twice`},
+		{"repeated header", `{"delay":1,"headers":{"x-a":"1","x-a":"2"},` + tail + `}`, `field "headers.x-a" is given twice`},
+		{"header in two cases", `{"delay":1,"headers":{"x-a":"1","X-A":"2"},` + tail + `}`, `name the same header`},
+		{"invalid UTF-8 body", "{\"delay\":1,\"sink\":\"rabbit\",\"destination\":\"q\",\"body\":\"a\xffb\"}", "not valid UTF-8 (at byte 54)"},
+		{"invalid UTF-8 header", "{\"delay\":1,\"headers\":{\"x-a\":\"\xc3\"}," + tail + "}", "not valid UTF-8"},
+		{"invalid UTF-8 key", "{\"delay\":1,\"headers\":{\"x-\xfe\":\"v\"}," + tail + "}", "not valid UTF-8"},
+		{"lone high surrogate", `{"delay":1,"sink":"rabbit","destination":"q","body":"a\ud800b"}`, `lone UTF-16 surrogate \ud800`},
+		{"lone low surrogate", `{"delay":1,"sink":"rabbit","destination":"q","body":"\udc00"}`, `lone UTF-16 surrogate \udc00`},
+		{"reversed pair", `{"delay":1,"sink":"rabbit","destination":"q","body":"\udc00\ud800"}`, `lone UTF-16 surrogate`},
+		{"surrogate in a header", `{"delay":1,"headers":{"x":"\ud83d"},` + tail + `}`, `lone UTF-16 surrogate`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do("POST", "/v1/messages", c.body)
+			if r.status != 400 {
+				t.Fatalf("%d, want 400: %s", r.status, r.body)
+			}
+			if msg := r.errorText(t); !strings.Contains(msg, c.want) {
+				t.Errorf("reason %q does not contain %q", msg, c.want)
+			}
+		})
+	}
+	if parked, _ := e.counts(); parked != 0 {
+		t.Fatalf("a refused request parked a message")
+	}
+	// What stays valid: escapes of real characters, a surrogate pair, an
+	// escaped backslash before a "u", and JSON's own escapes in names.
+	id := e.post(`{"id":"ok","delay":1,"sink":"rabbit","destination":"q","body":"\ud83d\ude00 \\ud800 \u00e9 \"q\"","headers":{"x-\u0061":"\u00e9"}}`)
+	info, err := e.store.Inspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(info.Message.Body); got != "😀 \\ud800 é \"q\"" {
+		t.Errorf("body %q", got)
+	}
+	if v, _ := info.Message.Headers.Get("x-a"); v != "é" {
+		t.Errorf("headers %v", info.Message.Headers)
+	}
+}
+
+// TestReadyzAddressesOnlyWithToken: the reason is always there; the
+// addresses in it only for a caller with the token.
+func TestReadyzAddressesOnlyWithToken(t *testing.T) {
+	reason := errors.New("redis: dial tcp 10.1.2.3:6379: connect: connection refused; " +
+		"sink out: nats: no servers available for connection (nats://user@nats.internal:4222); " +
+		"ingest in: kafka: dial tcp [fd00::7]:9092: i/o timeout")
+	e := newEnv(t, withToken(testToken), withReady(func() error { return reason }))
+	for _, auth := range []string{"", "Bearer wrong"} {
+		r := e.doAuth("GET", "/readyz", "", auth)
+		e.expect(r, http.StatusServiceUnavailable)
+		got := r.json(t)["error"].(string)
+		want := "redis: dial tcp <address>: connect: connection refused; " +
+			"sink out: nats: no servers available for connection (nats://<address>); " +
+			"ingest in: kafka: dial tcp <address>: i/o timeout"
+		if got != want {
+			t.Errorf("Authorization %q: reason\n%q, want\n%q", auth, got, want)
+		}
+	}
+	r := e.do("GET", "/readyz", "")
+	e.expect(r, http.StatusServiceUnavailable)
+	if got := r.json(t)["error"]; got != reason.Error() {
+		t.Errorf("with the token: %q", got)
+	}
+}
+
+func TestRedactAddresses(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis: dial tcp 127.0.0.1:6379: connect: connection refused":            "redis: dial tcp <address>: connect: connection refused",
+		"dial tcp: lookup redis.internal on 10.0.0.2:53: no such host":           "dial tcp: lookup <address> on <address>: no such host",
+		"dial tcp [::1]:5672: connection refused":                                "dial tcp <address>: connection refused",
+		"amqp://guest:***@rabbit.svc:5672/vhost unreachable":                     "amqp://<address> unreachable",
+		"kafka broker kafka-0.kafka.svc.cluster.local:9092 unreachable":          "kafka broker <address> unreachable",
+		"MOVED 3999 10.0.0.5:6380":                                               "MOVED 3999 <address>",
+		"x509: certificate is valid for a.internal, b.internal, not redis.local": "x509: certificate is valid for other names",
+		"connect to fe80::1%eth0 failed":                                         "connect to <address>%eth0 failed",
+		"ingest orders: paused: limits.max_parked_messages 1000 reached":         "ingest orders: paused: limits.max_parked_messages 1000 reached",
+		"sink out: not connected (last error: nats: timeout)":                    "sink out: not connected (last error: nats: timeout)",
+	} {
+		if got := redactAddresses(in); got != want {
+			t.Errorf("redactAddresses(%q)\n = %q\nwant %q", in, got, want)
+		}
+	}
+}
