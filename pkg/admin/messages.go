@@ -41,11 +41,12 @@ type MessageView struct {
 	// than its due time: scheduled again after a failed attempt or a
 	// retry of a dead message, or in flight (then the lease expiry, when
 	// it is retried if the publish is not confirmed).
-	NextAttemptAt string            `json:"next_attempt_at,omitempty"`
-	LastError     string            `json:"last_error,omitempty"` // the error of the last failed attempt
-	Reason        string            `json:"reason,omitempty"`     // dead: why
-	DeadAt        string            `json:"dead_at,omitempty"`
-	Size          int               `json:"size"` // encoded bytes in Redis
+	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+	LastError     string `json:"last_error,omitempty"` // the error of the last failed attempt
+	Reason        string `json:"reason,omitempty"`     // dead: why
+	DeadAt        string `json:"dead_at,omitempty"`
+	Size          int    `json:"size"`                   // encoded bytes in Redis
+	DecodeError   string `json:"decode_error,omitempty"` // the stored message cannot be decoded
 
 	// The content: only when asked for (?body=true, inspect --body) and,
 	// through the API, only when a token is configured. Headers may carry
@@ -55,7 +56,6 @@ type MessageView struct {
 	Headers    map[string]string `json:"headers,omitempty"` // forwarded headers; the first value of a repeated header
 	Body       *string           `json:"body,omitempty"`
 	BodyBase64 *string           `json:"body_base64,omitempty"`
-	DecodeError   string            `json:"decode_error,omitempty"` // the stored message cannot be decoded
 }
 
 // NewMessageView converts what the store knows of a message; its content
