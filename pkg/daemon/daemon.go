@@ -158,17 +158,18 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			return nil, err
 		}
 		d.admin = admin.New(admin.Params{
-			Listen:     cfg.Admin.Listen,
-			Token:      cfg.Admin.Token.Reveal(),
-			TLS:        adminTLS,
-			Pprof:      cfg.Admin.Pprof,
-			Store:      d.store,
-			Ready:      d.Ready,
-			Metrics:    d.metrics,
-			Park:       d.park,
-			SinkExists: func(name string) bool { return d.sinks[name] != nil },
-			Limits:     limits,
-			Logger:     log,
+			Listen:       cfg.Admin.Listen,
+			Token:        cfg.Admin.Token.Reveal(),
+			TLS:          adminTLS,
+			Pprof:        cfg.Admin.Pprof,
+			AllowedHosts: cfg.Admin.AllowedHosts,
+			Store:        d.store,
+			Ready:        d.Ready,
+			Metrics:      d.metrics,
+			Park:         d.park,
+			SinkExists:   func(name string) bool { return d.sinks[name] != nil },
+			Limits:       limits,
+			Logger:       log,
 		})
 	}
 	return d, nil

@@ -150,3 +150,67 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 		t.Errorf("wrong token: exit %d, %q", code, errOut)
 	}
 }
+
+// TestContentAndIDs (issue 18): inspect shows the key and headers only
+// with --body, both against Redis and through the API; an ID with a C1
+// control or a bidi override is refused before anything is done; one stored
+// before that rule is printed escaped, in text and in JSON.
+func TestContentAndIDs(t *testing.T) {
+	r := testenv.Redis(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+redis: {addr: "%s", key_prefix: cli, shards: 4}
+sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
+`, r.Addr))
+	st := store.New(r.Client(), store.Options{Prefix: "cli", Shards: 4})
+	srv := admin.New(admin.Params{Listen: "127.0.0.1:0", Token: "tok", Store: st})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	m := &envelope.Message{ID: "with-content", DueAt: due, Sink: "s", Destination: "d", Key: []byte("customer-7"),
+		Headers: envelope.Headers{{Key: "authorization", Value: "Bearer for-the-consumer"}}, Body: []byte("the body")}
+	legacy := "paid-\u202e0001"
+	if _, err := st.Park(context.Background(), []*envelope.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reject(context.Background(), []store.Rejected{{Message: &envelope.Message{ID: legacy, DueAt: due, Sink: "s"}, Reason: "old\tone"}}); err != nil {
+		t.Fatal(err)
+	}
+	for way, flags := range map[string][]string{"redis": {"-c", cfg}, "api": {"--admin", "http://" + srv.Addr(), "--token", "tok"}} {
+		t.Run(way, func(t *testing.T) {
+			cmd := func(args ...string) (int, string, string) { return run(t, append(args, flags...)...) }
+			code, out, _ := cmd("inspect", "with-content")
+			if code != 0 || strings.Contains(out, "customer-7") || strings.Contains(out, "for-the-consumer") || strings.Contains(out, "the body") {
+				t.Errorf("inspect without --body: %d %s", code, out)
+			}
+			for _, k := range []string{`"id"`, `"state"`, `"due_at"`, `"sink"`, `"destination"`, `"attempts"`} {
+				if !strings.Contains(out, k) {
+					t.Errorf("inspect lacks %s: %s", k, out)
+				}
+			}
+			code, out, _ = cmd("inspect", "--body", "with-content")
+			if code != 0 || !strings.Contains(out, "customer-7") || !strings.Contains(out, "for-the-consumer") || !strings.Contains(out, "the body") {
+				t.Errorf("inspect --body: %d %s", code, out)
+			}
+			for _, args := range [][]string{{"inspect", "a\u202eb"}, {"cancel", "x\u0085"}, {"dead", "retry", "ok", "\u2066y\u2069"}} {
+				code, out, errOut := cmd(args...)
+				if code != 2 || !strings.Contains(errOut, "control character U+") || out != "" {
+					t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 naming the character", args, code, out, errOut)
+				}
+			}
+			code, out, _ = cmd("dead", "list")
+			if code != 0 || strings.ContainsRune(out, '\u202e') || !strings.Contains(out, `paid-\u202e0001`) || !strings.Contains(out, `old\u0009one`) {
+				t.Errorf("dead list shows the override raw or the tab: %d %q", code, out)
+			}
+			code, out, _ = cmd("dead", "list", "--json")
+			var list []admin.DeadView
+			if code != 0 || strings.ContainsRune(out, '\u202e') || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != legacy {
+				t.Errorf("dead list --json: %d %q", code, out)
+			}
+		})
+	}
+	if code, _, errOut := run(t, "send", "-c", cfg, "--ingest", "x", "--id", "a\u202eb", "body"); code != 2 || !strings.Contains(errOut, "U+202E") {
+		t.Errorf("send --id with an override: exit %d, %q", code, errOut)
+	}
+}

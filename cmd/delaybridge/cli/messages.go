@@ -2,18 +2,35 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/delaybridge/delaybridge/pkg/admin"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
-func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// printJSON prints v as indented JSON, with the characters that could
+// make one ID look like another escaped (admin.EncodeJSON).
+func (a *app) printJSON(v any) error { return admin.EncodeJSON(a.stdout, v, "  ") }
+
+// show is a value from Redis or the API as printed in text: an ID (or a
+// reason) stored before such characters were refused is shown with them
+// escaped, and a tab or newline cannot break a table's columns.
+func show(s string) string { return envelope.DisplayID(s) }
+
+// checkIDs refuses, before anything is done, an ID argument that no
+// message can have (envelope.CheckID: the rule of every other path).
+func checkIDs(ids ...string) error {
+	for _, id := range ids {
+		if reason := envelope.CheckID("the ID "+strconv.QuoteToASCII(id), id, 0); reason != "" {
+			return exit(2, errors.New(reason))
+		}
+	}
+	return nil
 }
 
 func (a *app) inspectCmd() *cobra.Command {
@@ -23,6 +40,9 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "Print a parked or dead message's state as JSON; exit 1 if unknown",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkIDs(args...); err != nil {
+				return err
+			}
 			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
 				v, err := b.Inspect(ctx, args[0], body)
 				if errors.Is(err, errNotFound) {
@@ -35,7 +55,7 @@ func (a *app) inspectCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&body, "body", false, "include the body (through --admin: only when the daemon has admin.token)")
+	cmd.Flags().BoolVar(&body, "body", false, "include the content: key, headers and body (through --admin: only when the daemon has admin.token)")
 	return cmd
 }
 
@@ -45,6 +65,9 @@ func (a *app) cancelCmd() *cobra.Command {
 		Short: "Cancel a parked message (or delete a dead one); exit 1 if unknown",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkIDs(args...); err != nil {
+				return err
+			}
 			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
 				err := b.Cancel(ctx, args[0])
 				if errors.Is(err, errNotFound) {
@@ -53,7 +76,7 @@ func (a *app) cancelCmd() *cobra.Command {
 				if err != nil {
 					return exit(1, err)
 				}
-				fmt.Fprintf(a.stdout, "cancelled %s\n", args[0])
+				fmt.Fprintf(a.stdout, "cancelled %s\n", show(args[0]))
 				return nil
 			})
 		},
@@ -114,7 +137,7 @@ func (a *app) deadCmd() *cobra.Command {
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tDEAD AT\tATTEMPTS\tSINK\tDESTINATION\tREASON")
 				for _, v := range views {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.DeadAt, v.Attempts, v.Sink, v.Destination, v.Reason)
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", show(v.ID), v.DeadAt, v.Attempts, show(v.Sink), show(v.Destination), show(v.Reason))
 				}
 				return tw.Flush()
 			})
@@ -128,6 +151,9 @@ func (a *app) deadCmd() *cobra.Command {
 		Short: "Schedule dead messages again, due now; exit 1 if one is not dead",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkIDs(args...); err != nil {
+				return err
+			}
 			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
 				var failed error
 				for _, id := range args {
@@ -135,11 +161,11 @@ func (a *app) deadCmd() *cobra.Command {
 					switch {
 					case errors.Is(err, errNotFound):
 						failed = exit(1, fmt.Errorf("no dead message with ID %q", id))
-						fmt.Fprintf(a.stderr, "not dead: %s\n", id)
+						fmt.Fprintf(a.stderr, "not dead: %s\n", show(id))
 					case err != nil:
 						return exit(1, err)
 					default:
-						fmt.Fprintf(a.stdout, "scheduled again: %s\n", id)
+						fmt.Fprintf(a.stdout, "scheduled again: %s\n", show(id))
 					}
 				}
 				return failed

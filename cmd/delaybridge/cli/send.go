@@ -28,6 +28,12 @@ func (a *app) sendCmd() *cobra.Command {
 			if req.Ingest == "" {
 				return exit(2, fmt.Errorf("--ingest is required"))
 			}
+			if req.ID != "" {
+				// The daemon would keep it as dead under another ID.
+				if err := checkIDs(req.ID); err != nil {
+					return err
+				}
+			}
 			for _, h := range headers {
 				k, v, ok := strings.Cut(h, "=")
 				if !ok || k == "" {
