@@ -43,7 +43,8 @@ const (
 // scheduled (after one failed attempt) where the test can see it.
 const daemonConfig = `
 redis: {addr: "%s", key_prefix: ui}
-admin: {listen: "%s", token: "%s"}
+admin: {listen: "%s"%s}
+log: {level: %s}
 scheduler: {max_sleep: 250ms, backoff: {initial: 10m, max: 10m}}
 ingest:
   - name: orders
@@ -67,7 +68,12 @@ type env struct {
 	proc  *testenv.Process
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts the daemon with admin.token adminToken.
+func newEnv(t *testing.T) *env { return newEnvToken(t, adminToken, "info") }
+
+// newEnvToken starts the daemon with admin.token token ("": none) and
+// log.level level (debug logs every admin request with its status).
+func newEnvToken(t *testing.T, token, level string) *env {
 	t.Helper()
 	rs, ns := testenv.Redis(t), testenv.NATS(t)
 	nc, err := nats.Connect(ns.URL)
@@ -86,7 +92,11 @@ func newEnv(t *testing.T) *env {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, daemonConfig, rs.Addr, addr, adminToken, ns.URL, ns.URL), 0o644); err != nil {
+	tokenYAML := ""
+	if token != "" {
+		tokenYAML = fmt.Sprintf(", token: %q", token)
+	}
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, daemonConfig, rs.Addr, addr, tokenYAML, level, ns.URL, ns.URL), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, js: js, admin: "http://" + addr}
@@ -455,14 +465,15 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// startBrowser starts headless chromium with a fresh profile and returns a
-// tab's context and a func that returns the page's uncaught exceptions so
-// far. A chromium that cannot start fails the test.
-func startBrowser(t *testing.T) (context.Context, func() []string) {
+// startBrowser starts headless chromium with a fresh profile (and the extra
+// options, e.g. flags) and returns a tab's context and a func that returns
+// the page's uncaught exceptions so far. A chromium that cannot start fails
+// the test.
+func startBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, func() []string) {
 	t.Helper()
 	bin := ensureChromium(t)
 	var out syncBuffer
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	opts := append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin),
 		chromedp.Headless,
 		chromedp.NoSandbox, // the tests run as root, where chromium's sandbox refuses to start
@@ -472,10 +483,11 @@ func startBrowser(t *testing.T) (context.Context, func() []string) {
 		chromedp.Flag("disable-sync", true),
 		chromedp.NoFirstRun,
 		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Env("TMPDIR="+t.TempDir()), // where chromium leaves its singleton socket
+		chromedp.Env("TMPDIR=" + t.TempDir()), // where chromium leaves its singleton socket
 		chromedp.WindowSize(1440, 1000),
 		chromedp.CombinedOutput(&out),
-	)
+	}, extra...)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
 	if err := chromedp.Do(ctx); err != nil { // starts the browser; no timeout on this first call

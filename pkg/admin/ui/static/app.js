@@ -7,7 +7,10 @@
 //
 // Everything that comes from the server (IDs, reasons, JSON) is written with
 // textContent or as an attribute value: nothing here builds HTML from strings.
-// The admin token is kept in sessionStorage and sent only as a bearer header.
+// IDs and reasons are shown through shown(), which writes control characters
+// and bidirectional overrides as \uXXXX, so that one ID cannot look like
+// another. The admin token is kept in sessionStorage and sent only as a
+// bearer header; every request is same-origin, and one with a body is JSON.
 (() => {
   'use strict';
 
@@ -102,6 +105,17 @@
 
   // ---- formatting ----
 
+  // shown returns s for display: C0 and C1 controls, DEL and the
+  // bidirectional embeddings, overrides and isolates (the characters the
+  // server refuses in IDs) written as \uXXXX.
+  const DECEPTIVE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+  const escapeChar = (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0');
+  const shown = (s) => String(s).replace(DECEPTIVE, escapeChar);
+  // shownJSON is JSON.stringify with the same characters escaped; C0
+  // controls are already escaped inside strings, and its line breaks stay.
+  const JSON_DECEPTIVE = /[\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+  const shownJSON = (v) => JSON.stringify(v, null, 2).replace(JSON_DECEPTIVE, escapeChar);
+
   const fmtInt = (n) => nf.format(n || 0);
 
   function fmtRate(v) {
@@ -172,11 +186,18 @@
 
   // api calls the /v1/ API (path relative to the page) and returns the
   // decoded JSON, null for 204. A 401 locks the page until a token is given.
-  async function api(method, path) {
+  // Requests stay on this origin (the server refuses state-changing ones
+  // from others), and a body, when given, is sent as application/json.
+  async function api(method, path, body) {
     const headers = { Accept: 'application/json' };
     const token = storedToken();
     if (token) headers.Authorization = 'Bearer ' + token;
-    const res = await fetch(path, { method, headers, cache: 'no-store', credentials: 'omit' });
+    const init = { method, headers, cache: 'no-store', credentials: 'omit', mode: 'same-origin' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    const res = await fetch(path, init);
     if (res.status === 401) {
       const reason = await errorText(res);
       lock(token ? 'The token was rejected: ' + reason : '');
@@ -343,7 +364,7 @@
   }
 
   async function loadMetrics() {
-    const res = await fetch('metrics', { cache: 'no-store', credentials: 'omit' });
+    const res = await fetch('metrics', { cache: 'no-store', credentials: 'omit', mode: 'same-origin' });
     if (!res.ok) throw new HttpError(res.status, `/metrics answered ${await errorText(res)}`);
     addSample(parseMetrics(await res.text()));
   }
@@ -540,15 +561,15 @@
   }
 
   function deadRow(d) {
-    const id = el('button', 'link', d.id);
+    const id = el('button', 'link', shown(d.id));
     id.type = 'button';
     id.title = 'Look up this message';
     id.addEventListener('click', () => lookup(d.id, true));
-    const reason = d.decode_error ? `${d.reason} (the stored message cannot be read: ${d.decode_error})` : d.reason;
+    const reason = shown(d.decode_error ? `${d.reason} (the stored message cannot be read: ${d.decode_error})` : d.reason);
     const when = el('td', 'when', fmtAgo(d.dead_at));
     when.title = d.dead_at;
     when.dataset.at = d.dead_at;
-    const route = el('td', 'route', d.sink ? `${d.sink} → ${d.destination}` : '–');
+    const route = el('td', 'route', d.sink ? shown(`${d.sink} → ${d.destination}`) : '–');
     if (d.ingest) route.title = `from ingest ${d.ingest}`;
     const retry = button('Retry', 'btn retry', () => retryDead(d.id, retry));
     const del = el('button', 'btn btn-danger delete', 'Delete');
@@ -569,11 +590,11 @@
     try {
       await api('POST', `v1/dead/${idPath(id)}/retry`);
       btn.closest('tr').remove();
-      toast(`Retried ${id}: scheduled again, due now.`);
+      toast(`Retried ${shown(id)}: scheduled again, due now.`);
       lookup(id, false);
       refreshNow();
     } catch (e) {
-      if (e.status !== 401) toast(`Retry of ${id} failed: ${e.message}`, true);
+      if (e.status !== 401) toast(`Retry of ${shown(id)} failed: ${e.message}`, true);
       btn.disabled = false;
     }
   }
@@ -581,30 +602,38 @@
   async function deleteDead(id) {
     try {
       await api('DELETE', `v1/dead/${idPath(id)}`);
-      toast(`Deleted dead message ${id}.`);
+      toast(`Deleted dead message ${shown(id)}.`);
       refreshNow();
     } catch (e) {
-      if (e.status !== 401) toast(`Delete of ${id} failed: ${e.message}`, true);
+      if (e.status !== 401) toast(`Delete of ${shown(id)} failed: ${e.message}`, true);
     }
   }
 
   // ---- lookup ----
 
   let lookupId = null; // the ID shown and refreshed on every tick; null when none (or gone)
+  let shownId = null; // the ID in the lookup panel, for its cancel button
+  let lookupContent = false; // whether the lookup asks for the key, headers and body (?body=true)
 
   function showLookup(id, state, label, message, view) {
     $('lookup-result').hidden = false;
     const badge = $('lookup-state');
     badge.className = 'badge badge-' + state;
     badge.textContent = label;
-    $('lookup-title').textContent = id;
+    shownId = id;
+    $('lookup-title').textContent = shown(id);
     $('lookup-message').textContent = message;
     $('lookup-message').hidden = !message;
-    $('lookup-json').textContent = view ? JSON.stringify(view, null, 2) : '';
+    // JSON.stringify keeps bidi overrides raw: escape them as the API does
+    // (still JSON, and it decodes to the same strings).
+    $('lookup-json').textContent = view ? shownJSON(view) : '';
     $('lookup-json').hidden = !view;
     const cancel = $('lookup-cancel');
     cancel.hidden = !view;
     if (!cancel.classList.contains('armed')) cancel.textContent = state === 'dead' ? 'Delete message' : 'Cancel message';
+    const content = $('lookup-content');
+    content.hidden = !view;
+    content.textContent = lookupContent ? 'Hide key, headers and body' : 'Show key, headers and body';
   }
 
   // fromNow says how far an RFC 3339 time is from now: "in 3m 20s", "2 s ago".
@@ -623,7 +652,7 @@
       case 'inflight':
         return `Being published; retried at ${v.next_attempt_at} if the sink does not confirm.`;
       case 'dead':
-        return `Dead since ${v.dead_at}: ${v.reason}`;
+        return `Dead since ${v.dead_at}: ${shown(v.reason)}`;
     }
     return '';
   }
@@ -631,11 +660,18 @@
   async function refreshLookup() {
     const id = lookupId;
     if (id == null) return;
+    const content = lookupContent;
     try {
-      const v = await api('GET', `v1/messages/${idPath(id)}`);
+      const v = await api('GET', `v1/messages/${idPath(id)}` + (content ? '?body=true' : ''));
       if (id === lookupId) showLookup(id, v.state, v.state, describe(v), v);
     } catch (e) {
       if (id !== lookupId || e.status === 401) return;
+      if (e.status === 403 && content) {
+        // The server serves content only with a token: say so, show the rest.
+        lookupContent = false;
+        toast(e.message, true);
+        return refreshLookup();
+      }
       if (e.status === 404) {
         lookupId = null; // gone for good: delivered, cancelled or never parked
         showLookup(id, 'gone', 'not found', e.message, null);
@@ -646,6 +682,7 @@
   }
 
   function lookup(id, scroll) {
+    if (id !== lookupId) lookupContent = false;
     lookupId = id;
     $('lookup-id').value = id;
     if (scroll) $('lookup-panel').scrollIntoView({ behavior: 'smooth', block: 'start' });
@@ -658,16 +695,21 @@
     if (id.trim() !== '') lookup(id, false);
   });
 
+  $('lookup-content').addEventListener('click', () => {
+    lookupContent = !lookupContent;
+    refreshLookup();
+  });
+
   armConfirm($('lookup-cancel'), 'Confirm', async () => {
-    const id = $('lookup-title').textContent;
+    const id = shownId;
     try {
       await api('DELETE', `v1/messages/${idPath(id)}`);
       lookupId = null;
       showLookup(id, 'gone', 'cancelled', 'Cancelled: the message will not be published.', null);
-      toast(`Cancelled ${id}.`);
+      toast(`Cancelled ${shown(id)}.`);
       refreshNow();
     } catch (e) {
-      if (e.status !== 401) toast(`Cancel of ${id} failed: ${e.message}`, true);
+      if (e.status !== 401) toast(`Cancel of ${shown(id)} failed: ${e.message}`, true);
     }
   });
 
