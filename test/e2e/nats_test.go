@@ -309,6 +309,9 @@ func TestNATSBadInput(t *testing.T) {
 		{name: "cancel of an unknown ID", headers: []string{"x-delay-cancel", "never-parked"}, reason: "never-parked"},
 		{name: "10 kB ID", headers: []string{"x-delay", "1", "x-message-id", strings.Repeat("i", 10_000)}, noID: true, reason: "max_id_bytes"},
 		{name: "non-UTF-8 ID", headers: []string{"x-delay", "1", "x-message-id", "id\xff"}, noID: true, reason: "not valid UTF-8"},
+		{name: "ID with a bidi override", headers: []string{"x-delay", "1", "x-message-id", "invoice-\u202egpj.exe"}, noID: true, reason: "U+202E"},
+		{name: "ID with a C1 control", headers: []string{"x-delay", "1", "x-message-id", "id\u0085x"}, noID: true, reason: "U+0085"},
+		{name: "cancel of an ID with an isolate", headers: []string{"x-delay-cancel", "\u2066x\u2069"}, reason: "U+2066"},
 	}
 	var valid []string
 	for i, b := range bad {
