@@ -14,7 +14,9 @@ import (
 )
 
 // Headers converts an AMQP headers table to envelope headers, sorted by key
-// so that the result is deterministic. Values become strings:
+// so that the result is deterministic. A value that is not a string keeps
+// its type in Native (see native.go), which a RabbitMQ sink publishes back;
+// Value is the string form every other sink publishes:
 //
 //   - strings and byte arrays as they are;
 //   - integers in decimal (RabbitMQ's delayed-exchange publishers send
@@ -36,9 +38,31 @@ func Headers(t amqp.Table) envelope.Headers {
 	sort.Strings(keys)
 	out := make(envelope.Headers, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, envelope.Header{Key: k, Value: headerString(t[k])})
+		out = append(out, header(k, t[k]))
 	}
 	return out
+}
+
+// header converts one AMQP header. A string needs no Native; a value of a
+// type amqp091-go does not read (it never hands one out) keeps only its
+// string form.
+func header(k string, v any) envelope.Header {
+	h := envelope.Header{Key: k, Value: headerString(v)}
+	if _, ok := v.(string); !ok {
+		h.Native, _ = encodeNative(v)
+	}
+	return h
+}
+
+// tableValue is the value a RabbitMQ sink publishes for h: its native value
+// when it has one that decodes, else its string form.
+func tableValue(h envelope.Header) any {
+	if h.Native != "" {
+		if v, err := decodeNative(h.Native); err == nil {
+			return v
+		}
+	}
+	return h.Value
 }
 
 func headerString(v any) string {

@@ -12,7 +12,7 @@ import (
 
 func TestHeadersConversion(t *testing.T) {
 	ts := time.Date(2026, 12, 1, 10, 0, 0, 0, time.FixedZone("x", 3600))
-	got := Headers(amqp.Table{
+	in := amqp.Table{
 		"x-delay":   int32(5000),
 		"i8":        int8(-8),
 		"i16":       int16(-16),
@@ -33,7 +33,8 @@ func TestHeadersConversion(t *testing.T) {
 		"array":     []any{"s", int64(7), 2.5, amqp.Decimal{Scale: 1, Value: 15}, nil},
 		"X-Cased":   "kept",
 		"x-deliver": "2026-12-01T10:00:00Z",
-	})
+	}
+	got := Headers(in)
 	want := envelope.Headers{
 		{Key: "X-Cased", Value: "kept"},
 		{Key: "array", Value: `["s",7,2.5,1.5,null]`},
@@ -59,9 +60,22 @@ func TestHeadersConversion(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("got %d headers, want %d: %q", len(got), len(want), got)
 	}
+	// The string forms are what Kafka and NATS sinks publish: unchanged
+	// since before headers kept their types.
 	for i := range want {
-		if got[i] != want[i] {
+		if got[i].Key != want[i].Key || got[i].Value != want[i].Value {
 			t.Errorf("header %d: got %q=%q, want %q=%q", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+		}
+	}
+	// The native values are what a RabbitMQ sink publishes: the type and
+	// value received; a string needs none.
+	for _, h := range got {
+		_, isString := in[h.Key].(string)
+		if isString != (h.Native == "") {
+			t.Errorf("%s: native %q for a %T", h.Key, h.Native, in[h.Key])
+		}
+		if v := tableValue(h); !sameField(v, in[h.Key]) {
+			t.Errorf("%s: publishes %#v (%T), want %#v (%T)", h.Key, v, v, in[h.Key], in[h.Key])
 		}
 	}
 	if d, reason := envelope.ParseDelay(mustGet(t, got, "X-DELAY")); reason != "" || d != 5*time.Second {
