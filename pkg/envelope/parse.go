@@ -23,6 +23,11 @@ type Incoming struct {
 	// or only whole seconds (AMQP). The delay counts from it when set.
 	PublishedAt time.Time
 
+	// Properties are the broker message's fields that are not headers,
+	// named and encoded by the ingest broker's package; Parse copies them
+	// to Message.Properties.
+	Properties Headers
+
 	// NativeID is the broker's own message ID property (AMQP message_id);
 	// NATS's Nats-Msg-Id is read from Headers.
 	NativeID string
@@ -170,6 +175,7 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		Ingest:      r.Ingest,
 		IngestedAt:  now,
 		PublishedAt: in.PublishedAt.Truncate(time.Millisecond),
+		Properties:  in.Properties,
 	}
 	reject := func(code, format string, args ...any) Decision {
 		// A rejected message keeps every header, control headers included,

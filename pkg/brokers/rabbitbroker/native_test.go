@@ -56,7 +56,9 @@ func sameField(a, b any) bool {
 }
 
 // everyFieldType holds one or more values of every type amqp091-go reads
-// from a field table, at the edges of their ranges.
+// from a field table, at the edges of their ranges: a table RabbitMQ
+// accepts (it closes the channel of a publish with a NaN or infinite
+// float).
 func everyFieldType() amqp.Table {
 	ts := time.Unix(1795000000, 0)
 	return amqp.Table{
@@ -75,9 +77,7 @@ func everyFieldType() amqp.Table {
 		"u16":    uint16(math.MaxUint16),
 		"u32":    uint32(math.MaxUint32),
 		"f32":    float32(-1.25),
-		"f32nan": float32(math.NaN()),
 		"f64":    math.SmallestNonzeroFloat64,
-		"f64inf": math.Inf(-1),
 		"dec":    amqp.Decimal{Scale: 255, Value: math.MinInt32},
 		"time":   ts,
 		"before": time.Unix(-1, 0),
@@ -92,7 +92,10 @@ func everyFieldType() amqp.Table {
 }
 
 func TestNativeRoundTrip(t *testing.T) {
-	for k, v := range everyFieldType() {
+	values := everyFieldType()
+	values["f32nan"] = float32(math.NaN())
+	values["f64inf"] = math.Inf(-1)
+	for k, v := range values {
 		enc, err := encodeNative(v)
 		if err != nil {
 			t.Fatalf("%s: encode %#v: %v", k, v, err)

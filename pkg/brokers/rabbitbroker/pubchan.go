@@ -326,8 +326,10 @@ func (p *pubChan) deadErr(cfg SinkParams) error {
 }
 
 // toAMQP builds the publishing of m. AMQP short strings (routing key, header
-// names, message_id) hold at most 255 bytes.
-func toAMQP(m sinks.Outgoing) (amqp.Publishing, error) {
+// names, message_id) hold at most 255 bytes. Headers with a native value go
+// out with their AMQP type, the others as strings; the kept properties go
+// out as properties (user_id only when it is user, the sink's login).
+func toAMQP(m sinks.Outgoing, user string) (amqp.Publishing, error) {
 	if len(m.Destination) > 255 {
 		return amqp.Publishing{}, sinks.Permanent(fmt.Errorf("routing key %.40q... is longer than 255 bytes", m.Destination))
 	}
@@ -340,13 +342,14 @@ func toAMQP(m sinks.Outgoing) (amqp.Publishing, error) {
 		if _, dup := table[h.Key]; dup {
 			continue // duplicate (Kafka) header: the first wins, as in Headers.Get
 		}
-		table[h.Key] = h.Value
+		table[h.Key] = tableValue(h)
 	}
 	pub := amqp.Publishing{
 		Headers:      table,
 		Body:         m.Body,
 		DeliveryMode: amqp.Persistent,
 	}
+	setProperties(&pub, m.Properties, user)
 	// A longer ID still travels in the x-message-id header.
 	if len(m.ID) <= 255 {
 		pub.MessageId = m.ID

@@ -46,6 +46,7 @@ var ErrUnroutable = errors.New("unroutable")
 // Sink publishes to RabbitMQ. Create it with New.
 type Sink struct {
 	cfg   SinkParams
+	user  string // the user the connection logs in as ("" unknown), the one user_id it may publish
 	log   *slog.Logger
 	state *State
 
@@ -72,6 +73,7 @@ func NewSink(ctx context.Context, cfg SinkParams, log *slog.Logger) (*Sink, erro
 	}
 	s := &Sink{
 		cfg:   cfg,
+		user:  loginUser(cfg.URL, cfg.Auth),
 		log:   log.With("sink", cfg.Name),
 		state: NewState(),
 		done:  make(chan struct{}),
@@ -105,6 +107,22 @@ func (s *Sink) connect(ctx context.Context) (*amqp.Connection, error) {
 	s.mu.Unlock()
 	s.state.Up()
 	return conn, nil
+}
+
+// loginUser is the user a connection with rawURL and a logs in as, or ""
+// when the broker decides (SASL EXTERNAL maps the certificate to a user).
+func loginUser(rawURL string, a Auth) string {
+	switch {
+	case a.External:
+		return ""
+	case a.Username != "":
+		return a.Username
+	}
+	u, err := amqp.ParseURI(rawURL) // guest when the URL has no user, as amqp091-go logs in
+	if err != nil {
+		return ""
+	}
+	return u.Username
 }
 
 // checkExchange warns when the configured exchange does not exist.
@@ -250,7 +268,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	errs := make([]error, len(msgs))
 	pubs := make([]amqp.Publishing, len(msgs))
 	for i, m := range msgs {
-		pubs[i], errs[i] = toAMQP(m)
+		pubs[i], errs[i] = toAMQP(m, s.user)
 		if errs[i] != nil {
 			errs[i] = fmt.Errorf("rabbitmq sink %s: %w", s.cfg.Name, errs[i])
 		}

@@ -266,9 +266,10 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 	select {
 	case d := <-s.out:
 		in := &envelope.Incoming{
-			Headers:  Headers(d.d.Headers),
-			Body:     d.d.Body,
-			NativeID: d.d.MessageId,
+			Headers:    Headers(d.d.Headers),
+			Properties: Properties(d.d),
+			Body:       d.d.Body,
+			NativeID:   d.d.MessageId,
 		}
 		return in, s.ackFunc(d.sess, d.d.DeliveryTag), nil
 	case <-s.closed:

@@ -1,0 +1,7 @@
+package rabbitbroker
+
+// For the tests of package rabbitbroker_test.
+var (
+	SameField      = sameField
+	EveryFieldType = everyFieldType
+)
