@@ -250,9 +250,10 @@ func (s *Sink) classify(topic string, err error) error {
 }
 
 // toKafka builds the record: body, key, and the published headers
-// (x-message-id, x-delaybridge-due-at, x-delaybridge-attempt included).
+// (x-message-id, x-delaybridge-due-at, x-delaybridge-attempt included), then
+// the ingest's properties as headers (sinks.PropertyHeaders).
 func toKafka(m sinks.Outgoing, now time.Time) kafka.Message {
-	hs := m.OutHeaders(m.Attempt)
+	hs := append(m.OutHeaders(m.Attempt), sinks.PropertyHeaders(m.Message)...)
 	km := kafka.Message{
 		Topic:   m.Destination,
 		Key:     m.Key,

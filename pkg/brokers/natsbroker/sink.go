@@ -132,7 +132,8 @@ func (s *Sink) classify(err error) error {
 }
 
 // toNATS builds the NATS message. NATS headers are text lines, so a header
-// that cannot be carried exactly is a permanent error.
+// that cannot be carried exactly is a permanent error. The ingest's
+// properties follow as headers (sinks.PropertyHeaders).
 func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") {
 		return nil, sinks.Permanent(fmt.Errorf("%q is not a NATS subject to publish to", m.Destination))
@@ -147,6 +148,13 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason))
 		}
 		nm.Header.Add(h.Key, h.Value)
+	}
+	// The ingest's properties as headers; one NATS cannot carry exactly is
+	// left out (the message is not failed for a field it did not ask for).
+	for _, h := range sinks.PropertyHeaders(m.Message) {
+		if headerProblem(h) == "" {
+			nm.Header.Add(h.Key, h.Value)
+		}
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, m.ID)
 	return nm, nil
