@@ -15,7 +15,7 @@ func TestToNATSProperties(t *testing.T) {
 		Properties: envelope.Headers{
 			{Key: "content-type", Value: "application/json"},
 			{Key: "reply-to", Value: " padded "},
-			{Key: "timestamp", Value: "2026-11-18T10:13:20Z", Native: "T\x00"},
+			{Key: "timestamp", Value: "2026-11-18T11:06:40Z", Native: "T\x00"},
 		},
 	}}
 	nm, err := toNATS(m)
@@ -25,7 +25,7 @@ func TestToNATSProperties(t *testing.T) {
 	if v := nm.Header.Get("content-type"); v != "application/json" {
 		t.Errorf("content-type %q", v)
 	}
-	if v := nm.Header.Get("timestamp"); v != "2026-11-18T10:13:20Z" {
+	if v := nm.Header.Get("timestamp"); v != "2026-11-18T11:06:40Z" {
 		t.Errorf("timestamp %q", v)
 	}
 	if v, ok := nm.Header["reply-to"]; ok {
