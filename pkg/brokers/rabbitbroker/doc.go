@@ -14,6 +14,11 @@
 // acknowledged when the connection drops or the Source closes is requeued by the
 // broker and delivered again.
 //
+// Headers and properties: every header keeps its string form (Value, which
+// Kafka and NATS sinks publish) and, unless it is a string, its AMQP type in
+// the native encoding (native.go, Header.Native); the basic properties the
+// delayed-exchange plugin kept go into Incoming.Properties (properties.go).
+//
 // The Source reconnects by itself with back-off when the broker restarts or
 // drops the connection. Delivery tags belong to the channel that delivered
 // them, so settling a message whose channel has died since sends nothing: the
@@ -27,8 +32,10 @@
 //
 // Every message is published persistent, with the message ID as the AMQP
 // message_id property and the x-message-id, x-delaybridge-due-at and
-// x-delaybridge-attempt headers (plus the forwarded ones), on a channel in
-// publisher-confirm mode. Publish sends a whole batch and then awaits the
+// x-delaybridge-attempt headers (plus the forwarded ones, with their AMQP
+// types when they came from a RabbitMQ ingest) and the kept properties
+// (user_id only when it is the sink's own user, as RabbitMQ insists), on a
+// channel in publisher-confirm mode. Publish sends a whole batch and then awaits the
 // confirms, many in flight; a message counts as published only when the
 // broker acked it. With Mandatory, a message the exchange cannot route to
 // any queue is returned by the broker (312 NO_ROUTE) and fails with an
