@@ -84,8 +84,24 @@ func TestSourceRoundTrip(t *testing.T) {
 		{Key: "n64", Value: "-42"}, {Key: "nested", Value: `{"k":1}`}, {Key: "when", Value: "2026-01-02T03:04:05Z"},
 		{Key: "x-delay", Value: "5000"}, {Key: "x-delay-id", Value: "z"}, {Key: "x-deliver", Value: "no"},
 	}
-	if fmt.Sprint(in.Headers) != fmt.Sprint(want) {
-		t.Errorf("headers\n got %q\nwant %q", in.Headers, want)
+	// The string forms; a header that is not a string also has its native
+	// value (TestHeaderTypesAndPropertiesSurvive checks those).
+	plain := make(envelope.Headers, len(in.Headers))
+	for i, h := range in.Headers {
+		if strings.HasPrefix(h.Key, "x-delay-") || h.Key == "X-Custom" || h.Key == "x-deliver" {
+			if h.Native != "" {
+				t.Errorf("string header %s has native %q", h.Key, h.Native)
+			}
+		} else if h.Native == "" {
+			t.Errorf("typed header %s has no native value", h.Key)
+		}
+		plain[i] = envelope.Header{Key: h.Key, Value: h.Value}
+	}
+	if fmt.Sprint(plain) != fmt.Sprint(want) {
+		t.Errorf("headers\n got %q\nwant %q", plain, want)
+	}
+	if len(in.Properties) != 1 || in.Properties[0].Key != rabbitbroker.PropTimestamp || in.Properties[0].Value != "2026-01-02T03:04:05Z" {
+		t.Errorf("properties %q, want the timestamp", in.Properties)
 	}
 	if d, reason := envelope.ParseDelay(mustGet(t, in.Headers, "x-delay")); reason != "" || d != 5*time.Second {
 		t.Errorf("x-delay: %v %s", d, reason)
