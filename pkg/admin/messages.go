@@ -241,7 +241,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, reason)
 		return
 	}
-	now := time.Now().Truncate(time.Millisecond)
+	now := s.p.Now().Truncate(time.Millisecond)
 	m, reason := s.buildMessage(&req, now)
 	if reason != "" {
 		writeError(w, http.StatusBadRequest, reason)

@@ -90,6 +90,10 @@ type Params struct {
 	// accepts every non-empty name.
 	SinkExists func(name string) bool
 
+	// Now is the clock of the moment a POST is taken in, from which its
+	// delay counts: the daemon's reads Redis's clock. Default time.Now.
+	Now func() time.Time
+
 	// Limits bound POST /v1/messages as they bound ingested messages (the
 	// configured limits:); a zero field sets no bound.
 	Limits envelope.Limits
@@ -123,6 +127,9 @@ const (
 
 // New returns a Server; Start listens, Handler serves without listening.
 func New(p Params) *Server {
+	if p.Now == nil {
+		p.Now = time.Now
+	}
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
 	}

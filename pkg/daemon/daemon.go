@@ -47,6 +47,7 @@ type Daemon struct {
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
 	admin         *admin.Server
+	clock         *redisClock
 }
 
 // New connects to Redis and every broker and prepares the components. It
@@ -78,6 +79,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		return nil, err
 	}
 	warnEviction(ctx, d.store.Client(), log)
+	d.clock = &redisClock{local: time.Now}
+	if err := d.clock.measure(ctx, d.store); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	if off := time.Duration(d.clock.offset.Load()); off > time.Second || off < -time.Second {
+		log.Warn("this machine's clock differs from redis's; due times follow redis's clock", "offset", off.Round(time.Millisecond))
+	}
 
 	for i := range cfg.Sinks {
 		sc := &cfg.Sinks[i]
@@ -140,6 +148,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			Limits:       limits,
 			Store:        d.store,
 			Notify:       d.sched.Notify,
+			Now:          d.clock.Now,
 			MaxInFlight:  ic.MaxInFlight,
 			DrainTimeout: drainBudget(cfg.ShutdownTimeout.D()),
 			DeadLetter:   deadLetter,
@@ -167,6 +176,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			Ready:        d.Ready,
 			Metrics:      d.metrics,
 			Park:         d.park,
+			Now:          d.clock.Now,
 			SinkExists:   func(name string) bool { return d.sinks[name] != nil },
 			Limits:       limits,
 			Logger:       log,
@@ -250,10 +260,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	var schedWG sync.WaitGroup
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
-	schedWG.Add(1)
+	schedWG.Add(2)
 	go func() {
 		defer schedWG.Done()
 		_ = d.sched.Run(schedCtx)
+	}()
+	go func() {
+		defer schedWG.Done()
+		d.clock.run(schedCtx, d.store, d.log)
 	}()
 
 	errc := make(chan error, len(d.pipes))

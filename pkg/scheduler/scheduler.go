@@ -266,6 +266,7 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 // Redis. It returns the earliest time a message was rescheduled for (zero
 // when none was): the claim's Next could not know it.
 func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time) (retryAt time.Time) {
+	toRedis := c.Now.Sub(claimedAt) // Redis's clock minus ours: due scores are Redis time
 	errs := make([]error, len(c.Messages))
 	skipped := make([]bool, len(c.Messages))
 	groups := map[string][]int{}
@@ -300,13 +301,12 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.publish(ctx, name, c, idx, errs)
+			s.publish(ctx, name, c, idx, errs, toRedis)
 		}()
 	}
 	wg.Wait()
 
 	now := s.p.Clock.Now()
-	toRedis := c.Now.Sub(claimedAt) // Redis's clock minus ours: due scores are Redis time
 	deferred := make(map[string]bool, len(slots))
 	for _, sl := range slots {
 		deferred[sl.ID] = true
@@ -462,8 +462,9 @@ func (e *lateError) Error() string {
 }
 
 // publish sends the messages idx of a claim to one sink and records the
-// results in errs.
-func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error) {
+// results in errs. toRedis turns our clock into Redis's, the clock of the
+// due times, for the lateness.
+func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error, toRedis time.Duration) {
 	out := make([]sinks.Outgoing, len(idx))
 	var spans []tracing.Span
 	if s.p.Tracer != nil {
@@ -496,7 +497,7 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 		}
 		if err == nil {
 			ok++
-			lateness.Observe(done.Sub(out[j].DueAt).Seconds())
+			lateness.Observe(done.Add(toRedis).Sub(out[j].DueAt).Seconds())
 		} else {
 			failed++
 		}
