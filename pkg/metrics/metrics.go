@@ -64,7 +64,7 @@ func New() *Metrics {
 			"Time for a sink to confirm one batch.", latency, "sink"),
 		FireLateness: f.histogramVec("delaybridge_fire_lateness_seconds",
 			"Time from a message's due time to the sink's confirmation.",
-			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}, "sink"),
+			[]float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}, "sink"),
 		Retries: f.counterVec("delaybridge_retries_total",
 			"Publish attempts rescheduled with back-off.", "sink"),
 		DeadTotal: f.counterVec("delaybridge_dead_total",

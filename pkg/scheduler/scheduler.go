@@ -73,6 +73,9 @@ type Params struct {
 	// MaxRates are the sinks' max_rate (messages/s, shared by every
 	// instance); a sink without one is not throttled.
 	MaxRates map[string]float64
+	// Trace, when set, is given the timeline of every publish (see Trace).
+	// It is called from the shard loops, concurrently.
+	Trace func(Trace)
 
 	Clock   Clock          // default SystemClock
 	Rand    func() float64 // jitter source in [0,1); default math/rand
@@ -206,13 +209,23 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 }
 
 // loop claims and fires one shard until ctx ends.
+//
+// It plans its wake-ups on Redis's clock, the clock of the due times: the
+// claim answers Redis's time to the microsecond, taken as halfway through the
+// claim's round trip, which gives the offset from our clock; the shard then
+// sleeps until the next due time less that offset, so that it wakes when the
+// message is due on Redis's clock, not a fraction of a millisecond plus a
+// round trip later.
 func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	st := &s.shards[shard]
 	failing := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
+	var tr Trace // this iteration's times, for Params.Trace
+	tr.Shard = shard
 	for ctx.Err() == nil {
 		st.planned.Store(awake)
-		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease, s.gate.blocked(s.p.Clock.Now()))
-		claimedAt := s.p.Clock.Now() // c.Now in our clock
+		sent := s.p.Clock.Now()
+		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease, s.gate.blocked(sent))
+		claimedAt := s.p.Clock.Now()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -227,26 +240,60 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			s.setStoreErr(nil)
 			failing.Reset()
 		}
-		wait := s.p.MaxSleep
+		// Redis's clock minus ours.
+		offset := c.Now.Sub(sent.Add(claimedAt.Sub(sent) / 2))
+		tr.ClaimSent, tr.ClaimAnswered, tr.RedisNow, tr.Offset = sent, claimedAt, c.Now, offset
+		wakeAt := claimedAt.Add(s.p.MaxSleep)
 		if !c.Next.IsZero() {
-			wait = min(wait, c.Next.Sub(c.Now))
+			wakeAt = earliest(wakeAt, c.Next.Add(-offset))
 		}
 		if n := len(c.Messages); n > 0 {
 			s.p.Metrics.ClaimBatchSize.Observe(float64(n))
-			if retryAt := s.fire(work, c, claimedAt); !retryAt.IsZero() {
-				wait = min(wait, retryAt.Sub(s.p.Clock.Now()))
+			if retryAt := s.fire(work, c, claimedAt, offset, &tr); !retryAt.IsZero() {
+				wakeAt = earliest(wakeAt, retryAt)
 			}
 			if n == s.p.BatchSize {
 				s.p.Metrics.SchedulerWakeups.WithLabelValues("batch").Inc()
+				tr.Planned, tr.Woke = time.Time{}, time.Time{}
 				continue // more may be due
 			}
 		}
-		st.planned.Store(c.Now.Add(wait).UnixMilli())
+		st.planned.Store(wakeAt.Add(offset).UnixMilli())
+		wait := wakeAt.Sub(s.p.Clock.Now())
 		if wait <= 0 {
+			tr.Planned, tr.Woke = time.Time{}, time.Time{}
 			continue
 		}
+		tr.Planned = wakeAt.Add(offset)
 		s.sleep(ctx, st, wait)
+		tr.Woke = s.p.Clock.Now()
 	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// Trace is the timeline of one publish of a claimed batch to one sink,
+// given to Params.Trace to find where the time between a due time and its
+// confirmation goes. Times are on the scheduler's clock but Planned and
+// RedisNow, which are on Redis's; Offset is Redis's clock minus ours as the
+// shard estimated it from the claim.
+type Trace struct {
+	Shard         int
+	Planned       time.Time // the Redis time the shard slept until; zero when it claimed at once
+	Woke          time.Time // when that sleep ended; zero with Planned
+	ClaimSent     time.Time
+	ClaimAnswered time.Time
+	RedisNow      time.Time // Redis's time in the claim
+	Offset        time.Duration
+	PublishSent   time.Time
+	Confirmed     time.Time
+	Sink          string
+	Due           []time.Time // due times of the batch's messages (Redis's clock)
 }
 
 // sleep waits for d, a Notify, or the end of ctx.
@@ -265,8 +312,7 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 // fire publishes a lease's messages and records the outcome of each in
 // Redis. It returns the earliest time a message was rescheduled for (zero
 // when none was): the claim's Next could not know it.
-func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time) (retryAt time.Time) {
-	toRedis := c.Now.Sub(claimedAt) // Redis's clock minus ours: due scores are Redis time
+func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, tr *Trace) (retryAt time.Time) {
 	errs := make([]error, len(c.Messages))
 	skipped := make([]bool, len(c.Messages))
 	groups := map[string][]int{}
@@ -301,7 +347,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.publish(ctx, name, c, idx, errs, toRedis)
+			s.publish(ctx, name, c, idx, errs, toRedis, tr)
 		}()
 	}
 	wg.Wait()
@@ -464,7 +510,7 @@ func (e *lateError) Error() string {
 // publish sends the messages idx of a claim to one sink and records the
 // results in errs. toRedis turns our clock into Redis's, the clock of the
 // due times, for the lateness.
-func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error, toRedis time.Duration) {
+func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error, toRedis time.Duration, tr *Trace) {
 	out := make([]sinks.Outgoing, len(idx))
 	var spans []tracing.Span
 	if s.p.Tracer != nil {
@@ -482,6 +528,15 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 	cancel()
 	done := s.p.Clock.Now()
 	s.p.Metrics.PublishDuration.WithLabelValues(name).Observe(done.Sub(start).Seconds())
+	if s.p.Trace != nil {
+		t := *tr
+		t.PublishSent, t.Confirmed, t.Sink = start, done, name
+		t.Due = make([]time.Time, len(out))
+		for j := range out {
+			t.Due[j] = out[j].DueAt
+		}
+		s.p.Trace(t)
+	}
 	var ok, failed int
 	lateness := s.p.Metrics.FireLateness.WithLabelValues(name) // looked up once per batch
 	for j, i := range idx {

@@ -18,7 +18,8 @@ import (
 //	ARGV[2] -> lease in ms
 //	ARGV[3..] -> pairs: a blocked sink's name, its hold band index
 //	returns -> {now, next, expiry, id1, attempt1, slotted1, message1, id2, ...}
-//	           now: Redis server time (Unix ms), the clock every instance shares;
+//	           now: Redis server time (Unix µs), the clock every instance
+//	           shares (a message is due when its score is at most now in ms);
 //	           next: lowest score left in the due sets (held ones aside), -1
 //	           when none is left, now when the script stopped holding before
 //	           it was done (claim again at once);
@@ -34,7 +35,8 @@ import (
 // an expired lease writes the meta value, to count the abandoned attempt, so
 // that a message that crashes its claimers still reaches max_attempts.
 var claimScript = newFiringScript(`
-local now = servertime()
+local nowus = servertimeus()
+local now = math.floor(nowus / 1000)
 local lease = now + tonumber(ARGV[2])
 local score = string.format('%d.5', lease)
 local left = tonumber(ARGV[1])
@@ -44,7 +46,7 @@ for i = 3, #ARGV, 2 do
   blocked[ARGV[i]] = HOLDBAND * (1 + tonumber(ARGV[i + 1]))
   anyblocked = true
 end
-local out = {now, -1, lease}
+local out = {nowus, -1, lease}
 local top = maxprio()
 for p = top, 0, -1 do
   local key = zkey(p)
@@ -116,7 +118,7 @@ type Lease struct {
 	// identifies the claim: a message held under it has the score
 	// ExpiryMs + 0.5 in its due set.
 	ExpiryMs int64
-	Now      time.Time // Redis server time at the claim
+	Now      time.Time // Redis server time at the claim, to the microsecond
 	Next     time.Time // lowest score left in the shard (due time or lease expiry); zero when empty
 	Messages []Claimed
 }
@@ -140,7 +142,7 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, 
 	if len(res) < 3 || (len(res)-3)%4 != 0 {
 		return nil, fmt.Errorf("store.claim shard %d: unexpected reply of %d items", shard, len(res))
 	}
-	c := &Lease{Shard: shard, Now: time.UnixMilli(toInt64(res[0])), ExpiryMs: toInt64(res[2])}
+	c := &Lease{Shard: shard, Now: time.UnixMicro(toInt64(res[0])), ExpiryMs: toInt64(res[2])}
 	if next := toInt64(res[1]); next >= 0 {
 		c.Next = time.UnixMilli(next)
 	}

@@ -184,6 +184,11 @@ local function servertime()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- servertimeus is servertime in microseconds.
+local function servertimeus()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 -- blob parsing: the routing part of envelope's stored encoding (versions 1
 -- and 2, see pkg/envelope/codec.go), read here to learn a message's due
 -- time, publish time, priority, sink and group without a round trip.
