@@ -97,7 +97,7 @@ func (e *env) startDaemon(t *testing.T, cfg string) (*daemon, string) {
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg = strings.ReplaceAll(cfg, "%ADMIN%", addr)
 	if *flagPprof != "" {
-		cfg = strings.Replace(cfg, "admin: {listen: ", "admin: {pprof: true, listen: ", 1)
+		cfg = strings.Replace(cfg, "admin: {listen: ", "admin: {pprof: true, token: "+pprofToken+", listen: ", 1)
 	}
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -236,6 +236,10 @@ func startPerf(t *testing.T, name string, pids ...int) func() {
 	}
 }
 
+// pprofToken is the admin token of a daemon run with -pprof: pprof is
+// served only behind the token.
+const pprofToken = "bench-pprof-token"
+
 // startProfile fetches a 5 s CPU profile of the daemon when -pprof is set;
 // the returned function waits for it.
 func startProfile(t *testing.T, name string, d *daemon) func() {
@@ -249,7 +253,13 @@ func startProfile(t *testing.T, name string, d *daemon) func() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp, err := http.Get(d.admin + "/debug/pprof/profile?seconds=5")
+		req, err := http.NewRequest(http.MethodGet, d.admin+"/debug/pprof/profile?seconds=5", nil)
+		if err != nil {
+			t.Logf("pprof: %v", err)
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+pprofToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Logf("pprof: %v", err)
 			return
