@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/textproto"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -156,7 +157,7 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 			nm.Header.Add(h.Key, h.Value)
 		}
 	}
-	nm.Header.Set(envelope.HeaderNatsMsgID, m.ID)
+	nm.Header.Set(envelope.HeaderNatsMsgID, DedupeID(m.Message))
 	return nm, nil
 }
 
@@ -189,4 +190,15 @@ func (s *Sink) Ready() error { return Ready(s.nc) }
 func (s *Sink) Close() error {
 	s.nc.Close()
 	return nil
+}
+
+// DedupeID is the Nats-Msg-Id of a message: its ID, so that JetStream drops
+// a duplicate publish within its window; for a recurring message, its ID and
+// occurrence ("ID#n"), since every occurrence carries the same x-message-id
+// and JetStream would drop all but the first as duplicates.
+func DedupeID(m *envelope.Message) string {
+	if m.Recur != nil {
+		return m.ID + "#" + strconv.Itoa(m.Recur.N)
+	}
+	return m.ID
 }
