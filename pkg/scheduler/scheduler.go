@@ -441,7 +441,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 // step, computed from the schedule (never from now), unless the series
 // ended.
 func (s *Scheduler) done(m *envelope.Message, now time.Time, skipped bool) store.Done {
-	d := store.Done{ID: m.ID}
+	d := store.Done{ID: m.ID, Group: m.Group}
 	if !skipped {
 		d.PublishedAt = m.PublishedAt
 	}

@@ -163,41 +163,46 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, 
 //	           (Keys.Done) of the j-th message
 //	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2] -> dedupe window in ms (0: off)
-//	ARGV[3..] -> per message 5 values: ID, broker publish time (Unix ms, 0
-//	           unknown), then for a recurring message the next occurrence:
-//	           due time (Unix ms), priority, encoded message; "" "" "" when
-//	           the series ends or the message does not recur
+//	ARGV[3..] -> per message 6 values: ID, broker publish time (Unix ms, 0
+//	           unknown), group ("" none), then for a recurring message the
+//	           next occurrence: due time (Unix ms), priority, encoded message;
+//	           "" "" "" when the series ends or the message does not recur
 //	returns -> how many were removed or moved on; a message no longer held
 //	           under the lease (it expired and another claim took the
 //	           message, or it was cancelled) is left alone
+//
+// The caller passes each message's group, so that the common ack reads no
+// blob; next (a replacement waiting) is looked at only when it exists.
 var ackScript = newFiringScript(`
 local expiry = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local top = maxprio()
+local anynext = redis.call('EXISTS', KEYS[15]) == 1
 local n, j = 0, 0
-for i = 3, #ARGV, 5 do
+for i = 3, #ARGV, 6 do
   j = j + 1
-  local id = ARGV[i]
+  local id, group = ARGV[i], ARGV[i + 2]
   local ok, p = claimedby(id, expiry, top)
   if ok then
-    local blob = redis.call('HGET', KEYS[1], id)
     redis.call('ZREM', zkey(p), id)
     if window > 0 then
       redis.call('SET', KEYS[15 + j], ARGV[i + 1], 'PX', window)
     end
-    local waiting = redis.call('HGET', KEYS[15], id)
+    local waiting = anynext and redis.call('HGET', KEYS[15], id)
     if waiting then
-      forget(id, blob)
+      forget(id, redis.call('HGET', KEYS[1], id))
       promote(id, waiting)
-    elseif ARGV[i + 2] ~= '' then
-      local old, nxt = blobinfo(blob), ARGV[i + 4]
-      groupdel(old.group, id)
+    elseif ARGV[i + 3] ~= '' then
+      local nxt = ARGV[i + 5]
+      groupdel(group, id)
       redis.call('HDEL', KEYS[3], id)
       redis.call('HSET', KEYS[1], id, nxt)
-      redis.call('ZADD', zkey(tonumber(ARGV[i + 3])), ARGV[i + 2], id)
+      redis.call('ZADD', zkey(tonumber(ARGV[i + 4])), ARGV[i + 3], id)
       groupadd(blobinfo(nxt).group, id)
     else
-      forget(id, blob)
+      redis.call('HDEL', KEYS[1], id)
+      redis.call('HDEL', KEYS[3], id)
+      groupdel(group, id)
     end
     n = n + 1
   end
@@ -209,6 +214,7 @@ return n
 type Done struct {
 	ID          string
 	PublishedAt time.Time // its broker publish time, remembered for the dedupe window (zero: unknown)
+	Group       string    // its group (x-delay-group), to take it out of the group's index
 	// Next is the next occurrence of a recurring message, parked in the
 	// same step; nil when the message does not recur or its series ended.
 	Next *envelope.Message
@@ -220,7 +226,7 @@ func (s *Store) Ack(ctx context.Context, l *Lease, ds []Done) (int, error) {
 	if len(ds) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 5*len(ds)+2)
+	args := make([]any, 0, 6*len(ds)+2)
 	keys := make([]string, 0, len(ds))
 	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
 	for _, d := range ds {
@@ -229,9 +235,9 @@ func (s *Store) Ack(ctx context.Context, l *Lease, ds []Done) (int, error) {
 			pub = d.PublishedAt.UnixMilli()
 		}
 		if d.Next != nil {
-			args = append(args, d.ID, pub, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
+			args = append(args, d.ID, pub, d.Group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
 		} else {
-			args = append(args, d.ID, pub, "", "", "")
+			args = append(args, d.ID, pub, d.Group, "", "", "")
 		}
 		keys = append(keys, s.keys.Done(l.Shard, d.ID))
 	}

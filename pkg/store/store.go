@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -304,12 +305,92 @@ local function claimedattempts(id, expiry, top)
 end
 `
 
+// luaChunk is one definition of luaMeta (a local function or constant, with
+// the comment above it) and the names it defines and uses.
+type luaChunk struct {
+	name string
+	text string
+}
+
+// luaChunks are luaMeta's definitions in order.
+var luaChunks = splitLua(luaMeta)
+
+var luaDef = regexp.MustCompile(`^local (?:function )?([a-zA-Z_][a-zA-Z0-9_]*)`)
+
+// splitLua splits luaMeta at its top-level definitions; a comment block
+// belongs to the definition below it.
+func splitLua(src string) []luaChunk {
+	var chunks []luaChunk
+	var pending strings.Builder // comment lines waiting for their definition
+	for _, line := range strings.SplitAfter(strings.TrimPrefix(src, "\n"), "\n") {
+		switch m := luaDef.FindStringSubmatch(line); {
+		case m != nil:
+			chunks = append(chunks, luaChunk{name: m[1], text: pending.String() + line})
+			pending.Reset()
+		case strings.HasPrefix(line, "--"):
+			pending.WriteString(line)
+		case len(chunks) > 0:
+			chunks[len(chunks)-1].text += line
+		}
+	}
+	return chunks
+}
+
+// prelude returns the definitions of luaMeta that src uses, directly or
+// through others, in luaMeta's order: every script runs its prelude on
+// every call (Redis runs the whole chunk), so a script carries only what it
+// needs.
+func prelude(src string) string {
+	need := map[string]bool{}
+	uses := func(text, name string) bool {
+		return regexp.MustCompile(`\b` + name + `\b`).MatchString(text)
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, c := range luaChunks {
+			if need[c.name] {
+				continue
+			}
+			if uses(src, c.name) {
+				need[c.name], changed = true, true
+				continue
+			}
+			for _, d := range luaChunks {
+				if need[d.name] && d.name != c.name && uses(strings.TrimPrefix(d.text, commentOf(d.text)), c.name) {
+					need[c.name], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString("\n")
+	for _, c := range luaChunks {
+		if need[c.name] {
+			b.WriteString(c.text)
+		}
+	}
+	return b.String()
+}
+
+// commentOf returns the leading comment lines of a chunk.
+func commentOf(text string) string {
+	end := 0
+	for _, line := range strings.SplitAfter(text, "\n") {
+		if !strings.HasPrefix(line, "--") {
+			break
+		}
+		end += len(line)
+	}
+	return text[:end]
+}
+
 // script is a Lua script in two forms: with flags for Redis 7 and without
 // for a Redis that cannot read them (the same script when it has none).
 type script struct{ flagged, plain *redis.Script }
 
 func newScript(src string) script {
-	sc := redis.NewScript(luaMeta + src)
+	sc := redis.NewScript(prelude(src) + src)
 	return script{sc, sc}
 }
 
@@ -319,7 +400,8 @@ func newScript(src string) script {
 // memory, so firing goes on and makes room; parks and rejects stay refused,
 // which pauses ingest instead.
 func newFiringScript(src string) script {
-	return script{redis.NewScript("#!lua flags=allow-oom\n" + luaMeta + src), redis.NewScript(luaMeta + src)}
+	pre := prelude(src)
+	return script{redis.NewScript("#!lua flags=allow-oom\n" + pre + src), redis.NewScript(pre + src)}
 }
 
 // pick returns the form of sc this Store's Redis runs.
