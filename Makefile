@@ -44,6 +44,7 @@ unit: ## all tests, with the race detector, against real servers (and the deploy
 
 fuzz: ## each fuzz target for FUZZTIME (default 300000 executions, ~10 s)
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDialects$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
 	$(GO) test -run '^$$' -fuzz '^FuzzCodecRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
 

@@ -62,6 +62,15 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint16(fzDelay|fzExtra1|fzExtra2), "1", "", "", "", "", "", "", "X-Delay", "2", "x-message-id", "dup", "", "", "", int64(0), []byte("x"))
 	f.Add(uint16(fzDefault|fzNats|fzKey), "", "", "", "", "", "", "", "", "", "", "", "nats-1", "", "", int64(0), bytes.Repeat([]byte("b"), 65))
 	f.Add(uint16(fzDefault|fzPublished), "", "", "", "", "", "", "", "", "", "", "", "", "", "", int64(400*24*3600*1000), []byte("x"))
+	// Destination templates in x-delay-destination (FuzzParseDialects has
+	// them in the route, with a source name, and the kafka-scheduler dialect).
+	f.Add(uint16(fzDelay|fzDest|fzOverride|fzExtra1), "1", "", "", "", "{header.t}.due", "", "", "t", "eu", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzDest|fzOverride|fzAllowedDests), "1", "", "", "", "orders.{header.t}", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzDest|fzOverride), "1", "", "", "", "{source.2:}", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzDest|fzOverride|fzExtra1), "1", "", "", "", "{{{header.t}}}", "", "", "t", "\n", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzDest|fzOverride), "1", "", "", "", "{nope}", "", "", "", "", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzExtra1), "1", "", "", "", "", "", "", "x-delay-replace", "True", "", "", "", "", "", int64(0), []byte("x"))
+	f.Add(uint16(fzDelay|fzExtra1), "1", "", "", "", "", "", "", "x-delay-replace", "maybe", "", "", "", "", "", int64(0), []byte("x"))
 
 	f.Fuzz(func(t *testing.T, mask uint16, delay, at, id, sink, dest, cancel, prio, k1, v1, k2, v2, natsID, nativeID, positionID string, pubOffsetMs int64, body []byte) {
 		has := func(bit int) bool { return mask&uint16(bit) != 0 }

@@ -3,6 +3,7 @@ package envelope
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,18 @@ type Incoming struct {
 	// message with this reason before looking at any header, so that the
 	// dead message says what was wrong instead of "no x-delay header".
 	HeaderError string
+
+	// Source is the message's own name in its broker: the NATS subject, the
+	// AMQP routing key it was published with, the Kafka topic. Destination
+	// templates expand {source} from it.
+	Source string
+
+	// Tombstone marks a Kafka record without a value. kafka-go returns a
+	// nil Value for a null value and for an empty one alike, so both are
+	// tombstones (etf1's scheduler also treats an empty value as one when
+	// it delivers). Only the kafka-scheduler dialect reads it: a keyed
+	// tombstone cancels the parked message of that key.
+	Tombstone bool
 }
 
 // Route is what an ingest does with the messages it reads.
@@ -69,6 +82,10 @@ type Route struct {
 	// Missed is what a recurring message does with the occurrences missed
 	// while nothing fired (route.missed).
 	Missed Missed
+
+	// Dialects are the header dialects the ingest reads; empty means
+	// DialectDelaybridge alone.
+	Dialects []Dialect
 }
 
 // Limits bound what one message may be; a zero field sets no bound. The
@@ -119,6 +136,11 @@ type Decision struct {
 	Group    string   // CancelGroup: the group to cancel
 	Reason   string   // Reject: why, in words an operator can act on
 	Code     string   // Reject: a short fixed name of the reason, for metrics (RejectCodes)
+
+	// Tombstone is set on a Cancel that is a kafka-scheduler tombstone: a
+	// tombstone for a key that is not parked is acknowledged, not rejected
+	// (etf1's scheduler writes one after every schedule it fires).
+	Tombstone bool
 }
 
 // RejectCodes lists every Decision.Code.
@@ -127,6 +149,7 @@ var RejectCodes = []string{
 	CodeInvalidCancel, CodeBothDelays, CodeInvalidDelay, CodeInvalidDeliverAt,
 	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
 	CodeInvalidSchedule, CodeInvalidGroup,
+	CodeInvalidDestination, CodeInvalidReplace, CodeInvalidEpoch, CodeInvalidScheduler,
 }
 
 // Reject codes.
@@ -147,6 +170,11 @@ const (
 	CodeCancelUnknown      = "cancel_unknown_id" // set by the ingest pipeline, not by Parse
 	CodeInvalidSchedule    = "invalid_schedule"
 	CodeInvalidGroup       = "invalid_group"
+
+	CodeInvalidDestination = "invalid_destination"      // a template that does not expand to a valid destination
+	CodeInvalidReplace     = "invalid_replace"          // x-delay-replace neither true nor false
+	CodeInvalidEpoch       = "invalid_scheduler_epoch"  // kafka-scheduler: scheduler-epoch missing or not Unix seconds
+	CodeInvalidScheduler   = "invalid_scheduler_record" // kafka-scheduler: no key, mixed dialects, a header of the other dialect
 )
 
 // NewID returns a generated message ID: a UUIDv7 (time-ordered, unique).
@@ -164,7 +192,18 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	now = now.Truncate(time.Millisecond)
 	p := parser{in: in, r: r, lim: lim, now: now}
 
+	dialect, dialectErr := p.dialect()
+	sched := dialect == DialectKafkaScheduler
 	id, idErr := p.id(newID)
+	if sched {
+		// The record key is the ID; the usual sources only name a dead
+		// record that has no usable key.
+		if key, reason := p.schedulerID(); reason == "" {
+			id, idErr = key, ""
+		} else {
+			idErr = reason
+		}
+	}
 	msg := &Message{
 		ID:          id,
 		DueAt:       now,
@@ -182,6 +221,7 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		// so that an operator sees what was wrong; oversized parts are
 		// dropped so that a limit still protects Redis.
 		msg.Headers = in.Headers
+		msg.Replace = false
 		if lim.MaxHeaderBytes > 0 && in.Headers.Size()+len(in.Key) > lim.MaxHeaderBytes {
 			msg.Headers, msg.Key = nil, nil
 		}
@@ -193,7 +233,13 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	if in.HeaderError != "" {
 		return reject(CodeUndecodableHeaders, "the message's headers could not be decoded: %s", printable(in.HeaderError))
 	}
+	if dialectErr != "" {
+		return reject(CodeInvalidScheduler, "%s", dialectErr)
+	}
 	if idErr != "" {
+		if sched {
+			return reject(CodeInvalidScheduler, "%s", idErr)
+		}
 		return reject(CodeInvalidID, "%s", idErr)
 	}
 	if lim.MaxPayloadBytes > 0 && len(in.Body) > lim.MaxPayloadBytes {
@@ -202,18 +248,33 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	if size := in.Headers.Size() + len(in.Key); lim.MaxHeaderBytes > 0 && size > lim.MaxHeaderBytes {
 		return reject(CodeHeadersTooLarge, "headers and key are %d bytes, over limits.max_header_bytes %d (not kept)", size, lim.MaxHeaderBytes)
 	}
-	for _, h := range controlHeaders {
+	unique := controlHeaders
+	if sched {
+		unique = append(slices.Clip(controlHeaders), schedulerControl...)
+	}
+	for _, h := range unique {
 		if n := in.Headers.Count(h); n > 1 {
 			return reject(CodeDuplicateHeader, "header %s given %d times; give it once", h, n)
 		}
 	}
 
+	if sched && in.Tombstone {
+		msg.Headers = in.Headers
+		return Decision{Action: Cancel, Message: msg, CancelID: id, Tombstone: true}
+	}
 	if target, ok := in.Headers.Get(HeaderCancel); ok {
 		if reason := checkID(HeaderCancel, target, lim.MaxIDBytes); reason != "" {
 			return reject(CodeInvalidCancel, "%s", reason)
 		}
 		msg.Headers = in.Headers
 		return Decision{Action: Cancel, Message: msg, CancelID: target}
+	}
+	if sched {
+		for _, h := range []string{HeaderMessageID, HeaderDestination, HeaderReplace} {
+			if _, ok := in.Headers.Get(h); ok {
+				return reject(CodeInvalidScheduler, "%s given on a kafka-scheduler record: its ID is the record key, its destination %s, and a newer record always replaces", h, HeaderSchedulerTargetTopic)
+			}
+		}
 	}
 
 	if target, ok := in.Headers.Get(HeaderCancelGroup); ok {
@@ -224,7 +285,13 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		return Decision{Action: CancelGroup, Message: msg, Group: target}
 	}
 
-	due, code, reason := p.due()
+	var due time.Time
+	var code, reason string
+	if sched {
+		due, code, reason = p.schedulerDue()
+	} else {
+		due, code, reason = p.due()
+	}
 	if reason != "" {
 		return reject(code, "%s", reason)
 	}
@@ -242,8 +309,30 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		}
 		msg.Priority = uint8(n)
 	}
-	if reason := p.route(msg); reason != "" {
-		return reject(CodeInvalidRoute, "%s", reason)
+	if v, ok := in.Headers.Get(HeaderReplace); ok {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "true":
+			msg.Replace = true
+		case "false":
+		default:
+			return reject(CodeInvalidReplace, "%s %q is neither true nor false", HeaderReplace, printable(v))
+		}
+	}
+	if code, reason := p.route(msg, sched); reason != "" {
+		return reject(code, "%s", reason)
+	}
+	if sched {
+		msg.Replace = true
+		msg.Key = nil
+		if k, _ := in.Headers.Get(HeaderSchedulerTargetKey); k != "" {
+			msg.Key = []byte(k)
+		}
+		published := in.PublishedAt
+		if published.IsZero() {
+			published = now
+		}
+		msg.Headers = schedulerHeaders(in.Headers, id, in.Source, published)
+		return Decision{Action: Park, Message: msg}
 	}
 	msg.Headers = forwarded(in.Headers)
 	msg.Recur = p.recur
@@ -461,46 +550,73 @@ func ParseDeliverAt(v string) (time.Time, string) {
 	return ceilMillis(t), ""
 }
 
-// route applies x-delay-sink and x-delay-destination to msg, then checks
-// the sink and destination the message ends up with, whether they came
-// from the route or from the headers.
-func (p *parser) route(msg *Message) string {
+// route applies x-delay-sink and x-delay-destination (on a kafka-scheduler
+// record scheduler-target-topic) to msg, expands the destination template,
+// then checks the sink and destination the message ends up with, whether
+// they came from the route or from the headers. It returns the reject code
+// and reason, or "".
+func (p *parser) route(msg *Message, sched bool) (code, reason string) {
 	r := p.r
 	sink, hasSink := p.in.Headers.Get(HeaderSink)
-	dest, hasDest := p.in.Headers.Get(HeaderDestination)
+	destHeader := HeaderDestination
+	if sched {
+		destHeader = HeaderSchedulerTargetTopic
+	}
+	dest, hasDest := p.in.Headers.Get(destHeader)
 	if (hasSink || hasDest) && !r.AllowOverride {
-		return fmt.Sprintf("%s/%s given, but the route of ingest %q does not allow overrides (route.allow_override)", HeaderSink, HeaderDestination, r.Ingest)
+		given := HeaderSink + "/" + destHeader
+		return CodeInvalidRoute, fmt.Sprintf("%s given, but the route of ingest %q does not allow overrides (route.allow_override)", given, r.Ingest)
 	}
 	if hasSink {
 		sink = strings.TrimSpace(sink)
 		if sink == "" {
-			return HeaderSink + " is empty"
+			return CodeInvalidRoute, HeaderSink + " is empty"
 		}
 		if len(r.AllowedSinks) > 0 && !contains(r.AllowedSinks, sink) {
-			return fmt.Sprintf("%s %q is not in route.allowed_sinks", HeaderSink, printable(sink))
+			return CodeInvalidRoute, fmt.Sprintf("%s %q is not in route.allowed_sinks", HeaderSink, printable(sink))
 		}
 		msg.Sink = sink
 	}
+	from, raw := "route.destination", r.Destination
 	if hasDest {
 		if strings.TrimSpace(dest) == "" {
-			return HeaderDestination + " is empty"
+			return CodeInvalidRoute, destHeader + " is empty"
 		}
-		if len(r.AllowedDestinations) > 0 && !matchAny(r.AllowedDestinations, dest) {
-			return fmt.Sprintf("%s %q matches no pattern of route.allowed_destinations", HeaderDestination, printable(dest))
-		}
-		msg.Destination = dest
+		from, raw = destHeader, dest
 	}
+	final, templated := raw, false
+	if !sched || !hasDest { // scheduler-target-topic is a topic name, as etf1 reads it
+		t, err := ParseTemplate(raw)
+		if err != nil {
+			return CodeInvalidDestination, fmt.Sprintf("%s %q: %v", from, printable(raw), err)
+		}
+		var why string
+		if final, why = t.Expand(p.in.Source, p.in.Headers); why != "" {
+			return CodeInvalidDestination, fmt.Sprintf("%s %q: %s", from, printable(raw), why)
+		}
+		templated = !t.Literal()
+	}
+	if hasDest && len(r.AllowedDestinations) > 0 && !matchAny(r.AllowedDestinations, final) {
+		return CodeInvalidRoute, fmt.Sprintf("%s %q matches no pattern of route.allowed_destinations", destHeader, printable(final))
+	}
+	msg.Destination = final
 	switch {
 	case msg.Sink == "":
-		return "no sink: the route has none and no x-delay-sink was given"
+		return CodeInvalidRoute, "no sink: the route has none and no x-delay-sink was given"
 	case r.SinkExists != nil && !r.SinkExists(msg.Sink):
-		return fmt.Sprintf("sink %q names no configured sink", printable(msg.Sink))
-	case strings.TrimSpace(msg.Destination) == "":
-		return "no destination: the route has none and no x-delay-destination was given"
-	case !utf8.ValidString(msg.Destination) || strings.ContainsAny(msg.Destination, "\x00\r\n"):
-		return fmt.Sprintf("destination contains a NUL, CR or LF character or is not UTF-8 (not printable): %q", printable(msg.Destination))
+		return CodeInvalidRoute, fmt.Sprintf("sink %q names no configured sink", printable(msg.Sink))
+	case templated:
+		if why := CheckDestination(final); why != "" {
+			return CodeInvalidDestination, fmt.Sprintf("%s %q expands to an invalid destination: %s", from, printable(raw), why)
+		}
+	case strings.TrimSpace(final) == "":
+		return CodeInvalidRoute, "no destination: the route has none and no x-delay-destination was given"
+	default:
+		if why := CheckDestination(final); why != "" {
+			return CodeInvalidRoute, why
+		}
 	}
-	return ""
+	return "", ""
 }
 
 // forwarded returns the headers without the control headers.

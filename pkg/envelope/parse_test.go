@@ -122,6 +122,9 @@ func checkDecision(t testing.TB, in *Incoming, lim Limits, now time.Time, d Deci
 		if m.Sink == "" {
 			t.Fatalf("parked message has no sink")
 		}
+		if why := CheckDestination(m.Destination); why != "" {
+			t.Fatalf("parked with an invalid destination: %s", why)
+		}
 		if m.Priority > 9 {
 			t.Fatalf("priority %d over 9", m.Priority)
 		}

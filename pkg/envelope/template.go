@@ -1,0 +1,203 @@
+package envelope
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Template is a destination with placeholders, expanded per message at
+// ingest (route.destination, x-delay-destination):
+//
+//	{source}        the ingest message's own name (Incoming.Source: NATS
+//	                subject, AMQP routing key, Kafka topic)
+//	{source.N}      its N-th dot-separated token, from 1
+//	{source.N:}     tokens N..last, joined by dots
+//	{header.NAME}   the value of header NAME (case-insensitive, the first)
+//	{{ and }}       a literal { and }
+//
+// Anything else in braces is an error of ParseTemplate, which `delaybridge
+// validate` reports for route.destination. A placeholder that names what the
+// message does not have (a token past the last, a missing header) is an
+// error of Expand: the message is rejected with that reason.
+type Template struct {
+	raw   string
+	parts []tmplPart
+}
+
+type tmplKind uint8
+
+const (
+	tmplLiteral tmplKind = iota
+	tmplSource           // {source}
+	tmplToken            // {source.N}
+	tmplTail             // {source.N:}
+	tmplHeader           // {header.NAME}
+)
+
+type tmplPart struct {
+	kind tmplKind
+	text string // literal text, or the header name
+	n    int    // token number, from 1
+}
+
+// ParseTemplate parses a destination template. A string without braces is
+// a literal template: Expand returns it as it is.
+func ParseTemplate(s string) (*Template, error) {
+	t := &Template{raw: s}
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			t.parts = append(t.parts, tmplPart{kind: tmplLiteral, text: lit.String()})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '{' && i+1 < len(s) && s[i+1] == '{':
+			lit.WriteByte('{')
+			i++
+		case c == '}' && i+1 < len(s) && s[i+1] == '}':
+			lit.WriteByte('}')
+			i++
+		case c == '}':
+			return nil, fmt.Errorf("a lone } at byte %d (write }} for a literal brace)", i)
+		case c == '{':
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return nil, fmt.Errorf("unclosed { at byte %d (write {{ for a literal brace)", i)
+			}
+			part, err := parsePlaceholder(s[i+1 : i+end])
+			if err != nil {
+				return nil, err
+			}
+			flush()
+			t.parts = append(t.parts, part)
+			i += end
+		default:
+			lit.WriteByte(c)
+		}
+	}
+	flush()
+	return t, nil
+}
+
+func parsePlaceholder(p string) (tmplPart, error) {
+	const known = "{source}, {source.N}, {source.N:} or {header.NAME}"
+	switch {
+	case p == "source":
+		return tmplPart{kind: tmplSource}, nil
+	case strings.HasPrefix(p, "source."):
+		num, tail := strings.CutSuffix(p[len("source."):], ":")
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 1 || num[0] == '+' {
+			return tmplPart{}, fmt.Errorf("placeholder %q: the token number must be an integer from 1 (%s)", "{"+printable(p)+"}", known)
+		}
+		if tail {
+			return tmplPart{kind: tmplTail, n: n}, nil
+		}
+		return tmplPart{kind: tmplToken, n: n}, nil
+	case strings.HasPrefix(p, "header."):
+		name := p[len("header."):]
+		if name == "" || strings.IndexFunc(name, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '{' }) >= 0 {
+			return tmplPart{}, fmt.Errorf("placeholder %q: a header name is required, without spaces or control characters (%s)", "{"+printable(p)+"}", known)
+		}
+		return tmplPart{kind: tmplHeader, text: name}, nil
+	}
+	return tmplPart{}, fmt.Errorf("unknown placeholder %q: use %s, or {{ }} for literal braces", "{"+printable(p)+"}", known)
+}
+
+// String returns the template as it was written.
+func (t *Template) String() string { return t.raw }
+
+// Literal reports whether the template has no placeholder.
+func (t *Template) Literal() bool {
+	for _, p := range t.parts {
+		if p.kind != tmplLiteral {
+			return false
+		}
+	}
+	return true
+}
+
+// Expand fills the placeholders from the message's source name and
+// headers. It returns the reason when a placeholder names what the message
+// does not have; whether the result is a valid destination is
+// CheckDestination's concern.
+func (t *Template) Expand(source string, h Headers) (string, string) {
+	if len(t.parts) == 1 && t.parts[0].kind == tmplLiteral {
+		return t.parts[0].text, ""
+	}
+	var b strings.Builder
+	var tokens []string
+	for _, p := range t.parts {
+		switch p.kind {
+		case tmplLiteral:
+			b.WriteString(p.text)
+		case tmplSource:
+			b.WriteString(source)
+		case tmplToken, tmplTail:
+			if tokens == nil {
+				tokens = strings.Split(source, ".")
+			}
+			if source == "" || p.n > len(tokens) {
+				return "", fmt.Sprintf("%s: the source name %q has %d dot-separated tokens, not %d", placeholderName(p), printable(source), countTokens(source), p.n)
+			}
+			if p.kind == tmplToken {
+				b.WriteString(tokens[p.n-1])
+			} else {
+				b.WriteString(strings.Join(tokens[p.n-1:], "."))
+			}
+		case tmplHeader:
+			v, ok := h.Get(p.text)
+			if !ok {
+				return "", fmt.Sprintf("%s: the message has no header %s", placeholderName(p), printable(p.text))
+			}
+			b.WriteString(v)
+		}
+	}
+	return b.String(), ""
+}
+
+func countTokens(source string) int {
+	if source == "" {
+		return 0
+	}
+	return strings.Count(source, ".") + 1
+}
+
+func placeholderName(p tmplPart) string {
+	switch p.kind {
+	case tmplSource:
+		return "{source}"
+	case tmplToken:
+		return "{source." + strconv.Itoa(p.n) + "}"
+	case tmplTail:
+		return "{source." + strconv.Itoa(p.n) + ":}"
+	case tmplHeader:
+		return "{header." + printable(p.text) + "}"
+	}
+	return ""
+}
+
+// CheckDestination validates a destination as every sink receives it:
+// non-empty (not only white space), valid UTF-8, and free of control
+// characters (NUL, CR, LF and the rest of C0, DEL). It returns "" or the
+// reason. What a broker further refuses (a Kafka topic name with a space, a
+// NATS subject with a wildcard) is the sink's concern: such a publish fails
+// and the message goes dead there with the broker's reason.
+func CheckDestination(d string) string {
+	switch {
+	case strings.TrimSpace(d) == "":
+		return "destination is empty"
+	case !utf8.ValidString(d):
+		return fmt.Sprintf("destination %q is not UTF-8 (not printable)", printable(d))
+	}
+	for _, c := range d {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Sprintf("destination %q contains a control character such as NUL, CR or LF (not printable)", printable(d))
+		}
+	}
+	return ""
+}
