@@ -178,6 +178,31 @@ func (s *suite) testPublishedAt(t *testing.T) {
 	}
 }
 
+// testSourceAndTombstone: Incoming.Source is the message's own name in its
+// broker; Incoming.Tombstone marks a message without a body where the broker
+// has such a thing (a Kafka null value), and nothing else.
+func (s *suite) testSourceAndTombstone(t *testing.T) {
+	key := s.key(t)
+	src := s.open(t, key)
+	withBody := s.send(t, key, s.plain("named", []byte("k")))
+	noBody := s.plain("", []byte("k"))
+	noBody.Body = nil
+	without := s.send(t, key, noBody)
+	_, first := src.collect(t, s.h.Timeout, []string{withBody, without})
+	want := s.h.SourceName(key)
+	for _, id := range []string{withBody, without} {
+		if got := first[id].in.Source; got != want {
+			t.Errorf("Incoming.Source = %q, want %q", got, want)
+		}
+	}
+	if first[withBody].in.Tombstone {
+		t.Errorf("a message with a body has Incoming.Tombstone set")
+	}
+	if tomb := first[without].in.Tombstone; tomb != s.h.Features.Tombstones {
+		t.Errorf("Incoming.Tombstone of a message without a body = %v, want %v (Features.Tombstones)", tomb, s.h.Features.Tombstones)
+	}
+}
+
 // testPositionID: PositionID is unique per message and stable across a
 // redelivery (PositionID), else "".
 func (s *suite) testPositionID(t *testing.T) {

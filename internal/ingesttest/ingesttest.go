@@ -79,6 +79,12 @@ type Harness struct {
 	// takes the message again.
 	Publish func(t *testing.T, key string, m Message)
 
+	// SourceName returns the name Incoming.Source must carry for what
+	// Publish published to key: the Kafka topic, the NATS subject, the
+	// AMQP routing key (destination templates expand {source} from it).
+	// Required.
+	SourceName func(key string) string
+
 	Features Features
 
 	// RedeliveryDelay is the longest the broker takes to deliver again a
@@ -173,6 +179,10 @@ type Features struct {
 	// leading spaces included (Kafka, AMQP; not NATS, whose headers are
 	// text lines).
 	BinaryHeaders bool
+	// Tombstones: a message published without a body (Message.Body nil)
+	// arrives with Incoming.Tombstone set (Kafka: a record with a null
+	// value). Without it, Incoming.Tombstone is never set.
+	Tombstones bool
 	// MaxBody is the largest body the broker takes as configured in the
 	// test (0: 1 MiB, the contract's default limits.max_payload_bytes).
 	// NATS's default max_payload of 1 MiB includes the headers.
@@ -192,8 +202,8 @@ const IDHeader = "ingesttest-id"
 // share the broker, and BrokerRestart stops it).
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.Open == nil || h.Publish == nil {
-		t.Fatal("ingesttest: Harness.Open and Harness.Publish are required")
+	if h.Open == nil || h.Publish == nil || h.SourceName == nil {
+		t.Fatal("ingesttest: Harness.Open, Harness.Publish and Harness.SourceName are required")
 	}
 	if (h.StopBroker == nil) != (h.StartBroker == nil) {
 		t.Fatal("ingesttest: set both Harness.StopBroker and Harness.StartBroker, or neither")
@@ -219,6 +229,7 @@ func Run(t *testing.T, h Harness) {
 		{"NativeID", s.testNativeID},
 		{"PublishedAt", s.testPublishedAt},
 		{"PositionID", s.testPositionID},
+		{"SourceAndTombstone", s.testSourceAndTombstone},
 		{"AckOnlyAfterSuccess", s.testAckOnlyAfterSuccess},
 		{"NackRedelivers", s.testNack},
 		{"Ordered", s.testOrdered},

@@ -308,6 +308,9 @@ func incoming(m *kafka.Message) *envelope.Incoming {
 		Body:       m.Value,
 		Key:        m.Key,
 		PositionID: m.Topic + "/" + strconv.Itoa(m.Partition) + "/" + strconv.FormatInt(m.Offset, 10),
+		Source:     m.Topic,
+		// kafka-go reads a null and an empty value both as nil.
+		Tombstone: m.Value == nil,
 	}
 	if !m.Time.IsZero() && m.Time.UnixMilli() > 0 {
 		in.PublishedAt = m.Time

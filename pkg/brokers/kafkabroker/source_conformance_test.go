@@ -95,6 +95,7 @@ func TestSourceConformance(t *testing.T) {
 				t.Fatalf("produce to %s: %v", key, err)
 			}
 		},
+		SourceName: func(key string) string { return key }, // the topic
 		Features: ingesttest.Features{
 			AtLeastOnce: true,
 			// the Kafka Source re-reads the partition of a nacked record from
@@ -108,6 +109,7 @@ func TestSourceConformance(t *testing.T) {
 			PositionID:       true,
 			DuplicateHeaders: true,
 			BinaryHeaders:    true,
+			Tombstones:       true,
 		},
 		// A reopen joins the group again; the closed member left it, so
 		// the rebalance is quick. Bounded by the session timeout when it

@@ -162,7 +162,7 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 }
 
 func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFunc, error) {
-	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data(), HeaderError: jsHeaderError(msg)}
+	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data(), Source: msg.Subject(), HeaderError: jsHeaderError(msg)}
 	if md, err := msg.Metadata(); err == nil {
 		in.PublishedAt = md.Timestamp
 		in.PositionID = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
@@ -197,7 +197,7 @@ func (s *Source) readCore(ctx context.Context) (*envelope.Incoming, ingest.AckFu
 		}
 		return nil, nil, fmt.Errorf("nats ingest %s: %w", s.cfg.Name, err)
 	}
-	in := &envelope.Incoming{Headers: headers(msg.Header), Body: msg.Data,
+	in := &envelope.Incoming{Headers: headers(msg.Header), Body: msg.Data, Source: msg.Subject,
 		HeaderError: headerError(msg.Header, msg.Size(), msg.Subject, msg.Reply, msg.Data)}
 	return in, noAck, nil
 }

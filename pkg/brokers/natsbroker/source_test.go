@@ -102,6 +102,7 @@ func TestSourceConformanceJetStream(t *testing.T) {
 				t.Fatalf("publish to %s: %v", msg.Subject, err)
 			}
 		},
+		SourceName: subject,
 		Features: ingesttest.Features{
 			AtLeastOnce:      true,
 			Nack:             true,
@@ -144,6 +145,7 @@ func TestSourceConformanceCoreNATS(t *testing.T) {
 				t.Fatalf("flush: %v", err)
 			}
 		},
+		SourceName: subject,
 		Features: ingesttest.Features{
 			Ordered:          true,
 			DuplicateHeaders: true,

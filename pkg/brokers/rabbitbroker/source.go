@@ -270,6 +270,7 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 			Properties: Properties(d.d),
 			Body:       d.d.Body,
 			NativeID:   d.d.MessageId,
+			Source:     d.d.RoutingKey, // as published, whatever exchange routed it here
 		}
 		return in, s.ackFunc(d.sess, d.d.DeliveryTag), nil
 	case <-s.closed:

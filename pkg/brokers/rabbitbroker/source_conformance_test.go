@@ -60,6 +60,8 @@ func TestSourceConformance(t *testing.T) {
 				t.Fatalf("publish to %s: %v", key, err)
 			}
 		},
+		// Publish uses the default exchange: the routing key is the queue.
+		SourceName: func(key string) string { return key },
 		Features: ingesttest.Features{
 			AtLeastOnce:     true,
 			Nack:            true,
