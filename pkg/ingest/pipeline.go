@@ -183,11 +183,12 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 }
 
 // hasCancel reports whether a message is a cancel or group-cancel control
-// message, which must see every park before it.
+// message, or a tombstone (a cancel on a kafka-scheduler ingest), which must
+// see every park before it.
 func hasCancel(it item) bool {
 	_, ok := it.in.Headers.Get(envelope.HeaderCancel)
 	_, group := it.in.Headers.Get(envelope.HeaderCancelGroup)
-	return ok || group
+	return ok || group || it.in.Tombstone
 }
 
 func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
@@ -238,6 +239,14 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			if found {
 				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled").Inc()
 				pl.log.Debug("message cancelled", "id", d.CancelID, "by", d.Message.ID)
+				continue
+			}
+			if d.Tombstone {
+				// etf1's scheduler tombstones every schedule it fires, and a
+				// compacted topic keeps tombstones: one for a key that is
+				// not parked is normal, acknowledged and counted.
+				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "tombstone_unknown").Inc()
+				pl.log.Debug("tombstone for a key that is not parked, acknowledged", "id", d.CancelID)
 				continue
 			}
 			// A cancel of an unknown ID is kept as dead: the ID may be wrong,

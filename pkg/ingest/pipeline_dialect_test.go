@@ -1,0 +1,122 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// recordSource is a Source of Kafka-like records; it counts acks and nacks
+// in read order.
+type recordSource struct {
+	in chan *envelope.Incoming
+
+	mu    sync.Mutex
+	acked int
+	nacks int
+}
+
+func (s *recordSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case m := <-s.in:
+		return m, func(_ context.Context, err error) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if err != nil {
+				s.nacks++
+			} else {
+				s.acked++
+			}
+			return nil
+		}, nil
+	}
+}
+
+func (s *recordSource) Close(context.Context) error { return nil }
+
+func (s *recordSource) settled() (acked, nacks int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acked, s.nacks
+}
+
+// A kafka-scheduler tombstone cancels the parked message of its key; one
+// for a key that is not parked is acknowledged without a dead message,
+// counted as tombstone_unknown, and blocks nothing behind it. An
+// x-delay-cancel of an unknown ID stays a rejection.
+func TestTombstones(t *testing.T) {
+	r := testenv.Redis(t)
+	st := store.New(r.Client(), store.Options{Prefix: "tomb", Shards: 4})
+	src := &recordSource{in: make(chan *envelope.Incoming, 10)}
+	m := metrics.New()
+	pl := ingest.NewPipeline(ingest.PipelineParams{
+		Name:   "sched",
+		Source: src,
+		Route: &envelope.Route{Ingest: "sched", Sink: "s", Destination: "d", AllowOverride: true,
+			SinkExists: func(n string) bool { return n == "s" },
+			Dialects:   []envelope.Dialect{envelope.DialectDelaybridge, envelope.DialectKafkaScheduler}},
+		Limits:       envelope.Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256},
+		Store:        st,
+		MaxInFlight:  config.DefaultMaxInFlight,
+		DrainTimeout: 5 * time.Second,
+		Metrics:      m,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	epoch := strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)
+	record := func(key string) *envelope.Incoming {
+		return &envelope.Incoming{Source: "schedules", Key: []byte(key), Body: []byte("v"),
+			Headers: envelope.Headers{{Key: "scheduler-epoch", Value: epoch}, {Key: "scheduler-target-topic", Value: "t"}}}
+	}
+	tombstone := func(key string) *envelope.Incoming {
+		return &envelope.Incoming{Source: "schedules", Key: []byte(key), Tombstone: true}
+	}
+	src.in <- record("a")
+	src.in <- tombstone("a")
+	src.in <- tombstone("never-parked")
+	src.in <- record("b")
+	src.in <- &envelope.Incoming{Headers: envelope.Headers{{Key: "x-delay-cancel", Value: "nobody"}, {Key: "x-message-id", Value: "c"}}}
+	testenv.Eventually(t, 10*time.Second, func() bool { a, n := src.settled(); return a+n == 5 })
+	if a, n := src.settled(); a != 5 || n != 0 {
+		t.Fatalf("acked %d, nacked %d", a, n)
+	}
+	bg := context.Background()
+	if _, err := st.Inspect(bg, "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a not cancelled by its tombstone: %v", err)
+	}
+	if info, err := st.Inspect(bg, "b"); err != nil || info.State != store.StateScheduled {
+		t.Fatalf("the record after an unknown tombstone: %+v %v", info, err)
+	}
+	if _, err := st.Inspect(bg, "never-parked"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an unknown tombstone left something: %v", err)
+	}
+	if info, err := st.Inspect(bg, "c"); err != nil || info.State != store.StateDead {
+		t.Fatalf("x-delay-cancel of an unknown ID is no longer dead: %+v %v", info, err)
+	}
+	for result, want := range map[string]float64{"parked": 2, "cancelled": 1, "tombstone_unknown": 1, "rejected": 1} {
+		var c dto.Metric
+		if err := m.IngestMessages.WithLabelValues("sched", result).Write(&c); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.GetCounter().GetValue(); got != want {
+			t.Errorf("ingest_messages_total{result=%q} = %v, want %v", result, got, want)
+		}
+	}
+}
