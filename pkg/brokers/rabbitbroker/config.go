@@ -2,7 +2,12 @@ package rabbitbroker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
@@ -31,7 +36,28 @@ type IngestConfig struct {
 	// Prefetch is the channel's QoS: unacknowledged messages the broker
 	// sends ahead (default: the ingest's max_in_flight).
 	Prefetch int `yaml:"prefetch"`
+	// Bindings bind the queue to exchanges at every connect, the topology
+	// Bento's bindings_declare or a Spring Binding bean would declare. The
+	// messages' routing keys stay theirs: {source} in a destination is the
+	// routing key a message was published with.
+	Bindings []Binding `yaml:"bindings"`
 }
+
+// Binding binds the ingest's queue to an exchange with a routing key
+// (pattern, on a topic exchange).
+type Binding struct {
+	Exchange   string `yaml:"exchange"`
+	RoutingKey string `yaml:"routing_key"`
+	// ExchangeType, when given (direct, topic, fanout), declares the
+	// exchange durable with that type if it is missing; an exchange that
+	// exists with another type or arguments is an error at connect. Empty
+	// (the default): the exchange must already exist; it is declared
+	// passively, and never changed.
+	ExchangeType string `yaml:"exchange_type"`
+}
+
+// ExchangeTypes are the exchange types a binding may declare.
+var ExchangeTypes = []string{amqp.ExchangeDirect, amqp.ExchangeTopic, amqp.ExchangeFanout}
 
 // SinkConfig is a sink's rabbitmq: block: it publishes to an exchange; the
 // destination is the routing key.
@@ -73,10 +99,25 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 	if c.Prefetch < 1 || c.Prefetch > MaxPrefetch {
 		p.Add(at+".prefetch", "%d is not between 1 and %d", c.Prefetch, MaxPrefetch)
 	}
+	for i, b := range c.Bindings {
+		bat := fmt.Sprintf("%s.bindings[%d]", at, i)
+		switch {
+		case strings.TrimSpace(b.Exchange) == "":
+			p.Add(bat+".exchange", "required: the default exchange already routes to the queue by its name")
+		case strings.HasPrefix(b.Exchange, "amq.") && b.ExchangeType != "":
+			p.Add(bat+".exchange_type", "%q is a built-in exchange: it exists; leave exchange_type out", b.Exchange)
+		}
+		switch {
+		case b.ExchangeType == "x-delayed-message":
+			p.Add(bat+".exchange_type", "x-delayed-message is the plugin delaybridge replaces: bind to a %s exchange (docs/migrate-rabbitmq-delayed-exchange.md)", amqp.ExchangeTopic)
+		case b.ExchangeType != "" && !slices.Contains(ExchangeTypes, b.ExchangeType):
+			p.Add(bat+".exchange_type", "%q is not one of %s (declare other exchange types yourself and leave exchange_type out)", b.ExchangeType, strings.Join(ExchangeTypes, ", "))
+		}
+	}
 }
 
 func (c *IngestConfig) params(in *config.Ingest) SourceParams {
-	return SourceParams{Name: in.Name, URL: c.URL, Queue: c.Queue, Prefetch: c.Prefetch, Auth: c.Auth}
+	return SourceParams{Name: in.Name, URL: c.URL, Queue: c.Queue, Prefetch: c.Prefetch, Auth: c.Auth, Bindings: c.Bindings}
 }
 
 // Open connects the ingest's Source.

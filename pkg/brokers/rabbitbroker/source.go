@@ -29,6 +29,8 @@ type SourceParams struct {
 	// Prefetch is the channel's QoS: how many unacknowledged messages the
 	// broker sends ahead (required; at most MaxPrefetch).
 	Prefetch int
+	// Bindings bind the queue to exchanges at every connect (see Binding).
+	Bindings []Binding
 }
 
 // ErrStaleDelivery is returned (wrapped) by an AckFunc whose message came
@@ -145,6 +147,9 @@ func (s *Source) setup(conn *amqp.Connection) (*session, error) {
 		}
 		s.log.Info("declared missing queue (durable, classic)")
 	}
+	if err := s.bind(ch); err != nil {
+		return nil, err
+	}
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return nil, fmt.Errorf("qos: %w", err)
 	}
@@ -161,6 +166,30 @@ func (s *Source) setup(conn *amqp.Connection) (*session, error) {
 		return nil, fmt.Errorf("consume queue %q: %w", q, err)
 	}
 	return sess, nil
+}
+
+// bind declares the exchanges that say so and binds the queue to each
+// exchange with its routing key; both are idempotent, so every connect does
+// it again. An error closes the channel (the connect fails).
+func (s *Source) bind(ch *amqp.Channel) error {
+	q := s.cfg.Queue
+	for _, b := range s.cfg.Bindings {
+		if b.ExchangeType != "" {
+			if err := ch.ExchangeDeclare(b.Exchange, b.ExchangeType, true, false, false, false, nil); err != nil {
+				return fmt.Errorf("declare exchange %q (%s, durable): %w (an exchange of that name exists with another type or arguments? delete it or leave exchange_type out)", b.Exchange, b.ExchangeType, err)
+			}
+		} else if err := ch.ExchangeDeclarePassive(b.Exchange, "", false, false, false, false, nil); err != nil {
+			if Code(err) == amqp.NotFound {
+				return fmt.Errorf("bindings: exchange %q does not exist: declare it, or give exchange_type to let delaybridge declare it", b.Exchange)
+			}
+			return fmt.Errorf("exchange %q: %w", b.Exchange, err)
+		}
+		if err := ch.QueueBind(q, b.RoutingKey, b.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind queue %q to exchange %q with routing key %q: %w", q, b.Exchange, b.RoutingKey, err)
+		}
+		s.log.Debug("queue bound", "exchange", b.Exchange, "routing_key", b.RoutingKey)
+	}
+	return nil
 }
 
 func consumerTag(name string) string {
