@@ -203,6 +203,10 @@ type Ingest struct {
 	// reading pauses at the cap.
 	MaxInFlight int `yaml:"max_in_flight"`
 
+	// Dialects are the header dialects the ingest reads (default
+	// [delaybridge]): delaybridge, kafka-scheduler (Kafka ingests only).
+	Dialects []string `yaml:"dialects"`
+
 	// Broker is the block under the broker's key (kafka:, rabbitmq:,
 	// nats:), defined by that broker's package (pkg/brokers).
 	Broker IngestBroker `yaml:"-"`
@@ -221,7 +225,9 @@ func (i *Ingest) Kind() string {
 
 // Route says where an ingest's messages go.
 type Route struct {
-	Sink        string `yaml:"sink"`
+	Sink string `yaml:"sink"`
+	// Destination may hold placeholders expanded per message: {source},
+	// {source.N}, {source.N:}, {header.NAME} (envelope.Template).
 	Destination string `yaml:"destination"`
 	// AllowOverride lets x-delay-sink / x-delay-destination choose another
 	// sink or destination, limited to AllowedSinks (sink names) and

@@ -8,8 +8,11 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
 // Defaults, as config.example.yaml documents them. They are named here
@@ -109,6 +112,9 @@ func (c *Config) ApplyDefaults() {
 		in := &c.Ingest[i]
 		Default(&in.MaxInFlight, DefaultMaxInFlight)
 		Default(&in.Route.Missed, DefaultMissed)
+		if len(in.Dialects) == 0 {
+			in.Dialects = []string{string(envelope.DialectDelaybridge)}
+		}
 		if in.Broker != nil {
 			in.Broker.ApplyDefaults(in)
 		}
@@ -327,6 +333,10 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 		p.Add(at+".route.sink", "%q names no sink in sinks", r.Sink)
 	}
 	p.Required(at+".route.destination", r.Destination)
+	if _, err := envelope.ParseTemplate(r.Destination); err != nil {
+		p.Add(at+".route.destination", "%q: %v", r.Destination, err)
+	}
+	c.validateDialects(p, in, at)
 	if (len(r.AllowedSinks) > 0 || len(r.AllowedDestinations) > 0) && !r.AllowOverride {
 		p.Add(at+".route.allow_override", "allowed_sinks/allowed_destinations restrict overrides; set allow_override: true to allow them")
 	}
@@ -349,6 +359,32 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay {
 		p.Add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)
 	}
+}
+
+func (c *Config) validateDialects(p *Problems, in *Ingest, at string) {
+	seen := map[string]bool{}
+	for j, d := range in.Dialects {
+		field := fmt.Sprintf("%s.dialects[%d]", at, j)
+		switch {
+		case !slices.Contains(envelope.Dialects, envelope.Dialect(d)):
+			p.Add(field, "%q is not one of %s", d, joinDialects())
+		case seen[d]:
+			p.Add(field, "%q is given twice", d)
+		case envelope.Dialect(d) == envelope.DialectKafkaScheduler && in.Kind() != "" && in.Kind() != "kafka":
+			p.Add(field, "kafka-scheduler reads Kafka records (key, tombstones): only on a kafka ingest, not %s", in.Kind())
+		case envelope.Dialect(d) == envelope.DialectKafkaScheduler && !in.Route.AllowOverride:
+			p.Add(field, "kafka-scheduler publishes to the record's scheduler-target-topic: set route.allow_override: true (and restrict it with route.allowed_destinations)")
+		}
+		seen[d] = true
+	}
+}
+
+func joinDialects() string {
+	names := make([]string, len(envelope.Dialects))
+	for i, d := range envelope.Dialects {
+		names[i] = string(d)
+	}
+	return strings.Join(names, ", ")
 }
 
 // encryptionKeyID is what a key ID may be: it is stored with every message.

@@ -129,6 +129,9 @@ func Route(cfg *config.Config, ic *config.Ingest) *envelope.Route {
 		AllowedDestinations: ic.Route.AllowedDestinations,
 		SinkExists:          func(name string) bool { return names[name] },
 	}
+	for _, d := range ic.Dialects {
+		r.Dialects = append(r.Dialects, envelope.Dialect(d))
+	}
 	if ic.Route.DefaultDelay != nil {
 		r.DefaultDelay = ic.Route.DefaultDelay.D()
 		r.HasDefaultDelay = true
