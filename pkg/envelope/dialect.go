@@ -133,7 +133,11 @@ func (p *parser) schedulerDue() (due time.Time, code, reason string) {
 		hint = fmt.Sprintf("; it looks like Unix milliseconds (%s), but %s is in seconds", FormatTime(time.UnixMilli(min(sec, maxEpochSeconds*1000))), HeaderSchedulerEpoch)
 	}
 	if sec > maxEpochSeconds {
-		return due, CodeOverMaxDelay, fmt.Sprintf("%s %q is after the year 9999%s", HeaderSchedulerEpoch, printable(v), hint)
+		limit := ""
+		if p.lim.MaxDelay > 0 {
+			limit = fmt.Sprintf(" more than limits.max_delay %s from now:", p.lim.MaxDelay)
+		}
+		return due, CodeOverMaxDelay, fmt.Sprintf("%s %q is%s after the year 9999%s", HeaderSchedulerEpoch, printable(v), limit, hint)
 	}
 	due = time.Unix(sec, 0).UTC()
 	if p.lim.MaxDelay > 0 && due.Sub(p.now) > p.lim.MaxDelay {
