@@ -192,11 +192,11 @@ func CheckDestination(d string) string {
 	case strings.TrimSpace(d) == "":
 		return "destination is empty"
 	case !utf8.ValidString(d):
-		return fmt.Sprintf("destination %q is not UTF-8 (not printable)", printable(d))
+		return fmt.Sprintf("destination is not UTF-8 (not printable): %q", printable(d))
 	}
 	for _, c := range d {
 		if c < 0x20 || c == 0x7f {
-			return fmt.Sprintf("destination %q contains a control character such as NUL, CR or LF (not printable)", printable(d))
+			return fmt.Sprintf("destination contains a control character such as NUL, CR or LF (not printable): %q", printable(d))
 		}
 	}
 	return ""
