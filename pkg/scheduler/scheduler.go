@@ -37,6 +37,7 @@ type Store interface {
 	Shards() int
 	ShardOf(id string) int
 	Claim(ctx context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error)
+	ClaimAfter(ctx context.Context, prev *store.Lease, ds []store.Done, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error)
 	Ack(ctx context.Context, l *store.Lease, ds []store.Done) (int, error)
 	Retry(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
 	MarkDead(ctx context.Context, l *store.Lease, fs []store.Failure) (int, error)
@@ -221,10 +222,36 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	failing := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 	var tr Trace // this iteration's times, for Params.Trace
 	tr.Shard = shard
+	// The acks of the last batch, when they ride with the next claim.
+	var acks []store.Done
+	var acksLease *store.Lease
+	var acksAt time.Time // when acksLease was claimed, on our clock
+	flush := func(ctx context.Context) {
+		s.record(ctx, acksLease, acksAt, "ack", len(acks), func(ctx context.Context) error {
+			_, err := s.p.Store.Ack(ctx, acksLease, acks)
+			return err
+		})
+		acks = nil
+	}
+	defer func() {
+		if len(acks) > 0 {
+			flush(work) // stopping: the last acks go out within the drain budget
+		}
+	}()
 	for ctx.Err() == nil {
 		st.planned.Store(awake)
 		sent := s.p.Clock.Now()
-		c, err := s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease, s.gate.blocked(sent))
+		var c *store.Lease
+		var err error
+		if len(acks) > 0 {
+			c, err = s.p.Store.ClaimAfter(ctx, acksLease, acks, s.p.BatchSize, s.p.Lease, s.gate.blocked(sent))
+			if err != nil {
+				flush(work) // on its own, retried until done or the lease ends
+			}
+			acks = nil
+		} else {
+			c, err = s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease, s.gate.blocked(sent))
+		}
 		claimedAt := s.p.Clock.Now()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -249,13 +276,19 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		if n := len(c.Messages); n > 0 {
 			s.p.Metrics.ClaimBatchSize.Observe(float64(n))
-			if retryAt := s.fire(work, c, claimedAt, offset, &tr); !retryAt.IsZero() {
+			var retryAt time.Time
+			acks, retryAt = s.fire(work, c, claimedAt, offset, &tr)
+			acksLease, acksAt = c, claimedAt
+			if !retryAt.IsZero() {
 				wakeAt = earliest(wakeAt, retryAt)
 			}
 			if n == s.p.BatchSize {
 				s.p.Metrics.SchedulerWakeups.WithLabelValues("batch").Inc()
 				tr.Planned, tr.Woke = time.Time{}, time.Time{}
-				continue // more may be due
+				continue // more may be due: the acks ride with that claim
+			}
+			if len(acks) > 0 && wakeAt.Sub(s.p.Clock.Now()) > ackRide {
+				flush(work)
 			}
 		}
 		st.planned.Store(wakeAt.Add(offset).UnixMilli())
@@ -269,6 +302,11 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		tr.Woke = s.p.Clock.Now()
 	}
 }
+
+// ackRide is how soon the next claim must be for a batch's acks to ride
+// with it instead of going out on their own: a round trip saved per batch
+// when messages come due back to back, and never an ack held longer.
+const ackRide = 2 * time.Millisecond
 
 func earliest(a, b time.Time) time.Time {
 	if b.Before(a) {
@@ -310,9 +348,12 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 }
 
 // fire publishes a lease's messages and records the outcome of each in
-// Redis. It returns the earliest time a message was rescheduled for (zero
-// when none was): the claim's Next could not know it.
-func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, tr *Trace) (retryAt time.Time) {
+// Redis but the acks. It returns the earliest time a message was
+// rescheduled for (zero when none was): the claim's Next could not know it.
+//
+// The acks it returns (the messages the sinks confirmed) are not written:
+// the caller writes them, alone or with its next claim.
+func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, tr *Trace) (acks []store.Done, retryAt time.Time) {
 	errs := make([]error, len(c.Messages))
 	skipped := make([]bool, len(c.Messages))
 	groups := map[string][]int{}
@@ -358,7 +399,6 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		deferred[sl.ID] = true
 	}
 	var (
-		acks    []store.Done
 		retries []store.RetryAt
 		deads   []store.Failure
 		holds   []store.Unavailable
@@ -407,10 +447,6 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads) - late))
 		s.p.Metrics.DeadTotal.WithLabelValues("late").Add(float64(late))
 	}
-	s.record(ctx, c, claimedAt, "ack", len(acks), func(ctx context.Context) error {
-		_, err := s.p.Store.Ack(ctx, c, acks)
-		return err
-	})
 	s.record(ctx, c, claimedAt, "retry", len(retries), func(ctx context.Context) error {
 		_, err := s.p.Store.Retry(ctx, c, retries)
 		return err
@@ -433,7 +469,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		}
 	}
 	s.p.DeadLetter.Publish(ctx, letters)
-	return retryAt
+	return acks, retryAt
 }
 
 // done is the ack of a delivered (or, under route.missed skip, passed over)

@@ -174,6 +174,15 @@ func (f *fakeStore) Ack(_ context.Context, _ *store.Lease, ds []store.Done) (int
 	return len(ds), nil
 }
 
+func (f *fakeStore) ClaimAfter(ctx context.Context, prev *store.Lease, ds []store.Done, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error) {
+	n, _ := f.Ack(ctx, prev, ds)
+	c, err := f.Claim(ctx, prev.Shard, max, lease, blocked)
+	if c != nil {
+		c.Acked = n
+	}
+	return c, err
+}
+
 func (f *fakeStore) Hold(_ context.Context, _ *store.Lease, us []store.Unavailable) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

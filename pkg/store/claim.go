@@ -17,7 +17,7 @@ import (
 //	ARGV[1] -> at most this many messages
 //	ARGV[2] -> lease in ms
 //	ARGV[3..] -> pairs: a blocked sink's name, its hold band index
-//	returns -> {now, next, expiry, id1, attempt1, slotted1, message1, id2, ...}
+//	returns -> {now, next, expiry, acked, id1, attempt1, slotted1, message1, id2, ...}
 //	           now: Redis server time (Unix µs), the clock every instance
 //	           shares (a message is due when its score is at most now in ms);
 //	           next: lowest score left in the due sets (held ones aside), -1
@@ -25,6 +25,8 @@ import (
 //	           it was done (claim again at once);
 //	           expiry: when this claim's lease ends (now + lease ms), which
 //	           identifies the claim;
+//	           acked: how many of the previous lease's messages were acked
+//	           (claimAckScript; 0 here);
 //	           attempt: this publish attempt, from 1;
 //	           slotted: 1 when the message had been given a publish slot by
 //	           the sink's max_rate (Defer), 0 otherwise.
@@ -35,69 +37,22 @@ import (
 // an expired lease writes the meta value, to count the abandoned attempt, so
 // that a message that crashes its claimers still reaches max_attempts.
 var claimScript = newFiringScript(`
-local nowus = servertimeus()
-local now = math.floor(nowus / 1000)
-local lease = now + tonumber(ARGV[2])
-local score = string.format('%d.5', lease)
-local left = tonumber(ARGV[1])
-local holds = left * 4 -- bound of the messages held per call
-local blocked, anyblocked = {}, false
-for i = 3, #ARGV, 2 do
-  blocked[ARGV[i]] = HOLDBAND * (1 + tonumber(ARGV[i + 1]))
-  anyblocked = true
-end
-local out = {nowus, -1, lease}
-local top = maxprio()
-for p = top, 0, -1 do
-  local key = zkey(p)
-  while left > 0 and holds > 0 do
-    local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
-    if #due == 0 then break end
-    for i = 1, #due, 2 do
-      local id = due[i]
-      local blob = redis.call('HGET', KEYS[1], id)
-      local band = false
-      if anyblocked and blob then
-        local info = blobinfo(blob)
-        if blocked[info.sink] then band = blocked[info.sink] + info.due end
-      end
-      if not blob then
-        -- a due entry without a message (cannot happen through these scripts)
-        redis.call('ZREM', key, id)
-        redis.call('HDEL', KEYS[3], id)
-      elseif band then
-        redis.call('ZADD', key, band, id)
-        holds = holds - 1
-      else
-        local a, _, _, r = meta(redis.call('HGET', KEYS[3], id))
-        if leased(due[i + 1]) then
-          a = a + 1 -- the claimer of the expired lease never finished it
-          setmeta(id, a, 0, p, r)
-        end
-        local slotted = 0
-        if tonumber(due[i + 1]) % 1 == 0.25 then slotted = 1 end
-        redis.call('ZADD', key, score, id)
-        out[#out + 1] = id
-        out[#out + 1] = a + 1
-        out[#out + 1] = slotted
-        out[#out + 1] = blob
-        left = left - 1
-      end
-    end
-  end
-end
-if holds <= 0 then
-  out[2] = now
-else
-  for p = 0, top do
-    local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
-    if first[2] and not held(first[2]) then
-      local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
-      if out[2] == -1 or s < out[2] then out[2] = s end
-    end
-  end
-end
-return out
+return claimdue(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, 0)
+`)
+
+// claimAckScript is ackScript for the previous lease of the shard, then
+// claimScript, in one call: the ack of a batch travels with the next claim.
+//
+//	KEYS[1..15] -> the shard's keys; KEYS[15+j] -> the dedupe key of the
+//	           j-th acked message
+//	ARGV[1] -> c, the index of the claim's arguments
+//	ARGV[2..c-1] -> ackScript's arguments
+//	ARGV[c..] -> claimScript's arguments
+//	returns -> claimScript's reply, with the acked count
+var claimAckScript = newFiringScript(`
+local c = tonumber(ARGV[1])
+local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, 15)
+return claimdue(tonumber(ARGV[c]), tonumber(ARGV[c + 1]), ARGV, c + 2, acked)
 `)
 
 // Claimed is one message taken by Claim.
@@ -121,10 +76,34 @@ type Lease struct {
 	Now      time.Time // Redis server time at the claim, to the microsecond
 	Next     time.Time // lowest score left in the shard (due time or lease expiry); zero when empty
 	Messages []Claimed
+	// Acked is how many messages of the previous lease ClaimAfter acked.
+	Acked int
 }
 
 // Expiry is when the claimed messages become due again if not acked.
 func (l *Lease) Expiry() time.Time { return time.UnixMilli(l.ExpiryMs) }
+
+// ClaimAfter acks the messages ds of the shard's previous lease prev (as
+// Ack does) and then claims (as Claim does), in one round trip. On error
+// nothing is known of either: ack again.
+func (s *Store) ClaimAfter(ctx context.Context, prev *Lease, ds []Done, max int, lease time.Duration, blocked map[string]int) (*Lease, error) {
+	if len(ds) == 0 {
+		return s.Claim(ctx, prev.Shard, max, lease, blocked)
+	}
+	ackArgs, keys := s.ackArgs(prev, ds)
+	args := make([]any, 0, 1+len(ackArgs)+2+2*len(blocked))
+	args = append(args, 2+len(ackArgs))
+	args = append(args, ackArgs...)
+	args = append(args, max, lease.Milliseconds())
+	for sink, band := range blocked {
+		args = append(args, sink, band)
+	}
+	res, err := s.runKeys(ctx, "claim", claimAckScript, prev.Shard, keys, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("store.claim shard %d: %w", prev.Shard, err)
+	}
+	return s.lease(prev.Shard, res)
+}
 
 // Claim takes up to max due messages of a shard and holds them for lease.
 // Due messages of the blocked sinks (name -> hold band index, see
@@ -139,15 +118,21 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, 
 	if err != nil {
 		return nil, fmt.Errorf("store.claim shard %d: %w", shard, err)
 	}
-	if len(res) < 3 || (len(res)-3)%4 != 0 {
+	return s.lease(shard, res)
+}
+
+// lease reads a claim's reply.
+func (s *Store) lease(shard int, res []any) (*Lease, error) {
+	if len(res) < 4 || (len(res)-4)%4 != 0 {
 		return nil, fmt.Errorf("store.claim shard %d: unexpected reply of %d items", shard, len(res))
 	}
 	c := &Lease{Shard: shard, Now: time.UnixMicro(toInt64(res[0])), ExpiryMs: toInt64(res[2])}
 	if next := toInt64(res[1]); next >= 0 {
 		c.Next = time.UnixMilli(next)
 	}
-	c.Messages = make([]Claimed, 0, (len(res)-3)/4)
-	for i := 3; i < len(res); i += 4 {
+	c.Acked = int(toInt64(res[3]))
+	c.Messages = make([]Claimed, 0, (len(res)-4)/4)
+	for i := 4; i < len(res); i += 4 {
 		id, _ := toString(res[i])
 		blob, _ := toString(res[i+3])
 		m, err := s.decode(id, blob)
@@ -174,41 +159,28 @@ func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, 
 // The caller passes each message's group, so that the common ack reads no
 // blob; next (a replacement waiting) is looked at only when it exists.
 var ackScript = newFiringScript(`
-local expiry = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local top = maxprio()
-local anynext = redis.call('EXISTS', KEYS[15]) == 1
-local n, j = 0, 0
-for i = 3, #ARGV, 6 do
-  j = j + 1
-  local id, group = ARGV[i], ARGV[i + 2]
-  local ok, p = claimedby(id, expiry, top)
-  if ok then
-    redis.call('ZREM', zkey(p), id)
-    if window > 0 then
-      redis.call('SET', KEYS[15 + j], ARGV[i + 1], 'PX', window)
-    end
-    local waiting = anynext and redis.call('HGET', KEYS[15], id)
-    if waiting then
-      forget(id, redis.call('HGET', KEYS[1], id))
-      promote(id, waiting)
-    elseif ARGV[i + 3] ~= '' then
-      local nxt = ARGV[i + 5]
-      groupdel(group, id)
-      redis.call('HDEL', KEYS[3], id)
-      redis.call('HSET', KEYS[1], id, nxt)
-      redis.call('ZADD', zkey(tonumber(ARGV[i + 4])), ARGV[i + 3], id)
-      groupadd(blobinfo(nxt).group, id)
-    else
-      redis.call('HDEL', KEYS[1], id)
-      redis.call('HDEL', KEYS[3], id)
-      groupdel(group, id)
-    end
-    n = n + 1
-  end
-end
-return n
+return acklease(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, #ARGV, 15)
 `)
+
+// ackArgs are ackScript's arguments and extra keys for ds of lease l.
+func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
+	args := make([]any, 0, 6*len(ds)+2)
+	keys := make([]string, 0, len(ds))
+	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
+	for _, d := range ds {
+		var pub int64
+		if !d.PublishedAt.IsZero() {
+			pub = d.PublishedAt.UnixMilli()
+		}
+		if d.Next != nil {
+			args = append(args, d.ID, pub, d.Group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
+		} else {
+			args = append(args, d.ID, pub, d.Group, "", "", "")
+		}
+		keys = append(keys, s.keys.Done(l.Shard, d.ID))
+	}
+	return args, keys
+}
 
 // Done is a message a sink confirmed, for Ack.
 type Done struct {
@@ -226,21 +198,7 @@ func (s *Store) Ack(ctx context.Context, l *Lease, ds []Done) (int, error) {
 	if len(ds) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 6*len(ds)+2)
-	keys := make([]string, 0, len(ds))
-	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
-	for _, d := range ds {
-		var pub int64
-		if !d.PublishedAt.IsZero() {
-			pub = d.PublishedAt.UnixMilli()
-		}
-		if d.Next != nil {
-			args = append(args, d.ID, pub, d.Group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
-		} else {
-			args = append(args, d.ID, pub, d.Group, "", "", "")
-		}
-		keys = append(keys, s.keys.Done(l.Shard, d.ID))
-	}
+	args, keys := s.ackArgs(l, ds)
 	n, err := s.runKeys(ctx, "ack", ackScript, l.Shard, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store.ack shard %d: %w", l.Shard, err)

@@ -383,3 +383,31 @@ func TestForecast(t *testing.T) {
 		t.Fatalf("forecast %+v, want %+v", st.Forecast, want)
 	}
 }
+
+// ClaimAfter acks the previous lease's messages and claims in one call.
+func TestClaimAfterAcksThenClaims(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1, DedupeWindow: time.Minute})
+	now := time.Now()
+	park(t, s, store.Parked, msg("a", now.Add(-3*time.Millisecond)), msg("b", now.Add(-2*time.Millisecond)), msg("c", now.Add(-time.Millisecond)))
+	first, err := s.Claim(ctx, 0, 1, time.Minute, nil)
+	if err != nil || len(first.Messages) != 1 || first.Messages[0].ID != "a" {
+		t.Fatalf("first claim: %+v %v", first, err)
+	}
+	next, err := s.ClaimAfter(ctx, first, acks("a"), 5, time.Minute, nil)
+	if err != nil || next.Acked != 1 || len(next.Messages) != 2 {
+		t.Fatalf("claim after: acked %d, claimed %d, %v", next.Acked, len(next.Messages), err)
+	}
+	if _, err := s.Inspect(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the acked message is still known: %v", err)
+	}
+	if n, _ := r.Client().Exists(ctx, s.Keys().Done(0, "a")).Result(); n != 1 {
+		t.Fatal("the acked message is not remembered for the dedupe window")
+	}
+	// An ack under a lease that is gone acks nothing, and the claim happens.
+	again, err := s.ClaimAfter(ctx, first, acks("b"), 5, time.Minute, nil)
+	if err != nil || again.Acked != 0 {
+		t.Fatalf("stale ack: acked %d, %v", again.Acked, err)
+	}
+}

@@ -297,6 +297,116 @@ local function promote(id, blob)
   redis.call('ZADD', zkey(info.prio), info.due, id)
   groupadd(info.group, id)
 end
+-- acklease removes the delivered messages of a lease (ackScript): args[from
+-- .. to] are 6 values per message, the dedupe keys are KEYS[keybase + j].
+local function acklease(expiry, window, args, from, to, keybase)
+  local top = maxprio()
+  local anynext = redis.call('EXISTS', KEYS[15]) == 1
+  local n, j = 0, 0
+  for i = from, to, 6 do
+    j = j + 1
+    local id, group = args[i], args[i + 2]
+    local ok, p = claimedby(id, expiry, top)
+    if ok then
+      redis.call('ZREM', zkey(p), id)
+      if window > 0 then
+        redis.call('SET', KEYS[keybase + j], args[i + 1], 'PX', window)
+      end
+      local waiting = anynext and redis.call('HGET', KEYS[15], id)
+      if waiting then
+        forget(id, redis.call('HGET', KEYS[1], id))
+        promote(id, waiting)
+      elseif args[i + 3] ~= '' then
+        local nxt = args[i + 5]
+        groupdel(group, id)
+        redis.call('HDEL', KEYS[3], id)
+        redis.call('HSET', KEYS[1], id, nxt)
+        redis.call('ZADD', zkey(tonumber(args[i + 4])), args[i + 3], id)
+        groupadd(blobinfo(nxt).group, id)
+      else
+        redis.call('HDEL', KEYS[1], id)
+        redis.call('HDEL', KEYS[3], id)
+        groupdel(group, id)
+      end
+      n = n + 1
+    end
+  end
+  return n
+end
+-- claimdue takes due messages and puts them in flight (claimScript):
+-- max messages, for leasems; args[from..] are pairs of a blocked sink and
+-- its hold band; acked is returned in the reply.
+local function claimdue(max, leasems, args, from, acked)
+  local nowus = servertimeus()
+  local now = math.floor(nowus / 1000)
+  local lease = now + leasems
+  local score = string.format('%d.5', lease)
+  local left = max
+  local holds = left * 4 -- bound of the messages held per call
+  local blocked, anyblocked = {}, false
+  for i = from, #args, 2 do
+    blocked[args[i]] = HOLDBAND * (1 + tonumber(args[i + 1]))
+    anyblocked = true
+  end
+  local anymeta = redis.call('EXISTS', KEYS[3]) == 1
+  local out = {nowus, -1, lease, acked}
+  local top = maxprio()
+  for p = top, 0, -1 do
+    local key = zkey(p)
+    while left > 0 and holds > 0 do
+      local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
+      if #due == 0 then break end
+      for i = 1, #due, 2 do
+        local id = due[i]
+        local blob = redis.call('HGET', KEYS[1], id)
+        local band = false
+        if anyblocked and blob then
+          local info = blobinfo(blob)
+          if blocked[info.sink] then band = blocked[info.sink] + info.due end
+        end
+        if not blob then
+          -- a due entry without a message (cannot happen through these scripts)
+          redis.call('ZREM', key, id)
+          redis.call('HDEL', KEYS[3], id)
+        elseif band then
+          redis.call('ZADD', key, band, id)
+          holds = holds - 1
+        else
+          local a, r = 0, ''
+          if anymeta then
+            local ma, _, _, mr = meta(redis.call('HGET', KEYS[3], id))
+            a, r = ma, mr
+          end
+          if leased(due[i + 1]) then
+            a = a + 1 -- the claimer of the expired lease never finished it
+            setmeta(id, a, 0, p, r)
+            anymeta = true
+          end
+          local slotted = 0
+          if tonumber(due[i + 1]) % 1 == 0.25 then slotted = 1 end
+          redis.call('ZADD', key, score, id)
+          out[#out + 1] = id
+          out[#out + 1] = a + 1
+          out[#out + 1] = slotted
+          out[#out + 1] = blob
+          left = left - 1
+        end
+      end
+    end
+  end
+  if holds <= 0 then
+    out[2] = now
+  else
+    for p = 0, top do
+      local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
+      if first[2] and not held(first[2]) then
+        local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
+        if out[2] == -1 or s < out[2] then out[2] = s end
+      end
+    end
+  end
+  return out
+end
 -- claimedattempts is claimedby plus the attempts recorded before this claim.
 local function claimedattempts(id, expiry, top)
   local ok, p = claimedby(id, expiry, top)
