@@ -1,0 +1,430 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// The export format (delaybridge export | import) is JSON Lines: one Record
+// per line, each a JSON object, in no particular order. It carries every
+// field of a parked message and what Redis records about it, so that a
+// message exported from one layout (shard count, key prefix, single Redis or
+// Cluster) and imported into another is the same message:
+//
+//	{"v":1,"id":"order-42","state":"scheduled","due_at":"2026-05-01T10:00:00.000Z",
+//	 "sink":"kafka-out","destination":"orders.due","ingest":"in",
+//	 "ingested_at":"2026-04-30T10:00:00.000Z","priority":3,"group":"cart-7",
+//	 "attempts":1,"last_error":"broker unavailable",
+//	 "key_base64":"b3JkZXItNDI=","headers":[{"key":"trace","value":"abc"},
+//	 {"key":"bin","value":{"base64":"AP8="}}],"body_base64":"aGVsbG8="}
+//
+// Rules of the format (version 1):
+//   - "v" is 1. A reader refuses another version and a field it does not
+//     know (written by a newer delaybridge?) instead of dropping it.
+//   - Times are RFC 3339 in UTC with milliseconds (envelope.FormatTime);
+//     stored times are whole milliseconds.
+//   - Text fields (Text: the ID, names, header keys and values, errors) are
+//     JSON strings when their bytes are valid UTF-8, else an object
+//     {"base64": "..."} holding the exact bytes. Byte fields (key, body,
+//     native header values) are base64 (standard, padded) in fields named
+//     *_base64.
+//   - "key_base64" is absent when the message has no key (nil) and "" when
+//     it has an empty one.
+//   - "headers" and "properties" keep broker order and duplicates.
+//   - "state" is "scheduled" or "dead". A message in flight when exported is
+//     written as scheduled at its due time, its attempt under way counted in
+//     "attempts" (as a claim that finds an expired lease counts it). A
+//     message held because its sink is down or paused is written as
+//     scheduled: the sinks of the layout it is imported into decide.
+//   - "next_at" is the time of the next attempt when it is not due_at (a
+//     retry after a failed publish); the message is due then.
+//   - "last_error" is the error of the last failed attempt of a scheduled
+//     message; "reason" and "dead_at" say why and when a dead one died.
+//   - "replacement" is a message with the same ID parked with
+//     x-delay-replace while this one was in flight: it takes this one's
+//     place once this one is published, retried or dead. It has no id,
+//     state or attempts of its own.
+
+// ExportVersion is the "v" of every Record written.
+const ExportVersion = 1
+
+// Record is one line of the export format.
+type Record struct {
+	V           int               `json:"v,omitempty"`
+	ID          Text              `json:"id,omitempty"`
+	State       string            `json:"state,omitempty"` // StateScheduled or StateDead
+	DueAt       string            `json:"due_at"`
+	NextAt      string            `json:"next_at,omitempty"`
+	Sink        Text              `json:"sink"`
+	Destination Text              `json:"destination"`
+	Ingest      Text              `json:"ingest,omitempty"`
+	IngestedAt  string            `json:"ingested_at,omitempty"`
+	PublishedAt string            `json:"published_at,omitempty"`
+	Priority    int               `json:"priority,omitempty"`
+	Group       Text              `json:"group,omitempty"`
+	Recurrence  *RecordRecurrence `json:"recurrence,omitempty"`
+	Attempts    int               `json:"attempts,omitempty"`
+	LastError   Text              `json:"last_error,omitempty"`
+	DeadAt      string            `json:"dead_at,omitempty"`
+	Reason      Text              `json:"reason,omitempty"`
+	KeyBase64   *string           `json:"key_base64,omitempty"`
+	Headers     []RecordHeader    `json:"headers,omitempty"`
+	Properties  []RecordHeader    `json:"properties,omitempty"`
+	BodyBase64  string            `json:"body_base64"`
+	Replacement *Record           `json:"replacement,omitempty"`
+}
+
+// RecordHeader is a header or a property of a Record.
+type RecordHeader struct {
+	Key          Text   `json:"key"`
+	Value        Text   `json:"value"`
+	NativeBase64 string `json:"native_base64,omitempty"` // envelope.Header.Native, when set
+}
+
+// RecordRecurrence is a Record's recurring schedule (envelope.Recurrence).
+type RecordRecurrence struct {
+	Every    string `json:"every,omitempty"` // a Go duration, e.g. "1m30s"; or Cron
+	Cron     Text   `json:"cron,omitempty"`
+	TimeZone Text   `json:"timezone,omitempty"`
+	Anchor   string `json:"anchor"`
+	Until    string `json:"until,omitempty"`
+	Count    int    `json:"count,omitempty"`
+	N        int    `json:"n"`
+	Missed   string `json:"missed"` // once, all or skip
+}
+
+// Text is a string of the export format that may hold any bytes: a JSON
+// string when it is valid UTF-8, else {"base64": "..."}.
+type Text string
+
+// MarshalJSON implements json.Marshaler.
+func (t Text) MarshalJSON() ([]byte, error) {
+	if utf8.ValidString(string(t)) {
+		return appendJSONString(nil, string(t)), nil
+	}
+	return []byte(`{"base64":"` + base64.StdEncoding.EncodeToString([]byte(t)) + `"}`), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (t *Text) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '{' {
+		var o struct {
+			Base64 *string `json:"base64"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&o); err != nil || o.Base64 == nil {
+			return errors.New(`a text is a string or {"base64": "..."}`)
+		}
+		v, err := base64.StdEncoding.DecodeString(*o.Base64)
+		if err != nil {
+			return fmt.Errorf("base64: %v", err)
+		}
+		*t = Text(v)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New(`a text is a string or {"base64": "..."}`)
+	}
+	*t = Text(s)
+	return nil
+}
+
+// appendJSONString appends s, valid UTF-8, as a JSON string. Only '"', '\'
+// and control characters are escaped (no HTML escaping).
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// missedNames are the route.missed words of envelope.Missed values.
+var missedNames = []string{envelope.MissedOnce: "once", envelope.MissedAll: "all", envelope.MissedSkip: "skip"}
+
+// NewRecord returns the Record of a message without its Redis state (ID,
+// state, attempts, errors): the fields of the envelope.Message.
+func NewRecord(m *envelope.Message) *Record {
+	r := &Record{
+		DueAt:       envelope.FormatTime(m.DueAt),
+		Sink:        Text(m.Sink),
+		Destination: Text(m.Destination),
+		Ingest:      Text(m.Ingest),
+		Priority:    int(m.Priority),
+		Group:       Text(m.Group),
+		Headers:     recordHeaders(m.Headers),
+		Properties:  recordHeaders(m.Properties),
+		BodyBase64:  base64.StdEncoding.EncodeToString(m.Body),
+	}
+	if !m.IngestedAt.IsZero() {
+		r.IngestedAt = envelope.FormatTime(m.IngestedAt)
+	}
+	if !m.PublishedAt.IsZero() {
+		r.PublishedAt = envelope.FormatTime(m.PublishedAt)
+	}
+	if m.Key != nil {
+		k := base64.StdEncoding.EncodeToString(m.Key)
+		r.KeyBase64 = &k
+	}
+	if c := m.Recur; c != nil {
+		rr := &RecordRecurrence{Cron: Text(c.Cron), TimeZone: Text(c.TimeZone), Anchor: envelope.FormatTime(c.Anchor),
+			Count: c.Count, N: c.N, Missed: strconv.Itoa(int(c.Missed))} // a policy Decode does not know
+		if c.Every != 0 {
+			rr.Every = c.Every.String()
+		}
+		if !c.Until.IsZero() {
+			rr.Until = envelope.FormatTime(c.Until)
+		}
+		if int(c.Missed) < len(missedNames) {
+			rr.Missed = missedNames[c.Missed]
+		}
+		r.Recurrence = rr
+	}
+	return r
+}
+
+func recordHeaders(hs envelope.Headers) []RecordHeader {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]RecordHeader, len(hs))
+	for i, h := range hs {
+		out[i] = RecordHeader{Key: Text(h.Key), Value: Text(h.Value)}
+		if h.Native != "" {
+			out[i].NativeBase64 = base64.StdEncoding.EncodeToString([]byte(h.Native))
+		}
+	}
+	return out
+}
+
+// ExportOptions configure Export.
+type ExportOptions struct {
+	// Dead includes dead messages (state "dead"); by default only parked
+	// ones (scheduled, in flight, held) are written.
+	Dead bool
+	// Batch is about how many messages one script call reads per shard
+	// (HSCAN COUNT); 0 means 256. Fewer are read when messages are large,
+	// so that one round holds about 16 MiB at most.
+	Batch int
+	// Failed, when set, is called for each message that cannot be read (a
+	// sealed message whose key is not configured, a corrupt one); it is
+	// left out of the export.
+	Failed func(id string, err error)
+}
+
+// ExportStats counts what Export did.
+type ExportStats struct {
+	Exported int // lines written, Dead of them dead messages
+	Dead     int
+	LeftOut  int // dead messages not written (no ExportOptions.Dead)
+	Failed   int // could not be read: left out (ExportOptions.Failed)
+	Vanished int // in the pool but in no set: being removed while read
+}
+
+// exportScript reads a batch of a shard's pool (HSCAN) with everything else
+// Redis holds of each message, so that each message is read as one
+// consistent view.
+//
+//	KEYS[1..15] -> the shard's keys (Keys.shard)
+//	ARGV[1] -> the HSCAN cursor
+//	ARGV[2] -> HSCAN COUNT
+//	returns -> {next cursor, id1, message1, due score1, dead score1, meta1,
+//	           replacement1, id2, ...}; score, meta and replacement are nil
+//	           when absent
+var exportScript = newScript(`
+local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local top = maxprio()
+local out = {r[1]}
+local kv = r[2]
+for i = 1, #kv, 2 do
+  local id, blob = kv[i], kv[i + 1]
+  -- the due set of the message's own priority first, then any
+  local score = redis.call('ZSCORE', zkey(math.min(blobinfo(blob).prio, 9)), id)
+  if not score then score = duescore(id, top) end
+  out[#out + 1] = id
+  out[#out + 1] = blob
+  out[#out + 1] = score
+  out[#out + 1] = redis.call('ZSCORE', KEYS[4], id)
+  out[#out + 1] = redis.call('HGET', KEYS[3], id)
+  out[#out + 1] = redis.call('HGET', KEYS[15], id)
+end
+return out
+`)
+
+// exportRoundBytes bounds what one round of script calls (one per shard)
+// returns, by adapting HSCAN's COUNT to the size of the messages seen.
+const exportRoundBytes = 16 << 20
+
+// Export writes every parked message (and with ExportOptions.Dead every
+// dead one) to w in the export format, one line each, streaming: it scans
+// all shards' pools together, one script call per shard and round in one
+// pipeline, and holds only one round in memory.
+//
+// Each message is read atomically (its stored bytes, due or dead score,
+// meta and replacement in one script), but the export is not a snapshot of
+// the whole Redis: messages parked, fired or cancelled while it runs may or
+// may not be in it. For a migration, stop the daemons (or pause the sinks
+// and the ingests) first. HSCAN may return a message twice when its pool
+// grows or shrinks during the export; importing it twice is harmless.
+//
+// Message bodies are written in clear, also when Redis holds them sealed:
+// the Store needs the keys to read them, and the output needs protecting.
+func (s *Store) Export(ctx context.Context, w io.Writer, o ExportOptions) (ExportStats, error) {
+	var st ExportStats
+	batch := o.Batch
+	if batch <= 0 {
+		batch = 256
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	cursors := make([]string, s.shards)
+	counts := make([]int, s.shards)
+	active := make([]int, s.shards)
+	for i := range cursors {
+		cursors[i], counts[i], active[i] = "0", batch, i
+	}
+	for len(active) > 0 {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		calls := make([]shardCall, len(active))
+		for i, sh := range active {
+			calls[i] = shardCall{shard: sh, args: []any{cursors[sh], counts[sh]}}
+		}
+		cmds := s.runEach(ctx, "export", exportScript, calls)
+		var next []int
+		for i, cmd := range cmds {
+			sh := calls[i].shard
+			res, err := cmd.Slice()
+			if err != nil {
+				return st, fmt.Errorf("store.export shard %d: %w", sh, err)
+			}
+			if len(res) < 1 || (len(res)-1)%6 != 0 {
+				return st, fmt.Errorf("store.export shard %d: unexpected reply of %d items", sh, len(res))
+			}
+			size := 0
+			for j := 1; j < len(res); j += 6 {
+				blob, _ := toString(res[j+1])
+				size += len(blob)
+				if err := s.exportOne(enc, &st, o, res[j:j+6]); err != nil {
+					return st, err
+				}
+			}
+			if n := (len(res) - 1) / 6; n > 0 {
+				perShard := exportRoundBytes / len(active)
+				counts[sh] = max(1, min(batch, perShard/max(1, size/n)))
+			}
+			cursors[sh], _ = toString(res[0])
+			if cursors[sh] != "0" {
+				next = append(next, sh)
+			}
+		}
+		active = next
+	}
+	if err := bw.Flush(); err != nil {
+		return st, fmt.Errorf("store.export: %w", err)
+	}
+	return st, nil
+}
+
+// exportOne writes the record of one message of exportScript's reply (id,
+// message, due score, dead score, meta, replacement), or counts why not.
+func (s *Store) exportOne(enc *json.Encoder, st *ExportStats, o ExportOptions, v []any) error {
+	id, _ := toString(v[0])
+	blob, _ := toString(v[1])
+	dueScore, inDue := toString(v[2])
+	deadScore, inDead := toString(v[3])
+	metaV, _ := toString(v[4])
+	switch {
+	case inDead && !o.Dead:
+		st.LeftOut++
+		return nil
+	case !inDead && !inDue:
+		st.Vanished++
+		return nil
+	}
+	fail := func(err error) {
+		st.Failed++
+		if o.Failed != nil {
+			o.Failed(id, err)
+		}
+	}
+	m, err := s.decode(id, blob)
+	if err != nil {
+		fail(err)
+		return nil
+	}
+	rec := NewRecord(m)
+	rec.V, rec.ID = ExportVersion, Text(id)
+	attempts, _, reason := parseMeta(metaV)
+	if inDead {
+		dead, _ := strconv.ParseFloat(deadScore, 64)
+		rec.State, rec.DeadAt, rec.Reason = StateDead, envelope.FormatTime(time.UnixMilli(int64(dead))), Text(reason)
+	} else {
+		rec.State, rec.LastError = StateScheduled, Text(reason)
+		score, _ := strconv.ParseFloat(dueScore, 64)
+		next := int64(math.Floor(score)) // a publish slot (.25) is the source's rate clock: dropped
+		if held, due := Held(score); held {
+			next = due.UnixMilli()
+		} else if score != math.Trunc(score) && math.Mod(score, 1) == 0.5 {
+			// In flight: due at its due time, the attempt under way counted.
+			next = m.DueAt.UnixMilli()
+			attempts++
+		}
+		if next != m.DueAt.UnixMilli() {
+			rec.NextAt = envelope.FormatTime(time.UnixMilli(next))
+		}
+	}
+	rec.Attempts = attempts
+	if nb, ok := toString(v[5]); ok {
+		nm, err := s.decode(id, nb)
+		if err != nil {
+			fail(fmt.Errorf("its replacement waiting for the version in flight: %w", err))
+			return nil
+		}
+		rec.Replacement = NewRecord(nm)
+	}
+	if err := enc.Encode(rec); err != nil {
+		return fmt.Errorf("store.export: %w", err)
+	}
+	st.Exported++
+	if inDead {
+		st.Dead++
+	}
+	return nil
+}

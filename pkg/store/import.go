@@ -1,0 +1,547 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// importScript writes imported messages, each whole or not at all: its
+// stored bytes, due or dead entry, meta, group entry and replacement.
+//
+//	KEYS[1..15] -> the shard's keys (Keys.shard)
+//	ARGV[1] -> 1: replace a message known under the ID (whatever its
+//	           state, in flight included); 0: leave it alone
+//	ARGV[2..] -> per message 8 values: ID, state ("s" scheduled, "d"
+//	           dead), score (due time or next attempt for scheduled, time
+//	           of death for dead, Unix ms), priority (0-9), encoded
+//	           message, meta value ("" none), encoded replacement waiting
+//	           for the version in flight ("" none), group ("" none)
+//	returns -> one integer per message: 1 imported; 0 the ID is known
+//	           (parked, in flight or dead) and nothing changed; 2 replaced
+//	           the known one
+var importScript = newScript(`
+local replace = ARGV[1] == '1'
+local out = {}
+for i = 2, #ARGV, 8 do
+  local id, score, blob, m, nxt = ARGV[i], ARGV[i + 2], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local r = 1
+  local old = redis.call('HGET', KEYS[1], id)
+  if old then
+    if replace then
+      unschedule(id)
+      redis.call('ZREM', KEYS[4], id)
+      forget(id, old)
+      r = 2
+    else
+      r = 0
+    end
+  end
+  if r ~= 0 then
+    redis.call('HSET', KEYS[1], id, blob)
+    if ARGV[i + 1] == 'd' then
+      redis.call('ZADD', KEYS[4], score, id)
+    else
+      redis.call('ZADD', zkey(tonumber(ARGV[i + 3])), score, id)
+    end
+    if m ~= '' then redis.call('HSET', KEYS[3], id, m) end
+    if nxt ~= '' then redis.call('HSET', KEYS[15], id, nxt) end
+    groupadd(ARGV[i + 7], id)
+  end
+  out[#out + 1] = r
+end
+return out
+`)
+
+// ImportOptions configure Import.
+type ImportOptions struct {
+	// Replace overwrites a message already known under a record's ID,
+	// whatever its state (a message in flight may still be published by
+	// its claimer). Without it such records are skipped (ImportStats.Known),
+	// which makes importing the same file twice harmless.
+	Replace bool
+	// Stop ends the import at the first line that is not a valid record:
+	// every record before it is imported, none after. Without it such
+	// lines are skipped and counted.
+	Stop bool
+	// MaxIDBytes is limits.max_id_bytes: IDs and groups follow the rule of
+	// every other path (envelope.CheckID); 0 means no length limit.
+	MaxIDBytes int
+	// MaxLineBytes bounds a line; a longer one is a bad line. 0 means
+	// 64 MiB.
+	MaxLineBytes int
+	// Batch is how many messages are written per round (one script call
+	// per shard, in one pipeline); 0 means 256.
+	Batch int
+	// Sinks, when not nil, are the configured sink names: records naming
+	// another sink are imported and counted in ImportStats.UnknownSinks.
+	Sinks []string
+	// Bad, when set, is called for each line that is not a valid record.
+	Bad func(*LineError)
+}
+
+// ImportStats counts what Import did.
+type ImportStats struct {
+	Lines    int // lines read, empty ones aside
+	Imported int // new messages, Dead of them dead
+	Dead     int
+	Replaced int // ImportOptions.Replace: overwrote a known message
+	Known    int // skipped: the ID is already parked, in flight or dead
+	Bad      int // not valid records: nothing of them written
+	// UnknownSinks counts the imported messages per sink name not in
+	// ImportOptions.Sinks.
+	UnknownSinks map[string]int
+}
+
+// LineError is a line of an import that is not a valid record.
+type LineError struct {
+	Line int // from 1
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+
+func (e *LineError) Unwrap() error { return e.Err }
+
+// ErrBadRecord is wrapped by every LineError.
+var ErrBadRecord = errors.New("not a valid export record")
+
+const (
+	importBatchBytes   = 8 << 20
+	defaultMaxLineSize = 64 << 20
+)
+
+// importItem is a validated record, ready for importScript.
+type importItem struct {
+	shard int
+	args  []any // the script's 8 values
+	size  int
+	dead  bool
+	sink  string
+}
+
+// Import reads the export format from r and writes each record as a
+// message, streaming: a line is parsed and validated completely before
+// anything of it is written, and each message is written by one script
+// call, whole or not at all. Records are written in rounds of
+// ImportOptions.Batch; on a Redis error the messages of the round in
+// flight may or may not be written (importing again is safe). Messages are
+// written into this Store's layout (its prefix and shard count, sealed with
+// its Sealer); held and in-flight messages of the export are scheduled
+// (see Record).
+func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (ImportStats, error) {
+	st := ImportStats{UnknownSinks: map[string]int{}}
+	batch := o.Batch
+	if batch <= 0 {
+		batch = 256
+	}
+	maxLine := o.MaxLineBytes
+	if maxLine <= 0 {
+		maxLine = defaultMaxLineSize
+	}
+	var sinks map[string]bool
+	if o.Sinks != nil {
+		sinks = make(map[string]bool, len(o.Sinks))
+		for _, n := range o.Sinks {
+			sinks[n] = true
+		}
+	}
+	br := bufio.NewReaderSize(r, 1<<20)
+	var (
+		items []importItem
+		size  int
+		line  []byte
+	)
+	flush := func() error {
+		if err := s.importBatch(ctx, o.Replace, items, &st); err != nil {
+			return err
+		}
+		for _, it := range items {
+			if sinks != nil && !sinks[it.sink] {
+				st.UnknownSinks[it.sink]++
+			}
+		}
+		clear(items) // release the blobs
+		items, size = items[:0], 0
+		return nil
+	}
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		var tooLong bool
+		var err error
+		line, tooLong, err = readLine(br, line[:0], maxLine)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("store.import: read line %d: %w", n, err)
+		}
+		if len(bytes.TrimSpace(line)) == 0 && !tooLong {
+			continue
+		}
+		st.Lines++
+		var it importItem
+		if tooLong {
+			err = fmt.Errorf("longer than %d bytes", maxLine)
+		} else {
+			it, err = s.importItem(line, o.MaxIDBytes)
+		}
+		if err != nil {
+			le := &LineError{Line: n, Err: fmt.Errorf("%w: %v", ErrBadRecord, err)}
+			st.Bad++
+			if o.Bad != nil {
+				o.Bad(le)
+			}
+			if o.Stop {
+				if err := flush(); err != nil {
+					return st, err
+				}
+				return st, le
+			}
+			continue
+		}
+		items = append(items, it)
+		if size += it.size; len(items) >= batch || size >= importBatchBytes {
+			if err := flush(); err != nil {
+				return st, err
+			}
+		}
+	}
+	return st, flush()
+}
+
+// readLine reads a line into buf without its line end. A line over max
+// bytes is read to its end and reported as tooLong, its bytes dropped. It
+// returns io.EOF only when nothing is left.
+func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool, err error) {
+	read := false
+	for {
+		frag, err := br.ReadSlice('\n')
+		read = read || len(frag) > 0
+		if !tooLong {
+			if len(buf)+len(frag) > max+2 { // room for "\r\n"
+				tooLong, buf = true, buf[:0]
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && read:
+		case err != nil:
+			return buf, tooLong, err
+		}
+		buf = bytes.TrimSuffix(bytes.TrimSuffix(buf, []byte("\n")), []byte("\r"))
+		if len(buf) > max {
+			tooLong, buf = true, buf[:0]
+		}
+		return buf, tooLong, nil
+	}
+}
+
+// importItem parses and validates one line.
+func (s *Store) importItem(line []byte, maxID int) (importItem, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var rec Record
+	if err := dec.Decode(&rec); err != nil {
+		return importItem{}, fmt.Errorf("not a JSON record: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return importItem{}, errors.New("not one JSON object: something follows it")
+	}
+	m, meta, err := rec.Parse(maxID)
+	if err != nil {
+		return importItem{}, err
+	}
+	prio := min(int(m.Priority), MaxPriority)
+	it := importItem{shard: s.ShardOf(m.ID), dead: meta.State == StateDead, sink: m.Sink}
+	blob := s.encode(m)
+	score, state := meta.NextAt.UnixMilli(), "s"
+	metaV := ""
+	if it.dead {
+		score, state = meta.DeadAt.UnixMilli(), "d"
+		metaV = fmt.Sprintf("%d|%d|%d|%s", meta.Attempts, score, prio, meta.Reason)
+	} else if meta.Attempts > 0 || meta.Reason != "" {
+		metaV = fmt.Sprintf("%d|0|%d|%s", meta.Attempts, prio, meta.Reason)
+	}
+	var next []byte
+	if meta.Replacement != nil {
+		next = s.encode(meta.Replacement)
+	}
+	it.args = []any{m.ID, state, score, prio, blob, metaV, next, m.Group}
+	it.size = len(blob) + len(next) + len(m.ID) + len(metaV)
+	return it, nil
+}
+
+// importBatch writes items, one script call per shard in one pipeline.
+func (s *Store) importBatch(ctx context.Context, replace bool, items []importItem, st *ImportStats) error {
+	if len(items) == 0 {
+		return nil
+	}
+	flag := 0
+	if replace {
+		flag = 1
+	}
+	pos := map[int]int{}
+	var calls []shardCall
+	var index [][]int
+	for i, it := range items {
+		c, ok := pos[it.shard]
+		if !ok {
+			c = len(calls)
+			pos[it.shard] = c
+			calls = append(calls, shardCall{shard: it.shard, args: []any{flag}})
+			index = append(index, nil)
+		}
+		calls[c].args = append(calls[c].args, it.args...)
+		index[c] = append(index[c], i)
+	}
+	for c, cmd := range s.runEach(ctx, "import", importScript, calls) {
+		res, err := cmd.Int64Slice()
+		if err != nil {
+			return fmt.Errorf("store.import shard %d: %w", calls[c].shard, err)
+		}
+		if len(res) != len(index[c]) {
+			return fmt.Errorf("store.import shard %d: %d results for %d messages", calls[c].shard, len(res), len(index[c]))
+		}
+		for j, v := range res {
+			switch v {
+			case 0:
+				st.Known++
+				continue
+			case 2:
+				st.Replaced++
+			default:
+				st.Imported++
+			}
+			if items[index[c][j]].dead {
+				st.Dead++
+			}
+		}
+	}
+	return nil
+}
+
+// RecordMeta is what a Record says of a message beyond the message itself.
+type RecordMeta struct {
+	State    string    // StateScheduled or StateDead
+	NextAt   time.Time // scheduled: when it is due (next_at, else due_at)
+	DeadAt   time.Time // dead: when it died
+	Attempts int
+	Reason   string // last_error (scheduled) or reason (dead)
+	// Replacement is the message waiting for the version in flight.
+	Replacement *envelope.Message
+}
+
+// Parse validates a record completely and returns its message and the
+// rest. IDs and groups follow envelope.CheckID with maxID bytes (0: no
+// limit). The error names the field.
+func (r *Record) Parse(maxID int) (*envelope.Message, *RecordMeta, error) {
+	if r.V != ExportVersion {
+		if r.V == 0 {
+			return nil, nil, errors.New(`"v" is missing`)
+		}
+		return nil, nil, fmt.Errorf(`"v" is %d; this delaybridge reads version %d (written by a newer delaybridge?)`, r.V, ExportVersion)
+	}
+	if r.ID == "" {
+		return nil, nil, errors.New(`"id" is missing`)
+	}
+	if reason := envelope.CheckID(`"id"`, string(r.ID), maxID); reason != "" {
+		return nil, nil, errors.New(reason)
+	}
+	m, err := r.message(maxID)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.ID = string(r.ID)
+	meta := &RecordMeta{State: r.State, Attempts: r.Attempts}
+	if r.Attempts < 0 {
+		return nil, nil, errors.New(`"attempts" is negative`)
+	}
+	switch r.State {
+	case StateScheduled:
+		switch {
+		case r.DeadAt != "" || r.Reason != "":
+			return nil, nil, errors.New(`a scheduled message has no "dead_at" or "reason" (its last error is "last_error")`)
+		}
+		meta.NextAt, meta.Reason = m.DueAt, string(r.LastError)
+		if r.NextAt != "" {
+			if meta.NextAt, err = parseRecordTime("next_at", r.NextAt); err != nil {
+				return nil, nil, err
+			}
+		}
+		if r.Replacement != nil {
+			rr := r.Replacement
+			switch {
+			case rr.V != 0 || (rr.ID != "" && rr.ID != r.ID) || (rr.State != "" && rr.State != StateScheduled):
+				return nil, nil, errors.New(`"replacement" has no "v", "state" or "id" of its own`)
+			case rr.NextAt != "" || rr.Attempts != 0 || rr.LastError != "" || rr.DeadAt != "" || rr.Reason != "" || rr.Replacement != nil:
+				return nil, nil, errors.New(`"replacement" has no "next_at", "attempts", "last_error", "dead_at", "reason" or "replacement"`)
+			}
+			if meta.Replacement, err = rr.message(maxID); err != nil {
+				return nil, nil, fmt.Errorf("replacement: %w", err)
+			}
+			meta.Replacement.ID = m.ID
+		}
+	case StateDead:
+		switch {
+		case r.DeadAt == "":
+			return nil, nil, errors.New(`a dead message needs "dead_at"`)
+		case r.NextAt != "" || r.LastError != "" || r.Replacement != nil:
+			return nil, nil, errors.New(`a dead message has no "next_at", "last_error" or "replacement" (its error is "reason")`)
+		}
+		if meta.DeadAt, err = parseRecordTime("dead_at", r.DeadAt); err != nil {
+			return nil, nil, err
+		}
+		meta.Reason = string(r.Reason)
+	case "":
+		return nil, nil, errors.New(`"state" is missing`)
+	default:
+		return nil, nil, fmt.Errorf(`"state" %q is not scheduled or dead`, r.State)
+	}
+	return m, meta, nil
+}
+
+// message validates the fields of the envelope.Message (all but the ID).
+func (r *Record) message(maxID int) (*envelope.Message, error) {
+	var err error
+	m := &envelope.Message{Sink: string(r.Sink), Destination: string(r.Destination), Ingest: string(r.Ingest), Group: string(r.Group)}
+	if r.DueAt == "" {
+		return nil, errors.New(`"due_at" is missing`)
+	}
+	if m.DueAt, err = parseRecordTime("due_at", r.DueAt); err != nil {
+		return nil, err
+	}
+	if m.Sink == "" {
+		return nil, errors.New(`"sink" is missing`)
+	}
+	if r.Priority < 0 || r.Priority > MaxPriority {
+		return nil, fmt.Errorf(`"priority" %d is not from 0 to %d`, r.Priority, MaxPriority)
+	}
+	m.Priority = uint8(r.Priority)
+	if m.Group != "" {
+		if reason := envelope.CheckID(`"group"`, m.Group, maxID); reason != "" {
+			return nil, errors.New(reason)
+		}
+	}
+	if r.IngestedAt != "" {
+		if m.IngestedAt, err = parseRecordTime("ingested_at", r.IngestedAt); err != nil {
+			return nil, err
+		}
+	}
+	if r.PublishedAt != "" {
+		if m.PublishedAt, err = parseRecordTime("published_at", r.PublishedAt); err != nil {
+			return nil, err
+		}
+	}
+	if r.KeyBase64 != nil {
+		if m.Key, err = base64.StdEncoding.DecodeString(*r.KeyBase64); err != nil {
+			return nil, fmt.Errorf(`"key_base64": %v`, err)
+		}
+		if m.Key == nil {
+			m.Key = []byte{}
+		}
+	}
+	if m.Headers, err = parseRecordHeaders("headers", r.Headers); err != nil {
+		return nil, err
+	}
+	if m.Properties, err = parseRecordHeaders("properties", r.Properties); err != nil {
+		return nil, err
+	}
+	if m.Body, err = base64.StdEncoding.DecodeString(r.BodyBase64); err != nil {
+		return nil, fmt.Errorf(`"body_base64": %v`, err)
+	}
+	if r.Recurrence != nil {
+		if m.Recur, err = r.Recurrence.parse(); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (rr *RecordRecurrence) parse() (*envelope.Recurrence, error) {
+	c := &envelope.Recurrence{Cron: string(rr.Cron), TimeZone: string(rr.TimeZone), Count: rr.Count, N: rr.N}
+	var err error
+	switch {
+	case (rr.Every == "") == (rr.Cron == ""):
+		return nil, errors.New(`"recurrence" has one of "every" and "cron"`)
+	case rr.Every != "":
+		if c.Every, err = time.ParseDuration(rr.Every); err != nil || c.Every <= 0 || c.Every%time.Millisecond != 0 {
+			return nil, fmt.Errorf(`"recurrence.every" %q is not a positive duration in whole milliseconds`, rr.Every)
+		}
+	}
+	if c.TimeZone != "" {
+		if _, err := time.LoadLocation(c.TimeZone); err != nil {
+			return nil, fmt.Errorf(`"recurrence.timezone": %v`, err)
+		}
+	}
+	if rr.Anchor == "" {
+		return nil, errors.New(`"recurrence.anchor" is missing`)
+	}
+	if c.Anchor, err = parseRecordTime("recurrence.anchor", rr.Anchor); err != nil {
+		return nil, err
+	}
+	if rr.Until != "" {
+		if c.Until, err = parseRecordTime("recurrence.until", rr.Until); err != nil {
+			return nil, err
+		}
+	}
+	if rr.Count < 0 || rr.N < 1 {
+		return nil, fmt.Errorf(`"recurrence": count %d is negative or n %d is not at least 1`, rr.Count, rr.N)
+	}
+	if rr.Missed == "" {
+		return nil, errors.New(`"recurrence.missed" is missing`)
+	}
+	if c.Missed, err = envelope.ParseMissed(rr.Missed); err != nil {
+		return nil, fmt.Errorf(`"recurrence.missed": %v`, err)
+	}
+	return c, nil
+}
+
+func parseRecordHeaders(field string, rhs []RecordHeader) (envelope.Headers, error) {
+	if len(rhs) == 0 {
+		return nil, nil
+	}
+	hs := make(envelope.Headers, len(rhs))
+	for i, rh := range rhs {
+		hs[i] = envelope.Header{Key: string(rh.Key), Value: string(rh.Value)}
+		if rh.NativeBase64 != "" {
+			v, err := base64.StdEncoding.DecodeString(rh.NativeBase64)
+			if err != nil {
+				return nil, fmt.Errorf(`"%s"[%d].native_base64: %v`, field, i, err)
+			}
+			hs[i].Native = string(v)
+		}
+	}
+	return hs, nil
+}
+
+// parseRecordTime reads an RFC 3339 time of a record; digits below the
+// millisecond round it up (never early), and it must lie within what the
+// store keeps (1970 to 2109).
+func parseRecordTime(field, v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf(`"%s" %s is not an RFC 3339 time (2026-05-01T10:00:00.000Z)`, field, strconv.Quote(v))
+	}
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		t = r.Add(time.Millisecond)
+	}
+	if ms := t.UnixMilli(); ms < 0 || ms >= HoldBand {
+		return time.Time{}, fmt.Errorf(`"%s" %s is not between 1970 and 2109`, field, v)
+	}
+	return time.UnixMilli(t.UnixMilli()), nil
+}
