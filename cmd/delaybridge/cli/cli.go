@@ -77,6 +77,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.AddCommand(a.runCmd(), a.validateCmd(), a.sendCmd(), a.inspectCmd(), a.cancelCmd(),
 		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
 	root.AddCommand(a.reencryptCmd())
+	root.AddCommand(a.exportCmd(), a.importCmd())
 
 	err := root.Execute()
 	if err == nil {
