@@ -292,7 +292,8 @@ const exportRoundBytes = 16 << 20
 // Export writes every parked message (and with ExportOptions.Dead every
 // dead one) to w in the export format, one line each, streaming: it scans
 // all shards' pools together, one script call per shard and round in one
-// pipeline, and holds only one round in memory.
+// pipeline, and holds at most three rounds in memory (one being read, one
+// waiting, one being written).
 //
 // Each message is read atomically (its stored bytes, due or dead score,
 // meta and replacement in one script), but the export is not a snapshot of
@@ -309,9 +310,52 @@ func (s *Store) Export(ctx context.Context, w io.Writer, o ExportOptions) (Expor
 	if batch <= 0 {
 		batch = 256
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// One goroutine reads rounds while this one writes the previous round.
+	rounds := make(chan exportRound, 1)
+	go s.exportRounds(ctx, batch, rounds)
+	defer func() {
+		cancel()
+		for range rounds { // let the reader end
+		}
+	}()
 	bw := bufio.NewWriterSize(w, 1<<20)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
+	for r := range rounds {
+		if r.err != nil {
+			return st, r.err
+		}
+		for _, res := range r.replies {
+			for j := 1; j < len(res); j += 6 {
+				if err := s.exportOne(enc, &st, o, res[j:j+6]); err != nil {
+					return st, err
+				}
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	if err := bw.Flush(); err != nil {
+		return st, fmt.Errorf("store.export: %w", err)
+	}
+	return st, nil
+}
+
+// exportRound is the exportScript replies of one round, one per shard
+// still being scanned, or the error that ended the export.
+type exportRound struct {
+	replies [][]any
+	err     error
+}
+
+// exportRounds scans every shard's pool, one exportScript call per shard
+// and round in one pipeline, and sends each round's replies to out, which
+// it closes when done, on an error (sent) or when ctx ends.
+func (s *Store) exportRounds(ctx context.Context, batch int, out chan<- exportRound) {
+	defer close(out)
 	cursors := make([]string, s.shards)
 	counts := make([]int, s.shards)
 	active := make([]int, s.shards)
@@ -319,31 +363,32 @@ func (s *Store) Export(ctx context.Context, w io.Writer, o ExportOptions) (Expor
 		cursors[i], counts[i], active[i] = "0", batch, i
 	}
 	for len(active) > 0 {
-		if err := ctx.Err(); err != nil {
-			return st, err
+		if ctx.Err() != nil {
+			return
 		}
 		calls := make([]shardCall, len(active))
 		for i, sh := range active {
 			calls[i] = shardCall{shard: sh, args: []any{cursors[sh], counts[sh]}}
 		}
-		cmds := s.runEach(ctx, "export", exportScript, calls)
-		var next []int
-		for i, cmd := range cmds {
+		var (
+			r    exportRound
+			next []int
+		)
+		for i, cmd := range s.runEach(ctx, "export", exportScript, calls) {
 			sh := calls[i].shard
 			res, err := cmd.Slice()
+			if err == nil && (len(res) < 1 || (len(res)-1)%6 != 0) {
+				err = fmt.Errorf("unexpected reply of %d items", len(res))
+			}
 			if err != nil {
-				return st, fmt.Errorf("store.export shard %d: %w", sh, err)
+				r.err = fmt.Errorf("store.export shard %d: %w", sh, err)
+				break
 			}
-			if len(res) < 1 || (len(res)-1)%6 != 0 {
-				return st, fmt.Errorf("store.export shard %d: unexpected reply of %d items", sh, len(res))
-			}
+			r.replies = append(r.replies, res)
 			size := 0
 			for j := 1; j < len(res); j += 6 {
 				blob, _ := toString(res[j+1])
 				size += len(blob)
-				if err := s.exportOne(enc, &st, o, res[j:j+6]); err != nil {
-					return st, err
-				}
 			}
 			if n := (len(res) - 1) / 6; n > 0 {
 				perShard := exportRoundBytes / len(active)
@@ -354,12 +399,16 @@ func (s *Store) Export(ctx context.Context, w io.Writer, o ExportOptions) (Expor
 				next = append(next, sh)
 			}
 		}
+		select {
+		case out <- r:
+		case <-ctx.Done():
+			return
+		}
+		if r.err != nil {
+			return
+		}
 		active = next
 	}
-	if err := bw.Flush(); err != nil {
-		return st, fmt.Errorf("store.export: %w", err)
-	}
-	return st, nil
 }
 
 // exportOne writes the record of one message of exportScript's reply (id,

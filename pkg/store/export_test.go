@@ -426,3 +426,42 @@ func TestImportBadLines(t *testing.T) {
 		}
 	})
 }
+
+// A cancelled export or import ends with the context's error, and the
+// reading and writing goroutines end with it.
+func TestExportImportCancelled(t *testing.T) {
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "c", Shards: 4})
+	var msgs []*envelope.Message
+	for i := range 2000 {
+		msgs = append(msgs, &envelope.Message{ID: fmt.Sprintf("m-%d", i), DueAt: time.Now().Add(time.Hour), Sink: "s", Destination: "d",
+			Body: make([]byte, 2000)}) // over the 1 MiB write buffer
+	}
+	if _, err := s.Park(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := exportAll(t, s, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	var w cancelAfter
+	w.cancel, w.n = cancel, 1
+	if _, err := s.Export(ctx, &w, store.ExportOptions{Batch: 10}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("export: %v, want cancelled", err)
+	}
+	dst := store.New(r.Client(), store.Options{Prefix: "d", Shards: 4})
+	if _, err := dst.Import(ctx, bytes.NewReader(data), store.ImportOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("import: %v, want cancelled", err)
+	}
+}
+
+// cancelAfter is a writer that cancels after n writes.
+type cancelAfter struct {
+	cancel context.CancelFunc
+	n      int
+}
+
+func (w *cancelAfter) Write(b []byte) (int, error) {
+	if w.n--; w.n <= 0 {
+		w.cancel()
+	}
+	return len(b), nil
+}

@@ -139,7 +139,6 @@ type importItem struct {
 // its Sealer); held and in-flight messages of the export are scheduled
 // (see Record).
 func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (ImportStats, error) {
-	st := ImportStats{UnknownSinks: map[string]int{}}
 	batch := o.Batch
 	if batch <= 0 {
 		batch = 256
@@ -148,13 +147,21 @@ func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (Impor
 	if maxLine <= 0 {
 		maxLine = defaultMaxLineSize
 	}
-	var sinks map[string]bool
-	if o.Sinks != nil {
-		sinks = make(map[string]bool, len(o.Sinks))
-		for _, n := range o.Sinks {
-			sinks[n] = true
-		}
+	var st ImportStats // lines read, bad ones
+	w := s.startImportWriter(ctx, o)
+	err := s.importLines(ctx, r, o, batch, maxLine, w, &st)
+	ws, werr := w.close()
+	st.Imported, st.Dead, st.Replaced, st.Known, st.UnknownSinks = ws.Imported, ws.Dead, ws.Replaced, ws.Known, ws.UnknownSinks
+	if werr != nil {
+		return st, werr
 	}
+	return st, err
+}
+
+// importLines parses r line by line and hands batches of valid records to
+// w. It returns a *LineError when o.Stop and a line is bad, after handing
+// over every record before it.
+func (s *Store) importLines(ctx context.Context, r io.Reader, o ImportOptions, batch, maxLine int, w *importWriter, st *ImportStats) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	var (
 		items []importItem
@@ -162,21 +169,16 @@ func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (Impor
 		line  []byte
 	)
 	flush := func() error {
-		if err := s.importBatch(ctx, o.Replace, items, &st); err != nil {
-			return err
+		if len(items) == 0 {
+			return nil
 		}
-		for _, it := range items {
-			if sinks != nil && !sinks[it.sink] {
-				st.UnknownSinks[it.sink]++
-			}
-		}
-		clear(items) // release the blobs
-		items, size = items[:0], 0
-		return nil
+		err := w.send(items)
+		items, size = make([]importItem, 0, batch), 0
+		return err
 	}
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
-			return st, err
+			return err
 		}
 		var tooLong bool
 		var err error
@@ -185,7 +187,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (Impor
 			break
 		}
 		if err != nil {
-			return st, fmt.Errorf("store.import: read line %d: %w", n, err)
+			return fmt.Errorf("store.import: read line %d: %w", n, err)
 		}
 		if len(bytes.TrimSpace(line)) == 0 && !tooLong {
 			continue
@@ -205,20 +207,74 @@ func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (Impor
 			}
 			if o.Stop {
 				if err := flush(); err != nil {
-					return st, err
+					return err
 				}
-				return st, le
+				return le
 			}
 			continue
 		}
 		items = append(items, it)
 		if size += it.size; len(items) >= batch || size >= importBatchBytes {
 			if err := flush(); err != nil {
-				return st, err
+				return err
 			}
 		}
 	}
-	return st, flush()
+	return flush()
+}
+
+// importWriter writes batches of an import in a goroutine of its own, so
+// that parsing the next batch overlaps writing this one; at most one batch
+// waits.
+type importWriter struct {
+	batches chan []importItem
+	done    chan struct{} // closed when the goroutine ends
+	st      ImportStats   // written by the goroutine, read after done
+	err     error
+}
+
+func (s *Store) startImportWriter(ctx context.Context, o ImportOptions) *importWriter {
+	w := &importWriter{batches: make(chan []importItem, 1), done: make(chan struct{}), st: ImportStats{UnknownSinks: map[string]int{}}}
+	var sinks map[string]bool
+	if o.Sinks != nil {
+		sinks = make(map[string]bool, len(o.Sinks))
+		for _, n := range o.Sinks {
+			sinks[n] = true
+		}
+	}
+	go func() {
+		defer close(w.done)
+		for items := range w.batches {
+			if err := s.importBatch(ctx, o.Replace, items, &w.st); err != nil {
+				w.err = err
+				return
+			}
+			for _, it := range items {
+				if sinks != nil && !sinks[it.sink] {
+					w.st.UnknownSinks[it.sink]++
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// send hands a batch to the writer; it fails when the writer stopped on an
+// error.
+func (w *importWriter) send(items []importItem) error {
+	select {
+	case w.batches <- items:
+		return nil
+	case <-w.done:
+		return w.err
+	}
+}
+
+// close waits for the batches handed over to be written.
+func (w *importWriter) close() (ImportStats, error) {
+	close(w.batches)
+	<-w.done
+	return w.st, w.err
 }
 
 // readLine reads a line into buf without its line end. A line over max
