@@ -254,8 +254,8 @@ func TestExportImportRoundTrip(t *testing.T) {
 			compareStores(t, src, dst, ids)
 			// An export of the target is the export of the source, line for line.
 			back, _ := exportAll(t, dst, true)
-			if a, b := sortedLines(data), sortedLines(back); !reflect.DeepEqual(a, b) {
-				t.Errorf("re-export differs:\n%s\n---\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
+			for _, d := range lineDiff(sortedLines(data), sortedLines(back)) {
+				t.Errorf("re-export differs: %s", d)
 			}
 		})
 	}
@@ -296,6 +296,31 @@ func sortedLines(b []byte) []string {
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	sort.Strings(lines)
 	return lines
+}
+
+// lineDiff returns the lines of a missing from b and of b missing from a,
+// each cut to 300 bytes.
+func lineDiff(a, b []string) []string {
+	count := map[string]int{}
+	for _, l := range a {
+		count[l]++
+	}
+	for _, l := range b {
+		count[l]--
+	}
+	var out []string
+	for l, n := range count {
+		if len(l) > 300 {
+			l = l[:300] + "..."
+		}
+		switch {
+		case n > 0:
+			out = append(out, "only in the first: "+l)
+		case n < 0:
+			out = append(out, "only in the second: "+l)
+		}
+	}
+	return out
 }
 
 // rewrite applies f to every record of an export.

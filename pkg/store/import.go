@@ -35,19 +35,19 @@ local out = {}
 for i = 2, #ARGV, 8 do
   local id, score, blob, m, nxt = ARGV[i], ARGV[i + 2], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local r = 1
-  local old = redis.call('HGET', KEYS[1], id)
-  if old then
-    if replace then
+  if not replace then
+    if redis.call('HSETNX', KEYS[1], id, blob) == 0 then r = 0 end
+  else
+    local old = redis.call('HGET', KEYS[1], id)
+    if old then
       unschedule(id)
       redis.call('ZREM', KEYS[4], id)
       forget(id, old)
       r = 2
-    else
-      r = 0
     end
+    redis.call('HSET', KEYS[1], id, blob)
   end
   if r ~= 0 then
-    redis.call('HSET', KEYS[1], id, blob)
     if ARGV[i + 1] == 'd' then
       redis.call('ZADD', KEYS[4], score, id)
     else
@@ -80,7 +80,7 @@ type ImportOptions struct {
 	// 64 MiB.
 	MaxLineBytes int
 	// Batch is how many messages are written per round (one script call
-	// per shard, in one pipeline); 0 means 256.
+	// per shard, in one pipeline); 0 means 1000.
 	Batch int
 	// Sinks, when not nil, are the configured sink names: records naming
 	// another sink are imported and counted in ImportStats.UnknownSinks.
@@ -141,7 +141,7 @@ type importItem struct {
 func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (ImportStats, error) {
 	batch := o.Batch
 	if batch <= 0 {
-		batch = 256
+		batch = 1000
 	}
 	maxLine := o.MaxLineBytes
 	if maxLine <= 0 {
