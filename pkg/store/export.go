@@ -135,12 +135,27 @@ func (t *Text) UnmarshalJSON(b []byte) error {
 		*t = Text(v)
 		return nil
 	}
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && plainJSON(b[1:n-1]) {
+		*t = Text(b[1 : n-1]) // no escapes: the bytes are the text
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return errors.New(`a text is a string or {"base64": "..."}`)
 	}
 	*t = Text(s)
 	return nil
+}
+
+// plainJSON reports whether b, the inside of a JSON string, has no escape
+// and no byte that JSON would change: it is then the text itself.
+func plainJSON(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == '\\' || c == '"' {
+			return false
+		}
+	}
+	return utf8.Valid(b)
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string. Only '"', '\'

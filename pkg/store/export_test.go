@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -489,4 +490,28 @@ func (w *cancelAfter) Write(b []byte) (int, error) {
 		w.cancel()
 	}
 	return len(b), nil
+}
+
+// Text keeps every byte: valid UTF-8 as a JSON string, anything else as
+// {"base64": ...}.
+func TestTextKeepsEveryByte(t *testing.T) {
+	for _, s := range []string{"", "plain", "é ünï 日本", "\u2028\u2029", "a\"b\\c", "\x00\x01\x1f\x7f", "<&>", "\xff", "ok\xc3\x28", "\xed\xa0\x80"} {
+		b, err := json.Marshal(store.Text(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back store.Text
+		if err := json.Unmarshal(b, &back); err != nil || string(back) != s {
+			t.Errorf("%q -> %s -> %q, %v", s, b, back, err)
+		}
+		if valid := !bytes.HasPrefix(b, []byte("{")); valid != utf8.ValidString(s) {
+			t.Errorf("%q written as %s", s, b)
+		}
+	}
+	for _, bad := range []string{`{"base64":"%%"}`, `{"b64":"AA=="}`, `{}`, `12`, `null`} {
+		var v store.Text
+		if err := json.Unmarshal([]byte(bad), &v); err == nil && bad != "null" {
+			t.Errorf("%s accepted as %q", bad, v)
+		}
+	}
 }
