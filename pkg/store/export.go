@@ -55,7 +55,8 @@ import (
 //   - "replacement" is a message with the same ID parked with
 //     x-delay-replace while this one was in flight: it takes this one's
 //     place once this one is published, retried or dead. It has no id,
-//     state or attempts of its own.
+//     state or attempts of its own. Imported, it waits beside the message
+//     scheduled again, as after a crash of the message's claimer.
 
 // ExportVersion is the "v" of every Record written.
 const ExportVersion = 1
