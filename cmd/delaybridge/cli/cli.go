@@ -58,16 +58,23 @@ type app struct {
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	daemon.Version = Version()
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+
+	return exitCode(root.Execute(), stderr)
+}
+
+// rootCmd is the command tree.
+func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "delaybridge",
 		Short:         "Parks delayed messages from Kafka, RabbitMQ or NATS in Redis and publishes them when due",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", os.Getenv("DELAYBRIDGE_CONFIG"),
 		"configuration file (default $DELAYBRIDGE_CONFIG)")
 	root.PersistentFlags().StringVar(&a.adminURL, "admin", os.Getenv("DELAYBRIDGE_ADMIN"),
@@ -78,8 +85,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
 	root.AddCommand(a.reencryptCmd())
 	root.AddCommand(a.exportCmd(), a.importCmd())
+	return root
+}
 
-	err := root.Execute()
+// exitCode prints a failed command's error and returns its exit status.
+func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
@@ -112,7 +122,9 @@ func (a *app) load() (*config.Config, error) {
 
 func (a *app) runCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "run",
+		Use: "run",
+		Example: `  delaybridge run -c /etc/delaybridge/config.yaml
+  DELAYBRIDGE_CONFIG=config.yaml GOMEMLIMIT=200MiB delaybridge run`,
 		Short: "Run the daemon until SIGINT or SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -140,9 +152,10 @@ func (a *app) runCmd() *cobra.Command {
 
 func (a *app) validateCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "validate",
-		Short: "Check the configuration file; print every problem with its field path",
-		Args:  cobra.NoArgs,
+		Use:     "validate",
+		Example: `  delaybridge validate -c config.yaml && echo ok`,
+		Short:   "Check the configuration file; print every problem with its field path",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.configPath == "" {
 				return exit(2, errors.New("no configuration: give --config FILE"))
@@ -166,9 +179,10 @@ func (a *app) validateCmd() *cobra.Command {
 
 func (a *app) versionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Example: `  delaybridge version`,
+		Short:   "Print the version",
+		Args:    cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintln(a.stdout, "delaybridge", Version())
 		},

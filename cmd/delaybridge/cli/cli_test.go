@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/admin"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/store"
+	"github.com/spf13/cobra"
 )
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -212,5 +214,38 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 	}
 	if code, _, errOut := run(t, "send", "-c", cfg, "--ingest", "x", "--id", "a\u202eb", "body"); code != 2 || !strings.Contains(errOut, "U+202E") {
 		t.Errorf("send --id with an override: exit %d, %q", code, errOut)
+	}
+}
+
+// Every command's --help shows at least one example, and the completion
+// scripts cobra writes for bash, zsh and fish come out (bash's parses).
+func TestHelpExamplesAndCompletion(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" || sub.Parent().Name() == "completion" {
+				continue
+			}
+			if strings.TrimSpace(sub.Example) == "" && sub.Runnable() {
+				t.Errorf("%q has no Example in its --help", sub.CommandPath())
+			}
+			walk(sub)
+		}
+	}
+	a := &app{}
+	root := a.rootCmd()
+	walk(root)
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		var out, errb bytes.Buffer
+		if code := Main([]string{"completion", shell}, strings.NewReader(""), &out, &errb); code != 0 || out.Len() < 1000 {
+			t.Fatalf("completion %s: exit %d, %d bytes, %s", shell, code, out.Len(), errb.String())
+		}
+		if shell == "bash" {
+			cmd := exec.Command("bash", "-n")
+			cmd.Stdin = &out
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("bash -n on the bash completion: %v %s", err, b)
+			}
+		}
 	}
 }

@@ -21,7 +21,9 @@ func (a *app) devCmd() *cobra.Command {
 	var dir string
 	var quiet bool
 	cmd := &cobra.Command{
-		Use:   "dev",
+		Use: "dev",
+		Example: `  go run ./cmd/delaybridge dev
+  delaybridge dev --dir /tmp/db-dev --quiet`,
 		Short: "Run everything locally for a first look: embedded NATS, Redis, the daemon; prints fired messages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -22,7 +22,9 @@ func (a *app) healthCmd() *cobra.Command {
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "health [--url URL] [--ready]",
+		Use: "health [--url URL] [--ready]",
+		Example: `  delaybridge health -c config.yaml --ready   # in a container's probe
+  delaybridge health --url http://127.0.0.1:7070`,
 		Short: "Exit 0 when a running daemon answers /healthz (or /readyz with --ready) with 200",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -36,7 +36,9 @@ func checkIDs(ids ...string) error {
 func (a *app) inspectCmd() *cobra.Command {
 	var body bool
 	cmd := &cobra.Command{
-		Use:   "inspect ID",
+		Use: "inspect ID",
+		Example: `  delaybridge inspect -c config.yaml order-42
+  delaybridge inspect --admin http://127.0.0.1:7070 --token "$TOKEN" --body order-42`,
 		Short: "Print a parked or dead message's state as JSON; exit 1 if unknown",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -61,9 +63,10 @@ func (a *app) inspectCmd() *cobra.Command {
 
 func (a *app) cancelCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a parked message (or delete a dead one); exit 1 if unknown",
-		Args:  cobra.ExactArgs(1),
+		Use:     "cancel ID",
+		Example: `  delaybridge cancel -c config.yaml order-42`,
+		Short:   "Cancel a parked message (or delete a dead one); exit 1 if unknown",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkIDs(args...); err != nil {
 				return err
@@ -86,9 +89,10 @@ func (a *app) cancelCmd() *cobra.Command {
 func (a *app) statsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "stats",
-		Short: "Print how many messages are parked, due and dead, per shard",
-		Args:  cobra.NoArgs,
+		Use:     "stats",
+		Example: `  delaybridge stats -c config.yaml`,
+		Short:   "Print how many messages are parked, due and dead, per shard",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
 				v, err := b.Stats(ctx)
@@ -114,7 +118,9 @@ func (a *app) statsCmd() *cobra.Command {
 
 func (a *app) deadCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "dead",
+		Use: "dead",
+		Example: `  delaybridge dead list -c config.yaml
+  delaybridge dead retry -c config.yaml order-42`,
 		Short: "List, retry or purge dead messages",
 	}
 	var (
@@ -122,9 +128,10 @@ func (a *app) deadCmd() *cobra.Command {
 		limit  int
 	)
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List dead messages with their reasons, newest first",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Example: `  delaybridge dead list -c config.yaml --limit 20`,
+		Short:   "List dead messages with their reasons, newest first",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
 				views, err := b.ListDead(ctx, limit)
@@ -147,9 +154,10 @@ func (a *app) deadCmd() *cobra.Command {
 	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
 
 	retry := &cobra.Command{
-		Use:   "retry ID...",
-		Short: "Schedule dead messages again, due now; exit 1 if one is not dead",
-		Args:  cobra.MinimumNArgs(1),
+		Use:     "retry ID...",
+		Example: `  delaybridge dead retry -c config.yaml order-42 order-43`,
+		Short:   "Schedule dead messages again, due now; exit 1 if one is not dead",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkIDs(args...); err != nil {
 				return err
@@ -173,9 +181,10 @@ func (a *app) deadCmd() *cobra.Command {
 		},
 	}
 	purge := &cobra.Command{
-		Use:   "purge",
-		Short: "Delete every dead message",
-		Args:  cobra.NoArgs,
+		Use:     "purge",
+		Example: `  delaybridge dead purge -c config.yaml`,
+		Short:   "Delete every dead message",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
 				n, err := b.PurgeDead(ctx)

@@ -13,8 +13,9 @@ import (
 func (a *app) reencryptCmd() *cobra.Command {
 	var batch int
 	cmd := &cobra.Command{
-		Use:   "reencrypt",
-		Short: "Seal every parked and dead message with encryption.active_key (after a key rotation)",
+		Use:     "reencrypt",
+		Example: `  delaybridge reencrypt -c config.yaml   # after making a new key active everywhere`,
+		Short:   "Seal every parked and dead message with encryption.active_key (after a key rotation)",
 		Long: `Seal every parked and dead message with encryption.active_key: messages
 sealed with an older key of encryption.keys, and messages stored in clear
 before encryption was turned on. Messages already sealed with the active key

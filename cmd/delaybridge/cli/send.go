@@ -17,7 +17,9 @@ func (a *app) sendCmd() *cobra.Command {
 		headers []string
 	)
 	cmd := &cobra.Command{
-		Use:   "send --ingest NAME [--delay D | --at T] [--id ID] [--header K=V]... [BODY]",
+		Use: "send --ingest NAME [--delay D | --at T] [--id ID] [--header K=V]... [BODY]",
+		Example: `  delaybridge send -c config.yaml --ingest orders-in --delay 30m --id order-42 '{"order":42}'
+  echo '{"order":42}' | delaybridge send -c config.yaml --ingest orders-in --at 2026-12-24T18:00:00Z --header x-delay-group=order-42 -`,
 		Short: "Publish one message with delay headers to an ingest's topic (body from stdin when BODY is - or absent)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
