@@ -51,6 +51,7 @@ type Store struct {
 	noFlags   bool // the Redis cannot read script flags (before 7.0, miniredis)
 	observe   func(op string, d time.Duration, err error)
 	codec     envelope.Codec
+	cursor    cursorCache // the deployment's cursor key (browse.go)
 }
 
 // Options configure a Store.

@@ -1,0 +1,634 @@
+package store
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Browsing lists messages in the order they fire, across every shard, a
+// page at a time (GET /v1/messages, `delaybridge list`).
+//
+// The order is by the time a message's score stands for (its "position
+// time"): the due time of a scheduled message, or the time of its next
+// attempt after a failed one; the due time of a message held for its sink
+// (store.Held: the score minus its hold band); the lease expiry of one in
+// flight; and for dead messages (State dead) the time of death. Ties are
+// broken by ID, byte-wise, so (time, ID) is a total order and a cursor is
+// one position in it.
+//
+// Each shard runs one script that merges its own sorted streams (every due
+// set of the shard, each hold band of each as a stream of its own, since a
+// band is a range of scores above every due time) and returns the next
+// entries after the cursor; the caller merges the shards and reads the
+// messages of the chosen page only. Finding the cursor's place costs
+// O(log^2 n) per stream (a binary search among equal scores); a page costs
+// O(limit) per shard on top.
+//
+// Filters on the score alone (the position range, the state) and on the
+// routing fields kept in clear in the stored message (sink, destination,
+// ingest, group, recurring) are applied in the script. A filtered page
+// examines at most BrowseScanFactor x limit entries over all shards; when
+// it stops there, the page holds what was found (possibly fewer than limit,
+// possibly none) and Next continues after what was examined. The group
+// filter reads the group's index instead of scanning when a shard holds at
+// most browseGroupIndexMax of the group's messages.
+//
+// Browsing is not a snapshot: a message that fires, moves (rescheduled,
+// held, released) or is parked between two pages may be missed or listed
+// twice, as with any cursor over live data.
+
+// Browse bounds.
+const (
+	DefaultBrowseLimit = 100
+	MaxBrowseLimit     = 1000
+	// BrowseScanFactor x limit bounds the entries a filtered page examines.
+	BrowseScanFactor = 10
+)
+
+// browseGroupIndexMax is the most messages of a group a shard lists
+// through the group index; beyond it the shard scans with the filter.
+var browseGroupIndexMax = 5000
+
+// ErrBadCursor is returned by Browse for a cursor that is not one it made
+// (altered, truncated, from another deployment) or that belongs to another
+// kind of listing.
+var ErrBadCursor = errors.New("store: invalid cursor")
+
+// BrowseQuery selects messages to list.
+type BrowseQuery struct {
+	// State is "" for every parked message (scheduled and in flight),
+	// StateScheduled, StateInflight, or StateDead (the dead messages, by
+	// time of death).
+	State string
+	// DueAfter and DueBefore bound the position time: at or after
+	// DueAfter, strictly before DueBefore; zero is unbounded. For dead
+	// messages they bound the time of death.
+	DueAfter, DueBefore time.Time
+	// Sink, Destination, Ingest and Group, when not empty, must equal the
+	// message's.
+	Sink, Destination, Ingest, Group string
+	// Recurring keeps the recurring messages only.
+	Recurring bool
+	// Limit is the page size, 1..MaxBrowseLimit; 0 is DefaultBrowseLimit.
+	Limit int
+	// Cursor is a Page's Next, "" for the first page.
+	Cursor string
+}
+
+// filtered reports whether the query needs the entries examined one by one.
+func (q *BrowseQuery) filtered() bool {
+	return q.State == StateScheduled || q.State == StateInflight || q.Sink != "" || q.Destination != "" ||
+		q.Ingest != "" || q.Group != "" || q.Recurring
+}
+
+// Page is one page of a listing.
+type Page struct {
+	// Messages in order, at most the query's limit. A message that went
+	// away between finding it and reading it is left out.
+	Messages []*Info
+	// Next is the cursor of the next page, "" when the listing is done.
+	Next string
+	// Examined is how many entries the shards looked at.
+	Examined int
+}
+
+// browseScript returns the next entries of one shard in browse order.
+//
+//	KEYS[1..15] -> the shard's keys
+//	ARGV[1] -> mode: "parked" (the due sets) or "dead" (the dead set)
+//	ARGV[2] -> 1 with a cursor, else 0
+//	ARGV[3], ARGV[4] -> the cursor's position time (ms, may have a
+//	           fraction) and ID
+//	ARGV[5], ARGV[6] -> the position range: lowest (inclusive) and bound
+//	           (exclusive), "" for none
+//	ARGV[7] -> how many hold bands are in use
+//	ARGV[8] -> at most this many entries returned
+//	ARGV[9] -> at most this many entries examined (0: no bound)
+//	ARGV[10] -> state: "" any, "scheduled", "inflight"
+//	ARGV[11..14] -> sink, destination, ingest, group ("" any)
+//	ARGV[15] -> "1": recurring messages only
+//	ARGV[16] -> browseGroupIndexMax
+//	returns -> {done, frontier time, frontier ID, examined, then per entry:
+//	           position time, ID, state}; done 1 when the shard has nothing
+//	           more after the entries, else every entry up to the frontier
+//	           was examined; state s scheduled, h held, i in flight, d dead.
+//	           Times are strings with every digit ("%.17g").
+var browseScript = newScript(`
+local mode = ARGV[1]
+local hascur = ARGV[2] == '1'
+local ck, cid = tonumber(ARGV[3]), ARGV[4]
+local lo, hi = -math.huge, math.huge
+if ARGV[5] ~= '' then lo = tonumber(ARGV[5]) end
+if ARGV[6] ~= '' then hi = tonumber(ARGV[6]) end
+local bands = tonumber(ARGV[7])
+local limit, scan = tonumber(ARGV[8]), tonumber(ARGV[9])
+local fstate = ARGV[10]
+local fsink, fdest, fingest, fgroup = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local frecur = ARGV[15] == '1'
+local groupmax = tonumber(ARGV[16])
+local needblob = fsink ~= '' or fdest ~= '' or fingest ~= '' or fgroup ~= '' or frecur
+local now = servertime()
+
+-- byte-wise order of IDs, as a sorted set orders equal scores (Lua's own
+-- string comparison follows the server's locale)
+local function idlt(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local function before(k1, i1, k2, i2)
+  if k1 ~= k2 then return k1 < k2 end
+  return idlt(i1, i2)
+end
+local function fmt(x)
+  if x == math.huge then return '+inf' end
+  if x == -math.huge then return '-inf' end
+  return string.format('%.17g', x)
+end
+-- routing reads the fields of a stored message that stay in clear.
+local function routing(s)
+  local ver, ext, i = string.byte(s, 1), 0, 3
+  if ver == 2 then ext, i = string.byte(s, 3), 4 elseif ver ~= 1 then error('unknown version') end
+  local _
+  _, i = svar(s, i)
+  _, i = svar(s, i)
+  if ext % 2 == 1 then _, i = svar(s, i) end
+  local r = {group = '', recur = math.floor(ext / 4) % 2 == 1}
+  r.sink, i = bstr(s, i + 1)
+  r.dest, i = bstr(s, i)
+  r.ingest, i = bstr(s, i)
+  if math.floor(ext / 2) % 2 == 1 then r.group = bstr(s, i) end
+  return r
+end
+local function state(e)
+  if mode == 'dead' then return 'd' end
+  if e.held then return 'h' end
+  if e.score % 1 == 0.5 and e.score > now then return 'i' end
+  return 's'
+end
+local function keep(e, st)
+  if fstate == 'inflight' and st ~= 'i' then return false end
+  if fstate == 'scheduled' and st ~= 's' and st ~= 'h' then return false end
+  if not needblob then return true end
+  local blob = redis.call('HGET', KEYS[1], e.id)
+  if not blob then return false end
+  local ok, r = pcall(routing, blob)
+  if not ok then return false end
+  return (fsink == '' or r.sink == fsink) and (fdest == '' or r.dest == fdest) and
+    (fingest == '' or r.ingest == fingest) and (fgroup == '' or r.group == fgroup) and
+    (not frecur or r.recur)
+end
+
+local out = {0, '', '', 0}
+local examined, n = 0, 0
+local lastk, lastid
+local function take(e)
+  examined = examined + 1
+  local st = state(e)
+  if keep(e, st) then
+    out[#out + 1] = fmt(e.k)
+    out[#out + 1] = e.id
+    out[#out + 1] = st
+    n = n + 1
+  end
+  lastk, lastid = e.k, e.id
+end
+local function finish(done)
+  if done then
+    out[1] = 1
+  else
+    out[2], out[3] = fmt(lastk), lastid
+  end
+  out[4] = examined
+  return out
+end
+
+-- The group's index, when the shard holds few enough of its messages:
+-- every one is looked at, sorted, and the page taken from them.
+if fgroup ~= '' then
+  local glo, ghi = '[' .. fgroup .. '\0', '(' .. fgroup .. '\1'
+  if redis.call('ZLEXCOUNT', KEYS[14], glo, ghi) <= groupmax then
+    local cands = {}
+    local top = maxprio()
+    for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[14], glo, ghi)) do
+      local id = string.sub(m, #fgroup + 2)
+      local score
+      if mode == 'dead' then score = redis.call('ZSCORE', KEYS[4], id) else score = duescore(id, top) end
+      if score then
+        score = tonumber(score)
+        local base = 0
+        if mode ~= 'dead' and score >= HOLDBAND then base = math.floor(score / HOLDBAND) * HOLDBAND end
+        local k = score - base
+        if k >= lo and k < hi and (not hascur or before(ck, cid, k, id)) then
+          cands[#cands + 1] = {id = id, score = score, k = k, held = base > 0}
+        end
+      end
+    end
+    table.sort(cands, function(a, b) return before(a.k, a.id, b.k, b.id) end)
+    for _, e in ipairs(cands) do
+      take(e)
+      if n >= limit then return finish(false) end
+    end
+    return finish(true)
+  end
+end
+
+-- after returns the rank of the first entry of key after (abs, id): the
+-- scores below abs, then a binary search among the entries scored abs.
+local function after(key, abs, id)
+  local s = fmt(abs)
+  local r = redis.call('ZCOUNT', key, '-inf', '(' .. s)
+  local e = r + redis.call('ZCOUNT', key, s, s)
+  while r < e do
+    local mid = math.floor((r + e) / 2)
+    local m = redis.call('ZRANGE', key, mid, mid)[1]
+    if idlt(id, m) then e = mid else r = mid + 1 end
+  end
+  return r
+end
+local streams = {}
+-- stream adds the entries of key whose score minus base is in [lo, hi)
+-- and below top, after the cursor.
+local function stream(key, base, top, held)
+  local low, high = base + lo, base + math.min(hi, top)
+  if held and low < base then low = base end
+  local stop
+  if high == math.huge then stop = redis.call('ZCARD', key) else stop = redis.call('ZCOUNT', key, '-inf', '(' .. fmt(high)) end
+  local rank
+  if hascur and base + ck >= low then
+    rank = after(key, base + ck, cid)
+  elseif low == -math.huge then
+    rank = 0
+  else
+    rank = redis.call('ZCOUNT', key, '-inf', '(' .. fmt(low))
+  end
+  if rank < stop then
+    streams[#streams + 1] = {key = key, base = base, held = held, rank = rank, stop = stop, buf = {}, pos = 1}
+  end
+end
+if mode == 'dead' then
+  stream(KEYS[4], 0, math.huge, false)
+else
+  for p = 0, maxprio() do
+    local key = zkey(p)
+    if redis.call('EXISTS', key) == 1 then
+      stream(key, 0, HOLDBAND, false)
+      for b = 1, bands do stream(key, HOLDBAND * b, HOLDBAND, true) end
+    end
+  end
+end
+local chunk = math.max(16, math.min(limit, 256))
+local function head(st)
+  if st.pos > #st.buf then
+    if st.rank >= st.stop then return nil end
+    local last = math.min(st.rank + chunk, st.stop) - 1
+    local r = redis.call('ZRANGE', st.key, st.rank, last, 'WITHSCORES')
+    st.buf, st.pos, st.rank = {}, 1, last + 1
+    for i = 1, #r, 2 do
+      local score = tonumber(r[i + 1])
+      st.buf[#st.buf + 1] = {id = r[i], score = score, k = score - st.base, held = st.held}
+    end
+    if #st.buf == 0 then
+      st.rank = st.stop
+      return nil
+    end
+  end
+  return st.buf[st.pos]
+end
+while true do
+  local best, from
+  for _, st in ipairs(streams) do
+    local h = head(st)
+    if h and (not best or before(h.k, h.id, best.k, best.id)) then best, from = h, st end
+  end
+  if not best then return finish(true) end
+  if scan > 0 and examined >= scan then return finish(false) end
+  from.pos = from.pos + 1
+  take(best)
+  if n >= limit then return finish(false) end
+end
+`)
+
+// browseEntry is one entry a shard's script returned.
+type browseEntry struct {
+	at    float64 // position time, ms
+	id    string
+	state byte // s, h, i, d
+	shard int
+}
+
+func (e browseEntry) before(at float64, id string) bool {
+	return e.at < at || (e.at == at && e.id < id)
+}
+
+// Browse returns one page of the messages the query selects, in position
+// order across every shard (see the comment at the top of browse.go). It
+// returns ErrBadCursor for a cursor it did not make or that belongs to
+// another state's listing (dead or parked).
+func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
+	limit := q.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultBrowseLimit
+	case limit < 0 || limit > MaxBrowseLimit:
+		return nil, fmt.Errorf("store.browse: limit %d is not within 1..%d", limit, MaxBrowseLimit)
+	}
+	mode := byte('p')
+	switch q.State {
+	case "", StateScheduled, StateInflight:
+	case StateDead:
+		mode = 'd'
+	default:
+		return nil, fmt.Errorf("store.browse: unknown state %q", q.State)
+	}
+	key, err := s.cursorKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		hasCursor bool
+		curAt     float64
+		curID     string
+	)
+	if q.Cursor != "" {
+		c, err := openCursor(key, s.keys.prefix, q.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		if c.mode != mode {
+			return nil, fmt.Errorf("%w: it continues a listing of %s messages, not of %s ones", ErrBadCursor, modeName(c.mode), modeName(mode))
+		}
+		hasCursor, curAt, curID = true, c.at, c.id
+	}
+	bands, err := s.rdb.HGet(ctx, s.keys.Sinks(), "bands").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store.browse: %w", err)
+	}
+	scan := 0
+	if q.filtered() {
+		scan = max(1, (BrowseScanFactor*limit+s.shards-1)/s.shards)
+	}
+	args := []any{map[byte]string{'p': "parked", 'd': "dead"}[mode], boolArg(hasCursor), formatAt(curAt), curID,
+		timeArg(q.DueAfter), timeArg(q.DueBefore), bands, limit, scan,
+		map[string]string{StateScheduled: "scheduled", StateInflight: "inflight"}[q.State],
+		q.Sink, q.Destination, q.Ingest, q.Group, boolArg(q.Recurring), browseGroupIndexMax}
+	calls := make([]shardCall, s.shards)
+	for i := range calls {
+		calls[i] = shardCall{shard: i, args: args}
+	}
+	var (
+		entries  []browseEntry
+		frontier = struct {
+			set bool
+			at  float64
+			id  string
+		}{}
+		examined int
+	)
+	for i, cmd := range s.runEach(ctx, "browse", browseScript, calls) {
+		res, err := cmd.Slice()
+		if err != nil {
+			return nil, fmt.Errorf("store.browse shard %d: %w", i, err)
+		}
+		if len(res) < 4 || (len(res)-4)%3 != 0 {
+			return nil, fmt.Errorf("store.browse shard %d: unexpected reply of %d items", i, len(res))
+		}
+		examined += int(toInt64(res[3]))
+		if toInt64(res[0]) != 1 {
+			fs, _ := toString(res[1])
+			fid, _ := toString(res[2])
+			at, err := strconv.ParseFloat(fs, 64)
+			if err != nil {
+				return nil, fmt.Errorf("store.browse shard %d: frontier %q: %w", i, fs, err)
+			}
+			if !frontier.set || (browseEntry{at: at, id: fid}).before(frontier.at, frontier.id) {
+				frontier.set, frontier.at, frontier.id = true, at, fid
+			}
+		}
+		for j := 4; j < len(res); j += 3 {
+			as, _ := toString(res[j])
+			id, _ := toString(res[j+1])
+			st, _ := toString(res[j+2])
+			at, err := strconv.ParseFloat(as, 64)
+			if err != nil || len(st) != 1 {
+				return nil, fmt.Errorf("store.browse shard %d: unexpected entry %q %q", i, as, st)
+			}
+			entries = append(entries, browseEntry{at: at, id: id, state: st[0], shard: i})
+		}
+	}
+	slices.SortFunc(entries, func(a, b browseEntry) int {
+		switch {
+		case a.before(b.at, b.id):
+			return -1
+		case b.before(a.at, a.id):
+			return 1
+		}
+		return 0
+	})
+	// Only the entries up to the lowest frontier are known to be all there
+	// is: a shard that stopped early may hold more before the others' next.
+	if frontier.set {
+		n := 0
+		for n < len(entries) && !(browseEntry{at: frontier.at, id: frontier.id}).before(entries[n].at, entries[n].id) {
+			n++
+		}
+		entries = entries[:n]
+	}
+	page := &Page{Examined: examined}
+	switch {
+	case len(entries) >= limit:
+		entries = entries[:limit]
+		last := entries[limit-1]
+		page.Next = sealCursor(key, s.keys.prefix, cursor{mode: mode, at: last.at, id: last.id})
+	case frontier.set:
+		page.Next = sealCursor(key, s.keys.prefix, cursor{mode: mode, at: frontier.at, id: frontier.id})
+	}
+	page.Messages, err = s.readEntries(ctx, entries)
+	if err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// readEntries reads the messages and meta values of a page's entries in
+// one pipeline, leaving out those that went away meanwhile.
+func (s *Store) readEntries(ctx context.Context, entries []browseEntry) ([]*Info, error) {
+	out := make([]*Info, 0, len(entries))
+	if len(entries) == 0 {
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	blobs := make([]*redis.StringCmd, len(entries))
+	metas := make([]*redis.StringCmd, len(entries))
+	for i, e := range entries {
+		blobs[i] = pipe.HGet(ctx, s.keys.Pool(e.shard), e.id)
+		metas[i] = pipe.HGet(ctx, s.keys.Meta(e.shard), e.id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store.browse: read messages: %w", err)
+	}
+	for i, e := range entries {
+		blob, err := blobs[i].Result()
+		if err != nil {
+			continue // delivered or cancelled since the script saw it
+		}
+		info := &Info{ID: e.id, Shard: e.shard, EncodedSize: len(blob)}
+		info.Message, info.Err = s.decode(e.id, blob)
+		var deadAt int64
+		if m, err := metas[i].Result(); err == nil {
+			info.Attempts, deadAt, info.Reason = parseMeta(m)
+		}
+		at := time.UnixMilli(int64(math.Floor(e.at)))
+		switch e.state {
+		case 'd':
+			info.State, info.DeadAt = StateDead, time.UnixMilli(deadAt)
+			if deadAt == 0 {
+				info.DeadAt = at
+			}
+		case 'i':
+			info.State, info.NextAt = StateInflight, at
+			info.Attempts++ // the one under way, as Inspect counts it
+		case 'h':
+			info.State, info.NextAt, info.Held = StateScheduled, at, true
+		default:
+			info.State, info.NextAt = StateScheduled, at
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func timeArg(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(ms(t), 10)
+}
+
+func formatAt(at float64) string { return strconv.FormatFloat(at, 'f', -1, 64) }
+
+func modeName(m byte) string {
+	if m == 'd' {
+		return "dead"
+	}
+	return "parked"
+}
+
+// A cursor is a position in a listing, sealed with an HMAC under a key
+// every instance shares (kept in the config hash), so that a client cannot
+// forge one that makes a script search from a position it chose, and an
+// altered cursor is told apart from a valid one:
+//
+//	byte    version (1)
+//	byte    mode ('p' parked, 'd' dead)
+//	8 bytes position time, float64 bits, big endian
+//	...     ID
+//	16 bytes HMAC-SHA256 of the key prefix and the above, truncated
+//
+// in unpadded URL-safe base64.
+type cursor struct {
+	mode byte
+	at   float64
+	id   string
+}
+
+const (
+	cursorVersion = 1
+	cursorMACSize = 16
+	cursorField   = "cursor_key" // of the config hash
+)
+
+func cursorMAC(key []byte, prefix string, payload []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("delaybridge cursor\x00" + prefix + "\x00"))
+	h.Write(payload)
+	return h.Sum(nil)[:cursorMACSize]
+}
+
+func sealCursor(key []byte, prefix string, c cursor) string {
+	b := make([]byte, 0, 10+len(c.id)+cursorMACSize)
+	b = append(b, cursorVersion, c.mode)
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(c.at))
+	b = append(b, c.id...)
+	b = append(b, cursorMAC(key, prefix, b)...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func openCursor(key []byte, prefix, s string) (cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 10+cursorMACSize {
+		return cursor{}, fmt.Errorf("%w: it is not a cursor this listing returned (use next_cursor as given)", ErrBadCursor)
+	}
+	payload, mac := b[:len(b)-cursorMACSize], b[len(b)-cursorMACSize:]
+	if !hmac.Equal(mac, cursorMAC(key, prefix, payload)) {
+		return cursor{}, fmt.Errorf("%w: it was altered, or made by another deployment (use next_cursor as given)", ErrBadCursor)
+	}
+	if payload[0] != cursorVersion {
+		return cursor{}, fmt.Errorf("%w: version %d is not known to this delaybridge", ErrBadCursor, payload[0])
+	}
+	c := cursor{mode: payload[1], at: math.Float64frombits(binary.BigEndian.Uint64(payload[2:10])), id: string(payload[10:])}
+	if math.IsNaN(c.at) || math.IsInf(c.at, 0) || (c.mode != 'p' && c.mode != 'd') {
+		return cursor{}, fmt.Errorf("%w: it does not hold a position", ErrBadCursor)
+	}
+	return c, nil
+}
+
+// cursorCache holds a Store's cursor key once read.
+type cursorCache struct {
+	mu  sync.Mutex
+	key []byte
+}
+
+// cursorKey returns the deployment's cursor key: 32 random bytes that the
+// first instance to need one stores in the config hash, and every instance
+// (and the command line) then reads.
+func (s *Store) cursorKey(ctx context.Context) ([]byte, error) {
+	s.cursor.mu.Lock()
+	defer s.cursor.mu.Unlock()
+	if s.cursor.key != nil {
+		return s.cursor.key, nil
+	}
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, fmt.Errorf("store.cursor_key: %w", err)
+	}
+	cfg := s.keys.Config()
+	if err := s.rdb.HSetNX(ctx, cfg, cursorField, hex.EncodeToString(fresh)).Err(); err != nil {
+		return nil, fmt.Errorf("store.cursor_key: record in %s: %w", cfg, err)
+	}
+	v, err := s.rdb.HGet(ctx, cfg, cursorField).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store.cursor_key: read from %s: %w", cfg, err)
+	}
+	k, err := hex.DecodeString(strings.TrimSpace(v))
+	if err != nil || len(k) < 16 {
+		return nil, fmt.Errorf("store.cursor_key: %s field %s is not a hex key of at least 16 bytes; delete the field to make a new one", cfg, cursorField)
+	}
+	s.cursor.key = k
+	return k, nil
+}
