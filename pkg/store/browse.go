@@ -123,10 +123,11 @@ type Page struct {
 //	ARGV[11..14] -> sink, destination, ingest, group ("" any)
 //	ARGV[15] -> "1": recurring messages only
 //	ARGV[16] -> browseGroupIndexMax
-//	returns -> {done, frontier time, frontier ID, examined, then per entry:
-//	           position time, ID, state}; done 1 when the shard has nothing
-//	           more after the entries, else every entry up to the frontier
-//	           was examined; state s scheduled, h held, i in flight, d dead.
+//	returns -> {why, frontier time, frontier ID, examined, then per entry:
+//	           position time, ID, state}; why is "done" when the shard has
+//	           nothing more after the entries, else "limit" or "scan" (the
+//	           bound it stopped at) and every entry up to the frontier was
+//	           examined; state s scheduled, h held, i in flight, d dead.
 //	           Times are strings with every digit ("%.17g").
 var browseScript = newScript(`
 local mode = ARGV[1]
@@ -197,7 +198,7 @@ local function keep(e, st)
     (not frecur or r.recur)
 end
 
-local out = {0, '', '', 0}
+local out = {'', '', '', 0}
 local examined, n = 0, 0
 local lastk, lastid
 local function take(e)
@@ -211,12 +212,9 @@ local function take(e)
   end
   lastk, lastid = e.k, e.id
 end
-local function finish(done)
-  if done then
-    out[1] = 1
-  else
-    out[2], out[3] = fmt(lastk), lastid
-  end
+local function finish(why)
+  out[1] = why
+  if why ~= 'done' then out[2], out[3] = fmt(lastk), lastid end
   out[4] = examined
   return out
 end
@@ -245,9 +243,9 @@ if fgroup ~= '' then
     table.sort(cands, function(a, b) return before(a.k, a.id, b.k, b.id) end)
     for _, e in ipairs(cands) do
       take(e)
-      if n >= limit then return finish(false) end
+      if n >= limit then return finish('limit') end
     end
-    return finish(true)
+    return finish('done')
   end
 end
 
@@ -319,11 +317,11 @@ while true do
     local h = head(st)
     if h and (not best or before(h.k, h.id, best.k, best.id)) then best, from = h, st end
   end
-  if not best then return finish(true) end
-  if scan > 0 and examined >= scan then return finish(false) end
+  if not best then return finish('done') end
+  if scan > 0 and examined >= scan then return finish('scan') end
   from.pos = from.pos + 1
   take(best)
-  if n >= limit then return finish(false) end
+  if n >= limit then return finish('limit') end
 end
 `)
 
@@ -387,22 +385,64 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 		scan = max(1, (BrowseScanFactor*limit+s.shards-1)/s.shards)
 	}
 	args := []any{map[byte]string{'p': "parked", 'd': "dead"}[mode], boolArg(hasCursor), formatAt(curAt), curID,
-		timeArg(q.DueAfter), timeArg(q.DueBefore), bands, limit, scan,
+		timeArg(q.DueAfter), timeArg(q.DueBefore), bands, 0, scan,
 		map[string]string{StateScheduled: "scheduled", StateInflight: "inflight"}[q.State],
 		q.Sink, q.Destination, q.Ingest, q.Group, boolArg(q.Recurring), browseGroupIndexMax}
+	// A first round asks each shard for a share of the page, which fills it
+	// when the messages are spread over the shards as their IDs spread
+	// them. When it does not, and a shard stopped at its share, a second
+	// round asks each for the whole page; a filtered page instead ends
+	// there (it may be short), which keeps it within its scan bound.
+	share := min(limit, 2*((limit+s.shards-1)/s.shards)+4)
+	r, err := s.browseRound(ctx, args, share)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.entries) < limit && r.cut && share < limit && !q.filtered() {
+		if r, err = s.browseRound(ctx, args, limit); err != nil {
+			return nil, err
+		}
+	}
+	entries := r.entries
+	page := &Page{Examined: r.examined}
+	switch {
+	case len(entries) >= limit:
+		entries = entries[:limit]
+		last := entries[limit-1]
+		page.Next = sealCursor(key, s.keys.prefix, cursor{mode: mode, at: last.at, id: last.id})
+	case r.frontier.set:
+		page.Next = sealCursor(key, s.keys.prefix, cursor{mode: mode, at: r.frontier.at, id: r.frontier.id})
+	}
+	page.Messages, err = s.readEntries(ctx, entries)
+	if err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// browseRound is one call of the browse script per shard, each for at most
+// perShard entries: the entries up to the lowest frontier, in order; that
+// frontier (unset when every shard was done); and whether a shard stopped
+// at perShard.
+type browseRound struct {
+	entries  []browseEntry
+	frontier struct {
+		set bool
+		at  float64
+		id  string
+	}
+	cut      bool
+	examined int
+}
+
+func (s *Store) browseRound(ctx context.Context, args []any, perShard int) (*browseRound, error) {
+	args = slices.Clone(args)
+	args[7] = perShard
 	calls := make([]shardCall, s.shards)
 	for i := range calls {
 		calls[i] = shardCall{shard: i, args: args}
 	}
-	var (
-		entries  []browseEntry
-		frontier = struct {
-			set bool
-			at  float64
-			id  string
-		}{}
-		examined int
-	)
+	r := &browseRound{}
 	for i, cmd := range s.runEach(ctx, "browse", browseScript, calls) {
 		res, err := cmd.Slice()
 		if err != nil {
@@ -411,16 +451,18 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 		if len(res) < 4 || (len(res)-4)%3 != 0 {
 			return nil, fmt.Errorf("store.browse shard %d: unexpected reply of %d items", i, len(res))
 		}
-		examined += int(toInt64(res[3]))
-		if toInt64(res[0]) != 1 {
+		r.examined += int(toInt64(res[3]))
+		why, _ := toString(res[0])
+		if why != "done" {
+			r.cut = r.cut || why == "limit"
 			fs, _ := toString(res[1])
 			fid, _ := toString(res[2])
 			at, err := strconv.ParseFloat(fs, 64)
 			if err != nil {
 				return nil, fmt.Errorf("store.browse shard %d: frontier %q: %w", i, fs, err)
 			}
-			if !frontier.set || (browseEntry{at: at, id: fid}).before(frontier.at, frontier.id) {
-				frontier.set, frontier.at, frontier.id = true, at, fid
+			if !r.frontier.set || (browseEntry{at: at, id: fid}).before(r.frontier.at, r.frontier.id) {
+				r.frontier.set, r.frontier.at, r.frontier.id = true, at, fid
 			}
 		}
 		for j := 4; j < len(res); j += 3 {
@@ -431,10 +473,10 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 			if err != nil || len(st) != 1 {
 				return nil, fmt.Errorf("store.browse shard %d: unexpected entry %q %q", i, as, st)
 			}
-			entries = append(entries, browseEntry{at: at, id: id, state: st[0], shard: i})
+			r.entries = append(r.entries, browseEntry{at: at, id: id, state: st[0], shard: i})
 		}
 	}
-	slices.SortFunc(entries, func(a, b browseEntry) int {
+	slices.SortFunc(r.entries, func(a, b browseEntry) int {
 		switch {
 		case a.before(b.at, b.id):
 			return -1
@@ -445,27 +487,14 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 	})
 	// Only the entries up to the lowest frontier are known to be all there
 	// is: a shard that stopped early may hold more before the others' next.
-	if frontier.set {
+	if r.frontier.set {
 		n := 0
-		for n < len(entries) && !(browseEntry{at: frontier.at, id: frontier.id}).before(entries[n].at, entries[n].id) {
+		for n < len(r.entries) && !(browseEntry{at: r.frontier.at, id: r.frontier.id}).before(r.entries[n].at, r.entries[n].id) {
 			n++
 		}
-		entries = entries[:n]
+		r.entries = r.entries[:n]
 	}
-	page := &Page{Examined: examined}
-	switch {
-	case len(entries) >= limit:
-		entries = entries[:limit]
-		last := entries[limit-1]
-		page.Next = sealCursor(key, s.keys.prefix, cursor{mode: mode, at: last.at, id: last.id})
-	case frontier.set:
-		page.Next = sealCursor(key, s.keys.prefix, cursor{mode: mode, at: frontier.at, id: frontier.id})
-	}
-	page.Messages, err = s.readEntries(ctx, entries)
-	if err != nil {
-		return nil, err
-	}
-	return page, nil
+	return r, nil
 }
 
 // readEntries reads the messages and meta values of a page's entries in

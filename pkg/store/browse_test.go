@@ -405,3 +405,41 @@ func TestBrowseWhileMessagesChange(t *testing.T) {
 		t.Fatalf("no message parked ahead of the cursor was listed: %v", got)
 	}
 }
+
+// When one shard holds every message, pages are still full: the first
+// round's share per shard does not fill them, and a second round does.
+func TestBrowseOneShardHoldsAll(t *testing.T) {
+	s := newStore(t, 8)
+	due := time.Now().Add(time.Hour)
+	var msgs []*envelope.Message
+	var want []string
+	for i := 0; len(msgs) < 60; i++ {
+		id := fmt.Sprintf("one-%04d", i)
+		if s.ShardOf(id) == 3 {
+			msgs = append(msgs, msg(id, due.Add(time.Duration(len(msgs))*time.Millisecond)))
+			want = append(want, id)
+		}
+	}
+	park(t, s, store.Parked, msgs...)
+	q := store.BrowseQuery{Limit: 25}
+	var got []string
+	for {
+		p, err := s.Browse(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Next != "" && len(p.Messages) != 25 {
+			t.Fatalf("a page of %d before the end", len(p.Messages))
+		}
+		for _, m := range p.Messages {
+			got = append(got, m.ID)
+		}
+		if p.Next == "" {
+			break
+		}
+		q.Cursor = p.Next
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v\nwant %v", got, want)
+	}
+}
