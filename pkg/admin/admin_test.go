@@ -968,8 +968,9 @@ func TestDead(t *testing.T) {
 func TestMethodsAndUnknownPaths(t *testing.T) {
 	e := newEnv(t)
 	cases := []struct{ method, path, allow string }{
-		{"PUT", "/v1/messages/x", "DELETE, GET, HEAD"},
-		{"GET", "/v1/messages", "POST"},
+		{"PUT", "/v1/messages/x", "DELETE, GET, HEAD, PATCH"},
+		{"PUT", "/v1/messages", "GET, HEAD, POST"},
+		{"PUT", "/v1/groups/g", "DELETE, GET, HEAD"},
 		{"DELETE", "/v1/stats", "GET, HEAD"},
 		{"POST", "/v1/dead", "GET, HEAD"},
 		{"GET", "/v1/dead/x/retry", "POST"},

@@ -48,6 +48,16 @@ type MessageView struct {
 	Size          int    `json:"size"`                   // encoded bytes in Redis
 	DecodeError   string `json:"decode_error,omitempty"` // the stored message cannot be decoded
 
+	// Group is the message's x-delay-group ("" for none).
+	Group string `json:"group,omitempty"`
+	// Held is set while a scheduled message waits for its sink, which is
+	// paused or down: it fires at its due time once the sink takes
+	// messages again, or at once when that time has passed.
+	Held bool `json:"held,omitempty"`
+	// Recurrence is the schedule of a recurring message; due_at is the
+	// time of the occurrence parked now.
+	Recurrence *RecurrenceView `json:"recurrence,omitempty"`
+
 	// The content: only when asked for (?body=true, inspect --body) and,
 	// through the API, only when a token is configured. Headers may carry
 	// credentials meant for the consumer, so they are treated like the body.
@@ -82,6 +92,10 @@ func NewMessageView(info *store.Info, withContent bool) MessageView {
 	v.DueAt = envelope.FormatTime(m.DueAt)
 	v.Sink, v.Destination = m.Sink, m.Destination
 	v.Ingest, v.IngestedAt, v.Priority = m.Ingest, formatTime(m.IngestedAt), m.Priority
+	v.Group, v.Held = m.Group, info.Held
+	if m.Recur != nil {
+		v.Recurrence = NewRecurrenceView(m.Recur, m.DueAt)
+	}
 	if info.State == store.StateInflight || (info.State == store.StateScheduled && !info.NextAt.Equal(m.DueAt)) {
 		v.NextAttemptAt = formatTime(info.NextAt)
 	}
@@ -99,6 +113,54 @@ func NewMessageView(info *store.Info, withContent bool) MessageView {
 	}
 	v.Body, v.BodyBase64 = textOrBase64(m.Body)
 	return v
+}
+
+// RecurrenceView is the schedule of a recurring message, as GET
+// /v1/messages/{id} and `delaybridge inspect` show it.
+type RecurrenceView struct {
+	// Schedule is the whole schedule in words: "every 1h0m0s",
+	// "cron 0 9 * * MON in Europe/Berlin until 2026-12-31T00:00:00.000Z, 10 times".
+	Schedule string `json:"schedule"`
+	Every    string `json:"every,omitempty"`    // x-delay-every, a Go duration
+	Cron     string `json:"cron,omitempty"`     // x-delay-cron
+	TimeZone string `json:"timezone,omitempty"` // x-delay-timezone of the cron
+	Until    string `json:"until,omitempty"`    // no occurrence after it
+	Count    int    `json:"count,omitempty"`    // at most this many occurrences
+	// Occurrence is the number of the occurrence parked now, from 1: the
+	// ones before it were published (or, under route.missed, passed over).
+	Occurrence int `json:"occurrence"`
+	// NextAt is when the parked occurrence fires: the message's due_at.
+	NextAt string `json:"next_at"`
+	// FollowingAt is when the occurrence after it is due, by the schedule
+	// as it stands; absent when the parked one is the last.
+	FollowingAt string `json:"following_at,omitempty"`
+	Missed      string `json:"missed"` // route.missed: once, all or skip
+}
+
+// NewRecurrenceView describes r, whose parked occurrence is due at due.
+func NewRecurrenceView(r *envelope.Recurrence, due time.Time) *RecurrenceView {
+	v := &RecurrenceView{Schedule: r.String(), Cron: r.Cron, TimeZone: r.TimeZone, Count: r.Count, Occurrence: r.N,
+		NextAt: envelope.FormatTime(due), Missed: missedName(r.Missed)}
+	if r.Every > 0 {
+		v.Every = r.Every.String()
+	}
+	if !r.Until.IsZero() {
+		v.Until = envelope.FormatTime(r.Until)
+	}
+	if next, _, ok := r.Next(due, due); ok {
+		v.FollowingAt = envelope.FormatTime(next)
+	}
+	return v
+}
+
+func missedName(m envelope.Missed) string {
+	switch m {
+	case envelope.MissedAll:
+		return "all"
+	case envelope.MissedSkip:
+		return "skip"
+	}
+	return "once"
 }
 
 // textOrBase64 returns b as text when it is valid UTF-8, else base64.
@@ -139,14 +201,26 @@ func pathID(w http.ResponseWriter, escaped, usage string) (string, bool) {
 	return id, true
 }
 
-// messageItem serves /v1/messages/{id}.
+// messageItem serves /v1/messages/{id} and POST /v1/messages/{id}/fire.
+// Only a POST names the fire action by its last "/fire" segment (no other
+// POST goes to a message), so GET, PATCH and DELETE reach an ID ending in
+// "/fire" as is.
 func (s *Server) messageItem(w http.ResponseWriter, r *http.Request, escapedID string) {
+	if rest, ok := strings.CutSuffix(escapedID, "/fire"); ok && r.Method == http.MethodPost {
+		id, ok := pathID(w, rest, "/v1/messages/{id}/fire")
+		if !ok {
+			return
+		}
+		s.fireMessage(w, r, id)
+		return
+	}
 	id, ok := pathID(w, escapedID, "/v1/messages/{id}")
 	if !ok {
 		return
 	}
 	methods{
 		http.MethodGet:    func(w http.ResponseWriter, r *http.Request) { s.getMessage(w, r, id, false) },
+		http.MethodPatch:  func(w http.ResponseWriter, r *http.Request) { s.patchMessage(w, r, id) },
 		http.MethodDelete: func(w http.ResponseWriter, r *http.Request) { s.deleteMessage(w, r, id) },
 	}.ServeHTTP(w, r)
 }
@@ -155,17 +229,8 @@ func (s *Server) messageItem(w http.ResponseWriter, r *http.Request, escapedID s
 // message that is not dead (GET /v1/dead/{id}). The content (key, headers,
 // body) is served with ?body=true, and only when a token is configured.
 func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, id string, deadOnly bool) {
-	withContent := false
-	if v := r.URL.Query().Get("body"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter body=%q is not a boolean; use body=true", v))
-			return
-		}
-		withContent = b
-	}
-	if withContent && s.p.Token == "" {
-		writeError(w, http.StatusForbidden, "a message's key, headers and body are only served when admin.token is set; set it and send \"Authorization: Bearer <admin.token>\"")
+	withContent, ok := s.wantContent(w, r)
+	if !ok {
 		return
 	}
 	info, err := s.p.Store.Inspect(r.Context(), id)
@@ -178,6 +243,25 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, id string, d
 		return
 	}
 	writeJSON(w, http.StatusOK, NewMessageView(info, withContent))
+}
+
+// wantContent reads ?body=: whether the answer is to carry the messages'
+// key, headers and body. It answers 400 for a value that is not a boolean
+// and 403 when no token is configured, and then returns ok false.
+func (s *Server) wantContent(w http.ResponseWriter, r *http.Request) (withContent, ok bool) {
+	if v := r.URL.Query().Get("body"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter body=%q is not a boolean; use body=true", v))
+			return false, false
+		}
+		withContent = b
+	}
+	if withContent && s.p.Token == "" {
+		writeError(w, http.StatusForbidden, "a message's key, headers and body are only served when admin.token is set; set it and send \"Authorization: Bearer <admin.token>\"")
+		return false, false
+	}
+	return withContent, true
 }
 
 func notFound(id string, dead bool) string {

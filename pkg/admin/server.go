@@ -1,7 +1,7 @@
 // Package admin is delaybridge's admin HTTP server (the contract's "Admin
 // HTTP API"): health and readiness probes, Prometheus metrics, and under /v1/
-// the inspection, cancelling and scheduling of messages and the handling of
-// dead messages.
+// the inspection, listing, cancelling, scheduling and rescheduling of
+// messages, groups, the handling of dead messages, and pausing sinks.
 //
 // Every answer is JSON (Content-Type: application/json) except /metrics, the
 // dashboard page at / (package ui) and the empty 204s; every error is
@@ -24,7 +24,8 @@
 // Message IDs in paths are URL-encoded by clients ("topic/3/1234" may be sent
 // as "topic%2F3%2F1234" or as is). Under /v1/dead/, a path ending in "/retry"
 // names the retry action: a dead message whose ID itself ends in "/retry" is
-// reached by encoding that slash ("%2Fretry").
+// reached by encoding that slash ("%2Fretry"). The same holds for a POST to
+// /v1/messages/{id}/fire, and for /v1/sinks/{name}/pause and /resume.
 package admin
 
 import (
@@ -95,8 +96,21 @@ type Params struct {
 	Now func() time.Time
 
 	// Limits bound POST /v1/messages as they bound ingested messages (the
-	// configured limits:); a zero field sets no bound.
+	// configured limits:), and PATCH /v1/messages/{id} by max_delay; a
+	// zero field sets no bound.
 	Limits envelope.Limits
+
+	// Notify wakes the scheduler for a message rescheduled or fired, due
+	// at due; nil does nothing (the scheduler sees it within max_sleep).
+	Notify func(id string, due time.Time)
+
+	// Sinks returns the configured sinks as this instance sees them
+	// (GET /v1/sinks, pause and resume); nil means none is known. It is
+	// called concurrently from request goroutines.
+	Sinks func() []SinkStatus
+	// Refresh makes this instance apply a pause or resume at once (the
+	// scheduler's Refresh); nil leaves it to the next refresh.
+	Refresh func(ctx context.Context) error
 
 	Logger *slog.Logger // nil discards
 }
@@ -144,8 +158,9 @@ func New(p Params) *Server {
 		prom := promhttp.HandlerFor(p.Metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 		s.mux.Handle("/metrics", methods{http.MethodGet: prom.ServeHTTP})
 	}
-	s.mux.Handle("/v1/messages", methods{http.MethodPost: s.postMessage})
+	s.mux.Handle("/v1/messages", methods{http.MethodGet: s.listMessages, http.MethodPost: s.postMessage})
 	s.mux.Handle("/v1/stats", methods{http.MethodGet: s.stats})
+	s.mux.Handle("/v1/sinks", methods{http.MethodGet: s.listSinks})
 	s.mux.Handle("/v1/dead", methods{http.MethodGet: s.listDead})
 	// The dashboard (package ui): the page at / and its assets under /ui/.
 	// They hold no data and need no token; the page's script calls /v1/.
@@ -240,8 +255,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // serve is the root handler: request logging, the token check for /v1/,
-// then routing. /v1/messages/{id} and /v1/dead/{id} are routed here on the
-// escaped path rather than by the ServeMux, which would redirect IDs with
+// then routing. /v1/messages/{id}, /v1/dead/{id}, /v1/groups/{key} and
+// /v1/sinks/{name} are routed here on the escaped path rather than by the ServeMux, which would redirect IDs with
 // "//" or dot segments and split %2F-encoded slashes.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -270,6 +285,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.messageItem(rec, r, strings.TrimPrefix(path, messagesPrefix))
 	case strings.HasPrefix(path, deadPrefix):
 		s.deadItem(rec, r, strings.TrimPrefix(path, deadPrefix))
+	case strings.HasPrefix(path, groupsPrefix):
+		s.groupItem(rec, r, strings.TrimPrefix(path, groupsPrefix))
+	case strings.HasPrefix(path, sinksPrefix):
+		s.sinkItem(rec, r, strings.TrimPrefix(path, sinksPrefix))
 	default:
 		s.mux.ServeHTTP(rec, r)
 	}
@@ -364,6 +383,13 @@ type StatsView struct {
 	// {"overdue","minute","hour","day","later"}; overdue is Due, and
 	// together they are Parked.
 	DueIn store.DueIn `json:"due_in"`
+	// Forecast counts what fires within each window from now:
+	// {"1m","5m","1h","24h","later"}; each window includes the shorter
+	// ones and what is due already, later is what comes due after 24 h.
+	Forecast store.Forecast `json:"forecast"`
+	// Held counts the parked messages held for a sink that is paused or
+	// down (by their due times, they are in due_in and forecast too).
+	Held int64 `json:"held"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
@@ -377,7 +403,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 
 // NewStatsView converts store stats.
 func NewStatsView(st *store.Stats) StatsView {
-	v := StatsView{Parked: st.Parked, Due: st.Due, Dead: st.Dead, Shards: st.Shards, DueIn: st.DueIn}
+	v := StatsView{Parked: st.Parked, Due: st.Due, Dead: st.Dead, Shards: st.Shards, DueIn: st.DueIn, Forecast: st.Forecast, Held: st.Held}
 	if !st.OldestDue.IsZero() {
 		v.OldestDueAgeSeconds = max(0, st.Now.Sub(st.OldestDue).Seconds())
 	}

@@ -20,6 +20,7 @@ type collector struct {
 	d                                *Daemon
 	up, parked, due, dead, oldestAge *prometheus.Desc
 	paused, memUsed, memLimit        *prometheus.Desc
+	forecast, held                   *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -37,6 +38,10 @@ func newCollector(d *Daemon) *collector {
 			"How long the oldest due message has been waiting (0 when nothing is due).", nil, nil),
 		paused: prometheus.NewDesc("delaybridge_ingest_paused",
 			"1 while an ingest waits before parking, reading and acknowledging nothing: a limit (limits.max_parked_messages, max_redis_memory) is reached or Redis refuses parks; else 0.", []string{"ingest"}, nil),
+		forecast: prometheus.NewDesc("delaybridge_forecast_messages",
+			"Parked messages that fire within the window from now, by window: 1m, 5m, 1h, 24h (each including the shorter ones and what is due already), later (after 24h). Held messages count by their due times.", []string{"window"}, nil),
+		held: prometheus.NewDesc("delaybridge_held_messages",
+			"Parked messages held because their sink is paused or down; they fire when it takes messages again.", nil, nil),
 		memUsed: prometheus.NewDesc("delaybridge_redis_memory_used_bytes",
 			"Redis INFO used_memory; on a cluster, the master that uses the most.", nil, nil),
 		memLimit: prometheus.NewDesc("delaybridge_redis_memory_limit_bytes",
@@ -45,7 +50,7 @@ func newCollector(d *Daemon) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit} {
+	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held} {
 		ch <- d
 	}
 }
@@ -66,6 +71,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			age = max(0, st.Now.Sub(st.OldestDue).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, age)
+		f := st.Forecast
+		for _, w := range []struct {
+			window string
+			n      int64
+		}{{"1m", f.Minute}, {"5m", f.FiveMinutes}, {"1h", f.Hour}, {"24h", f.Day}, {"later", f.Later}} {
+			ch <- prometheus.MustNewConstMetric(c.forecast, prometheus.GaugeValue, float64(w.n), w.window)
+		}
+		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(st.Held))
 	}
 	if mem, err := redisMemory(ctx, c.d.store.Client()); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.memUsed, prometheus.GaugeValue, float64(mem.used))

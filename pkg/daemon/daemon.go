@@ -48,6 +48,7 @@ type Daemon struct {
 	sched         *scheduler.Scheduler
 	admin         *admin.Server
 	clock         *redisClock
+	rates         *rateMeter // what this instance publishes per sink, for /v1/sinks
 }
 
 // New connects to Redis and every broker and prepares the components. It
@@ -160,6 +161,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	}
 
 	d.metrics.Registry.MustRegister(newCollector(d))
+	sinkNames := make([]string, 0, len(cfg.Sinks))
+	for _, sc := range cfg.Sinks {
+		sinkNames = append(sinkNames, sc.Name)
+	}
+	d.rates = newRateMeter(d.metrics.Published, sinkNames)
 
 	if cfg.Admin.Listen != "" {
 		adminTLS, err := tlsutil.Server(cfg.Admin.TLS)
@@ -179,6 +185,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			Now:          d.clock.Now,
 			SinkExists:   func(name string) bool { return d.sinks[name] != nil },
 			Limits:       limits,
+			Notify:       d.sched.Notify,
+			Sinks:        d.sinkStatuses,
+			Refresh:      d.sched.Refresh,
 			Logger:       log,
 		})
 	}
@@ -205,6 +214,21 @@ func (d *Daemon) park(ctx context.Context, m *envelope.Message) (bool, error) {
 		d.sched.Notify(m.ID, m.DueAt)
 	}
 	return res[0].Accepted(), nil
+}
+
+// sinkStatuses is what the scheduler and the rate meter know of each
+// configured sink, for the admin API.
+func (d *Daemon) sinkStatuses() []admin.SinkStatus {
+	rates := map[string]float64{}
+	for _, sc := range d.cfg.Sinks {
+		rates[sc.Name] = sc.MaxRate
+	}
+	var out []admin.SinkStatus
+	for _, st := range d.sched.Sinks() {
+		out = append(out, admin.SinkStatus{Name: st.Name, Known: true, Ready: st.Ready, Blocked: st.Blocked,
+			Rate: d.rates.rate(st.Name), MaxRate: rates[st.Name]})
+	}
+	return out
 }
 
 // AdminAddr is the admin server's address ("" without one).
@@ -257,6 +281,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+
+	go d.rates.run(runCtx)
 
 	var schedWG sync.WaitGroup
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
