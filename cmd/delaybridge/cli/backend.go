@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delaybridge/delaybridge/pkg/admin"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/daemon"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -53,13 +55,16 @@ func (a *app) withBackend(cmd *cobra.Command, f func(ctx context.Context, b back
 	if err != nil {
 		return exit(1, err)
 	}
-	b := &redisBackend{s: s}
+	b := &redisBackend{s: s, cfg: cfg}
 	defer b.Close()
 	return f(ctx, b)
 }
 
 // redisBackend acts on Redis directly.
-type redisBackend struct{ s *store.Store }
+type redisBackend struct {
+	s   *store.Store
+	cfg *config.Config
+}
 
 func (b *redisBackend) Close() { _ = b.s.Client().Close() }
 
@@ -118,9 +123,25 @@ func (b *apiBackend) Close() {}
 // do sends a request and decodes a JSON answer into out (when non-nil). A
 // 404 is errNotFound; other failures carry the server's reason.
 func (b *apiBackend) do(ctx context.Context, method, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, b.base+path, nil)
+	return b.doBody(ctx, method, path, nil, out)
+}
+
+// doBody is do with a JSON request body (none when in is nil).
+func (b *apiBackend) doBody(ctx context.Context, method, path string, in, out any) error {
+	var reqBody io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		reqBody = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.base+path, reqBody)
 	if err != nil {
 		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if b.token != "" {
 		req.Header.Set("Authorization", "Bearer "+b.token)
@@ -134,16 +155,19 @@ func (b *apiBackend) do(ctx context.Context, method, path string, out any) error
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(body, &e)
 	switch {
+	case resp.StatusCode == http.StatusNotFound && e.Error != "":
+		return fmt.Errorf("%w: %s", errNotFound, e.Error)
 	case resp.StatusCode == http.StatusNotFound:
 		return errNotFound
 	case resp.StatusCode == http.StatusUnauthorized:
 		return fmt.Errorf("admin API: 401 unauthorized: give the admin token with --token or DELAYBRIDGE_ADMIN_TOKEN")
 	case resp.StatusCode >= 300:
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		if e.Error != "" {
 			return fmt.Errorf("admin API: %s: %s", resp.Status, e.Error)
 		}
 		return fmt.Errorf("admin API: %s", resp.Status)

@@ -78,13 +78,14 @@ func (a *app) rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", os.Getenv("DELAYBRIDGE_CONFIG"),
 		"configuration file (default $DELAYBRIDGE_CONFIG)")
 	root.PersistentFlags().StringVar(&a.adminURL, "admin", os.Getenv("DELAYBRIDGE_ADMIN"),
-		"inspect/cancel/stats/dead: act through this daemon admin URL (e.g. http://127.0.0.1:7070) instead of Redis (default $DELAYBRIDGE_ADMIN)")
+		"inspect/cancel/stats/dead/list/reschedule/fire/groups/sinks: act through this daemon admin URL (e.g. http://127.0.0.1:7070) instead of Redis (default $DELAYBRIDGE_ADMIN)")
 	root.PersistentFlags().StringVar(&a.token, "token", os.Getenv("DELAYBRIDGE_ADMIN_TOKEN"),
 		"bearer token for --admin (default $DELAYBRIDGE_ADMIN_TOKEN)")
 	root.AddCommand(a.runCmd(), a.validateCmd(), a.sendCmd(), a.inspectCmd(), a.cancelCmd(),
 		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
 	root.AddCommand(a.reencryptCmd())
 	root.AddCommand(a.exportCmd(), a.importCmd())
+	root.AddCommand(a.listCmd(), a.rescheduleCmd(), a.fireCmd(), a.groupsCmd(), a.sinksCmd())
 	return root
 }
 
