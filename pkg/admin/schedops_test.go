@@ -402,9 +402,11 @@ func TestGroupsAPI(t *testing.T) {
 	e.expect(e.do("GET", "/v1/groups/", ""), http.StatusNotFound)
 }
 
-// fakeSinks is the daemon's side of /v1/sinks for tests.
+// fakeSinks is the daemon's side of /v1/sinks for tests: its refresh
+// applies the pause in Redis, as the scheduler's does.
 type fakeSinks struct {
 	mu        sync.Mutex
+	store     *store.Store
 	statuses  []SinkStatus
 	refreshed int
 }
@@ -415,10 +417,17 @@ func (f *fakeSinks) get() []SinkStatus {
 	return slices.Clone(f.statuses)
 }
 
-func (f *fakeSinks) refresh(context.Context) error {
+func (f *fakeSinks) refresh(ctx context.Context) error {
+	states, err := f.store.SinkStates(ctx, nil)
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.refreshed++
+	for i := range f.statuses {
+		f.statuses[i].Paused = states[f.statuses[i].Name].Paused
+	}
 	return nil
 }
 
@@ -429,6 +438,7 @@ func TestSinksAPI(t *testing.T) {
 		{Name: "kafka", Known: true, Ready: errors.New("dial tcp: connection refused"), Blocked: true},
 	}}
 	e := newEnv(t, func(p *Params, _ *redis.Options) { p.Sinks, p.Refresh = f.get, f.refresh })
+	f.store = e.store
 	ctx := context.Background()
 	var views []SinkView
 	r := e.do("GET", "/v1/sinks", "")
@@ -472,8 +482,21 @@ func TestSinksAPI(t *testing.T) {
 	}
 	r = e.do("POST", "/v1/sinks/rabbit/resume", "")
 	e.expect(r, http.StatusOK)
-	if r.json(t)["paused"] != false || f.refreshed != 2 {
+	if r.json(t)["paused"] != false || r.json(t)["status"] != "ready" || f.refreshed != 2 {
 		t.Fatalf("resume: %s", r.body)
+	}
+	// Without the refresh, the instance says it has not applied the change.
+	f.mu.Lock()
+	f.statuses[0].Paused = true // rabbit
+	f.mu.Unlock()
+	if r := e.do("GET", "/v1/sinks/rabbit", ""); r.json(t)["status"] != "resuming" {
+		t.Fatalf("a pause lifted in Redis, still applied here: %s", r.body)
+	}
+	if err := e.store.SetPaused(ctx, "kafka", true); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", "/v1/sinks/kafka", ""); r.json(t)["status"] != "pausing" {
+		t.Fatalf("a pause in Redis, not applied here yet: %s", r.body)
 	}
 	if states, _ := e.store.SinkStates(ctx, nil); states["rabbit"].Paused {
 		t.Fatal("still paused in Redis")

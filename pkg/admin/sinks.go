@@ -19,8 +19,11 @@ type SinkStatus struct {
 	// Known is false when nothing runs that could tell whether the sink is
 	// connected (the command line reading Redis): Ready, Blocked and Rate
 	// are then unknown.
-	Known   bool
-	Ready   error   // nil when this instance is connected to it
+	Known bool
+	Ready error // nil when this instance is connected to it
+	// Paused is the pause as this instance applies it (Redis has the
+	// pause; an instance reads it at its refresh).
+	Paused  bool
 	Blocked bool    // this instance holds its due messages: paused, down or failing
 	Rate    float64 // messages/s this instance published to it lately
 	MaxRate float64 // sinks[].max_rate; 0: none
@@ -30,7 +33,9 @@ type SinkStatus struct {
 type SinkView struct {
 	Name string `json:"name"`
 	// Status sums the others up: "ready" (messages fire to it), "paused"
-	// (for every instance, until resumed), "blocked" (this instance cannot
+	// (for every instance, until resumed), "pausing" and "resuming" (the
+	// pause in Redis changed, and this instance applies it at its next
+	// refresh, within scheduler.max_sleep), "blocked" (this instance cannot
 	// reach it, or a publish just failed for a reason that was not the
 	// message's: its due messages wait), "unknown" (no daemon asked).
 	Status string `json:"status"`
@@ -78,22 +83,26 @@ func SinkViews(ctx context.Context, st *store.Store, statuses []SinkStatus) ([]S
 	for _, ss := range statuses {
 		v := SinkView{Name: ss.Name, Paused: states[ss.Name].Paused, Due: held[ss.Name], MaxRate: ss.MaxRate}
 		switch {
+		case v.Paused && ss.Known && !ss.Paused:
+			v.Status = "pausing"
 		case v.Paused:
 			v.Status = "paused"
 		case !ss.Known:
 			v.Status = "unknown"
+		case ss.Paused:
+			v.Status = "resuming"
 		case ss.Blocked || ss.Ready != nil:
 			v.Status = "blocked"
 		default:
 			v.Status = "ready"
 		}
 		if ss.Known {
-			ready := ss.Ready == nil && (!ss.Blocked || v.Paused)
+			ready := ss.Ready == nil && (!ss.Blocked || ss.Paused)
 			rate := ss.Rate
 			v.Ready, v.Rate = &ready, &rate
 			if ss.Ready != nil {
 				v.Error = ss.Ready.Error()
-			} else if ss.Blocked && !v.Paused {
+			} else if ss.Blocked && !ss.Paused {
 				v.Error = "a publish failed for a reason that was not the message's; retrying after a back-off"
 			}
 		}

@@ -225,7 +225,7 @@ func (d *Daemon) sinkStatuses() []admin.SinkStatus {
 	}
 	var out []admin.SinkStatus
 	for _, st := range d.sched.Sinks() {
-		out = append(out, admin.SinkStatus{Name: st.Name, Known: true, Ready: st.Ready, Blocked: st.Blocked,
+		out = append(out, admin.SinkStatus{Name: st.Name, Known: true, Ready: st.Ready, Paused: st.Paused, Blocked: st.Blocked,
 			Rate: d.rates.rate(st.Name), MaxRate: rates[st.Name]})
 	}
 	return out

@@ -28,8 +28,9 @@ sinks:
 	st := store.New(r.Client(), store.Options{Prefix: "ops", Shards: 4})
 	srv := admin.New(admin.Params{Listen: "127.0.0.1:0", Token: "tok", Store: st,
 		Limits: envelope.Limits{MaxDelay: 24 * time.Hour},
-		Sinks: func() []admin.SinkStatus {
-			return []admin.SinkStatus{{Name: "rabbit", Known: true, Rate: 3, MaxRate: 500}, {Name: "kafka", Known: true}}
+		Sinks: func() []admin.SinkStatus { // as a scheduler that applied the pause in Redis
+			states, _ := st.SinkStates(context.Background(), nil)
+			return []admin.SinkStatus{{Name: "rabbit", Known: true, Rate: 3, MaxRate: 500, Paused: states["rabbit"].Paused}, {Name: "kafka", Known: true}}
 		}})
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -182,6 +183,27 @@ func TestScheduleCommandsHelp(t *testing.T) {
 		code, out, _ := run(t, append(c, "--help")...)
 		if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "delaybridge "+strings.Join(c, " ")) {
 			t.Errorf("%v --help: %d %s", c, code, out)
+		}
+	}
+}
+
+// Bad values of the sink knobs are clear errors of validate, with the
+// field path, never a crash (issue 14 point 6).
+func TestBadSinkKnobs(t *testing.T) {
+	for _, c := range []struct{ value, want string }{
+		{"-5", "sinks[0].max_rate: must not be negative"},
+		{"1e12", "sinks[0].max_rate: 1e+12 messages/s is over"},
+		{"0.0000001", "sinks[0].max_rate: 1e-07 messages/s is under one message in 1000 s"},
+		{".nan", "sinks[0].max_rate: must not be negative"},
+		{"fast", "max_rate"},
+	} {
+		cfg := writeConfig(t, fmt.Sprintf(`
+redis: {addr: "127.0.0.1:6379"}
+sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}, max_rate: %s}]
+`, c.value))
+		code, _, errOut := run(t, "validate", "-c", cfg)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("max_rate %s: exit %d, %q; want %q", c.value, code, errOut, c.want)
 		}
 	}
 }
