@@ -66,6 +66,7 @@ type env struct {
 	js    jetstream.JetStream
 	admin string // http://host:port
 	proc  *testenv.Process
+	redis *testenv.RedisServer
 }
 
 // newEnv starts the daemon with admin.token adminToken.
@@ -99,7 +100,7 @@ func newEnvToken(t *testing.T, token, level string) *env {
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, daemonConfig, rs.Addr, addr, tokenYAML, level, ns.URL, ns.URL), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, js: js, admin: "http://" + addr}
+	e := &env{t: t, js: js, admin: "http://" + addr, redis: rs}
 	e.proc = testenv.StartProcess(t, testenv.Build(t), "run", "--config", cfg)
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		if e.proc.Exited() {

@@ -3,7 +3,9 @@
 // Every 2 s it reads /metrics (Prometheus text) and GET /v1/stats, keeps the
 // last 5 minutes of counter samples in memory to compute rates and fire
 // lateness quantiles, and draws the charts as inline SVG. It lists dead
-// messages with retry and delete, and looks messages up by ID.
+// messages with retry and delete, the sinks with pause and resume, parked
+// messages page by page with filters, the recurring schedules, and shows a
+// message (with reschedule, fire now and cancel) or a group (with cancel).
 //
 // Everything that comes from the server (IDs, reasons, JSON) is written with
 // textContent or as an attribute value: nothing here builds HTML from strings.
@@ -20,6 +22,16 @@
   const DEAD_LIMIT = 100;
   const DEAD_EVERY = 5; // ticks between re-reads of the dead list when its count is unchanged
   const TOKEN_KEY = 'delaybridge.adminToken';
+  const SLOW_EVERY = 5; // ticks between re-reads of the listings (the current page, recurring, group)
+  const RECURRING_LIMIT = 50;
+  const RECURRING_PAGES = 10; // pages of the recurring listing per refresh (each examines at most 10 x its limit)
+  const FORECAST = [
+    ['1m', 'within 1 min'],
+    ['5m', 'within 5 min'],
+    ['1h', 'within 1 h'],
+    ['24h', 'within 24 h'],
+    ['later', 'later'],
+  ];
   const SVG_NS = 'http://www.w3.org/2000/svg';
   const DUE_BUCKETS = [
     ['overdue', 'Overdue'],
@@ -247,7 +259,7 @@
     $('token-dialog').hidden = true;
     $('forget-token').hidden = false;
     locked = false;
-    refreshNow();
+    refreshNow(true);
   });
 
   $('forget-token').addEventListener('click', () => lock(''));
@@ -532,7 +544,364 @@
     $('stat-oldest').textContent = st.oldest_due_age_seconds > 0 ? fmtSeconds(st.oldest_due_age_seconds) : 'none';
     renderDueIn(st.due_in);
     renderShards(st.shards || []);
+    forecast = st.forecast ? { f: st.forecast, held: st.held || 0 } : null;
+    drawForecast();
   }
+
+  // ---- forecast: what fires when ----
+
+  let forecast = null; // {f: /v1/stats forecast, held}
+
+  // drawForecast draws one bar per window of /v1/stats' forecast: what
+  // fires within 1 min, 5 min, 1 h, 24 h (each including the shorter ones
+  // and what is due already), and later.
+  function drawForecast() {
+    const svg = $('chart-forecast');
+    const w = svg.clientWidth;
+    const h = svg.clientHeight;
+    if (!w || !h) return;
+    svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
+    if (!forecast) {
+      svg.replaceChildren(svgEl('text', { class: 'empty-label', x: w / 2, y: h / 2, 'text-anchor': 'middle' },
+        'This server does not report a forecast (no forecast in /v1/stats).'));
+      return;
+    }
+    const vals = FORECAST.map(([k]) => forecast.f[k] || 0);
+    const pad = { l: 54, r: 12, t: 18, b: 24 };
+    const step = niceStep(Math.max(4, ...vals) / 4);
+    const ticks = Math.max(2, Math.ceil(Math.max(1, ...vals) / step));
+    const top = step * ticks;
+    const Y = (v) => pad.t + (1 - v / top) * (h - pad.t - pad.b);
+    const slot = (w - pad.l - pad.r) / vals.length;
+    const nodes = [];
+    for (let i = 0; i <= ticks; i++) {
+      const y = Y(step * i);
+      nodes.push(svgEl('line', { class: 'grid', x1: pad.l, x2: w - pad.r, y1: y, y2: y }));
+      nodes.push(svgEl('text', { class: 'axis-label', x: pad.l - 8, y: y + 4, 'text-anchor': 'end' }, fmtInt(step * i)));
+    }
+    vals.forEach((v, i) => {
+      const x = pad.l + i * slot + slot * 0.18;
+      const bw = slot * 0.64;
+      const y = Y(v);
+      const bar = svgEl('rect', { class: 'bar' + (FORECAST[i][0] === 'later' ? ' bar-later' : ''), x, y, width: bw, height: Math.max(0, Y(0) - y) });
+      bar.dataset.window = FORECAST[i][0];
+      nodes.push(bar);
+      nodes.push(svgEl('text', { class: 'bar-label', x: x + bw / 2, y: y - 5, 'text-anchor': 'middle' }, fmtInt(v)));
+      nodes.push(svgEl('text', { class: 'axis-label', x: x + bw / 2, y: h - 6, 'text-anchor': 'middle' }, FORECAST[i][1]));
+    });
+    svg.dataset.values = vals.join(',');
+    svg.replaceChildren(...nodes);
+    $('forecast-note').textContent = forecast.held > 0
+      ? `${fmtInt(forecast.held)} held for paused or down sinks`
+      : 'each window includes the shorter ones';
+  }
+
+  // ---- sinks ----
+
+  const sinkRows = new Map(); // name -> row of #sinks-rows
+
+  function sinkRow(name) {
+    const status = el('span', 'badge');
+    const pause = el('button', 'btn pause', 'Pause');
+    pause.type = 'button';
+    pause.addEventListener('click', () => setPaused(name, pause.dataset.action === 'pause', pause));
+    const tr = el('tr', '', el('td', 'id', shown(name)), el('td', '', status), el('td', 'num due'), el('td', 'num rate'),
+      el('td', 'num max-rate'), el('td', 'actions', pause));
+    tr.dataset.sink = name;
+    return tr;
+  }
+
+  function renderSinks(list) {
+    $('sinks-empty').hidden = list.length > 0;
+    $('sinks-table').hidden = list.length === 0;
+    const names = list.map((v) => v.name);
+    for (const name of [...sinkRows.keys()]) {
+      if (!names.includes(name)) sinkRows.delete(name);
+    }
+    const rows = list.map((v) => {
+      let tr = sinkRows.get(v.name);
+      if (!tr) {
+        tr = sinkRow(v.name);
+        sinkRows.set(v.name, tr);
+      }
+      const badge = tr.querySelector('.badge');
+      badge.className = 'badge badge-' + v.status;
+      badge.textContent = v.status;
+      badge.title = v.error ? shown(v.error) : '';
+      tr.dataset.status = v.status;
+      tr.querySelector('.due').textContent = fmtInt(v.due);
+      tr.querySelector('.rate').textContent = v.rate == null ? '–' : fmtRate(v.rate);
+      tr.querySelector('.max-rate').textContent = v.max_rate > 0 ? fmtInt(v.max_rate) : '–';
+      const b = tr.querySelector('button.pause');
+      if (!b.disabled) {
+        b.dataset.action = v.paused ? 'resume' : 'pause';
+        b.textContent = v.paused ? 'Resume' : 'Pause';
+      }
+      return tr;
+    });
+    const body = $('sinks-rows');
+    if (rows.some((tr, i) => body.children[i] !== tr) || body.children.length !== rows.length) body.replaceChildren(...rows);
+  }
+
+  async function loadSinks() {
+    let list;
+    try {
+      list = await api('GET', 'v1/sinks');
+    } catch (e) {
+      if (e.status === 404) {
+        renderSinks([]);
+        return;
+      }
+      throw e;
+    }
+    renderSinks(list);
+  }
+
+  async function setPaused(name, paused, btn) {
+    btn.disabled = true;
+    try {
+      await api('POST', `v1/sinks/${idPath(name)}/${paused ? 'pause' : 'resume'}`);
+      toast(paused
+        ? `Paused ${shown(name)} for every instance: its due messages are held.`
+        : `Resumed ${shown(name)}: its held messages fire in due order.`);
+    } catch (e) {
+      if (e.status !== 401) toast(`${paused ? 'Pause' : 'Resume'} of ${shown(name)} failed: ${e.message}`, true);
+    } finally {
+      btn.disabled = false;
+      refreshNow(true);
+    }
+  }
+
+  // ---- message tables (browse, group) ----
+
+  // idLink is a button showing a message ID that opens the message.
+  function idLink(id) {
+    const b = el('button', 'link', shown(id));
+    b.type = 'button';
+    b.title = 'Show this message';
+    b.addEventListener('click', () => lookup(id, true));
+    return b;
+  }
+
+  function groupLink(key) {
+    if (!key) return '';
+    const b = el('button', 'link', shown(key));
+    b.type = 'button';
+    b.title = 'Show this group';
+    b.addEventListener('click', () => showGroup(key, true));
+    return b;
+  }
+
+  function stateBadge(m) {
+    const label = m.held ? 'held' : m.state;
+    const b = el('span', 'badge badge-' + (m.held ? 'held' : m.state), label);
+    if (m.held) b.title = 'due, waiting for its sink (paused or down)';
+    return b;
+  }
+
+  function dueCell(m) {
+    const at = m.state === 'dead' ? m.dead_at : m.next_attempt_at || m.due_at;
+    const td = el('td', 'when', at ? fromNow(at) : '–');
+    td.title = m.state === 'dead' ? `died ${m.dead_at}, was due ${m.due_at}` : `due ${m.due_at}` + (m.next_attempt_at ? `, next attempt ${m.next_attempt_at}` : '');
+    td.dataset.at = at || '';
+    return td;
+  }
+
+  function scheduleText(m) {
+    const r = m.recurrence;
+    return r ? shown(`#${r.occurrence} ${r.schedule}`) : '';
+  }
+
+  function messageRow(m, withGroup) {
+    const cells = [el('td', 'id', idLink(m.id)), el('td', '', stateBadge(m)), dueCell(m),
+      el('td', 'route', m.sink ? shown(`${m.sink} → ${m.destination}`) : '–')];
+    if (withGroup) cells.push(el('td', 'group', groupLink(m.group)));
+    cells.push(el('td', 'schedule', scheduleText(m)), el('td', 'num', String(m.attempts)));
+    const tr = el('tr', '', ...cells);
+    tr.dataset.id = m.id;
+    tr.dataset.state = m.held ? 'held' : m.state;
+    return tr;
+  }
+
+  // ---- browse ----
+
+  const browse = { query: null, cursor: '', next: null, pageNo: 1 };
+
+  function browseFilters() {
+    const q = new URLSearchParams();
+    const set = (k, id) => {
+      const v = $(id).value.trim();
+      if (v !== '') q.set(k, v);
+    };
+    set('state', 'f-state');
+    set('sink', 'f-sink');
+    set('destination', 'f-destination');
+    set('ingest', 'f-ingest');
+    set('group', 'f-group');
+    set('due_after', 'f-due-after');
+    set('due_before', 'f-due-before');
+    if ($('f-recurring').checked) q.set('recurring', 'true');
+    q.set('limit', $('f-limit').value);
+    return q;
+  }
+
+  async function loadBrowse() {
+    if (browse.query == null) return;
+    const q = new URLSearchParams(browse.query);
+    if (browse.cursor) q.set('cursor', browse.cursor);
+    const query = q.toString();
+    let page;
+    try {
+      page = await api('GET', 'v1/messages?' + query);
+    } catch (e) {
+      if (e.status === 400) {
+        $('browse-note').textContent = e.message;
+        $('browse-note').classList.add('error');
+        return;
+      }
+      throw e;
+    }
+    if (q.toString() !== query) return;
+    $('browse-note').classList.remove('error');
+    browse.next = page.next_cursor;
+    const limit = Number(browse.query.get('limit'));
+    $('browse-rows').replaceChildren(...page.messages.map((m) => messageRow(m, true)));
+    $('browse-empty').hidden = page.messages.length > 0;
+    $('browse-next').disabled = !browse.next;
+    $('browse-first').disabled = !browse.cursor;
+    $('browse-page').textContent = `page ${browse.pageNo}` + (page.messages.length < limit && browse.next
+      ? ` · ${fmtInt(page.examined)} examined; more may follow`
+      : '');
+    $('browse-note').textContent = browse.query.get('state') === 'dead' ? 'by time of death' : 'in the order they fire';
+  }
+
+  $('browse-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    browse.query = browseFilters();
+    browse.cursor = '';
+    browse.pageNo = 1;
+    loadBrowse().catch((e) => toast(`Listing failed: ${e.message}`, true));
+  });
+
+  $('browse-next').addEventListener('click', () => {
+    if (!browse.next) return;
+    browse.cursor = browse.next;
+    browse.pageNo++;
+    loadBrowse().catch((e) => toast(`Listing failed: ${e.message}`, true));
+  });
+
+  $('browse-first').addEventListener('click', () => {
+    browse.cursor = '';
+    browse.pageNo = 1;
+    loadBrowse().catch((e) => toast(`Listing failed: ${e.message}`, true));
+  });
+
+  // ---- recurring schedules ----
+
+  // loadRecurring lists the recurring series that fire first. The filter
+  // examines a bounded number of parked messages per page, so it follows
+  // the cursor for at most RECURRING_PAGES pages and says when it stopped
+  // before the end.
+  async function loadRecurring() {
+    const found = [];
+    let cursor = null;
+    let examined = 0;
+    for (let i = 0; i < RECURRING_PAGES && found.length < RECURRING_LIMIT; i++) {
+      const q = new URLSearchParams({ recurring: 'true', limit: String(RECURRING_LIMIT - found.length) });
+      if (cursor) q.set('cursor', cursor);
+      const page = await api('GET', 'v1/messages?' + q);
+      found.push(...page.messages);
+      examined += page.examined;
+      cursor = page.next_cursor;
+      if (!cursor) break;
+    }
+    $('recurring-empty').hidden = found.length > 0;
+    $('recurring-table').hidden = found.length === 0;
+    $('recurring-empty').textContent = cursor
+      ? `No recurring schedule among the first ${fmtInt(examined)} parked messages to fire.`
+      : 'No recurring schedule is parked.';
+    $('recurring-note').textContent = !cursor ? (found.length ? `${found.length} series` : '')
+      : found.length >= RECURRING_LIMIT ? `the first ${RECURRING_LIMIT} to fire`
+        : `${found.length} series among the first ${fmtInt(examined)} parked messages to fire; more may follow`;
+    $('recurring-rows').replaceChildren(...found.map((m) => {
+      const r = m.recurrence || {};
+      const next = el('td', 'when', fromNow(r.next_at || m.due_at));
+      next.title = r.next_at || m.due_at;
+      next.dataset.at = r.next_at || m.due_at;
+      const then = el('td', 'when', r.following_at ? r.following_at : 'last occurrence');
+      const cancel = el('button', 'btn btn-danger cancel', 'End series');
+      cancel.type = 'button';
+      armConfirm(cancel, 'Confirm', () => cancelMessage(m.id, 'Ended the series'));
+      const tr = el('tr', '', el('td', 'id', idLink(m.id)), el('td', 'schedule', shown(r.schedule || '')),
+        el('td', 'num', String(r.occurrence || '')), next, then,
+        el('td', 'route', shown(`${m.sink} → ${m.destination}`)), el('td', 'actions', cancel));
+      tr.dataset.id = m.id;
+      return tr;
+    }));
+  }
+
+  async function cancelMessage(id, what) {
+    try {
+      await api('DELETE', `v1/messages/${idPath(id)}`);
+      toast(`${what} ${shown(id)}.`);
+      if (id === lookupId) {
+        lookupId = null;
+        showLookup(id, 'gone', 'cancelled', 'Cancelled: the message will not be published.', null);
+      }
+      refreshNow(true);
+    } catch (e) {
+      if (e.status !== 401) toast(`Cancel of ${shown(id)} failed: ${e.message}`, true);
+    }
+  }
+
+  // ---- group ----
+
+  let groupKey = null; // the group shown and refreshed
+
+  async function loadGroup() {
+    const key = groupKey;
+    if (key == null) return;
+    $('group-result').hidden = false;
+    $('group-title').textContent = shown(key);
+    try {
+      const g = await api('GET', `v1/groups/${idPath(key)}?limit=100`);
+      if (key !== groupKey) return;
+      $('group-count').textContent = `${fmtInt(g.count)} messages` + (g.next_cursor ? ', the first 100 to fire listed' : '');
+      $('group-message').textContent = '';
+      $('group-cancel').hidden = false;
+      $('group-rows').replaceChildren(...g.messages.map((m) => messageRow(m, false)));
+    } catch (e) {
+      if (key !== groupKey || e.status === 401) return;
+      $('group-count').textContent = '';
+      $('group-cancel').hidden = true;
+      $('group-rows').replaceChildren();
+      $('group-message').textContent = e.message;
+    }
+  }
+
+  function showGroup(key, scroll) {
+    groupKey = key;
+    $('group-key').value = key;
+    if (scroll) $('group-panel').scrollIntoView({ behavior: 'smooth', block: 'start' });
+    return loadGroup();
+  }
+
+  $('group-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const key = $('group-key').value;
+    if (key.trim() !== '') showGroup(key, false);
+  });
+
+  armConfirm($('group-cancel'), 'Confirm cancel', async () => {
+    const key = groupKey;
+    try {
+      const r = await api('DELETE', `v1/groups/${idPath(key)}`);
+      toast(`Cancelled ${fmtInt(r.cancelled)} messages of group ${shown(key)}.`);
+    } catch (e) {
+      if (e.status !== 401) toast(`Cancel of group ${shown(key)} failed: ${e.message}`, true);
+    }
+    refreshNow(true);
+  });
 
   let deadCount = -1; // the dead count the dead list was last read at
   let deadSig = ''; // what the rendered list shows, to leave it alone when unchanged
@@ -583,6 +952,9 @@
 
   function refreshAgo() {
     for (const td of document.querySelectorAll('#dead-rows td.when')) td.textContent = fmtAgo(td.dataset.at);
+    for (const td of document.querySelectorAll('#browse-rows td.when, #group-rows td.when, #recurring-rows td.when')) {
+      if (td.dataset.at) td.textContent = fromNow(td.dataset.at);
+    }
   }
 
   async function retryDead(id, btn) {
@@ -592,7 +964,7 @@
       btn.closest('tr').remove();
       toast(`Retried ${shown(id)}: scheduled again, due now.`);
       lookup(id, false);
-      refreshNow();
+      refreshNow(true);
     } catch (e) {
       if (e.status !== 401) toast(`Retry of ${shown(id)} failed: ${e.message}`, true);
       btn.disabled = false;
@@ -603,7 +975,7 @@
     try {
       await api('DELETE', `v1/dead/${idPath(id)}`);
       toast(`Deleted dead message ${shown(id)}.`);
-      refreshNow();
+      refreshNow(true);
     } catch (e) {
       if (e.status !== 401) toast(`Delete of ${shown(id)} failed: ${e.message}`, true);
     }
@@ -614,8 +986,28 @@
   let lookupId = null; // the ID shown and refreshed on every tick; null when none (or gone)
   let shownId = null; // the ID in the lookup panel, for its cancel button
   let lookupContent = false; // whether the lookup asks for the key, headers and body (?body=true)
+  let lookupView = null; // the message shown, for reschedule's if_due_at
+
+  // facts lists what a message's view says beyond its state: its group (a
+  // link to it), held, its schedule.
+  function renderFacts(view) {
+    const dl = $('lookup-facts');
+    const items = [];
+    const add = (term, ...value) => items.push(el('dt', '', term), el('dd', '', ...value));
+    if (view && view.due_at) add('Due', `${view.due_at} (${fromNow(view.due_at)})`);
+    if (view && view.held) add('Held', 'its sink is paused or down: it fires when the sink takes messages again');
+    if (view && view.group) add('Group', groupLink(view.group));
+    const r = view && view.recurrence;
+    if (r) {
+      add('Schedule', shown(r.schedule));
+      add('Occurrence', `#${r.occurrence} parked, fires ${r.next_at}` + (r.following_at ? `; then ${r.following_at}` : '; the last one'));
+    }
+    dl.replaceChildren(...items);
+    dl.hidden = items.length === 0;
+  }
 
   function showLookup(id, state, label, message, view) {
+    lookupView = view;
     $('lookup-result').hidden = false;
     const badge = $('lookup-state');
     badge.className = 'badge badge-' + state;
@@ -630,6 +1022,10 @@
     $('lookup-json').hidden = !view;
     const cancel = $('lookup-cancel');
     cancel.hidden = !view;
+    const scheduled = Boolean(view) && state === 'scheduled';
+    $('lookup-fire').hidden = !scheduled;
+    $('reschedule-form').hidden = !scheduled;
+    renderFacts(view);
     if (!cancel.classList.contains('armed')) cancel.textContent = state === 'dead' ? 'Delete message' : 'Cancel message';
     const content = $('lookup-content');
     content.hidden = !view;
@@ -640,6 +1036,7 @@
   function fromNow(iso) {
     const ms = Date.parse(iso) - Date.now();
     if (!isFinite(ms)) return '';
+    if (Math.abs(ms) < 1000) return 'now';
     return ms >= 0 ? `in ${fmtDuration(ms / 1000)}` : `${fmtDuration(-ms / 1000)} ago`;
   }
 
@@ -663,7 +1060,7 @@
     const content = lookupContent;
     try {
       const v = await api('GET', `v1/messages/${idPath(id)}` + (content ? '?body=true' : ''));
-      if (id === lookupId) showLookup(id, v.state, v.state, describe(v), v);
+      if (id === lookupId) showLookup(id, v.state, v.held ? 'held' : v.state, describe(v), v);
     } catch (e) {
       if (id !== lookupId || e.status === 401) return;
       if (e.status === 403 && content) {
@@ -700,6 +1097,42 @@
     refreshLookup();
   });
 
+  $('lookup-fire').addEventListener('click', async () => {
+    const id = shownId;
+    const b = $('lookup-fire');
+    b.disabled = true;
+    try {
+      await api('POST', `v1/messages/${idPath(id)}/fire`);
+      toast(`Fired ${shown(id)}: due now.`);
+    } catch (e) {
+      if (e.status !== 401) toast(`Fire of ${shown(id)} failed: ${e.message}`, true);
+    } finally {
+      b.disabled = false;
+      refreshNow(true);
+    }
+  });
+
+  // A delay is milliseconds or a Go duration (90s, 1h30m); anything else is
+  // taken as a time for deliver_at.
+  const DELAY = /^(\d+|(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+)$/;
+
+  $('reschedule-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const id = shownId;
+    const when = $('reschedule-when').value.trim();
+    if (when === '' || !lookupView) return;
+    const body = DELAY.test(when) ? { delay: when } : { deliver_at: when };
+    body.if_due_at = lookupView.due_at; // refused if the message changed since it was shown
+    try {
+      const r = await api('PATCH', `v1/messages/${idPath(id)}`, body);
+      $('reschedule-when').value = '';
+      toast(r.now ? `Rescheduled ${shown(id)}: due now.` : `Rescheduled ${shown(id)} to ${r.due_at}.`);
+    } catch (e) {
+      if (e.status !== 401) toast(`Reschedule of ${shown(id)} failed: ${e.message}`, true);
+    }
+    refreshNow(true);
+  });
+
   armConfirm($('lookup-cancel'), 'Confirm', async () => {
     const id = shownId;
     try {
@@ -707,7 +1140,7 @@
       lookupId = null;
       showLookup(id, 'gone', 'cancelled', 'Cancelled: the message will not be published.', null);
       toast(`Cancelled ${shown(id)}.`);
-      refreshNow();
+      refreshNow(true);
     } catch (e) {
       if (e.status !== 401) toast(`Cancel of ${shown(id)} failed: ${e.message}`, true);
     }
@@ -730,8 +1163,14 @@
     tickNo++;
     try {
       const jobs = [loadMetrics()];
-      if (!locked) jobs.push(loadStats(tickNo));
+      if (!locked) jobs.push(loadStats(tickNo), loadSinks());
       if (!locked && lookupId != null) jobs.push(refreshLookup());
+      if (!locked && (slowNow || tickNo % SLOW_EVERY === 1)) {
+        jobs.push(loadBrowse(), loadRecurring(), loadGroup());
+        slowNow = false;
+      } else if (!locked && browse.cursor === '') {
+        jobs.push(loadBrowse()); // the first page moves as messages fire
+      }
       const results = await Promise.allSettled(jobs);
       refreshAgo();
       const failed = results.find((r) => r.status === 'rejected' && r.reason.status !== 401);
@@ -749,16 +1188,25 @@
     }
   }
 
-  function refreshNow() {
+  let slowNow = false; // the next tick re-reads the listings too
+
+  // refreshNow polls at once; with listings, the listings too (after an
+  // action that changed them).
+  function refreshNow(listings) {
+    if (listings) slowNow = true;
     tick();
   }
 
   buildDueIn();
+  browse.query = browseFilters();
   $('forget-token').hidden = !storedToken();
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(drawCharts, 100);
+    resizeTimer = setTimeout(() => {
+      drawCharts();
+      drawForecast();
+    }, 100);
   });
   tick();
 })();
