@@ -398,13 +398,15 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
+	examined := r.examined
 	if len(r.entries) < limit && r.cut && share < limit && !q.filtered() {
 		if r, err = s.browseRound(ctx, args, limit); err != nil {
 			return nil, err
 		}
+		examined += r.examined
 	}
 	entries := r.entries
-	page := &Page{Examined: r.examined}
+	page := &Page{Examined: examined}
 	switch {
 	case len(entries) >= limit:
 		entries = entries[:limit]
