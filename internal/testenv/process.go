@@ -83,21 +83,36 @@ func Build(t testing.TB) string {
 func BuildPackage(t testing.TB, pkg string) string {
 	skipShort(t, "the delaybridge binary")
 	t.Helper()
+	return buildOnce(t, pkg, nil)
+}
+
+// BuildTagged is Build with build tags: ./cmd/delaybridge built with -tags (e.g.
+// "faultinject", which compiles in the test-only fault hooks), once per test process
+// and set of tags, into a binary of its own beside Build's.
+func BuildTagged(t testing.TB, tags ...string) string {
+	skipShort(t, "the delaybridge binary")
+	t.Helper()
+	return buildOnce(t, "./cmd/delaybridge", tags)
+}
+
+func buildOnce(t testing.TB, pkg string, tags []string) string {
+	t.Helper()
+	key := pkg + " -tags=" + strings.Join(tags, ",")
 	buildMu.Lock()
-	b, ok := builds[pkg]
+	b, ok := builds[key]
 	if !ok {
 		b = &buildResult{}
-		builds[pkg] = b
+		builds[key] = b
 	}
 	buildMu.Unlock()
-	b.once.Do(func() { b.path, b.err = build(pkg) })
+	b.once.Do(func() { b.path, b.err = build(pkg, tags) })
 	if b.err != nil {
-		t.Fatalf("testenv: build %s: %v", pkg, b.err)
+		t.Fatalf("testenv: build %s: %v", key, b.err)
 	}
 	return b.path
 }
 
-func build(pkg string) (string, error) {
+func build(pkg string, tags []string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
@@ -116,6 +131,9 @@ func build(pkg string) (string, error) {
 		return "", err
 	}
 	name := filepath.Base(filepath.Clean(pkg))
+	if len(tags) > 0 {
+		name += "-" + strings.Join(tags, "-")
+	}
 	out := filepath.Join(dir, name)
 	for i := 2; fileExists(out); i++ { // two packages with the same base name
 		out = filepath.Join(dir, fmt.Sprintf("%s-%d", name, i))
@@ -123,6 +141,9 @@ func build(pkg string) (string, error) {
 	args := []string{"build", "-o", out}
 	if raceEnabled {
 		args = append(args, "-race")
+	}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
 	}
 	args = append(args, pkg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
