@@ -80,7 +80,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		return nil, err
 	}
 	warnEviction(ctx, d.store.Client(), log)
-	d.clock = &redisClock{local: time.Now}
+	localNow, schedClock, skew := localClock()
+	if skew != 0 {
+		log.Warn("faultinject: this process's clock is skewed on purpose", "skew", skew)
+	}
+	d.clock = &redisClock{local: localNow}
 	if err := d.clock.measure(ctx, d.store); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
@@ -128,6 +132,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		LateDead:     cfg.Scheduler.LatePolicy == "dead",
 		DeadLetter:   deadLetter,
 		DrainTimeout: drainBudget(cfg.ShutdownTimeout.D()),
+		Clock:        schedClock,
 		Metrics:      d.metrics,
 		Tracer:       d.tracer,
 		Logger:       log,
