@@ -43,57 +43,101 @@ const (
 	shutdownTO  = 10 * time.Second
 )
 
-// daemonConfig is the daemon's configuration; %[1]s Redis, %[2]s the ingest
-// NATS URL, %[3]s the sink NATS URL, %[4]s extra scheduler settings.
+// daemonConfig is the daemon's configuration; each %[n]s is a part a
+// scenario may change (world.config fills them):
 //
-// Back-off: 200 ms doubling to 2 s, and 1000 attempts, so that retries go on
-// well past a 10 s sink outage (attempts 1-5 take ~3 s, then one every 2 s).
+//	%[1]s redis connection (addr, or sentinel_addrs and master_name)
+//	%[2]s the ingest's broker block (NATS JetStream, or Kafka)
+//	%[3]s the retry policy (max_attempts and backoff)
+//	%[4]s the route's destination in the sink
+//	%[5]s the sink "out"'s broker block
+//	%[6]s more route settings, more sinks, more top-level sections
 const daemonConfig = `
-redis: {addr: "%[1]s", key_prefix: ` + keyPrefix + `, shards: 16, dial_timeout: 1s, read_timeout: 1s, write_timeout: 1s}
+redis: {%[1]s, key_prefix: ` + keyPrefix + `, shards: 16, dial_timeout: 1s, read_timeout: 1s, write_timeout: 1s}
 admin: {listen: "%%ADMIN%%"}
 log: {level: info}
 scheduler:
   lease: 2s
   publish_timeout: 1s
   max_sleep: 250ms
-  max_attempts: 1000
-  backoff: {initial: 200ms, max: 2s, multiplier: 2, jitter: 0.2}%[4]s
+%[3]s
 shutdown_timeout: 10s
 ingest:
   - name: in
-    nats: {url: "%[2]s", subject: "delayed.>", stream: DELAYED, durable: delaybridge, ack_wait: 2s}
+    %[2]s
     max_in_flight: 500
-    route: {sink: out, destination: fired.fault}
+    route: {sink: out, destination: %[4]s%[6]s}
 sinks:
   - name: out
-    nats: {url: "%[3]s", jetstream: true}
+    %[5]s
 `
+
+// defaultRetry is the suite's retry policy: back-off 200 ms doubling to
+// 2 s, and 1000 attempts, so that retries go on well past a 10 s outage
+// even for a failure that counts (attempts 1-5 take ~3 s, then one every
+// 2 s).
+const defaultRetry = `  max_attempts: 1000
+  backoff: {initial: 200ms, max: 2s, multiplier: 2, jitter: 0.2}`
+
+// shortRetry is the retry policy of the issue's measurement: 3 attempts,
+// back-off 100-300 ms. With publish_timeout 1 s its whole budget (three
+// publishes that time out and two back-offs) is about 3.3 s: a sink outage
+// longer than that would kill every due message if waiting for a sink
+// counted as an attempt.
+const shortRetry = `  max_attempts: 3
+  backoff: {initial: 100ms, max: 300ms, multiplier: 2, jitter: 0}`
+
+// retryBudget is shortRetry's whole budget, for the notes.
+const retryBudget = 3*time.Second + 300*time.Millisecond
 
 // options select a scenario's servers.
 type options struct {
 	fsync     string // Redis appendfsync; "" is "always"
 	kafka     bool   // Kafka ingest (kfake) instead of NATS JetStream
 	partition int    // Kafka partitions (default 4)
+	sink      string // the sink's broker: "nats" (default), "rabbitmq", "kafka"
+	retry     string // the retry policy (default defaultRetry)
+	// redisProxy puts a TCP proxy (testenv.Proxy) between the daemons and
+	// Redis, so that a scenario can cut the network (world.proxy).
+	redisProxy bool
+	// sentinel runs Redis as a master with one replica, both with
+	// appendfsync fsync, and a Sentinel; the daemons find the master
+	// through the Sentinel (world.replica, world.sentinel).
+	sentinel bool
+	// route adds settings to the ingest's route; extra adds sinks (after
+	// "out") and top-level sections: YAML text.
+	route, extra string
 }
 
 // world is one scenario's servers, publisher, sink collector and daemons.
 type world struct {
-	t      *testing.T
-	name   string
-	start  time.Time
-	rng    *rand.Rand
-	in     *testenv.NATSServer   // ingest broker (nil with Kafka)
-	parts  int                   // Kafka partitions
-	kafka  *testenv.KafkaCluster // ingest broker with options.kafka
-	out    *testenv.NATSServer   // sink broker: a separate server, so either can be restarted alone
-	redis  *testenv.RedisServer
-	rdb    *redis.Client
-	pub    *publisher
-	col    *collector
-	cfg    string
-	cancel context.CancelFunc
-	ctx    context.Context
-	res    *result
+	t     *testing.T
+	name  string
+	start time.Time
+	rng   *rand.Rand
+	opts  options
+	in    *testenv.NATSServer   // ingest broker (nil with Kafka)
+	parts int                   // Kafka partitions
+	kafka *testenv.KafkaCluster // ingest broker with options.kafka
+	// The sink's broker, one of three: out, a separate NATS server, so
+	// either can be restarted alone (options.sink "nats"); rabbit, the
+	// test binary's RabbitMQ node, with the queue sinkQueue ("rabbitmq");
+	// sinkKafka, a kfake cluster of its own ("kafka").
+	out       *testenv.NATSServer
+	rabbit    *testenv.RabbitNode
+	sinkQueue string
+	sinkKafka *testenv.KafkaCluster
+	redis     *testenv.RedisServer // with options.sentinel: the first master
+	replica   *testenv.RedisServer // with options.sentinel
+	sentinel  *testenv.RedisServer // with options.sentinel
+	proxy     *testenv.Proxy       // with options.redisProxy: what the daemons connect to
+	rdb       *redis.Client        // the test's own client: to the server, or the master via Sentinel
+	pub       *publisher
+	col       *collector
+	cfg       string
+	cancel    context.CancelFunc
+	ctx       context.Context
+	res       *result
 }
 
 func newWorld(t *testing.T, name string, o options) *world {
@@ -101,7 +145,13 @@ func newWorld(t *testing.T, name string, o options) *world {
 	if o.fsync == "" {
 		o.fsync = "always"
 	}
-	w := &world{t: t, name: name, start: time.Now(), rng: rand.New(rand.NewPCG(*flagSeed, seedOf(name)))}
+	if o.sink == "" {
+		o.sink = "nats"
+	}
+	if o.retry == "" {
+		o.retry = defaultRetry
+	}
+	w := &world{t: t, name: name, start: time.Now(), opts: o, rng: rand.New(rand.NewPCG(*flagSeed, seedOf(name)))}
 	w.res = &result{Name: name, Seed: *flagSeed, start: w.start, DupBound: -1}
 	register(w.res)
 	t.Cleanup(func() {
@@ -111,13 +161,58 @@ func newWorld(t *testing.T, name string, o options) *world {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	t.Cleanup(w.cancel)
 
-	w.out = testenv.NATS(t)
-	w.redis = testenv.Redis(t, testenv.WithAppendFsync(o.fsync))
-	w.rdb = w.redis.Client()
-	w.col = newCollector(t, w.out.URL)
+	if o.sentinel {
+		// Redis 7 waits 5 s (repl-diskless-sync-delay) for more replicas
+		// before it sends the first full sync: start it at once.
+		w.redis = testenv.Redis(t, testenv.WithAppendFsync(o.fsync), testenv.WithArgs("--repl-diskless-sync-delay", "0"))
+	} else {
+		w.redis = testenv.Redis(t, testenv.WithAppendFsync(o.fsync))
+	}
+	redisYAML := fmt.Sprintf(`addr: "%s"`, w.redis.Addr)
+	switch {
+	case o.sentinel:
+		w.replica = testenv.Redis(t, testenv.WithAppendFsync(o.fsync), testenv.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(w.redis.Port)))
+		// A replica in production is attached long before a failover: the
+		// scenario starts once this one has had its first full sync.
+		rc := w.replica.Client()
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			info, err := rc.Info(context.Background(), "replication").Result()
+			return err == nil && strings.Contains(info, "master_link_status:up")
+		}, "the replica did not sync with the master")
+		w.sentinel = testenv.RedisSentinel(t, sentinelMaster, w.redis.Addr)
+		w.rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: []string{w.sentinel.Addr},
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+		t.Cleanup(func() { _ = w.rdb.Close() })
+		redisYAML = fmt.Sprintf(`sentinel_addrs: ["%s"], master_name: %s`, w.sentinel.Addr, sentinelMaster)
+	case o.redisProxy:
+		w.proxy = testenv.NewProxy(t, w.redis.Addr)
+		w.rdb = w.redis.Client()
+		redisYAML = fmt.Sprintf(`addr: "%s"`, w.proxy.Addr)
+	default:
+		w.rdb = w.redis.Client()
+	}
+
+	var sinkYAML, dest, sinkAddr string
+	switch o.sink {
+	case "nats":
+		w.out = testenv.NATS(t)
+		w.col = newNATSCollector(t, w.out.URL)
+		sinkYAML, dest, sinkAddr = fmt.Sprintf(`nats: {url: "%s", jetstream: true}`, w.out.URL), "fired.fault", w.out.URL
+	case "rabbitmq":
+		w.rabbit = testenv.RabbitMQ(t)
+		w.sinkQueue = "fault-" + name
+		w.col = newRabbitCollector(t, w.rabbit, w.sinkQueue)
+		sinkYAML, dest, sinkAddr = fmt.Sprintf(`rabbitmq: {url: "%s", exchange: ""}`, w.rabbit.URL), w.sinkQueue, w.rabbit.URL+" queue "+w.sinkQueue
+	case "kafka":
+		w.sinkKafka = testenv.Kafka(t, testenv.WithTopic(sinkTopic, sinkPartitions))
+		w.col = newKafkaCollector(t, w.sinkKafka.Brokers)
+		sinkYAML, dest, sinkAddr = fmt.Sprintf(`kafka: {brokers: ["%s"]}`, strings.Join(w.sinkKafka.Brokers, `", "`)), sinkTopic, strings.Join(w.sinkKafka.Brokers, ",")
+	default:
+		t.Fatalf("unknown sink kind %q", o.sink)
+	}
 	go w.col.run(w.ctx)
 
-	var ingestURL string
+	var ingestYAML, ingestAddr string
 	if o.kafka {
 		if o.partition == 0 {
 			o.partition = 4
@@ -125,20 +220,52 @@ func newWorld(t *testing.T, name string, o options) *world {
 		w.parts = o.partition
 		w.kafka = testenv.Kafka(t, testenv.WithTopic("delayed", o.partition))
 		w.pub = newKafkaPublisher(t, name, w.kafka.Brokers)
+		ingestAddr = strings.Join(w.kafka.Brokers, ",")
+		ingestYAML = fmt.Sprintf(`kafka: {brokers: ["%s"], topic: delayed, group: delaybridge, session_timeout: 2s, commit_interval: 50ms, max_in_flight_per_partition: 500}`,
+			strings.Join(w.kafka.Brokers, `", "`))
 	} else {
 		w.in = testenv.NATS(t)
-		ingestURL = w.in.URL
 		w.pub = newNATSPublisher(t, name, w.in.URL)
+		ingestAddr = w.in.URL
+		ingestYAML = fmt.Sprintf(`nats: {url: "%s", subject: "delayed.>", stream: DELAYED, durable: delaybridge, ack_wait: 2s}`, w.in.URL)
 	}
-	w.cfg = fmt.Sprintf(daemonConfig, w.redis.Addr, ingestURL, w.out.URL, "")
-	if o.kafka {
-		w.cfg = strings.Replace(w.cfg,
-			`nats: {url: "", subject: "delayed.>", stream: DELAYED, durable: delaybridge, ack_wait: 2s}`,
-			fmt.Sprintf(`kafka: {brokers: ["%s"], topic: delayed, group: delaybridge, session_timeout: 2s, commit_interval: 50ms, max_in_flight_per_partition: 500}`,
-				strings.Join(w.kafka.Brokers, `", "`)), 1)
-	}
-	t.Logf("%s: redis %s (appendfsync %s), ingest %s, sink %s", name, w.redis.Addr, o.fsync, ingestURL+strings.Join(kafkaAddrs(w.kafka), ","), w.out.URL)
+	w.cfg = fmt.Sprintf(daemonConfig, redisYAML, ingestYAML, o.retry, dest, sinkYAML, o.route) + o.extra
+	t.Logf("%s: redis %s (appendfsync %s), ingest %s, %s sink %s", name, redisYAML, o.fsync, ingestAddr, o.sink, sinkAddr)
 	return w
+}
+
+// sentinelMaster is the master name the Sentinel of options.sentinel
+// monitors.
+const sentinelMaster = "faultmaster"
+
+// stopSink stops the sink's broker: the NATS server shut down, the RabbitMQ
+// node stopped (rabbitmqctl stop), the kfake cluster closed (its state
+// saved). Clients see their connections closed and cannot connect.
+func (w *world) stopSink() {
+	w.t.Helper()
+	switch {
+	case w.out != nil:
+		w.out.Shutdown()
+	case w.rabbit != nil:
+		w.rabbit.Stop(w.t)
+	case w.sinkKafka != nil:
+		w.sinkKafka.Close()
+	}
+}
+
+// startSink starts the sink's broker again on the same ports and state
+// (streams, durable queues with their persistent messages, topics with
+// their records survive).
+func (w *world) startSink() {
+	w.t.Helper()
+	switch {
+	case w.out != nil:
+		w.out.Restart()
+	case w.rabbit != nil:
+		w.rabbit.Start(w.t)
+	case w.sinkKafka != nil:
+		w.sinkKafka.Restart()
+	}
 }
 
 func kafkaAddrs(k *testenv.KafkaCluster) []string {
@@ -319,6 +446,7 @@ func await(timeout time.Duration, cond func() bool) bool {
 type daemon struct {
 	w       *world
 	bin     string
+	env     []string
 	cfgPath string
 	admin   string
 	proc    *testenv.Process
@@ -329,12 +457,19 @@ type daemon struct {
 // `delaybridge run` until /readyz answers 200.
 func (w *world) startDaemon() *daemon {
 	w.t.Helper()
+	return w.startDaemonWith(testenv.Build(w.t))
+}
+
+// startDaemonWith is startDaemon with another binary (e.g. the faultinject
+// build) and environment.
+func (w *world) startDaemonWith(bin string, env ...string) *daemon {
+	w.t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(w.t))
 	path := filepath.Join(w.t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(w.cfg, "%ADMIN%", addr)), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
-	d := &daemon{w: w, bin: testenv.Build(w.t), cfgPath: path, admin: "http://" + addr}
+	d := &daemon{w: w, bin: bin, env: env, cfgPath: path, admin: "http://" + addr}
 	d.start()
 	return d
 }
@@ -342,7 +477,7 @@ func (w *world) startDaemon() *daemon {
 func (d *daemon) start() {
 	d.w.t.Helper()
 	d.starts++
-	d.proc = testenv.StartProcessWith(d.w.t, testenv.ProcessOptions{}, d.bin, "run", "--config", d.cfgPath)
+	d.proc = testenv.StartProcessWith(d.w.t, testenv.ProcessOptions{Env: d.env}, d.bin, "run", "--config", d.cfgPath)
 	began := time.Now()
 	testenv.Eventually(d.w.t, 60*time.Second, func() bool {
 		if d.proc.Exited() {
@@ -430,6 +565,9 @@ type publisher struct {
 	// send publishes one message with x-delay, or with x-deliver-at when
 	// at is not zero.
 	send func(ctx context.Context, id string, delay time.Duration, at time.Time) error
+	// headers, when set, gives headers that the NATS publisher adds to (or
+	// sets over) the message's own.
+	headers func(id string) map[string]string
 
 	mu      sync.Mutex
 	sent    map[string]sent
@@ -437,6 +575,31 @@ type publisher struct {
 	retries int             // failed publish attempts (each may have stored a copy anyway)
 	resent  map[string]bool // IDs with a failed attempt before the confirmed one
 	failing bool
+	// doomed are the IDs a scenario sends to die (rejected at ingest,
+	// refused by the sink), with how: they are left out of what must be
+	// delivered (snapshot's order) and must end in Redis's dead set.
+	doomed map[string]string
+}
+
+// doom marks an ID as meant to die, before it is published.
+func (p *publisher) doom(id, how string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.doomed[id] = how
+}
+
+// doomedSent returns the doomed IDs the broker confirmed, with how each
+// dies.
+func (p *publisher) doomedSent() map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := map[string]string{}
+	for id, how := range p.doomed {
+		if _, ok := p.sent[id]; ok {
+			m[id] = how
+		}
+	}
+	return m
 }
 
 // connectJetStream connects to the NATS server at url for the whole test,
@@ -477,6 +640,11 @@ func newNATSPublisher(t *testing.T, name, url string) *publisher {
 		}
 		m.Header.Set(envelope.HeaderMessageID, id)
 		m.Header.Set(envelope.HeaderNatsMsgID, id) // the ingest stream drops a resend in its window
+		if p.headers != nil {
+			for k, v := range p.headers(id) {
+				m.Header.Set(k, v)
+			}
+		}
 		_, err := js.PublishMsg(ctx, m)
 		return err
 	}
@@ -484,7 +652,7 @@ func newNATSPublisher(t *testing.T, name, url string) *publisher {
 }
 
 func newPublisher(t *testing.T, name string) *publisher {
-	return &publisher{t: t, name: name, sent: map[string]sent{}, resent: map[string]bool{}}
+	return &publisher{t: t, name: name, sent: map[string]sent{}, resent: map[string]bool{}, doomed: map[string]string{}}
 }
 
 // delayOf is the message's delay, 0-5 s, from the seed.
@@ -592,6 +760,9 @@ func (p *publisher) resentIDs() map[string]bool {
 	return m
 }
 
+// snapshot returns what was sent: every confirmed message, the IDs that
+// must be delivered in the order they were confirmed (the doomed ones left
+// out), and the failed publish attempts.
 func (p *publisher) snapshot() (map[string]sent, []string, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -599,35 +770,68 @@ func (p *publisher) snapshot() (map[string]sent, []string, int) {
 	for k, v := range p.sent {
 		m[k] = v
 	}
-	return m, append([]string(nil), p.order...), p.retries
+	order := make([]string, 0, len(p.order))
+	for _, id := range p.order {
+		if _, ok := p.doomed[id]; !ok {
+			order = append(order, id)
+		}
+	}
+	return m, order, p.retries
 }
 
 // ---------------------------------------------------------------------------
 // collector
 
-// copyAt is one copy of a message stored by the sink stream.
+// copyAt is one copy of a message stored by the sink.
 type copyAt struct {
-	at      time.Time // the sink stream's timestamp
+	at      time.Time // the sink's timestamp (JetStream, Kafka record), or the receive time (RabbitMQ)
 	due     time.Time // x-delaybridge-due-at
 	attempt int       // x-delaybridge-attempt
 	seq     uint64
 }
 
-// collector reads the sink stream FIRED from the start, into a map by
-// x-message-id. The stream's duplicate window is JetStream's minimum (100 ms)
-// so that it stores (nearly) every copy the daemon published: the counts are
-// the daemon's, not hidden by JetStream's de-duplication.
+// collector records every copy the sink got, by x-message-id. run reads the
+// sink until its context ends, re-attaching whenever the sink's broker went
+// away; caughtUp reports whether everything the sink held when it was
+// called was read. One per sink kind: newNATSCollector, newRabbitCollector,
+// newKafkaCollector.
 type collector struct {
-	t  *testing.T
-	js jetstream.JetStream
+	t        *testing.T
+	run      func(ctx context.Context)
+	caughtUp func(ctx context.Context) bool
 
 	mu     sync.Mutex
 	copies map[string][]copyAt
-	next   uint64 // next stream sequence to read
 	total  int
+	// redelivered counts copies the sink's broker gave the collector again
+	// (RabbitMQ: received, not yet acked at a stop), not counted as copies.
+	redelivered int
 }
 
-func newCollector(t *testing.T, url string) *collector {
+func newCollectorOf(t *testing.T) *collector {
+	return &collector{t: t, copies: map[string][]copyAt{}}
+}
+
+// add records one copy. IDs of the collector's own markers are left out.
+func (c *collector) add(id string, cp copyAt) {
+	if strings.HasPrefix(id, markerPrefix) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.copies[id] = append(c.copies[id], cp)
+	c.total++
+}
+
+// markerPrefix starts the IDs of messages a collector sends to its own sink
+// queue to see that it read everything before them.
+const markerPrefix = "collector-marker-"
+
+// newNATSCollector reads the sink stream FIRED from the start. The
+// stream's duplicate window is JetStream's minimum (100 ms) so that it
+// stores (nearly) every copy the daemon published: the counts are the
+// daemon's, not hidden by JetStream's de-duplication.
+func newNATSCollector(t *testing.T, url string) *collector {
 	js := connectJetStream(t, url, "fault sink consumer")
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
 		Name: "FIRED", Subjects: []string{"fired.>"}, Storage: jetstream.FileStorage,
@@ -635,58 +839,71 @@ func newCollector(t *testing.T, url string) *collector {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return &collector{t: t, js: js, copies: map[string][]copyAt{}, next: 1}
-}
-
-// run reads until ctx ends, re-creating its ordered consumer from the next
-// unread sequence whenever the sink server went away.
-func (c *collector) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		c.mu.Lock()
-		next := c.next
-		c.mu.Unlock()
-		cons, err := c.js.OrderedConsumer(ctx, "FIRED", jetstream.OrderedConsumerConfig{
-			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next})
+	c := newCollectorOf(t)
+	var (
+		mu   sync.Mutex
+		next uint64 = 1 // next stream sequence to read
+	)
+	record := func(m jetstream.Msg) {
+		md, err := m.Metadata()
 		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond): // re-try pacing while the sink server is away
-			}
-			continue
+			return
 		}
+		mu.Lock()
+		if md.Sequence.Stream < next {
+			mu.Unlock()
+			return // already read (a re-created consumer overlapping)
+		}
+		next = md.Sequence.Stream + 1
+		mu.Unlock()
+		h := m.Headers()
+		cp := copyAt{at: md.Timestamp, seq: md.Sequence.Stream}
+		cp.due, _ = time.Parse(time.RFC3339Nano, h.Get(envelope.HeaderDueAt))
+		cp.attempt, _ = strconv.Atoi(h.Get(envelope.HeaderAttempt))
+		c.add(h.Get(envelope.HeaderMessageID), cp)
+	}
+	c.run = func(ctx context.Context) {
 		for ctx.Err() == nil {
-			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+			mu.Lock()
+			start := next
+			mu.Unlock()
+			cons, err := js.OrderedConsumer(ctx, "FIRED", jetstream.OrderedConsumerConfig{
+				DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
 			if err != nil {
-				break
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond): // re-try pacing while the sink server is away
+				}
+				continue
 			}
-			for m := range batch.Messages() {
-				c.record(m)
-			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-				break
+			for ctx.Err() == nil {
+				batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+				if err != nil {
+					break
+				}
+				for m := range batch.Messages() {
+					record(m)
+				}
+				if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+					break
+				}
 			}
 		}
 	}
-}
-
-func (c *collector) record(m jetstream.Msg) {
-	md, err := m.Metadata()
-	if err != nil {
-		return
+	c.caughtUp = func(ctx context.Context) bool {
+		s, err := js.Stream(ctx, "FIRED")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return next > info.State.LastSeq
 	}
-	h := m.Headers()
-	cp := copyAt{at: md.Timestamp, seq: md.Sequence.Stream}
-	cp.due, _ = time.Parse(time.RFC3339Nano, h.Get(envelope.HeaderDueAt))
-	cp.attempt, _ = strconv.Atoi(h.Get(envelope.HeaderAttempt))
-	id := h.Get(envelope.HeaderMessageID)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if md.Sequence.Stream < c.next {
-		return // already read (a re-created consumer overlapping)
-	}
-	c.next = md.Sequence.Stream + 1
-	c.copies[id] = append(c.copies[id], cp)
-	c.total++
+	return c
 }
 
 // delivered counts how many of ids have at least one copy.
@@ -702,19 +919,10 @@ func (c *collector) delivered(ids []string) int {
 	return n
 }
 
-// caughtUp reports whether everything the sink stream holds was read.
-func (c *collector) caughtUp(ctx context.Context) bool {
-	s, err := c.js.Stream(ctx, "FIRED")
-	if err != nil {
-		return false
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return false
-	}
+func (c *collector) redeliveredCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.next > info.State.LastSeq
+	return c.redelivered
 }
 
 func (c *collector) snapshot() map[string][]copyAt {
@@ -736,29 +944,33 @@ func (c *collector) snapshot() map[string][]copyAt {
 type redisState struct {
 	parked, inflight, dead int
 	inflightIDs            []string
+	deadIDs                map[string]bool
 	leases                 map[string]int64 // in-flight ID -> lease expiry (Unix ms, Redis clock)
 	attempts               map[string]int   // in-flight ID -> attempt of the claim holding it
 }
 
 func readRedisState(ctx context.Context, rdb *redis.Client) (redisState, error) {
-	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}}
+	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}, deadIDs: map[string]bool{}}
 	keys := store.NewKeys(keyPrefix)
 	pipe := rdb.Pipeline()
 	due := make([][]*redis.ZSliceCmd, shards)
-	dead := make([]*redis.IntCmd, shards)
+	dead := make([]*redis.StringSliceCmd, shards)
 	meta := make([]*redis.MapStringStringCmd, shards)
 	for i := 0; i < shards; i++ {
 		for p := 0; p <= store.MaxPriority; p++ {
 			due[i] = append(due[i], pipe.ZRangeWithScores(ctx, keys.DueAt(i, p), 0, -1))
 		}
-		dead[i] = pipe.ZCard(ctx, keys.Dead(i))
+		dead[i] = pipe.ZRange(ctx, keys.Dead(i), 0, -1)
 		meta[i] = pipe.HGetAll(ctx, keys.Meta(i))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return s, err
 	}
 	for i := 0; i < shards; i++ {
-		s.dead += int(dead[i].Val())
+		for _, id := range dead[i].Val() {
+			s.dead++
+			s.deadIDs[id] = true
+		}
 		for _, cmd := range due[i] {
 			for _, z := range cmd.Val() {
 				s.parked++
@@ -940,11 +1152,13 @@ func (w *world) finish(allowLoss bool) *result {
 			r.DupIDs = append(r.DupIDs, id)
 		}
 		first := cs[0]
+		highest := first.attempt
 		for _, c := range cs[1:] {
-			if c.attempt <= 1 {
-				r.DupReparked++
+			if c.attempt > highest {
+				r.DupLaterAttempt++
+				highest = c.attempt
 			} else {
-				r.DupRepublished++
+				r.DupSameAttempt++
 			}
 		}
 		for _, c := range cs {
@@ -959,6 +1173,28 @@ func (w *world) finish(allowLoss bool) *result {
 			r.Unknown++
 		}
 	}
+	// The doomed messages must be in the dead set, not delivered; one in
+	// neither is lost. Any other dead message is a failure.
+	doomed := w.pub.doomedSent()
+	r.Sent += len(doomed)
+	rs, rsErr := readRedisState(context.Background(), w.rdb)
+	deadDoomed, deliveredDoomed := 0, 0
+	for id := range doomed {
+		switch {
+		case rs.deadIDs[id]:
+			deadDoomed++
+		case len(copies[id]) > 0:
+			deliveredDoomed++
+		default:
+			lost = append(lost, id)
+		}
+	}
+	if n := w.col.redeliveredCount(); n > 0 {
+		r.note("the collector left out %d copies RabbitMQ gave it again after the restart (received by it, not yet acked at the stop; redelivered, same attempt)", n)
+	}
+	if deliveredDoomed > 0 {
+		w.t.Errorf("%d messages meant to die were delivered", deliveredDoomed)
+	}
 	r.Lost = len(lost)
 	r.LostIDs = lost
 	r.PublisherRetries = pubRetries
@@ -968,12 +1204,12 @@ func (w *world) finish(allowLoss bool) *result {
 		r.P99Late = late[min(len(late)-1, len(late)*99/100)]
 		r.MaxLate = late[len(late)-1]
 	}
-	if s, err := readRedisState(context.Background(), w.rdb); err == nil {
-		r.DeadLeft = s.dead
-		r.ParkedLeft = s.parked
+	if rsErr == nil {
+		r.DeadLeft = rs.dead
+		r.ParkedLeft = rs.parked
 	}
-	w.logf("sent %d, delivered %d, lost %d, duplicates %d (re-published %d, re-parked %d; bound %d), early %d, lateness p50 %v p99 %v max %v",
-		r.Sent, r.Delivered, r.Lost, r.Dups, r.DupRepublished, r.DupReparked, r.DupBound, r.Early, r.P50Late, r.P99Late, r.MaxLate)
+	w.logf("sent %d, delivered %d, lost %d, duplicates %d (higher attempt %d, same attempt %d; bound %d), early %d, lateness p50 %v p99 %v max %v",
+		r.Sent, r.Delivered, r.Lost, r.Dups, r.DupLaterAttempt, r.DupSameAttempt, r.DupBound, r.Early, r.P50Late, r.P99Late, r.MaxLate)
 
 	if r.Lost > 0 && !allowLoss {
 		w.t.Errorf("%d of %d messages lost; first: %v", r.Lost, r.Sent, first(lost, 20))
@@ -985,8 +1221,8 @@ func (w *world) finish(allowLoss bool) *result {
 	if r.Unknown > 0 {
 		w.t.Errorf("%d IDs at the sink were never sent", r.Unknown)
 	}
-	if r.DeadLeft > 0 {
-		w.t.Errorf("%d messages are dead", r.DeadLeft)
+	if r.DeadLeft > deadDoomed {
+		w.t.Errorf("%d messages are dead (%d of them meant to die)", r.DeadLeft, deadDoomed)
 	}
 	if r.DupBound >= 0 && r.Dups > r.DupBound {
 		w.t.Errorf("%d duplicates, more than the %d in flight at the faults", r.Dups, r.DupBound)

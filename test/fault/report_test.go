@@ -20,13 +20,20 @@ type result struct {
 
 	Sent, Delivered, Lost int
 	Dups                  int // copies beyond the first
-	DupRepublished        int // ... published again from the same park (attempt > 1): a claim whose ack was lost
-	DupReparked           int // ... parked again after delivery (attempt 1): an ingest ack lost, or a Redis rollback
-	DupBound              int // what was in flight at the faults; -1: not asserted
-	Early, Unknown        int
-	DeadLeft, ParkedLeft  int
-	PublisherRetries      int
-	LostIDs, DupIDs       []string
+	// ... with a higher attempt number than the copies before: the same
+	// park published again after its claim's ack was lost (the lease
+	// expired), or after a publish that failed as the message's fault
+	DupLaterAttempt int
+	// ... with an attempt number seen before: parked again after delivery
+	// (an ingest re-read outside the dedupe window, a Redis rollback), or
+	// published again after a publish that failed because the sink was
+	// unavailable, which keeps the attempt number
+	DupSameAttempt       int
+	DupBound             int // what was in flight at the faults; -1: not asserted
+	Early, Unknown       int
+	DeadLeft, ParkedLeft int
+	PublisherRetries     int
+	LostIDs, DupIDs      []string
 
 	P50Late, P99Late, MaxLate time.Duration
 	Wall                      time.Duration
@@ -67,8 +74,8 @@ func renderTable() string {
 	resultsMu.Lock()
 	defer resultsMu.Unlock()
 	var b strings.Builder
-	b.WriteString("| scenario | fault | sent | delivered | lost | duplicates (re-published / re-parked) | dup bound | lateness p50 / p99 / max | wall | result |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|---|--:|---|\n")
+	b.WriteString("| scenario | fault | sent | delivered | lost | duplicates (higher / same attempt) | dup bound | dead | lateness p50 / p99 / max | wall | result |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|---|--:|---|\n")
 	for _, r := range results {
 		bound := "-"
 		if r.DupBound >= 0 {
@@ -78,8 +85,8 @@ func renderTable() string {
 		if r.Failed {
 			status = "**FAIL**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d (%d / %d) | %s | %s / %s / %s | %s | %s |\n",
-			r.Name, r.Fault, r.Sent, r.Delivered, r.Lost, r.Dups, r.DupRepublished, r.DupReparked, bound,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d (%d / %d) | %s | %d | %s / %s / %s | %s | %s |\n",
+			r.Name, r.Fault, r.Sent, r.Delivered, r.Lost, r.Dups, r.DupLaterAttempt, r.DupSameAttempt, bound, r.DeadLeft,
 			dur(r.P50Late), dur(r.P99Late), dur(r.MaxLate), r.Wall.Round(time.Second), status)
 	}
 	b.WriteString("\n")
