@@ -50,6 +50,22 @@ func (d *DeadLetter) Publish(ctx context.Context, dead []Dead) {
 	if len(out) == 0 {
 		return
 	}
+	// A sink that says it is not connected cannot confirm a copy: waiting
+	// up to Timeout for it would only hold up the caller (an ingest batch,
+	// a scheduler shard) and the messages behind it, once per batch, for as
+	// long as the dead-letter sink is down.
+	if r, ok := d.Sink.(Ready); ok {
+		if err := r.Ready(); err != nil {
+			if d.Logger != nil {
+				d.Logger.Warn("dead-letter sink not ready: copies not published; the dead messages are still kept in redis",
+					"copies", len(out), "destination", d.Destination, "err", err)
+			}
+			if d.Count != nil {
+				d.Count(0, len(out))
+			}
+			return
+		}
+	}
 	timeout := d.Timeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
