@@ -3,15 +3,24 @@
 package fault
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
 // scaledOutage is an outage of d at full scale, shorter at a smaller -scale
@@ -199,4 +208,176 @@ func sentinelMasterAddr(c *redis.Client) (string, error) {
 		return "", fmt.Errorf("sentinel: %v %v", hp, err)
 	}
 	return net.JoinHostPort(hp[0], hp[1]), nil
+}
+
+// TestClockSkew runs three daemons on one Redis and one JetStream durable
+// consumer: one with the right clock, one whose own clock is 5 minutes
+// ahead and one 5 minutes behind (the faultinject build's
+// DELAYBRIDGE_FAULT_CLOCK_SKEW: Go reads the vDSO clock, which no outside
+// tool can skew). Every fourth message is scheduled through POST
+// /v1/messages of the daemon ahead, every fourth through the one behind
+// (their delay counts from the moment of ingest, read on the daemon's
+// clock); the others come through the ingest (their delay counts from the
+// JetStream publish time). Guarantee: due times follow Redis's clock, so
+// every due time the daemons name is the sender's send time plus the delay
+// (within the send's round trip), nothing is published before it, and
+// nothing later than the usual bound.
+func TestClockSkew(t *testing.T) {
+	const (
+		skew    = 5 * time.Minute
+		maxLate = 2 * time.Second // the usual bound on this machine, with room for its noise
+	)
+	w := newWorld(t, "clock-skew-5m", options{})
+	w.res.Fault = "three daemons share Redis and the ingest: one with the right clock, one 5 min ahead, one 5 min behind (faultinject build); a quarter of the messages POSTed to each skewed one"
+	bin := testenv.BuildTagged(t, "faultinject")
+	w.startDaemonWith(bin)
+	ahead := w.startDaemonWith(bin, fmt.Sprintf("%s=%s", "DELAYBRIDGE_FAULT_CLOCK_SKEW", skew))
+	behind := w.startDaemonWith(bin, fmt.Sprintf("%s=%s", "DELAYBRIDGE_FAULT_CLOCK_SKEW", -skew))
+	for _, d := range []*daemon{ahead, behind} {
+		// The daemon measured its offset to Redis's clock: the skew.
+		d.proc.WaitOutput(10*time.Second, "due times follow redis's clock")
+	}
+	natsSend := w.pub.send
+	w.pub.send = func(ctx context.Context, id string, delay time.Duration, at time.Time) error {
+		switch indexOf(id) % 4 {
+		case 1:
+			return ahead.postMessage(ctx, id, delay)
+		case 3:
+			return behind.postMessage(ctx, id, delay)
+		}
+		return natsSend(ctx, id, delay, at)
+	}
+	n := scaled(perScenario)
+	done := w.pub.stream(w.ctx, 0, n, rate)
+	w.waitPublished(done)
+	w.settle(settleFor)
+	w.res.DupBound = 0
+	sentMap, order, _ := w.pub.snapshot()
+	copies := w.col.snapshot()
+	var worst [2]time.Duration // |named due time - (confirmed send + delay)|: via the ingest, via POST
+	off := 0
+	for _, id := range order {
+		cs := copies[id]
+		if len(cs) == 0 {
+			continue
+		}
+		s := sentMap[id]
+		d := cs[0].due.Sub(s.at.Add(s.delay))
+		if d < 0 {
+			d = -d
+		}
+		k := 0
+		if indexOf(id)%2 == 1 {
+			k = 1
+		}
+		worst[k] = max(worst[k], d)
+		if d > 2*time.Second {
+			off++
+		}
+	}
+	w.res.note("the skewed daemons measured their offset to Redis (-5m, +5m) and said so at start; named due time minus (send confirmed + delay): at most %v through the ingest, %v through POST on the skewed daemons",
+		dur(worst[0]), dur(worst[1]))
+	if off > 0 {
+		t.Errorf("%d messages got a due time more than 2 s away from their send time plus delay: a daemon's own clock leaked into it", off)
+	}
+	r := w.finish(false)
+	if r.MaxLate > maxLate {
+		t.Errorf("a message was published %v after its due time, more than %v", r.MaxLate, maxLate)
+	}
+}
+
+// indexOf is the number at the end of a publisher's ID.
+func indexOf(id string) int {
+	n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+	return n
+}
+
+// postMessage schedules a message through POST /v1/messages, to the sink
+// "out" and the route's destination, with the delay in ms.
+func (d *daemon) postMessage(ctx context.Context, id string, delay time.Duration) error {
+	body, _ := json.Marshal(map[string]any{"id": id, "delay": delay.Milliseconds(), "sink": "out", "destination": "fired.fault", "body": id})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.admin+"/v1/messages", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("POST /v1/messages: %d %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+// TestDeadLetterSinkDown configures a dead-letter sink (dead.sink, a NATS
+// server of its own) and stops it while messages die: one in twenty is
+// rejected at ingest (an unparsable x-delay), one in twenty is refused by
+// the sink (a destination no stream stores: 3 attempts, then dead).
+// Guarantee: every dying message is kept in Redis's dead set whatever the
+// dead-letter sink does, nothing else is lost or dies; the dead-letter
+// copies are best effort: the scenario reports how many the daemon had
+// confirmed and how many reached the dead-letter stream once its server
+// was back.
+func TestDeadLetterSinkDown(t *testing.T) {
+	dl := testenv.NATS(t)
+	djs := connectJetStream(t, dl.URL, "fault dead-letter reader")
+	if _, err := djs.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "DEAD", Subjects: []string{"dead.>"}, Storage: jetstream.FileStorage, Duplicates: 100 * time.Millisecond,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, "dead-letter-sink-down", options{retry: shortRetry, route: ", allow_override: true",
+		extra: fmt.Sprintf("  - name: dl\n    nats: {url: %q, jetstream: true}\ndead: {sink: dl, destination: dead.fault}\n", dl.URL)})
+	w.res.Fault = "dead-letter sink (NATS) stopped while 1 in 10 messages dies (rejected at ingest, or refused by the sink 3 times); started after"
+	w.pub.headers = func(id string) map[string]string {
+		switch indexOf(id) % 20 {
+		case 7:
+			w.pub.doom(id, "ingest")
+			return map[string]string{envelope.HeaderDelay: "soon"}
+		case 17:
+			w.pub.doom(id, "sink")
+			return map[string]string{envelope.HeaderDestination: "nostream.fault"}
+		}
+		return nil
+	}
+	d := w.startDaemon()
+	dl.Shutdown()
+	w.logf("dead-letter sink's server shut down")
+	n := scaled(perScenario)
+	done := w.pub.stream(w.ctx, 0, n, rate)
+	w.waitPublished(done)
+	w.settle(settleFor)
+	doomed := w.pub.doomedSent()
+	byHow := map[string]int{}
+	for _, how := range doomed {
+		byHow[how]++
+	}
+	letters := d.metric("delaybridge_dead_letters_total", `result="ok"`)
+	failed := d.metric("delaybridge_dead_letters_total", `result="error"`)
+	deadIngest := d.metric("delaybridge_dead_total", `source="ingest"`)
+	deadSink := d.metric("delaybridge_dead_total", `source="sink"`)
+	dl.Restart()
+	w.logf("dead-letter sink's server started again")
+	// An observation window, not synchronisation: copies a client buffered
+	// while disconnected would arrive now.
+	var stored uint64
+	await(3*time.Second, func() bool {
+		s, err := djs.Stream(context.Background(), "DEAD")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			return false
+		}
+		stored = info.State.Msgs
+		return int(stored) >= len(doomed)
+	})
+	w.res.note("%d messages died (%d rejected at ingest, %d refused by the sink), delaybridge_dead_total ingest %0.f / sink %0.f, all kept in Redis's dead set; dead-letter copies confirmed %0.f, failed %0.f while its server was down; %d copies in the dead-letter stream after it came back",
+		len(doomed), byHow["ingest"], byHow["sink"], deadIngest, deadSink, letters, failed, stored)
+	w.finish(false)
 }
