@@ -3,9 +3,12 @@
 // Package fault runs the real delaybridge binary against real servers started
 // on loopback (redis-server, embedded nats-server, kfake) and injects the
 // failures operators see: the daemon killed with SIGKILL, the sink broker gone
-// for 10 s, the ingest broker restarted, Redis restarted or killed, Redis
-// unreachable while messages arrive, SIGTERM under load and while Redis is
-// down, and one of two daemons killed. Every scenario sends thousands of messages with delays of
+// for 10 s, each kind of sink broker (NATS, RabbitMQ, Kafka) stopped for longer
+// than the whole retry budget, the ingest broker restarted, Redis restarted or
+// killed, Redis unreachable while messages arrive, the network to Redis cut, a
+// Sentinel failover, SIGTERM under load and while Redis is down, one of two
+// daemons killed, daemons whose own clock is 5 minutes off, and the
+// dead-letter sink down while messages die. Every scenario sends thousands of messages with delays of
 // 0-5 s, records every ID sent and every copy the sink stored (with the sink's
 // timestamp), and checks: nothing lost, duplicates no more than what was in
 // flight at the fault.
