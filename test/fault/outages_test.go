@@ -53,7 +53,7 @@ func testSinkStopped(t *testing.T, kind string) {
 	d := w.startDaemon()
 	n := scaled(perScenario)
 	done := w.pub.stream(w.ctx, 0, n, rate)
-	w.hold(3*time.Second, "traffic before the fault (scenario parameter)")
+	w.hold(2*time.Second, "traffic before the fault (scenario parameter)")
 	// The stop comes as soon as the claims of a burst of messages that
 	// came due show in Redis: publishes are under way on every shard.
 	at := w.burst(n, 1500*time.Millisecond)
@@ -365,7 +365,7 @@ func TestDeadLetterSinkDown(t *testing.T) {
 	// An observation window, not synchronisation: copies a client buffered
 	// while disconnected would arrive now.
 	var stored uint64
-	await(3*time.Second, func() bool {
+	await(time.Second, func() bool {
 		s, err := djs.Stream(context.Background(), "DEAD")
 		if err != nil {
 			return false
