@@ -95,6 +95,13 @@ func BuildTagged(t testing.TB, tags ...string) string {
 	return buildOnce(t, "./cmd/delaybridge", tags)
 }
 
+// BuildPackageTagged is BuildPackage with build tags.
+func BuildPackageTagged(t testing.TB, pkg string, tags ...string) string {
+	skipShort(t, "the delaybridge binary")
+	t.Helper()
+	return buildOnce(t, pkg, tags)
+}
+
 func buildOnce(t testing.TB, pkg string, tags []string) string {
 	t.Helper()
 	key := pkg + " -tags=" + strings.Join(tags, ",")

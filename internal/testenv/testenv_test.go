@@ -417,4 +417,20 @@ func TestStartProcess(t *testing.T) {
 	if code := p.Wait(10 * time.Second); code != 7 {
 		t.Fatalf("exit code %d, want 7", code)
 	}
+
+	// A build with tags is a binary of its own, with the tagged file in.
+	tagged := testenv.BuildPackageTagged(t, "./internal/testenv/testdata/helper", "testenvtag")
+	if tagged == bin {
+		t.Fatalf("the tagged build reused the untagged binary %s", bin)
+	}
+	p = testenv.StartProcess(t, tagged, "0")
+	p.Wait(10 * time.Second)
+	if !strings.Contains(p.Output(), "built with testenvtag") {
+		t.Fatalf("the tagged build lacks its tagged file; output %q", p.Output())
+	}
+	p = testenv.StartProcess(t, bin, "0")
+	p.Wait(10 * time.Second)
+	if strings.Contains(p.Output(), "built with testenvtag") {
+		t.Fatalf("the untagged build has the tagged file")
+	}
 }
