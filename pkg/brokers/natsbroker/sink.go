@@ -37,7 +37,13 @@ var _ sinks.Ready = (*Sink)(nil)
 // New connects to NATS.
 func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	log = log.With("sink", cfg.Name)
-	nc, err := Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, cfg.Options...)
+	// No reconnect buffer: while disconnected a publish fails at once
+	// (unavailable: the scheduler holds the message for the sink) instead
+	// of waiting for its deadline in nats.go's buffer and then going out on
+	// reconnect anyway, a second copy beside the one the scheduler sends
+	// when the sink is back.
+	opts := append([]nats.Option{nats.ReconnectBufSize(-1)}, cfg.Options...)
+	nc, err := Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +117,9 @@ func (s *Sink) publishErr(err error) error {
 		return nil
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadHeaderMsg):
 		return sinks.Permanent(fmt.Errorf("nats sink %s: %w", s.cfg.Name, err))
+	case errors.Is(err, nats.ErrReconnectBufExceeded):
+		// No reconnect buffer (NewSink): the connection is down.
+		return fmt.Errorf("nats sink %s: not connected, reconnecting: %w", s.cfg.Name, err)
 	}
 	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
 }

@@ -174,3 +174,65 @@ func TestSinkConformanceCoreNATS(t *testing.T) {
 		StartBroker: func(*testing.T) { ns.Restart() },
 	})
 }
+
+// While the server is away, a publish fails at once and is not kept: the
+// scheduler holds the message for the sink and publishes it again when the
+// server is back, so a copy that nats.go kept in its reconnect buffer and
+// sent on reconnect would be a second copy of every message published
+// during the outage (issue 14's fault suite counted them as duplicates).
+func TestSinkKeepsNothingWhileDisconnected(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := consumer(t, ns.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KEPT", Subjects: []string{"kept.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	sk := openSink(ns.URL, true)(t)
+	defer sk.Close()
+	out := func(id string) sinks.Outgoing {
+		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: "kept.x", Body: []byte(id)}}
+	}
+	ns.Shutdown()
+	r := sk.(sinks.Ready)
+	testenv.Eventually(t, 10*time.Second, func() bool { return r.Ready() != nil }, "Ready still nil with the server down")
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	start := time.Now()
+	errs := sk.Publish(pctx, []sinks.Outgoing{out("while-down-1"), out("while-down-2")})
+	cancel()
+	took := time.Since(start)
+	for i, err := range errs {
+		if err == nil || !sinks.IsUnavailable(err) {
+			t.Errorf("message %d while the server is down: %v, want an unavailable error", i, err)
+		}
+	}
+	if took > time.Second {
+		t.Errorf("Publish took %v with the server down: it waited for its deadline instead of failing", took)
+	}
+
+	ns.Restart()
+	testenv.Eventually(t, 10*time.Second, func() bool { return r.Ready() == nil }, "not reconnected")
+	// A message after the reconnect: anything kept from before was flushed
+	// ahead of it, so once it is stored, the stream holds all there is.
+	var last error
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		last = sk.Publish(pctx, []sinks.Outgoing{out("after")})[0]
+		return last == nil
+	}, "publish after the restart: %v", last)
+	s, err := js.Stream(ctx, "KEPT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("the stream holds %d messages, want only the one published after the restart: the failed publishes were sent on reconnect", info.State.Msgs)
+	}
+}
