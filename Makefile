@@ -51,7 +51,7 @@ fuzz: ## each fuzz target for FUZZTIME (default 300000 executions, ~10 s)
 bench: ## end-to-end benchmark of the real binary (~7 min): table to docs/performance.md, numbers to test/bench/bench.json
 	$(GO) test -tags bench -run TestBench -timeout 60m -v ./test/bench/ -args -out bench.json -doc $(CURDIR)/docs/performance.md $(BENCHFLAGS)
 
-fault: ## fault-injection suite against the real binary and real servers (~3 min): table to docs/reliability.md
+fault: ## fault-injection suite against the real binary and real servers (~5 min): table to docs/reliability.md
 	$(GO) test -tags fault -count=1 -timeout 20m -v ./test/fault/ -args -report $(CURDIR)/docs/reliability.md $(FAULTFLAGS)
 
 fault-ci: ## the fault suite at half size, without rewriting docs/reliability.md (part of make test)
