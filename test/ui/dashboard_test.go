@@ -7,6 +7,7 @@ package ui
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -448,18 +449,7 @@ func TestDashboard(t *testing.T) {
 	stopLoad()
 	wg.Wait()
 	phase(fmt.Sprintf("screenshot under load (%d messages published)", published.Load()))
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(root, "docs", "dashboard.png")
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d KiB)", out, len(shot)/1024)
+	saveScreenshot(t, "dashboard.png", shot)
 
 	if errs := exceptions(); len(errs) > 0 {
 		t.Errorf("the page threw:\n%s", strings.Join(errs, "\n"))
@@ -611,4 +601,28 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// flagScreenshots makes the tests write their screenshots into docs/, for
+// the README (`go test ./test/ui/ -args -screenshots`); without it a test
+// run leaves the tracked files alone.
+var flagScreenshots = flag.Bool("screenshots", false, "write the dashboard screenshots into docs/")
+
+// saveScreenshot writes png as docs/name with -screenshots, else to the
+// test's temp dir, and logs where.
+func saveScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	if *flagScreenshots {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, "docs")
+	}
+	out := filepath.Join(dir, name)
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d KiB)", out, len(png)/1024)
 }

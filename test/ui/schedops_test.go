@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -212,15 +210,7 @@ func TestDashboardScheduleOps(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return e.gone("heartbeat") }, "the heartbeat series not ended")
 	poll(t, ctx, "one series left", `document.querySelectorAll('#recurring-rows tr').length === 1`)
 
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(root, "docs", "dashboard-operations.png")
-	if err := os.WriteFile(out, full, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d KiB)", out, len(full)/1024)
+	saveScreenshot(t, "dashboard-operations.png", full)
 	if errs := exceptions(); len(errs) > 0 {
 		t.Errorf("the page threw:\n%s", strings.Join(errs, "\n"))
 	}
