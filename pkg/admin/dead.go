@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -65,34 +64,19 @@ func NewDeadViews(infos []*store.Info) []DeadView {
 	return out
 }
 
-// deadItem serves /v1/dead/{id} and /v1/dead/{id}/retry. The last "/retry"
-// segment is the action: an ID that itself ends in "/retry" must be sent
-// with that slash encoded ("%2Fretry").
-func (s *Server) deadItem(w http.ResponseWriter, r *http.Request, escaped string) {
-	if rest, ok := strings.CutSuffix(escaped, "/retry"); ok {
-		id, ok := pathID(w, rest, "/v1/dead/{id}/retry")
-		if !ok {
-			return
-		}
-		methods{http.MethodPost: func(w http.ResponseWriter, r *http.Request) { s.retryDead(w, r, id) }}.ServeHTTP(w, r)
-		return
-	}
-	id, ok := pathID(w, escaped, "/v1/dead/{id}")
-	if !ok {
-		return
-	}
-	methods{
-		http.MethodGet:    func(w http.ResponseWriter, r *http.Request) { s.getMessage(w, r, id, true) },
-		http.MethodDelete: func(w http.ResponseWriter, r *http.Request) { s.deleteDead(w, r, id) },
-	}.ServeHTTP(w, r)
+// getDead answers GET /v1/dead/{id}: the message when it is dead.
+func (s *Server) getDead(w http.ResponseWriter, r *http.Request) {
+	s.inspect(w, r, r.PathValue("id"), true)
 }
 
-func (s *Server) retryDead(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) retryDead(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	answerAction(w, s.p.Store.RetryDead(r.Context(), id), notFound(id, true))
 }
 
 // deleteDead deletes a dead message; a message that is not dead is left
 // alone (404).
-func (s *Server) deleteDead(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) deleteDead(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	answerAction(w, s.p.Store.DeleteDead(r.Context(), id), notFound(id, true))
 }

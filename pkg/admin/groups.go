@@ -9,8 +9,6 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-const groupsPrefix = "/v1/groups/"
-
 // GroupView is GET /v1/groups/{key}: the group's size and a page of its
 // messages in the order they fire (parked ones unless ?state= says
 // otherwise), as GET /v1/messages?group={key} lists them.
@@ -50,25 +48,14 @@ func groupKey(w http.ResponseWriter, escaped string) (string, bool) {
 	return key, true
 }
 
-// groupItem serves /v1/groups/{key}.
-func (s *Server) groupItem(w http.ResponseWriter, r *http.Request, escaped string) {
-	key, ok := groupKey(w, escaped)
-	if !ok {
-		return
-	}
-	methods{
-		http.MethodGet:    func(w http.ResponseWriter, r *http.Request) { s.getGroup(w, r, key) },
-		http.MethodDelete: func(w http.ResponseWriter, r *http.Request) { s.cancelGroup(w, r, key) },
-	}.ServeHTTP(w, r)
-}
-
 func noGroup(key string) string {
 	return fmt.Sprintf("no message is filed under group %q (x-delay-group)", key)
 }
 
 // getGroup answers the group's size and a page of its messages; 404 when
 // no message is filed under it.
-func (s *Server) getGroup(w http.ResponseWriter, r *http.Request, key string) {
+func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
 	n, err := s.p.Store.GroupSize(r.Context(), key)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
@@ -87,7 +74,8 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request, key string) {
 // cancelGroup cancels every message of the group: 200 with how many; 404
 // when none is filed under it. A message already in flight may still be
 // published once, as with a cancel by ID.
-func (s *Server) cancelGroup(w http.ResponseWriter, r *http.Request, key string) {
+func (s *Server) cancelGroup(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
 	n, err := s.p.Store.CancelGroup(r.Context(), key)
 	switch {
 	case err != nil:

@@ -20,10 +20,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-const (
-	messagesPrefix = "/v1/messages/"
-	deadPrefix     = "/v1/dead/"
-)
+const messagesPrefix = "/v1/messages/"
 
 // MessageView is GET /v1/messages/{id} (and GET /v1/dead/{id}, `delaybridge inspect`).
 type MessageView struct {
@@ -201,34 +198,19 @@ func pathID(w http.ResponseWriter, escaped, usage string) (string, bool) {
 	return id, true
 }
 
-// messageItem serves /v1/messages/{id} and POST /v1/messages/{id}/fire.
-// Only a POST names the fire action by its last "/fire" segment (no other
-// POST goes to a message), so GET, PATCH and DELETE reach an ID ending in
-// "/fire" as is.
-func (s *Server) messageItem(w http.ResponseWriter, r *http.Request, escapedID string) {
-	if rest, ok := strings.CutSuffix(escapedID, "/fire"); ok && r.Method == http.MethodPost {
-		id, ok := pathID(w, rest, "/v1/messages/{id}/fire")
-		if !ok {
-			return
-		}
-		s.fireMessage(w, r, id)
-		return
-	}
-	id, ok := pathID(w, escapedID, "/v1/messages/{id}")
-	if !ok {
-		return
-	}
-	methods{
-		http.MethodGet:    func(w http.ResponseWriter, r *http.Request) { s.getMessage(w, r, id, false) },
-		http.MethodPatch:  func(w http.ResponseWriter, r *http.Request) { s.patchMessage(w, r, id) },
-		http.MethodDelete: func(w http.ResponseWriter, r *http.Request) { s.deleteMessage(w, r, id) },
-	}.ServeHTTP(w, r)
+// contentParams are the query parameters of GET /v1/messages/{id} and GET
+// /v1/dead/{id}.
+var contentParams = []string{"body"}
+
+// getMessage answers GET /v1/messages/{id}.
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
+	s.inspect(w, r, r.PathValue("id"), false)
 }
 
-// getMessage answers the state of a message; deadOnly answers 404 for a
+// inspect answers the state of a message; deadOnly answers 404 for a
 // message that is not dead (GET /v1/dead/{id}). The content (key, headers,
 // body) is served with ?body=true, and only when a token is configured.
-func (s *Server) getMessage(w http.ResponseWriter, r *http.Request, id string, deadOnly bool) {
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request, id string, deadOnly bool) {
 	withContent, ok := s.wantContent(w, r)
 	if !ok {
 		return
@@ -271,7 +253,8 @@ func notFound(id string, dead bool) string {
 	return fmt.Sprintf("no message with ID %q (never parked, already delivered, or cancelled)", id)
 }
 
-func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	answerAction(w, s.p.Store.Cancel(r.Context(), id), notFound(id, false))
 }
 

@@ -85,7 +85,8 @@ func NewDueTime(delay, deliverAt string, hasDelay, hasAt bool, now time.Time, li
 // patchMessage reschedules a scheduled message: 200 with the new due time;
 // 400 for a bad request; 404 unknown; 409 in flight, dead, or if_due_at
 // not the message's due time (with the one it has).
-func (s *Server) patchMessage(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) patchMessage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	var req patchRequest
 	if status, reason := readJSON(w, r, maxPatchBytes, &req); reason != "" {
 		writeError(w, status, reason)
@@ -138,7 +139,8 @@ func (s *Server) patchMessage(w http.ResponseWriter, r *http.Request, id string)
 // fireMessage makes a scheduled message due now: 204; 404 unknown; 409 in
 // flight or dead. A message held for its sink stays held, due now: it fires
 // when the sink takes messages again.
-func (s *Server) fireMessage(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) fireMessage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	if err := s.p.Store.Fire(r.Context(), id); err != nil {
 		s.answerChange(w, r, id, "fired", err)
 		return

@@ -38,14 +38,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/delaybridge/delaybridge/pkg/admin/ui"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -119,7 +115,9 @@ type Params struct {
 type Server struct {
 	p       Params
 	log     *slog.Logger
-	mux     *http.ServeMux
+	mux     *http.ServeMux // the fixed paths (routes.go)
+	items   []*itemPath    // the paths with a parameter (routes.go)
+	routes  []Route        // every route registered, for Routes
 	handler http.Handler
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
 	hosts   hostGuard
@@ -150,37 +148,10 @@ func New(p Params) *Server {
 	s := &Server{p: p, log: p.Logger, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token)),
 		hosts: newHostGuard(p.AllowedHosts, p.Listen)}
 
-	// Fixed paths go through the ServeMux; methods are dispatched by
-	// methods so that 404 and 405 are JSON like every other error.
-	s.mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
-	s.mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
-	if p.Metrics != nil {
-		prom := promhttp.HandlerFor(p.Metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-		s.mux.Handle("/metrics", methods{http.MethodGet: prom.ServeHTTP})
-	}
-	s.mux.Handle("/v1/messages", methods{http.MethodGet: s.listMessages, http.MethodPost: s.postMessage})
-	s.mux.Handle("/v1/stats", methods{http.MethodGet: s.stats})
-	s.mux.Handle("/v1/sinks", methods{http.MethodGet: s.listSinks})
-	s.mux.Handle("/v1/dead", methods{http.MethodGet: s.listDead})
-	// The dashboard (package ui): the page at / and its assets under /ui/.
-	// They hold no data and need no token; the page's script calls /v1/.
-	dashboard := ui.Handler()
-	for _, pattern := range ui.Patterns() {
-		s.mux.Handle(pattern, methods{http.MethodGet: dashboard.ServeHTTP})
-	}
 	if p.Pprof && p.Token == "" {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
 	}
-	if p.Pprof && p.Token != "" {
-		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", r.URL.EscapedPath()))
-	})
+	s.register()
 	s.handler = http.HandlerFunc(s.serve)
 	return s
 }
@@ -254,10 +225,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// serve is the root handler: request logging, the token check for /v1/,
-// then routing. /v1/messages/{id}, /v1/dead/{id}, /v1/groups/{key} and
-// /v1/sinks/{name} are routed here on the escaped path rather than by the ServeMux, which would redirect IDs with
-// "//" or dot segments and split %2F-encoded slashes.
+// serve is the root handler: request logging, the guards, the token check
+// for /v1/ and /debug/, then the route (routes.go).
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
@@ -280,18 +249,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if needsToken(r) && !s.authorized(rec, r) {
 		return
 	}
-	switch {
-	case strings.HasPrefix(path, messagesPrefix):
-		s.messageItem(rec, r, strings.TrimPrefix(path, messagesPrefix))
-	case strings.HasPrefix(path, deadPrefix):
-		s.deadItem(rec, r, strings.TrimPrefix(path, deadPrefix))
-	case strings.HasPrefix(path, groupsPrefix):
-		s.groupItem(rec, r, strings.TrimPrefix(path, groupsPrefix))
-	case strings.HasPrefix(path, sinksPrefix):
-		s.sinkItem(rec, r, strings.TrimPrefix(path, sinksPrefix))
-	default:
-		s.mux.ServeHTTP(rec, r)
-	}
+	s.route(rec, r)
 }
 
 // needsToken reports whether r is for /v1/ or /debug/, however its path is

@@ -11,8 +11,6 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-const sinksPrefix = "/v1/sinks/"
-
 // SinkStatus is what the daemon knows of one configured sink (Params.Sinks).
 type SinkStatus struct {
 	Name string
@@ -131,42 +129,56 @@ func (s *Server) listSinks(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, views)
 }
 
-// sinkItem serves /v1/sinks/{name} (GET) and POST /v1/sinks/{name}/pause
-// and /resume.
-func (s *Server) sinkItem(w http.ResponseWriter, r *http.Request, escaped string) {
-	action := ""
-	for _, a := range []string{"pause", "resume"} {
-		if rest, ok := strings.CutSuffix(escaped, "/"+a); ok {
-			escaped, action = rest, a
-			break
-		}
-	}
+// sinkName unescapes the sink name of a path and answers 404 when no sink
+// of that name is configured.
+func (s *Server) sinkName(w http.ResponseWriter, escaped string) (string, bool) {
 	name, err := url.PathUnescape(escaped)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("the sink name in the path is not validly URL-encoded: %v", err))
-		return
+		return "", false
 	}
-	statuses := s.statuses()
-	i := slices.IndexFunc(statuses, func(ss SinkStatus) bool { return ss.Name == name })
-	if i < 0 {
+	if _, ok := s.sink(name); !ok {
+		statuses := s.statuses()
 		known := make([]string, len(statuses))
 		for j, ss := range statuses {
 			known[j] = ss.Name
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no sink %q is configured; the sinks are: %s", name, strings.Join(known, ", ")))
-		return
+		return "", false
 	}
-	if action == "" {
-		methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) { s.answerSink(w, r, statuses[i]) }}.ServeHTTP(w, r)
-		return
-	}
-	methods{http.MethodPost: func(w http.ResponseWriter, r *http.Request) { s.pauseSink(w, r, name, action == "pause") }}.ServeHTTP(w, r)
+	return name, true
 }
 
-// pauseSink pauses or resumes a sink for every instance (kept in Redis),
+// sink returns the status of the sink of that name.
+func (s *Server) sink(name string) (SinkStatus, bool) {
+	statuses := s.statuses()
+	i := slices.IndexFunc(statuses, func(ss SinkStatus) bool { return ss.Name == name })
+	if i < 0 {
+		return SinkStatus{}, false
+	}
+	return statuses[i], true
+}
+
+// getSink answers GET /v1/sinks/{name}.
+func (s *Server) getSink(w http.ResponseWriter, r *http.Request) {
+	if ss, ok := s.sink(r.PathValue("name")); ok {
+		s.answerSink(w, r, ss)
+	}
+}
+
+// pauseSink answers POST /v1/sinks/{name}/pause, resumeSink /resume.
+func (s *Server) pauseSink(w http.ResponseWriter, r *http.Request) {
+	s.setPaused(w, r, r.PathValue("name"), true)
+}
+
+func (s *Server) resumeSink(w http.ResponseWriter, r *http.Request) {
+	s.setPaused(w, r, r.PathValue("name"), false)
+}
+
+// setPaused pauses or resumes a sink for every instance (kept in Redis),
 // applies it on this instance at once (Params.Refresh; the others within
 // their refresh interval), and answers the sink's view.
-func (s *Server) pauseSink(w http.ResponseWriter, r *http.Request, name string, paused bool) {
+func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, name string, paused bool) {
 	if err := s.p.Store.SetPaused(r.Context(), name, paused); err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
