@@ -24,8 +24,8 @@ type Route struct {
 	// Query names the query parameters the route reads.
 	Query []string
 	// Statuses are every status the route can answer: its own, those of
-	// its path parameter (400 for one that is not validly URL-encoded or
-	// is refused, 404 for an empty or unknown one) and those of the
+	// its path parameter (400 for an ID or group key that is refused, 404
+	// for an empty or unknown one: paramStatuses) and those of the
 	// guards in front of it (403 for a Host not allowed, 401 under /v1/
 	// and /debug/ when a token is configured, 403 for a cross-origin
 	// state-changing request, 415 for one with a body that is not JSON).
@@ -67,6 +67,7 @@ func (s *Server) table() []endpoint {
 	t := []endpoint{
 		{method: get, path: "/healthz", statuses: []int{200}, handler: s.healthz},
 		{method: get, path: "/readyz", statuses: []int{200, 503}, handler: s.readyz},
+		{method: get, path: "/openapi.json", statuses: []int{200}, handler: serveOpenAPI},
 
 		{method: get, path: "/v1/messages", query: listParams, statuses: []int{200, 400, noToken, failed}, handler: s.listMessages},
 		{method: post, path: "/v1/messages", statuses: []int{201, 400, 413, failed}, handler: s.postMessage},
@@ -107,16 +108,15 @@ func (s *Server) table() []endpoint {
 	if s.p.Pprof && s.p.Token != "" {
 		// Go's handlers, as Go serves them: the index, the named
 		// profiles under it (a subtree), and four more.
-		profile := []int{200, 400, 404, 500}
 		t = append(t,
 			endpoint{method: get, path: "/debug/pprof/", handler: pprof.Index, any: true, statuses: []int{200}},
 			endpoint{method: get, path: "/debug/pprof/{profile}", pattern: "/debug/pprof/", handler: pprof.Index, any: true,
-				query: []string{"debug", "gc", "seconds"}, statuses: profile},
+				query: []string{"debug", "gc", "seconds"}, statuses: []int{200, 400, 404}},
 			endpoint{method: get, path: "/debug/pprof/cmdline", handler: pprof.Cmdline, any: true, statuses: []int{200}},
-			endpoint{method: get, path: "/debug/pprof/profile", handler: pprof.Profile, any: true, query: []string{"seconds"}, statuses: []int{200, 400, 500}},
+			endpoint{method: get, path: "/debug/pprof/profile", handler: pprof.Profile, any: true, query: []string{"seconds"}, statuses: []int{200, 500}},
 			endpoint{method: get, path: "/debug/pprof/symbol", handler: pprof.Symbol, any: true, statuses: []int{200}},
 			endpoint{method: post, path: "/debug/pprof/symbol", handler: pprof.Symbol, any: true, statuses: []int{200}},
-			endpoint{method: get, path: "/debug/pprof/trace", handler: pprof.Trace, any: true, query: []string{"seconds"}, statuses: []int{200, 400, 500}},
+			endpoint{method: get, path: "/debug/pprof/trace", handler: pprof.Trace, any: true, query: []string{"seconds"}, statuses: []int{200, 500}},
 		)
 	}
 	return t
@@ -207,8 +207,9 @@ func (e endpoint) route() Route {
 	if !safeMethod(&http.Request{Method: e.method}) {
 		st = append(st, http.StatusUnsupportedMediaType) // and 403 cross-origin
 	}
-	if strings.Contains(e.path, "{") && !e.any {
-		st = append(st, http.StatusBadRequest, http.StatusNotFound)
+	if _, rest, ok := strings.Cut(e.path, "{"); ok && !e.any {
+		param, _, _ := strings.Cut(rest, "}")
+		st = append(st, paramStatuses[param]...)
 	}
 	slices.Sort(st)
 	return Route{Method: e.method, Path: e.path, Query: slices.Clone(e.query), Statuses: slices.Compact(st)}
@@ -253,6 +254,16 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// paramStatuses are the statuses of pathParam's checks: 400 for an ID or
+// a group key that envelope.CheckID refuses, 404 for an empty one or a sink
+// that is not configured. (A path that is not validly URL-encoded never
+// gets here: net/http answers it 400 itself.)
+var paramStatuses = map[string][]int{
+	"id":   {http.StatusBadRequest, http.StatusNotFound},
+	"key":  {http.StatusBadRequest, http.StatusNotFound},
+	"name": {http.StatusNotFound},
 }
 
 // pathParam unescapes and checks a path parameter, or answers why it

@@ -8,12 +8,13 @@
 // {"error": "<reason an operator can act on>"}.
 //
 // When a token is configured, every /v1/ request needs
-// "Authorization: Bearer <token>"; /healthz, /readyz and /metrics never do,
-// so that probes and scrapers need no secret. A message's content (its key,
-// headers and body) is served only when a token is configured and asked for
-// (GET /v1/messages/{id}?body=true), so that an unauthenticated admin port
-// never leaks payloads or the credentials headers may carry; /readyz shows
-// the addresses in its reason only to a caller with the token.
+// "Authorization: Bearer <token>"; /healthz, /readyz, /metrics and
+// /openapi.json never do, so that probes and scrapers need no secret. A
+// message's content (its key, headers and body) is served only when a
+// token is configured and asked for (GET /v1/messages/{id}?body=true), so
+// that an unauthenticated admin port never leaks payloads or the
+// credentials headers may carry; /readyz shows the addresses in its reason
+// only to a caller with the token.
 //
 // Before any of that, every request passes the guards of guard.go: an
 // allowed Host (against DNS rebinding), and for a state-changing method a
@@ -26,6 +27,10 @@
 // names the retry action: a dead message whose ID itself ends in "/retry" is
 // reached by encoding that slash ("%2Fretry"). The same holds for a POST to
 // /v1/messages/{id}/fire, and for /v1/sinks/{name}/pause and /resume.
+//
+// Every route is registered in one table (routes.go), which Routes
+// reports; openapi.json documents them, served at /openapi.json, and
+// openapi_test.go holds the two together.
 package admin
 
 import (
