@@ -142,7 +142,9 @@ func TestDashboard(t *testing.T) {
 		"delaybridge_fire_lateness_seconds_bucket",                // lateness percentiles
 		"delaybridge_parked_messages", "delaybridge_due_messages", // parked and due
 		"delaybridge_dead_total", "delaybridge_retries_total", // dead, retries
-		"delaybridge_connection_up",                        // per-sink state
+		"delaybridge_held_messages",                            // held for a paused or down sink
+		"delaybridge_forecast_messages",                        // what fires when
+		"delaybridge_connection_up", "delaybridge_sink_paused", // per-sink state, with the pause
 		"delaybridge_redis_script_duration_seconds_bucket", // Redis round trips
 	} {
 		if !slices.Contains(names, want) {
