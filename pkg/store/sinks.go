@@ -102,15 +102,15 @@ func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) error {
 	return nil
 }
 
-// holdScript holds messages of a lease whose publish failed because their
-// sink is unavailable: their attempt is not counted, and they wait in the
-// sink's band at their due time.
+// putBackScript puts messages of a lease back at the scores given, their
+// attempt not counted: Hold parks them in their sink's hold band, Defer at
+// their publish slot.
 //
 //	KEYS[1..15] -> the shard's keys
 //	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
-//	ARGV[2..] -> pairs: message ID, held score (HoldBand*(1+band) + due ms)
-//	returns -> how many were held (those still held under the lease)
-var holdScript = newFiringScript(`
+//	ARGV[2..] -> pairs: message ID, score
+//	returns -> how many were put back (those still held under the lease)
+var putBackScript = newFiringScript(`
 local expiry = tonumber(ARGV[1])
 local top = maxprio()
 local n = 0
@@ -123,6 +123,15 @@ for i = 2, #ARGV, 2 do
 end
 return n
 `)
+
+// putBack runs putBackScript for pairs (ID, score) of lease l.
+func (s *Store) putBack(ctx context.Context, op string, l *Lease, pairs []any) (int, error) {
+	n, err := s.run(ctx, op, putBackScript, l.Shard, append([]any{l.ExpiryMs}, pairs...)...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store.%s shard %d: %w", op, l.Shard, err)
+	}
+	return n, nil
+}
 
 // Unavailable is a message of a lease whose sink could not take it.
 type Unavailable struct {
@@ -137,16 +146,11 @@ func (s *Store) Hold(ctx context.Context, l *Lease, us []Unavailable) (int, erro
 	if len(us) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 2*len(us)+1)
-	args = append(args, l.ExpiryMs)
+	pairs := make([]any, 0, 2*len(us))
 	for _, u := range us {
-		args = append(args, u.ID, heldScore(u.Band, u.DueAt))
+		pairs = append(pairs, u.ID, heldScore(u.Band, u.DueAt))
 	}
-	n, err := s.run(ctx, "hold", holdScript, l.Shard, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store.hold shard %d: %w", l.Shard, err)
-	}
-	return n, nil
+	return s.putBack(ctx, "hold", l, pairs)
 }
 
 func heldScore(band int, due time.Time) int64 {
@@ -185,49 +189,23 @@ func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) 
 	return n, nil
 }
 
-// deferScript gives messages of a lease the publish slots their sink's
-// max_rate allots: each waits, its attempt not counted, until its slot
-// (score slot + .25, which Claim reports as Slotted).
-//
-//	KEYS[1..15] -> the shard's keys
-//	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
-//	ARGV[2..] -> pairs: message ID, slot (Unix ms)
-//	returns -> how many were deferred (those still held under the lease)
-var deferScript = newFiringScript(`
-local expiry = tonumber(ARGV[1])
-local top = maxprio()
-local n = 0
-for i = 2, #ARGV, 2 do
-  local ok, p = claimedby(ARGV[i], expiry, top)
-  if ok then
-    redis.call('ZADD', zkey(p), ARGV[i + 1] .. '.25', ARGV[i])
-    n = n + 1
-  end
-end
-return n
-`)
-
 // Slot is a message of a lease given the publish slot At.
 type Slot struct {
 	ID string
 	At time.Time
 }
 
-// Defer puts messages of a lease back until their publish slots.
+// Defer puts messages of a lease back until their publish slots: each
+// waits at score slot + .25, which Claim reports as Slotted.
 func (s *Store) Defer(ctx context.Context, l *Lease, slots []Slot) (int, error) {
 	if len(slots) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 2*len(slots)+1)
-	args = append(args, l.ExpiryMs)
+	pairs := make([]any, 0, 2*len(slots))
 	for _, sl := range slots {
-		args = append(args, sl.ID, ms(sl.At))
+		pairs = append(pairs, sl.ID, strconv.FormatInt(ms(sl.At), 10)+".25")
 	}
-	n, err := s.run(ctx, "defer", deferScript, l.Shard, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store.defer shard %d: %w", l.Shard, err)
-	}
-	return n, nil
+	return s.putBack(ctx, "defer", l, pairs)
 }
 
 // slotsScript allots publish slots of one sink, shared by every instance:

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -248,11 +249,7 @@ func headers(h nats.Header) envelope.Headers {
 	if len(h) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(h))
 	out := make(envelope.Headers, 0, len(h))
 	for _, k := range keys {
 		for _, v := range h[k] {

@@ -3,8 +3,9 @@ package rabbitbroker
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,11 +32,7 @@ func Headers(t amqp.Table) envelope.Headers {
 	if len(t) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(t))
 	out := make(envelope.Headers, 0, len(keys))
 	for _, k := range keys {
 		out = append(out, header(k, t[k]))
