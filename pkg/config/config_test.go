@@ -206,6 +206,31 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 			`admin.allowed_hosts[4]: "http://x" must be a host name or an IP address, without scheme, port or path`,
 			`admin.allowed_hosts[5]: "host:7070" must be`, `admin.allowed_hosts[6]: "bad host" must be`,
 			`admin.allowed_hosts[7]: "-x.example" is not a valid host name`, `admin.allowed_hosts[8]: "a..b" is not a valid host name`}},
+		{"second round knobs", `
+redis: {addr: "a:1"}
+scheduler: {lease: 30s, dedupe_window: 10s}
+sinks:
+  - {name: s, nats: {url: "nats://x:1"}, max_rate: -5}
+  - {name: t, nats: {url: "nats://x:1"}, max_rate: 1e9}
+  - {name: u, nats: {url: "nats://x:1"}, max_rate: 0.0001}
+ingest:
+  - name: n
+    nats: {url: "nats://x:1", subject: a}
+    route: {sink: s, destination: d, missed: sometimes}
+`, []string{"scheduler.dedupe_window: 10s is shorter than scheduler.lease 30s",
+			"sinks[0].max_rate: must not be negative", "sinks[1].max_rate: 1e+09 messages/s is over",
+			"sinks[2].max_rate: 0.0001 messages/s is under one message in 1000 s",
+			`ingest[0].route.missed: "sometimes" is not one of once, all, skip`}},
+		{"dedupe window bounds", `
+redis: {addr: "a:1"}
+scheduler: {dedupe_window: 200h}
+sinks: [{name: s, nats: {url: "nats://x:1"}}]
+`, []string{"scheduler.dedupe_window: 200h0m0s is over 168h0m0s"}},
+		{"negative dedupe window", `
+redis: {addr: "a:1"}
+scheduler: {dedupe_window: -1s}
+sinks: [{name: s, nats: {url: "nats://x:1"}}]
+`, []string{"scheduler.dedupe_window: must not be negative"}},
 		{"no sinks", `
 redis: {addr: "a:1"}
 `, []string{"sinks: at least one sink is required"}},
