@@ -348,8 +348,9 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 }
 
 // fire publishes a lease's messages and records the outcome of each in
-// Redis but the acks. It returns the earliest time a message was
-// rescheduled for (zero when none was): the claim's Next could not know it.
+// Redis but the acks. It returns the earliest time, on our clock, a message
+// was parked again for (a retry, a publish slot, a recurring message's next
+// occurrence; zero when none was): the claim's Next could not know it.
 //
 // The acks it returns (the messages the sinks confirmed) are not written:
 // the caller writes them, alone or with its next claim.
@@ -414,7 +415,13 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		switch {
 		case deferred[m.ID]:
 		case err == nil:
-			acks = append(acks, s.done(m.Message, c.Now, skipped[i]))
+			d := s.done(m.Message, c.Now, skipped[i])
+			acks = append(acks, d)
+			if d.Next != nil { // the next occurrence: the claim's Next could not know it either
+				if at := d.Next.DueAt.Add(-toRedis); retryAt.IsZero() || at.Before(retryAt) {
+					retryAt = at
+				}
+			}
 			if !skipped[i] {
 				s.gate.delivered(sink)
 			}

@@ -615,13 +615,13 @@ func TestRecurringAckParksTheNext(t *testing.T) {
 	h := start(t, Params{MaxSleep: time.Hour}, func(h *harness) {
 		due := h.clock.Now()
 		h.store.park("r", due, "s")
-		h.store.msgs["r"].Recur = &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 1, Missed: envelope.MissedAll}
+		h.store.msgs["r"].Recur = &envelope.Recurrence{Every: time.Second, Anchor: due, N: 1, Missed: envelope.MissedAll}
 	})
 	recv(t, h.store.acked, "first occurrence")
 	h.store.mu.Lock()
 	next := h.store.msgs["r"]
 	h.store.mu.Unlock()
-	if next.Recur.N != 2 || !next.DueAt.Equal(next.Recur.Anchor.Add(time.Minute)) {
+	if next.Recur.N != 2 || !next.DueAt.Equal(next.Recur.Anchor.Add(time.Second)) {
 		t.Fatalf("next occurrence #%d due %v", next.Recur.N, next.DueAt)
 	}
 	h.sink.mu.Lock()
@@ -630,6 +630,13 @@ func TestRecurringAckParksTheNext(t *testing.T) {
 	if v, _ := out.Get(envelope.HeaderOccurrence); v != "1" {
 		t.Fatalf("x-delaybridge-occurrence %q", v)
 	}
+	// The shard sleeps until the occurrence it parked is due, not until the
+	// lease of the first ends or MaxSleep (an hour here) passes.
+	if d := recv(t, h.clock.timers, "sleep"); d != time.Second {
+		t.Fatalf("slept %v, want 1s (until the next occurrence)", d)
+	}
+	h.clock.Advance(time.Second)
+	recv(t, h.store.acked, "second occurrence at its due time")
 }
 
 // max_rate: messages beyond the slots that have come wait for theirs.

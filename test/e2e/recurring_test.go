@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"math/rand/v2"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,18 +20,8 @@ import (
 // occurrence in flight at a kill.
 func TestRecurringSurvivesKill9(t *testing.T) {
 	const count = 12
-	e := newNATSEnv(t, ", lease: 1s, publish_timeout: 500ms", "")
 	// The route's missed policy is all for this test: every occurrence fires.
-	e.d.stop()
-	cfg, err := os.ReadFile(e.d.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = []byte(strings.Replace(string(cfg), "allow_override: true", "allow_override: true\n      missed: all", 1))
-	if err := os.WriteFile(e.d.cfgPath, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e.d.start()
+	e := newNATSEnvMissed(t, ", lease: 1s, publish_timeout: 500ms", "all")
 
 	e.publish("delayed.every", []byte("tick"),
 		envelope.HeaderMessageID, "series",
