@@ -6,7 +6,8 @@
 # Debian's prometheus for its promtool, which checks and unit-tests the alerting
 # rules in deploy/prometheus (test/ops; the Prometheus server itself is not run);
 # and systemd for systemd-analyze, which the deploy tests (deploy/) run on the
-# unit file (`systemd-analyze verify`; no running systemd is needed).
+# unit file (`systemd-analyze verify`; no running systemd is needed); and zsh and
+# fish, which parse the completion scripts `delaybridge completion` writes.
 #
 # Idempotent and fast when everything is present. The tests never use the system
 # services: after installing, this stops and disables them (they would hold the
@@ -25,12 +26,14 @@ command -v redis-cli >/dev/null 2>&1 || [ -x /usr/bin/redis-cli ] || missing+=(r
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || [ -x /usr/bin/systemd-analyze ] || missing+=(systemd)
+command -v zsh >/dev/null 2>&1 || missing+=(zsh)   # the completion scripts are parsed by their shells
+command -v fish >/dev/null 2>&1 || missing+=(fish)
 
 if [ "${TEST_DEPS_FORCE:-}" = 1 ] && [ ${#missing[@]} -eq 0 ]; then
-	missing=(redis-server redis-tools rabbitmq-server chromium prometheus systemd) # re-run apt-get anyway (for checking this script)
+	missing=(redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish) # re-run apt-get anyway (for checking this script)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium, promtool and systemd-analyze already installed; nothing to do"
+	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium, promtool, systemd-analyze, zsh and fish already installed; nothing to do"
 	exit 0
 fi
 
@@ -60,7 +63,7 @@ echo "test-deps: installing ${missing[*]} (apt-get update + install)"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	redis-server redis-tools rabbitmq-server chromium prometheus systemd >/dev/null
+	redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish >/dev/null
 
 # Stop and disable the system services if something started them anyway. Only touch
 # what runs as the services' own users (the tests' servers run as the test's user),
