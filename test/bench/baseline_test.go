@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -80,8 +81,11 @@ func (e *env) runRawJetStream(t *testing.T, n int) *Scenario {
 // When due, the server stores a copy on the target subject, in the same
 // stream; lateness is that copy's stream timestamp minus the due time.
 func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
-	s := &Scenario{Pairing: "NATS -> NATS", System: "NATS schedules", Load: l.name(), Kind: l.kind,
+	s := &Scenario{Pairing: "NATS -> NATS", System: "NATS schedules", Group: l.group, Load: l.name(), Kind: l.kind,
 		Messages: l.n, TargetRate: l.rate, Delay: l.delay.String(), BodyBytes: *flagBody}
+	if l.kind == "burst" {
+		s.Delay = fmt.Sprintf("all due at +%s", l.lead)
+	}
 	t.Logf("== %s %s: %s", s.Pairing, s.System, s.Load)
 	ctx := context.Background()
 	_, js := e.connect(t, "bench schedule publisher")
@@ -97,8 +101,12 @@ func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
 	})
 	cpu := startCPU(0, e.rdb)
 	body := make([]byte, *flagBody)
+	burstAt := time.Now().Add(l.lead).Truncate(time.Millisecond)
 	pr := publish(t, js, l.n, l.rate, func(i int) *nats.Msg {
 		due := time.Now().Add(l.delay).UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
+		if l.kind == "burst" {
+			due = burstAt.UTC().Format(time.RFC3339Nano)
+		}
 		m := &nats.Msg{Subject: "sched." + strconv.Itoa(i), Data: body, Header: nats.Header{}}
 		m.Header["Nats-Schedule"] = []string{"@at " + due}
 		m.Header["Nats-Schedule-Target"] = []string{"schedout.bench"}
@@ -106,13 +114,16 @@ func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
 		m.Header["x-bench-due"] = []string{due}
 		return m
 	})
-	all := rec.wait(30*time.Second, time.Duration(l.n/500)*time.Second+2*time.Minute)
+	all := rec.wait(30*time.Second+l.lead, time.Duration(l.n/500)*time.Second+2*time.Minute+l.lead)
 	cpu.stop(s)
 	cc.Stop()
 	rec.fill(s)
 	s.PublishErrors = pr.errs
 	s.setPublish(pr)
 	s.setEndToEnd(pr.first, rec)
+	if l.kind == "burst" {
+		s.setBurst(pr.first, burstAt, pr.last, rec, nil, nil)
+	}
 	s.finish(all)
 	return s
 }

@@ -31,7 +31,7 @@ import (
 var (
 	flagOut   = flag.String("out", "bench.json", "write every number as JSON to this file (relative to test/bench/ unless absolute); empty: do not write")
 	flagDoc   = flag.String("doc", "", "markdown file whose generated section (between bench markers) is replaced, e.g. docs/performance.md; empty: do not write")
-	flagOnly  = flag.String("only", "", "comma-separated scenario groups to run (mem, raw, native, nats, parked, kafka-rabbit, rabbit-kafka, scale); empty: all")
+	flagOnly  = flag.String("only", "", "comma-separated scenario groups to run (mem, raw, native, nats, parked, kafka-rabbit, rabbit-kafka, burst, parked10m, features, scale); empty: all")
 	flagN     = flag.Int("n", 200_000, "messages of the maximum-rate runs (published as fast as possible)")
 	flagBody  = flag.Int("body", 100, "message body size in bytes for the end-to-end runs")
 	flagDelay = flag.Duration("delay", time.Second, "delay of the maximum-rate and fixed-rate runs")
@@ -77,6 +77,7 @@ func TestBench(t *testing.T) {
 			"n": *flagN, "body_bytes": *flagBody, "delay": flagDelay.String(), "rates": *flagRates,
 			"rate_duration": flagRateD.String(), "spread_n": *flagSpreadN, "spread_window": flagSpreadW.String(),
 			"parked": *flagParked, "mem_n": *flagMemN, "mem_bodies": *flagMemBody,
+			"burst": *flagBurst, "burst_native": *flagBurstNative, "burst_lead": flagBurstLead.String(),
 			"scale_rate": *flagScaleRate, "scale_n": *flagScaleN, "scale_setups": *flagScaleSetups, "scale_loads": *flagScaleLoads, "scale_repeat": *flagScaleRepeats,
 		},
 	}
@@ -131,6 +132,9 @@ func TestBench(t *testing.T) {
 		if want(p.group) {
 			p.runGroup(t, env, rep)
 		}
+	}
+	if want("burst") {
+		runBursts(t, env, rep)
 	}
 	if want("scale") {
 		runScale(t, env, rep)

@@ -87,12 +87,20 @@ func freshStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConfi
 type daemon struct {
 	proc  *testenv.Process
 	admin string
+	// ready is how long the daemon took from exec to its first /readyz 200
+	// (polled every 5 ms).
+	ready time.Duration
 }
 
 // startDaemon writes cfg (admin.listen is %ADMIN%) and runs `delaybridge run`
 // until /readyz answers 200. It returns nil and the process output when the
 // daemon exits at start (e.g. an adapter missing from this build).
 func (e *env) startDaemon(t *testing.T, cfg string) (*daemon, string) {
+	return e.startDaemonBin(t, e.bin, cfg)
+}
+
+// startDaemonBin is startDaemon with another daemon binary.
+func (e *env) startDaemonBin(t *testing.T, bin, cfg string) (*daemon, string) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg = strings.ReplaceAll(cfg, "%ADMIN%", addr)
@@ -104,18 +112,21 @@ func (e *env) startDaemon(t *testing.T, cfg string) (*daemon, string) {
 		t.Fatal(err)
 	}
 	d := &daemon{admin: "http://" + addr}
-	d.proc = testenv.StartProcess(t, e.bin, "run", "--config", path)
-	ready := testenv.Poll(60*time.Second, func() bool {
-		if d.proc.Exited() {
-			return true
-		}
+	start := time.Now()
+	d.proc = testenv.StartProcess(t, bin, "run", "--config", path)
+	ready := false
+	for deadline := start.Add(60 * time.Second); !d.proc.Exited() && time.Now().Before(deadline); {
 		resp, err := http.Get(d.admin + "/readyz")
-		if err != nil {
-			return false
+		if err == nil {
+			drain(resp.Body)
+			if resp.StatusCode == http.StatusOK {
+				ready = true
+				d.ready = time.Since(start)
+				break
+			}
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+		time.Sleep(5 * time.Millisecond) // pacing of the poll; the start time is measured to this resolution
+	}
 	switch {
 	case d.proc.Exited():
 		return nil, d.proc.Output()
@@ -411,12 +422,21 @@ func (c *cpuMeter) stop(s *Scenario) {
 
 // natsLoad describes one end-to-end run.
 type natsLoad struct {
-	kind      string        // "max": as fast as possible; "rate": paced; "spread": as fast as possible, due times spread
+	kind      string        // "max": as fast as possible; "rate": paced; "spread": as fast as possible, due times spread; "burst": as fast as possible, all due at one instant
 	n         int           // messages
 	rate      float64       // msg/s for "rate"
 	delay     time.Duration // x-delay for "max" and "rate"
 	window    time.Duration // "spread": due times cover [t0+lead, t0+lead+window)
+	lead      time.Duration // "burst": the instant all are due is the start + lead
 	preParked int           // far-future messages parked before the run
+
+	// How the run is set up, for the groups that compare setups (parked10m,
+	// features); zero values are the defaults of the classic runs.
+	group   string // Scenario.Group
+	kept    int    // messages the caller parked already: Redis is not flushed
+	cfg     string // YAML added to the daemon's config (e.g. a scheduler: block)
+	variant string // what cfg or bin change, for the scenario's System
+	bin     string // daemon binary; empty: the one built from this tree
 }
 
 func (l natsLoad) name() string {
@@ -426,11 +446,26 @@ func (l natsLoad) name() string {
 	case "spread":
 		return fmt.Sprintf("%s due over %s", humanCount(float64(l.n)), l.window)
 	}
-	s := fmt.Sprintf("max rate, %s msgs, delay %s", humanCount(float64(l.n)), l.delay)
-	if l.preParked > 0 {
-		s += fmt.Sprintf(", %s parked", humanCount(float64(l.preParked)))
+	var s string
+	if l.kind == "burst" {
+		s = fmt.Sprintf("burst, %s msgs due at one instant", humanCount(float64(l.n)))
+	} else {
+		s = fmt.Sprintf("max rate, %s msgs, delay %s", humanCount(float64(l.n)), l.delay)
+	}
+	if p := max(l.preParked, l.kept); p > 0 {
+		s += fmt.Sprintf(", %s parked", humanCount(float64(p)))
 	}
 	return s
+}
+
+// burstLead is how far ahead of the start of publishing a burst is due:
+// -burst-lead, or when that is 0 enough for the ingest to park n messages
+// on a busy machine (2 s + 1 s per 15k).
+func burstLead(n int) time.Duration {
+	if *flagBurstLead > 0 {
+		return *flagBurstLead
+	}
+	return 2*time.Second + time.Duration(n)*time.Second/15_000
 }
 
 func humanCount(v float64) string {
@@ -496,13 +531,14 @@ type recorder struct {
 	seen        []bool
 	lat         []time.Duration
 	dues        []time.Time // due time of lat[i]
+	order       []int32     // message indexes in the order they were recorded
 	dups, alien int
 	first, last time.Time
 	count       atomic.Int64
 }
 
 func newRecorder(n int, prefix string) *recorder {
-	return &recorder{n: n, prefix: prefix, seen: make([]bool, n), lat: make([]time.Duration, 0, n), dues: make([]time.Time, 0, n)}
+	return &recorder{n: n, prefix: prefix, seen: make([]bool, n), lat: make([]time.Duration, 0, n), dues: make([]time.Time, 0, n), order: make([]int32, 0, n)}
 }
 
 func msgID(prefix string, i int) string {
@@ -535,6 +571,7 @@ func (r *recorder) record(id string, at, due time.Time) {
 		return
 	}
 	r.seen[i] = true
+	r.order = append(r.order, int32(i))
 	r.lat = append(r.lat, at.Sub(due))
 	r.dues = append(r.dues, due)
 	if r.first.IsZero() || at.Before(r.first) {
@@ -573,7 +610,7 @@ func (r *recorder) fill(s *Scenario) {
 	s.Duplicates = r.dups
 	s.Missing = r.n - len(r.lat)
 	s.Lateness = summarize(r.lat)
-	if s.Kind == "max" || len(r.lat) == 0 {
+	if s.Kind == "max" || s.Kind == "burst" || len(r.lat) == 0 {
 		return
 	}
 	// Worst lateness per second of due time: tells a steady tail from a

@@ -54,15 +54,23 @@ func dueAtHeader(h nats.Header) (time.Time, bool) {
 // runDaemonNATS runs the real daemon between a JetStream ingest and a
 // JetStream sink under load l and measures it.
 func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
-	s := &Scenario{Pairing: "NATS -> NATS", System: "delaybridge", Load: l.name(), Kind: l.kind,
-		Messages: l.n, TargetRate: l.rate, Delay: l.delay.String(), BodyBytes: *flagBody, ParkedBefore: l.preParked}
-	if l.kind == "spread" {
+	s := &Scenario{Pairing: "NATS -> NATS", System: "delaybridge", Group: l.group, Load: l.name(), Kind: l.kind,
+		Messages: l.n, TargetRate: l.rate, Delay: l.delay.String(), BodyBytes: *flagBody, ParkedBefore: max(l.preParked, l.kept)}
+	if l.variant != "" {
+		s.System += " (" + l.variant + ")"
+	}
+	switch l.kind {
+	case "spread":
 		s.Delay = fmt.Sprintf("due over %s from +%s", l.window, spreadLead)
+	case "burst":
+		s.Delay = fmt.Sprintf("all due at +%s", l.lead)
 	}
 	t.Logf("== %s %s: %s", s.Pairing, s.System, s.Load)
 	ctx := context.Background()
-	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
+	if l.kept == 0 {
+		if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, js := e.connect(t, "bench publisher")
 	_, jsc := e.connect(t, "bench sink consumer")
@@ -88,20 +96,26 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 		rewriteAOF(t, e.rdb)
 	}
 
-	d, out := e.startDaemon(t, fmt.Sprintf(natsDaemonConfig, e.redis.Addr, e.nats.URL, e.nats.URL))
+	bin := l.bin
+	if bin == "" {
+		bin = e.bin
+	}
+	d, out := e.startDaemonBin(t, bin, fmt.Sprintf(natsDaemonConfig, e.redis.Addr, e.nats.URL, e.nats.URL)+l.cfg)
 	if d == nil {
 		s.Status = "failed"
 		s.note("daemon exited at start: %s", lastBytes(out, 500))
 		return s
 	}
+	s.DaemonReadySeconds = d.ready.Seconds()
 	prefix := nextPrefix(l.kind)
 	rec := newRecorder(l.n, prefix)
 	cc := consumeFired(t, jsc, "FIRED", "fired.>", rec, dueAtHeader)
 	parked := watchAckFloor(t, jsc, "DELAYED", "delaybridge", uint64(l.n))
 	stopPerf := func() {}
-	if l.kind == "max" {
-		stopPerf = startPerf(t, fmt.Sprintf("nats-max-parked%d", l.preParked), d.proc.Pid, redisPid(e.rdb))
-		stopProfile := startProfile(t, fmt.Sprintf("nats-max-parked%d", l.preParked), d)
+	if l.kind == "max" || l.kind == "burst" {
+		name := fmt.Sprintf("nats-%s-parked%d", l.kind, max(l.preParked, l.kept))
+		stopPerf = startPerf(t, name, d.proc.Pid, redisPid(e.rdb))
+		stopProfile := startProfile(t, name, d)
 		defer stopProfile()
 	}
 	cpu := startCPU(d.proc.Pid, e.rdb)
@@ -109,19 +123,24 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 	body := make([]byte, *flagBody)
 	delayMS := strconv.FormatInt(l.delay.Milliseconds(), 10)
 	t0 := time.Now()
+	burstAt := t0.Add(l.lead).Truncate(time.Millisecond)
+	burstAtMS := strconv.FormatInt(burstAt.UnixMilli(), 10)
 	mk := func(i int) *nats.Msg {
 		m := &nats.Msg{Subject: "delayed.bench", Data: body, Header: nats.Header{}}
 		m.Header["x-message-id"] = []string{msgID(prefix, i)}
-		if l.kind == "spread" {
+		switch l.kind {
+		case "spread":
 			due := t0.Add(spreadLead + time.Duration(int64(l.window)*int64(i)/int64(l.n)))
 			m.Header["x-deliver-at"] = []string{strconv.FormatInt(due.UnixMilli(), 10)}
-		} else {
+		case "burst":
+			m.Header["x-deliver-at"] = []string{burstAtMS}
+		default:
 			m.Header["x-delay"] = []string{delayMS}
 		}
 		return m
 	}
 	pr := publish(t, js, l.n, l.rate, mk)
-	all := rec.wait(30*time.Second, time.Duration(l.n/500)*time.Second+2*time.Minute)
+	all := rec.wait(30*time.Second+l.lead, time.Duration(l.n/500)*time.Second+2*time.Minute+l.lead)
 	parkedAt := parked()
 	cpu.stop(s)
 	stopPerf()
@@ -137,9 +156,12 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 		s.ParkRate = float64(l.n) / s.ParkSeconds
 	}
 	s.setEndToEnd(pr.first, rec)
-	if l.kind == "spread" && s.Received > 0 {
+	switch {
+	case l.kind == "spread" && s.Received > 0:
 		firstDue := t0.Add(spreadLead)
 		s.FireRate = float64(s.Received) / rec.last.Sub(firstDue).Seconds()
+	case l.kind == "burst":
+		s.setBurst(pr.first, burstAt, parkedAt, rec, benchShardOf(prefix), nil)
 	}
 	s.finish(all)
 	return s

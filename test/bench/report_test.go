@@ -12,8 +12,11 @@ import (
 // Scenario is one measured run. Times are seconds, rates msg/s, lateness
 // milliseconds.
 type Scenario struct {
-	Pairing      string  `json:"pairing"` // "NATS -> NATS"
-	System       string  `json:"system"`  // "delaybridge", "raw JetStream", "NATS schedules"
+	Pairing string `json:"pairing"` // "NATS -> NATS"
+	System  string `json:"system"`  // "delaybridge", "raw JetStream", "NATS schedules"
+	// Group is the -only group of the runs reported in a section of their
+	// own (burst, parked10m, features); empty for the classic runs.
+	Group        string  `json:"group,omitempty"`
 	Load         string  `json:"load"`
 	Kind         string  `json:"kind"` // max, rate, spread
 	Messages     int     `json:"messages"`
@@ -56,6 +59,11 @@ type Scenario struct {
 
 	DaemonMetrics map[string]float64 `json:"daemon_metrics,omitempty"`
 	Notes         []string           `json:"notes,omitempty"`
+
+	// DaemonReadySeconds is how long the daemon took from exec to /readyz.
+	DaemonReadySeconds float64 `json:"daemon_ready_seconds,omitempty"`
+	// Burst: the same-instant burst runs only.
+	Burst *Burst `json:"burst,omitempty"`
 
 	// Scale-out runs (-only scale) only: the topology, and per daemon (in
 	// start order) its CPU seconds, peak RSS, messages parked by its ingest
@@ -150,7 +158,7 @@ func (r *Report) add(t *testing.T, s *Scenario) {
 
 func (r *Report) find(system, kind string, rate float64, parked bool) *Scenario {
 	for _, s := range r.Scenarios {
-		if s.System == system && s.Kind == kind && s.Pairing == "NATS -> NATS" && s.Setup == "" && (kind != "rate" || s.TargetRate == rate) &&
+		if s.System == system && s.Kind == kind && s.Pairing == "NATS -> NATS" && s.Setup == "" && s.Group == "" && (kind != "rate" || s.TargetRate == rate) &&
 			(s.ParkedBefore > 0) == parked && s.Status != "pending" && s.Status != "failed" {
 			return s
 		}
@@ -208,6 +216,8 @@ func (r *Report) evaluateTargets() {
 		t.Met = yes(p >= 90)
 	}
 	r.Targets = append(r.Targets, t)
+
+	r.burstTargets(yes)
 }
 
 func f0(v float64) string {
@@ -255,8 +265,8 @@ func (r *Report) Markdown() string {
 	w("| pairing | system | load | msgs | published/s | parked/s | end-to-end/s | p50 | p99 | p99.9 | max | status |\n")
 	w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range r.Scenarios {
-		if s.Setup != "" {
-			continue // in the scale-out section
+		if s.Setup != "" || s.Group != "" {
+			continue // in the section of their group
 		}
 		if s.Status == "pending" {
 			w("| %s | %s | %s | - | - | - | - | - | - | - | - | pending |\n", s.Pairing, s.System, s.Load)
@@ -318,6 +328,7 @@ func (r *Report) Markdown() string {
 			dm["wakeups.timer"], dm["wakeups.notify"], dm["wakeups.batch"])
 	}
 
+	r.burstMarkdown(w)
 	r.scaleMarkdown(w)
 
 	var notes []string
