@@ -78,6 +78,8 @@ func TestBench(t *testing.T) {
 			"rate_duration": flagRateD.String(), "spread_n": *flagSpreadN, "spread_window": flagSpreadW.String(),
 			"parked": *flagParked, "mem_n": *flagMemN, "mem_bodies": *flagMemBody,
 			"burst": *flagBurst, "burst_native": *flagBurstNative, "burst_lead": flagBurstLead.String(),
+			"parked10m": *flagBigN, "parked10m_window": flagBigWindow.String(), "parked10m_1k": *flagBigKB, "parked10m_burst": *flagBigBurst, "parked10m_repeat": *flagBigRepeat,
+			"features_repeat": *flagFeatRepeat, "features_baseline_bin": *flagFeatBin,
 			"scale_rate": *flagScaleRate, "scale_n": *flagScaleN, "scale_setups": *flagScaleSetups, "scale_loads": *flagScaleLoads, "scale_repeat": *flagScaleRepeats,
 		},
 	}
@@ -135,6 +137,12 @@ func TestBench(t *testing.T) {
 	}
 	if want("burst") {
 		runBursts(t, env, rep)
+	}
+	if want("parked10m") {
+		runParked10M(t, env, rep)
+	}
+	if want("features") {
+		runFeatures(t, env, rep)
 	}
 	if want("scale") {
 		runScale(t, env, rep)

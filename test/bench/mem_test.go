@@ -81,7 +81,7 @@ func runMemory(t *testing.T, _ *env) []MemResult {
 			EnvelopeBytes: len(envelope.Encode(nil, m)) - size}
 		res.UsedMemory0 = redisUsedMemory(t, rdb)
 		start := time.Now()
-		parkMessages(t, st, n, size, "m", due)
+		parkMessages(t, st, n, size, "m", func(int) time.Time { return due })
 		res.ParkSeconds = time.Since(start).Seconds()
 		res.UsedMemory1 = redisUsedMemory(t, rdb)
 		res.BytesPerMsg = (res.UsedMemory1 - res.UsedMemory0) / float64(n)

@@ -5,6 +5,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,16 +231,22 @@ const ackFloorGrace = 10 * time.Second
 func parkFar(t *testing.T, rdb *redis.Client, n, bodySize int) {
 	t.Helper()
 	st := store.New(rdb, store.Options{Prefix: "bench", Shards: 16})
-	parkMessages(t, st, n, bodySize, "f", time.Now().Add(30*24*time.Hour))
+	due := time.Now().Add(30 * 24 * time.Hour)
+	parkMessages(t, st, n, bodySize, "f", func(int) time.Time { return due })
 }
 
-func parkMessages(t *testing.T, st *store.Store, n, bodySize int, prefix string, due time.Time) {
+// parkMessages parks n messages with IDs prefix-0000001.. and bodySize-byte
+// bodies, message i due at dueOf(i), directly with store.Park (the daemon's
+// scripts and layout) in batches of 4096 from two goroutines.
+func parkMessages(t *testing.T, st *store.Store, n, bodySize int, prefix string, dueOf func(i int) time.Time) {
 	t.Helper()
+	// Random bytes: the worst case for an AOF rewrite's RDB preamble, which
+	// compresses each value with LZF (memory does not depend on content).
 	body := make([]byte, bodySize)
+	rnd := rand.New(rand.NewPCG(1, uint64(bodySize)))
 	for i := range body {
-		body[i] = byte('a' + i%26)
+		body[i] = byte(rnd.Uint32())
 	}
-	due = due.Truncate(time.Millisecond)
 	now := time.Now().Truncate(time.Millisecond)
 	const batch, workers = 4096, 2
 	var (
@@ -256,7 +263,7 @@ func parkMessages(t *testing.T, st *store.Store, n, bodySize int, prefix string,
 				msgs = msgs[:0]
 				for i := from; i < min(from+batch, n); i++ {
 					msgs = append(msgs, &envelope.Message{
-						ID: fmt.Sprintf("%s-%07d", prefix, i+1), DueAt: due,
+						ID: fmt.Sprintf("%s-%07d", prefix, i+1), DueAt: dueOf(i).Truncate(time.Millisecond),
 						Sink: "out", Destination: "fired.bench", Ingest: "in", IngestedAt: now, Body: body,
 					})
 				}

@@ -83,6 +83,18 @@ type Scenario struct {
 	LoadAvgAfter      string               `json:"loadavg_after,omitempty"`
 }
 
+// groupLoad is the load, after the group and pass of a run reported in a
+// section of its own.
+func (s *Scenario) groupLoad() string {
+	switch {
+	case s.Group == "":
+		return s.Load
+	case s.Pass > 0:
+		return fmt.Sprintf("[%s, pass %d] %s", s.Group, s.Pass, s.Load)
+	}
+	return fmt.Sprintf("[%s] %s", s.Group, s.Load)
+}
+
 func (s *Scenario) note(format string, args ...any) {
 	s.Notes = append(s.Notes, fmt.Sprintf(format, args...))
 }
@@ -132,6 +144,7 @@ type Report struct {
 	Targets      []Target       `json:"targets"`
 	Scenarios    []*Scenario    `json:"scenarios"`
 	Memory       []MemResult    `json:"redis_memory"`
+	Parked10M    *BigParked     `json:"parked10m,omitempty"`
 }
 
 // Target is one goal of the performance issue and whether this run met it.
@@ -218,6 +231,8 @@ func (r *Report) evaluateTargets() {
 	r.Targets = append(r.Targets, t)
 
 	r.burstTargets(yes)
+	r.parked10mTargets(yes)
+	r.featuresTargets(yes)
 }
 
 func f0(v float64) string {
@@ -295,7 +310,7 @@ func (r *Report) Markdown() string {
 		if s.Status == "pending" || s.Setup != "" {
 			continue
 		}
-		w("| %s | %s | %s | %s | %s | %s | %.1f | %.1f / %.1f / %.1f / %.1f of %.0f |\n", s.System, s.Load, f2(s.DaemonCPUPer10k), f2(s.RedisCPUPer10k), f2(s.HarnessCPUPer10k), f0(s.DaemonPeakRSSMB), s.WallSeconds,
+		w("| %s | %s | %s | %s | %s | %s | %.1f | %.1f / %.1f / %.1f / %.1f of %.0f |\n", s.System, s.groupLoad(), f2(s.DaemonCPUPer10k), f2(s.RedisCPUPer10k), f2(s.HarnessCPUPer10k), f0(s.DaemonPeakRSSMB), s.WallSeconds,
 			s.DaemonCPUSeconds, s.RedisCPUSeconds, s.HarnessCPUSeconds, s.OtherCPUSeconds, float64(s.MachineCPUs)*s.WallSeconds)
 	}
 
@@ -319,16 +334,22 @@ func (r *Report) Markdown() string {
 	w("| load | park batch | park ms | claim batch | claim ms | ack ms | sink publish ms | wake-ups timer/notify/batch |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range r.Scenarios {
 		dm := s.DaemonMetrics
-		if s.System != "delaybridge" || dm == nil || s.Setup != "" {
+		if !strings.HasPrefix(s.System, "delaybridge") || dm == nil || s.Setup != "" {
 			continue
 		}
 		ms := func(k string) string { return f2(dm[k] * 1000) }
-		w("| %s %s | %s | %s | %s | %s | %s | %s | %.0f/%.0f/%.0f |\n", s.Pairing, s.Load, f1(dm["park_batch_size.mean"]), ms("park_seconds.mean"),
+		label := s.groupLoad()
+		if s.System != "delaybridge" {
+			label = s.System + ": " + label
+		}
+		w("| %s %s | %s | %s | %s | %s | %s | %s | %.0f/%.0f/%.0f |\n", s.Pairing, label, f1(dm["park_batch_size.mean"]), ms("park_seconds.mean"),
 			f1(dm["claim_batch_size.mean"]), ms("script_seconds.claim.mean"), ms("script_seconds.ack.mean"), ms("sink_publish_seconds.mean"),
 			dm["wakeups.timer"], dm["wakeups.notify"], dm["wakeups.batch"])
 	}
 
 	r.burstMarkdown(w)
+	r.parked10mMarkdown(w)
+	r.featuresMarkdown(w)
 	r.scaleMarkdown(w)
 
 	var notes []string
@@ -338,7 +359,7 @@ func (r *Report) Markdown() string {
 			if s.Setup != "" {
 				sys = fmt.Sprintf("scale-out pass %d, %s", s.Pass, s.Setup)
 			}
-			notes = append(notes, fmt.Sprintf("- %s %s, %s: %s", s.Pairing, sys, s.Load, n))
+			notes = append(notes, fmt.Sprintf("- %s %s, %s: %s", s.Pairing, sys, s.groupLoad(), n))
 		}
 	}
 	if len(notes) > 0 {
