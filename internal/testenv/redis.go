@@ -23,9 +23,10 @@ import (
 const redisReadyTimeout = 60 * time.Second
 
 type redisConfig struct {
-	port  int
-	fsync string
-	args  []string
+	port         int
+	fsync        string
+	args         []string
+	readyTimeout time.Duration
 }
 
 // RedisOption configures Redis.
@@ -43,6 +44,12 @@ func WithArgs(args ...string) RedisOption {
 	return func(c *redisConfig) { c.args = append(c.args, args...) }
 }
 
+// WithReadyTimeout bounds the wait for PONG after each (re)start instead of the
+// default minute: a restart replaying gigabytes of AOF takes longer.
+func WithReadyTimeout(d time.Duration) RedisOption {
+	return func(c *redisConfig) { c.readyTimeout = d }
+}
+
 // WithPort makes the server listen on port instead of a reserved free one. The caller
 // is responsible for the port being free and unique; prefer the default.
 func WithPort(port int) RedisOption {
@@ -57,9 +64,10 @@ type RedisServer struct {
 	Dir     string // working directory: AOF (appendonlydir/), logfile, cluster config
 	LogFile string // redis-server's logfile, inside Dir
 
-	t    testing.TB
-	bin  string
-	args []string
+	t            testing.TB
+	bin          string
+	args         []string
+	readyTimeout time.Duration
 
 	mu   sync.Mutex
 	proc *child
@@ -136,19 +144,30 @@ func Redis(t testing.TB, opts ...RedisOption) *RedisServer {
 		"--appendfsync", cfg.fsync,
 	}
 	args = append(args, cfg.args...)
-	return newRedisServer(t, bin, cfg.port, dir, args)
+	return newRedisServerAt(t, bin, cfg.port, dir, args, cfg.readyTimeout)
 }
 
 func newRedisServer(t testing.TB, bin string, port int, dir string, args []string) *RedisServer {
 	t.Helper()
+	return newRedisServerAt(t, bin, port, dir, args, 0)
+}
+
+// newRedisServerAt is newRedisServer with a wait for PONG other than
+// redisReadyTimeout (0: the default).
+func newRedisServerAt(t testing.TB, bin string, port int, dir string, args []string, readyTimeout time.Duration) *RedisServer {
+	t.Helper()
+	if readyTimeout <= 0 {
+		readyTimeout = redisReadyTimeout
+	}
 	r := &RedisServer{
-		Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		Port:    port,
-		Dir:     dir,
-		LogFile: filepath.Join(dir, "redis.log"),
-		t:       t,
-		bin:     bin,
-		args:    args,
+		readyTimeout: readyTimeout,
+		Addr:         net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Port:         port,
+		Dir:          dir,
+		LogFile:      filepath.Join(dir, "redis.log"),
+		t:            t,
+		bin:          bin,
+		args:         args,
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -188,7 +207,7 @@ func (r *RedisServer) Start() {
 	r.mu.Unlock()
 
 	var last string
-	ok := Poll(redisReadyTimeout, func() bool {
+	ok := Poll(r.readyTimeout, func() bool {
 		if proc.exited() {
 			return true
 		}
@@ -206,7 +225,7 @@ func (r *RedisServer) Start() {
 	}
 	if !ok {
 		r.t.Fatalf("testenv: redis-server on %s not ready after %v (last: %s); log tail:\n%s",
-			r.Addr, redisReadyTimeout, last, tail(r.LogFile, 2000))
+			r.Addr, r.readyTimeout, last, tail(r.LogFile, 2000))
 	}
 }
 

@@ -148,7 +148,7 @@ func runParked10M(t *testing.T, e *env, rep *Report) {
 	n, body := *flagBigN, *flagBody
 	big := &BigParked{}
 	rep.Parked10M = big
-	r := testenv.Redis(t)
+	r := testenv.Redis(t, testenv.WithReadyTimeout(15*time.Minute)) // an AOF of gigabytes loads for minutes on a busy machine
 	if why := bigEnough(r.Dir, float64(n)*float64(body+250)); why != "" {
 		big.Notes = append(big.Notes, fmt.Sprintf("not run with %d messages: %s (lower -parked10m)", n, why))
 		t.Logf("parked10m skipped: %s", big.Notes[0])
