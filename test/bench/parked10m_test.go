@@ -59,12 +59,9 @@ type BigParked struct {
 	Points []BigPoint `json:"points"` // -parked10m x -body, then -parked10m-1k x 1024
 	// Probes: the daemon's start and the scrapes, on an empty Redis and
 	// with Points[0] parked.
-	Empty  *Probe `json:"empty"`
-	Parked *Probe `json:"parked"`
-	// StatsScript is store.Stats called from this process with the
-	// messages parked: the Redis part of a scrape.
-	StatsScript *Timing  `json:"stats_script,omitempty"`
-	Notes       []string `json:"notes,omitempty"`
+	Empty  *Probe   `json:"empty"`
+	Parked *Probe   `json:"parked"`
+	Notes  []string `json:"notes,omitempty"`
 }
 
 // BigPoint is one parked data set: its memory, AOF and load time.
@@ -95,6 +92,10 @@ type Probe struct {
 	ReadySeconds []float64 `json:"daemon_ready_seconds"` // exec -> /readyz 200, one per start
 	Stats        *Timing   `json:"get_v1_stats"`
 	Metrics      *Timing   `json:"get_metrics"`
+	// The Redis parts of a scrape, called from this process: store.Stats
+	// (one script per shard, pipelined) and INFO memory.
+	StatsScript *Timing `json:"store_stats"`
+	InfoMemory  *Timing `json:"info_memory"`
 }
 
 // Timing is a sample of durations in milliseconds.
@@ -168,16 +169,6 @@ func runParked10M(t *testing.T, e *env, rep *Report) {
 
 	t.Log("== parked10m: the daemon's start and scrapes with the messages parked")
 	big.Parked = be.probe(t)
-	st := store.New(be.rdb, store.Options{Prefix: "bench", Shards: 16})
-	var ds []time.Duration
-	for range *flagBigSamples {
-		t0 := time.Now()
-		if _, err := st.Stats(ctx); err != nil {
-			t.Fatalf("store.Stats: %v", err)
-		}
-		ds = append(ds, time.Since(t0))
-	}
-	big.StatsScript = timing(ds)
 
 	// The runs, alternated: empty (the benchmark's Redis), parked (this one).
 	for pass := 0; pass < max(1, *flagBigRepeat); pass++ {
@@ -325,9 +316,25 @@ func (e *env) probe(t *testing.T) *Probe {
 		}
 		d.stop(t)
 	}
-	t.Logf("   %d parked: daemon ready in %v s; GET /v1/stats median %.1f ms (max %.1f); GET /metrics median %.1f ms (max %.1f)",
-		p.Parked, p.ReadySeconds, p.Stats.MedianMS, p.Stats.MaxMS, p.Metrics.MedianMS, p.Metrics.MaxMS)
+	p.StatsScript = sample(func() error { _, err := st.Stats(ctx); return err })
+	p.InfoMemory = sample(func() error { return e.rdb.Info(ctx, "memory").Err() })
+	t.Logf("   %d parked: daemon ready in %v s; GET /v1/stats median %.1f ms (max %.1f); GET /metrics median %.1f ms (max %.1f); store.Stats median %.1f ms; INFO memory median %.1f ms",
+		p.Parked, p.ReadySeconds, p.Stats.MedianMS, p.Stats.MaxMS, p.Metrics.MedianMS, p.Metrics.MaxMS, p.StatsScript.MedianMS, p.InfoMemory.MedianMS)
 	return p
+}
+
+// sample times -scrape-samples calls of f, 50 ms apart.
+func sample(f func() error) *Timing {
+	var ds []time.Duration
+	for range max(1, *flagBigSamples) {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			return nil
+		}
+		ds = append(ds, time.Since(t0))
+		time.Sleep(50 * time.Millisecond) // spacing of the samples, as a scraper's interval
+	}
+	return timing(ds)
 }
 
 // scrape times -scrape-samples GETs of url (request to the last byte of
@@ -445,13 +452,18 @@ func (r *Report) parked10mMarkdown(w func(string, ...any)) {
 			p.ParkSeconds, p.ParkRate, p.BytesPerMsg, p.RSSBytes/1e6, p.RewriteSecs, float64(p.AOFBytes)/1e6, p.AOFPerMsg, p.StopSecs, p.LoadSecs, p.LoadLogSecs, p.ParkedAfter)
 	}
 	w("\nThe daemon (NATS -> NATS config) started three times on each data set: exec to the first /readyz 200. Scrapes: %d GETs 50 ms apart, request to the last byte. ", *flagBigSamples)
-	w("store.Stats is the Redis part of both (one script per shard, pipelined) called from the benchmark process.\n\n")
-	w("| data set | daemon ready s | GET /v1/stats ms median / max | GET /metrics ms median / max (bytes) | store.Stats ms median / max |\n|---|---|---|---|---|\n")
+	w("The Redis parts of both, called from the benchmark process: store.Stats (one script per shard, pipelined) and INFO memory.\n\n")
+	w("| data set | daemon ready s | GET /v1/stats ms median / max | GET /metrics ms median / max (bytes) | store.Stats ms median / max | INFO memory ms median / max |\n|---|---|---|---|---|---|\n")
+	tm := func(x *Timing) string {
+		if x == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f / %.1f", x.MedianMS, x.MaxMS)
+	}
 	for _, c := range []struct {
 		name string
 		p    *Probe
-		st   *Timing
-	}{{"empty", big.Empty, nil}, {humanCount(float64(big.Points[0].Messages)) + " parked", big.Parked, big.StatsScript}} {
+	}{{"empty", big.Empty}, {humanCount(float64(big.Points[0].Messages)) + " parked", big.Parked}} {
 		if c.p == nil {
 			continue
 		}
@@ -459,12 +471,8 @@ func (r *Report) parked10mMarkdown(w func(string, ...any)) {
 		for _, v := range c.p.ReadySeconds {
 			ready = append(ready, fmt.Sprintf("%.2f", v))
 		}
-		stats := "-"
-		if c.st != nil {
-			stats = fmt.Sprintf("%.1f / %.1f", c.st.MedianMS, c.st.MaxMS)
-		}
-		w("| %s (%d parked) | %s | %.1f / %.1f | %.1f / %.1f (%d) | %s |\n", c.name, c.p.Parked, strings.Join(ready, ", "),
-			c.p.Stats.MedianMS, c.p.Stats.MaxMS, c.p.Metrics.MedianMS, c.p.Metrics.MaxMS, c.p.Metrics.Bytes, stats)
+		w("| %s (%d parked) | %s | %s | %s (%d) | %s | %s |\n", c.name, c.p.Parked, strings.Join(ready, ", "),
+			tm(c.p.Stats), tm(c.p.Metrics), c.p.Metrics.Bytes, tm(c.p.StatsScript), tm(c.p.InfoMemory))
 	}
 	w("\nRuns with the messages parked, alternated with the same runs on the benchmark's empty Redis (NATS -> NATS; burst drain = n / (last stored - due instant)):\n\n")
 	w("| load | parked | published/s | parked/s | end-to-end/s | burst drain/s | p99 ms | max ms | daemon CPU s/10k | Redis CPU s/10k | status |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
