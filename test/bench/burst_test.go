@@ -30,7 +30,7 @@ import (
 var (
 	flagBurst       = flag.String("burst", "20000,200000", "sizes of the same-instant bursts (-only burst)")
 	flagBurstNative = flag.Int("burst-native", 20_000, "largest burst also run through NATS's native message schedules (one stream subject per message)")
-	flagBurstLead   = flag.Duration("burst-lead", 0, "how far ahead of the first publish a burst is due; 0: 2 s + 1 s per 15k messages")
+	flagBurstLead   = flag.Duration("burst-lead", 0, "how far ahead of the first publish a burst is due; 0: 2 s + 1 s per 8k messages")
 	flagBurstKeys   = flag.Int("burst-keys", 64, "distinct Kafka keys of the Kafka -> Kafka burst (per-key order is checked)")
 )
 

@@ -460,12 +460,13 @@ func (l natsLoad) name() string {
 
 // burstLead is how far ahead of the start of publishing a burst is due:
 // -burst-lead, or when that is 0 enough for the ingest to park n messages
-// on a busy machine (2 s + 1 s per 15k).
+// on a busy machine (2 s + 1 s per 8k: parking ran at 9k-16k msg/s while
+// other test suites took most of the two cores, 40k-60k on a quiet one).
 func burstLead(n int) time.Duration {
 	if *flagBurstLead > 0 {
 		return *flagBurstLead
 	}
-	return 2*time.Second + time.Duration(n)*time.Second/15_000
+	return 2*time.Second + time.Duration(n)*time.Second/8_000
 }
 
 func humanCount(v float64) string {

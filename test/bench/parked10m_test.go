@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -183,8 +184,13 @@ func runParked10M(t *testing.T, e *env, rep *Report) {
 	}
 
 	if m := *flagBigKB; m > 0 {
-		if err := be.rdb.FlushAll(ctx).Err(); err != nil {
-			t.Fatal(err)
+		// FLUSHALL of gigabytes takes longer than a client's default 3 s
+		// read timeout.
+		slow := redis.NewClient(&redis.Options{Addr: r.Addr, ReadTimeout: 10 * time.Minute})
+		err := slow.FlushAll(ctx).Err()
+		slow.Close()
+		if err != nil {
+			t.Fatalf("FLUSHALL: %v", err)
 		}
 		rewriteAOF(t, be.rdb) // an empty base: the old data set's files go
 		t.Logf("== parked10m: parking %d messages of 1 KB", m)
