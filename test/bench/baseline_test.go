@@ -102,6 +102,10 @@ func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
 	cpu := startCPU(0, e.rdb)
 	body := make([]byte, *flagBody)
 	burstAt := time.Now().Add(l.lead).Truncate(time.Millisecond)
+	drainCPU := func() *DrainCPU { return nil }
+	if l.kind == "burst" {
+		drainCPU = cpuFrom(burstAt, 0, e.rdb)
+	}
 	pr := publish(t, js, l.n, l.rate, func(i int) *nats.Msg {
 		due := time.Now().Add(l.delay).UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
 		if l.kind == "burst" {
@@ -115,6 +119,7 @@ func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
 		return m
 	})
 	all := rec.wait(30*time.Second+l.lead, time.Duration(l.n/500)*time.Second+2*time.Minute+l.lead)
+	dcpu := drainCPU()
 	cpu.stop(s)
 	cc.Stop()
 	rec.fill(s)
@@ -123,6 +128,7 @@ func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
 	s.setEndToEnd(pr.first, rec)
 	if l.kind == "burst" {
 		s.setBurst(pr.first, burstAt, pr.last, rec, nil, nil)
+		s.Burst.CPU = dcpu
 	}
 	s.finish(all)
 	return s

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -58,6 +59,48 @@ type Burst struct {
 	OutOfOrderPerShard *int `json:"out_of_order_within_shard,omitempty"`
 	OutOfOrderPerKey   *int `json:"out_of_order_within_key,omitempty"`
 	Keys               int  `json:"keys,omitempty"`
+	// CPU is what each process used from T to the end of the wait for the
+	// last message (up to 20 ms after it): where the drain's time went.
+	CPU *DrainCPU `json:"drain_cpu,omitempty"`
+}
+
+// DrainCPU is CPU seconds used from the instant a burst was due until it
+// had drained.
+type DrainCPU struct {
+	Wall      float64 `json:"wall_seconds"`
+	Available float64 `json:"available_cpu_seconds"` // CPUs x wall
+	Daemon    float64 `json:"daemon"`
+	Redis     float64 `json:"redis"`
+	Harness   float64 `json:"harness"` // this process: nats-server or kfake, the consumer
+	Other     float64 `json:"other_processes"`
+}
+
+// cpuFrom measures CPU as startCPU does, from the instant at (a goroutine
+// waits for it). The returned function ends the measurement; it returns nil
+// when at had not come.
+func cpuFrom(at time.Time, pid int, rdb *redis.Client) func() *DrainCPU {
+	var (
+		mu sync.Mutex
+		m  *cpuMeter
+	)
+	timer := time.AfterFunc(time.Until(at), func() {
+		c := startCPU(pid, rdb)
+		mu.Lock()
+		m = c
+		mu.Unlock()
+	})
+	return func() *DrainCPU {
+		timer.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if m == nil {
+			return nil
+		}
+		var s Scenario
+		m.stop(&s)
+		return &DrainCPU{Wall: s.WallSeconds, Available: float64(s.MachineCPUs) * s.WallSeconds, Daemon: max(s.DaemonCPUSeconds, 0),
+			Redis: s.RedisCPUSeconds, Harness: s.HarnessCPUSeconds, Other: s.OtherCPUSeconds}
+	}
 }
 
 // runBursts runs every burst size through the daemon (NATS -> NATS, Kafka
@@ -218,6 +261,7 @@ sinks:
 	body := make([]byte, *flagBody)
 	t0 := time.Now()
 	at := t0.Add(l.lead).Truncate(time.Millisecond)
+	drainCPU := cpuFrom(at, d.proc.Pid, e.rdb)
 	when := []kafka.Header{{Key: "x-delay", Value: []byte(strconv.FormatInt(l.delay.Milliseconds(), 10))}}
 	if l.kind == "burst" {
 		when = []kafka.Header{{Key: "x-deliver-at", Value: []byte(strconv.FormatInt(at.UnixMilli(), 10))}}
@@ -245,6 +289,7 @@ sinks:
 		}
 	})
 	all := rec.wait(30*time.Second+l.lead, time.Duration(l.n/500)*time.Second+2*time.Minute+l.lead)
+	dcpu := drainCPU()
 	parkedAt := parked()
 	cpu.stop(s)
 	if !parkedAt.IsZero() {
@@ -260,6 +305,7 @@ sinks:
 		// Four readers record concurrently: only a partition's order (so a
 		// key's) is the order of the sink topic.
 		s.setBurst(first, at, parkedAt, rec, nil, keyOf)
+		s.Burst.CPU = dcpu
 	}
 	s.finish(all)
 }
@@ -309,12 +355,13 @@ func (r *Report) burstMarkdown(w func(string, ...any)) {
 	w("parked: when the last one was parked (ingest ack floor / parked counter; native: last PubAck), seconds from T (negative: before T). ")
 	w("drain: n / (last stored - T); NATS: sink stream timestamps, Kafka: the consumer's receive time. Lateness (ms after T): first, p50, p99, last. ")
 	w("Out of order: messages that came out after one published later, overall / within a store shard (NATS: the sink stream's order) / within a Kafka key (a partition's order). All are due at the same instant, so due order holds whatever the order; these count the tie order.\n\n")
-	w("| pairing | system | msgs | lead s | parked s from T | drain s | drain msg/s | first ms | p50 ms | p99 ms | last ms | out of order: all / shard / key | daemon CPU s/10k | Redis CPU s/10k | status |\n")
-	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n")
+	w("CPU from T to the end of the drain: seconds used by the daemon / Redis / the benchmark process (nats-server or kfake, consumer) / other processes, of the CPUs x wall available.\n\n")
+	w("| pairing | system | msgs | lead s | parked s from T | drain s | drain msg/s | first ms | p50 ms | p99 ms | last ms | out of order: all / shard / key | CPU in the drain: daemon / Redis / harness / other of available | status |\n")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
 	for _, s := range ss {
 		b := s.Burst
 		if b == nil {
-			w("| %s | %s | %d | - | - | - | - | - | - | - | - | - | - | - | %s |\n", s.Pairing, s.System, s.Messages, s.Status)
+			w("| %s | %s | %d | - | - | - | - | - | - | - | - | - | - | %s |\n", s.Pairing, s.System, s.Messages, s.Status)
 			continue
 		}
 		ready := "-"
@@ -332,7 +379,11 @@ func (r *Report) burstMarkdown(w func(string, ...any)) {
 		if b.OutOfOrderPerKey != nil {
 			key = fmt.Sprintf("%d (%d keys)", *b.OutOfOrderPerKey, b.Keys)
 		}
-		w("| %s | %s | %d | %.1f | %s | %.3f | %s | %s | %s | %s | %s | %d / %s / %s | %s | %s | %s |\n", s.Pairing, s.System, s.Messages, b.LeadSeconds, ready,
-			b.DrainSeconds, f0(b.DrainRate), f1(b.FirstMS), p50, p99, f1(b.LastMS), b.OutOfOrder, shard, key, f2(s.DaemonCPUPer10k), f2(s.RedisCPUPer10k), s.Status)
+		cpu := "-"
+		if c := b.CPU; c != nil {
+			cpu = fmt.Sprintf("%.2f / %.2f / %.2f / %.2f of %.2f", c.Daemon, c.Redis, c.Harness, c.Other, c.Available)
+		}
+		w("| %s | %s | %d | %.1f | %s | %.3f | %s | %s | %s | %s | %s | %d / %s / %s | %s | %s |\n", s.Pairing, s.System, s.Messages, b.LeadSeconds, ready,
+			b.DrainSeconds, f0(b.DrainRate), f1(b.FirstMS), p50, p99, f1(b.LastMS), b.OutOfOrder, shard, key, cpu, s.Status)
 	}
 }

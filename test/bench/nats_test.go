@@ -140,8 +140,13 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 		}
 		return m
 	}
+	drainCPU := func() *DrainCPU { return nil }
+	if l.kind == "burst" {
+		drainCPU = cpuFrom(burstAt, d.proc.Pid, e.rdb)
+	}
 	pr := publish(t, js, l.n, l.rate, mk)
 	all := rec.wait(30*time.Second+l.lead, time.Duration(l.n/500)*time.Second+2*time.Minute+l.lead)
+	dcpu := drainCPU()
 	parkedAt := parked()
 	cpu.stop(s)
 	stopPerf()
@@ -163,6 +168,7 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 		s.FireRate = float64(s.Received) / rec.last.Sub(firstDue).Seconds()
 	case l.kind == "burst":
 		s.setBurst(pr.first, burstAt, parkedAt, rec, benchShardOf(prefix), nil)
+		s.Burst.CPU = dcpu
 	}
 	s.finish(all)
 	return s
