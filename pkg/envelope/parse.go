@@ -585,7 +585,10 @@ func (p *parser) route(msg *Message, sched bool) (code, reason string) {
 		from, raw = destHeader, dest
 	}
 	final, templated := raw, false
-	if !sched || !hasDest { // scheduler-target-topic is a topic name, as etf1 reads it
+	// A destination without braces is literal: no template to parse (the
+	// common case, and a per-message cost at the maximum rate).
+	// scheduler-target-topic is a topic name, as etf1 reads it.
+	if (!sched || !hasDest) && strings.ContainsAny(raw, "{}") {
 		t, err := ParseTemplate(raw)
 		if err != nil {
 			return CodeInvalidDestination, fmt.Sprintf("%s %q: %v", from, printable(raw), err)
