@@ -247,6 +247,25 @@ end
 local function groupdel(group, id)
   if group ~= '' then redis.call('ZREM', KEYS[14], group .. '\0' .. id) end
 end
+-- callmany calls a command of one key with the values of list as its
+-- further arguments, at most 1000 at a time (unpack's stack bound is 8000):
+-- one call for many members of a set or fields of a hash. list holds whole
+-- groups of an even count (ZADD's score, member pairs).
+local function callmany(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+-- hmget is HMGET of a hash for many fields, in order; false for a field the
+-- hash does not have.
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))
+    for k = 1, #part do out[#out + 1] = part[k] end
+  end
+  return out
+end
 -- HOLDBAND is the width of a sink's hold band (Keys): a held message's
 -- score is HOLDBAND * (1 + the sink's index) + its due time.
 local HOLDBAND = 4398046511104
@@ -300,38 +319,48 @@ local function promote(id, blob)
 end
 -- acklease removes the delivered messages of a lease (ackScript): args[from
 -- .. to] are 6 values per message, the dedupe keys are KEYS[keybase + j].
+--
+-- The common message (delivered, not recurring, nothing waiting) is removed
+-- with the others at the end, one ZREM per due set and one HDEL per hash
+-- for the lease, not three calls each.
 local function acklease(expiry, window, args, from, to, keybase)
   local top = maxprio()
   local anynext = redis.call('EXISTS', KEYS[15]) == 1
   local n, j = 0, 0
+  local gone, zgone = {}, {}
   for i = from, to, 6 do
     j = j + 1
     local id, group = args[i], args[i + 2]
     local ok, p = claimedby(id, expiry, top)
     if ok then
-      redis.call('ZREM', zkey(p), id)
       if window > 0 then
         redis.call('SET', KEYS[keybase + j], args[i + 1], 'PX', window)
       end
       local waiting = anynext and redis.call('HGET', KEYS[15], id)
       if waiting then
+        redis.call('ZREM', zkey(p), id)
         forget(id, redis.call('HGET', KEYS[1], id))
         promote(id, waiting)
       elseif args[i + 3] ~= '' then
         local nxt = args[i + 5]
+        redis.call('ZREM', zkey(p), id)
         groupdel(group, id)
         redis.call('HDEL', KEYS[3], id)
         redis.call('HSET', KEYS[1], id, nxt)
         redis.call('ZADD', zkey(tonumber(args[i + 4])), args[i + 3], id)
         groupadd(blobinfo(nxt).group, id)
       else
-        redis.call('HDEL', KEYS[1], id)
-        redis.call('HDEL', KEYS[3], id)
+        gone[#gone + 1] = id
+        zgone[p] = zgone[p] or {}
+        zgone[p][#zgone[p] + 1] = id
         groupdel(group, id)
       end
       n = n + 1
     end
   end
+  for p, ids in pairs(zgone) do callmany('ZREM', zkey(p), ids) end
+  callmany('HDEL', KEYS[1], gone)
+  callmany('HDEL', KEYS[3], gone)
   return n
 end
 -- claimdue takes due messages and puts them in flight (claimScript):
@@ -357,9 +386,15 @@ local function claimdue(max, leasems, args, from, acked)
     while left > 0 and holds > 0 do
       local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
       if #due == 0 then break end
+      local ids = {}
+      for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
+      local blobs = hmget(KEYS[1], ids)
+      -- the new scores (lease or hold band) of this round, in one ZADD
+      -- before the next round looks for due ones again
+      local adds = {}
       for i = 1, #due, 2 do
         local id = due[i]
-        local blob = redis.call('HGET', KEYS[1], id)
+        local blob = blobs[(i + 1) / 2]
         local band = false
         if anyblocked and blob then
           local info = blobinfo(blob)
@@ -370,7 +405,8 @@ local function claimdue(max, leasems, args, from, acked)
           redis.call('ZREM', key, id)
           redis.call('HDEL', KEYS[3], id)
         elseif band then
-          redis.call('ZADD', key, band, id)
+          adds[#adds + 1] = band
+          adds[#adds + 1] = id
           holds = holds - 1
         else
           local a, r = 0, ''
@@ -385,7 +421,8 @@ local function claimdue(max, leasems, args, from, acked)
           end
           local slotted = 0
           if tonumber(due[i + 1]) % 1 == 0.25 then slotted = 1 end
-          redis.call('ZADD', key, score, id)
+          adds[#adds + 1] = score
+          adds[#adds + 1] = id
           out[#out + 1] = id
           out[#out + 1] = a + 1
           out[#out + 1] = slotted
@@ -393,6 +430,7 @@ local function claimdue(max, leasems, args, from, acked)
           left = left - 1
         end
       end
+      callmany('ZADD', key, adds)
     end
   end
   if holds <= 0 then
