@@ -132,6 +132,27 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+		// What the store does with a Redis reply, and what it did before
+		// DecodeString.
+		blob := string(enc)
+		b.Run(c.name+"-copy", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(c.size))
+			for b.Loop() {
+				if _, err := envelope.Decode(m.ID, []byte(blob)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"-string", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(c.size))
+			for b.Loop() {
+				if _, err := (envelope.Codec{}).DecodeString(m.ID, blob); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -311,8 +311,20 @@ func appendString(dst []byte, s string) []byte {
 // Decode parses a stored message, opening it with c's Sealer when it is
 // sealed. The returned Body aliases b when the message is in clear (a sealed
 // one's is a fresh buffer).
-func (c Codec) Decode(id string, b []byte) (*Message, error) {
-	m, flags, ext, d, err := decodeRouting(id, b)
+func (c Codec) Decode(id string, b []byte) (*Message, error) { return c.decode(id, b, "") }
+
+// DecodeString is Decode of a stored message read as a string (as a Redis
+// reply is): the message's strings (sink, destination, headers...) are
+// parts of blob, not copies, and its Body a copy of its part of blob. Two
+// allocations per header and three per message fewer than Decode([]byte(blob)).
+func (c Codec) DecodeString(id, blob string) (*Message, error) {
+	return c.decode(id, []byte(blob), blob)
+}
+
+// decode is Decode; src, when not empty, is b as a string, which the
+// decoder's strings are taken from.
+func (c Codec) decode(id string, b []byte, src string) (*Message, error) {
+	m, flags, ext, d, err := decodeRoutingFrom(id, b, src)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +346,7 @@ func (c Codec) Decode(id string, b []byte) (*Message, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: %w", ErrSealed, id, err)
 		}
-		d.b = plain
+		d.b, d.src = plain, ""
 	}
 	if flags&flagKey != 0 {
 		m.Key = []byte(d.string())
@@ -368,6 +380,12 @@ func SealedKeyID(b []byte) (keyID string, sealed bool, err error) {
 // decodeRouting parses the part every encoding has in clear: version
 // through the recurrence. d is left at what follows.
 func decodeRouting(id string, b []byte) (*Message, byte, byte, *decoder, error) {
+	return decodeRoutingFrom(id, b, "")
+}
+
+// decodeRoutingFrom is decodeRouting with src, b as a string or "" (see
+// decoder).
+func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *decoder, error) {
 	if len(b) < 2 {
 		return nil, 0, 0, nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
 	}
@@ -375,12 +393,12 @@ func decodeRouting(id string, b []byte) (*Message, byte, byte, *decoder, error) 
 	var d *decoder
 	switch b[0] {
 	case codecV1:
-		flags, d = b[1], &decoder{b: b[2:]}
+		flags, d = b[1], &decoder{b: b[2:], src: src}
 	case codecV2:
 		if len(b) < 3 {
 			return nil, 0, 0, nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
 		}
-		flags, ext, d = b[1], b[2], &decoder{b: b[3:]}
+		flags, ext, d = b[1], b[2], &decoder{b: b[3:], src: src}
 		if ext == 0 || ext&^knownExt != 0 {
 			return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown version 2 flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, ext)
 		}
@@ -457,7 +475,10 @@ func (d *decoder) recur() *Recurrence {
 }
 
 type decoder struct {
-	b   []byte
+	b []byte
+	// src, when not empty, is the whole buffer b is the rest of, as a
+	// string: string() returns parts of it instead of copies.
+	src string
 	err error
 }
 
@@ -509,7 +530,13 @@ func (d *decoder) string() string {
 		d.err = fmt.Errorf("length %d exceeds remaining %d bytes", n, len(d.b))
 		return ""
 	}
-	s := string(d.b[:n])
+	var s string
+	if d.src != "" {
+		off := len(d.src) - len(d.b)
+		s = d.src[off : off+int(n)]
+	} else {
+		s = string(d.b[:n])
+	}
 	d.b = d.b[n:]
 	return s
 }

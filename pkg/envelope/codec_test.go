@@ -104,6 +104,13 @@ func roundTrip(t *testing.T, m *Message) ([]byte, *Message) {
 	if diff := diffMessages(m, got); diff != "" {
 		t.Fatalf("round trip: %s", diff)
 	}
+	fromString, err := Codec{}.DecodeString(m.ID, string(enc))
+	if err != nil {
+		t.Fatalf("DecodeString: %v", err)
+	}
+	if diff := diffMessages(m, fromString); diff != "" {
+		t.Fatalf("round trip through DecodeString: %s", diff)
+	}
 	return enc, got
 }
 

@@ -248,6 +248,19 @@ func FuzzDecode(f *testing.F) {
 		orig := append([]byte(nil), b...)
 		// With a Sealer (which also reads clear messages): never panics,
 		// every error is ErrCorrupt, and what opens seals again.
+		for _, c := range []Codec{sealK1, sealK2, {}} {
+			// DecodeString decodes what Decode does, the same way.
+			got, err := c.Decode("fuzz-id", b)
+			fromString, serr := c.DecodeString("fuzz-id", string(b))
+			if (err == nil) != (serr == nil) || (err != nil && err.Error() != serr.Error()) {
+				t.Fatalf("Decode: %v; DecodeString: %v", err, serr)
+			}
+			if err == nil {
+				if diff := diffMessages(got, fromString); diff != "" {
+					t.Fatalf("DecodeString differs from Decode: %s", diff)
+				}
+			}
+		}
 		for _, c := range []Codec{sealK1, sealK2} {
 			got, err := c.Decode("fuzz-id", b)
 			if !bytes.Equal(orig, b) {

@@ -676,7 +676,7 @@ func (s *Store) encode(m *envelope.Message) []byte {
 
 // decode is the store's codec's Decode.
 func (s *Store) decode(id string, blob string) (*envelope.Message, error) {
-	return s.codec.Decode(id, []byte(blob))
+	return s.codec.DecodeString(id, blob)
 }
 
 // ClockOffset measures Redis's clock minus this process's: what to add to
