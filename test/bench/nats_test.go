@@ -115,6 +115,14 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 	stopPerf := func() {}
 	if l.kind == "max" || l.kind == "burst" {
 		name := fmt.Sprintf("nats-%s-parked%d", l.kind, max(l.preParked, l.kept))
+		if l.variant != "" { // the features runs: one profile per variant
+			name += "-" + strings.Map(func(r rune) rune {
+				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+					return r
+				}
+				return '-'
+			}, strings.ToLower(l.variant))
+		}
 		stopPerf = startPerf(t, name, d.proc.Pid, redisPid(e.rdb))
 		stopProfile := startProfile(t, name, d)
 		defer stopProfile()
