@@ -189,6 +189,42 @@ func (d *daemon) metrics(t *testing.T) map[string]float64 {
 			out[k+".mean"] = h.GetSampleSum() / float64(h.GetSampleCount())
 		}
 	}
+	// The daemon's own lateness: its fire lateness histogram summed over
+	// sinks, p50 and p99 interpolated within buckets as Prometheus's
+	// histogram_quantile does (what a dashboard shows).
+	if f, ok := fams["delaybridge_fire_lateness_seconds"]; ok {
+		var bounds []float64
+		cum := map[float64]float64{}
+		var total float64
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			if h == nil {
+				continue
+			}
+			total += float64(h.GetSampleCount())
+			for _, b := range h.GetBucket() {
+				if _, seen := cum[b.GetUpperBound()]; !seen {
+					bounds = append(bounds, b.GetUpperBound())
+				}
+				cum[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
+		}
+		if total > 0 {
+			sort.Float64s(bounds)
+			counts := make([]float64, len(bounds))
+			for i, b := range bounds {
+				counts[i] = cum[b]
+			}
+			out["fire_lateness.count"] = total
+			out["fire_lateness.p50"] = histogramQuantile(0.5, bounds, counts, total)
+			out["fire_lateness.p99"] = histogramQuantile(0.99, bounds, counts, total)
+			for i, b := range bounds {
+				if b == 0.001 {
+					out["fire_lateness.within_1ms"] = counts[i] / total
+				}
+			}
+		}
+	}
 	mean("delaybridge_park_batch_size", "park_batch_size", "")
 	mean("delaybridge_claim_batch_size", "claim_batch_size", "")
 	mean("delaybridge_park_duration_seconds", "park_seconds", "")
@@ -706,3 +742,23 @@ func summarize(d []time.Duration) *Lateness {
 
 // drain reads and discards a response body.
 func drain(r io.ReadCloser) { _, _ = io.Copy(io.Discard, r); r.Close() }
+
+// histogramQuantile is Prometheus's histogram_quantile for one histogram:
+// bounds are the buckets' upper bounds in order, counts their cumulative
+// counts, total the sample count (the +Inf bucket). The quantile is
+// interpolated linearly within its bucket (from 0 for the first); one past
+// the last finite bound is that bound.
+func histogramQuantile(q float64, bounds, counts []float64, total float64) float64 {
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for i, b := range bounds {
+		if counts[i] >= rank {
+			if counts[i] == below {
+				return b
+			}
+			return lower + (b-lower)*(rank-below)/(counts[i]-below)
+		}
+		lower, below = b, counts[i]
+	}
+	return lower
+}

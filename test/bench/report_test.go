@@ -212,6 +212,30 @@ func (r *Report) evaluateTargets() {
 		r.Targets = append(r.Targets, t)
 	}
 
+	// Precision (issue 21): at the sink (the sink stream's timestamp, read
+	// by the consumer) and by the daemon (its fire lateness histogram).
+	for _, c := range []struct {
+		rate, p50, p99 float64
+	}{{1000, 1, 3}, {10000, 0, 10}} {
+		s := r.find("delaybridge", "rate", c.rate, false)
+		goal := fmt.Sprintf("p99 <= %.0f ms", c.p99)
+		if c.p50 > 0 {
+			goal = fmt.Sprintf("p50 <= %.0f ms, p99 <= %.0f ms", c.p50, c.p99)
+		}
+		at := Target{Name: fmt.Sprintf("precision at %s msg/s, due to confirmed, at the sink", humanCount(c.rate)), Goal: goal}
+		by := Target{Name: fmt.Sprintf("precision at %s msg/s, due to confirmed, by the daemon's histogram", humanCount(c.rate)), Goal: goal}
+		if s != nil && s.Lateness != nil {
+			at.Measured = fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", s.Lateness.P50, s.Lateness.P99)
+			at.Met = yes(s.Status == "ok" && (c.p50 == 0 || s.Lateness.P50 <= c.p50) && s.Lateness.P99 <= c.p99)
+		}
+		if s != nil && s.DaemonMetrics["fire_lateness.count"] > 0 {
+			p50, p99 := 1000*s.DaemonMetrics["fire_lateness.p50"], 1000*s.DaemonMetrics["fire_lateness.p99"]
+			by.Measured = fmt.Sprintf("p50 %.2f ms, p99 %.2f ms (%.0f%% within 1 ms)", p50, p99, 100*s.DaemonMetrics["fire_lateness.within_1ms"])
+			by.Met = yes(s.Status == "ok" && (c.p50 == 0 || p50 <= c.p50) && p99 <= c.p99)
+		}
+		r.Targets = append(r.Targets, at, by)
+	}
+
 	for _, m := range r.Memory {
 		r.Targets = append(r.Targets, Target{
 			Name:     fmt.Sprintf("Redis overhead per parked message, %d-byte body", m.BodyBytes),
