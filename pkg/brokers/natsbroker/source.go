@@ -138,13 +138,8 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 		if err == nil {
 			return s.incomingJS(msg)
 		}
-		select {
-		case <-s.closed:
-			return nil, nil, ingest.ErrClosed
-		default:
-		}
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+		if stop := s.stopped(ctx); stop != nil {
+			return nil, nil, stop
 		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			return nil, nil, ingest.ErrClosed
@@ -160,6 +155,18 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 		case <-t.C:
 		}
 	}
+}
+
+// stopped says why a failed read must end Read: ingest.ErrClosed when the
+// Source closed, ctx's error when it ended; nil when neither, and the error
+// is the read's own.
+func (s *Source) stopped(ctx context.Context) error {
+	select {
+	case <-s.closed:
+		return ingest.ErrClosed
+	default:
+	}
+	return ctx.Err()
 }
 
 func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFunc, error) {
@@ -188,13 +195,8 @@ func (s *Source) readCore(ctx context.Context) (*envelope.Incoming, ingest.AckFu
 		msg, err = s.sub.NextMsgWithContext(ctx)
 	}
 	if err != nil {
-		select {
-		case <-s.closed:
-			return nil, nil, ingest.ErrClosed
-		default:
-		}
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+		if stop := s.stopped(ctx); stop != nil {
+			return nil, nil, stop
 		}
 		return nil, nil, fmt.Errorf("nats ingest %s: %w", s.cfg.Name, err)
 	}
