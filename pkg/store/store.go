@@ -674,7 +674,7 @@ func (s *Store) encode(m *envelope.Message) []byte {
 	return s.codec.Encode(make([]byte, 0, envelope.EncodedSize(m)), m)
 }
 
-// decode is the store's codec's Decode.
+// decode is the store's codec's DecodeString: the blob as Redis answered it.
 func (s *Store) decode(id string, blob string) (*envelope.Message, error) {
 	return s.codec.DecodeString(id, blob)
 }
