@@ -48,7 +48,7 @@ fuzz: ## each fuzz target for FUZZTIME (default 300000 executions, ~10 s)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
 	$(GO) test -run '^$$' -fuzz '^FuzzCodecRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
 
-bench: ## end-to-end benchmark of the real binary (~7 min): table to docs/performance.md, numbers to test/bench/bench.json
+bench: ## end-to-end benchmark of the real binary (~20 min): table to docs/performance.md, numbers to test/bench/bench.json
 	$(GO) test -tags bench -run TestBench -timeout 60m -v ./test/bench/ -args -out bench.json -doc $(CURDIR)/docs/performance.md $(BENCHFLAGS)
 
 fault: ## fault-injection suite against the real binary and real servers (~5 min): table to docs/reliability.md
