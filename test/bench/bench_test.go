@@ -45,6 +45,7 @@ var (
 	flagMemN    = flag.Int("mem-n", 1_000_000, "messages parked per body size for the Redis memory figure")
 	flagMemBody = flag.String("mem-bodies", "100,1024", "body sizes (bytes) of the Redis memory figure")
 	flagPprof   = flag.String("pprof", "", "directory: save a 5 s CPU profile of the daemon (admin.pprof) during each maximum-rate NATS run (cpu-<load>.pprof)")
+	flagBin     = flag.String("bin", "", "run this daemon binary instead of building one from the checkout (to compare builds scenario by scenario)")
 	flagPerf    = flag.String("perf", "", "directory: record the daemon and redis-server with `perf record -g` during each maximum-rate run (perf-<load>.data)")
 )
 

@@ -43,6 +43,11 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	e := &env{nats: testenv.NATS(t), redis: testenv.Redis(t)}
 	e.rdb = e.redis.Client()
+	if *flagBin != "" {
+		t.Logf("the daemon: %s (-bin)", *flagBin)
+		e.bin = *flagBin
+		return e
+	}
 	t.Log("building the daemon")
 	e.bin = testenv.Build(t)
 	return e
