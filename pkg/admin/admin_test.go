@@ -23,6 +23,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -81,8 +82,8 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 			}
 			return res[0].Accepted(), nil
 		},
-		SinkExists: func(name string) bool { return name == "rabbit" || name == "kafka" },
-		Logger:     slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		SinkDestinations: destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka}.Lookup,
+		Logger:           slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	ro := &redis.Options{Addr: rs.Addr}
 	for _, o := range opts {
@@ -1179,7 +1180,7 @@ func TestTokenCannotBeBypassedByEncoding(t *testing.T) {
 func TestPostSharesTheIngestRules(t *testing.T) {
 	lim := envelope.Limits{MaxDelay: time.Hour, MaxPayloadBytes: 32, MaxHeaderBytes: 60, MaxIDBytes: 16}
 	e := newEnv(t, withLimits(lim))
-	sinkExists := func(name string) bool { return name == "rabbit" || name == "kafka" }
+	sinkExists := destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka}.Lookup
 	cases := []struct {
 		name    string
 		headers envelope.Headers // as an ingested message carries them
@@ -1214,7 +1215,7 @@ func TestPostSharesTheIngestRules(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := &envelope.Incoming{Headers: c.headers, Body: []byte(c.body)}
-			route := &envelope.Route{Ingest: "in", Sink: c.sink, Destination: c.dest, SinkExists: sinkExists}
+			route := &envelope.Route{Ingest: "in", Sink: c.sink, Destination: c.dest, Sinks: sinkExists}
 			d := envelope.Parse(in, route, lim, time.Now(), nil)
 			if d.Action != envelope.Reject {
 				t.Fatalf("ingest: %v, want a rejection", d.Action)

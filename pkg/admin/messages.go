@@ -393,7 +393,7 @@ func (s *Server) buildMessage(req *postRequest, now time.Time) (*envelope.Messag
 	if reason != "" {
 		return nil, reason
 	}
-	route := &envelope.Route{Sink: strings.TrimSpace(req.Sink), Destination: req.Destination, SinkExists: s.p.SinkExists}
+	route := &envelope.Route{Sink: strings.TrimSpace(req.Sink), Destination: req.Destination, Sinks: s.p.SinkDestinations}
 	d := envelope.Parse(in, route, s.p.Limits, now, nil)
 	if d.Action != envelope.Park {
 		return nil, apiNames.Replace(d.Reason)

@@ -47,6 +47,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/destination"
+
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -88,9 +90,10 @@ type Params struct {
 	// called concurrently from request goroutines.
 	Park func(ctx context.Context, m *envelope.Message) (parked bool, err error)
 
-	// SinkExists reports whether a sink of that name is configured; nil
-	// accepts every non-empty name.
-	SinkExists func(name string) bool
+	// SinkDestinations returns the destination syntax of the configured sink name,
+	// false when there is none; nil knows every non-empty name
+	// (envelope.Route.Sinks).
+	SinkDestinations func(name string) (destination.Syntax, bool)
 
 	// Now is the clock of the moment a POST is taken in, from which its
 	// delay counts: the daemon's reads Redis's clock. Default time.Now.

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/delaybridge/delaybridge/pkg/destination"
 )
 
 // IngestBroker is the broker block of an ingest: the mapping under its
@@ -30,6 +32,13 @@ type SinkBroker interface {
 	Kind() string
 	ApplyDefaults()
 	Validate(at string, p *Problems)
+	// Destinations is how the broker names the destinations the sink
+	// publishes to: their syntax, its control plane, the wildcards of
+	// route.allowed_destinations.
+	Destinations() destination.Syntax
+	// Opens says what a route opens to its publishers when they may choose
+	// any destination of the sink named name (Config.Warnings).
+	Opens(name string) string
 }
 
 // Broker is one kind of broker as the configuration knows it: the key of

@@ -245,7 +245,7 @@ ingest:
     route: {sink: s, destination: d, allowed_sinks: [s]}
   - name: n
     nats: {url: "nats://x:1", subject: a, durable: d}
-    route: {sink: s, destination: d, allow_override: true, allowed_sinks: [zzz], allowed_destinations: ["[bad"], default_delay: 9000h}
+    route: {sink: s, destination: d, allow_override: true, allowed_sinks: [zzz], allowed_destinations: ["fired.a*"], default_delay: 9000h}
   - name: none
     route: {sink: s, destination: d}
 limits: {max_delay: 24h}
@@ -254,7 +254,7 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 			`ingest[0].route.sink: "nope" names no sink`, "ingest[0].route.destination: required",
 			`ingest[1].name: "k" is used by another ingest`, "ingest[1].rabbitmq.queue: required",
 			"ingest[1].route.allow_override", "ingest[2].nats.durable: a durable consumer needs a JetStream stream",
-			`ingest[2].route.allowed_sinks[0]: "zzz" names no sink`, "ingest[2].route.allowed_destinations[0]",
+			`ingest[2].route.allowed_sinks[0]: "zzz" names no sink`, `ingest[2].route.allowed_destinations[0]: "fired.a*": in a NATS subject pattern a wildcard is a whole token`,
 			"ingest[2].route.default_delay: 9000h0m0s is over limits.max_delay", "ingest[3]: give exactly one of kafka, nats, rabbitmq (got 0)"}},
 	}
 	for _, c := range cases {

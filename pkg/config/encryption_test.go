@@ -11,8 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaybridge/delaybridge/pkg/config"
 	"gopkg.in/yaml.v3"
+
+	"github.com/delaybridge/delaybridge/pkg/config"
 )
 
 // Two valid keys (32 bytes each) and one too short (16 bytes).

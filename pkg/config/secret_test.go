@@ -10,11 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
 	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
 	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
-	"gopkg.in/yaml.v3"
 )
 
 const secretValue = "s3cr3t-Value-9f2c"

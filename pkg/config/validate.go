@@ -6,12 +6,12 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
@@ -337,17 +337,27 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 		p.Add(at+".route.destination", "%q: %v", r.Destination, err)
 	}
 	c.validateDialects(p, in, at)
-	if (len(r.AllowedSinks) > 0 || len(r.AllowedDestinations) > 0) && !r.AllowOverride {
-		p.Add(at+".route.allow_override", "allowed_sinks/allowed_destinations restrict overrides; set allow_override: true to allow them")
+	if len(r.AllowedSinks) > 0 && !r.AllowOverride {
+		p.Add(at+".route.allow_override", "allowed_sinks restricts x-delay-sink; set allow_override: true to allow it")
 	}
 	for j, s := range r.AllowedSinks {
 		if !sinks[s] {
 			p.Add(fmt.Sprintf("%s.route.allowed_sinks[%d]", at, j), "%q names no sink in sinks", s)
 		}
 	}
+	syntaxes := c.routeSyntaxes(r)
 	for j, d := range r.AllowedDestinations {
-		if _, err := path.Match(d, ""); err != nil {
-			p.Add(fmt.Sprintf("%s.route.allowed_destinations[%d]", at, j), "%q is not a valid pattern: %v", d, err)
+		for _, syn := range syntaxes {
+			if why := syn.CheckPattern(d); why != "" {
+				p.Add(fmt.Sprintf("%s.route.allowed_destinations[%d]", at, j), "%s", why)
+				break
+			}
+		}
+	}
+	if syn, ok := c.SinkDestinations(r.Sink); ok && r.Destination != "" && !strings.ContainsAny(r.Destination, "{}") {
+		// A literal destination is checked here once; a template per message.
+		if err := syn.Check(r.Destination, r.AllowedDestinations, false); err != nil {
+			p.Add(at+".route.destination", "%v", err)
 		}
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay < 0 {
@@ -359,6 +369,75 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay {
 		p.Add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)
 	}
+}
+
+// routeSyntaxes are the destination syntaxes of the sinks a route's
+// messages may go to: its sink, and those x-delay-sink may choose.
+func (c *Config) routeSyntaxes(r *Route) []destination.Syntax {
+	var out []destination.Syntax
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		if s.Broker == nil {
+			continue
+		}
+		if s.Name == r.Sink || (r.AllowOverride && (len(r.AllowedSinks) == 0 || slices.Contains(r.AllowedSinks, s.Name))) {
+			out = append(out, s.Broker.Destinations())
+		}
+	}
+	return out
+}
+
+// SinkDestinations returns the destination syntax of the sink named name;
+// false when no sink of that name has a broker block.
+func (c *Config) SinkDestinations(name string) (destination.Syntax, bool) {
+	for i := range c.Sinks {
+		if c.Sinks[i].Name == name && c.Sinks[i].Broker != nil {
+			return c.Sinks[i].Broker.Destinations(), true
+		}
+	}
+	return destination.Syntax{}, false
+}
+
+// Warnings are what a valid configuration opens that its author may not
+// mean: a route whose destination a publisher chooses (allow_override, or
+// a template with a placeholder) without route.allowed_destinations.
+// `delaybridge validate` prints them and the daemon logs them at start.
+func (c *Config) Warnings() Problems {
+	var w Problems
+	for i := range c.Ingest {
+		in := &c.Ingest[i]
+		r := &in.Route
+		at := fmt.Sprintf("ingest[%d].route", i)
+		if len(r.AllowedDestinations) > 0 {
+			continue
+		}
+		var who string
+		switch {
+		case r.AllowOverride:
+			who = "allow_override lets a publisher choose any destination (x-delay-destination)"
+		case hasPlaceholder(r.Destination):
+			who = fmt.Sprintf("destination %q lets a publisher choose a destination through its placeholders", r.Destination)
+		default:
+			continue
+		}
+		var opens []string
+		for _, s := range c.Sinks {
+			if s.Name != r.Sink && !(r.AllowOverride && (len(r.AllowedSinks) == 0 || slices.Contains(r.AllowedSinks, s.Name))) {
+				continue
+			}
+			if s.Broker != nil {
+				opens = append(opens, s.Broker.Opens(s.Name))
+			}
+		}
+		w.Add(at+".allowed_destinations", "not set, and %s: %s. List the destinations the publishers may use (patterns in the sink broker's wildcards)",
+			who, strings.Join(opens, "; "))
+	}
+	return w
+}
+
+func hasPlaceholder(dest string) bool {
+	t, err := envelope.ParseTemplate(dest)
+	return err == nil && !t.Literal()
 }
 
 func (c *Config) validateDialects(p *Problems, in *Ingest, at string) {

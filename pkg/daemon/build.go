@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/destination"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/config"
@@ -114,12 +116,39 @@ func Limits(cfg *config.Config) envelope.Limits {
 	}
 }
 
+// SinkDestinations returns the lookup of a sink's destination syntax by
+// name (envelope.Route.Sinks), built once from cfg.
+func SinkDestinations(cfg *config.Config) func(string) (destination.Syntax, bool) {
+	m := make(destination.Sinks, len(cfg.Sinks))
+	for _, s := range cfg.Sinks {
+		if syn, ok := cfg.SinkDestinations(s.Name); ok {
+			m[s.Name] = syn
+		}
+	}
+	return m.Lookup
+}
+
+// DestinationGuard is the scheduler's last check before a publish
+// (scheduler.Params.Destinations): the message's destination must be valid
+// for its sink and outside the broker's control plane unless the route of
+// its ingest names that prefix (destination.Syntax.Check).
+func DestinationGuard(cfg *config.Config) func(*envelope.Message) error {
+	syntax := SinkDestinations(cfg)
+	allowed := make(map[string][]string, len(cfg.Ingest))
+	for _, ic := range cfg.Ingest {
+		allowed[ic.Name] = ic.Route.AllowedDestinations
+	}
+	return func(m *envelope.Message) error {
+		syn, ok := syntax(m.Sink)
+		if !ok {
+			return nil // no such sink: the scheduler says so itself
+		}
+		return syn.Check(m.Destination, allowed[m.Ingest], false)
+	}
+}
+
 // Route converts an ingest's route.
 func Route(cfg *config.Config, ic *config.Ingest) *envelope.Route {
-	names := map[string]bool{}
-	for _, s := range cfg.Sinks {
-		names[s.Name] = true
-	}
 	r := &envelope.Route{
 		Ingest:              ic.Name,
 		Sink:                ic.Route.Sink,
@@ -127,7 +156,7 @@ func Route(cfg *config.Config, ic *config.Ingest) *envelope.Route {
 		AllowOverride:       ic.Route.AllowOverride,
 		AllowedSinks:        ic.Route.AllowedSinks,
 		AllowedDestinations: ic.Route.AllowedDestinations,
-		SinkExists:          func(name string) bool { return names[name] },
+		Sinks:               SinkDestinations(cfg),
 	}
 	for _, d := range ic.Dialects {
 		r.Dialects = append(r.Dialects, envelope.Dialect(d))

@@ -65,6 +65,10 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		}
 	}()
 
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration: "+w.Msg, "field", w.Path)
+	}
+
 	d.tracer, d.stopTracing, err = tracing.Setup(ctx, tracing.Config{
 		Enabled: cfg.Tracing.Enabled, SampleRatio: *cfg.Tracing.SampleRatio, Version: Version,
 	})
@@ -131,6 +135,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		MaxLateness:  cfg.Scheduler.MaxLateness.D(),
 		LateDead:     cfg.Scheduler.LatePolicy == "dead",
 		DeadLetter:   deadLetter,
+		Destinations: DestinationGuard(cfg),
 		DrainTimeout: drainBudget(cfg.ShutdownTimeout.D()),
 		Clock:        schedClock,
 		Metrics:      d.metrics,
@@ -178,22 +183,22 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			return nil, err
 		}
 		d.admin = admin.New(admin.Params{
-			Listen:       cfg.Admin.Listen,
-			Token:        cfg.Admin.Token.Reveal(),
-			TLS:          adminTLS,
-			Pprof:        cfg.Admin.Pprof,
-			AllowedHosts: cfg.Admin.AllowedHosts,
-			Store:        d.store,
-			Ready:        d.Ready,
-			Metrics:      d.metrics,
-			Park:         d.park,
-			Now:          d.clock.Now,
-			SinkExists:   func(name string) bool { return d.sinks[name] != nil },
-			Limits:       limits,
-			Notify:       d.sched.Notify,
-			Sinks:        d.sinkStatuses,
-			Refresh:      d.sched.Refresh,
-			Logger:       log,
+			Listen:           cfg.Admin.Listen,
+			Token:            cfg.Admin.Token.Reveal(),
+			TLS:              adminTLS,
+			Pprof:            cfg.Admin.Pprof,
+			AllowedHosts:     cfg.Admin.AllowedHosts,
+			Store:            d.store,
+			Ready:            d.Ready,
+			Metrics:          d.metrics,
+			Park:             d.park,
+			Now:              d.clock.Now,
+			SinkDestinations: SinkDestinations(cfg),
+			Limits:           limits,
+			Notify:           d.sched.Notify,
+			Sinks:            d.sinkStatuses,
+			Refresh:          d.sched.Refresh,
+			Logger:           log,
 		})
 	}
 	return d, nil

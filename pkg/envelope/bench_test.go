@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
@@ -16,7 +17,7 @@ var benchRoute = &envelope.Route{
 	Ingest:      "in",
 	Sink:        "out",
 	Destination: "fired.default",
-	SinkExists:  func(name string) bool { return name == "out" },
+	Sinks:       destination.Sinks{"out": destination.NATS}.Lookup,
 }
 
 var benchNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -159,11 +159,15 @@ func FuzzParse(f *testing.F) {
 			if !r.AllowOverride && (m.Sink != r.Sink || m.Destination != r.Destination) {
 				t.Fatalf("override without allow_override: %q %q", m.Sink, m.Destination)
 			}
-			if !r.SinkExists(m.Sink) {
+			syn, ok := r.syntax(m.Sink)
+			if !ok {
 				t.Fatalf("parked for unknown sink %q", m.Sink)
 			}
-			if r.AllowedDestinations != nil && m.Destination != r.Destination && !matchAny(r.AllowedDestinations, m.Destination) {
+			if r.AllowedDestinations != nil && m.Destination != r.Destination && !syn.MatchAny(r.AllowedDestinations, m.Destination) {
 				t.Fatalf("destination %q not allowed", m.Destination)
+			}
+			if err := syn.Check(m.Destination, r.AllowedDestinations, false); err != nil {
+				t.Fatalf("parked for a destination the sink may not reach: %v", err)
 			}
 			for _, h := range controlHeaders {
 				if in.Headers.Count(h) > 1 {

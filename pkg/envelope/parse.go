@@ -1,8 +1,8 @@
 package envelope
 
 import (
+	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/delaybridge/delaybridge/pkg/destination"
 )
 
 // Incoming is a message as an ingest adapter received it, before delaybridge
@@ -66,7 +68,10 @@ type Route struct {
 
 	// AllowOverride lets x-delay-sink and x-delay-destination choose another
 	// sink or destination, restricted to AllowedSinks (sink names) and
-	// AllowedDestinations (path.Match patterns) when those are non-empty.
+	// AllowedDestinations when those are non-empty. AllowedDestinations
+	// are patterns in the sink broker's own wildcards (destination.Syntax);
+	// they also restrict what a template's placeholders expand to, and
+	// only they open a broker's control plane (destination.Reserved).
 	AllowOverride       bool
 	AllowedSinks        []string
 	AllowedDestinations []string
@@ -76,8 +81,10 @@ type Route struct {
 	DefaultDelay    time.Duration
 	HasDefaultDelay bool
 
-	// SinkExists reports whether a sink of that name is configured.
-	SinkExists func(name string) bool
+	// Sinks returns the destination syntax of the configured sink name,
+	// false when there is none of that name; nil knows every name, as
+	// destination.Generic.
+	Sinks func(name string) (destination.Syntax, bool)
 
 	// Missed is what a recurring message does with the occurrences missed
 	// while nothing fired (route.missed).
@@ -149,7 +156,7 @@ var RejectCodes = []string{
 	CodeInvalidCancel, CodeBothDelays, CodeInvalidDelay, CodeInvalidDeliverAt,
 	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
 	CodeInvalidSchedule, CodeInvalidGroup,
-	CodeInvalidDestination, CodeInvalidReplace, CodeInvalidEpoch, CodeInvalidScheduler,
+	CodeInvalidDestination, CodeReservedDestination, CodeInvalidReplace, CodeInvalidEpoch, CodeInvalidScheduler,
 }
 
 // Reject codes.
@@ -171,10 +178,11 @@ const (
 	CodeInvalidSchedule    = "invalid_schedule"
 	CodeInvalidGroup       = "invalid_group"
 
-	CodeInvalidDestination = "invalid_destination"      // a template that does not expand to a valid destination
-	CodeInvalidReplace     = "invalid_replace"          // x-delay-replace neither true nor false
-	CodeInvalidEpoch       = "invalid_scheduler_epoch"  // kafka-scheduler: scheduler-epoch missing or not Unix seconds
-	CodeInvalidScheduler   = "invalid_scheduler_record" // kafka-scheduler: no key, mixed dialects, a header of the other dialect
+	CodeInvalidDestination  = "invalid_destination"      // a template that does not expand to a valid destination
+	CodeReservedDestination = "reserved_destination"     // a broker's control plane (destination.ErrReserved)
+	CodeInvalidReplace      = "invalid_replace"          // x-delay-replace neither true nor false
+	CodeInvalidEpoch        = "invalid_scheduler_epoch"  // kafka-scheduler: scheduler-epoch missing or not Unix seconds
+	CodeInvalidScheduler    = "invalid_scheduler_record" // kafka-scheduler: no key, mixed dialects, a header of the other dialect
 )
 
 // NewID returns a generated message ID: a UUIDv7 (time-ordered, unique).
@@ -553,8 +561,9 @@ func ParseDeliverAt(v string) (time.Time, string) {
 // route applies x-delay-sink and x-delay-destination (on a kafka-scheduler
 // record scheduler-target-topic) to msg, expands the destination template,
 // then checks the sink and destination the message ends up with, whether
-// they came from the route or from the headers. It returns the reject code
-// and reason, or "".
+// they came from the route or from the headers (destination.Syntax.Check,
+// the one check of every path). It returns the reject code and reason, or
+// "".
 func (p *parser) route(msg *Message, sched bool) (code, reason string) {
 	r := p.r
 	sink, hasSink := p.in.Headers.Get(HeaderSink)
@@ -599,27 +608,41 @@ func (p *parser) route(msg *Message, sched bool) (code, reason string) {
 		}
 		templated = !t.Literal()
 	}
-	if hasDest && len(r.AllowedDestinations) > 0 && !matchAny(r.AllowedDestinations, final) {
-		return CodeInvalidRoute, fmt.Sprintf("%s %q matches no pattern of route.allowed_destinations", destHeader, printable(final))
-	}
 	msg.Destination = final
-	switch {
-	case msg.Sink == "":
+	if msg.Sink == "" {
 		return CodeInvalidRoute, "no sink: the route has none and no x-delay-sink was given"
-	case r.SinkExists != nil && !r.SinkExists(msg.Sink):
+	}
+	syntax, ok := r.syntax(msg.Sink)
+	if !ok {
 		return CodeInvalidRoute, fmt.Sprintf("sink %q names no configured sink", printable(msg.Sink))
-	case templated:
-		if why := CheckDestination(final); why != "" {
-			return CodeInvalidDestination, fmt.Sprintf("%s %q expands to an invalid destination: %s", from, printable(raw), why)
-		}
-	case strings.TrimSpace(final) == "":
+	}
+	if !hasDest && !templated && strings.TrimSpace(final) == "" {
 		return CodeInvalidRoute, "no destination: the route has none and no x-delay-destination was given"
-	default:
-		if why := CheckDestination(final); why != "" {
-			return CodeInvalidRoute, why
+	}
+	if err := syntax.Check(final, r.AllowedDestinations, hasDest || templated); err != nil {
+		switch {
+		case errors.Is(err, destination.ErrNotAllowed):
+			return CodeInvalidRoute, fmt.Sprintf("%s %q matches no pattern of route.allowed_destinations", from, printable(final))
+		case errors.Is(err, destination.ErrReserved):
+			return CodeReservedDestination, err.Error()
+		case templated:
+			return CodeInvalidDestination, fmt.Sprintf("%s %q expands to an invalid destination: %v", from, printable(raw), err)
+		case hasDest:
+			return CodeInvalidRoute, err.Error()
 		}
+		return CodeInvalidDestination, err.Error()
 	}
 	return "", ""
+}
+
+// syntax is the destination syntax of the sink name; false when no sink of
+// that name is configured. A route without Sinks knows every name, as
+// destination.Generic.
+func (r *Route) syntax(name string) (destination.Syntax, bool) {
+	if r.Sinks == nil {
+		return destination.Generic, true
+	}
+	return r.Sinks(name)
 }
 
 // forwarded returns the headers without the control headers.
@@ -666,23 +689,5 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func matchAny(patterns []string, s string) bool {
-	for _, p := range patterns {
-		if ok, _ := path.Match(p, s); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// printable quotes at most 64 bytes of a header value for a reason, so that
-// a reason stays readable and bounded whatever the value was.
-func printable(v string) string {
-	if len(v) > 64 {
-		v = v[:64] + "..."
-	}
-	if !utf8.ValidString(v) {
-		return strings.ToValidUTF8(v, "\uFFFD")
-	}
-	return v
-}
+// printable quotes at most 64 bytes of a header value for a reason.
+var printable = destination.Printable

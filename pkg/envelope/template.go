@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/pkg/destination"
 )
 
 // Template is a destination with placeholders, expanded per message at
@@ -123,8 +124,12 @@ func (t *Template) Literal() bool {
 
 // Expand fills the placeholders from the message's source name and
 // headers. It returns the reason when a placeholder names what the message
-// does not have; whether the result is a valid destination is
-// CheckDestination's concern.
+// does not have, or expands to what is not one token: every placeholder but
+// {source} and {source.N:} expands to exactly one token
+// (destination.CheckToken: not empty, no separator, wildcard, white space
+// or control character), and those two to tokens that each are one
+// (destination.CheckTokens). Whether the result is a valid destination for
+// its sink is destination.Syntax.Check's concern.
 func (t *Template) Expand(source string, h Headers) (string, string) {
 	if len(t.parts) == 1 && t.parts[0].kind == tmplLiteral {
 		return t.parts[0].text, ""
@@ -132,11 +137,13 @@ func (t *Template) Expand(source string, h Headers) (string, string) {
 	var b strings.Builder
 	var tokens []string
 	for _, p := range t.parts {
+		var v string
 		switch p.kind {
 		case tmplLiteral:
 			b.WriteString(p.text)
+			continue
 		case tmplSource:
-			b.WriteString(source)
+			v = source
 		case tmplToken, tmplTail:
 			if tokens == nil {
 				tokens = strings.Split(source, ".")
@@ -145,17 +152,24 @@ func (t *Template) Expand(source string, h Headers) (string, string) {
 				return "", fmt.Sprintf("%s: the source name %q has %d dot-separated tokens, not %d", placeholderName(p), printable(source), countTokens(source), p.n)
 			}
 			if p.kind == tmplToken {
-				b.WriteString(tokens[p.n-1])
+				v = tokens[p.n-1]
 			} else {
-				b.WriteString(strings.Join(tokens[p.n-1:], "."))
+				v = strings.Join(tokens[p.n-1:], ".")
 			}
 		case tmplHeader:
-			v, ok := h.Get(p.text)
-			if !ok {
+			var ok bool
+			if v, ok = h.Get(p.text); !ok {
 				return "", fmt.Sprintf("%s: the message has no header %s", placeholderName(p), printable(p.text))
 			}
-			b.WriteString(v)
 		}
+		check := destination.CheckToken
+		if p.kind == tmplSource || p.kind == tmplTail {
+			check = destination.CheckTokens
+		}
+		if why := check(v); why != "" {
+			return "", fmt.Sprintf("%s %s", placeholderName(p), why)
+		}
+		b.WriteString(v)
 	}
 	return b.String(), ""
 }
@@ -177,27 +191,6 @@ func placeholderName(p tmplPart) string {
 		return "{source." + strconv.Itoa(p.n) + ":}"
 	case tmplHeader:
 		return "{header." + printable(p.text) + "}"
-	}
-	return ""
-}
-
-// CheckDestination validates a destination as every sink receives it:
-// non-empty (not only white space), valid UTF-8, and free of control
-// characters (NUL, CR, LF and the rest of C0, DEL). It returns "" or the
-// reason. What a broker further refuses (a Kafka topic name with a space, a
-// NATS subject with a wildcard) is the sink's concern: such a publish fails
-// and the message goes dead there with the broker's reason.
-func CheckDestination(d string) string {
-	switch {
-	case strings.TrimSpace(d) == "":
-		return "destination is empty"
-	case !utf8.ValidString(d):
-		return fmt.Sprintf("destination is not UTF-8 (not printable): %q", printable(d))
-	}
-	for _, c := range d {
-		if c < 0x20 || c == 0x7f {
-			return fmt.Sprintf("destination contains a control character such as NUL, CR or LF (not printable): %q", printable(d))
-		}
 	}
 	return ""
 }

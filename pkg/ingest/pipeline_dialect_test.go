@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
@@ -67,8 +68,8 @@ func TestTombstones(t *testing.T) {
 		Name:   "sched",
 		Source: src,
 		Route: &envelope.Route{Ingest: "sched", Sink: "s", Destination: "d", AllowOverride: true,
-			SinkExists: func(n string) bool { return n == "s" },
-			Dialects:   []envelope.Dialect{envelope.DialectDelaybridge, envelope.DialectKafkaScheduler}},
+			Sinks:    destination.Sinks{"s": destination.Kafka}.Lookup,
+			Dialects: []envelope.Dialect{envelope.DialectDelaybridge, envelope.DialectKafkaScheduler}},
 		Limits:       envelope.Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256},
 		Store:        st,
 		MaxInFlight:  config.DefaultMaxInFlight,

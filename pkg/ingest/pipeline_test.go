@@ -11,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
@@ -100,7 +101,7 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 		Name:   "test",
 		Source: e.src,
 		Route: &envelope.Route{Ingest: "test", Sink: "s", Destination: "d",
-			SinkExists: func(n string) bool { return n == "s" }},
+			Sinks: destination.Sinks{"s": destination.NATS}.Lookup},
 		Limits:       envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256},
 		Store:        st,
 		MaxInFlight:  config.DefaultMaxInFlight,

@@ -66,6 +66,12 @@ type Params struct {
 	// published.
 	MaxLateness time.Duration
 	LateDead    bool
+	// Destinations, when set, is asked right before a message is published
+	// whether its sink may publish to its destination (the daemon's:
+	// destination.Syntax.Check under the route of the message's ingest). A
+	// message it refuses is dead with the reason and never reaches the
+	// broker: whatever path parked it, and whichever version.
+	Destinations func(m *envelope.Message) error
 	// DeadLetter, when set, gets a copy of every message that goes dead.
 	DeadLetter *sinks.DeadLetter
 	// DrainTimeout bounds the work finished after Run's context ends
@@ -366,6 +372,8 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 			errs[i] = &lateError{due: m.Message.DueAt, claimed: c.Now, max: s.p.MaxLateness}
 		case s.p.Sinks[m.Message.Sink] == nil:
 			errs[i] = sinks.Rejected(fmt.Errorf("sink %q is not configured", m.Message.Sink))
+		case s.refused(m.Message) != nil:
+			errs[i] = sinks.Permanent(s.refused(m.Message))
 		case m.Message.Recur != nil && m.Message.Recur.Skip(m.Message.DueAt, c.Now):
 			skipped[i] = true // a missed occurrence under route.missed skip: parks the next one, publishes nothing
 			s.p.Metrics.Skipped.Inc()
@@ -477,6 +485,15 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 	}
 	s.p.DeadLetter.Publish(ctx, letters)
 	return acks, retryAt
+}
+
+// refused is why the message may not be published to its destination
+// (Params.Destinations), nil when it may.
+func (s *Scheduler) refused(m *envelope.Message) error {
+	if s.p.Destinations == nil {
+		return nil
+	}
+	return s.p.Destinations(m)
 }
 
 // done is the ack of a delivered (or, under route.missed skip, passed over)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -444,6 +445,33 @@ func TestPermanentErrorsAndCorruptMessagesDieAtOnce(t *testing.T) {
 	}
 	if id := recv(t, h.store.acked, "ack"); id != "ok" {
 		t.Fatalf("acked %s", id)
+	}
+}
+
+// TestRefusedDestinationNeverPublished: a message parked for a control
+// plane subject (by an older version, or any path that forgot the check)
+// is dead before it reaches the sink (Params.Destinations).
+func TestRefusedDestinationNeverPublished(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 10, Destinations: func(m *envelope.Message) error {
+		return destination.NATS.Check(m.Destination, nil, false)
+	}}, func(h *harness) {
+		h.store.park("api", h.clock.Now(), "s")
+		h.store.msgs["api"].Destination = "$JS.API.STREAM.DELETE.VICTIM"
+		h.store.park("ok", h.clock.Now(), "s")
+	})
+	d := recv(t, h.store.dead, "dead")
+	if d.ID != "api" || !strings.Contains(d.Reason, `begins with "$"`) {
+		t.Fatalf("dead %s: %q", d.ID, d.Reason)
+	}
+	if id := recv(t, h.store.acked, "ack"); id != "ok" {
+		t.Fatalf("acked %s", id)
+	}
+	h.sink.mu.Lock()
+	defer h.sink.mu.Unlock()
+	for _, m := range h.sink.published {
+		if m.ID == "api" {
+			t.Fatalf("published to %s", m.Destination)
+		}
 	}
 }
 

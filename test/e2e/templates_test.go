@@ -160,7 +160,7 @@ sinks:
 
 	reasons := map[string]string{
 		"k-no-tenant": `route.destination "fired.{source}.{header.tenant}": {header.tenant}: the message has no header tenant`,
-		"k-newline":   `expands to an invalid destination: destination contains a control character such as NUL, CR or LF (not printable): "fired.tmpl-in.eu\nus"`,
+		"k-newline":   `{header.tenant} "eu\nus" holds white space or a control character`,
 		"r-empty-key": `route.destination "fired.rabbit.{source.1}": {source.1}: the source name "" has 0 dot-separated tokens`,
 	}
 	var dead []deadMessage

@@ -161,7 +161,7 @@ func (a *app) validateCmd() *cobra.Command {
 			if a.configPath == "" {
 				return exit(2, errors.New("no configuration: give --config FILE"))
 			}
-			_, err := config.Load(a.configPath)
+			cfg, err := config.Load(a.configPath)
 			var ps config.Problems
 			switch {
 			case errors.As(err, &ps):
@@ -171,6 +171,9 @@ func (a *app) validateCmd() *cobra.Command {
 				return exit(1, fmt.Errorf("%s: %d problem(s)", a.configPath, len(ps)))
 			case err != nil:
 				return exit(1, err)
+			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintln(a.stderr, "warning:", w)
 			}
 			fmt.Fprintf(a.stdout, "%s is valid\n", a.configPath)
 			return nil

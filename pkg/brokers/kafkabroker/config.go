@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -144,6 +145,14 @@ func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, pub ingest.P
 
 // Kind returns "kafka".
 func (*SinkConfig) Kind() string { return Kind }
+
+// Destinations returns destination.Kafka: the syntax of what the sink publishes to.
+func (*SinkConfig) Destinations() destination.Syntax { return destination.Kafka }
+
+// Opens says what a route that lets publishers choose any topic opens.
+func (*SinkConfig) Opens(name string) string {
+	return fmt.Sprintf("sink %s writes to any topic its Kafka user may write to (the __ topics stay refused)", name)
+}
 
 // ApplyDefaults fills the unset fields.
 func (c *SinkConfig) ApplyDefaults() {

@@ -2,11 +2,13 @@ package natsbroker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -108,6 +110,14 @@ func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Pub
 
 // Kind returns "nats".
 func (*SinkConfig) Kind() string { return Kind }
+
+// Destinations returns destination.NATS: the syntax of what the sink publishes to.
+func (*SinkConfig) Destinations() destination.Syntax { return destination.NATS }
+
+// Opens says what a route that lets publishers choose any subject opens.
+func (*SinkConfig) Opens(name string) string {
+	return fmt.Sprintf("sink %s publishes to any subject its NATS user may publish to (the $ and _INBOX. subjects stay refused)", name)
+}
 
 // ApplyDefaults has nothing to fill.
 func (*SinkConfig) ApplyDefaults() {}

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -132,6 +133,18 @@ func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Pub
 
 // Kind returns "rabbitmq".
 func (*SinkConfig) Kind() string { return Kind }
+
+// Destinations returns destination.RabbitMQ: the syntax of what the sink publishes to.
+func (*SinkConfig) Destinations() destination.Syntax { return destination.RabbitMQ }
+
+// Opens says what a route that lets publishers choose any routing key
+// opens: on the default exchange, every queue.
+func (c *SinkConfig) Opens(name string) string {
+	if c.Exchange == "" {
+		return fmt.Sprintf("sink %s publishes on the default exchange (exchange: \"\"), where the routing key is a queue name: every queue its RabbitMQ user may write to", name)
+	}
+	return fmt.Sprintf("sink %s publishes any routing key on exchange %q", name, c.Exchange)
+}
 
 // ApplyDefaults makes publishes mandatory unless said otherwise.
 func (c *SinkConfig) ApplyDefaults() {

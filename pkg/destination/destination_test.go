@@ -1,0 +1,168 @@
+package destination
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestMatch(t *testing.T) {
+	for _, c := range []struct {
+		s          Syntax
+		p, d       string
+		want       bool
+		name, note string
+	}{
+		// NATS: * is one token, > one or more trailing tokens.
+		{s: NATS, p: "fired.*", d: "fired.a", want: true},
+		{s: NATS, p: "fired.*", d: "fired.a.b.c", want: false, note: "not shell globbing (issue 25)"},
+		{s: NATS, p: "fired.*", d: "fired", want: false},
+		{s: NATS, p: "fired.>", d: "fired.a.b.c", want: true},
+		{s: NATS, p: "fired.>", d: "fired", want: false},
+		{s: NATS, p: "*.eu.*", d: "orders.eu.created", want: true},
+		{s: NATS, p: "orders", d: "orders", want: true},
+		{s: NATS, p: "$KV.orders.>", d: "$KV.orders.k1", want: true},
+		// RabbitMQ: * one word, # zero or more.
+		{s: RabbitMQ, p: "orders.#", d: "orders", want: true},
+		{s: RabbitMQ, p: "orders.#", d: "orders.eu.created", want: true},
+		{s: RabbitMQ, p: "orders.*", d: "orders.eu.created", want: false},
+		{s: RabbitMQ, p: "a.#.b", d: "a.b", want: true},
+		{s: RabbitMQ, p: "a.#.b", d: "a.x.y.b", want: true},
+		{s: RabbitMQ, p: "#.audit", d: "audit.x", want: false},
+		{s: RabbitMQ, p: "#", d: "anything.at.all", want: true},
+		// Kafka: * is any run of characters.
+		{s: Kafka, p: "videos-*", d: "videos-online", want: true},
+		{s: Kafka, p: "videos-*", d: "online-videos", want: false},
+		{s: Kafka, p: "*-out", d: "a.b-out", want: true},
+		{s: Kafka, p: "a*b*c", d: "aXbYc", want: true},
+		{s: Kafka, p: "a*b*c", d: "aXbY", want: false},
+		{s: Kafka, p: "exact", d: "exact", want: true},
+	} {
+		if got := c.s.Match(c.p, c.d); got != c.want {
+			t.Errorf("%s.Match(%q, %q) = %v, want %v %s", c.s.Noun, c.p, c.d, got, c.want, c.note)
+		}
+	}
+}
+
+// TestCheck holds the rules of "Destinations stay in their lane": control
+// planes refused unless a pattern names the prefix literally, patterns in
+// the broker's wildcards, each broker's validity.
+func TestCheck(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		s       Syntax
+		dest    string
+		allowed []string
+		chosen  bool
+		want    error // nil, or the kind
+		reason  string
+	}{
+		{name: "plain subject", s: NATS, dest: "orders.expired"},
+		{name: "JetStream API delete", s: NATS, dest: "$JS.API.STREAM.DELETE.VICTIM", chosen: true, want: ErrReserved, reason: `begins with "$"`},
+		{name: "JetStream API by a route's own destination", s: NATS, dest: "$JS.API.STREAM.PURGE.V2", want: ErrReserved},
+		{name: "allowed star does not open $", s: NATS, dest: "$JS.API.STREAM.DELETE.X", allowed: []string{"*"}, chosen: true, want: ErrReserved},
+		{name: "allowed > does not open $", s: NATS, dest: "$JS.API.INFO", allowed: []string{">"}, chosen: true, want: ErrReserved},
+		{name: "KV named literally", s: NATS, dest: "$KV.orders.k1", allowed: []string{"$KV.orders.>"}, chosen: true},
+		{name: "KV named, other bucket", s: NATS, dest: "$KV.users.k1", allowed: []string{"$KV.orders.>"}, chosen: true, want: ErrReserved},
+		{name: "inbox", s: NATS, dest: "_INBOX.abc.def", chosen: true, want: ErrReserved},
+		{name: "inbox named", s: NATS, dest: "_INBOX.abc", allowed: []string{"_INBOX.>"}, chosen: true},
+		{name: "wildcard subject", s: NATS, dest: "fired.*", want: ErrInvalid},
+		{name: "empty token", s: NATS, dest: "fired..orders", want: ErrInvalid, reason: "empty token"},
+		{name: "space in subject", s: NATS, dest: "fired. x", want: ErrInvalid},
+		{name: "CR LF", s: NATS, dest: "a\r\nb", want: ErrInvalid, reason: "control character"},
+		{name: "empty", s: RabbitMQ, dest: " ", want: ErrInvalid},
+		{name: "chosen, no pattern", s: NATS, dest: "elsewhere", allowed: []string{"fired.*"}, chosen: true, want: ErrNotAllowed},
+		{name: "route's own, no pattern needed", s: NATS, dest: "elsewhere", allowed: []string{"fired.*"}},
+		{name: "chosen, three tokens under fired.*", s: NATS, dest: "fired.a.b", allowed: []string{"fired.*"}, chosen: true, want: ErrNotAllowed},
+		{name: "kafka internal", s: Kafka, dest: "__consumer_offsets", chosen: true, want: ErrReserved},
+		{name: "kafka internal, star allowed", s: Kafka, dest: "__consumer_offsets", allowed: []string{"*"}, chosen: true, want: ErrReserved},
+		{name: "kafka internal named", s: Kafka, dest: "__audit-x", allowed: []string{"__audit-*"}, chosen: true},
+		{name: "kafka bad char", s: Kafka, dest: "$JS.API.STREAM.DELETE.X", want: ErrInvalid},
+		{name: "kafka too long", s: Kafka, dest: strings.Repeat("a", 250), want: ErrInvalid},
+		{name: "kafka topic", s: Kafka, dest: "online-videos_1.x"},
+		{name: "rabbit any key", s: RabbitMQ, dest: "$anything goes#"},
+		{name: "rabbit too long", s: RabbitMQ, dest: strings.Repeat("a", 256), want: ErrInvalid},
+		{name: "rabbit pattern", s: RabbitMQ, dest: "orders.eu.late", allowed: []string{"orders.#"}, chosen: true},
+		{name: "generic refuses every control plane", s: Generic, dest: "__x", want: ErrReserved},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.s.Check(c.dest, c.allowed, c.chosen)
+			switch {
+			case c.want == nil && err != nil:
+				t.Fatalf("Check(%q) = %v, want nil", c.dest, err)
+			case c.want != nil && !errors.Is(err, c.want):
+				t.Fatalf("Check(%q) = %v, want %v", c.dest, err, c.want)
+			case c.reason != "" && !strings.Contains(err.Error(), c.reason):
+				t.Fatalf("Check(%q) = %q, want it to say %q", c.dest, err, c.reason)
+			}
+			var de *Error
+			if err != nil && (!errors.As(err, &de) || de.Dest != c.dest) {
+				t.Fatalf("Check(%q): %#v is not an *Error naming the destination", c.dest, err)
+			}
+		})
+	}
+}
+
+func TestCheckPattern(t *testing.T) {
+	for _, c := range []struct {
+		s    Syntax
+		p    string
+		want string
+	}{
+		{NATS, "fired.*", ""},
+		{NATS, "fired.>", ""},
+		{NATS, "$KV.orders.>", ""},
+		{NATS, "fired.>.x", "last token"},
+		{NATS, "fired.a*", "whole token"},
+		{NATS, "fired..x", "empty token"},
+		{RabbitMQ, "orders.#.late", ""},
+		{RabbitMQ, "orders#", "whole token"},
+		{Kafka, "videos-*", ""},
+		{Kafka, "", "empty"},
+	} {
+		got := c.s.CheckPattern(c.p)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s.CheckPattern(%q) = %q, want %q", c.s.Noun, c.p, got, c.want)
+		}
+	}
+}
+
+func TestCheckToken(t *testing.T) {
+	for v, want := range map[string]string{
+		"tenant-a":            "",
+		"victim.orders.admin": "separator",
+		"":                    "empty",
+		"a*":                  "wildcard",
+		">":                   "wildcard",
+		"#":                   "wildcard",
+		"a b":                 "white space",
+		"a\nb":                "white space",
+		"a\x00b":              "control",
+	} {
+		got := CheckToken(v)
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("CheckToken(%q) = %q, want %q", v, got, want)
+		}
+	}
+	for v, want := range map[string]string{
+		"orders.created": "",
+		"orders..x":      "empty token",
+		"orders.*":       "wildcard",
+		"":               "empty",
+	} {
+		got := CheckTokens(v)
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("CheckTokens(%q) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+// BenchmarkCheck is the scheduler's check of every fired message.
+func BenchmarkCheck(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := NATS.Check("fired.orders.expired", nil, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
