@@ -203,37 +203,54 @@ func (s *suite) testSourceAndTombstone(t *testing.T) {
 	}
 }
 
-// testPositionID: PositionID is unique per message and stable across a
-// redelivery (PositionID), else "".
-func (s *suite) testPositionID(t *testing.T) {
+// testOrigin: Incoming.Origin tells the messages apart and stays the same
+// across a redelivery, and Incoming.Redelivered says a redelivery is one
+// (Features.Origin).
+func (s *suite) testOrigin(t *testing.T) {
 	key := s.key(t)
 	src := s.open(t, key)
 	f := s.h.Features
 	ids := s.sendN(t, key, 3, []byte("position"))
 	got := s.readDistinct(t, src, ids)
-	if !f.PositionID {
-		for _, id := range ids {
-			if p := got[id].in.PositionID; p != "" {
-				t.Errorf("Incoming.PositionID = %q, want \"\": Features.PositionID is false", p)
+	mark := func(o envelope.Origin) string {
+		switch f.Origin {
+		case OriginLog:
+			if o.Print != 0 || o.Log == "" {
+				t.Fatalf("Origin %+v: want a Log and no Print (OriginLog)", o)
 			}
-			settle(t, got[id], nil)
+			return o.PositionID()
+		case OriginPrint:
+			if o.Log != "" || o.Pos != 0 || o.Print == 0 {
+				t.Fatalf("Origin %+v: want a Print and no Log (OriginPrint)", o)
+			}
+			return fmt.Sprint(o.Print)
 		}
-		return
+		if o != (envelope.Origin{}) {
+			t.Fatalf("Origin %+v: want none (OriginNone)", o)
+		}
+		return ""
 	}
 	pos := map[string]string{}
 	for _, id := range ids {
-		p := got[id].in.PositionID
-		if p == "" {
-			t.Fatalf("message %s has no PositionID", id)
+		if got[id].in.Redelivered {
+			t.Errorf("message %s: Redelivered at its first delivery", id)
 		}
-		if other, dup := pos[p]; dup {
-			t.Fatalf("messages %s and %s share PositionID %q", other, id, p)
+		p := mark(got[id].in.Origin)
+		if f.Origin == OriginNone {
+			settle(t, got[id], nil)
+			continue
+		}
+		if other, dup := pos[p]; dup && f.Origin == OriginLog {
+			t.Fatalf("messages %s and %s share the position %q", other, id, p)
 		}
 		pos[p] = id
 	}
+	if f.Origin == OriginNone {
+		return
+	}
 	settle(t, got[ids[0]], nil)
 	settle(t, got[ids[2]], nil)
-	want := got[ids[1]].in.PositionID
+	want := got[ids[1]].in.Origin
 	var again delivery
 	switch {
 	case f.Nack:
@@ -248,8 +265,11 @@ func (s *suite) testPositionID(t *testing.T) {
 	default:
 		t.Skip("neither Features.Nack nor Features.AtLeastOnce: nothing is delivered again")
 	}
-	if p := again.in.PositionID; p != want {
-		t.Errorf("PositionID of the redelivered message %s = %q, want %q as at its first delivery", ids[1], p, want)
+	if o := again.in.Origin; o != want {
+		t.Errorf("Origin of the redelivered message %s = %+v, want %+v as at its first delivery", ids[1], o, want)
+	}
+	if f.Origin == OriginPrint && !again.in.Redelivered {
+		t.Errorf("the redelivered message %s has Redelivered false", ids[1])
 	}
 }
 

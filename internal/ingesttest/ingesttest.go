@@ -164,10 +164,13 @@ type Features struct {
 	// Keys: Message.Key reaches Incoming.Key (Kafka). Without it,
 	// Incoming.Key must be nil.
 	Keys bool
-	// PositionID: Incoming.PositionID is set, unique per message and the
-	// same when the message is delivered again (Kafka topic/partition/
-	// offset, JetStream stream/sequence). Without it, it must be "".
-	PositionID bool
+	// Origin is what Incoming.Origin holds (envelope.Origin): OriginLog,
+	// a Log and Pos unique per message and the same when it is delivered
+	// again (Kafka topic/partition and offset, JetStream stream and
+	// sequence); OriginPrint, a Print that is the same when it is delivered
+	// again, with Incoming.Redelivered set then and only then (AMQP);
+	// OriginNone, the zero Origin and never Redelivered (core NATS).
+	Origin OriginKind
 	// NativeID names the broker property the adapter reads into
 	// Incoming.NativeID (AMQP: "message_id"); "" when none, and then
 	// Incoming.NativeID must be "".
@@ -228,7 +231,7 @@ func Run(t *testing.T, h Harness) {
 		{"Key", s.testKey},
 		{"NativeID", s.testNativeID},
 		{"PublishedAt", s.testPublishedAt},
-		{"PositionID", s.testPositionID},
+		{"Origin", s.testOrigin},
 		{"SourceAndTombstone", s.testSourceAndTombstone},
 		{"AckOnlyAfterSuccess", s.testAckOnlyAfterSuccess},
 		{"NackRedelivers", s.testNack},
@@ -260,3 +263,14 @@ type suite struct {
 func (s *suite) key(t *testing.T) string {
 	return conformance.Key(t, "it", s.run, s.keys.Add(1))
 }
+
+// OriginKind is what a broker's messages say of their place in its order
+// (Features.Origin).
+type OriginKind int
+
+// Origin kinds.
+const (
+	OriginNone  OriginKind = iota // no order, no redelivery (core NATS)
+	OriginLog                     // a log and a position (Kafka, JetStream)
+	OriginPrint                   // a content print and a redelivered flag (AMQP)
+)

@@ -34,7 +34,7 @@ func benchIncoming(size int) *envelope.Incoming {
 		},
 		Body:        make([]byte, size),
 		PublishedAt: benchNow,
-		PositionID:  "DELAYED/123456",
+		Origin:      envelope.Origin{Log: "DELAYED", Pos: 123456},
 	}
 }
 

@@ -49,6 +49,29 @@ import (
 //	        string native                      (ext bit 4)
 //	...     body
 //
+// Version 3 is version 2 with the fields of "Identity and order" (and, as
+// before, written only when a message needs one of them, so that a version
+// that reads 2 reads every message that does not):
+//
+//	byte    version (3)
+//	byte    flags   (as in version 1, and bit 3: the body is a Kafka null
+//	                 value, not an empty one; bits 4-7 must be zero)
+//	byte    ext     (as in version 2, and bit 5: origin; bit 6: headers
+//	                 carry null marks; bit 7: print)
+//	varint  due at, ingested at
+//	varint  published at, relative to due at   (ext bit 0), then
+//	uvarint its nanoseconds within that millisecond
+//	byte    priority
+//	string  sink, destination, ingest
+//	string  origin log, uvarint origin position (ext bit 5)
+//	string  group (ext bit 1); recurrence (ext bit 2)
+//	bytes   key                                (flag bit 0)
+//	uvarint header count, then per header: string key, string value,
+//	        string native (ext bit 3), byte 1 for a null value (ext bit 6)
+//	...     properties                         (ext bit 4)
+//	8 bytes origin print, big endian           (ext bit 7)
+//	...     body
+//
 // A sealed message (flag bit 2, written by Codec with a Sealer) keeps the
 // routing fields in clear, up to and including the recurrence, and replaces
 // the rest (key, headers, properties, body: the private part) with
@@ -71,18 +94,25 @@ import (
 const (
 	codecV1 byte = 1
 	codecV2 byte = 2
+	codecV3 byte = 3
 
 	flagKey      byte = 1 << 0
 	flagIngested byte = 1 << 1
 	flagSealed   byte = 1 << 2
+	flagNullBody byte = 1 << 3 // version 3
 	knownFlags        = flagKey | flagIngested | flagSealed
+	knownFlagsV3      = knownFlags | flagNullBody
 
 	extPublished byte = 1 << 0
 	extGroup     byte = 1 << 1
 	extRecur     byte = 1 << 2
 	extNative    byte = 1 << 3
 	extProps     byte = 1 << 4
+	extOrigin    byte = 1 << 5 // version 3
+	extNulls     byte = 1 << 6 // version 3
+	extPrint     byte = 1 << 7 // version 3
 	knownExt          = extPublished | extGroup | extRecur | extNative | extProps
+	extV3             = extOrigin | extNulls | extPrint
 )
 
 // ErrCorrupt is wrapped by every Decode error.
@@ -148,6 +178,9 @@ func (c Codec) Encode(dst []byte, m *Message) []byte {
 	if !m.IngestedAt.IsZero() {
 		flags |= flagIngested
 	}
+	if m.NullBody {
+		flags |= flagNullBody
+	}
 	ext := extFlags(m)
 	if c.Sealer == nil {
 		dst = appendRouting(dst, m, flags, ext)
@@ -190,7 +223,39 @@ func extFlags(m *Message) byte {
 	if len(m.Properties) > 0 {
 		ext |= extProps
 	}
+	if m.Origin.Log != "" {
+		ext |= extOrigin
+	}
+	for _, h := range m.Headers {
+		if h.Null {
+			ext |= extNulls
+			break
+		}
+	}
+	if m.Origin.Print != 0 {
+		ext |= extPrint
+	}
 	return ext
+}
+
+// version returns the oldest encoding version that holds what flags and
+// ext announce and m's published time.
+func version(m *Message, flags, ext byte) byte {
+	switch {
+	case flags&flagNullBody != 0 || ext&extV3 != 0 || subMilli(m.PublishedAt) != 0:
+		return codecV3
+	case ext != 0:
+		return codecV2
+	}
+	return codecV1
+}
+
+// subMilli is t's nanoseconds within its millisecond.
+func subMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano() - t.UnixMilli()*int64(time.Millisecond)
 }
 
 // appendRouting appends the fields that stay in clear: version through the
@@ -201,20 +266,28 @@ func appendRouting(dst []byte, m *Message, flags, ext byte) []byte {
 	if !m.IngestedAt.IsZero() {
 		ingested = m.IngestedAt.UnixMilli() - due
 	}
-	if ext == 0 {
+	v := version(m, flags, ext)
+	if v == codecV1 {
 		dst = append(dst, codecV1, flags)
 	} else {
-		dst = append(dst, codecV2, flags, ext)
+		dst = append(dst, v, flags, ext)
 	}
 	dst = binary.AppendVarint(dst, due)
 	dst = binary.AppendVarint(dst, ingested)
 	if ext&extPublished != 0 {
 		dst = binary.AppendVarint(dst, m.PublishedAt.UnixMilli()-due)
+		if v == codecV3 {
+			dst = binary.AppendUvarint(dst, uint64(subMilli(m.PublishedAt)))
+		}
 	}
 	dst = append(dst, m.Priority)
 	dst = appendString(dst, m.Sink)
 	dst = appendString(dst, m.Destination)
 	dst = appendString(dst, m.Ingest)
+	if ext&extOrigin != 0 {
+		dst = appendString(dst, m.Origin.Log)
+		dst = binary.AppendUvarint(dst, m.Origin.Pos)
+	}
 	if ext&extGroup != 0 {
 		dst = appendString(dst, m.Group)
 	}
@@ -262,6 +335,9 @@ func appendPrivate(dst []byte, m *Message, ext byte) []byte {
 		if ext&extNative != 0 {
 			dst = appendString(dst, h.Native)
 		}
+		if ext&extNulls != 0 {
+			dst = append(dst, boolByte(h.Null))
+		}
 	}
 	if ext&extProps != 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Properties)))
@@ -271,11 +347,22 @@ func appendPrivate(dst []byte, m *Message, ext byte) []byte {
 			dst = appendString(dst, h.Native)
 		}
 	}
+	if ext&extPrint != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, m.Origin.Print)
+	}
 	return append(dst, m.Body...)
 }
 
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func routingSize(m *Message) int {
-	n := 3 + 3*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest)
+	n := 3 + 4*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest) +
+		2*binary.MaxVarintLen64 + len(m.Origin.Log)
 	if m.Group != "" {
 		n += binary.MaxVarintLen64 + len(m.Group)
 	}
@@ -286,9 +373,9 @@ func routingSize(m *Message) int {
 }
 
 func privateSize(m *Message) int {
-	n := binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64
+	n := binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64 + 8
 	for _, h := range m.Headers {
-		n += 3*binary.MaxVarintLen64 + len(h.Key) + len(h.Value) + len(h.Native)
+		n += 3*binary.MaxVarintLen64 + 1 + len(h.Key) + len(h.Value) + len(h.Native)
 	}
 	if len(m.Properties) > 0 {
 		n += binary.MaxVarintLen64
@@ -351,9 +438,13 @@ func (c Codec) decode(id string, b []byte, src string) (*Message, error) {
 	if flags&flagKey != 0 {
 		m.Key = []byte(d.string())
 	}
-	m.Headers = d.headers(ext&extNative != 0)
+	m.NullBody = flags&flagNullBody != 0
+	m.Headers = d.headers(ext&extNative != 0, ext&extNulls != 0)
 	if ext&extProps != 0 {
-		m.Properties = d.headers(true)
+		m.Properties = d.headers(true, false)
+	}
+	if ext&extPrint != 0 {
+		m.Origin.Print = d.uint64()
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)
@@ -391,21 +482,28 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 	}
 	var flags, ext byte
 	var d *decoder
-	switch b[0] {
+	ver := b[0]
+	flagsKnown, extKnown := knownFlags, knownExt
+	switch ver {
 	case codecV1:
 		flags, d = b[1], &decoder{b: b[2:], src: src}
-	case codecV2:
+	case codecV2, codecV3:
 		if len(b) < 3 {
 			return nil, 0, 0, nil, fmt.Errorf("%w %q: %d bytes", ErrCorrupt, id, len(b))
 		}
 		flags, ext, d = b[1], b[2], &decoder{b: b[3:], src: src}
-		if ext == 0 || ext&^knownExt != 0 {
-			return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown version 2 flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, ext)
+		if ver == codecV3 {
+			flagsKnown, extKnown = knownFlagsV3, knownExt|extV3
+		} else if ext == 0 {
+			return nil, 0, 0, nil, fmt.Errorf("%w %q: version 2 without its flags", ErrCorrupt, id)
+		}
+		if ext&^extKnown != 0 {
+			return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown version %d flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, ver, ext)
 		}
 	default:
 		return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown version %d (written by a newer delaybridge?)", ErrCorrupt, id, b[0])
 	}
-	if flags&^knownFlags != 0 {
+	if flags&^flagsKnown != 0 {
 		return nil, 0, 0, nil, fmt.Errorf("%w %q: unknown flags %#x (written by a newer delaybridge?)", ErrCorrupt, id, flags)
 	}
 	m := &Message{ID: id}
@@ -417,11 +515,22 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 	}
 	if ext&extPublished != 0 {
 		m.PublishedAt = time.UnixMilli(due + d.varint())
+		if ver == codecV3 {
+			ns := d.uvarint()
+			if ns >= uint64(time.Millisecond) && d.err == nil {
+				d.err = fmt.Errorf("published at has %d ns within its millisecond", ns)
+			}
+			m.PublishedAt = m.PublishedAt.Add(time.Duration(ns))
+		}
 	}
 	m.Priority = d.byte()
 	m.Sink = d.string()
 	m.Destination = d.string()
 	m.Ingest = d.string()
+	if ext&extOrigin != 0 {
+		m.Origin.Log = d.string()
+		m.Origin.Pos = d.uvarint()
+	}
 	if ext&extGroup != 0 {
 		m.Group = d.string()
 	}
@@ -435,8 +544,8 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 }
 
 // headers reads a header list (see the encoding), each with a native value
-// when native is set.
-func (d *decoder) headers(native bool) Headers {
+// when native is set and a null mark when nulls is.
+func (d *decoder) headers(native, nulls bool) Headers {
 	n := d.uvarint()
 	if d.err == nil && n > uint64(len(d.b)) { // every header takes at least 2 bytes
 		d.err = fmt.Errorf("header count %d exceeds remaining %d bytes", n, len(d.b))
@@ -449,6 +558,17 @@ func (d *decoder) headers(native bool) Headers {
 		kv := Header{Key: d.string(), Value: d.string()}
 		if native {
 			kv.Native = d.string()
+		}
+		if nulls {
+			switch d.byte() {
+			case 0:
+			case 1:
+				kv.Null = true
+			default:
+				if d.err == nil {
+					d.err = errors.New("a null mark that is neither 0 nor 1")
+				}
+			}
 		}
 		h = append(h, kv)
 	}
@@ -505,6 +625,19 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uint64() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.err = errors.New("truncated")
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
 	return v
 }
 

@@ -45,7 +45,7 @@ func diffMessages(want, got *Message) string {
 	} else {
 		for i := range want.Headers {
 			if want.Headers[i] != got.Headers[i] {
-				add("header %d %q, want %q", i, got.Headers[i], want.Headers[i])
+				add("header %d %+v, want %+v", i, got.Headers[i], want.Headers[i])
 			}
 		}
 	}
@@ -65,8 +65,14 @@ func diffMessages(want, got *Message) string {
 		!w.Until.Equal(g.Until) || w.Count != g.Count || w.N != g.N || w.Missed != g.Missed):
 		add("Recur %+v, want %+v", *g, *w)
 	}
+	if want.Origin != got.Origin {
+		add("Origin %+v, want %+v", got.Origin, want.Origin)
+	}
+	if want.NullBody != got.NullBody {
+		add("NullBody %v, want %v", got.NullBody, want.NullBody)
+	}
 	if fmt.Sprint(want.Properties) != fmt.Sprint(got.Properties) {
-		add("Properties %q, want %q", got.Properties, want.Properties)
+		add("Properties %+v, want %+v", got.Properties, want.Properties)
 	}
 	return strings.Join(d, "; ")
 }
@@ -201,10 +207,10 @@ func TestCodecIngestedAtEqualToDueAt(t *testing.T) {
 
 func TestCodecParsedMessage(t *testing.T) {
 	in := &Incoming{
-		Headers:    hdrs(HeaderDelay, "1h30m", "a", "1", "bin", "\xff"),
-		Body:       []byte("hello"),
-		Key:        []byte("k"),
-		PositionID: "t/1/2",
+		Headers: hdrs(HeaderDelay, "1h30m", "a", "1", "bin", "\xff"),
+		Body:    []byte("hello"),
+		Key:     []byte("k"),
+		Origin:  Origin{Log: "t/1", Pos: 2},
 	}
 	m := mustPark(t, parse(t, in))
 	roundTrip(t, m)

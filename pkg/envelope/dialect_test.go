@@ -29,7 +29,7 @@ func schedRecord(key, epoch string) *Incoming {
 		Source:      "schedules",
 		Key:         []byte(key),
 		Body:        []byte("video 1"),
-		PositionID:  "schedules/0/7",
+		Origin:      Origin{Log: "schedules/0", Pos: 7},
 		PublishedAt: testNow.Add(-time.Second),
 		Headers: hdrs(
 			HeaderSchedulerEpoch, epoch,
@@ -44,7 +44,7 @@ func TestParseKafkaScheduler(t *testing.T) {
 	in := schedRecord("vid1-online", epoch(90*time.Second))
 	d := parseWith(t, in, schedRoute(DialectKafkaScheduler), testLimits)
 	m := mustPark(t, d)
-	pub := testNow.Add(-time.Second).Truncate(time.Millisecond)
+	pub := testNow.Add(-time.Second) // full resolution
 	want := &Message{
 		ID:          "vid1-online",
 		DueAt:       time.Unix(testNow.Add(90*time.Second).Unix(), 0),
@@ -55,6 +55,7 @@ func TestParseKafkaScheduler(t *testing.T) {
 		Ingest:      "orders-in",
 		IngestedAt:  nowMs,
 		PublishedAt: pub,
+		Origin:      Origin{Log: "schedules/0", Pos: 7},
 		Headers: hdrs("customer-header", "dummy",
 			HeaderSchedulerTimestamp, strconv.FormatInt(pub.Unix(), 10),
 			HeaderSchedulerKey, "vid1-online",
@@ -119,7 +120,7 @@ func TestParseKafkaSchedulerReplacesAddedHeaders(t *testing.T) {
 }
 
 func TestParseKafkaSchedulerTombstone(t *testing.T) {
-	in := &Incoming{Source: "schedules", Key: []byte("vid1-online"), Tombstone: true, PositionID: "schedules/0/9"}
+	in := &Incoming{Source: "schedules", Key: []byte("vid1-online"), Tombstone: true, Origin: Origin{Log: "schedules/0", Pos: 9}}
 	d := parseWith(t, in, schedRoute(DialectKafkaScheduler), testLimits)
 	if d.Action != Cancel || d.CancelID != "vid1-online" || !d.Tombstone {
 		t.Fatalf("tombstone: %v %q tombstone=%v (%s)", d.Action, d.CancelID, d.Tombstone, d.Reason)
@@ -144,7 +145,7 @@ func TestParseKafkaSchedulerTombstone(t *testing.T) {
 	d = parseWith(t, in, schedRoute(DialectDelaybridge, DialectKafkaScheduler), testLimits)
 	mustPark(t, d)
 	// A tombstone without a key cancels nothing: rejected.
-	in = &Incoming{Tombstone: true, PositionID: "schedules/0/3"}
+	in = &Incoming{Tombstone: true, Origin: Origin{Log: "schedules/0", Pos: 3}}
 	d = parseWith(t, in, schedRoute(DialectKafkaScheduler), testLimits)
 	mustReject(t, d, "needs a key")
 }
@@ -232,7 +233,7 @@ func TestParseMixedDialects(t *testing.T) {
 	if m.ID != "s1" || m.Destination != "online-videos" || !m.Replace {
 		t.Fatalf("kafka-scheduler record: %q %q replace=%v", m.ID, m.Destination, m.Replace)
 	}
-	in := &Incoming{Source: "schedules", Key: []byte("k"), PositionID: "schedules/1/1",
+	in := &Incoming{Source: "schedules", Key: []byte("k"), Origin: Origin{Log: "schedules/1", Pos: 1},
 		Headers: hdrs(HeaderDelay, "5000", "scheduler-key", "informative")}
 	m = mustPark(t, parseWith(t, in, r, testLimits))
 	if m.ID != "schedules/1/1" || m.Destination != "fallback" || m.Replace || string(m.Key) != "k" {
@@ -275,15 +276,20 @@ func TestParseReplaceHeader(t *testing.T) {
 	mustReject(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1", HeaderReplace, "true", HeaderReplace, "true")}), "given 2 times")
 }
 
-// PublishedAt is the broker's publish time, zero when the broker records
-// none: the store compares it (or, when zero, the moment of ingest) to decide
-// which of two messages of an ID is newer, and the dedupe window takes zero
-// as unknown.
+// PublishedAt is the broker's publish time at its full resolution, capped
+// at the moment of ingest, zero when the broker records none: the store
+// compares it to decide which of two versions of an ID is newer (Origin).
 func TestParsePublishedAt(t *testing.T) {
 	pub := testNow.Add(-3 * time.Second)
 	m := mustPark(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1"), PublishedAt: pub}))
-	if !m.PublishedAt.Equal(pub.Truncate(time.Millisecond)) {
+	if !m.PublishedAt.Equal(pub) {
 		t.Fatalf("PublishedAt %v, want %v", m.PublishedAt, pub)
+	}
+	// A producer's clock a year ahead: capped, and the delay counts from
+	// the moment of ingest.
+	m = mustPark(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1000"), PublishedAt: testNow.AddDate(1, 0, 0)}))
+	if !m.PublishedAt.Equal(testNow) || !m.DueAt.Equal(ceilMillis(testNow.Add(time.Second))) {
+		t.Fatalf("future publish time: PublishedAt %v, due %v", m.PublishedAt, m.DueAt)
 	}
 	m = mustPark(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1")}))
 	if !m.PublishedAt.IsZero() || !m.IngestedAt.Equal(nowMs) {

@@ -48,7 +48,7 @@ func FuzzParseDialects(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, mask uint8, routeDest, source, epoch, topic, targetKey, key, k, v string, body []byte) {
 		has := func(bit int) bool { return mask&uint8(bit) != 0 }
-		in := &Incoming{Source: source, Body: body, PositionID: "schedules/0/1", PublishedAt: testNow.Add(-time.Second)}
+		in := &Incoming{Source: source, Body: body, Origin: Origin{Log: "schedules/0", Pos: 1}, PublishedAt: testNow.Add(-time.Second)}
 		if key != "" {
 			in.Key = []byte(key)
 		}

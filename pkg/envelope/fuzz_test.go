@@ -74,7 +74,10 @@ func FuzzParse(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, mask uint16, delay, at, id, sink, dest, cancel, prio, k1, v1, k2, v2, natsID, nativeID, positionID string, pubOffsetMs int64, body []byte) {
 		has := func(bit int) bool { return mask&uint16(bit) != 0 }
-		in := &Incoming{Body: body, NativeID: nativeID, PositionID: positionID}
+		in := &Incoming{Body: body, NativeID: nativeID}
+		if positionID != "" {
+			in.Origin = Origin{Log: positionID, Pos: uint64(len(body))}
+		}
 		add := func(bit int, k, v string) {
 			if has(bit) {
 				in.Headers = append(in.Headers, Header{Key: k, Value: v})
@@ -124,10 +127,14 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		// A due time rounds up to a whole millisecond (never early): the
-		// publish time counts exactly, the moment of ingest in whole ms.
+		// publish time counts exactly, capped at the moment of ingest; the
+		// moment of ingest in whole ms.
 		base := nowMs
 		if !in.PublishedAt.IsZero() {
 			base = in.PublishedAt
+			if base.After(testNow) {
+				base = testNow
+			}
 		}
 		hDelay, hasDelay := in.Headers.Get(HeaderDelay)
 		_, hasAt := in.Headers.Get(HeaderDeliverAt)
@@ -215,8 +222,8 @@ func expectedID(in *Incoming, _ int) string {
 	if v, ok := in.Headers.Get(HeaderNatsMsgID); ok && v != "" {
 		return v
 	}
-	if validTestID(in.PositionID, 0) { // positions are not bound by max_id_bytes
-		return in.PositionID
+	if p := in.Origin.PositionID(); validTestID(p, 0) { // positions are not bound by max_id_bytes
+		return p
 	}
 	return "gen-1"
 }

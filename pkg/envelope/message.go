@@ -79,6 +79,18 @@ type Header struct {
 	// the same broker kind publishes the value back with its type; other
 	// sinks publish Value.
 	Native string
+	// Null marks a header without a value (a Kafka null header value, which
+	// is not ""). Value is then "". A Kafka sink publishes it as null.
+	Null bool
+}
+
+// String shows the header as key=value (key=<null> for a null value), for
+// logs and test failures.
+func (h Header) String() string {
+	if h.Null {
+		return h.Key + "=<null>"
+	}
+	return h.Key + "=" + h.Value
 }
 
 // Headers keeps headers in broker order, duplicates included (Kafka allows
@@ -129,11 +141,18 @@ type Message struct {
 	Ingest      string    // name of the ingest it came from ("" for the admin API)
 	IngestedAt  time.Time // when delaybridge took it in
 
+	// NullBody marks a Kafka null value (a tombstone), which is not an
+	// empty value: Body is then empty, and a Kafka sink publishes null, so
+	// that a scheduled tombstone still deletes its key in a compacted topic.
+	NullBody bool
+
 	// PublishedAt is when the broker says the message was published
-	// (Incoming.PublishedAt), zero when it records no precise time. Of two
-	// messages with one ID, the one published later is the newer (replace,
-	// the dedupe window).
+	// (Incoming.PublishedAt) at the broker's full resolution, capped at the
+	// moment of ingest; zero when it records no precise time. Origin and
+	// PublishedAt make a message's version (see Origin).
 	PublishedAt time.Time
+	// Origin is where the message was read in its broker's own order.
+	Origin Origin
 	// Group files the message under a group key (x-delay-group), so that
 	// the whole group can be listed and cancelled at once.
 	Group string
@@ -147,9 +166,50 @@ type Message struct {
 	Properties Headers
 
 	// Replace parks the message over a parked one of the same ID when this
-	// one was published later (x-delay-replace, the kafka-scheduler
-	// dialect). An instruction to the store, not stored.
+	// one is the newer version (x-delay-replace, the kafka-scheduler
+	// dialect; see Origin). An instruction to the store, not stored.
 	Replace bool
+	// Redelivered is Incoming.Redelivered, for the store's re-read check
+	// (see Origin). Not stored.
+	Redelivered bool
+}
+
+// Origin is where a message sits in its broker's own order: what tells a
+// re-read from a new message, and a newer version from an older one
+// (../shared/CONTRACT.md, "Identity and order"). The rules are stated once,
+// in the store's park script (pkg/store, reread and newer), which every
+// path that parks goes through:
+//
+//   - a re-read of a delivered ID is a duplicate within the dedupe window:
+//     a message of the same Log at the same or an earlier Pos (Kafka and
+//     JetStream read a log in order, so an earlier position was read
+//     before), or, without a Log, a broker redelivery (AMQP redelivered)
+//     of the same content (Print); any other message with that ID is new.
+//   - of two versions of an ID, the newer is the one later in the same Log;
+//     else the one with the later PublishedAt (both known, and different);
+//     else the one parked later.
+type Origin struct {
+	// Log is the ordered log the message was read from and Pos its place
+	// in it: Kafka "topic/partition" and the offset, JetStream the stream
+	// and the stream sequence. "" where the broker has none (AMQP, core
+	// NATS, the admin API).
+	Log string
+	Pos uint64
+	// Print is, for a message without a Log from a broker that redelivers
+	// (AMQP), a fingerprint of the delivery's content (body, headers,
+	// properties, routing key): a redelivery has the same, a new publish
+	// that reuses the ID almost surely another. 0 when none.
+	Print uint64
+}
+
+// PositionID is the ID derived from the broker position (Log "/" Pos:
+// Kafka "topic/partition/offset", JetStream "stream/sequence"), so that a
+// redelivery maps to the same ID; "" without a Log.
+func (o Origin) PositionID() string {
+	if o.Log == "" {
+		return ""
+	}
+	return o.Log + "/" + strconv.FormatUint(o.Pos, 10)
 }
 
 // OutHeaders returns the headers a sink publishes: the forwarded headers plus

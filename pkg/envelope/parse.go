@@ -22,8 +22,10 @@ type Incoming struct {
 	Key     []byte // Kafka record key; nil when none
 
 	// PublishedAt is the broker's precise publish time (Kafka record
-	// timestamp, JetStream message time); zero when the broker records none
-	// or only whole seconds (AMQP). The delay counts from it when set.
+	// timestamp, JetStream message time), at its full resolution; zero when
+	// the broker records none or only whole seconds (AMQP). The delay
+	// counts from it when set, capped at the moment of ingest (a
+	// producer's clock cannot place a message in the future).
 	PublishedAt time.Time
 
 	// Properties are the broker message's fields that are not headers,
@@ -35,11 +37,14 @@ type Incoming struct {
 	// NATS's Nats-Msg-Id is read from Headers.
 	NativeID string
 
-	// PositionID identifies the broker position the message was read from
-	// (Kafka "topic/partition/offset", JetStream "stream/sequence"), so that
-	// a redelivery after a crash maps to the same ID. "" when the broker has
-	// no stable position (core NATS, AMQP).
-	PositionID string
+	// Origin is where the message was read in the broker's own order (a
+	// Kafka partition and offset, a JetStream stream and sequence, an AMQP
+	// delivery's content print); see envelope.Origin.
+	Origin Origin
+	// Redelivered is the broker's word that it delivered this message
+	// before (AMQP redelivered). Kafka and JetStream need none: a position
+	// read again says so itself.
+	Redelivered bool
 
 	// HeaderError, when set, says why the broker's header block could not
 	// be decoded (Headers is then empty or partial). Parse rejects such a
@@ -52,11 +57,10 @@ type Incoming struct {
 	// templates expand {source} from it.
 	Source string
 
-	// Tombstone marks a Kafka record without a value. kafka-go returns a
-	// nil Value for a null value and for an empty one alike, so both are
-	// tombstones (etf1's scheduler also treats an empty value as one when
-	// it delivers). Only the kafka-scheduler dialect reads it: a keyed
-	// tombstone cancels the parked message of that key.
+	// Tombstone marks a Kafka record with a null value (not an empty one).
+	// The kafka-scheduler dialect reads it as a cancel of the parked
+	// message of that key; otherwise a null value is parked as it is
+	// (Message.NullBody) and published as null.
 	Tombstone bool
 }
 
@@ -197,8 +201,12 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	if newID == nil {
 		newID = NewID
 	}
+	published := in.PublishedAt
+	if published.After(now) {
+		published = now // a producer's clock cannot place a message in the future
+	}
 	now = now.Truncate(time.Millisecond)
-	p := parser{in: in, r: r, lim: lim, now: now}
+	p := parser{in: in, r: r, lim: lim, now: now, published: published}
 
 	dialect, dialectErr := p.dialect()
 	sched := dialect == DialectKafkaScheduler
@@ -221,7 +229,10 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		Body:        in.Body,
 		Ingest:      r.Ingest,
 		IngestedAt:  now,
-		PublishedAt: in.PublishedAt.Truncate(time.Millisecond),
+		PublishedAt: published,
+		Origin:      in.Origin,
+		Redelivered: in.Redelivered,
+		NullBody:    in.Tombstone,
 		Properties:  in.Properties,
 	}
 	reject := func(code, format string, args ...any) Decision {
@@ -335,11 +346,11 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		if k, _ := in.Headers.Get(HeaderSchedulerTargetKey); k != "" {
 			msg.Key = []byte(k)
 		}
-		published := in.PublishedAt
-		if published.IsZero() {
-			published = now
+		at := published
+		if at.IsZero() {
+			at = now
 		}
-		msg.Headers = schedulerHeaders(in.Headers, id, in.Source, published)
+		msg.Headers = schedulerHeaders(in.Headers, id, in.Source, at)
 		return Decision{Action: Park, Message: msg}
 	}
 	msg.Headers = forwarded(in.Headers)
@@ -348,11 +359,12 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 }
 
 type parser struct {
-	in    *Incoming
-	r     *Route
-	lim   Limits
-	now   time.Time // the moment of ingest, in whole milliseconds
-	recur *Recurrence
+	in        *Incoming
+	r         *Route
+	lim       Limits
+	now       time.Time // the moment of ingest, in whole milliseconds
+	published time.Time // the broker's publish time capped at the moment of ingest; zero when none
+	recur     *Recurrence
 }
 
 // id resolves the message ID in the contract's order: x-message-id, the
@@ -383,8 +395,8 @@ func (p *parser) id(newID func() string) (id, reason string) {
 	// The broker position is ours, bounded by the broker's own limits (a
 	// Kafka topic name has at most 249 bytes): no max_id_bytes for it, so
 	// that a redelivery always maps to the same ID.
-	if p.in.PositionID != "" && checkID("", p.in.PositionID, 0) == "" {
-		return p.in.PositionID, reason
+	if pos := p.in.Origin.PositionID(); pos != "" && checkID("", pos, 0) == "" {
+		return pos, reason
 	}
 	return newID(), reason
 }
@@ -454,8 +466,8 @@ func (p *parser) due() (due time.Time, code, reason string) {
 	// The broker's publish time counts to the nanosecond (a JetStream time
 	// has them); the moment of ingest counts in whole milliseconds.
 	base := p.now
-	if !p.in.PublishedAt.IsZero() {
-		base = p.in.PublishedAt
+	if !p.published.IsZero() {
+		base = p.published
 	}
 	switch {
 	case hasDelay && hasAt:

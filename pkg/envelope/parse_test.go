@@ -76,7 +76,7 @@ func checkDecision(t testing.TB, in *Incoming, lim Limits, now time.Time, d Deci
 		t.Fatalf("%v decision without Message (reason %q)", d.Action, d.Reason)
 	}
 	m := d.Message
-	if max := lim.MaxIDBytes; !validTestID(m.ID, max) && !(m.ID == in.PositionID && validTestID(m.ID, 0)) {
+	if max := lim.MaxIDBytes; !validTestID(m.ID, max) && !(m.ID == in.Origin.PositionID() && validTestID(m.ID, 0)) {
 		t.Fatalf("%v decision has invalid ID %q", d.Action, m.ID)
 	}
 	switch d.Action {
@@ -533,16 +533,16 @@ func TestParseMessageIDSources(t *testing.T) {
 		in   Incoming
 		want string
 	}{
-		{"x-message-id first", Incoming{Headers: hdrs(HeaderMessageID, "hdr", HeaderNatsMsgID, "nats"), NativeID: "amqp", PositionID: "t/0/1"}, "hdr"},
+		{"x-message-id first", Incoming{Headers: hdrs(HeaderMessageID, "hdr", HeaderNatsMsgID, "nats"), NativeID: "amqp", Origin: Origin{Log: "t/0", Pos: 1}}, "hdr"},
 		{"x-message-id case", Incoming{Headers: hdrs("X-Message-ID", "hdr"), NativeID: "amqp"}, "hdr"},
-		{"AMQP message_id", Incoming{Headers: hdrs(HeaderNatsMsgID, "nats"), NativeID: "amqp", PositionID: "t/0/1"}, "amqp"},
-		{"Nats-Msg-Id", Incoming{Headers: hdrs(HeaderNatsMsgID, "nats"), PositionID: "S/42"}, "nats"},
-		{"Nats-Msg-Id lower case", Incoming{Headers: hdrs("nats-msg-id", "nats"), PositionID: "S/42"}, "nats"},
-		{"empty Nats-Msg-Id skipped", Incoming{Headers: hdrs(HeaderNatsMsgID, ""), PositionID: "S/42"}, "S/42"},
-		{"position", Incoming{PositionID: "orders/3/1234"}, "orders/3/1234"},
+		{"AMQP message_id", Incoming{Headers: hdrs(HeaderNatsMsgID, "nats"), NativeID: "amqp", Origin: Origin{Log: "t/0", Pos: 1}}, "amqp"},
+		{"Nats-Msg-Id", Incoming{Headers: hdrs(HeaderNatsMsgID, "nats"), Origin: Origin{Log: "S", Pos: 42}}, "nats"},
+		{"Nats-Msg-Id lower case", Incoming{Headers: hdrs("nats-msg-id", "nats"), Origin: Origin{Log: "S", Pos: 42}}, "nats"},
+		{"empty Nats-Msg-Id skipped", Incoming{Headers: hdrs(HeaderNatsMsgID, ""), Origin: Origin{Log: "S", Pos: 42}}, "S/42"},
+		{"position", Incoming{Origin: Origin{Log: "orders/3", Pos: 1234}}, "orders/3/1234"},
 		{"generated", Incoming{}, "gen-1"},
-		{"long position is kept (not bound by max_id_bytes)", Incoming{PositionID: strings.Repeat("p", 300)}, strings.Repeat("p", 300)},
-		{"invalid position: generated", Incoming{PositionID: "bad\x00pos"}, "gen-1"},
+		{"long position is kept (not bound by max_id_bytes)", Incoming{Origin: Origin{Log: strings.Repeat("p", 300), Pos: 1}}, strings.Repeat("p", 300) + "/1"},
+		{"invalid position: generated", Incoming{Origin: Origin{Log: "bad\x00pos", Pos: 1}}, "gen-1"},
 		{"unicode ID", Incoming{Headers: hdrs(HeaderMessageID, "bestellung-ü-✓")}, "bestellung-ü-✓"},
 		{"ID of exactly max bytes", Incoming{Headers: hdrs(HeaderMessageID, strings.Repeat("i", 256))}, strings.Repeat("i", 256)},
 	}
@@ -595,8 +595,8 @@ func TestParseInvalidMessageID(t *testing.T) {
 		{"left-to-right embedding", Incoming{Headers: hdrs(HeaderMessageID, "\u202aorder-1")}, "U+202A", "gen-1"},
 		{"first-strong isolate", Incoming{Headers: hdrs(HeaderMessageID, "order-\u2068x\u2069")}, "U+2068", "gen-1"},
 		{"pop directional isolate", Incoming{Headers: hdrs(HeaderMessageID, "order\u2069")}, "U+2069", "gen-1"},
-		{"invalid with position fallback", Incoming{Headers: hdrs(HeaderMessageID, ""), PositionID: "orders/0/7"}, "empty", "orders/0/7"},
-		{"invalid AMQP message_id", Incoming{NativeID: "a\rb", PositionID: "orders/0/7"}, "message_id", "orders/0/7"},
+		{"invalid with position fallback", Incoming{Headers: hdrs(HeaderMessageID, ""), Origin: Origin{Log: "orders/0", Pos: 7}}, "empty", "orders/0/7"},
+		{"invalid AMQP message_id", Incoming{NativeID: "a\rb", Origin: Origin{Log: "orders/0", Pos: 7}}, "message_id", "orders/0/7"},
 		{"invalid Nats-Msg-Id", Incoming{Headers: hdrs(HeaderNatsMsgID, strings.Repeat("n", 300))}, HeaderNatsMsgID, "gen-1"},
 	}
 	for _, c := range cases {
@@ -648,7 +648,7 @@ func TestDisplayID(t *testing.T) {
 // A message whose broker could not decode its header block is rejected
 // with that reason, not for a missing delay header, under its position ID.
 func TestParseHeaderError(t *testing.T) {
-	in := &Incoming{HeaderError: "nats: message could not decode headers", Body: []byte("b"), PositionID: "DELAYED/7"}
+	in := &Incoming{HeaderError: "nats: message could not decode headers", Body: []byte("b"), Origin: Origin{Log: "DELAYED", Pos: 7}}
 	d := parse(t, in)
 	mustReject(t, d, "headers could not be decoded: nats: message could not decode headers")
 	if d.Code != CodeUndecodableHeaders || d.Message.ID != "DELAYED/7" || string(d.Message.Body) != "b" {
@@ -671,7 +671,7 @@ func TestParseInvalidMessageIDFallsBackToNextSource(t *testing.T) {
 	if d.Message.ID != "amqp-1" {
 		t.Errorf("fallback ID %q, want the next source, AMQP message_id %q", d.Message.ID, "amqp-1")
 	}
-	in = &Incoming{Headers: hdrs(HeaderMessageID, "", HeaderNatsMsgID, "nats-1", HeaderDelay, "1000"), PositionID: "S/9"}
+	in = &Incoming{Headers: hdrs(HeaderMessageID, "", HeaderNatsMsgID, "nats-1", HeaderDelay, "1000"), Origin: Origin{Log: "S", Pos: 9}}
 	d = parse(t, in)
 	mustReject(t, d, "empty")
 	if d.Message.ID != "nats-1" {
@@ -912,9 +912,9 @@ func TestParseParkMessage(t *testing.T) {
 			HeaderNatsMsgID, "n-1",
 			"content-type", "dup",
 		),
-		Body:       []byte("{\"a\":1}"),
-		Key:        []byte("key-1"),
-		PositionID: "orders/1/2",
+		Body:   []byte("{\"a\":1}"),
+		Key:    []byte("key-1"),
+		Origin: Origin{Log: "orders/1", Pos: 2},
 	}
 	r := testRoute()
 	r.AllowOverride = true
@@ -931,6 +931,7 @@ func TestParseParkMessage(t *testing.T) {
 		Priority:    4,
 		Ingest:      "orders-in",
 		IngestedAt:  nowMs,
+		Origin:      Origin{Log: "orders/1", Pos: 2},
 	}
 	if diff := diffMessages(want, m); diff != "" {
 		t.Fatalf("parked message: %s", diff)
@@ -1020,7 +1021,7 @@ func TestOutHeaders(t *testing.T) {
 		HeaderAttempt, "3",
 	)
 	if fmt.Sprint(out) != fmt.Sprint(want) {
-		t.Fatalf("OutHeaders\n got %q\nwant %q", out, want)
+		t.Fatalf("OutHeaders\n got %+v\nwant %+v", out, want)
 	}
 	for _, k := range []string{HeaderMessageID, HeaderDueAt, HeaderAttempt} {
 		if out.Count(k) != 1 {
@@ -1034,7 +1035,7 @@ func TestOutHeaders(t *testing.T) {
 	m = &Message{ID: "a", DueAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	out = m.OutHeaders(1)
 	if fmt.Sprint(out) != fmt.Sprint(hdrs(HeaderMessageID, "a", HeaderDueAt, "2026-01-02T03:04:05.000Z", HeaderAttempt, "1")) {
-		t.Fatalf("OutHeaders %q", out)
+		t.Fatalf("OutHeaders %+v", out)
 	}
 }
 

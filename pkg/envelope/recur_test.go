@@ -201,7 +201,7 @@ func TestNeverEarly(t *testing.T) {
 	if m := mustPark(t, d); !m.DueAt.Equal(time.Date(2026, 12, 1, 10, 0, 5, 1e6, time.UTC)) {
 		t.Fatalf("x-deliver-at: %v", m.DueAt)
 	}
-	pub := now.Add(123456 * time.Nanosecond)
+	pub := now.Add(-123456 * time.Nanosecond)
 	d = Parse(&Incoming{Headers: hdrs(HeaderDelay, "5ms"), PublishedAt: pub}, testRoute(), testLimits, now, nil)
 	if m := mustPark(t, d); m.DueAt.Before(pub.Add(5*time.Millisecond)) || m.DueAt.Sub(pub.Add(5*time.Millisecond)) >= time.Millisecond {
 		t.Fatalf("x-delay from a publish time with nanoseconds: %v", m.DueAt)

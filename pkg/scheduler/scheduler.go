@@ -503,7 +503,7 @@ func (s *Scheduler) refused(m *envelope.Message) error {
 func (s *Scheduler) done(m *envelope.Message, now time.Time, skipped bool) store.Done {
 	d := store.Done{ID: m.ID, Group: m.Group}
 	if !skipped {
-		d.PublishedAt = m.PublishedAt
+		d.Origin = m.Origin
 	}
 	if r := m.Recur; r != nil {
 		if due, n, ok := r.Next(m.DueAt, now); ok {

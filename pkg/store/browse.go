@@ -109,7 +109,7 @@ type Page struct {
 
 // browseScript returns the next entries of one shard in browse order.
 //
-//	KEYS[1..15] -> the shard's keys
+//	KEYS[1..16] -> the shard's keys
 //	ARGV[1] -> mode: "parked" (the due sets) or "dead" (the dead set)
 //	ARGV[2] -> 1 with a cursor, else 0
 //	ARGV[3], ARGV[4] -> the cursor's position time (ms, may have a

@@ -13,7 +13,7 @@ import (
 // or paused) is held instead: moved into the sink's hold band, due order
 // kept, untouched until Release brings it back.
 //
-//	KEYS[1..15] -> the shard's keys (Keys.shard)
+//	KEYS[1..16] -> the shard's keys (Keys.shard)
 //	ARGV[1] -> at most this many messages
 //	ARGV[2] -> lease in ms
 //	ARGV[3..] -> pairs: a blocked sink's name, its hold band index
@@ -43,7 +43,7 @@ return claimdue(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, 0)
 // claimAckScript is ackScript for the previous lease of the shard, then
 // claimScript, in one call: the ack of a batch travels with the next claim.
 //
-//	KEYS[1..15] -> the shard's keys; KEYS[15+j] -> the dedupe key of the
+//	KEYS[1..16] -> the shard's keys; KEYS[16+j] -> the dedupe key of the
 //	           j-th acked message
 //	ARGV[1] -> c, the index of the claim's arguments
 //	ARGV[2..c-1] -> ackScript's arguments
@@ -51,7 +51,7 @@ return claimdue(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, 0)
 //	returns -> claimScript's reply, with the acked count
 var claimAckScript = newFiringScript(`
 local c = tonumber(ARGV[1])
-local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, 15)
+local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, 16)
 return claimdue(tonumber(ARGV[c]), tonumber(ARGV[c + 1]), ARGV, c + 2, acked)
 `)
 
@@ -144,12 +144,13 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 // ackScript removes delivered messages: forgets them, or parks their next
 // occurrence (recurring), or the replacement that waited for them.
 //
-//	KEYS[1..15] -> the shard's keys; KEYS[15+j] -> the dedupe key
+//	KEYS[1..16] -> the shard's keys; KEYS[16+j] -> the dedupe key
 //	           (Keys.Done) of the j-th message
 //	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2] -> dedupe window in ms (0: off)
-//	ARGV[3..] -> per message 6 values: ID, broker publish time (Unix ms, 0
-//	           unknown), group ("" none), then for a recurring message the
+//	ARGV[3..] -> per message 6 values: ID, what the dedupe window remembers
+//	           of it (doneMark, "" nothing), group ("" none), then for a
+//	           recurring message the
 //	           next occurrence: due time (Unix ms), priority, encoded message;
 //	           "" "" "" when the series ends or the message does not recur
 //	returns -> how many were removed or moved on; a message no longer held
@@ -159,7 +160,7 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 // The caller passes each message's group, so that the common ack reads no
 // blob; next (a replacement waiting) is looked at only when it exists.
 var ackScript = newFiringScript(`
-return acklease(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, #ARGV, 15)
+return acklease(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, #ARGV, 16)
 `)
 
 // ackArgs are ackScript's arguments and extra keys for ds of lease l.
@@ -168,14 +169,11 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 	keys := make([]string, 0, len(ds))
 	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
 	for _, d := range ds {
-		var pub int64
-		if !d.PublishedAt.IsZero() {
-			pub = d.PublishedAt.UnixMilli()
-		}
+		mark := doneMark(d.Origin)
 		if d.Next != nil {
-			args = append(args, d.ID, pub, d.Group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
+			args = append(args, d.ID, mark, d.Group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
 		} else {
-			args = append(args, d.ID, pub, d.Group, "", "", "")
+			args = append(args, d.ID, mark, d.Group, "", "", "")
 		}
 		keys = append(keys, s.keys.Done(l.Shard, d.ID))
 	}
@@ -184,9 +182,9 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 
 // Done is a message a sink confirmed, for Ack.
 type Done struct {
-	ID          string
-	PublishedAt time.Time // its broker publish time, remembered for the dedupe window (zero: unknown)
-	Group       string    // its group (x-delay-group), to take it out of the group's index
+	ID     string
+	Origin envelope.Origin // where it was read, remembered for the dedupe window (zero: a skipped occurrence, or nothing to remember)
+	Group  string          // its group (x-delay-group), to take it out of the group's index
 	// Next is the next occurrence of a recurring message, parked in the
 	// same step; nil when the message does not recur or its series ended.
 	Next *envelope.Message

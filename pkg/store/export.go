@@ -72,7 +72,8 @@ type Record struct {
 	Destination Text              `json:"destination"`
 	Ingest      Text              `json:"ingest,omitempty"`
 	IngestedAt  string            `json:"ingested_at,omitempty"`
-	PublishedAt string            `json:"published_at,omitempty"`
+	PublishedAt string            `json:"published_at,omitempty"` // to the nanosecond
+	Origin      *RecordOrigin     `json:"origin,omitempty"`
 	Priority    int               `json:"priority,omitempty"`
 	Group       Text              `json:"group,omitempty"`
 	Recurrence  *RecordRecurrence `json:"recurrence,omitempty"`
@@ -84,6 +85,7 @@ type Record struct {
 	Headers     []RecordHeader    `json:"headers,omitempty"`
 	Properties  []RecordHeader    `json:"properties,omitempty"`
 	BodyBase64  string            `json:"body_base64"`
+	BodyNull    bool              `json:"body_null,omitempty"` // a Kafka null value, not an empty one
 	Replacement *Record           `json:"replacement,omitempty"`
 }
 
@@ -92,6 +94,14 @@ type RecordHeader struct {
 	Key          Text   `json:"key"`
 	Value        Text   `json:"value"`
 	NativeBase64 string `json:"native_base64,omitempty"` // envelope.Header.Native, when set
+	Null         bool   `json:"null,omitempty"`          // a Kafka null header value, not ""
+}
+
+// RecordOrigin is where a Record's message was read (envelope.Origin).
+type RecordOrigin struct {
+	Log   Text   `json:"log,omitempty"`
+	Pos   uint64 `json:"pos,omitempty"`
+	Print string `json:"print,omitempty"` // hexadecimal
 }
 
 // RecordRecurrence is a Record's recurring schedule (envelope.Recurrence).
@@ -210,8 +220,15 @@ func NewRecord(m *envelope.Message) *Record {
 		r.IngestedAt = envelope.FormatTime(m.IngestedAt)
 	}
 	if !m.PublishedAt.IsZero() {
-		r.PublishedAt = envelope.FormatTime(m.PublishedAt)
+		r.PublishedAt = m.PublishedAt.UTC().Format(time.RFC3339Nano)
 	}
+	if o := m.Origin; o != (envelope.Origin{}) {
+		r.Origin = &RecordOrigin{Log: Text(o.Log), Pos: o.Pos}
+		if o.Print != 0 {
+			r.Origin.Print = strconv.FormatUint(o.Print, 16)
+		}
+	}
+	r.BodyNull = m.NullBody
 	if m.Key != nil {
 		k := base64.StdEncoding.EncodeToString(m.Key)
 		r.KeyBase64 = &k
@@ -239,7 +256,7 @@ func recordHeaders(hs envelope.Headers) []RecordHeader {
 	}
 	out := make([]RecordHeader, len(hs))
 	for i, h := range hs {
-		out[i] = RecordHeader{Key: Text(h.Key), Value: Text(h.Value)}
+		out[i] = RecordHeader{Key: Text(h.Key), Value: Text(h.Value), Null: h.Null}
 		if h.Native != "" {
 			out[i].NativeBase64 = base64.StdEncoding.EncodeToString([]byte(h.Native))
 		}
@@ -275,7 +292,7 @@ type ExportStats struct {
 // Redis holds of each message, so that each message is read as one
 // consistent view.
 //
-//	KEYS[1..15] -> the shard's keys (Keys.shard)
+//	KEYS[1..16] -> the shard's keys (Keys.shard)
 //	ARGV[1] -> the HSCAN cursor
 //	ARGV[2] -> HSCAN COUNT
 //	returns -> {next cursor, id1, message1, due score1, dead score1, meta1,

@@ -21,7 +21,7 @@ const groupCancelBatch = 1000
 
 // cancelGroupScript cancels up to ARGV[2] messages of a group in one shard.
 //
-//	KEYS[1..15] -> the shard's keys
+//	KEYS[1..16] -> the shard's keys
 //	ARGV[1] -> the group
 //	ARGV[2] -> at most this many
 //	returns -> how many were cancelled

@@ -7,7 +7,7 @@ import (
 
 // heldCountScript counts a shard's messages held in each hold band given.
 //
-//	KEYS[1..15] -> the shard's keys
+//	KEYS[1..16] -> the shard's keys
 //	ARGV    -> band indexes
 //	returns -> one count per band, in order
 var heldCountScript = newScript(`

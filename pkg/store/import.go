@@ -18,7 +18,7 @@ import (
 // importScript writes imported messages, each whole or not at all: its
 // stored bytes, due or dead entry, meta, group entry and replacement.
 //
-//	KEYS[1..15] -> the shard's keys (Keys.shard)
+//	KEYS[1..16] -> the shard's keys (Keys.shard)
 //	ARGV[1] -> 1: replace a message known under the ID (whatever its
 //	           state, in flight included); 0: leave it alone
 //	ARGV[2..] -> per message 8 values: ID, state ("s" scheduled, "d"
@@ -499,9 +499,22 @@ func (r *Record) message(maxID int) (*envelope.Message, error) {
 		}
 	}
 	if r.PublishedAt != "" {
-		if m.PublishedAt, err = parseRecordTime("published_at", r.PublishedAt); err != nil {
-			return nil, err
+		// To the nanosecond: it orders versions (envelope.Origin).
+		if m.PublishedAt, err = time.Parse(time.RFC3339Nano, r.PublishedAt); err != nil {
+			return nil, fmt.Errorf(`"published_at" %s is not an RFC 3339 time (2026-05-01T10:00:00.000123456Z)`, strconv.Quote(r.PublishedAt))
 		}
+	}
+	if o := r.Origin; o != nil {
+		m.Origin = envelope.Origin{Log: string(o.Log), Pos: o.Pos}
+		if o.Print != "" {
+			if m.Origin.Print, err = strconv.ParseUint(o.Print, 16, 64); err != nil || m.Origin.Log != "" {
+				return nil, fmt.Errorf(`"origin.print" %s is not a hexadecimal print of a message without a log`, strconv.Quote(o.Print))
+			}
+		}
+	}
+	m.NullBody = r.BodyNull
+	if m.NullBody && r.BodyBase64 != "" {
+		return nil, errors.New(`"body_null" with a "body_base64": a null body has no bytes`)
 	}
 	if r.KeyBase64 != nil {
 		if m.Key, err = base64.StdEncoding.DecodeString(*r.KeyBase64); err != nil {
@@ -573,7 +586,10 @@ func parseRecordHeaders(field string, rhs []RecordHeader) (envelope.Headers, err
 	}
 	hs := make(envelope.Headers, len(rhs))
 	for i, rh := range rhs {
-		hs[i] = envelope.Header{Key: string(rh.Key), Value: string(rh.Value)}
+		hs[i] = envelope.Header{Key: string(rh.Key), Value: string(rh.Value), Null: rh.Null}
+		if rh.Null && rh.Value != "" {
+			return nil, fmt.Errorf(`"%s"[%d]: "null" with a value`, field, i)
+		}
 		if rh.NativeBase64 != "" {
 			v, err := base64.StdEncoding.DecodeString(rh.NativeBase64)
 			if err != nil {

@@ -322,7 +322,7 @@ type Stats struct {
 
 // statsScript counts one shard.
 //
-//	KEYS[1..15] -> the shard's keys
+//	KEYS[1..16] -> the shard's keys
 //	ARGV[1] -> now (Unix ms, Redis time, the same for every shard)
 //	ARGV[2..5] -> upper bounds of the buckets after overdue (1m, 5m, 1h, 24h)
 //	ARGV[6] -> how many hold bands are in use

@@ -23,8 +23,13 @@ import (
 //	                           each group (x-delay-group), found by range
 //	<prefix>:{N}:next   hash   message ID -> encoded replacement, parked when
 //	                           the version in flight is done (x-delay-replace)
-//	<prefix>:{N}:done:<ID>     string with a TTL: the broker publish time
-//	                           (Unix ms) of a delivered message, for
+//	<prefix>:{N}:lease  string the expiry (Unix ms) of the shard's last
+//	                           claim: each claim's lease ends at least 1 ms
+//	                           after the one before, so that a lease's expiry
+//	                           identifies it alone
+//	<prefix>:{N}:done:<ID>     string with a TTL: where the delivered message
+//	                           of that ID was read ("<pos>|<log>", or
+//	                           "#<print>", see envelope.Origin), for
 //	                           scheduler.dedupe_window
 //
 // and for the whole deployment:
@@ -82,6 +87,9 @@ func (k Keys) Groups(shard int) string { return k.shardKey(shard, "groups") }
 // flight.
 func (k Keys) Next(shard int) string { return k.shardKey(shard, "next") }
 
+// Lease is the expiry of a shard's last claim.
+func (k Keys) Lease(shard int) string { return k.shardKey(shard, "lease") }
+
 // Done is the key that remembers a delivered message for the dedupe window.
 func (k Keys) Done(shard int, id string) string { return k.shardKey(shard, "done:"+id) }
 
@@ -94,19 +102,17 @@ func (k Keys) Sinks() string { return k.prefix + ":sinks" }
 // Rate is the shared publish-slot clock of a sink with max_rate.
 func (k Keys) Rate(sink string) string { return k.prefix + ":rate:" + sink }
 
-// shardKeyCount is how many keys shard returns: every script gets them.
-const shardKeyCount = 15
-
 // shard returns the keys of one shard in the order the scripts expect:
 // KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, KEYS[4+K] the due
-// set of priority K (1..9), KEYS[14] groups, KEYS[15] next. A script that
-// needs more (dedupe keys) gets them after these, from KEYS[16].
+// set of priority K (1..9), KEYS[14] groups, KEYS[15] next, KEYS[16] lease.
+// A script that needs more (dedupe keys) gets them after these, from
+// KEYS[17].
 func (k Keys) shard(shard int) []string {
 	keys := []string{k.Pool(shard), k.Due(shard), k.Meta(shard), k.Dead(shard)}
 	for p := 1; p <= MaxPriority; p++ {
 		keys = append(keys, k.DueAt(shard, p))
 	}
-	return append(keys, k.Groups(shard), k.Next(shard))
+	return append(keys, k.Groups(shard), k.Next(shard), k.Lease(shard))
 }
 
 // ShardOf returns the shard of a message ID: FNV-1a (32 bit) of the ID's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -11,39 +12,40 @@ import (
 // parkScript parks messages that are not known yet, and replaces those
 // asked to when they are newer.
 //
-//	KEYS[1..15] -> the shard's keys (Keys.shard); KEYS[15+j] -> the
+//	KEYS[1..16] -> the shard's keys (Keys.shard); KEYS[16+j] -> the
 //	           dedupe key (Keys.Done) of the j-th message
 //	ARGV    -> per message 8 values: ID, due time (Unix ms), priority
-//	           (0-9), encoded message, broker publish time (Unix ms, 0
-//	           unknown: for the dedupe window), version time (the publish
-//	           time, else the ingest time: for replace, which compares it
-//	           with the one in the parked message's blob), replace (1 or
-//	           0), group ("" none)
+//	           (0-9), encoded message, replace (1 or 0), group ("" none),
+//	           its content print for the dedupe window (doneMark, "" none),
+//	           redelivered (1: the broker says it delivered it before)
 //	returns -> one integer per message, a ParkResult: 1 parked; 0 the ID
 //	           is known (parked, in flight or dead) and nothing changed;
-//	           2 replaced the parked or dead one; 3 delivered within the
-//	           dedupe window with the same or a later publish time; 4
+//	           2 replaced the parked or dead one; 3 a re-read of the
+//	           message of that ID delivered within the dedupe window; 4
 //	           waits behind the version in flight; 5 not newer than the
 //	           one parked, which stays
+//
+// What a re-read is and which version is newer is stated by reread and
+// newer (store.go, after envelope.Origin), here and nowhere else.
 var parkScript = newScript(`
 local out = {}
 local j = 0
 for i = 1, #ARGV, 8 do
   j = j + 1
   local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local pub, version, group = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), ARGV[i + 7]
-  local done = redis.call('GET', KEYS[15 + j])
+  local group = ARGV[i + 5]
+  local done = redis.call('GET', KEYS[16 + j])
   local r = 0
-  if done and tonumber(done) >= pub then
+  if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
     r = 3
   elseif redis.call('HSETNX', KEYS[1], id, blob) == 1 then
     redis.call('ZADD', zkey(prio), due, id)
     groupadd(group, id)
     r = 1
-  elseif ARGV[i + 6] == '1' then
+  elseif ARGV[i + 4] == '1' then
     local old = blobinfo(redis.call('HGET', KEYS[1], id))
     local score, p = duescore(id)
-    if version <= old.pub then
+    if not newer(blobinfo(blob), old) then
       r = 5
     elseif score and leased(score) then
       redis.call('HSET', KEYS[15], id, blob)
@@ -77,9 +79,9 @@ const (
 	Known        ParkResult = 0 // the ID is already parked, in flight or dead: nothing changed (idempotent ingest)
 	Parked       ParkResult = 1
 	Replaced     ParkResult = 2 // Message.Replace and newer: it replaced the parked (or dead) message
-	Duplicate    ParkResult = 3 // delivered within the dedupe window, with the same or a later publish time
+	Duplicate    ParkResult = 3 // a re-read of the message of that ID delivered within the dedupe window (envelope.Origin)
 	Queued       ParkResult = 4 // Message.Replace and newer than the version in flight: parked when that one is done
-	NotNewer     ParkResult = 5 // Message.Replace but not newer than the parked one, which stays
+	NotNewer     ParkResult = 5 // Message.Replace but not newer than the parked one, which stays (envelope.Origin)
 	maxParkValue            = NotNewer
 )
 
@@ -107,28 +109,24 @@ func (r ParkResult) String() string {
 
 // Park parks msgs, batching them into one script call per shard, all in one
 // pipeline. A message whose ID is already known changes nothing (the
-// contract's idempotent ingest), unless it has Replace and was published
-// later than the known one. A message delivered within the dedupe window is
-// not parked again. On error nothing can be assumed about which messages
-// were parked; parking them again is safe.
+// contract's idempotent ingest), unless it has Replace and is a newer
+// version than the known one. A re-read of a message delivered within the
+// dedupe window is not parked again; any other message with that ID is
+// (envelope.Origin says which is which). On error nothing can be assumed
+// about which messages were parked; parking them again is safe.
 func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
 	calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-		broker := publishedMs(m)
-		replace := 0
+		replace, redelivered := 0, 0
 		if m.Replace {
 			replace = 1
-			if m.PublishedAt.IsZero() && !m.IngestedAt.IsZero() {
-				// The version a later replacement compares with: without a
-				// broker publish time, the ingest time.
-				v := *m
-				v.PublishedAt = m.IngestedAt
-				m = &v
-			}
 		}
-		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), broker, publishedMs(m), replace, m.Group}
+		if m.Redelivered {
+			redelivered = 1
+		}
+		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, m.Group, printMark(m.Origin), redelivered}
 	})
 	for c := range calls {
 		for _, i := range index[c] {
@@ -155,13 +153,26 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 	return res, nil
 }
 
-// publishedMs is m's broker publish time in Unix ms, 0 when unknown: what
-// the dedupe window remembers and compares.
-func publishedMs(m *envelope.Message) int64 {
-	if m.PublishedAt.IsZero() {
-		return 0
+// doneMark is what the dedupe window remembers of a delivered message
+// (Keys.Done): where it was read, "<pos>|<log>", or without a log its
+// content print, "#<print>"; "" when neither is known (a message of the
+// admin API, of core NATS), which nothing can re-read.
+func doneMark(o envelope.Origin) string {
+	switch {
+	case o.Log != "":
+		return strconv.FormatUint(o.Pos, 10) + "|" + o.Log
+	case o.Print != 0:
+		return "#" + printMark(o)
 	}
-	return m.PublishedAt.UnixMilli()
+	return ""
+}
+
+// printMark is a content print as the scripts compare it, "" for none.
+func printMark(o envelope.Origin) string {
+	if o.Log != "" || o.Print == 0 {
+		return ""
+	}
+	return strconv.FormatUint(o.Print, 16)
 }
 
 // groupByShard builds one call per shard from msgs; index[c][j] is the

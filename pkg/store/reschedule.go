@@ -19,7 +19,7 @@ var ErrDueAtMismatch = errors.New("store: due time is not the expected one")
 // rescheduleScript gives a scheduled message a new due time, with its new
 // encoding (whose due time is the new one), unless it changed meanwhile.
 //
-//	KEYS[1..15] -> the shard's keys
+//	KEYS[1..16] -> the shard's keys
 //	ARGV[1] -> message ID
 //	ARGV[2] -> the encoded message the new one was made from
 //	ARGV[3] -> the new encoded message

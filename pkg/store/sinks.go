@@ -106,7 +106,7 @@ func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) error {
 // attempt not counted: Hold parks them in their sink's hold band, Defer at
 // their publish slot.
 //
-//	KEYS[1..15] -> the shard's keys
+//	KEYS[1..16] -> the shard's keys
 //	ARGV[1] -> the lease's expiry (Lease.ExpiryMs)
 //	ARGV[2..] -> pairs: message ID, score
 //	returns -> how many were put back (those still held under the lease)
@@ -160,7 +160,7 @@ func heldScore(band int, due time.Time) int64 {
 // releaseScript moves held messages of a sink back to their due times,
 // earliest first.
 //
-//	KEYS[1..15] -> the shard's keys
+//	KEYS[1..16] -> the shard's keys
 //	ARGV[1] -> the sink's band index
 //	ARGV[2] -> at most this many
 //	returns -> how many were moved

@@ -192,8 +192,9 @@ local function servertimeus()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 -- blob parsing: the routing part of envelope's stored encoding (versions 1
--- and 2, see pkg/envelope/codec.go), read here to learn a message's due
--- time, publish time, priority, sink and group without a round trip.
+-- to 3, see pkg/envelope/codec.go), read here to learn a message's due
+-- time, publish time, priority, sink, origin and group without a round
+-- trip.
 local function uvar(s, i)
   local v, m = 0, 1
   while true do
@@ -215,22 +216,31 @@ local function bstr(s, i)
   n, i = uvar(s, i)
   return string.sub(s, i, i + n - 1), i + n
 end
+local function bit(v, n) return math.floor(v / 2 ^ n) % 2 == 1 end
 local function parseblob(s)
   local ver, ext, i = string.byte(s, 1), 0, 3
-  if ver == 2 then ext, i = string.byte(s, 3), 4 elseif ver ~= 1 then error('unknown version') end
-  local due, pub, _
+  if ver == 2 or ver == 3 then ext, i = string.byte(s, 3), 4 elseif ver ~= 1 then error('unknown version') end
+  local due, pub, pubns, _ = 0, 0, 0
   due, i = svar(s, i)
   _, i = svar(s, i)
-  pub = 0
-  if ext % 2 == 1 then pub, i = svar(s, i); pub = due + pub end
+  if bit(ext, 0) then
+    pub, i = svar(s, i)
+    pub = due + pub
+    if ver == 3 then pubns, i = uvar(s, i) end
+  end
   local prio = string.byte(s, i)
-  local sink, group
+  local sink, group, log, pos
   sink, i = bstr(s, i + 1)
   _, i = bstr(s, i)
   _, i = bstr(s, i)
+  log, pos = '', 0
+  if bit(ext, 5) then
+    log, i = bstr(s, i)
+    pos, i = uvar(s, i)
+  end
   group = ''
-  if math.floor(ext / 2) % 2 == 1 then group = bstr(s, i) end
-  return {due = due, pub = pub, prio = prio, sink = sink, group = group}
+  if bit(ext, 1) then group = bstr(s, i) end
+  return {due = due, pub = pub, pubns = pubns, prio = prio, sink = sink, group = group, log = log, pos = pos}
 end
 -- blobinfo is parseblob that never fails: an unreadable blob has no sink
 -- and no group (it is never held, and in no group).
@@ -239,7 +249,33 @@ local function blobinfo(s)
     local ok, info = pcall(parseblob, s)
     if ok then return info end
   end
-  return {due = 0, pub = 0, prio = 0, sink = '', group = ''}
+  return {due = 0, pub = 0, pubns = 0, prio = 0, sink = '', group = '', log = '', pos = 0}
+end
+-- reread reports whether a message (its blob; its content print, '' none;
+-- redelivered '1' when its broker says so) is a re-read of the delivered
+-- message that done remembers (Keys.Done: "<pos>|<log>" or "#<print>"):
+-- read from the same log at the same or an earlier position (a log is read
+-- in order, so that position was read before), or without a log
+-- redelivered with the same content. Any other message is new
+-- (envelope.Origin).
+local function reread(done, blob, cprint, redelivered)
+  local dpos, dlog = string.match(done, '^(%d+)|(.*)$')
+  if dpos then
+    local o = blobinfo(blob)
+    return o.log ~= '' and o.log == dlog and o.pos <= tonumber(dpos)
+  end
+  return redelivered == '1' and cprint ~= '' and done == '#' .. cprint
+end
+-- newer reports whether version a is newer than version b (blobinfo of
+-- each): the later of one log; else the later broker publish time, when
+-- both have one and they differ; else a, the one parked later
+-- (envelope.Origin).
+local function newer(a, b)
+  if a.log ~= '' and a.log == b.log then return a.pos > b.pos end
+  if a.pub > 0 and b.pub > 0 and (a.pub ~= b.pub or a.pubns ~= b.pubns) then
+    return a.pub > b.pub or (a.pub == b.pub and a.pubns > b.pubns)
+  end
+  return true
 end
 local function groupadd(group, id)
   if group ~= '' then redis.call('ZADD', KEYS[14], 0, group .. '\0' .. id) end
@@ -333,7 +369,7 @@ local function acklease(expiry, window, args, from, to, keybase)
     local id, group = args[i], args[i + 2]
     local ok, p = claimedby(id, expiry, top)
     if ok then
-      if window > 0 then
+      if window > 0 and args[i + 1] ~= '' then
         redis.call('SET', KEYS[keybase + j], args[i + 1], 'PX', window)
       end
       local waiting = anynext and redis.call('HGET', KEYS[15], id)
@@ -369,7 +405,9 @@ end
 local function claimdue(max, leasems, args, from, acked)
   local nowus = servertimeus()
   local now = math.floor(nowus / 1000)
-  local lease = now + leasems
+  -- a lease is known by its expiry: never the one of the claim before
+  local lease = math.max(now + leasems, tonumber(redis.call('GET', KEYS[16]) or 0) + 1)
+  redis.call('SET', KEYS[16], lease)
   local score = string.format('%d.5', lease)
   local left = max
   local holds = left * 4 -- bound of the messages held per call
@@ -568,7 +606,7 @@ func (s *Store) run(ctx context.Context, op string, scr script, shard int, args 
 	return s.runKeys(ctx, op, scr, shard, nil, args...)
 }
 
-// runKeys is run with more keys after the shard's (from KEYS[16]).
+// runKeys is run with more keys after the shard's (from KEYS[17]).
 func (s *Store) runKeys(ctx context.Context, op string, scr script, shard int, extra []string, args ...any) *redis.Cmd {
 	start := time.Now()
 	cmd := s.pick(scr).Run(ctx, s.rdb, s.keysOf(shard, extra), args...)
@@ -580,7 +618,7 @@ func (s *Store) runKeys(ctx context.Context, op string, scr script, shard int, e
 
 type shardCall struct {
 	shard int
-	keys  []string // more keys after the shard's, from KEYS[16]
+	keys  []string // more keys after the shard's, from KEYS[17]
 	args  []any
 }
 

@@ -225,7 +225,7 @@ func roundTrip(t *testing.T, addrs []string, a kafkabroker.Auth) {
 			t.Fatalf("ingest read (%d records missing): %v", len(want), err)
 		}
 		delete(want, string(in.Body))
-		p, _, _ := strings.Cut(strings.TrimPrefix(in.PositionID, topic+"/"), "/")
+		p, _, _ := strings.Cut(strings.TrimPrefix(in.Origin.PositionID(), topic+"/"), "/")
 		partitions[p] = true
 		if err := ack(ctx, nil); err != nil {
 			t.Fatal(err)

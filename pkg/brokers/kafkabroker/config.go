@@ -176,14 +176,18 @@ func (c *SinkConfig) Validate(at string, p *config.Problems) {
 	}
 }
 
-// Open connects the sink.
-func (c *SinkConfig) Open(_ context.Context, name string, log *slog.Logger) (sinks.Sink, error) {
+// Open connects the sink and warms it (Sink.Warm).
+func (c *SinkConfig) Open(ctx context.Context, name string, log *slog.Logger) (sinks.Sink, error) {
 	tlsCfg, mech, err := ClientAuth(c.Auth)
 	if err != nil {
 		return nil, err
 	}
-	return NewSink(SinkParams{Name: name, Brokers: c.Brokers, BatchTimeout: c.BatchTimeout.D(),
+	s, err := NewSink(SinkParams{Name: name, Brokers: c.Brokers, BatchTimeout: c.BatchTimeout.D(),
 		BatchSize: c.BatchSize, Compression: c.Compression, TLS: tlsCfg, SASL: mech}, log)
+	if err == nil {
+		s.Warm(ctx)
+	}
+	return s, err
 }
 
 func checkBrokers(p *config.Problems, at string, brokers []string) {

@@ -2,11 +2,16 @@ package kafkabroker
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
 // generation is one consumer-group generation of this member: the partitions
@@ -166,10 +171,11 @@ type partition struct {
 
 // record is a fetched record on its way to Read.
 type record struct {
-	p     *partition
-	epoch uint64
-	msg   kafka.Message
-	acked atomic.Bool
+	p      *partition
+	epoch  uint64
+	offset int64
+	in     *envelope.Incoming
+	acked  atomic.Bool
 }
 
 // ack is the record's ingest.AckFunc.
@@ -177,7 +183,7 @@ func (r *record) ack(_ context.Context, err error) error {
 	if r.acked.Swap(true) {
 		return nil // a second call: the contract says once; ignore it
 	}
-	r.p.finish(r.epoch, r.msg.Offset, err)
+	r.p.finish(r.epoch, r.offset, err)
 	return nil
 }
 
@@ -230,6 +236,10 @@ func (p *partition) begin(offset int64) bool {
 
 // fetch reads from offset until ctx ends (it returns -1) or a nack asks for
 // a rewind (it returns the offset to re-read from).
+//
+// It fetches with the protocol client (kafka.Client.Fetch), not a
+// kafka.Reader: the Reader reads a null and an empty value (key, header
+// value) alike as nil, and a scheduled tombstone must stay one.
 func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 	cfg := &p.g.src.cfg
 	fctx, cancel := context.WithCancel(ctx)
@@ -238,75 +248,112 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 	p.cancelFetch = cancel
 	epoch := p.epoch
 	p.mu.Unlock()
-
-	klog := kafka.LoggerFunc(func(format string, args ...any) {})
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:        cfg.Brokers,
-		Dialer:         p.g.src.dialer,
-		Topic:          p.topic,
-		Partition:      p.id,
-		QueueCapacity:  min(cfg.MaxInFlightPerPartition, 100),
-		MinBytes:       1,
-		MaxBytes:       1 << 20,
-		MaxWait:        time.Second,
-		IsolationLevel: kafka.ReadCommitted,
-		Logger:         klog,
-		ErrorLogger:    klog,
-	})
-	defer r.Close()
-	if err := r.SetOffset(offset); err != nil {
-		p.setFetchErr(err)
-		return -1
-	}
 	for {
-		// Wait for room under the in-flight cap, or a rewind.
-		for {
-			p.mu.Lock()
-			rewind, room := p.rewind, p.unacked < cfg.MaxInFlightPerPartition
-			var at int64
-			if rewind {
-				at = p.cp.committable()
-			}
-			p.mu.Unlock()
-			if rewind {
-				return at
-			}
-			if room {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return -1
-			case <-p.wake:
-			}
+		res, err := p.g.src.client.Fetch(fctx, &kafka.FetchRequest{
+			Topic: p.topic, Partition: p.id, Offset: offset,
+			MinBytes: 1, MaxBytes: fetchMaxBytes, MaxWait: time.Second,
+			IsolationLevel: kafka.ReadCommitted,
+		})
+		if err == nil {
+			err = res.Error
 		}
-		m, err := r.FetchMessage(fctx)
+		switch {
+		case ctx.Err() != nil:
+			return -1
+		case fctx.Err() != nil:
+			return p.rewindOffset() // a nack cancelled the fetch
+		case errors.Is(err, kafka.OffsetOutOfRange):
+			// Retention deleted what was not read yet: go on from the
+			// oldest record there is (nothing older exists any more).
+			p.g.src.log.Warn("kafka: the offset to read is out of range (deleted by retention?); reading from the oldest record", "partition", p.id, "offset", offset)
+			abs, rerr := p.g.src.resolveOffset(ctx, p.topic, p.id, kafka.FirstOffset)
+			if rerr == nil && abs > offset {
+				offset = abs
+				continue
+			}
+			err = errors.Join(err, rerr)
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return -1
-			}
-			if fctx.Err() != nil {
-				continue // rewind requested: handled at the top
-			}
 			p.setFetchErr(err)
 			p.g.src.log.Debug("kafka: fetch failed; retrying", "partition", p.id, "err", err)
+			if !sleep(fctx, 100*time.Millisecond) && ctx.Err() != nil {
+				return -1
+			}
 			continue
 		}
-		p.mu.Lock()
-		if p.stopping || p.revoked {
-			p.mu.Unlock()
-			return -1
+		if _, control := res.Records.(*protocol.ControlBatch); control {
+			continue // a transaction marker alone (a RecordStream skips them itself)
 		}
-		p.cp.add(m.Offset)
-		p.unacked++
-		p.fetchErr = nil
-		p.mu.Unlock()
-		select {
-		case p.g.src.recs <- &record{p: p, epoch: epoch, msg: m}:
-		case <-ctx.Done():
-			return -1
+		for {
+			rec, err := res.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				p.setFetchErr(err)
+				break
+			}
+			if rec.Offset < offset {
+				continue // a batch may start before the offset asked for
+			}
+			in, err := incoming(p.topic, p.id, rec)
+			if err != nil {
+				p.setFetchErr(err)
+				break
+			}
+			if at, ok := p.waitRoom(ctx, cfg.MaxInFlightPerPartition); !ok {
+				return at
+			}
+			p.mu.Lock()
+			if p.stopping || p.revoked {
+				p.mu.Unlock()
+				return -1
+			}
+			p.cp.add(rec.Offset)
+			p.unacked++
+			p.fetchErr = nil
+			p.mu.Unlock()
+			select {
+			case p.g.src.recs <- &record{p: p, epoch: epoch, offset: rec.Offset, in: in}:
+			case <-ctx.Done():
+				return -1
+			}
+			offset = rec.Offset + 1
 		}
 	}
+}
+
+// fetchMaxBytes bounds one fetch of a partition.
+const fetchMaxBytes = 1 << 20
+
+// waitRoom waits until fewer than max records of the partition are
+// unacknowledged. It returns false with the offset to re-read from when a
+// nack asks for a rewind (-1 when ctx ended).
+func (p *partition) waitRoom(ctx context.Context, max int) (int64, bool) {
+	for {
+		p.mu.Lock()
+		rewind, room := p.rewind, p.unacked < max
+		p.mu.Unlock()
+		if rewind {
+			return p.rewindOffset(), false
+		}
+		if room {
+			return 0, true
+		}
+		select {
+		case <-ctx.Done():
+			return -1, false
+		case <-p.wake:
+		}
+	}
+}
+
+// rewindOffset is where to re-read from after a nack: the first record of
+// the partition not finished yet.
+func (p *partition) rewindOffset() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cp.committable()
 }
 
 // handOut reports whether a record of epoch may go to the caller of Read,

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -251,20 +253,37 @@ func (s *Sink) classify(topic string, err error) error {
 
 // toKafka builds the record: body, key, and the published headers
 // (x-message-id, x-delaybridge-due-at, x-delaybridge-attempt included), then
-// the ingest's properties as headers (sinks.PropertyHeaders).
+// the ingest's properties as headers (sinks.PropertyHeaders). A null value
+// (a tombstone), a null header value and an empty key go out as they came
+// in; kafka-go writes a nil slice as null and an empty one as empty.
 func toKafka(m sinks.Outgoing, now time.Time) kafka.Message {
 	hs := append(m.OutHeaders(m.Attempt), sinks.PropertyHeaders(m.Message)...)
 	km := kafka.Message{
 		Topic:   m.Destination,
 		Key:     m.Key,
-		Value:   m.Body,
+		Value:   nonNil(m.Body),
 		Time:    now,
 		Headers: make([]kafka.Header, len(hs)),
 	}
+	if m.NullBody {
+		km.Value = nil
+	}
 	for i, h := range hs {
-		km.Headers[i] = kafka.Header{Key: h.Key, Value: []byte(h.Value)}
+		km.Headers[i] = kafka.Header{Key: h.Key}
+		if !h.Null {
+			km.Headers[i].Value = nonNil([]byte(h.Value))
+		}
 	}
 	return km
+}
+
+// nonNil is b, or an empty slice for nil: what kafka-go writes as empty,
+// not null.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 // recordSize is an upper bound of the size kafka-go checks against
@@ -308,6 +327,27 @@ func (s *Sink) Ready() error {
 	}
 	s.readyErr, s.readyAt = err, time.Now()
 	return err
+}
+
+// Warm fetches the cluster's metadata and opens a connection to every
+// broker through the writers' transport, so that the first publish after a
+// start does not pay for them. A failure is only logged: the writers
+// connect on their own later, and Ready tells whether they can.
+func (s *Sink) Warm(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	c := &kafka.Client{Addr: kafka.TCP(s.cfg.Brokers...), Transport: s.tr}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{})
+	if err != nil {
+		s.log.Debug("kafka sink: cannot warm up (the first publish connects)", "err", err)
+		return
+	}
+	for _, b := range md.Brokers {
+		addr := kafka.TCP(net.JoinHostPort(b.Host, strconv.Itoa(b.Port)))
+		if _, err := c.ApiVersions(ctx, &kafka.ApiVersionsRequest{Addr: addr}); err != nil {
+			s.log.Debug("kafka sink: cannot warm up a broker connection", "broker", addr, "err", err)
+		}
+	}
 }
 
 // Close flushes what is still batched and closes the connections. Publish

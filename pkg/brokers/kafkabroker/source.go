@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -297,31 +298,52 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 			if !r.p.handOut(r.epoch) {
 				continue // its partition was revoked or rewound: stale
 			}
-			return incoming(&r.msg), r.ack, nil
+			return r.in, r.ack, nil
 		}
 	}
 }
 
-// incoming converts a record.
-func incoming(m *kafka.Message) *envelope.Incoming {
+// incoming converts a record of topic/partition. A null value, a null key
+// and a null header value stay null (nil, Tombstone, Header.Null); an
+// empty one stays empty.
+func incoming(topic string, partition int, rec *kafka.Record) (*envelope.Incoming, error) {
+	key, err := readBytes(rec.Key)
+	if err != nil {
+		return nil, fmt.Errorf("kafka record %d key: %w", rec.Offset, err)
+	}
+	value, err := readBytes(rec.Value)
+	if err != nil {
+		return nil, fmt.Errorf("kafka record %d value: %w", rec.Offset, err)
+	}
 	in := &envelope.Incoming{
-		Body:       m.Value,
-		Key:        m.Key,
-		PositionID: m.Topic + "/" + strconv.Itoa(m.Partition) + "/" + strconv.FormatInt(m.Offset, 10),
-		Source:     m.Topic,
-		// kafka-go reads a null and an empty value both as nil.
-		Tombstone: m.Value == nil,
+		Body:      value,
+		Key:       key,
+		Origin:    envelope.Origin{Log: topic + "/" + strconv.Itoa(partition), Pos: uint64(rec.Offset)},
+		Source:    topic,
+		Tombstone: value == nil,
 	}
-	if !m.Time.IsZero() && m.Time.UnixMilli() > 0 {
-		in.PublishedAt = m.Time
+	if !rec.Time.IsZero() && rec.Time.UnixMilli() > 0 {
+		in.PublishedAt = rec.Time
 	}
-	if len(m.Headers) > 0 {
-		in.Headers = make(envelope.Headers, len(m.Headers))
-		for i, h := range m.Headers {
-			in.Headers[i] = envelope.Header{Key: h.Key, Value: string(h.Value)}
+	if len(rec.Headers) > 0 {
+		in.Headers = make(envelope.Headers, len(rec.Headers))
+		for i, h := range rec.Headers {
+			in.Headers[i] = envelope.Header{Key: h.Key, Value: string(h.Value), Null: h.Value == nil}
 		}
 	}
-	return in
+	return in, nil
+}
+
+// readBytes reads a record's key or value: nil for a null one, an empty
+// slice (not nil) for an empty one.
+func readBytes(b kafka.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	defer b.Close()
+	out := make([]byte, b.Len())
+	_, err := io.ReadFull(b, out)
+	return out, err
 }
 
 // Ready returns nil while this member is in the group, its commits succeed

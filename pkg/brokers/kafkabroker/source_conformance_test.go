@@ -106,7 +106,7 @@ func TestSourceConformance(t *testing.T) {
 			Ordered:          true,
 			PublishedAt:      true,
 			Keys:             true,
-			PositionID:       true,
+			Origin:           ingesttest.OriginLog,
 			DuplicateHeaders: true,
 			BinaryHeaders:    true,
 			Tombstones:       true,

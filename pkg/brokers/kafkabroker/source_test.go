@@ -1,7 +1,6 @@
 package kafkabroker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -142,12 +141,12 @@ func committed(t testing.TB, k *testenv.KafkaCluster, group, topic string, parti
 
 func offsetOf(t testing.TB, in *envelope.Incoming) (string, int64) {
 	t.Helper()
-	i := strings.LastIndexByte(in.PositionID, '/')
+	i := strings.LastIndexByte(in.Origin.PositionID(), '/')
 	var off int64
-	if _, err := fmt.Sscan(in.PositionID[i+1:], &off); err != nil {
-		t.Fatalf("position %q: %v", in.PositionID, err)
+	if _, err := fmt.Sscan(in.Origin.PositionID()[i+1:], &off); err != nil {
+		t.Fatalf("position %q: %v", in.Origin.PositionID(), err)
 	}
-	return in.PositionID[:i], off
+	return in.Origin.PositionID()[:i], off
 }
 
 func TestSourceCheckpointer(t *testing.T) {
@@ -188,7 +187,7 @@ func TestSourceRoundTrip(t *testing.T) {
 		{Key: "dup", Value: []byte("1")},
 		{Key: "bin", Value: []byte{0, 0xff, 'a'}},
 		{Key: "dup", Value: []byte("2")},
-		{Key: "empty", Value: nil},
+		{Key: "empty", Value: nil}, // null
 	}
 	produce(t, k.Brokers,
 		kafka.Message{Topic: topic, Key: []byte("k1"), Value: []byte("body-1"), Headers: hs, Time: ts},
@@ -205,13 +204,14 @@ func TestSourceRoundTrip(t *testing.T) {
 
 	g := readOne(t, s, 15*time.Second)
 	in := g.in
-	if in.PositionID != "rt/0/0" || string(in.Body) != "body-1" || string(in.Key) != "k1" {
+	if in.Origin.PositionID() != "rt/0/0" || string(in.Body) != "body-1" || string(in.Key) != "k1" {
 		t.Fatalf("first record: %+v", in)
 	}
 	if !in.PublishedAt.Equal(ts) {
 		t.Errorf("PublishedAt %v, want %v", in.PublishedAt, ts)
 	}
 	want := hdrs("x-delay", "5s", "dup", "1", "bin", "\x00\xffa", "dup", "2", "empty", "")
+	want[4].Null = true // a null header value, as sent
 	if fmt.Sprint(in.Headers) != fmt.Sprint(want) {
 		t.Errorf("headers %q, want %q", in.Headers, want)
 	}
@@ -223,7 +223,7 @@ func TestSourceRoundTrip(t *testing.T) {
 	}
 
 	g = readOne(t, s, 5*time.Second)
-	if g.in.PositionID != "rt/0/1" || g.in.Key != nil || string(g.in.Body) != "no key" || len(g.in.Headers) != 0 {
+	if g.in.Origin.PositionID() != "rt/0/1" || g.in.Key != nil || string(g.in.Body) != "no key" || len(g.in.Headers) != 0 {
 		t.Fatalf("second record: %+v (key nil: %v)", g.in, g.in.Key == nil)
 	}
 	if g.in.PublishedAt.IsZero() || time.Since(g.in.PublishedAt) > time.Minute {
@@ -232,7 +232,7 @@ func TestSourceRoundTrip(t *testing.T) {
 	_ = g.ack(context.Background(), nil)
 
 	g = readOne(t, s, 5*time.Second)
-	if g.in.PositionID != "rt/0/2" || string(g.in.Key) != "k3" || string(g.in.Body) != "sent" ||
+	if g.in.Origin.PositionID() != "rt/0/2" || string(g.in.Key) != "k3" || string(g.in.Body) != "sent" ||
 		fmt.Sprint(g.in.Headers) != fmt.Sprint(hdrs("x-delay", "1m", "a", "b")) {
 		t.Fatalf("sent record: %+v", g.in)
 	}
@@ -405,7 +405,7 @@ type ackLog struct {
 
 func (a *ackLog) ack(t testing.TB, who string, g got) {
 	a.mu.Lock()
-	a.pos[g.in.PositionID] = append(a.pos[g.in.PositionID], who)
+	a.pos[g.in.Origin.PositionID()] = append(a.pos[g.in.Origin.PositionID()], who)
 	a.mu.Unlock()
 	_ = g.ack(context.Background(), nil)
 }
@@ -516,10 +516,10 @@ func TestSourceRebalanceNoSkipNoRevokedCommit(t *testing.T) {
 	// Held records A acknowledged after revocation were re-read by someone.
 	for _, h := range held {
 		log.mu.Lock()
-		who := log.pos[h.in.PositionID]
+		who := log.pos[h.in.Origin.PositionID()]
 		log.mu.Unlock()
 		if len(who) == 0 {
-			t.Errorf("%s: acknowledged only after revocation, never re-read", h.in.PositionID)
+			t.Errorf("%s: acknowledged only after revocation, never re-read", h.in.Origin.PositionID())
 		}
 	}
 	// Everything finished is committed eventually (duplicates re-read
@@ -600,18 +600,25 @@ func TestSourceBrokerRestart(t *testing.T) {
 	t.Logf("duplicates: %d", dups)
 }
 
-func TestSourceHeadersNilValueAndEmptyKey(t *testing.T) {
-	m := &kafka.Message{Topic: "t", Partition: 3, Offset: 7, Key: []byte{}, Headers: []kafka.Header{{Key: "a"}}}
-	in := incoming(m)
-	if in.PositionID != "t/3/7" || in.Key == nil || len(in.Key) != 0 || !in.PublishedAt.IsZero() {
+// TestSourceNullAndEmpty: a null value, key and header value stay null,
+// empty ones stay empty (kafka-go's Reader reads both as nil; the source
+// reads records with the protocol client).
+func TestSourceNullAndEmpty(t *testing.T) {
+	rec := &kafka.Record{Offset: 7, Key: kafka.NewBytes([]byte{}), Value: nil,
+		Headers: []kafka.Header{{Key: "null"}, {Key: "empty", Value: []byte{}}, {Key: "bin", Value: []byte{0, 0xff}}}}
+	in, err := incoming("t", 3, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Origin.PositionID() != "t/3/7" || in.Key == nil || len(in.Key) != 0 || !in.PublishedAt.IsZero() || in.Body != nil || !in.Tombstone {
 		t.Fatalf("%+v", in)
 	}
-	if !bytes.Equal([]byte(in.Headers[0].Value), nil) {
+	if h := in.Headers; !h[0].Null || h[1].Null || h[1].Value != "" || h[2].Value != "\x00\xff" {
 		t.Fatalf("headers %q", in.Headers)
 	}
-	m.Time = time.UnixMilli(-1)
-	if !incoming(m).PublishedAt.IsZero() {
-		t.Fatal("timestamp -1 is not zero")
+	rec = &kafka.Record{Offset: 8, Key: nil, Value: kafka.NewBytes([]byte{}), Time: time.UnixMilli(-1)}
+	if in, err = incoming("t", 3, rec); err != nil || in.Key != nil || in.Body == nil || len(in.Body) != 0 || in.Tombstone || !in.PublishedAt.IsZero() {
+		t.Fatalf("empty value, null key, timestamp -1: %+v %v", in, err)
 	}
 }
 

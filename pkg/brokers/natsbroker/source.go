@@ -8,7 +8,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -173,7 +172,7 @@ func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFu
 	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data(), Source: msg.Subject(), HeaderError: jsHeaderError(msg)}
 	if md, err := msg.Metadata(); err == nil {
 		in.PublishedAt = md.Timestamp
-		in.PositionID = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
+		in.Origin = envelope.Origin{Log: md.Stream, Pos: md.Sequence.Stream}
 	}
 	ack := func(ctx context.Context, err error) error {
 		if err != nil {

@@ -109,7 +109,7 @@ func TestSourceConformanceJetStream(t *testing.T) {
 			AckIndividually:  true,
 			Ordered:          true,
 			PublishedAt:      true,
-			PositionID:       true,
+			Origin:           ingesttest.OriginLog,
 			DuplicateHeaders: true,
 			// NATS headers are text lines; a 1 MiB message includes them.
 			MaxBody: 1<<20 - 4096,

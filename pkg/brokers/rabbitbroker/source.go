@@ -3,6 +3,7 @@ package rabbitbroker
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -295,12 +297,14 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 	select {
 	case d := <-s.out:
 		in := &envelope.Incoming{
-			Headers:    Headers(d.d.Headers),
-			Properties: Properties(d.d),
-			Body:       d.d.Body,
-			NativeID:   d.d.MessageId,
-			Source:     d.d.RoutingKey, // as published, whatever exchange routed it here
+			Headers:     Headers(d.d.Headers),
+			Properties:  Properties(d.d),
+			Body:        d.d.Body,
+			NativeID:    d.d.MessageId,
+			Source:      d.d.RoutingKey, // as published, whatever exchange routed it here
+			Redelivered: d.d.Redelivered,
 		}
+		in.Origin.Print = contentPrint(in)
 		return in, s.ackFunc(d.sess, d.d.DeliveryTag), nil
 	case <-s.closed:
 		return nil, nil, ingest.ErrClosed
@@ -410,4 +414,32 @@ func wait(ctx context.Context, f func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// contentPrint is the fingerprint of a delivery's content (envelope.Origin.Print):
+// a redelivery of the message has the same; a new publish that reuses its
+// ID (a Celery task retried, a timer armed again) differs in a header, a
+// property or the body, and is parked as the new message it is.
+func contentPrint(in *envelope.Incoming) uint64 {
+	h := xxhash.New()
+	var n [binary.MaxVarintLen64]byte
+	count := func(c int) { _, _ = h.Write(n[:binary.PutUvarint(n[:], uint64(c))]) }
+	field := func(s string) {
+		count(len(s))
+		_, _ = h.WriteString(s)
+	}
+	field(in.Source)
+	for _, list := range []envelope.Headers{in.Headers, in.Properties} {
+		count(len(list))
+		for _, kv := range list {
+			field(kv.Key)
+			field(kv.Value)
+			field(kv.Native)
+		}
+	}
+	_, _ = h.Write(in.Body)
+	if p := h.Sum64(); p != 0 {
+		return p
+	}
+	return 1 // 0 means no print
 }

@@ -65,6 +65,7 @@ func TestSourceConformance(t *testing.T) {
 		Features: ingesttest.Features{
 			AtLeastOnce:     true,
 			Nack:            true,
+			Origin:          ingesttest.OriginPrint,
 			AckIndividually: true,
 			// One consumer of a classic queue: publish order when nothing
 			// is requeued.

@@ -76,8 +76,8 @@ func TestSourceRoundTrip(t *testing.T) {
 	if string(in.Body) != string(body) {
 		t.Errorf("body %q, want %q", in.Body, body)
 	}
-	if in.NativeID != "m-1" || !in.PublishedAt.IsZero() || in.PositionID != "" || in.Key != nil {
-		t.Errorf("NativeID %q PublishedAt %v PositionID %q Key %q", in.NativeID, in.PublishedAt, in.PositionID, in.Key)
+	if in.NativeID != "m-1" || !in.PublishedAt.IsZero() || in.Origin.PositionID() != "" || in.Key != nil {
+		t.Errorf("NativeID %q PublishedAt %v PositionID %q Key %q", in.NativeID, in.PublishedAt, in.Origin.PositionID(), in.Key)
 	}
 	want := envelope.Headers{
 		{Key: "X-Custom", Value: "v"}, {Key: "bin", Value: "\x01\x02"}, {Key: "flag", Value: "false"},
