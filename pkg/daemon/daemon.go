@@ -154,7 +154,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		d.sources = append(d.sources, src)
 		d.pipes = append(d.pipes, ingest.NewPipeline(ingest.PipelineParams{
 			Name:         ic.Name,
-			Source:       src,
+			Source:       faultSource(src, log),
 			Route:        Route(cfg, ic),
 			Limits:       limits,
 			Store:        d.store,

@@ -64,12 +64,12 @@ import (
 //	byte    priority
 //	string  sink, destination, ingest
 //	string  origin log, uvarint origin position (ext bit 5)
+//	8 bytes origin print, big endian           (ext bit 7)
 //	string  group (ext bit 1); recurrence (ext bit 2)
 //	bytes   key                                (flag bit 0)
 //	uvarint header count, then per header: string key, string value,
 //	        string native (ext bit 3), byte 1 for a null value (ext bit 6)
 //	...     properties                         (ext bit 4)
-//	8 bytes origin print, big endian           (ext bit 7)
 //	...     body
 //
 // A sealed message (flag bit 2, written by Codec with a Sealer) keeps the
@@ -288,6 +288,9 @@ func appendRouting(dst []byte, m *Message, flags, ext byte) []byte {
 		dst = appendString(dst, m.Origin.Log)
 		dst = binary.AppendUvarint(dst, m.Origin.Pos)
 	}
+	if ext&extPrint != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, m.Origin.Print)
+	}
 	if ext&extGroup != 0 {
 		dst = appendString(dst, m.Group)
 	}
@@ -347,9 +350,6 @@ func appendPrivate(dst []byte, m *Message, ext byte) []byte {
 			dst = appendString(dst, h.Native)
 		}
 	}
-	if ext&extPrint != 0 {
-		dst = binary.BigEndian.AppendUint64(dst, m.Origin.Print)
-	}
 	return append(dst, m.Body...)
 }
 
@@ -362,7 +362,7 @@ func boolByte(b bool) byte {
 
 func routingSize(m *Message) int {
 	n := 3 + 4*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest) +
-		2*binary.MaxVarintLen64 + len(m.Origin.Log)
+		2*binary.MaxVarintLen64 + len(m.Origin.Log) + 8
 	if m.Group != "" {
 		n += binary.MaxVarintLen64 + len(m.Group)
 	}
@@ -373,7 +373,7 @@ func routingSize(m *Message) int {
 }
 
 func privateSize(m *Message) int {
-	n := binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64 + 8
+	n := binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64
 	for _, h := range m.Headers {
 		n += 3*binary.MaxVarintLen64 + 1 + len(h.Key) + len(h.Value) + len(h.Native)
 	}
@@ -442,9 +442,6 @@ func (c Codec) decode(id string, b []byte, src string) (*Message, error) {
 	m.Headers = d.headers(ext&extNative != 0, ext&extNulls != 0)
 	if ext&extProps != 0 {
 		m.Properties = d.headers(true, false)
-	}
-	if ext&extPrint != 0 {
-		m.Origin.Print = d.uint64()
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)
@@ -530,6 +527,9 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 	if ext&extOrigin != 0 {
 		m.Origin.Log = d.string()
 		m.Origin.Pos = d.uvarint()
+	}
+	if ext&extPrint != 0 {
+		m.Origin.Print = d.uint64()
 	}
 	if ext&extGroup != 0 {
 		m.Group = d.string()

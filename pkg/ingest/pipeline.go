@@ -73,9 +73,8 @@ const parkBatch = 256
 
 // parkWorkers is how many batches are parked at the same time, so that
 // reading and parsing the next batch overlaps the Redis round trip of the
-// current one. A batch holding a cancel waits for every batch before it,
-// and the batches after it wait for it, so a cancel always sees the parks
-// that came before it.
+// current one. A batch that must see the parks before it (ordered) waits
+// for every batch before it, and the batches after it wait for it.
 const parkWorkers = 2
 
 // ackTimeout bounds telling the broker the fate of messages (acks, nacks);
@@ -148,7 +147,7 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	for it := range items {
 		batch := make([]item, 1, maxBatch)
 		batch[0] = it
-		cancels := hasCancel(it)
+		inOrder := ordered(it)
 	more:
 		for len(batch) < maxBatch {
 			select {
@@ -157,13 +156,13 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 					break more
 				}
 				batch = append(batch, it)
-				cancels = cancels || hasCancel(it)
+				inOrder = inOrder || ordered(it)
 			default:
 				break more
 			}
 		}
-		if cancels {
-			running.Wait() // every park before the cancel is done
+		if inOrder {
+			running.Wait() // every park before it is done
 			pl.handle(work, batch)
 			continue
 		}
@@ -182,13 +181,16 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	return err
 }
 
-// hasCancel reports whether a message is a cancel or group-cancel control
-// message, or a tombstone (a cancel on a kafka-scheduler ingest), which must
-// see every park before it.
-func hasCancel(it item) bool {
-	_, ok := it.in.Headers.Get(envelope.HeaderCancel)
+// ordered reports whether a message must see every park before it: a
+// cancel or group-cancel control message, a tombstone (a cancel on a
+// kafka-scheduler ingest), or a replacement from a broker without a log
+// (AMQP), of which the one parked later is the newer (envelope.Origin):
+// parked in read order, the later publish wins.
+func ordered(it item) bool {
+	_, cancel := it.in.Headers.Get(envelope.HeaderCancel)
 	_, group := it.in.Headers.Get(envelope.HeaderCancelGroup)
-	return ok || group || it.in.Tombstone
+	_, replace := it.in.Headers.Get(envelope.HeaderReplace)
+	return cancel || group || it.in.Tombstone || (replace && it.in.Origin.Log == "")
 }
 
 func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
@@ -331,7 +333,11 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 				pl.p.Notify(m.ID, m.DueAt)
 			}
 		case store.Queued:
-			counts[1]++
+			if m.Replace {
+				counts[1]++
+			} else {
+				counts[0]++ // a new message of an ID in flight, parked once that one is delivered
+			}
 		case store.NotNewer:
 			counts[3]++
 			pl.log.Debug("replacement not newer than the parked message, ignored", "id", m.ID)

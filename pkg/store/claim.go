@@ -211,7 +211,7 @@ func (s *Store) Ack(ctx context.Context, l *Lease, ds []Done) (int, error) {
 //	ARGV[2..] -> triples: message ID, next attempt time (Unix ms), last error
 //	returns -> how many were rescheduled (those still held under the
 //	           lease); a replacement that waited for the message takes its
-//	           place instead
+//	           place instead (a follower waits on)
 var retryScript = newFiringScript(`
 local expiry = tonumber(ARGV[1])
 local top = maxprio()
@@ -221,7 +221,7 @@ for i = 2, #ARGV, 3 do
   local ok, p, a = claimedattempts(id, expiry, top)
   if ok then
     local waiting = redis.call('HGET', KEYS[15], id)
-    if waiting then
+    if waiting and not follows(waiting) then
       -- a replacement waited for this version: it takes its place
       redis.call('ZREM', zkey(p), id)
       forget(id, redis.call('HGET', KEYS[1], id))
@@ -267,8 +267,8 @@ func (s *Store) Retry(ctx context.Context, l *Lease, rs []RetryAt) (int, error) 
 //	ARGV[2] -> dead messages kept per shard (the oldest beyond are deleted)
 //	ARGV[3..] -> pairs: message ID, reason
 //	returns -> how many were moved (those still held under the lease); a
-//	           replacement that waited for the message takes its place
-//	           instead
+//	           replacement or a follower that waited for the message takes
+//	           its place instead
 var deadScript = newFiringScript(`
 local expiry = tonumber(ARGV[1])
 local now = servertime()

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -87,7 +88,15 @@ type Record struct {
 	BodyBase64  string            `json:"body_base64"`
 	BodyNull    bool              `json:"body_null,omitempty"` // a Kafka null value, not an empty one
 	Replacement *Record           `json:"replacement,omitempty"`
+	// Follows, on a replacement, says it is not one: it is a new message of
+	// the ID that came while the version in flight was, parked once that
+	// one is delivered (Keys.Next).
+	Follows bool `json:"follows,omitempty"`
 }
+
+// followsMark starts a follower's value in Keys.Next (FOLLOWS of the
+// scripts).
+const followsMark = "F"
 
 // RecordHeader is a header or a property of a Record.
 type RecordHeader struct {
@@ -514,12 +523,14 @@ func (s *Store) exportOne(enc *json.Encoder, st *ExportStats, o ExportOptions, v
 	}
 	rec.Attempts = attempts
 	if nb, ok := toString(v[5]); ok {
+		nb, follows := strings.CutPrefix(nb, followsMark)
 		nm, err := s.decode(id, nb)
 		if err != nil {
 			fail(fmt.Errorf("its replacement waiting for the version in flight: %w", err))
 			return nil
 		}
 		rec.Replacement = NewRecord(nm)
+		rec.Replacement.Follows = follows
 	}
 	if err := enc.Encode(rec); err != nil {
 		return fmt.Errorf("store.export: %w", err)

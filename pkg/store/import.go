@@ -335,7 +335,10 @@ func (s *Store) importItem(line []byte, maxID int) (importItem, error) {
 	}
 	var next []byte
 	if meta.Replacement != nil {
-		next = s.encode(meta.Replacement)
+		if meta.Follows {
+			next = []byte(followsMark)
+		}
+		next = append(next, s.encode(meta.Replacement)...)
 	}
 	it.args = []any{m.ID, state, score, prio, blob, metaV, next, m.Group}
 	it.size = len(blob) + len(next) + len(m.ID) + len(metaV)
@@ -398,8 +401,10 @@ type RecordMeta struct {
 	DeadAt   time.Time // dead: when it died
 	Attempts int
 	Reason   string // last_error (scheduled) or reason (dead)
-	// Replacement is the message waiting for the version in flight.
+	// Replacement is the message waiting for the version in flight, and
+	// Follows whether it is a follower rather than a replacement.
 	Replacement *envelope.Message
+	Follows     bool
 }
 
 // Parse validates a record completely and returns its message and the
@@ -430,6 +435,8 @@ func (r *Record) Parse(maxID int) (*envelope.Message, *RecordMeta, error) {
 	switch r.State {
 	case StateScheduled:
 		switch {
+		case r.Follows:
+			return nil, nil, errors.New(`"follows" belongs on a "replacement"`)
 		case r.DeadAt != "" || r.Reason != "":
 			return nil, nil, errors.New(`a scheduled message has no "dead_at" or "reason" (its last error is "last_error")`)
 		}
@@ -450,14 +457,15 @@ func (r *Record) Parse(maxID int) (*envelope.Message, *RecordMeta, error) {
 			if meta.Replacement, err = rr.message(maxID); err != nil {
 				return nil, nil, fmt.Errorf("replacement: %w", err)
 			}
+			meta.Follows = rr.Follows
 			meta.Replacement.ID = m.ID
 		}
 	case StateDead:
 		switch {
 		case r.DeadAt == "":
 			return nil, nil, errors.New(`a dead message needs "dead_at"`)
-		case r.NextAt != "" || r.LastError != "" || r.Replacement != nil:
-			return nil, nil, errors.New(`a dead message has no "next_at", "last_error" or "replacement" (its error is "reason")`)
+		case r.NextAt != "" || r.LastError != "" || r.Replacement != nil || r.Follows:
+			return nil, nil, errors.New(`a dead message has no "next_at", "last_error", "replacement" or "follows" (its error is "reason")`)
 		}
 		if meta.DeadAt, err = parseRecordTime("dead_at", r.DeadAt); err != nil {
 			return nil, nil, err

@@ -21,8 +21,12 @@ import (
 //	                           (1..9); priority 0, the default, uses due
 //	<prefix>:{N}:groups zset   "<group>\x00<message ID>" -> 0: the messages of
 //	                           each group (x-delay-group), found by range
-//	<prefix>:{N}:next   hash   message ID -> encoded replacement, parked when
-//	                           the version in flight is done (x-delay-replace)
+//	<prefix>:{N}:next   hash   message ID -> what waits for the version in
+//	                           flight: an encoded replacement (x-delay-replace),
+//	                           parked when that version is done; or "F" and a
+//	                           new message of that ID that came while it was
+//	                           in flight (a follower), parked when that version
+//	                           is delivered or dead, not when it is retried
 //	<prefix>:{N}:lease  string the expiry (Unix ms) of the shard's last
 //	                           claim: each claim's lease ends at least 1 ms
 //	                           after the one before, so that a lease's expiry

@@ -534,3 +534,55 @@ func TestLeasesAreUnique(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowerOfAMessageInFlight: a new message with the ID of a message in
+// flight (delivered, perhaps, and not acked yet: a Celery retry right after
+// its task ran) is not dropped as known: it follows the version in flight
+// and is parked once that one is acked or dead; a retry of the version in
+// flight keeps it, and the follower waits on. A re-read of the version in
+// flight is known, as is a second new message while one follows.
+func TestFollowerOfAMessageInFlight(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	v := func(body string, pos uint64) *envelope.Message {
+		m := msg("task", time.Now().Add(-time.Second))
+		m.Body, m.Origin = []byte(body), envelope.Origin{Log: "q/0", Pos: pos}
+		return m
+	}
+	park(t, s, store.Parked, v("run 1", 1))
+	c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	park(t, s, store.Known, v("run 1", 1)) // a re-read of the version in flight
+	park(t, s, store.Queued, v("run 2", 2))
+	park(t, s, store.Known, v("run 3", 3)) // one follower at a time
+	// A retry keeps the version in flight; the follower waits on.
+	if n, err := s.Retry(ctx, c, []store.RetryAt{{ID: "task", At: time.Now().Add(-time.Millisecond), Reason: "sink refused"}}); err != nil || n != 1 {
+		t.Fatalf("retry: %d %v", n, err)
+	}
+	if body := string(inspect(t, s, "task").Message.Body); body != "run 1" {
+		t.Fatalf("after the retry: %s", body)
+	}
+	if c, err = s.Claim(ctx, 0, 10, time.Minute, nil); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim again: %+v %v", c, err)
+	}
+	if n, err := s.Ack(ctx, c, acks("task")); err != nil || n != 1 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	info := inspect(t, s, "task")
+	if string(info.Message.Body) != "run 2" || info.State != store.StateScheduled {
+		t.Fatalf("after the ack: %s %s", info.Message.Body, info.State)
+	}
+	// Dead: the follower takes the place of the dead version.
+	if c, err = s.Claim(ctx, 0, 10, time.Minute, nil); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim run 2: %+v %v", c, err)
+	}
+	park(t, s, store.Queued, v("run 3", 3))
+	if n, err := s.MarkDead(ctx, c, []store.Failure{{ID: "task", Reason: "refused"}}); err != nil || n != 1 {
+		t.Fatalf("dead: %d %v", n, err)
+	}
+	if info := inspect(t, s, "task"); string(info.Message.Body) != "run 3" || info.State != store.StateScheduled {
+		t.Fatalf("after the death: %s %s", info.Message.Body, info.State)
+	}
+}

@@ -19,11 +19,13 @@ import (
 //	           its content print for the dedupe window (doneMark, "" none),
 //	           redelivered (1: the broker says it delivered it before)
 //	returns -> one integer per message, a ParkResult: 1 parked; 0 the ID
-//	           is known (parked, in flight or dead) and nothing changed;
-//	           2 replaced the parked or dead one; 3 a re-read of the
-//	           message of that ID delivered within the dedupe window; 4
-//	           waits behind the version in flight; 5 not newer than the
-//	           one parked, which stays
+//	           is known (parked, in flight or dead: a re-read, or one more
+//	           message while another waits) and nothing changed; 2 replaced
+//	           the parked or dead one; 3 a re-read of the message of that ID
+//	           delivered within the dedupe window; 4 waits behind the
+//	           version in flight (a replacement, or a new message of that
+//	           ID: a follower, see Keys); 5 not newer than the one parked,
+//	           which stays
 //
 // What a re-read is and which version is newer is stated by reread and
 // newer (store.go, after envelope.Origin), here and nowhere else.
@@ -65,6 +67,15 @@ for i = 1, #ARGV, 8 do
       groupadd(group, id)
       r = 2
     end
+  else
+    -- Known: a re-read of the message parked, or, while it is in flight
+    -- (delivered, perhaps, and not acked yet), a new message of its ID,
+    -- which follows it: parked once that one is delivered.
+    local score = duescore(id)
+    if score and leased(score) and not sameorigin(blobinfo(blob), blobinfo(redis.call('HGET', KEYS[1], id)))
+        and redis.call('HSETNX', KEYS[15], id, FOLLOWS .. blob) == 1 then
+      r = 4
+    end
   end
   out[#out + 1] = r
 end
@@ -80,7 +91,7 @@ const (
 	Parked       ParkResult = 1
 	Replaced     ParkResult = 2 // Message.Replace and newer: it replaced the parked (or dead) message
 	Duplicate    ParkResult = 3 // a re-read of the message of that ID delivered within the dedupe window (envelope.Origin)
-	Queued       ParkResult = 4 // Message.Replace and newer than the version in flight: parked when that one is done
+	Queued       ParkResult = 4 // waits behind the version in flight: a newer replacement, parked when that one is done; or a new message of its ID, parked when it is delivered
 	NotNewer     ParkResult = 5 // Message.Replace but not newer than the parked one, which stays (envelope.Origin)
 	maxParkValue            = NotNewer
 )
@@ -172,7 +183,7 @@ func printMark(o envelope.Origin) string {
 	if o.Log != "" || o.Print == 0 {
 		return ""
 	}
-	return strconv.FormatUint(o.Print, 16)
+	return fmt.Sprintf("%016x", o.Print) // as the scripts format the print of a blob
 }
 
 // groupByShard builds one call per shard from msgs; index[c][j] is the

@@ -238,9 +238,14 @@ local function parseblob(s)
     log, i = bstr(s, i)
     pos, i = uvar(s, i)
   end
+  local cprint = ''
+  if bit(ext, 7) then
+    cprint = string.format('%02x%02x%02x%02x%02x%02x%02x%02x', string.byte(s, i, i + 7))
+    i = i + 8
+  end
   group = ''
   if bit(ext, 1) then group = bstr(s, i) end
-  return {due = due, pub = pub, pubns = pubns, prio = prio, sink = sink, group = group, log = log, pos = pos}
+  return {due = due, pub = pub, pubns = pubns, prio = prio, sink = sink, group = group, log = log, pos = pos, print = cprint}
 end
 -- blobinfo is parseblob that never fails: an unreadable blob has no sink
 -- and no group (it is never held, and in no group).
@@ -249,7 +254,7 @@ local function blobinfo(s)
     local ok, info = pcall(parseblob, s)
     if ok then return info end
   end
-  return {due = 0, pub = 0, pubns = 0, prio = 0, sink = '', group = '', log = '', pos = 0}
+  return {due = 0, pub = 0, pubns = 0, prio = 0, sink = '', group = '', log = '', pos = 0, print = ''}
 end
 -- reread reports whether a message (its blob; its content print, '' none;
 -- redelivered '1' when its broker says so) is a re-read of the delivered
@@ -345,9 +350,25 @@ local function claimedby(id, expiry, top)
   local s, p = duescore(id, top)
   return s ~= false and tonumber(s) == expiry + 0.5, p
 end
--- promote parks blob, the replacement that waited in next for the version
--- in flight, which the caller forgot.
+-- FOLLOWS marks a value of next (KEYS[15]) that is not a replacement of
+-- the version in flight but a new message of its ID that came while it was
+-- in flight (Keys.Next): it waits for that version's ack or death, not for
+-- a retry, which keeps the version in flight.
+local FOLLOWS = 'F'
+local function follows(waiting)
+  return string.sub(waiting, 1, 1) == FOLLOWS
+end
+-- sameorigin reports whether two messages (blobinfo) were read from the
+-- same place: the same log position, or without a log the same content
+-- print (a re-read of the one, not a new message).
+local function sameorigin(a, b)
+  if a.log ~= '' then return a.log == b.log and a.pos == b.pos end
+  return a.print ~= '' and a.print == b.print
+end
+-- promote parks what waited in next for the version in flight, which the
+-- caller forgot: a replacement, or a follower (FOLLOWS and the blob).
 local function promote(id, blob)
+  if follows(blob) then blob = string.sub(blob, 2) end
   local info = blobinfo(blob)
   redis.call('HSET', KEYS[1], id, blob)
   redis.call('ZADD', zkey(info.prio), info.due, id)

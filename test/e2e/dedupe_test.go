@@ -18,7 +18,10 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
-var flagDedupeN = flag.Int("dedupe-n", 5000, "messages delivered per run of TestDedupeWindowMemory; 120000 is what a 2m window holds at 1k msg/s")
+var (
+	flagDedupeN     = flag.Int("dedupe-n", 5000, "messages delivered per run of TestDedupeWindowMemory; 120000 is what a 2m window holds at 1k msg/s")
+	flagDedupeIDLen = flag.Int("dedupe-idlen", 36, "length of the IDs of TestDedupeWindowMemory (36: a UUID)")
+)
 
 // TestDedupeWindowMemory measures the Redis memory scheduler.dedupe_window
 // costs per remembered ID, through the real binary and real acks: n
@@ -27,8 +30,8 @@ var flagDedupeN = flag.Int("dedupe-n", 5000, "messages delivered per run of Test
 // persistence, and INFO used_memory is read before and after (after a
 // warm-up that loads the scripts and creates the sinks' state). With the
 // window off Redis is empty again when everything is delivered; with it on,
-// it holds one key per delivered ID (<prefix>:{N}:done:<ID>, the publish
-// time, with a TTL of the window). The README and docs/operations.md give
+// it holds one key per delivered ID (<prefix>:{N}:done:<ID>, where it was
+// read, with a TTL of the window). The README and docs/operations.md give
 // the figure of
 //
 //	go test -count=1 -run TestDedupeWindowMemory -v ./test/e2e/ -args -dedupe-n 120000
@@ -71,7 +74,7 @@ sinks:
 			for j := from; j < to; j++ {
 				m := nats.NewMsg("delayed.mem")
 				m.Header.Set(envelope.HeaderDelay, "0")
-				m.Header.Set(envelope.HeaderMessageID, uuid(uint64(i)<<32|uint64(j)))
+				m.Header.Set(envelope.HeaderMessageID, memID(uint64(i)<<32|uint64(j)))
 				if _, err := js.PublishMsgAsync(m); err != nil {
 					t.Fatal(err)
 				}
@@ -114,7 +117,7 @@ sinks:
 		if int(keys1-keys0) != n {
 			t.Errorf("window %v: %d more keys after %d deliveries, want one per delivered ID", window, keys1-keys0, n)
 		}
-		key := fmt.Sprintf("delaybridge:{%d}:done:%s", shardOfID(uuid(uint64(i)<<32|uint64(warm))), uuid(uint64(i)<<32|uint64(warm)))
+		key := fmt.Sprintf("delaybridge:{%d}:done:%s", shardOfID(memID(uint64(i)<<32|uint64(warm))), memID(uint64(i)<<32|uint64(warm)))
 		ttl, err := rdb.PTTL(ctx, key).Result()
 		if err != nil || ttl <= 0 || ttl > window {
 			t.Errorf("%s: TTL %v (%v), want within the window %v", key, ttl, err, window)
@@ -122,11 +125,21 @@ sinks:
 		usage, _ := rdb.MemoryUsage(ctx, key, 0).Result()
 		perID := (delta[1] - delta[0]) / float64(n)
 		mib := func(ids float64) float64 { return ids * perID / (1 << 20) }
-		t.Logf("one remembered ID (36-character ID, prefix %q): MEMORY USAGE of its key %d bytes; used_memory per remembered ID %.0f bytes "+
+		t.Logf("one remembered ID (%d-character ID, prefix %q): MEMORY USAGE of its key %d bytes; used_memory per remembered ID %.0f bytes "+
 			"(window on minus off, over %d IDs, dict buckets and expiry entries included); "+
 			"a 2m window holds rate x 120 s IDs: %.1f MiB at 1k msg/s (120,000 IDs), %.0f MiB at 10k msg/s (1.2 M IDs)",
-			"delaybridge", usage, perID, n, mib(120_000), mib(1_200_000))
+			*flagDedupeIDLen, "delaybridge", usage, perID, n, mib(120_000), mib(1_200_000))
 	}
+}
+
+// memID is an ID of -dedupe-idlen characters: a UUID, padded with its own
+// characters or cut.
+func memID(seed uint64) string {
+	id := uuid(seed)
+	for len(id) < *flagDedupeIDLen {
+		id += uuid(seed + uint64(len(id)))
+	}
+	return id[:*flagDedupeIDLen]
 }
 
 // uuid is a UUID-shaped ID (36 characters) drawn from seed.

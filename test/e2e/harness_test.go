@@ -38,13 +38,23 @@ type daemon struct {
 // runs `delaybridge run` on it until /readyz answers 200.
 func startDaemon(t *testing.T, cfg string, env ...string) *daemon {
 	t.Helper()
+	return startDaemonBin(t, "", cfg, env...)
+}
+
+// startDaemonBin is startDaemon with the binary bin (testenv.BuildTagged);
+// "" is testenv.Build's.
+func startDaemonBin(t *testing.T, bin, cfg string, env ...string) *daemon {
+	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg = strings.ReplaceAll(cfg, "%ADMIN%", addr)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{t: t, bin: testenv.Build(t), cfgPath: path, admin: "http://" + addr, env: env}
+	if bin == "" {
+		bin = testenv.Build(t)
+	}
+	d := &daemon{t: t, bin: bin, cfgPath: path, admin: "http://" + addr, env: env}
 	d.start()
 	return d
 }

@@ -3,7 +3,10 @@
 package daemon
 
 import (
+	"log/slog"
 	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/ingest"
 
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
 )
@@ -16,3 +19,8 @@ import (
 func localClock() (now func() time.Time, sched scheduler.Clock, skew time.Duration) {
 	return time.Now, scheduler.SystemClock{}, 0
 }
+
+// faultSource is src. A binary built with the tag faultinject can hold the
+// acknowledgements of every ingest instead (fault_faultinject.go), so that
+// a test kills it between parking and acknowledging.
+func faultSource(src ingest.Source, _ *slog.Logger) ingest.Source { return src }
