@@ -175,7 +175,7 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 		} else {
 			args = append(args, d.ID, mark, d.Group, "", "", "")
 		}
-		keys = append(keys, s.keys.Done(l.Shard, d.ID))
+		keys = append(keys, s.keys.Done(l.Shard, d.ID, d.Origin.Log))
 	}
 	return args, keys
 }

@@ -31,10 +31,13 @@ import (
 //	                           claim: each claim's lease ends at least 1 ms
 //	                           after the one before, so that a lease's expiry
 //	                           identifies it alone
-//	<prefix>:{N}:done:<ID>     string with a TTL: where the delivered message
-//	                           of that ID was read ("<pos>|<log>", or
-//	                           "#<print>", see envelope.Origin), for
-//	                           scheduler.dedupe_window
+//	<prefix>:{N}:done:<L>:<log>:<ID>
+//	                           integer with a TTL: a delivered message of that
+//	                           ID read from log (L bytes long; "" without one),
+//	                           for scheduler.dedupe_window: its position in the
+//	                           log, or without a log its content print (see
+//	                           envelope.Origin); an integer, so that Redis keeps
+//	                           it without a string of its own
 //
 // and for the whole deployment:
 //
@@ -94,8 +97,11 @@ func (k Keys) Next(shard int) string { return k.shardKey(shard, "next") }
 // Lease is the expiry of a shard's last claim.
 func (k Keys) Lease(shard int) string { return k.shardKey(shard, "lease") }
 
-// Done is the key that remembers a delivered message for the dedupe window.
-func (k Keys) Done(shard int, id string) string { return k.shardKey(shard, "done:"+id) }
+// Done is the key that remembers a delivered message of ID id read from
+// log (envelope.Origin.Log, "" for none) for the dedupe window.
+func (k Keys) Done(shard int, id, log string) string {
+	return k.shardKey(shard, "done:"+strconv.Itoa(len(log))+":"+log+":"+id)
+}
 
 // Config is the deployment-wide settings hash.
 func (k Keys) Config() string { return k.prefix + ":config" }

@@ -88,11 +88,11 @@ func TestDedupeWindow(t *testing.T) {
 	// Nothing to compare (the admin API, core NATS): always new.
 	deliver(at("n", envelope.Origin{}, false))
 	park(t, s, store.Parked, at("n", envelope.Origin{}, true))
-	if n, _ := r.Client().Exists(ctx, s.Keys().Done(s.ShardOf("n"), "n")).Result(); n != 0 {
+	if n, _ := r.Client().Exists(ctx, s.Keys().Done(s.ShardOf("n"), "n", "")).Result(); n != 0 {
 		t.Fatal("a message without an origin is remembered: nothing can re-read it")
 	}
 
-	ttl, err := r.Client().PTTL(ctx, s.Keys().Done(s.ShardOf("k"), "k")).Result()
+	ttl, err := r.Client().PTTL(ctx, s.Keys().Done(s.ShardOf("k"), "k", "orders/3")).Result()
 	if err != nil || ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("the remembered ID's TTL is %v (%v), want at most the window", ttl, err)
 	}
@@ -472,7 +472,7 @@ func TestClaimAfterAcksThenClaims(t *testing.T) {
 	if _, err := s.Inspect(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the acked message is still known: %v", err)
 	}
-	if n, _ := r.Client().Exists(ctx, s.Keys().Done(0, "a")).Result(); n != 1 {
+	if n, _ := r.Client().Exists(ctx, s.Keys().Done(0, "a", "t/0")).Result(); n != 1 {
 		t.Fatal("the acked message is not remembered for the dedupe window")
 	}
 	// An ack under a lease that is gone acks nothing, and the claim happens.

@@ -16,7 +16,8 @@ import (
 //	           dedupe key (Keys.Done) of the j-th message
 //	ARGV    -> per message 8 values: ID, due time (Unix ms), priority
 //	           (0-9), encoded message, replace (1 or 0), group ("" none),
-//	           its content print for the dedupe window (doneMark, "" none),
+//	           what a delivery of it leaves in its dedupe key (doneMark: its
+//	           position in its log, or its content print; "" none),
 //	           redelivered (1: the broker says it delivered it before)
 //	returns -> one integer per message, a ParkResult: 1 parked; 0 the ID
 //	           is known (parked, in flight or dead: a re-read, or one more
@@ -137,11 +138,11 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 		if m.Redelivered {
 			redelivered = 1
 		}
-		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, m.Group, printMark(m.Origin), redelivered}
+		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, m.Group, doneMark(m.Origin), redelivered}
 	})
 	for c := range calls {
 		for _, i := range index[c] {
-			calls[c].keys = append(calls[c].keys, s.keys.Done(calls[c].shard, msgs[i].ID))
+			calls[c].keys = append(calls[c].keys, s.keys.Done(calls[c].shard, msgs[i].ID, msgs[i].Origin.Log))
 		}
 	}
 	cmds := s.runEach(ctx, "park", parkScript, calls)
@@ -164,26 +165,19 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 	return res, nil
 }
 
-// doneMark is what the dedupe window remembers of a delivered message
-// (Keys.Done): where it was read, "<pos>|<log>", or without a log its
-// content print, "#<print>"; "" when neither is known (a message of the
-// admin API, of core NATS), which nothing can re-read.
+// doneMark is what the dedupe window remembers of a delivered message, in
+// its key (Keys.Done, which names its log): its position in the log, or
+// without a log its content print as a signed integer; "" when neither is
+// known (a message of the admin API, of core NATS), which nothing can
+// re-read. Both are integers, which Redis stores in the key's object.
 func doneMark(o envelope.Origin) string {
 	switch {
 	case o.Log != "":
-		return strconv.FormatUint(o.Pos, 10) + "|" + o.Log
+		return strconv.FormatUint(o.Pos, 10)
 	case o.Print != 0:
-		return "#" + printMark(o)
+		return strconv.FormatInt(int64(o.Print), 10)
 	}
 	return ""
-}
-
-// printMark is a content print as the scripts compare it, "" for none.
-func printMark(o envelope.Origin) string {
-	if o.Log != "" || o.Print == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%016x", o.Print) // as the scripts format the print of a blob
 }
 
 // groupByShard builds one call per shard from msgs; index[c][j] is the

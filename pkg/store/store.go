@@ -256,20 +256,17 @@ local function blobinfo(s)
   end
   return {due = 0, pub = 0, pubns = 0, prio = 0, sink = '', group = '', log = '', pos = 0, print = ''}
 end
--- reread reports whether a message (its blob; its content print, '' none;
--- redelivered '1' when its broker says so) is a re-read of the delivered
--- message that done remembers (Keys.Done: "<pos>|<log>" or "#<print>"):
--- read from the same log at the same or an earlier position (a log is read
--- in order, so that position was read before), or without a log
--- redelivered with the same content. Any other message is new
--- (envelope.Origin).
-local function reread(done, blob, cprint, redelivered)
-  local dpos, dlog = string.match(done, '^(%d+)|(.*)$')
-  if dpos then
-    local o = blobinfo(blob)
-    return o.log ~= '' and o.log == dlog and o.pos <= tonumber(dpos)
-  end
-  return redelivered == '1' and cprint ~= '' and done == '#' .. cprint
+-- reread reports whether a message (its blob; mark, its position in its
+-- log or its content print, '' none; redelivered '1' when its broker says
+-- so) is a re-read of the delivered message that done remembers, from the
+-- key of the same ID and log (Keys.Done): with a log, at the same or an
+-- earlier position (a log is read in order, so that position was read
+-- before); without one, redelivered with the same content. Any other
+-- message is new (envelope.Origin).
+local function reread(done, blob, mark, redelivered)
+  if mark == '' then return false end
+  if blobinfo(blob).log ~= '' then return tonumber(mark) <= tonumber(done) end
+  return redelivered == '1' and mark == done
 end
 -- newer reports whether version a is newer than version b (blobinfo of
 -- each): the later of one log; else the later broker publish time, when

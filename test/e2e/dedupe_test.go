@@ -117,7 +117,7 @@ sinks:
 		if int(keys1-keys0) != n {
 			t.Errorf("window %v: %d more keys after %d deliveries, want one per delivered ID", window, keys1-keys0, n)
 		}
-		key := fmt.Sprintf("delaybridge:{%d}:done:%s", shardOfID(memID(uint64(i)<<32|uint64(warm))), memID(uint64(i)<<32|uint64(warm)))
+		key := fmt.Sprintf("delaybridge:{%d}:done:7:DELAYED:%s", shardOfID(memID(uint64(i)<<32|uint64(warm))), memID(uint64(i)<<32|uint64(warm)))
 		ttl, err := rdb.PTTL(ctx, key).Result()
 		if err != nil || ttl <= 0 || ttl > window {
 			t.Errorf("%s: TTL %v (%v), want within the window %v", key, ttl, err, window)
