@@ -55,7 +55,8 @@ import (
 //
 //	byte    version (3)
 //	byte    flags   (as in version 1, and bit 3: the body is a Kafka null
-//	                 value, not an empty one; bits 4-7 must be zero)
+//	                 value, not an empty one; bit 4: source; bits 5-7 must
+//	                 be zero)
 //	byte    ext     (as in version 2, and bit 5: origin; bit 6: headers
 //	                 carry null marks; bit 7: print)
 //	varint  due at, ingested at
@@ -63,6 +64,7 @@ import (
 //	uvarint its nanoseconds within that millisecond
 //	byte    priority
 //	string  sink, destination, ingest
+//	string  source (the message's own name in its broker; flag bit 4)
 //	string  origin log, uvarint origin position (ext bit 5)
 //	8 bytes origin print, big endian           (ext bit 7)
 //	string  group (ext bit 1); recurrence (ext bit 2)
@@ -100,8 +102,9 @@ const (
 	flagIngested byte = 1 << 1
 	flagSealed   byte = 1 << 2
 	flagNullBody byte = 1 << 3 // version 3
+	flagSource   byte = 1 << 4 // version 3
 	knownFlags        = flagKey | flagIngested | flagSealed
-	knownFlagsV3      = knownFlags | flagNullBody
+	knownFlagsV3      = knownFlags | flagNullBody | flagSource
 
 	extPublished byte = 1 << 0
 	extGroup     byte = 1 << 1
@@ -181,6 +184,9 @@ func (c Codec) Encode(dst []byte, m *Message) []byte {
 	if m.NullBody {
 		flags |= flagNullBody
 	}
+	if m.Source != "" {
+		flags |= flagSource
+	}
 	ext := extFlags(m)
 	if c.Sealer == nil {
 		dst = appendRouting(dst, m, flags, ext)
@@ -242,7 +248,7 @@ func extFlags(m *Message) byte {
 // ext announce and m's published time.
 func version(m *Message, flags, ext byte) byte {
 	switch {
-	case flags&flagNullBody != 0 || ext&extV3 != 0 || subMilli(m.PublishedAt) != 0:
+	case flags&(flagNullBody|flagSource) != 0 || ext&extV3 != 0 || subMilli(m.PublishedAt) != 0:
 		return codecV3
 	case ext != 0:
 		return codecV2
@@ -284,6 +290,9 @@ func appendRouting(dst []byte, m *Message, flags, ext byte) []byte {
 	dst = appendString(dst, m.Sink)
 	dst = appendString(dst, m.Destination)
 	dst = appendString(dst, m.Ingest)
+	if flags&flagSource != 0 {
+		dst = appendString(dst, m.Source)
+	}
 	if ext&extOrigin != 0 {
 		dst = appendString(dst, m.Origin.Log)
 		dst = binary.AppendUvarint(dst, m.Origin.Pos)
@@ -362,7 +371,7 @@ func boolByte(b bool) byte {
 
 func routingSize(m *Message) int {
 	n := 3 + 4*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest) +
-		2*binary.MaxVarintLen64 + len(m.Origin.Log) + 8
+		2*binary.MaxVarintLen64 + len(m.Origin.Log) + 8 + binary.MaxVarintLen64 + len(m.Source)
 	if m.Group != "" {
 		n += binary.MaxVarintLen64 + len(m.Group)
 	}
@@ -524,6 +533,9 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 	m.Sink = d.string()
 	m.Destination = d.string()
 	m.Ingest = d.string()
+	if flags&flagSource != 0 {
+		m.Source = d.string()
+	}
 	if ext&extOrigin != 0 {
 		m.Origin.Log = d.string()
 		m.Origin.Pos = d.uvarint()

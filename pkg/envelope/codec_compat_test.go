@@ -99,6 +99,7 @@ func TestCodecVersion3(t *testing.T) {
 		func(m *Message) { m.Origin = Origin{Log: "S", Pos: 9} },
 		func(m *Message) { m.Origin = Origin{Print: 1} },
 		func(m *Message) { m.NullBody = true },
+		func(m *Message) { m.Source = "delayed.orders.eu" },
 		func(m *Message) { m.Headers = Headers{{Key: "n", Null: true}} },
 		func(m *Message) { m.PublishedAt = codecDue.Add(1) },
 	} {

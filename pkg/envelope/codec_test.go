@@ -68,6 +68,9 @@ func diffMessages(want, got *Message) string {
 	if want.Origin != got.Origin {
 		add("Origin %+v, want %+v", got.Origin, want.Origin)
 	}
+	if want.Source != got.Source {
+		add("Source %q, want %q", got.Source, want.Source)
+	}
 	if want.NullBody != got.NullBody {
 		add("NullBody %v, want %v", got.NullBody, want.NullBody)
 	}

@@ -153,6 +153,10 @@ type Message struct {
 	PublishedAt time.Time
 	// Origin is where the message was read in its broker's own order.
 	Origin Origin
+	// Source is Incoming.Source, kept with a message rejected at ingest so
+	// that a retry applies its route again (a template expands from it);
+	// "" on a parked message.
+	Source string
 	// Group files the message under a group key (x-delay-group), so that
 	// the whole group can be listed and cancelled at once.
 	Group string

@@ -241,6 +241,7 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		// dropped so that a limit still protects Redis.
 		msg.Headers = in.Headers
 		msg.Replace = false
+		msg.Source = in.Source
 		if lim.MaxHeaderBytes > 0 && in.Headers.Size()+len(in.Key) > lim.MaxHeaderBytes {
 			msg.Headers, msg.Key = nil, nil
 		}

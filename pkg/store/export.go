@@ -72,6 +72,7 @@ type Record struct {
 	Sink        Text              `json:"sink"`
 	Destination Text              `json:"destination"`
 	Ingest      Text              `json:"ingest,omitempty"`
+	Source      Text              `json:"source,omitempty"` // of a message rejected at ingest
 	IngestedAt  string            `json:"ingested_at,omitempty"`
 	PublishedAt string            `json:"published_at,omitempty"` // to the nanosecond
 	Origin      *RecordOrigin     `json:"origin,omitempty"`
@@ -219,6 +220,7 @@ func NewRecord(m *envelope.Message) *Record {
 		Sink:        Text(m.Sink),
 		Destination: Text(m.Destination),
 		Ingest:      Text(m.Ingest),
+		Source:      Text(m.Source),
 		Priority:    int(m.Priority),
 		Group:       Text(m.Group),
 		Headers:     recordHeaders(m.Headers),

@@ -521,6 +521,7 @@ func (r *Record) message(maxID int) (*envelope.Message, error) {
 		}
 	}
 	m.NullBody = r.BodyNull
+	m.Source = string(r.Source)
 	if m.NullBody && r.BodyBase64 != "" {
 		return nil, errors.New(`"body_null" with a "body_base64": a null body has no bytes`)
 	}

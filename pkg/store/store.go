@@ -233,6 +233,7 @@ local function parseblob(s)
   sink, i = bstr(s, i + 1)
   _, i = bstr(s, i)
   _, i = bstr(s, i)
+  if ver == 3 and bit(string.byte(s, 2), 4) then _, i = bstr(s, i) end -- source
   log, pos = '', 0
   if bit(ext, 5) then
     log, i = bstr(s, i)

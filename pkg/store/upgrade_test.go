@@ -99,3 +99,25 @@ func redisZ(score time.Time, member string) redis.Z {
 	}
 	return redis.Z{Score: s, Member: member}
 }
+
+// TestScriptsReadVersion3: the scripts read the routing of a version 3
+// blob (source, origin and print before the group): a rejected message
+// with a source is in its group's index, and a follower is told from a
+// re-read by the print.
+func TestScriptsReadVersion3(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	m := msg("dead-1", time.Now())
+	m.Source, m.Group = "delayed.orders.eu", "order-9"
+	m.Origin = envelope.Origin{Print: 0xfeed}
+	m.PublishedAt = time.Now().Add(-time.Second + 7)
+	if _, err := s.Reject(ctx, []store.Rejected{{Message: m, Reason: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.GroupMembers(ctx, "order-9", 0); err != nil || len(ids) != 1 || ids[0] != "dead-1" {
+		t.Fatalf("group of a rejected version 3 message: %v %v", ids, err)
+	}
+	if got := inspect(t, s, "dead-1").Message; got.Source != m.Source || got.Origin != m.Origin {
+		t.Fatalf("inspected %+v", got)
+	}
+}
