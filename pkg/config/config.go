@@ -154,6 +154,9 @@ type Limits struct {
 	// read or acknowledged) until firing brings them down again. 0: no limit.
 	MaxParkedMessages int64 `yaml:"max_parked_messages"`
 	MaxRedisMemory    int64 `yaml:"max_redis_memory"` // bytes, INFO memory used_memory
+	// MaxSeries bounds the live recurring series of the whole store; past
+	// it a new series is rejected with the reason.
+	MaxSeries int64 `yaml:"max_series"`
 }
 
 // Dead configures what is kept of messages that are rejected or undeliverable.
@@ -242,6 +245,12 @@ type Route struct {
 	// while nothing fired: once (default: one occurrence for them all),
 	// all, or skip.
 	Missed string `yaml:"missed"`
+	// MissedMax bounds the occurrences missed: all publishes: the most
+	// recent ones.
+	MissedMax int `yaml:"missed_max"`
+	// Recurring false refuses recurring messages (x-delay-every,
+	// x-delay-cron): dead, with the reason. Default true.
+	Recurring *bool `yaml:"recurring"`
 }
 
 // Sink publishes due messages to one broker.

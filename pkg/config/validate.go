@@ -41,11 +41,13 @@ const (
 	DefaultBackoffJitter     = 0.2
 	DefaultDedupeWindow      = 2 * time.Minute
 	DefaultMissed            = "once"
+	DefaultMissedMax         = 100
 
 	DefaultMaxDelay        = 365 * 24 * time.Hour
 	DefaultMaxPayloadBytes = 1 << 20
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultMaxIDBytes      = 256
+	DefaultMaxSeries       = 100_000
 
 	DefaultDeadMaxMessages = 100_000
 
@@ -99,6 +101,7 @@ func (c *Config) ApplyDefaults() {
 	Default(&c.Limits.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	Default(&c.Limits.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	Default(&c.Limits.MaxIDBytes, DefaultMaxIDBytes)
+	Default(&c.Limits.MaxSeries, DefaultMaxSeries)
 
 	Default(&c.Dead.MaxMessages, DefaultDeadMaxMessages)
 	Default(&c.ShutdownTimeout, Duration(DefaultShutdownTimeout))
@@ -112,6 +115,11 @@ func (c *Config) ApplyDefaults() {
 		in := &c.Ingest[i]
 		Default(&in.MaxInFlight, DefaultMaxInFlight)
 		Default(&in.Route.Missed, DefaultMissed)
+		Default(&in.Route.MissedMax, DefaultMissedMax)
+		if in.Route.Recurring == nil {
+			yes := true
+			in.Route.Recurring = &yes
+		}
 		if len(in.Dialects) == 0 {
 			in.Dialects = []string{string(envelope.DialectDelaybridge)}
 		}
@@ -166,6 +174,7 @@ func (c *Config) Validate() error {
 	p.Positive("limits.max_payload_bytes", int64(c.Limits.MaxPayloadBytes))
 	p.Positive("limits.max_header_bytes", int64(c.Limits.MaxHeaderBytes))
 	p.Positive("limits.max_id_bytes", int64(c.Limits.MaxIDBytes))
+	p.Positive("limits.max_series", c.Limits.MaxSeries)
 	if c.Limits.MaxParkedMessages < 0 {
 		p.Add("limits.max_parked_messages", "must not be negative (0: no limit)")
 	}
@@ -362,6 +371,9 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay < 0 {
 		p.Add(at+".route.default_delay", "must not be negative")
+	}
+	if r.MissedMax < 1 {
+		p.Add(at+".route.missed_max", "must be at least 1")
 	}
 	if r.Missed != "once" && r.Missed != "all" && r.Missed != "skip" {
 		p.Add(at+".route.missed", "%q is not one of once, all, skip", r.Missed)
