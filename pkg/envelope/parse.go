@@ -3,6 +3,7 @@ package envelope
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -514,33 +515,68 @@ func (p *parser) due() (due time.Time, code, reason string) {
 // keeps a message held for its sink in a band above it (store.HoldBand).
 const MaxDueMs = 1 << 42
 
-// ParseDelay parses an x-delay value: integer milliseconds ("5000") or a Go
-// duration ("1500ms", "5m", "1h30m"). It returns a reason when the value is
-// empty, unparsable, negative or out of range.
+// ParseDelay parses an x-delay value: integer milliseconds ("5000"),
+// decimal milliseconds ("1500.5", as JavaScript and Python publishers and
+// AMQP float and double headers give them), rounded up to the next whole
+// millisecond (never early), or a Go duration ("1500ms", "5m", "1h30m"). It
+// returns a reason when the value is empty, unparsable, negative or out of
+// range.
 func ParseDelay(v string) (time.Duration, string) {
 	s := strings.TrimSpace(v)
 	if s == "" {
 		return 0, "x-delay is empty; give milliseconds (5000) or a duration (5s)"
 	}
-	if isInteger(s) {
-		ms, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || ms > int64(maxDuration/time.Millisecond) || ms < -int64(maxDuration/time.Millisecond) {
-			return 0, fmt.Sprintf("x-delay %q is out of range", printable(v))
-		}
-		if ms < 0 {
+	if whole, frac, ok := decimalMillis(s); ok {
+		if whole[0] == '-' && strings.Trim(whole[1:]+frac, "0") != "" {
 			return 0, fmt.Sprintf("x-delay %q is negative", printable(v))
 		}
-		return time.Duration(ms) * time.Millisecond, ""
+		ms, err := strconv.ParseInt(whole, 10, 64)
+		if err == nil && strings.Trim(frac, "0") != "" {
+			ms++ // a fraction of a millisecond rounds up: never early
+		}
+		if err != nil || ms > int64(maxDuration/time.Millisecond) {
+			return 0, fmt.Sprintf("x-delay %q is out of range (at most %d ms, about 292 years)", printable(v), int64(maxDuration/time.Millisecond))
+		}
+		return time.Duration(max(ms, 0)) * time.Millisecond, ""
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Sprintf("x-delay %q is neither integer milliseconds (5000) nor a duration (5s, 1h30m)", printable(v))
-	}
-	if d < 0 {
+	switch {
+	case err != nil && durationShape.MatchString(s):
+		return 0, fmt.Sprintf("x-delay %q is out of range (at most %s, about 292 years)", printable(v), maxDuration.Truncate(time.Hour))
+	case err != nil:
+		return 0, fmt.Sprintf("x-delay %q is neither milliseconds (5000, 1500.5) nor a duration (5s, 1h30m)", printable(v))
+	case d < 0:
 		return 0, fmt.Sprintf("x-delay %q is negative", printable(v))
 	}
 	return d, ""
 }
+
+// decimalMillis splits s, a decimal number of milliseconds with an
+// optional sign and fraction ("5000", "-3", "1500.5", ".5"), into its whole
+// part (with the sign) and its fraction digits; ok is false for anything
+// else.
+func decimalMillis(s string) (whole, frac string, ok bool) {
+	whole, frac, dot := strings.Cut(s, ".")
+	digits := strings.TrimLeft(whole, "+-")
+	if len(whole)-len(digits) > 1 || (!dot && digits == "") || (dot && digits == "" && frac == "") {
+		return "", "", false
+	}
+	for _, part := range []string{digits, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return "", "", false
+			}
+		}
+	}
+	if digits == "" {
+		whole = whole + "0"
+	}
+	return whole, frac, true
+}
+
+// durationShape is the syntax of a Go duration, whatever its size: a value
+// of this shape that time.ParseDuration refuses is out of range.
+var durationShape = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 const maxDuration = time.Duration(1<<63 - 1)
 

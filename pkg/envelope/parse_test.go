@@ -227,7 +227,6 @@ func TestParseDelayInvalid(t *testing.T) {
 		{"Inf", "Inf", "neither"},
 		{"+Inf", "+Inf", "neither"},
 		{"exponent", "1e3", "neither"},
-		{"fraction without unit", "1.5", "neither"},
 		{"hex", "0x10", "neither"},
 		{"unit only", "ms", "neither"},
 		{"days", "1d", "neither"},
@@ -236,7 +235,7 @@ func TestParseDelayInvalid(t *testing.T) {
 		{"negative ms", "-1", "negative"},
 		{"negative duration", "-5s", "negative"},
 		{"overflow int64", "99999999999999999999", "out of range"},
-		{"overflow negative int64", "-99999999999999999999", "out of range"},
+		{"overflow negative int64", "-99999999999999999999", "negative"},
 		{"max int64 ms overflows a Duration", "9223372036854775807", "out of range"},
 		{"one ms past the largest Duration", "9223372036855", "out of range"},
 		{"overflow duration", "100000000h", "x-delay"},
@@ -1099,4 +1098,44 @@ var testLimits = Limits{
 	MaxPayloadBytes: 1 << 20,
 	MaxHeaderBytes:  64 << 10,
 	MaxIDBytes:      256,
+}
+
+// TestParseDelayFractional: "Fractional delays" of the contract: a decimal
+// string with a fraction, as JavaScript, Python and AMQP floats and
+// doubles produce them, rounds up to the next millisecond; an overflow says
+// it is one.
+func TestParseDelayFractional(t *testing.T) {
+	for v, want := range map[string]time.Duration{
+		"1500.5":             1501 * time.Millisecond,
+		"300.00000000000006": 301 * time.Millisecond, // 0.1*3*1000 in JavaScript
+		"1500.0":             1500 * time.Millisecond,
+		"1500.":              1500 * time.Millisecond,
+		".5":                 time.Millisecond,
+		"0.0":                0,
+		"+7.25":              8 * time.Millisecond,
+		"5000":               5 * time.Second,
+		"1500ms":             1500 * time.Millisecond,
+		"1.5s":               1500 * time.Millisecond,
+	} {
+		if d, reason := ParseDelay(v); reason != "" || d != want {
+			t.Errorf("ParseDelay(%q) = %v %q, want %v", v, d, reason, want)
+		}
+	}
+	for v, has := range map[string]string{
+		"-1.5":                   "negative",
+		"-0.5":                   "negative",
+		"99999999h":              "out of range",
+		"99999999999999999999":   "out of range",
+		"99999999999999999999.5": "out of range",
+		"1.5.5":                  "neither",
+		"1e3":                    "neither",
+		"abc":                    "neither",
+		".":                      "neither",
+		"--1":                    "neither",
+		"1500.5ms.":              "neither",
+	} {
+		if _, reason := ParseDelay(v); !strings.Contains(reason, has) {
+			t.Errorf("ParseDelay(%q) reason %q, want it to say %q", v, reason, has)
+		}
+	}
 }

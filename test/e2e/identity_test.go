@@ -426,3 +426,28 @@ func TestCeleryStyleRetries(t *testing.T) {
 	}
 	t.Logf("%d tasks, %d runs (every retry ran)", tasks, runs)
 }
+
+// TestFractionalDelays: an x-delay that is an AMQP double or float (as
+// amqplib sends 0.1*3*1000, and pika a Python float) or a decimal string
+// with a fraction is accepted and rounded up to the next millisecond
+// (CONTRACT "Fractional delays"); before, each went dead as "neither
+// integer milliseconds nor a duration".
+func TestFractionalDelays(t *testing.T) {
+	e := newIdentityEnv(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for id, delay := range map[string]any{"double": 0.1 * 3 * 1000, "float": float32(1500.5), "string": "1500.5"} {
+		c, err := e.ch.PublishWithDeferredConfirmWithContext(ctx, "", e.queue, false, false,
+			amqp.Publishing{Headers: amqp.Table{"x-delay": delay, "x-message-id": "frac-" + id}, Body: []byte(id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := c.WaitContext(ctx); !ok || err != nil {
+			t.Fatalf("confirm: %v %v", ok, err)
+		}
+	}
+	e.waitFired(30*time.Second, map[string]int{"rabbit frac-double": 1, "rabbit frac-float": 1, "rabbit frac-string": 1})
+	if dead := e.d.dead(); len(dead) != 0 {
+		t.Fatalf("dead: %+v", dead)
+	}
+}
