@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -117,6 +118,20 @@ const (
 	knownExt          = extPublished | extGroup | extRecur | extNative | extProps
 	extV3             = extOrigin | extNulls | extPrint
 )
+
+// StoredLayout is what a reader of the stored encoding outside Go must know
+// of it: pkg/store's scripts read the routing part (due time, priority,
+// sink, destination, ingest, origin, group) without a round trip, and their
+// constants are generated from this, so that each number of the layout is
+// written once. Bit numbers count from 0.
+var StoredLayout = struct {
+	V1, V2, V3                                                        int
+	ExtPublished, ExtGroup, ExtRecur, ExtOrigin, ExtPrint, FlagSource int
+}{
+	int(codecV1), int(codecV2), int(codecV3),
+	bits.TrailingZeros8(extPublished), bits.TrailingZeros8(extGroup), bits.TrailingZeros8(extRecur),
+	bits.TrailingZeros8(extOrigin), bits.TrailingZeros8(extPrint), bits.TrailingZeros8(flagSource),
+}
 
 // ErrCorrupt is wrapped by every Decode error.
 var ErrCorrupt = errors.New("envelope: corrupt stored message")

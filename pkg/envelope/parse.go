@@ -325,8 +325,8 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	}
 	if v, ok := in.Headers.Get(HeaderPriority); ok {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 || n > 9 {
-			return reject(CodeInvalidPriority, "%s %q is not an integer from 0 to 9", HeaderPriority, printable(v))
+		if err != nil || n < 0 || n > MaxPriority {
+			return reject(CodeInvalidPriority, "%s %q is not an integer from 0 to %d", HeaderPriority, printable(v), MaxPriority)
 		}
 		msg.Priority = uint8(n)
 	}
@@ -514,6 +514,9 @@ func (p *parser) due() (due time.Time, code, reason string) {
 // MaxDueMs bounds due times (Unix ms, exclusive): 2^42, in 2109. The store
 // keeps a message held for its sink in a band above it (store.HoldBand).
 const MaxDueMs = 1 << 42
+
+// MaxPriority is the highest x-delay-priority; 0 is the default.
+const MaxPriority = 9
 
 // ParseDelay parses an x-delay value: integer milliseconds ("5000"),
 // decimal milliseconds ("1500.5", as JavaScript and Python publishers and

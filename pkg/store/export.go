@@ -302,52 +302,8 @@ type ExportStats struct {
 // exportScript reads a batch of a shard's pool (HSCAN) with everything else
 // Redis holds of each message, so that each message is read as one
 // consistent view.
-//
-//	KEYS[1..16] -> the shard's keys (Keys.shard)
-//	ARGV[1] -> the HSCAN cursor
-//	ARGV[2] -> HSCAN COUNT
-//	returns -> {next cursor, id1, message1, due score1, dead score1, meta1,
-//	           replacement1, id2, ...}; scores, meta and replacement are nil
-//	           when absent (a message is in a due set or dead)
-var exportScript = newScript(`
--- blobprio reads only the priority byte of a stored message (see
--- parseblob): cheaper than blobinfo, which this script needs for nothing else.
-local function skipvar(s, i)
-  while string.byte(s, i) >= 128 do i = i + 1 end
-  return i + 1
-end
-local function blobprio(s)
-  local i, ext = 3, 0
-  if string.byte(s, 1) == 2 then i, ext = 4, string.byte(s, 3) end
-  i = skipvar(s, skipvar(s, i))
-  if ext % 2 == 1 then i = skipvar(s, i) end
-  return math.min(string.byte(s, i), 9)
-end
-local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
-local top = maxprio()
-local anynext = redis.call('EXISTS', KEYS[15]) == 1
-local out = {r[1]}
-local kv = r[2]
-for i = 1, #kv, 2 do
-  local id, blob = kv[i], kv[i + 1]
-  -- the due set of the message's own priority first, then any
-  local score = false
-  local ok, p = pcall(blobprio, blob)
-  if ok then score = redis.call('ZSCORE', zkey(p), id) end
-  if not score then score = duescore(id, top) end
-  local dead = false
-  if not score then dead = redis.call('ZSCORE', KEYS[4], id) end
-  local nxt = false
-  if anynext then nxt = redis.call('HGET', KEYS[15], id) end
-  out[#out + 1] = id
-  out[#out + 1] = blob
-  out[#out + 1] = score
-  out[#out + 1] = dead
-  out[#out + 1] = redis.call('HGET', KEYS[3], id)
-  out[#out + 1] = nxt
-end
-return out
-`)
+// (lua/export.lua has its KEYS, ARGV and reply.)
+var exportScript = loadScript("export")
 
 // exportRoundBytes bounds what one round of script calls (one per shard)
 // returns, by adapting HSCAN's COUNT to the size of the messages seen.
@@ -514,7 +470,7 @@ func (s *Store) exportOne(enc *json.Encoder, st *ExportStats, o ExportOptions, v
 		next := int64(math.Floor(score)) // a publish slot (.25) is the source's rate clock: dropped
 		if held, due := Held(score); held {
 			next = due.UnixMilli()
-		} else if score != math.Trunc(score) && math.Mod(score, 1) == 0.5 {
+		} else if leased(score) {
 			// In flight: due at its due time, the attempt under way counted.
 			next = m.DueAt.UnixMilli()
 			attempts++

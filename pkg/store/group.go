@@ -20,24 +20,8 @@ import (
 const groupCancelBatch = 1000
 
 // cancelGroupScript cancels up to ARGV[2] messages of a group in one shard.
-//
-//	KEYS[1..16] -> the shard's keys
-//	ARGV[1] -> the group
-//	ARGV[2] -> at most this many
-//	returns -> how many were cancelled
-var cancelGroupScript = newFiringScript(`
-local lo, hi = '[' .. ARGV[1] .. '\0', '(' .. ARGV[1] .. '\1'
-local members = redis.call('ZRANGEBYLEX', KEYS[14], lo, hi, 'LIMIT', 0, tonumber(ARGV[2]))
-local prefix = #ARGV[1] + 2
-for _, m in ipairs(members) do
-  local id = string.sub(m, prefix)
-  unschedule(id)
-  redis.call('ZREM', KEYS[4], id)
-  forget(id, redis.call('HGET', KEYS[1], id))
-  redis.call('ZREM', KEYS[14], m) -- an index entry without its message goes too
-end
-return #members
-`)
+// (lua/cancelgroup.lua has its KEYS, ARGV and reply.)
+var cancelGroupScript = loadScript("cancelgroup")
 
 // CancelGroup cancels every parked, in-flight and dead message of a group
 // and returns how many. As with Cancel, a message already in flight may

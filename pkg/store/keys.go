@@ -3,16 +3,20 @@ package store
 import (
 	"hash/fnv"
 	"strconv"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
 // Keys builds every Redis key delaybridge uses. All names come from here.
 //
-// Per shard N (0 <= N < shards), four keys share the Redis Cluster hash tag
-// {N}, so that every script touches one slot:
+// Per shard N (0 <= N < shards), every key carries the Redis Cluster hash
+// tag {N}, so that every script touches one slot (a script names the keys
+// it touches: scripts.go):
 //
 //	<prefix>:{N}:pool   hash   message ID -> encoded message (envelope.Encode)
 //	<prefix>:{N}:due    zset   message ID -> due time, Unix ms; while a message
-//	                           is in flight, its lease expiry + 0.5 instead
+//	                           is in flight, its lease expiry + leaseMark; while
+//	                           it waits for a max_rate slot, the slot + slotMark
 //	<prefix>:{N}:meta   hash   message ID -> "attempts|deadAt|priority|reason",
 //	                           only once there is something to record (a failed
 //	                           or abandoned attempt, a death)
@@ -76,8 +80,9 @@ func (k Keys) Meta(shard int) string { return k.shardKey(shard, "meta") }
 // Dead is the sorted set of a shard's dead messages by time of death.
 func (k Keys) Dead(shard int) string { return k.shardKey(shard, "dead") }
 
-// MaxPriority is the highest x-delay-priority.
-const MaxPriority = 9
+// MaxPriority is the highest x-delay-priority (envelope.MaxPriority): due
+// sets exist for 0 to it.
+const MaxPriority = envelope.MaxPriority
 
 // DueAt is the due set of a shard for a priority: Due for 0, due:pK for K.
 func (k Keys) DueAt(shard, priority int) string {
@@ -111,19 +116,6 @@ func (k Keys) Sinks() string { return k.prefix + ":sinks" }
 
 // Rate is the shared publish-slot clock of a sink with max_rate.
 func (k Keys) Rate(sink string) string { return k.prefix + ":rate:" + sink }
-
-// shard returns the keys of one shard in the order the scripts expect:
-// KEYS[1] pool, KEYS[2] due, KEYS[3] meta, KEYS[4] dead, KEYS[4+K] the due
-// set of priority K (1..9), KEYS[14] groups, KEYS[15] next, KEYS[16] lease.
-// A script that needs more (dedupe keys) gets them after these, from
-// KEYS[17].
-func (k Keys) shard(shard int) []string {
-	keys := []string{k.Pool(shard), k.Due(shard), k.Meta(shard), k.Dead(shard)}
-	for p := 1; p <= MaxPriority; p++ {
-		keys = append(keys, k.DueAt(shard, p))
-	}
-	return append(keys, k.Groups(shard), k.Next(shard), k.Lease(shard))
-}
 
 // ShardOf returns the shard of a message ID: FNV-1a (32 bit) of the ID's
 // bytes modulo the shard count. It is stable across versions and processes;

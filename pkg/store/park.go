@@ -11,77 +11,8 @@ import (
 
 // parkScript parks messages that are not known yet, and replaces those
 // asked to when they are newer.
-//
-//	KEYS[1..16] -> the shard's keys (Keys.shard); KEYS[16+j] -> the
-//	           dedupe key (Keys.Done) of the j-th message
-//	ARGV    -> per message 8 values: ID, due time (Unix ms), priority
-//	           (0-9), encoded message, replace (1 or 0), group ("" none),
-//	           what a delivery of it leaves in its dedupe key (doneMark: its
-//	           position in its log, or its content print; "" none),
-//	           redelivered (1: the broker says it delivered it before)
-//	returns -> one integer per message, a ParkResult: 1 parked; 0 the ID
-//	           is known (parked, in flight or dead: a re-read, or one more
-//	           message while another waits) and nothing changed; 2 replaced
-//	           the parked or dead one; 3 a re-read of the message of that ID
-//	           delivered within the dedupe window; 4 waits behind the
-//	           version in flight (a replacement, or a new message of that
-//	           ID: a follower, see Keys); 5 not newer than the one parked,
-//	           which stays
-//
-// What a re-read is and which version is newer is stated by reread and
-// newer (store.go, after envelope.Origin), here and nowhere else.
-var parkScript = newScript(`
-local out = {}
-local j = 0
-for i = 1, #ARGV, 8 do
-  j = j + 1
-  local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local group = ARGV[i + 5]
-  local done = redis.call('GET', KEYS[16 + j])
-  local r = 0
-  if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
-    r = 3
-  elseif redis.call('HSETNX', KEYS[1], id, blob) == 1 then
-    redis.call('ZADD', zkey(prio), due, id)
-    groupadd(group, id)
-    r = 1
-  elseif ARGV[i + 4] == '1' then
-    local old = blobinfo(redis.call('HGET', KEYS[1], id))
-    local score, p = duescore(id)
-    if not newer(blobinfo(blob), old) then
-      r = 5
-    elseif score and leased(score) then
-      redis.call('HSET', KEYS[15], id, blob)
-      r = 4
-    else
-      local band = 0
-      if score then
-        redis.call('ZREM', zkey(p), id)
-        if held(score) then band = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND end
-      else
-        redis.call('ZREM', KEYS[4], id) -- dead: parked again as the replacement
-      end
-      groupdel(old.group, id)
-      redis.call('HDEL', KEYS[3], id)
-      redis.call('HSET', KEYS[1], id, blob)
-      redis.call('ZADD', zkey(prio), band + tonumber(due), id)
-      groupadd(group, id)
-      r = 2
-    end
-  else
-    -- Known: a re-read of the message parked, or, while it is in flight
-    -- (delivered, perhaps, and not acked yet), a new message of its ID,
-    -- which follows it: parked once that one is delivered.
-    local score = duescore(id)
-    if score and leased(score) and not sameorigin(blobinfo(blob), blobinfo(redis.call('HGET', KEYS[1], id)))
-        and redis.call('HSETNX', KEYS[15], id, FOLLOWS .. blob) == 1 then
-      r = 4
-    end
-  end
-  out[#out + 1] = r
-end
-return out
-`)
+// (lua/park.lua has its KEYS, ARGV and reply.)
+var parkScript = loadScript("park")
 
 // ParkResult is what Park did with one message.
 type ParkResult int
@@ -202,33 +133,8 @@ func (s *Store) groupByShard(msgs []*envelope.Message, args func(*envelope.Messa
 }
 
 // rejectScript keeps rejected messages as dead messages.
-//
-//	KEYS[1] -> pool, KEYS[3] -> meta, KEYS[4] -> dead (of one shard)
-//	ARGV[1] -> dead messages kept per shard
-//	ARGV[2..] -> quadruples: message ID, encoded message, reason, priority
-//	returns -> one integer per message: 1 kept; 2 kept already (this very
-//	           rejection, redelivered by its broker or sent again after a
-//	           failed call): nothing changed; 0 the ID is taken by another
-//	           message
-var rejectScript = newScript(`
-local now = servertime()
-local out = {}
-for i = 2, #ARGV, 4 do
-  local id = ARGV[i]
-  if redis.call('HSETNX', KEYS[1], id, ARGV[i + 1]) == 1 then
-    redis.call('ZADD', KEYS[4], now, id)
-    setmeta(id, 0, now, ARGV[i + 3], ARGV[i + 2])
-    groupadd(blobinfo(ARGV[i + 1]).group, id)
-    out[#out + 1] = 1
-  elseif redis.call('ZSCORE', KEYS[4], id) and select(4, meta(redis.call('HGET', KEYS[3], id))) == ARGV[i + 2] then
-    out[#out + 1] = 2
-  else
-    out[#out + 1] = 0
-  end
-end
-trimdead(tonumber(ARGV[1]))
-return out
-`)
+// (lua/reject.lua has its KEYS, ARGV and reply.)
+var rejectScript = loadScript("reject")
 
 // Rejected is an ingested message that cannot be parked.
 type Rejected struct {

@@ -14,23 +14,8 @@ var ErrNoSealer = errors.New("store: encryption is not configured (add an encryp
 // replaceScript stores new blobs only where the stored blob is still the one
 // read (compare and set), so that a message cancelled, fired, or cancelled
 // and parked again meanwhile is never overwritten or brought back.
-//
-//	KEYS[1] -> pool (of one shard)
-//	ARGV    -> triples: message ID, the blob read, the blob to store
-//	returns -> one integer per message: 1 replaced, 0 changed or gone
-//	           meanwhile (left alone)
-var replaceScript = newScript(`
-local out = {}
-for i = 1, #ARGV, 3 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
-end
-return out
-`)
+// (lua/replace.lua has its KEYS, ARGV and reply.)
+var replaceScript = loadScript("replace")
 
 // ReencryptStats counts what Reencrypt did.
 type ReencryptStats struct {

@@ -1,0 +1,45 @@
+// Package store keeps parked messages in Redis: per shard a pool hash of
+// encoded messages and due sets scored by due time (one per priority), with
+// the shard's meta, dead, groups, next and lease keys beside them (the
+// "Version 1.0" layout; keys.go names every key), moved atomically by Lua
+// scripts that each touch one shard, so the same code runs on a single
+// Redis and on Redis Cluster.
+//
+// Life of a message in a shard:
+//
+//	park ──> due (score = due time) ──claim──> in flight (score = lease expiry)
+//	           ^   ^                             │  │  │  │
+//	           │   └──── retry (back-off) ───────┘  │  │  └──dead──> dead set
+//	           └─ hold/defer (sink down, max_rate) ─┘  │
+//	                                      ack: removed ┘ (or the next
+//	                                      occurrence, or what waited, parked)
+//
+// A lease that expires makes the message due again for any instance, so a
+// crashed daemon's claims are recovered without a coordinator. Ack, Retry
+// and MarkDead act only on messages still held under the Lease that Claim
+// returned (identified by its expiry, unique per shard), so an instance
+// that lost its lease cannot undo the work of the instance that took the
+// message over.
+//
+// The files, the per-message path first (a reader of it reads these alone):
+//
+//	park.go      Park and Reject: every path that parks (ingest, the admin
+//	             API, import) runs lua/park.lua
+//	claim.go     Claim and ClaimAfter: a lease's messages (lua/claim.lua,
+//	             lua/claimack.lua)
+//	outcome.go   what became of a lease's messages: Ack, Retry, MarkDead
+//	hold.go      a sink that is down holds its due messages: Hold, Release
+//	rate.go      a sink's max_rate: Slots, Defer
+//	scripts.go   how the Lua files of lua/ become scripts: their keys by
+//	             name, their includes (lua/lib/), the Go constants they use
+//	keys.go      every key name
+//	store.go     the Store and running scripts
+//
+// and the operator's tools beside it:
+//
+//	inspect.go   Inspect one message    cancel.go   Cancel one message
+//	dead.go      the dead messages      stats.go    counts and forecast
+//	browse.go    listing in due order   group.go    groups
+//	reschedule.go  PATCH and fire       sinkstate.go  hold bands, pauses
+//	export.go, import.go  JSON Lines    reencrypt.go  sealing again
+package store

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// HoldBand is the width of a sink's hold band in a due set (see Keys): a
+// message held for the sink with band index k has the score
+// HoldBand*(1+k) + its due time. It is 2^42 ms, about 139 years: due times
+// are below it until 2109 (envelope.Parse refuses later ones), and 2047
+// bands fit below 2^53, where a float64 score stops being exact.
+const HoldBand int64 = envelope.MaxDueMs
+
+// MaxBands is how many sinks can have a hold band.
+const MaxBands = 2047
+
+// Held reports whether a due-set score is in a hold band, and then the due
+// time it stands for.
+func Held(score float64) (bool, time.Time) {
+	if score < float64(HoldBand) {
+		return false, time.Time{}
+	}
+	return true, time.UnixMilli(int64(score) % HoldBand)
+}
+
+// putBackScript puts messages of a lease back at the scores given, their
+// attempt not counted: Hold parks them in their sink's hold band, Defer at
+// their publish slot.
+// (lua/putback.lua has its KEYS, ARGV and reply.)
+var putBackScript = loadScript("putback")
+
+// putBack runs putBackScript for pairs (ID, score) of lease l.
+func (s *Store) putBack(ctx context.Context, op string, l *Lease, pairs []any) (int, error) {
+	n, err := s.run(ctx, op, putBackScript, l.Shard, append([]any{l.ExpiryMs}, pairs...)...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store.%s shard %d: %w", op, l.Shard, err)
+	}
+	return n, nil
+}
+
+// Unavailable is a message of a lease whose sink could not take it.
+type Unavailable struct {
+	ID    string
+	Band  int       // the sink's hold band index
+	DueAt time.Time // its due time, kept as its place in the band
+}
+
+// Hold puts messages of a lease back, held for their sinks, without
+// counting the attempt: the sink was down, not the message at fault.
+func (s *Store) Hold(ctx context.Context, l *Lease, us []Unavailable) (int, error) {
+	if len(us) == 0 {
+		return 0, nil
+	}
+	pairs := make([]any, 0, 2*len(us))
+	for _, u := range us {
+		pairs = append(pairs, u.ID, heldScore(u.Band, u.DueAt))
+	}
+	return s.putBack(ctx, "hold", l, pairs)
+}
+
+func heldScore(band int, due time.Time) int64 {
+	return HoldBand*int64(1+band) + max(0, min(ms(due), HoldBand-1))
+}
+
+// releaseScript moves held messages of a sink back to their due times,
+// earliest first.
+// (lua/release.lua has its KEYS, ARGV and reply.)
+var releaseScript = loadScript("release")
+
+// Release moves up to max messages held for the sink with band index band
+// back to their due times in a shard, earliest first, and returns how many.
+func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) {
+	n, err := s.run(ctx, "release", releaseScript, shard, band, max).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store.release shard %d: %w", shard, err)
+	}
+	return n, nil
+}
+
+// heldCountScript counts a shard's messages held in each hold band given.
+// (lua/heldcount.lua has its KEYS, ARGV and reply.)
+var heldCountScript = loadScript("heldcount")
+
+// HeldBySink counts, per sink (name -> hold band index, from SinkStates),
+// the messages held in its band: due, and waiting because the sink is
+// paused or down. A sink that takes messages holds none. One script per
+// shard, in one pipeline; each count is a ZCOUNT per due set.
+func (s *Store) HeldBySink(ctx context.Context, bands map[string]int) (map[string]int64, error) {
+	out := make(map[string]int64, len(bands))
+	if len(bands) == 0 {
+		return out, nil
+	}
+	names := make([]string, 0, len(bands))
+	args := make([]any, 0, len(bands))
+	for name, b := range bands {
+		names = append(names, name)
+		args = append(args, b)
+		out[name] = 0
+	}
+	calls := make([]shardCall, s.shards)
+	for i := range calls {
+		calls[i] = shardCall{shard: i, args: args}
+	}
+	for i, cmd := range s.runEach(ctx, "held_count", heldCountScript, calls) {
+		res, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("store.held_by_sink shard %d: %w", i, err)
+		}
+		if len(res) != len(names) {
+			return nil, fmt.Errorf("store.held_by_sink shard %d: unexpected reply of %d items", i, len(res))
+		}
+		for j, n := range res {
+			out[names[j]] += n
+		}
+	}
+	return out, nil
+}

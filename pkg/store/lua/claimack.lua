@@ -1,0 +1,15 @@
+--[[ claimack: ack of the shard's previous lease, then claim, in one call:
+the ack of a batch travels with the next claim.
+--! firing
+--! include: fire
+
+KEYS      the shard's keys, then the dedupe key of each acked message
+ARGV[1]   c, the index of the claim's arguments
+ARGV[2..c-1] the ack script's arguments
+ARGV[c..] the claim script's arguments
+returns   the claim script's reply, with the acked count
+]]
+
+local c = tonumber(ARGV[1])
+local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, NKEYS)
+return claimdue(tonumber(ARGV[c]), tonumber(ARGV[c + 1]), ARGV, c + 2, acked)

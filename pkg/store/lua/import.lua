@@ -1,0 +1,46 @@
+--[[ import: writes imported messages, each whole or not at all: its stored
+bytes, due or dead entry, meta, group entry and what waits for it.
+--! keys: pool meta dead next
+--! include: due life
+
+ARGV[1]   1: replace a message known under the ID (whatever its state, in
+          flight included); 0: leave it alone
+ARGV[2..] per message 8 values: ID, state ("s" scheduled, "d" dead), score
+          (due time or next attempt for scheduled, time of death for dead,
+          Unix ms), priority (0-9), encoded message, meta value ('' none),
+          the value of next waiting for the version in flight ('' none),
+          group ('' none)
+returns   one integer per message: 1 imported; 0 the ID is known (parked, in
+          flight or dead) and nothing changed; 2 replaced the known one
+]]
+
+local replace = ARGV[1] == '1'
+local out = {}
+for i = 2, #ARGV, 8 do
+  local id, score, blob, m, nxt = ARGV[i], ARGV[i + 2], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local r = 1
+  if not replace then
+    if redis.call('HSETNX', K.pool, id, blob) == 0 then r = 0 end
+  else
+    local old = redis.call('HGET', K.pool, id)
+    if old then
+      unschedule(id)
+      redis.call('ZREM', K.dead, id)
+      forget(id, old)
+      r = 2
+    end
+    redis.call('HSET', K.pool, id, blob)
+  end
+  if r ~= 0 then
+    if ARGV[i + 1] == 'd' then
+      redis.call('ZADD', K.dead, score, id)
+    else
+      redis.call('ZADD', zkey(tonumber(ARGV[i + 3])), score, id)
+    end
+    if m ~= '' then redis.call('HSET', K.meta, id, m) end
+    if nxt ~= '' then redis.call('HSET', K.next, id, nxt) end
+    groupadd(ARGV[i + 7], id)
+  end
+  out[#out + 1] = r
+end
+return out

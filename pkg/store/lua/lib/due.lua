@@ -1,0 +1,51 @@
+--[[ due: the due sets of a shard and what their scores say.
+--! keys: due meta
+--! include: meta
+
+A parked message is in the due set of its priority with its due time (Unix
+ms) as its score; in flight, with its lease's expiry + LEASE_MARK; waiting
+for a max_rate slot, the slot + SLOT_MARK; held for its sink, in the sink's
+band: HOLDBAND * (1 + band) + its due time (see Keys in keys.go).
+]]
+
+-- zkey is the due set of priority p.
+local function zkey(p) return K.due[p] end
+-- maxprio is the highest priority whose due set exists, 0 when only the
+-- default set may hold messages: one EXISTS instead of a lookup per set
+-- for the common case of no priorities in use.
+local function maxprio()
+  local sets = {}
+  for p = 1, MAXPRIO do sets[p] = K.due[p] end
+  if redis.call('EXISTS', unpack(sets)) == 0 then return 0 end
+  return MAXPRIO
+end
+local function held(score) return tonumber(score) >= HOLDBAND end
+-- leased reports whether a due-set score is a lease expiry.
+local function leased(score) return tonumber(score) % 1 == LEASE_MARK end
+-- slotted reports whether a due-set score is a max_rate slot.
+local function slotted(score) return tonumber(score) % 1 == SLOT_MARK end
+-- unschedule removes an ID from whichever due set holds it.
+local function unschedule(id)
+  for p = 0, maxprio() do redis.call('ZREM', zkey(p), id) end
+end
+-- duescore returns the score and priority of an ID in the due sets of
+-- priorities 0..top (top defaults to maxprio()).
+local function duescore(id, top)
+  for p = 0, top or maxprio() do
+    local s = redis.call('ZSCORE', zkey(p), id)
+    if s then return s, p end
+  end
+  return false, 0
+end
+-- claimedby reports whether an ID is still in flight under the lease that
+-- ends at expiry (ms), and its priority.
+local function claimedby(id, expiry, top)
+  local s, p = duescore(id, top)
+  return s ~= false and tonumber(s) == expiry + LEASE_MARK, p
+end
+-- claimedattempts is claimedby plus the attempts recorded before this claim.
+local function claimedattempts(id, expiry, top)
+  local ok, p = claimedby(id, expiry, top)
+  if not ok then return false end
+  return true, p, (meta(redis.call('HGET', K.meta, id)))
+end

@@ -1,0 +1,143 @@
+--[[ fire: claiming due messages and acking delivered ones, the per-message
+path of the scheduler (claim, claimack and ack).
+--! keys: pool meta next lease
+--! include: time blob bulk meta due group life
+]]
+
+-- fmtscore formats a due-set score exactly (Lua's own number to string
+-- conversion keeps 14 digits, and a lease expiry with its mark needs 16).
+local function fmtscore(ms, mark) return string.format('%.2f', ms + mark) end
+
+-- acklease removes the delivered messages of a lease (the ack script):
+-- args[from .. to] are 6 values per message (ack.lua has them), the dedupe
+-- keys are KEYS[keybase + j].
+--
+-- The common message (delivered, not recurring, nothing waiting) is removed
+-- with the others at the end, one ZREM per due set and one HDEL per hash
+-- for the lease, not three calls each.
+local function acklease(expiry, window, args, from, to, keybase)
+  local top = maxprio()
+  local anynext = redis.call('EXISTS', K.next) == 1
+  local n, j = 0, 0
+  local gone, zgone = {}, {}
+  for i = from, to, 6 do
+    j = j + 1
+    local id, group = args[i], args[i + 2]
+    local ok, p = claimedby(id, expiry, top)
+    if ok then
+      if window > 0 and args[i + 1] ~= '' then
+        redis.call('SET', KEYS[keybase + j], args[i + 1], 'PX', window)
+      end
+      local waiting = anynext and redis.call('HGET', K.next, id)
+      if waiting then
+        redis.call('ZREM', zkey(p), id)
+        forget(id, redis.call('HGET', K.pool, id))
+        promote(id, waiting)
+      elseif args[i + 3] ~= '' then
+        local nxt = args[i + 5]
+        redis.call('ZREM', zkey(p), id)
+        groupdel(group, id)
+        redis.call('HDEL', K.meta, id)
+        redis.call('HSET', K.pool, id, nxt)
+        redis.call('ZADD', zkey(tonumber(args[i + 4])), args[i + 3], id)
+        groupadd(blobinfo(nxt).group, id)
+      else
+        gone[#gone + 1] = id
+        zgone[p] = zgone[p] or {}
+        zgone[p][#zgone[p] + 1] = id
+        groupdel(group, id)
+      end
+      n = n + 1
+    end
+  end
+  for p, ids in pairs(zgone) do callmany('ZREM', zkey(p), ids) end
+  callmany('HDEL', K.pool, gone)
+  callmany('HDEL', K.meta, gone)
+  return n
+end
+
+-- claimdue takes due messages and puts them in flight (the claim script):
+-- max messages, for leasems; args[from..] are pairs of a blocked sink and
+-- its hold band; acked is returned in the reply (claim.lua has its shape).
+local function claimdue(max, leasems, args, from, acked)
+  local nowus = servertimeus()
+  local now = math.floor(nowus / 1000)
+  -- a lease is known by its expiry: never the one of the claim before
+  local lease = math.max(now + leasems, tonumber(redis.call('GET', K.lease) or 0) + 1)
+  redis.call('SET', K.lease, lease)
+  local inflight = fmtscore(lease, LEASE_MARK)
+  local left = max
+  local holds = left * 4 -- bound of the messages held per call
+  local blocked, anyblocked = {}, false
+  for i = from, #args, 2 do
+    blocked[args[i]] = HOLDBAND * (1 + tonumber(args[i + 1]))
+    anyblocked = true
+  end
+  local anymeta = redis.call('EXISTS', K.meta) == 1
+  local out = {nowus, -1, lease, acked}
+  local top = maxprio()
+  for p = top, 0, -1 do
+    local key = zkey(p)
+    while left > 0 and holds > 0 do
+      local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
+      if #due == 0 then break end
+      local ids = {}
+      for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
+      local blobs = hmget(K.pool, ids)
+      -- the new scores (lease or hold band) of this round, in one ZADD
+      -- before the next round looks for due ones again
+      local adds = {}
+      for i = 1, #due, 2 do
+        local id = due[i]
+        local blob = blobs[(i + 1) / 2]
+        local band = false
+        if anyblocked and blob then
+          local info = blobinfo(blob)
+          if blocked[info.sink] then band = blocked[info.sink] + info.due end
+        end
+        if not blob then
+          -- a due entry without a message (cannot happen through these scripts)
+          redis.call('ZREM', key, id)
+          redis.call('HDEL', K.meta, id)
+        elseif band then
+          adds[#adds + 1] = band
+          adds[#adds + 1] = id
+          holds = holds - 1
+        else
+          local a, r = 0, ''
+          if anymeta then
+            local ma, _, _, mr = meta(redis.call('HGET', K.meta, id))
+            a, r = ma, mr
+          end
+          if leased(due[i + 1]) then
+            a = a + 1 -- the claimer of the expired lease never finished it
+            setmeta(id, a, 0, p, r)
+            anymeta = true
+          end
+          local wasslotted = 0
+          if slotted(due[i + 1]) then wasslotted = 1 end
+          adds[#adds + 1] = inflight
+          adds[#adds + 1] = id
+          out[#out + 1] = id
+          out[#out + 1] = a + 1
+          out[#out + 1] = wasslotted
+          out[#out + 1] = blob
+          left = left - 1
+        end
+      end
+      callmany('ZADD', key, adds)
+    end
+  end
+  if holds <= 0 then
+    out[2] = now
+  else
+    for p = 0, top do
+      local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
+      if first[2] and not held(first[2]) then
+        local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
+        if out[2] == -1 or s < out[2] then out[2] = s end
+      end
+    end
+  end
+  return out
+end

@@ -1,0 +1,29 @@
+--[[ life: forgetting a message, trimming the dead, promoting what waited.
+--! keys: pool meta dead next
+--! include: blob group identity due
+]]
+
+-- forget deletes everything of a message but its dead entry, which the
+-- callers handle.
+local function forget(id, blob)
+  redis.call('HDEL', K.pool, id)
+  redis.call('HDEL', K.meta, id)
+  redis.call('HDEL', K.next, id)
+  groupdel(blobinfo(blob).group, id)
+end
+local function trimdead(max)
+  local n = redis.call('ZCARD', K.dead)
+  if n <= max then return end
+  local old = redis.call('ZRANGE', K.dead, 0, n - max - 1)
+  for _, id in ipairs(old) do forget(id, redis.call('HGET', K.pool, id)) end
+  redis.call('ZREMRANGEBYRANK', K.dead, 0, n - max - 1)
+end
+-- promote parks what waited in next for the version in flight, which the
+-- caller forgot: a replacement, or a follower (FOLLOWS and the blob).
+local function promote(id, blob)
+  if follows(blob) then blob = string.sub(blob, #FOLLOWS + 1) end
+  local info = blobinfo(blob)
+  redis.call('HSET', K.pool, id, blob)
+  redis.call('ZADD', zkey(info.prio), info.due, id)
+  groupadd(info.group, id)
+end

@@ -1,0 +1,74 @@
+--[[ park: parks messages that are not known yet, and replaces those asked
+to when they are newer. Run by Store.Park for every path that parks
+(ingest, the admin API, import).
+--! keys: pool meta dead next
+--! include: blob due group identity life
+
+KEYS    the shard's keys above, then per message its dedupe key (Keys.Done)
+ARGV    per message 8 values: ID, due time (Unix ms), priority (0-9),
+        encoded message, replace (1 or 0), group ('' none), what a delivery
+        of it leaves in its dedupe key (doneMark: its position in its log or
+        its content print, '' none), redelivered (1: its broker says it
+        delivered it before)
+returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
+        (parked, in flight or dead: a re-read, or one more message while
+        another waits) and nothing changed; REPLACED the parked or dead one;
+        DUPLICATE, a re-read of the message of that ID delivered within the
+        dedupe window; QUEUED, waits behind the version in flight (a
+        replacement, or a new message of that ID: a follower, Keys.Next);
+        NOTNEWER than the one parked, which stays
+
+What a re-read is and which version is newer is stated by reread and
+newer (lib/identity.lua), here and nowhere else.
+]]
+
+local out = {}
+local j = 0
+for i = 1, #ARGV, 8 do
+  j = j + 1
+  local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local group = ARGV[i + 5]
+  local done = redis.call('GET', KEYS[NKEYS + j])
+  local r = R.KNOWN
+  if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
+    r = R.DUPLICATE
+  elseif redis.call('HSETNX', K.pool, id, blob) == 1 then
+    redis.call('ZADD', zkey(prio), due, id)
+    groupadd(group, id)
+    r = R.PARKED
+  elseif ARGV[i + 4] == '1' then
+    local old = blobinfo(redis.call('HGET', K.pool, id))
+    local score, p = duescore(id)
+    if not newer(blobinfo(blob), old) then
+      r = R.NOTNEWER
+    elseif score and leased(score) then
+      redis.call('HSET', K.next, id, blob)
+      r = R.QUEUED
+    else
+      local band = 0
+      if score then
+        redis.call('ZREM', zkey(p), id)
+        if held(score) then band = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND end
+      else
+        redis.call('ZREM', K.dead, id) -- dead: parked again as the replacement
+      end
+      groupdel(old.group, id)
+      redis.call('HDEL', K.meta, id)
+      redis.call('HSET', K.pool, id, blob)
+      redis.call('ZADD', zkey(prio), band + tonumber(due), id)
+      groupadd(group, id)
+      r = R.REPLACED
+    end
+  else
+    -- Known: a re-read of the message parked, or, while it is in flight
+    -- (delivered, perhaps, and not acked yet), a new message of its ID,
+    -- which follows it: parked once that one is delivered.
+    local score = duescore(id)
+    if score and leased(score) and not sameorigin(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)))
+        and redis.call('HSETNX', K.next, id, FOLLOWS .. blob) == 1 then
+      r = R.QUEUED
+    end
+  end
+  out[#out + 1] = r
+end
+return out

@@ -1,0 +1,26 @@
+--[[ reschedule: gives a scheduled message a new due time, with its new
+encoding (whose due time is the new one), unless it changed meanwhile.
+--! firing
+--! keys: pool
+--! include: time due
+
+ARGV[1]   message ID
+ARGV[2]   the encoded message the new one was made from
+ARGV[3]   the new encoded message
+ARGV[4]   the new due time (Unix ms); "now" for the Redis server time
+returns   {result, due}: result 1 done, 0 not found (or dead), -1 in flight,
+          -2 changed meanwhile (read it again); due: the due time set (Unix ms)
+]]
+
+local id = ARGV[1]
+local score, p = duescore(id)
+if not score then return {0, 0} end
+if leased(score) then return {-1, 0} end
+if redis.call('HGET', K.pool, id) ~= ARGV[2] then return {-2, 0} end
+local due = ARGV[4]
+if due == 'now' then due = servertime() else due = tonumber(due) end
+local s = due
+if held(score) then s = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND + due end
+redis.call('HSET', K.pool, id, ARGV[3])
+redis.call('ZADD', zkey(p), s, id)
+return {1, due}

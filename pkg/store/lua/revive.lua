@@ -1,0 +1,18 @@
+--[[ revive: schedules a dead message again, due now, with its attempt
+count reset.
+--! firing
+--! keys: pool meta dead
+--! include: time meta due
+
+ARGV[1]   message ID
+returns   1 if it was dead and is scheduled now, 0 if it was not dead
+]]
+
+local id = ARGV[1]
+if not redis.call('ZSCORE', K.dead, id) then return 0 end
+redis.call('ZREM', K.dead, id)
+local _, _, p = meta(redis.call('HGET', K.meta, id))
+redis.call('HDEL', K.meta, id)
+if redis.call('HEXISTS', K.pool, id) == 0 then return 0 end
+redis.call('ZADD', zkey(p), servertime(), id)
+return 1

@@ -1,0 +1,232 @@
+package store
+
+import (
+	"embed"
+	"fmt"
+	"math"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// The Lua scripts are files of lua/ (one per script, named for what it
+// does), with their shared parts in lua/lib/. Each file starts with a
+// comment block that says what the script does, its ARGV and its reply, and
+// carries directives, one per line:
+//
+//	--! keys: pool due meta   the keys the file itself touches, by name
+//	--! include: due life     the lib files it calls (each says its own)
+//	--! firing                it fires messages or records their outcome:
+//	                          it may run at maxmemory (allow-oom)
+//
+// A script is assembled once, at start, as: the constants of the Go side
+// (luaConstants: the hold band, the priorities, the park results, the
+// stored layout...), the table K of its keys by name (KEYS in the order of
+// shardKeyNames) and NKEYS, how many there are, so that per-message keys
+// follow at KEYS[NKEYS + j]; then its includes, each once, after the ones
+// it includes; then the file. A script gets the keys that it and its
+// includes name, and no other.
+//
+//go:embed lua/*.lua lua/lib/*.lua
+var luaFiles embed.FS
+
+// shardKeyNames are the names a script's keys may have, in KEYS order:
+// the keys of one shard (Keys), then the deployment's that a script may
+// name instead (sinks, rate), which Go passes itself.
+var shardKeyNames = []string{"pool", "due", "meta", "dead", "groups", "next", "lease", "sinks", "rate"}
+
+// script is a Lua file of lua/ ready to run: flagged for a Redis that reads
+// script flags, plain for one that does not (the same when it has none).
+type script struct {
+	name           string
+	keys           []string // key names, in KEYS order (due: one per priority)
+	flagged, plain *redis.Script
+}
+
+// luaFile is a file of lua/ and its directives.
+type luaFile struct {
+	name     string
+	body     string
+	keys     []string
+	includes []string
+	firing   bool
+}
+
+func readLua(name string) luaFile {
+	b, err := luaFiles.ReadFile(name)
+	if err != nil {
+		panic(fmt.Sprintf("store: Lua file %s: %v", name, err))
+	}
+	f := luaFile{name: name, body: string(b)}
+	for _, line := range strings.Split(f.body, "\n") {
+		d, ok := strings.CutPrefix(strings.TrimSpace(line), "--!")
+		if !ok {
+			continue
+		}
+		key, val, _ := strings.Cut(strings.TrimSpace(d), ":")
+		switch key {
+		case "keys":
+			f.keys = append(f.keys, strings.Fields(val)...)
+		case "include":
+			f.includes = append(f.includes, strings.Fields(val)...)
+		case "firing":
+			f.firing = true
+		default:
+			panic(fmt.Sprintf("store: Lua file %s: unknown directive %q", name, line))
+		}
+	}
+	for _, k := range f.keys {
+		if !slices.Contains(shardKeyNames, k) {
+			panic(fmt.Sprintf("store: Lua file %s: unknown key %q (one of %v)", name, k, shardKeyNames))
+		}
+	}
+	// Each file names the keys it touches itself, so that a script gets
+	// them: a key used and not named would be nil at run time.
+	for _, m := range keyUse.FindAllStringSubmatch(f.body, -1) {
+		if !slices.Contains(f.keys, m[1]) {
+			panic(fmt.Sprintf("store: Lua file %s uses K.%s but does not name it in --! keys:", name, m[1]))
+		}
+	}
+	if strings.Contains(f.body, "KEYS[") && !strings.Contains(f.body, "KEYS[NKEYS") && !strings.Contains(f.body, "KEYS[keybase") {
+		panic(fmt.Sprintf("store: Lua file %s indexes KEYS by number: use K (and KEYS[NKEYS + j] for a message's own key)", name))
+	}
+	return f
+}
+
+var keyUse = regexp.MustCompile(`\bK\.([a-z]+)\b`)
+
+// loadScript assembles lua/<name>.lua with its includes.
+func loadScript(name string) *script {
+	main := readLua("lua/" + name + ".lua")
+	var libs []luaFile
+	seen := map[string]bool{}
+	var visit func(names []string, from string)
+	visit = func(names []string, from string) {
+		for _, n := range names {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			lib := readLua(path.Join("lua/lib", n+".lua"))
+			visit(lib.includes, lib.name) // what it calls comes first
+			libs = append(libs, lib)
+		}
+	}
+	visit(main.includes, main.name)
+	want := map[string]bool{}
+	for _, f := range append(libs, main) {
+		for _, k := range f.keys {
+			want[k] = true
+		}
+	}
+	sc := &script{name: name}
+	var b strings.Builder
+	b.WriteString(luaConstants)
+	b.WriteString("local K = {")
+	n := 0
+	for _, k := range shardKeyNames {
+		if !want[k] {
+			continue
+		}
+		if k == "due" {
+			b.WriteString("due = {")
+			for p := 0; p <= MaxPriority; p++ {
+				n++
+				fmt.Fprintf(&b, "[%d] = KEYS[%d], ", p, n)
+				sc.keys = append(sc.keys, k)
+			}
+			b.WriteString("}, ")
+			continue
+		}
+		n++
+		fmt.Fprintf(&b, "%s = KEYS[%d], ", k, n)
+		sc.keys = append(sc.keys, k)
+	}
+	fmt.Fprintf(&b, "}\nlocal NKEYS = %d\n", n)
+	for _, lib := range libs {
+		b.WriteString(lib.body)
+		b.WriteString("\n")
+	}
+	b.WriteString(main.body)
+	src := b.String()
+	sc.plain = redis.NewScript(src)
+	sc.flagged = sc.plain
+	if main.firing {
+		// The firing scripts may run when Redis is at maxmemory with
+		// noeviction: they write little (a lease, a meta value) and acks
+		// free memory, so firing goes on and makes room; parks and rejects
+		// stay refused, which pauses ingest instead.
+		sc.flagged = redis.NewScript("#!lua flags=allow-oom\n" + src)
+	}
+	return sc
+}
+
+// luaConstants are the Go constants the scripts use, written into every
+// script: one edit of the Go side changes both.
+var luaConstants = fmt.Sprintf(`-- generated by pkg/store/scripts.go from the Go constants
+local HOLDBAND = %d
+local MAXPRIO = %d
+local LEASE_MARK = %s
+local SLOT_MARK = %s
+local FOLLOWS = %q
+local R = {KNOWN = %d, PARKED = %d, REPLACED = %d, DUPLICATE = %d, QUEUED = %d, NOTNEWER = %d}
+local B = {V1 = %d, V2 = %d, V3 = %d, EXT_PUBLISHED = %d, EXT_GROUP = %d, EXT_RECUR = %d, EXT_ORIGIN = %d, EXT_PRINT = %d, FLAG_SOURCE = %d}
+`, HoldBand, MaxPriority, leaseMark, slotMark, followsMark,
+	Known, Parked, Replaced, Duplicate, Queued, NotNewer,
+	envelope.StoredLayout.V1, envelope.StoredLayout.V2, envelope.StoredLayout.V3,
+	envelope.StoredLayout.ExtPublished, envelope.StoredLayout.ExtGroup, envelope.StoredLayout.ExtRecur,
+	envelope.StoredLayout.ExtOrigin, envelope.StoredLayout.ExtPrint, envelope.StoredLayout.FlagSource)
+
+// The marks a due-set score's fraction carries (due times are whole
+// milliseconds): a claim's lease expiry + leaseMark, a max_rate publish
+// slot + slotMark. As strings, the form both sides write them in.
+const (
+	leaseMark = "0.5"
+	slotMark  = "0.25"
+)
+
+// leased reports whether a due-set score is a lease expiry (+ leaseMark),
+// as the scripts' leased does.
+func leased(score float64) bool {
+	mark, _ := strconv.ParseFloat(leaseMark, 64)
+	return score-math.Floor(score) == mark
+}
+
+// scriptKeys returns the KEYS of sc on shard, its deployment-wide keys
+// (sinks, rate) given in order by them.
+func (k Keys) scriptKeys(sc *script, shard int, deployment ...string) []string {
+	out := make([]string, 0, len(sc.keys))
+	p := 0
+	for _, name := range sc.keys {
+		switch name {
+		case "pool":
+			out = append(out, k.Pool(shard))
+		case "due":
+			out = append(out, k.DueAt(shard, p))
+			p++
+		case "meta":
+			out = append(out, k.Meta(shard))
+		case "dead":
+			out = append(out, k.Dead(shard))
+		case "groups":
+			out = append(out, k.Groups(shard))
+		case "next":
+			out = append(out, k.Next(shard))
+		case "lease":
+			out = append(out, k.Lease(shard))
+		default: // sinks, rate
+			if len(deployment) == 0 {
+				panic(fmt.Sprintf("store: script %s needs its %s key", sc.name, name))
+			}
+			out = append(out, deployment[0])
+			deployment = deployment[1:]
+		}
+	}
+	return out
+}

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// SinkState is what Redis records of a sink for every instance.
+type SinkState struct {
+	Band   int  // index of the sink's hold band
+	Paused bool // POST /v1/sinks/{name}/pause, kept until resumed
+}
+
+// bandsScript gives every named sink a hold band index (once: an index
+// never changes) and returns every sink's state.
+// (lua/bands.lua has its KEYS, ARGV and reply.)
+var bandsScript = loadScript("bands")
+
+// SinkStates registers the named sinks (a hold band each, kept in Redis
+// for every instance) and returns the state of every sink Redis knows.
+func (s *Store) SinkStates(ctx context.Context, names []string) (map[string]SinkState, error) {
+	args := make([]any, len(names))
+	for i, n := range names {
+		args[i] = n
+	}
+	res, err := s.runDeployment(ctx, "bands", bandsScript, []string{s.keys.Sinks()}, args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("store.sink_states: %w", err)
+	}
+	out := map[string]SinkState{}
+	for i := 0; i+1 < len(res); i += 2 {
+		field, value := res[i], res[i+1]
+		switch {
+		case strings.HasPrefix(field, "index:"):
+			name := strings.TrimPrefix(field, "index:")
+			st := out[name]
+			st.Band, _ = strconv.Atoi(value)
+			out[name] = st
+		case strings.HasPrefix(field, "paused:"):
+			name := strings.TrimPrefix(field, "paused:")
+			st := out[name]
+			st.Paused = value == "1"
+			out[name] = st
+		}
+	}
+	for name, st := range out {
+		if st.Band >= MaxBands {
+			return nil, fmt.Errorf("store.sink_states: sink %q has hold band %d, over the %d there is room for", name, st.Band, MaxBands)
+		}
+	}
+	return out, nil
+}
+
+// SetPaused pauses or resumes a sink for every instance, kept across
+// restarts.
+func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) error {
+	var err error
+	if paused {
+		err = s.rdb.HSet(ctx, s.keys.Sinks(), "paused:"+sink, "1").Err()
+	} else {
+		err = s.rdb.HDel(ctx, s.keys.Sinks(), "paused:"+sink).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("store.set_paused %s: %w", sink, err)
+	}
+	return nil
+}
