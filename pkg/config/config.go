@@ -29,6 +29,10 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop: finishing in-flight parks
 	// and publishes and committing offsets.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+
+	// unread holds, while Parse validates, the paths of the values that
+	// could not be read (see Parse).
+	unread map[string]bool
 }
 
 // Redis is where messages are parked.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,9 @@ import (
 type Problem struct {
 	Path string
 	Msg  string
+
+	line, col int  // where in the file, for the order of the list (0: not in the file)
+	unread    bool // the value at Path could not be read and is taken as absent
 }
 
 func (p Problem) String() string {
@@ -31,7 +35,7 @@ func (p Problem) String() string {
 }
 
 // Problems is every problem found; it is the error Load returns for an
-// invalid file.
+// invalid file, in the order of the file.
 type Problems []Problem
 
 func (ps Problems) Error() string {
@@ -47,6 +51,19 @@ func (ps *Problems) Add(path, format string, args ...any) {
 	*ps = append(*ps, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
+// addAt adds a problem found at node n of the file.
+func (ps *Problems) addAt(n *yaml.Node, path, format string, args ...any) {
+	*ps = append(*ps, Problem{Path: path, Msg: fmt.Sprintf(format, args...), line: n.Line, col: n.Column})
+}
+
+// unreadable adds a problem with the value at node n and makes the node a
+// null, so that decoding reads everything else and takes this value as
+// absent.
+func (ps *Problems) unreadable(n *yaml.Node, path, format string, args ...any) {
+	*ps = append(*ps, Problem{Path: path, Msg: fmt.Sprintf(format, args...), line: n.Line, col: n.Column, unread: true})
+	*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
+}
+
 // Load reads, expands, checks, defaults and validates the file at path.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -57,7 +74,17 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse is Load on bytes, with lookup for ${VAR} expansion. On invalid input
-// the error is Problems, listing every problem found.
+// the error is Problems, listing every problem found, in the order of the
+// file.
+//
+// It works in two passes. The first reads the file's shape: unknown keys,
+// values of the wrong type, unset variables. A value it reports is then
+// treated as absent, so that the second pass, the checks of meaning
+// (Validate), runs on a configuration read completely, and does not report
+// what follows from the absence: nothing at or below a path already
+// reported, no cross-field check that involves such a value. If the file
+// still cannot be decoded, only the first pass's problems are reported: the
+// checks never run on a half-read file.
 func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -72,14 +99,16 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
+	pos := map[string]*yaml.Node{}
+	indexNodes(root, "", pos)
 	expandNode(root, "", lookup, &probs)
 	checkKeys(root, reflect.TypeOf(Config{}), "", &probs)
-	structural := len(probs)
+	structural := slices.Clone(probs)
 
-	// Decode what can be decoded (unknown keys are ignored here, reported
-	// above) and validate it too, so that one run lists every problem.
 	var cfg Config
-	if err := root.Decode(&cfg); err != nil && structural == 0 {
+	if err := root.Decode(&cfg); err != nil {
+		// checkKeys missed a value the decoder refuses: report it, and
+		// nothing that a check of the half-read rest would say.
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
 			for _, e := range te.Errors {
@@ -87,6 +116,13 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 			}
 		} else {
 			probs.Add("", "%s", err)
+		}
+		return nil, inFileOrder(probs, pos)
+	}
+	cfg.unread = map[string]bool{}
+	for _, p := range structural {
+		if p.unread && p.Path != "" {
+			cfg.unread[p.Path] = true
 		}
 	}
 	loadSecretFiles(reflect.ValueOf(&cfg), "", &probs)
@@ -96,14 +132,79 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 		errors.As(err, &semantic)
 	}
 	for _, sp := range semantic {
-		if !underAny(sp.Path, probs[:structural]) {
+		if !underAny(sp.Path, structural) {
 			probs = append(probs, sp)
 		}
 	}
+	cfg.unread = nil
 	if len(probs) > 0 {
-		return nil, probs
+		return nil, inFileOrder(probs, pos)
 	}
 	return &cfg, nil
+}
+
+// indexNodes records the node of every key and list entry by its path, so
+// that a problem found after decoding can be placed in the file.
+func indexNodes(n *yaml.Node, path string, pos map[string]*yaml.Node) {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			pos[p] = c
+			indexNodes(c, p, pos)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := join(path, n.Content[i].Value)
+			if _, seen := pos[p]; !seen {
+				pos[p] = n.Content[i]
+			}
+			indexNodes(n.Content[i+1], p, pos)
+		}
+	}
+}
+
+// inFileOrder sorts problems by where they are in the file: a problem
+// without a place of its own (a missing key) goes where its nearest parent
+// is, and one about something not in the file at all goes last. Problems at
+// one place keep the order they were found in.
+func inFileOrder(ps Problems, pos map[string]*yaml.Node) Problems {
+	for i := range ps {
+		if ps[i].line != 0 {
+			continue
+		}
+		for p := ps[i].Path; p != ""; p = parentPath(p) {
+			if n, ok := pos[p]; ok {
+				ps[i].line, ps[i].col = n.Line, n.Column
+				break
+			}
+		}
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		switch {
+		case a.line == 0 || b.line == 0:
+			return b.line == 0 && a.line != 0
+		case a.line != b.line:
+			return a.line < b.line
+		}
+		return a.col < b.col
+	})
+	return ps
+}
+
+// parentPath strips the last key or index of a path: "a.b[2]" -> "a.b",
+// "a.b" -> "a", "a" -> "".
+func parentPath(p string) string {
+	if strings.HasSuffix(p, "]") {
+		if i := strings.LastIndexByte(p, '['); i >= 0 {
+			return p[:i]
+		}
+	}
+	if i := strings.LastIndexByte(p, '.'); i >= 0 {
+		return p[:i]
+	}
+	return ""
 }
 
 // underAny reports whether path is at or below the path of one of ps: a
@@ -114,6 +215,43 @@ func underAny(path string, ps Problems) bool {
 			continue
 		}
 		if path == p.Path || strings.HasPrefix(path, p.Path+".") || strings.HasPrefix(path, p.Path+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// isUnread reports whether the value at path could not be read (it was
+// reported as malformed, and is taken as absent): a check that compares it
+// with another value is skipped rather than report what follows from its
+// absence. Always false outside Parse.
+func (c *Config) isUnread(path string) bool {
+	if c.unread[path] {
+		return true
+	}
+	for p := range c.unread {
+		if strings.HasPrefix(path, p+".") || strings.HasPrefix(path, p+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// unreadEntries reports whether the list at path (e.g. "sinks") was not
+// read completely: the list itself, one of its entries, or the field of an
+// entry named field was malformed. A check that looks a name up in the list
+// is skipped then.
+func (c *Config) unreadEntries(path, field string) bool {
+	for p := range c.unread {
+		if p == path {
+			return true
+		}
+		rest, ok := strings.CutPrefix(p, path+"[")
+		if !ok {
+			continue
+		}
+		_, after, ok := strings.Cut(rest, "]")
+		if ok && (after == "" || after == "."+field || strings.HasPrefix(after, "."+field+".")) {
 			return true
 		}
 	}
@@ -156,7 +294,8 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), p
 			if sub[2] != "" {
 				return sub[3]
 			}
-			probs.Add(path, "environment variable %s is not set (write ${%s:-default} for a default)", sub[1], sub[1])
+			*probs = append(*probs, Problem{Path: path, line: n.Line, col: n.Column, unread: true,
+				Msg: fmt.Sprintf("environment variable %s is not set (export it, or write ${%s:-default} for a default)", sub[1], sub[1])})
 			return ""
 		})
 		if out != n.Value {
@@ -183,19 +322,21 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 	case t == durationType:
 		if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
 			if _, err := time.ParseDuration(n.Value); err != nil {
-				probs.Add(path, "%q is not a duration; write it with a unit, e.g. 30s, 500ms, 5m", n.Value)
+				probs.unreadable(n, path, "%q is not a duration; write it with a unit, e.g. 30s, 500ms, 5m", n.Value)
 			}
+		} else if n.Kind != yaml.ScalarNode {
+			probs.unreadable(n, path, "expected a duration (e.g. 30s, 500ms, 5m), got %s", describe(n))
 		}
 	case scalarKind(t) != "":
 		if n.Kind != yaml.ScalarNode {
-			probs.Add(path, "expected %s, got %s", scalarKind(t), describe(n))
+			probs.unreadable(n, path, "expected %s, got %s", scalarKind(t), describe(n))
 		} else if n.Tag != "!!null" {
 			checkScalar(n, t, path, probs)
 		}
 	case t.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			if n.Tag != "!!null" {
-				probs.Add(path, "expected a mapping of keys, got %s", describe(n))
+				probs.unreadable(n, path, "expected a mapping of keys, got %s", describe(n))
 			}
 			return
 		}
@@ -203,24 +344,29 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 		addFields(t, fields)
 		brokerFields(t, fields)
 		seen := map[string]bool{}
+		kept := n.Content[:0:0]
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
 			p := join(path, k)
 			ft, ok := fields[k]
 			if !ok {
-				probs.Add(p, "unknown key (known keys here: %s)", strings.Join(sortedKeys(fields), ", "))
+				probs.addAt(n.Content[i], p, "unknown key (known keys here: %s)", strings.Join(sortedKeys(fields), ", "))
 				continue
 			}
 			if seen[k] {
-				probs.Add(p, "key given twice")
+				// The first one is read; the decoder would refuse the file.
+				probs.addAt(n.Content[i], p, "key given twice (the first one is read)")
+				continue
 			}
 			seen[k] = true
 			checkKeys(n.Content[i+1], ft, p, probs)
+			kept = append(kept, n.Content[i], n.Content[i+1])
 		}
+		n.Content = kept
 	case t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8:
 		if n.Kind != yaml.SequenceNode {
 			if n.Tag != "!!null" {
-				probs.Add(path, "expected a list, got %s", describe(n))
+				probs.unreadable(n, path, "expected a list, got %s", describe(n))
 			}
 			return
 		}
@@ -311,6 +457,6 @@ func checkScalar(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 		err = n.Decode(&v)
 	}
 	if err != nil {
-		probs.Add(path, "%q is not %s", n.Value, scalarKind(t))
+		probs.unreadable(n, path, "%q is not %s", n.Value, scalarKind(t))
 	}
 }

@@ -148,7 +148,7 @@ func (c *Config) Validate() error {
 	if t := c.Admin.TLS; (t.CertFile == "") != (t.KeyFile == "") {
 		p.Add("admin.tls", "give both cert_file and key_file")
 	}
-	if c.Admin.Pprof && c.Admin.Token.Reveal() == "" {
+	if c.Admin.Pprof && c.Admin.Token.Reveal() == "" && !c.isUnread("admin.token") && !c.isUnread("admin.token_file") {
 		p.Add("admin.pprof", "requires admin.token (or token_file): the profiles hold goroutine stacks, heap contents and command lines")
 	}
 	for i, h := range c.Admin.AllowedHosts {
@@ -192,7 +192,7 @@ func (c *Config) Validate() error {
 		c.validateSink(&p, i, sinks)
 	}
 	switch {
-	case c.Dead.Sink != "" && !sinks[c.Dead.Sink]:
+	case c.Dead.Sink != "" && !sinks[c.Dead.Sink] && !c.unreadEntries("sinks", "name"):
 		p.Add("dead.sink", "%q names no sink in sinks", c.Dead.Sink)
 	case c.Dead.Sink != "" && c.Dead.Destination == "":
 		p.Add("dead.destination", "required with dead.sink")
@@ -204,7 +204,7 @@ func (c *Config) Validate() error {
 		c.validateIngest(&p, i, names, sinks)
 	}
 	if c.Encryption != nil {
-		c.Encryption.validate(&p)
+		c.Encryption.validate(&p, c)
 	}
 	if len(p) > 0 {
 		return p
@@ -270,7 +270,7 @@ func (c *Config) validateScheduler(p *Problems) {
 	p.Positive("scheduler.lease", int64(s.Lease))
 	p.Positive("scheduler.max_sleep", int64(s.MaxSleep))
 	p.Positive("scheduler.publish_timeout", int64(s.PublishTimeout))
-	if s.PublishTimeout >= s.Lease {
+	if s.PublishTimeout >= s.Lease && !c.isUnread("scheduler.lease") {
 		p.Add("scheduler.publish_timeout", "%s must be shorter than scheduler.lease %s, or a slow publish would be taken over by another instance", s.PublishTimeout, s.Lease)
 	}
 	if s.LatePolicy != "deliver" && s.LatePolicy != "dead" {
@@ -286,7 +286,7 @@ func (c *Config) validateScheduler(p *Problems) {
 		p.Add("scheduler.max_attempts", "must be at least 1")
 	}
 	p.Positive("scheduler.backoff.initial", int64(s.Backoff.Initial))
-	if s.Backoff.Max < s.Backoff.Initial {
+	if s.Backoff.Max < s.Backoff.Initial && !c.isUnread("scheduler.backoff.initial") {
 		p.Add("scheduler.backoff.max", "%s is less than backoff.initial %s", s.Backoff.Max, s.Backoff.Initial)
 	}
 	if s.Backoff.Multiplier < 1 {
@@ -298,7 +298,7 @@ func (c *Config) validateScheduler(p *Problems) {
 	switch w := *s.DedupeWindow; {
 	case w < 0:
 		p.Add("scheduler.dedupe_window", "must not be negative (0 turns it off)")
-	case w > 0 && w < s.Lease:
+	case w > 0 && w < s.Lease && !c.isUnread("scheduler.lease"):
 		p.Add("scheduler.dedupe_window", "%s is shorter than scheduler.lease %s: a crashed instance's messages are taken over only after the lease, and their re-reads may come later than the window; make it at least the lease, or 0 to turn it off", w, s.Lease)
 	case w.D() > MaxDedupeWindow:
 		p.Add("scheduler.dedupe_window", "%s is over %s: Redis keeps one key per delivered message for the whole window (see the README for its cost)", w, MaxDedupeWindow)
@@ -338,7 +338,7 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	switch {
 	case r.Sink == "":
 		p.Add(at+".route.sink", "required: the name of one of sinks")
-	case !sinks[r.Sink]:
+	case !sinks[r.Sink] && !c.unreadEntries("sinks", "name"):
 		p.Add(at+".route.sink", "%q names no sink in sinks", r.Sink)
 	}
 	p.Required(at+".route.destination", r.Destination)
@@ -350,7 +350,7 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 		p.Add(at+".route.allow_override", "allowed_sinks restricts x-delay-sink; set allow_override: true to allow it")
 	}
 	for j, s := range r.AllowedSinks {
-		if !sinks[s] {
+		if !sinks[s] && !c.unreadEntries("sinks", "name") {
 			p.Add(fmt.Sprintf("%s.route.allowed_sinks[%d]", at, j), "%q names no sink in sinks", s)
 		}
 	}
@@ -378,7 +378,7 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if r.Missed != "once" && r.Missed != "all" && r.Missed != "skip" {
 		p.Add(at+".route.missed", "%q is not one of once, all, skip", r.Missed)
 	}
-	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay {
+	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay && !c.isUnread("limits.max_delay") {
 		p.Add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)
 	}
 }
@@ -481,7 +481,7 @@ func joinDialects() string {
 // encryptionKeyID is what a key ID may be: it is stored with every message.
 var encryptionKeyID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
-func (e *Encryption) validate(p *Problems) {
+func (e *Encryption) validate(p *Problems, c *Config) {
 	if len(e.Keys) == 0 {
 		p.Add("encryption.keys", "at least one key is required (or remove encryption: to store messages in clear)")
 	}
@@ -515,7 +515,7 @@ func (e *Encryption) validate(p *Problems) {
 	switch {
 	case e.ActiveKey == "":
 		p.Add("encryption.active_key", "required: the id of the key that seals new messages")
-	case !ids[e.ActiveKey]:
+	case !ids[e.ActiveKey] && !c.unreadEntries("encryption.keys", "id"):
 		p.Add("encryption.active_key", "%q is not the id of a key in encryption.keys", e.ActiveKey)
 	}
 }
