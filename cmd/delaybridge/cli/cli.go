@@ -1,4 +1,4 @@
-// Package cli is delaybridge's command line (see CONTRACT.md, "Command
+// Package cli is delaybridge's command line (docs/reference.md, "Command
 // line"). Main is testable in-process: it takes the arguments and streams and
 // returns the exit code.
 package cli
@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -60,33 +63,101 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCmd()
 	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	// A one-shot command says what went wrong in its error; what the
+	// components it opens would log for a running daemon (start warnings
+	// such as the Redis's script flags) is not about the command. Errors
+	// they log come out in the command's own format. run and dev set their
+	// daemon's logger instead.
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(&cliHandler{w: stderr, level: slog.LevelError}))
 
 	return exitCode(root.Execute(), stderr)
 }
 
+// adminCommands act on parked messages either through Redis (--config) or
+// through a running daemon's admin API (--admin, --token); health probes
+// that API. Only they take --admin and --token (a parent's flags are its
+// subcommands' too).
+var adminCommands = []string{"inspect", "cancel", "stats", "dead", "list", "reschedule", "fire", "groups", "sinks", "health"}
+
 // rootCmd is the command tree.
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "delaybridge",
-		Short:         "Parks delayed messages from Kafka, RabbitMQ or NATS in Redis and publishes them when due",
+		Use:   "delaybridge",
+		Short: "Parks delayed messages from Kafka, RabbitMQ or NATS in Redis and publishes them when due",
+		Long: `delaybridge reads delayed messages from Kafka, RabbitMQ or NATS ingests, parks them in Redis
+and publishes them to a sink when they are due. Every command is described in docs/reference.md.`,
+		Example: `  go run ./cmd/delaybridge dev                        # the quickstart: NATS, Redis and the daemon on this machine
+  delaybridge validate -c config.yaml                 # check a configuration file
+  delaybridge run -c config.yaml                      # run the daemon
+  delaybridge send -c config.yaml --ingest orders-in --delay 30m --id order-42 '{"order":42}'
+  delaybridge inspect -c config.yaml order-42         # or through a running daemon: --admin http://127.0.0.1:7070`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", os.Getenv("DELAYBRIDGE_CONFIG"),
 		"configuration file (default $DELAYBRIDGE_CONFIG)")
-	root.PersistentFlags().StringVar(&a.adminURL, "admin", os.Getenv("DELAYBRIDGE_ADMIN"),
-		"inspect/cancel/stats/dead/list/reschedule/fire/groups/sinks: act through this daemon admin URL (e.g. http://127.0.0.1:7070) instead of Redis (default $DELAYBRIDGE_ADMIN)")
-	root.PersistentFlags().StringVar(&a.token, "token", os.Getenv("DELAYBRIDGE_ADMIN_TOKEN"),
-		"bearer token for --admin (default $DELAYBRIDGE_ADMIN_TOKEN)")
 	root.AddCommand(a.runCmd(), a.validateCmd(), a.sendCmd(), a.inspectCmd(), a.cancelCmd(),
 		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
 	root.AddCommand(a.reencryptCmd())
 	root.AddCommand(a.exportCmd(), a.importCmd())
 	root.AddCommand(a.listCmd(), a.rescheduleCmd(), a.fireCmd(), a.groupsCmd(), a.sinksCmd())
+	for _, c := range root.Commands() {
+		if slices.Contains(adminCommands, c.Name()) {
+			a.adminFlags(c)
+		}
+	}
+	if a.stdout != nil { // the completion command takes its output stream when it is made
+		root.SetIn(a.stdin)
+		root.SetOut(a.stdout)
+		root.SetErr(a.stderr)
+	}
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Example = `  delaybridge completion bash > /etc/bash_completion.d/delaybridge
+  delaybridge completion zsh > "${fpath[1]}/_delaybridge"
+  delaybridge completion fish > ~/.config/fish/completions/delaybridge.fish`
+		}
+	}
+	inheritExamples(root)
 	return root
+}
+
+// adminFlags gives c (and its subcommands) --admin and --token.
+func (a *app) adminFlags(c *cobra.Command) {
+	f := c.PersistentFlags()
+	if c.Name() == "health" {
+		f.StringVar(&a.adminURL, "admin", os.Getenv("DELAYBRIDGE_ADMIN"),
+			"the admin server's base URL, e.g. http://127.0.0.1:7070 (default $DELAYBRIDGE_ADMIN; see below)")
+		return
+	}
+	f.StringVar(&a.adminURL, "admin", os.Getenv("DELAYBRIDGE_ADMIN"),
+		"act through this running daemon's admin API (e.g. http://127.0.0.1:7070) instead of the Redis of --config (default $DELAYBRIDGE_ADMIN)")
+	f.StringVar(&a.token, "token", os.Getenv("DELAYBRIDGE_ADMIN_TOKEN"),
+		"bearer token for --admin, when the daemon has admin.token (default $DELAYBRIDGE_ADMIN_TOKEN)")
+}
+
+// inheritExamples gives a command that has subcommands and no example of
+// its own the first example of each subcommand, so that every --help shows
+// one.
+func inheritExamples(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		inheritExamples(sub)
+	}
+	if strings.TrimSpace(c.Example) != "" || !c.HasAvailableSubCommands() {
+		return
+	}
+	var lines []string
+	for _, sub := range c.Commands() {
+		if sub.Hidden || sub.Name() == "help" {
+			continue
+		}
+		if first, _, _ := strings.Cut(sub.Example, "\n"); strings.TrimSpace(first) != "" {
+			lines = append(lines, first)
+		}
+	}
+	c.Example = strings.Join(lines, "\n")
 }
 
 // exitCode prints a failed command's error and returns its exit status.
@@ -134,6 +205,7 @@ func (a *app) runCmd() *cobra.Command {
 				return err
 			}
 			log := daemon.NewLogger(cfg.Log, a.stderr)
+			slog.SetDefault(log) // the components' own warnings, in the configured format
 			if tuneGC(os.Getenv) {
 				log.Debug("garbage collector target set; GOGC overrides it", "gogc", daemonGCPercent)
 			}
@@ -153,32 +225,49 @@ func (a *app) runCmd() *cobra.Command {
 
 func (a *app) validateCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:     "validate",
-		Example: `  delaybridge validate -c config.yaml && echo ok`,
-		Short:   "Check the configuration file; print every problem with its field path",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if a.configPath == "" {
-				return exit(2, errors.New("no configuration: give --config FILE"))
+		Use: "validate [-c FILE | FILE]",
+		Example: `  delaybridge validate -c config.yaml && echo ok
+  delaybridge validate config.yaml`,
+		Short: "Check the configuration file; print every problem with its field path, in the order of the file",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := a.configPath
+			if len(args) == 1 {
+				if cmd.Flags().Changed("config") && args[0] != path {
+					return exit(2, fmt.Errorf("two files given, -c %s and %s: validate checks one; give it once", path, args[0]))
+				}
+				path = args[0]
 			}
-			cfg, err := config.Load(a.configPath)
+			if path == "" {
+				return exit(2, errors.New("no configuration: give the file (delaybridge validate FILE, or -c FILE, or set DELAYBRIDGE_CONFIG)"))
+			}
+			cfg, err := config.Load(path)
 			var ps config.Problems
 			switch {
 			case errors.As(err, &ps):
 				for _, p := range ps {
 					fmt.Fprintln(a.stderr, p)
 				}
-				return exit(1, fmt.Errorf("%s: %d problem(s)", a.configPath, len(ps)))
+				return exit(1, fmt.Errorf("%s: %s; fix %s and run validate again", path, count(len(ps), "problem"), map[bool]string{true: "it", false: "them"}[len(ps) == 1]))
 			case err != nil:
 				return exit(1, err)
 			}
 			for _, w := range cfg.Warnings() {
 				fmt.Fprintln(a.stderr, "warning:", w)
 			}
-			fmt.Fprintf(a.stdout, "%s is valid\n", a.configPath)
+			fmt.Fprintf(a.stdout, "%s is valid\n", path)
 			return nil
 		},
 	}
+}
+
+// count writes n with the noun, in the plural unless n is 1: "1 problem",
+// "3 problems".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func (a *app) versionCmd() *cobra.Command {
@@ -199,3 +288,35 @@ func signalCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	return ctx, stop
 }
+
+// cliHandler writes log records at or above level as the command line's
+// own lines: "delaybridge: error: <message> key=value ...".
+type cliHandler struct {
+	w     io.Writer
+	level slog.Level
+	attrs []slog.Attr
+}
+
+func (h *cliHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+
+func (h *cliHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "delaybridge: %s: %s", strings.ToLower(r.Level.String()), r.Message)
+	add := func(at slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%q", at.Key, at.Value.String())
+		return true
+	}
+	for _, at := range h.attrs {
+		add(at)
+	}
+	r.Attrs(add)
+	b.WriteByte('\n')
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+func (h *cliHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &cliHandler{w: h.w, level: h.level, attrs: append(slices.Clone(h.attrs), as...)}
+}
+
+func (h *cliHandler) WithGroup(string) slog.Handler { return h }

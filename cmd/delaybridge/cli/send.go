@@ -3,11 +3,14 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/delaybridge/delaybridge/pkg/brokers"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
@@ -21,14 +24,13 @@ func (a *app) sendCmd() *cobra.Command {
 		Example: `  delaybridge send -c config.yaml --ingest orders-in --delay 30m --id order-42 '{"order":42}'
   echo '{"order":42}' | delaybridge send -c config.yaml --ingest orders-in --at 2026-12-24T18:00:00Z --header x-delay-group=order-42 -`,
 		Short: "Publish one message with delay headers to an ingest's topic (body from stdin when BODY is - or absent)",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Publishes one message to the broker of an ingest, the way an application would, and prints
+its ID and when it is due. Without --id the message gets a generated ID (a UUIDv7), sent as
+x-message-id, so that it can be inspected or cancelled by it.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := a.load()
-			if err != nil {
-				return err
-			}
-			if req.Ingest == "" {
-				return exit(2, fmt.Errorf("--ingest is required"))
+			if req.Delay != "" && req.At != "" {
+				return exit(2, fmt.Errorf("give --delay or --at, not both: --delay %s counts from now, --at %s names the time", req.Delay, req.At))
 			}
 			if req.ID != "" {
 				// The daemon would keep it as dead under another ID.
@@ -36,12 +38,27 @@ func (a *app) sendCmd() *cobra.Command {
 					return err
 				}
 			}
+			cfg, err := a.load()
+			if err != nil {
+				return err
+			}
+			if req.Ingest == "" {
+				return exit(2, fmt.Errorf("--ingest is required: the name of one of the configuration's ingests (%s)", ingestNames(cfg)))
+			}
+			in := findIngest(cfg, req.Ingest)
+			if in == nil {
+				return exit(2, fmt.Errorf("no ingest named %q in %s; its ingests: %s", req.Ingest, a.configPath, ingestNames(cfg)))
+			}
 			for _, h := range headers {
 				k, v, ok := strings.Cut(h, "=")
 				if !ok || k == "" {
 					return exit(2, fmt.Errorf("--header %q: write it as KEY=VALUE", h))
 				}
 				req.Headers = append(req.Headers, envelope.Header{Key: k, Value: v})
+			}
+			readsIDs := slices.Contains(in.Dialects, string(envelope.DialectDelaybridge))
+			if req.ID == "" && readsIDs && !hasHeader(req.Headers, envelope.HeaderMessageID) {
+				req.ID = envelope.NewID()
 			}
 			if len(args) == 0 || args[0] == "-" {
 				body, err := io.ReadAll(a.stdin)
@@ -52,12 +69,23 @@ func (a *app) sendCmd() *cobra.Command {
 			} else {
 				req.Body = []byte(args[0])
 			}
+			due, warning := dueOf(req, in, time.Now())
 			ctx, stop := signalCtx(cmd)
 			defer stop()
 			if err := brokers.Send(ctx, cfg, req); err != nil {
 				return exit(1, err)
 			}
-			fmt.Fprintf(a.stdout, "sent %d bytes to ingest %s\n", len(req.Body), req.Ingest)
+			id := req.ID
+			if id == "" {
+				id = headerValue(req.Headers, envelope.HeaderMessageID)
+			}
+			if id == "" {
+				id = "a message" // the ingest's dialect names the ID (kafka-scheduler: the record key)
+			}
+			fmt.Fprintf(a.stdout, "sent %s to ingest %s (%s), %s\n", show(id), req.Ingest, count(len(req.Body), "byte"), due)
+			if warning != "" {
+				fmt.Fprintln(a.stderr, "delaybridge: warning:", warning)
+			}
 			return nil
 		},
 	}
@@ -65,12 +93,97 @@ func (a *app) sendCmd() *cobra.Command {
 	f.StringVar(&req.Ingest, "ingest", "", "name of the ingest to publish to (required)")
 	f.StringVar(&req.Delay, "delay", "", "x-delay: milliseconds (5000) or a duration (5s, 1h30m)")
 	f.StringVar(&req.At, "at", "", "x-deliver-at: RFC 3339 time or Unix milliseconds")
-	f.StringVar(&req.ID, "id", "", "x-message-id: the message's ID (idempotency key)")
+	f.StringVar(&req.ID, "id", "", "x-message-id: the message's ID (idempotency key; default: a generated UUIDv7)")
 	f.StringArrayVar(&headers, "header", nil, "extra header KEY=VALUE (repeatable)")
 	f.Var(bytesFlag{&req.Key}, "key", "Kafka ingests: the record key")
 	f.StringVar(&req.Subject, "subject", "", "NATS ingests: subject to publish to (default: the ingest's subject with wildcards replaced by \"send\")")
-	cmd.MarkFlagsMutuallyExclusive("delay", "at")
 	return cmd
+}
+
+func findIngest(cfg *config.Config, name string) *config.Ingest {
+	for i := range cfg.Ingest {
+		if cfg.Ingest[i].Name == name {
+			return &cfg.Ingest[i]
+		}
+	}
+	return nil
+}
+
+func ingestNames(cfg *config.Config) string {
+	if len(cfg.Ingest) == 0 {
+		return "none: add one under ingest:"
+	}
+	names := make([]string, len(cfg.Ingest))
+	for i, in := range cfg.Ingest {
+		names[i] = in.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func hasHeader(hs envelope.Headers, key string) bool {
+	for _, h := range hs {
+		if strings.EqualFold(h.Key, key) {
+			return true
+		}
+	}
+	return false
+}
+
+func headerValue(hs envelope.Headers, key string) string {
+	for _, h := range hs {
+		if strings.EqualFold(h.Key, key) {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// dueOf says when the message req is due, as the daemon will read its
+// headers, and warns when the daemon will reject it for want of a delay.
+// A delay counts from the broker's publish time, about now.
+func dueOf(req brokers.SendRequest, in *config.Ingest, now time.Time) (due, warning string) {
+	hs := req.Headers
+	delay, at := req.Delay, req.At
+	if delay == "" {
+		delay = headerValue(hs, envelope.HeaderDelay)
+	}
+	if at == "" {
+		at = headerValue(hs, envelope.HeaderDeliverAt)
+	}
+	switch {
+	case !slices.Contains(in.Dialects, string(envelope.DialectDelaybridge)):
+		return fmt.Sprintf("due as its %s headers say", strings.Join(in.Dialects, ", ")), ""
+	case hasHeader(hs, envelope.HeaderCancel):
+		return "a control message: it cancels " + show(headerValue(hs, envelope.HeaderCancel)), ""
+	case hasHeader(hs, envelope.HeaderCancelGroup):
+		return "a control message: it cancels group " + show(headerValue(hs, envelope.HeaderCancelGroup)), ""
+	case at != "":
+		t, reason := envelope.ParseDeliverAt(at)
+		if reason != "" {
+			return "not due: " + reason, ""
+		}
+		return "due " + envelope.FormatTime(t) + inWords(t.Sub(now)), ""
+	case delay != "":
+		d, reason := envelope.ParseDelay(delay)
+		if reason != "" {
+			return "not due: " + reason, ""
+		}
+		return "due " + envelope.FormatTime(now.Add(d)) + inWords(d), ""
+	case hasHeader(hs, envelope.HeaderEvery) || hasHeader(hs, envelope.HeaderCron):
+		return "recurring: its first occurrence is the schedule's first time", ""
+	case in.Route.DefaultDelay != nil:
+		d := in.Route.DefaultDelay.D()
+		return "due " + envelope.FormatTime(now.Add(d)) + inWords(d) + " (the route's default_delay)", ""
+	}
+	return "not due", fmt.Sprintf("the message has no --delay or --at, and ingest %s's route has no default_delay: the daemon will keep it as dead (\"no x-delay or x-deliver-at header\"); send it again with --delay D or --at T", in.Name)
+}
+
+// inWords is " (in 30m0s)" for a due time ahead, "" for one that has come.
+func inWords(d time.Duration) string {
+	if d <= 0 {
+		return " (now: a due time that has passed fires at once)"
+	}
+	return " (in " + d.Round(time.Millisecond).String() + ")"
 }
 
 // bytesFlag is a string flag stored as bytes (nil when not given).
