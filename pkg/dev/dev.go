@@ -3,10 +3,18 @@
 // sink, Redis (a redis-server child process when one is installed, else an
 // in-process Redis-protocol server that keeps nothing across restarts), and
 // the daemon itself. It prints every message that fires.
+//
+// The set-up is the one docs recommend, so that it prints no warning about
+// its own choices: a JetStream sink (a stream, FIRED, holds what fires), an
+// admin token (kept in the state directory), allowed destinations. It ends
+// when its context does, when the process that started it goes away
+// (Options.ParentPID), and takes its redis-server with it.
 package dev
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +30,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/brokers"
@@ -30,16 +39,38 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
+// The ports dev asks for first; when one is taken (another dev still
+// running?) it takes a free one and says so.
+const (
+	AdminListen = "127.0.0.1:7070"
+	NATSPort    = 4222
+)
+
+// Files in the state directory besides the NATS and Redis data.
+const (
+	ConfigFile = "config.yaml" // the configuration the daemon runs with
+	TokenFile  = "admin-token" // admin.token, made once
+	EnvFile    = "env"         // `. .delaybridge-dev/env` sets DB, AUTH and DELAYBRIDGE_ADMIN_TOKEN
+)
+
 // Options of a dev run.
 type Options struct {
-	Dir       string // state directory (config, NATS and Redis data)
+	Dir       string // state directory (config, token, NATS and Redis data)
 	Out       io.Writer
 	Log       *slog.Logger
 	SelfPath  string // how to invoke this binary, for the printed hints
 	NoWelcome bool   // do not send the welcome message
+	// ParentPID, when not 0, is the process that started this one (its
+	// parent at start): once this process has another parent (that one
+	// exited: `go run` killed by its PID, a closed terminal), Run ends as if
+	// its context had.
+	ParentPID int
 }
 
-// Run starts everything and blocks until ctx ends.
+// parentPoll is how often Run looks whether its parent has gone.
+const parentPoll = 200 * time.Millisecond
+
+// Run starts everything and blocks until ctx ends or the parent goes.
 func Run(ctx context.Context, o Options) error {
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
@@ -47,9 +78,14 @@ func Run(ctx context.Context, o Options) error {
 	}
 	o.Dir = dir
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return err
+		return fmt.Errorf("state directory %s: %w", o.Dir, err)
 	}
 	out := o.Out
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.ParentPID != 0 {
+		go watchParent(ctx, cancel, o.ParentPID)
+	}
 
 	ns, err := startNATS(filepath.Join(o.Dir, "nats"))
 	if err != nil {
@@ -57,25 +93,33 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer ns.Shutdown()
 	natsURL := ns.ClientURL()
+	if ns.Addr().(*net.TCPAddr).Port != NATSPort {
+		fmt.Fprintf(out, "note: port %d is in use (another delaybridge dev, or a NATS server?); NATS listens on %s instead.\n", NATSPort, natsURL)
+	}
 
-	redisAddr, stopRedis, err := startRedis(ctx, filepath.Join(o.Dir, "redis"), out)
+	redisAddr, inProcess, stopRedis, err := startRedis(ctx, filepath.Join(o.Dir, "redis"), out)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
 	defer stopRedis()
 
-	adminListen := "127.0.0.1:7070"
+	adminListen := AdminListen
 	if !portFree(adminListen) {
 		adminListen = "127.0.0.1:0"
 	}
-	cfgPath := filepath.Join(o.Dir, "config.yaml")
-	cfgText := fmt.Sprintf(configTemplate, redisAddr, adminListen, natsURL, natsURL)
+	tokenPath := filepath.Join(o.Dir, TokenFile)
+	token, err := adminToken(tokenPath)
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(o.Dir, ConfigFile)
+	cfgText := fmt.Sprintf(configTemplate, redisAddr, adminListen, tokenPath, natsURL, natsURL)
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
 		return err
 	}
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
-		return fmt.Errorf("generated config: %w", err)
+		return fmt.Errorf("generated config %s: %w", cfgPath, err)
 	}
 
 	nc, err := nats.Connect(natsURL, nats.Name("delaybridge dev printer"))
@@ -83,9 +127,19 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer nc.Close()
+	if err := firedStream(ctx, nc); err != nil {
+		return err
+	}
 	if _, err := nc.Subscribe("fired.>", func(m *nats.Msg) { printFired(out, m) }); err != nil {
 		return err
 	}
+
+	// The daemon's components log their start warnings to slog's default
+	// logger: send them to dev's, without the one about its own in-process
+	// Redis, which dev states itself.
+	prev := slog.Default()
+	slog.SetDefault(slog.New(dropOwnChoices{o.Log.Handler(), inProcess}))
+	defer slog.SetDefault(prev)
 
 	d, err := daemon.New(ctx, cfg, o.Log)
 	if err != nil {
@@ -103,23 +157,33 @@ func Run(ctx context.Context, o Options) error {
 			admin = d.AdminAddr()
 		}
 	}
+	adminURL := "http://" + admin
+	if err := writeEnv(filepath.Join(o.Dir, EnvFile), adminURL, token); err != nil {
+		return err
+	}
+	if admin != AdminListen {
+		fmt.Fprintf(out, "note: %s is in use (another delaybridge dev still running?); the admin API is on %s instead.\n", AdminListen, adminURL)
+	}
+	show := shortPath(o.Dir)
 	fmt.Fprintf(out, `
 delaybridge dev is running.
-  NATS (JetStream)  %s   ingest subject delayed.>  (stream DELAYED); fired messages go to fired.<...>
+  NATS (JetStream)  %s   ingest: subject delayed.> (stream DELAYED); fired messages: fired.> (stream FIRED)
   Redis             %s
-  admin API         http://%s   (try /v1/stats, /metrics)
+  admin API         %s   dashboard: open it in a browser and give the admin token
+  admin token       %s   (in %s)
   config            %s
 
-Send a message that fires in 10 seconds (from another terminal):
+From another terminal, in this directory:
+  . %s      # sets DB (the admin URL), DELAYBRIDGE_ADMIN_TOKEN, and AUTH for curl
   %s send -c %s --ingest dev --delay 10s "hello again"
-Send one to a subject of your choice, or at a fixed time:
   %s send -c %s --ingest dev --at %s --header x-delay-destination=fired.reminders "a reminder"
-Look at what is parked:
-  curl -s http://%s/v1/stats
+  curl -s -H "$AUTH" $DB/v1/stats
 
 Fired messages appear below. Ctrl-C stops everything.
-`, natsURL, redisAddr, admin, cfgPath, o.SelfPath, cfgPath, o.SelfPath, cfgPath,
-		time.Now().Add(time.Minute).UTC().Format(time.RFC3339), admin)
+`, natsURL, redisAddr, adminURL, token, filepath.Join(show, TokenFile), filepath.Join(show, ConfigFile),
+		filepath.Join(show, EnvFile),
+		o.SelfPath, filepath.Join(show, ConfigFile), o.SelfPath, filepath.Join(show, ConfigFile),
+		time.Now().Add(time.Minute).UTC().Format(time.RFC3339))
 
 	if !o.NoWelcome {
 		due := time.Now().Add(5 * time.Second)
@@ -133,12 +197,15 @@ Fired messages appear below. Ctrl-C stops everything.
 	return <-runErr
 }
 
-const configTemplate = `# Written by delaybridge dev. Every key is documented in config.example.yaml.
+// configTemplate is the dev configuration: the at-least-once set-up the
+// docs recommend, on loopback.
+const configTemplate = `# Written by delaybridge dev at every start. Every key: config.example.yaml, docs/reference.md.
 redis:
   addr: %s
   key_prefix: delaybridge-dev
 admin:
   listen: %s
+  token_file: %s
 log:
   level: warn
 ingest:
@@ -151,8 +218,106 @@ ingest:
       allowed_destinations: ["fired.*"]
 sinks:
   - name: nats
-    nats: {url: "%s", jetstream: false}
+    nats: {url: "%s", jetstream: true}   # the stream FIRED holds fired.>
 `
+
+// firedStream makes (or keeps) the stream that takes what the sink
+// publishes, so that each publish is confirmed. It keeps an hour of them.
+func firedStream(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: "FIRED", Subjects: []string{"fired.>"}, MaxAge: time.Hour, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("embedded nats: stream FIRED for fired.>: %w", err)
+	}
+	return nil
+}
+
+// adminToken reads the token kept at path, or makes one.
+func adminToken(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	token := "dev-" + hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("admin token %s: %w", path, err)
+	}
+	return token, nil
+}
+
+// writeEnv writes the shell file that points curl and the CLI at this
+// run's admin API.
+func writeEnv(path, adminURL, token string) error {
+	text := fmt.Sprintf(`# Written by delaybridge dev: source it (. %s) to talk to its admin API.
+export DB=%s
+export DELAYBRIDGE_ADMIN_TOKEN=%s
+export AUTH="Authorization: Bearer $DELAYBRIDGE_ADMIN_TOKEN"
+`, path, adminURL, token)
+	return os.WriteFile(path, []byte(text), 0o600)
+}
+
+// shortPath is dir relative to the working directory when it is inside it.
+func shortPath(dir string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return dir
+	}
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return dir
+	}
+	return rel
+}
+
+// watchParent cancels when this process's parent is no longer ppid.
+func watchParent(ctx context.Context, cancel context.CancelFunc, ppid int) {
+	t := time.NewTicker(parentPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if os.Getppid() != ppid {
+				cancel()
+				return
+			}
+		}
+	}
+}
+
+// dropOwnChoices drops the daemon's start warning about a Redis that reads
+// no script flags when that Redis is dev's in-process one: dev says so
+// itself when it starts it.
+type dropOwnChoices struct {
+	slog.Handler
+	inProcessRedis bool
+}
+
+func (h dropOwnChoices) Handle(ctx context.Context, r slog.Record) error {
+	if h.inProcessRedis && strings.HasPrefix(r.Message, "this Redis does not read Lua script flags") {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h dropOwnChoices) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropOwnChoices{h.Handler.WithAttrs(as), h.inProcessRedis}
+}
+
+func (h dropOwnChoices) WithGroup(name string) slog.Handler {
+	return dropOwnChoices{h.Handler.WithGroup(name), h.inProcessRedis}
+}
 
 func printFired(out io.Writer, m *nats.Msg) {
 	line := fmt.Sprintf("%s  fired  subject=%s", time.Now().Format("15:04:05.000"), m.Subject)
@@ -171,8 +336,8 @@ func truncate(b []byte, n int) string {
 }
 
 func startNATS(dir string) (*server.Server, error) {
-	port := 4222
-	if !portFree("127.0.0.1:4222") {
+	port := NATSPort
+	if !portFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(NATSPort))) {
 		port = -1
 	}
 	ns, err := server.NewServer(&server.Options{
@@ -191,36 +356,39 @@ func startNATS(dir string) (*server.Server, error) {
 
 // startRedis starts redis-server from PATH as a child with its data in dir,
 // or, when none is installed, an in-process Redis-protocol server.
-func startRedis(ctx context.Context, dir string, out io.Writer) (string, func(), error) {
+func startRedis(ctx context.Context, dir string, out io.Writer) (addr string, inProcess bool, stop func(), err error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		m, err := miniredis.Run()
 		if err != nil {
-			return "", nil, err
+			return "", false, nil, err
 		}
 		fmt.Fprintln(out, "WARNING: redis-server is not installed; using an in-process Redis-protocol server (miniredis).\n"+
-			"         Nothing parked survives a restart. Install Redis for the real thing: apt-get install -y redis-server")
-		return m.Addr(), m.Close, nil
+			"         Nothing parked survives a restart, and it reads no Lua script flags (at maxmemory, firing\n"+
+			"         would stop with ingest). Install Redis for the real thing: apt-get install -y redis-server")
+		return m.Addr(), true, m.Close, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", nil, err
+		return "", false, nil, err
 	}
 	port := freePort()
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr = "127.0.0.1:" + strconv.Itoa(port)
+	logPath := filepath.Join(dir, "redis.log")
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--appendonly", "yes", "--save", "", "--logfile", filepath.Join(dir, "redis.log"))
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
+		"--appendonly", "yes", "--save", "", "--logfile", logPath)
+	wait, err := startChild(cmd)
+	if err != nil {
+		return "", false, nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	stop := func() {
+	exited := make(chan struct{})
+	go func() { _ = wait(); close(exited) }()
+	stop = func() {
 		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -228,11 +396,16 @@ func startRedis(ctx context.Context, dir string, out io.Writer) (string, func(),
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if err := rdb.Ping(ctx).Err(); err == nil {
-			return addr, stop, nil
+			return addr, false, stop, nil
+		}
+		select {
+		case <-exited:
+			return "", false, nil, fmt.Errorf("redis-server on %s exited at start; see %s", addr, logPath)
+		default:
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return "", nil, fmt.Errorf("redis-server on %s did not answer within 10s; see %s", addr, filepath.Join(dir, "redis.log"))
+			return "", false, nil, fmt.Errorf("redis-server on %s did not answer within 10s; see %s", addr, logPath)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a child process with a deadline
 	}

@@ -25,8 +25,14 @@ func (a *app) devCmd() *cobra.Command {
 		Example: `  go run ./cmd/delaybridge dev
   delaybridge dev --dir /tmp/db-dev --quiet`,
 		Short: "Run everything locally for a first look: embedded NATS, Redis, the daemon; prints fired messages",
-		Args:  cobra.NoArgs,
+		Long: `Runs an embedded NATS server (JetStream), Redis (redis-server when installed, else an
+in-process one that keeps nothing) and the daemon, with the configuration it writes to
+--dir/config.yaml, and prints every message that fires. It stops on Ctrl-C or SIGTERM, and when
+the process that started it goes away (go run killed by its PID, a closed terminal), taking its
+redis-server with it. --dir/env sets DB, AUTH and DELAYBRIDGE_ADMIN_TOKEN for curl and the CLI.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			parent := os.Getppid() // first: dev ends when this process goes (go run killed by its PID)
 			ctx, stop := signalCtx(cmd)
 			defer stop()
 			self := "go run ./cmd/delaybridge"
@@ -38,10 +44,11 @@ func (a *app) devCmd() *cobra.Command {
 				level = "error"
 			}
 			err := dev.Run(ctx, dev.Options{
-				Dir:      dir,
-				Out:      a.stdout,
-				Log:      daemon.NewLogger(config.Log{Level: level, Format: "text"}, a.stderr),
-				SelfPath: self,
+				Dir:       dir,
+				Out:       a.stdout,
+				Log:       daemon.NewLogger(config.Log{Level: level, Format: "text"}, a.stderr),
+				SelfPath:  self,
+				ParentPID: parent,
 			})
 			if err != nil {
 				return exit(1, err)
