@@ -25,6 +25,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
 	"github.com/delaybridge/delaybridge/pkg/tlsutil"
@@ -43,56 +44,55 @@ type env struct {
 	logs   *syncBuffer
 
 	mu     sync.Mutex
-	parked []string // IDs the Park func was called with
+	parked []string // IDs the scheduler was woken for (ops.Params.Notify)
 }
 
 // envOption changes the server's Params or the store's Redis client.
-type envOption func(*Params, *redis.Options)
+type envOption func(*Params, *ops.Params, *redis.Options)
 
 func withToken(tok string) envOption {
-	return func(p *Params, _ *redis.Options) { p.Token = tok }
+	return func(p *Params, o *ops.Params, _ *redis.Options) { p.Token = tok }
 }
 
 func withReady(f func() error) envOption {
-	return func(p *Params, _ *redis.Options) { p.Ready = f }
+	return func(p *Params, o *ops.Params, _ *redis.Options) { p.Ready = f }
 }
 
 func withLimits(l envelope.Limits) envOption {
-	return func(p *Params, _ *redis.Options) { p.Limits = l }
+	return func(p *Params, o *ops.Params, _ *redis.Options) { o.Limits = l }
 }
 
 // withFailFast makes Redis commands fail at once when Redis is down.
 func withFailFast() envOption {
-	return func(_ *Params, o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 }
+	return func(_ *Params, _ *ops.Params, o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 }
 }
 
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
 	rs := testenv.Redis(t)
 	e := &env{t: t, redis: rs, logs: &syncBuffer{}}
-	p := Params{
-		Metrics: metrics.New(),
-		Park: func(ctx context.Context, m *envelope.Message) (bool, error) {
+	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p := Params{Metrics: metrics.New(), Logger: log}
+	op := ops.Params{
+		// Every message parked (or rescheduled, fired, retried) wakes
+		// the scheduler: the env records which.
+		Notify: func(id string, _ time.Time) {
 			e.mu.Lock()
-			e.parked = append(e.parked, m.ID)
+			e.parked = append(e.parked, id)
 			e.mu.Unlock()
-			res, err := e.store.Park(ctx, []*envelope.Message{m})
-			if err != nil {
-				return false, err
-			}
-			return res[0].Accepted(), nil
 		},
-		SinkDestinations: destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka}.Lookup,
-		Logger:           slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Destinations: destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka}.Lookup,
+		Logger:       log,
 	}
 	ro := &redis.Options{Addr: rs.Addr}
 	for _, o := range opts {
-		o(&p, ro)
+		o(&p, &op, ro)
 	}
 	client := redis.NewClient(ro)
 	t.Cleanup(func() { _ = client.Close() })
 	e.store = store.New(client, store.Options{Prefix: "t", Shards: 4})
-	p.Store = e.store
+	op.Store = e.store
+	p.Ops = ops.New(op)
 	e.token = p.Token
 	e.server = New(p)
 	ts := httptest.NewServer(e.server.Handler())
@@ -101,7 +101,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	return e
 }
 
-// parkedIDs returns the IDs the Park func was called with.
+// parkedIDs returns the IDs the scheduler was woken for.
 func (e *env) parkedIDs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -424,6 +424,8 @@ func TestPostDueForms(t *testing.T) {
 	check(`{"delay":5000,"sink":"rabbit","destination":"q","body":""}`, plus(5*time.Second))
 	check(`{"delay":"5000","sink":"rabbit","destination":"q","body":""}`, plus(5*time.Second))
 	check(`{"delay":"1500ms","sink":"rabbit","destination":"q","body":""}`, plus(1500*time.Millisecond))
+	// A fraction of a millisecond rounds up, as JavaScript publishers send it.
+	check(`{"delay":1.5,"sink":"rabbit","destination":"q","body":""}`, plus(2*time.Millisecond))
 	check(`{"delay":"1h30m","sink":"kafka","destination":"t","body":""}`, plus(90*time.Minute))
 	check(`{"delay":0,"sink":"rabbit","destination":"q","body":""}`, plus(0))
 	future := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Millisecond)
@@ -500,7 +502,6 @@ func TestPostInvalid(t *testing.T) {
 		{"delay text", valid(map[string]any{"delay": "soon"}), `delay "soon" is neither`},
 		{"delay negative", valid(map[string]any{"delay": -5}), "negative"},
 		{"delay negative duration", valid(map[string]any{"delay": "-5s"}), "negative"},
-		{"delay fraction", `{"delay":1.5,"sink":"rabbit","destination":"q","body":""}`, "delay"},
 		{"delay bool", valid(map[string]any{"delay": true}), "delay must be an integer or a string"},
 		{"delay object", valid(map[string]any{"delay": map[string]any{}}), "delay must be an integer or a string"},
 		{"delay empty", valid(map[string]any{"delay": ""}), "delay is empty"},
@@ -973,7 +974,7 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 		{"PUT", "/v1/messages", "GET, HEAD, POST"},
 		{"PUT", "/v1/groups/g", "DELETE, GET, HEAD"},
 		{"DELETE", "/v1/stats", "GET, HEAD"},
-		{"POST", "/v1/dead", "GET, HEAD"},
+		{"POST", "/v1/dead", "DELETE, GET, HEAD"},
 		{"GET", "/v1/dead/x/retry", "POST"},
 		{"POST", "/v1/dead/x", "DELETE, GET, HEAD"},
 		{"POST", "/healthz", "GET, HEAD"},
@@ -1232,7 +1233,7 @@ func TestPostSharesTheIngestRules(t *testing.T) {
 			if r.status != http.StatusBadRequest {
 				t.Fatalf("POST: status %d, want 400: %s", r.status, r.body)
 			}
-			if got, want := r.errorText(t), apiNames.Replace(d.Reason); got != want {
+			if got, want := r.errorText(t), ops.FieldNames(d.Reason); got != want {
 				t.Errorf("POST rejects with %q, the ingest with %q", got, d.Reason)
 			}
 		})

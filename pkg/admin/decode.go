@@ -256,3 +256,37 @@ func hex4(b []byte) rune {
 	}
 	return r
 }
+
+// decodeError turns a JSON decoding error into a status and a reason.
+func decodeError(err error) (int, string) {
+	var tooLarge *http.MaxBytesError
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes; the message body may be at most limits.max_payload_bytes", tooLarge.Limit)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, "empty request body: send a JSON object"
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, fmt.Sprintf("the request body is not valid JSON: %v", err)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return http.StatusBadRequest, "the request body must be a JSON object"
+		}
+		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.String()), typ.Value)
+	}
+	return http.StatusBadRequest, fmt.Sprintf("the request body cannot be read: %v", err)
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.Contains(goType, "map"):
+		return "an object of strings"
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case strings.Contains(goType, "bool"):
+		return "true or false"
+	default:
+		return "a string"
+	}
+}

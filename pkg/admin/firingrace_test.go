@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -72,7 +73,7 @@ func TestRescheduleRacesFiring(t *testing.T) {
 		MaxAttempts: 5, Backoff: scheduler.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2},
 		DrainTimeout: 5 * time.Second, Metrics: metrics.New(), Logger: log,
 	})
-	srv := New(Params{Store: st, Notify: sched.Notify, Limits: envelope.Limits{MaxDelay: time.Hour}, Logger: log})
+	srv := New(Params{Ops: ops.New(ops.Params{Store: st, Notify: sched.Notify, Limits: envelope.Limits{MaxDelay: time.Hour}, Logger: log}), Logger: log})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -24,7 +25,7 @@ import (
 // a real browser, test/e2e the ones that need the daemon.
 
 func withListen(addr string, allowed ...string) envOption {
-	return func(p *Params, _ *redis.Options) { p.Listen, p.AllowedHosts = addr, allowed }
+	return func(p *Params, o *ops.Params, _ *redis.Options) { p.Listen, p.AllowedHosts = addr, allowed }
 }
 
 // raw sends a request with the given headers (Host included) and no token
@@ -255,7 +256,7 @@ func TestContentOnlyWithTokenAndAsked(t *testing.T) {
 // TestPprofNeedsToken: a server told to serve pprof without a token does
 // not serve it (config validation refuses the file before that).
 func TestPprofNeedsToken(t *testing.T) {
-	e := newEnv(t, func(p *Params, _ *redis.Options) { p.Pprof = true })
+	e := newEnv(t, func(p *Params, o *ops.Params, _ *redis.Options) { p.Pprof = true })
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=2", "/debug/pprof/heap", "/debug/pprof/cmdline"} {
 		r := e.doAuth("GET", path, "", "")
 		if r.status != http.StatusNotFound {
@@ -292,7 +293,7 @@ func TestDeceptiveIDsRefused(t *testing.T) {
 				t.Errorf("%s %s: %d, want 400", rq.method, rq.path, r.status)
 				continue
 			}
-			if msg := r.errorText(t); !strings.Contains(msg, "control character U+") || !strings.Contains(msg, "in the path") {
+			if msg := r.errorText(t); !strings.Contains(msg, "control character U+") || !strings.Contains(msg, "the message ID") {
 				t.Errorf("%s %s: reason %q", rq.method, rq.path, msg)
 			}
 		}
@@ -330,7 +331,7 @@ func TestStrictJSON(t *testing.T) {
 		{"repeated delay", `{"delay":"1h","delay":1,` + tail + `}`, `field "delay" is given twice`},
 		{"repeated id, once escaped", `{"id":"a","\u0069d":"b","delay":1,` + tail + `}`, `field "id" is given twice`},
 		{"escaped upper-case name", `{"\u0049D":"a","delay":1,` + tail + `}`, `did you mean "id"?`},
-		{"unknown field", `{"delay":1,"dely":2,` + tail + `}`, `unknown field "dely"; known: body, body_base64, delay, deliver_at, destination, headers, id, key, priority, sink`},
+		{"unknown field", `{"delay":1,"dely":2,` + tail + `}`, `unknown field "dely"; known: body, body_base64, count, cron, delay, deliver_at, destination, every, group, headers, id, key, priority, replace, sink, timezone, until`},
 		{"repeated header", `{"delay":1,"headers":{"x-a":"1","x-a":"2"},` + tail + `}`, `field "headers.x-a" is given twice`},
 		{"header in two cases", `{"delay":1,"headers":{"x-a":"1","X-A":"2"},` + tail + `}`, `name the same header`},
 		{"invalid UTF-8 body", "{\"delay\":1,\"sink\":\"rabbit\",\"destination\":\"q\",\"body\":\"a\xffb\"}", "not valid UTF-8 (at byte 54)"},

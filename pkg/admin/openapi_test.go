@@ -32,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -190,7 +191,7 @@ func TestOpenAPIDriftIsCaught(t *testing.T) {
 		{"query parameter", func(doc *openapi3.T) {
 			op := path(doc, "/v1/dead").Get
 			op.Parameters = op.Parameters[:0]
-		}, "GET /v1/dead: query parameters [] documented, the route reads [limit]"},
+		}, "GET /v1/dead: query parameters [] documented, the route reads [dead_after dead_before destination group ingest limit sink]"},
 		{"path parameter", func(doc *openapi3.T) { path(doc, "/v1/groups/{key}").Parameters = nil },
 			"DELETE /v1/groups/{key}: path parameters [] documented, the route has [key]"},
 		{"status", func(doc *openapi3.T) { path(doc, "/v1/messages/{id}").Patch.Responses.Delete("409") },
@@ -429,7 +430,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}}
 	e := newEnv(t, withToken(testToken), withListen("127.0.0.1:7070"),
 		withLimits(envelope.Limits{MaxPayloadBytes: 4096, MaxHeaderBytes: 4096}),
-		func(p *Params, _ *redis.Options) { p.Sinks, p.Refresh, p.Pprof = sinks.get, sinks.refresh, true })
+		func(p *Params, o *ops.Params, _ *redis.Options) { o.Sinks, o.Refresh, p.Pprof = sinks.get, sinks.refresh, true })
 	sinks.store = e.store
 	stateFixture(t, e) // inflight A B; dead C R job/retry; due D E; in an hour F G
 	now := time.Now()
@@ -593,6 +594,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do(e, a("DELETE", "/v1/dead/F", "", 404))
 	c.do(e, a("DELETE", "/v1/dead/%01", "", 400))
 	c.do(e, refused(a("DELETE", "/v1/dead/", "", 404)))
+	c.do(e, a("GET", "/v1/dead?sink=rabbit&ingest=orders-in&dead_after=2020-01-01T00:00:00Z", "", 200))
+	c.do(e, a("GET", "/v1/dead?dead_before=yesterday", "", 400))
+	c.do(e, a("DELETE", "/v1/dead?sink=nope", "", 200))
+	c.do(e, a("DELETE", "/v1/dead?dead_after=yesterday", "", 400))
+	c.do(e, a("DELETE", "/v1/dead?ingest=orders-in", "", 200))
 
 	// Groups.
 	c.do(e, a("GET", "/v1/groups/order%2F42", "", 200))
@@ -703,7 +709,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 
 	// Redis down: every route that reads it answers 500.
 	downSinks := &fakeSinks{statuses: []SinkStatus{{Name: "rabbit", Known: true}}}
-	down := newEnv(t, withToken(testToken), withFailFast(), func(p *Params, _ *redis.Options) { p.Sinks = downSinks.get })
+	down := newEnv(t, withToken(testToken), withFailFast(), func(p *Params, o *ops.Params, _ *redis.Options) { o.Sinks = downSinks.get })
 	down.redis.Kill()
 	for _, rt := range down.server.Routes() {
 		if slices.Contains(rt.Statuses, 500) && !strings.HasPrefix(rt.Path, "/debug/") {
@@ -731,7 +737,7 @@ func TestPathParametersUnescaped(t *testing.T) {
 	for _, id := range ids {
 		sinks.statuses = append(sinks.statuses, SinkStatus{Name: id, Known: true})
 	}
-	e := newEnv(t, func(p *Params, _ *redis.Options) { p.Sinks, p.Refresh = sinks.get, sinks.refresh })
+	e := newEnv(t, func(p *Params, o *ops.Params, _ *redis.Options) { o.Sinks, o.Refresh = sinks.get, sinks.refresh })
 	sinks.store = e.store
 	ctx := context.Background()
 	for _, id := range ids {

@@ -13,11 +13,6 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
-// errorResponse is every error answer.
-type errorResponse struct {
-	Error string `json:"error"`
-}
-
 // writeJSON answers v as JSON with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()

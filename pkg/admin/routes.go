@@ -78,7 +78,8 @@ func (s *Server) table() []endpoint {
 
 		{method: get, path: "/v1/stats", statuses: []int{200, failed}, handler: s.stats},
 
-		{method: get, path: "/v1/dead", query: []string{"limit"}, statuses: []int{200, 400, failed}, handler: s.listDead},
+		{method: get, path: "/v1/dead", query: append([]string{"limit"}, deadParams...), statuses: []int{200, 400, failed}, handler: s.listDead},
+		{method: del, path: "/v1/dead", query: deadParams, statuses: []int{200, 400, failed}, handler: s.purgeDead},
 		{method: get, path: "/v1/dead/{id}", query: contentParams, statuses: []int{200, noToken, failed}, handler: s.getDead},
 		{method: del, path: "/v1/dead/{id}", statuses: []int{204, failed}, handler: s.deleteDead},
 		{method: post, path: "/v1/dead/{id}/retry", statuses: []int{204, failed}, handler: s.retryDead},
@@ -256,10 +257,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// paramStatuses are the statuses of pathParam's checks: 400 for an ID or
-// a group key that envelope.CheckID refuses, 404 for an empty one or a sink
-// that is not configured. (A path that is not validly URL-encoded never
-// gets here: net/http answers it 400 itself.)
+// paramStatuses are the statuses of a path parameter: 400 for an ID or a
+// group key that envelope.CheckID refuses (the operation checks it), 404
+// for an empty one or a sink that is not configured. (A path that is not
+// validly URL-encoded never gets here: net/http answers it 400 itself.)
 var paramStatuses = map[string][]int{
 	"id":   {http.StatusBadRequest, http.StatusNotFound},
 	"key":  {http.StatusBadRequest, http.StatusNotFound},
@@ -275,7 +276,7 @@ func (s *Server) pathParam(w http.ResponseWriter, p *itemPath, escaped string) (
 	case "key":
 		return groupKey(w, escaped)
 	case "name":
-		return s.sinkName(w, escaped)
+		return sinkName(w, escaped)
 	}
 	panic("admin: route " + p.template + " has a parameter without a check")
 }

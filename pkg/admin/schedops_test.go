@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -53,13 +54,6 @@ func (e *env) dueAt(id string) time.Time {
 // fires now; beyond max_delay, unknown, in flight and dead are refused.
 func TestReschedule(t *testing.T) {
 	e := newEnv(t, withLimits(envelope.Limits{MaxDelay: 24 * time.Hour}))
-	var notified []string
-	var mu sync.Mutex
-	e.server.p.Notify = func(id string, _ time.Time) {
-		mu.Lock()
-		notified = append(notified, id)
-		mu.Unlock()
-	}
 	now := time.Now()
 	e.parkAt(testMsg("r1", now.Add(time.Hour)), testMsg("r/2", now.Add(time.Hour)))
 
@@ -103,11 +97,9 @@ func TestReschedule(t *testing.T) {
 	if st, _ := e.store.Stats(context.Background()); st.Due != 1 {
 		t.Fatalf("due %d after a reschedule into the past, want 1", st.Due)
 	}
-	mu.Lock()
-	if len(notified) != 5 {
+	if notified := e.parkedIDs(); len(notified) != 5 {
 		t.Errorf("the scheduler was notified %d times for 5 reschedules: %v", len(notified), notified)
 	}
-	mu.Unlock()
 
 	// Refused, with a reason, nothing changed.
 	before := e.dueAt("r/2")
@@ -260,7 +252,7 @@ func TestList(t *testing.T) {
 	bad := []struct{ query, reason string }{
 		{"limit=0", "limit=\"0\""},
 		{"limit=1001", "from 1 to 1000"},
-		{"state=parked", "state=\"parked\""},
+		{"state=parked", "state \"parked\""},
 		{"due_after=soon", "due_after \"soon\""},
 		{"recurring=maybe", "recurring=\"maybe\""},
 		{"statu=dead", "unknown query parameter \"statu\""},
@@ -437,10 +429,10 @@ func TestSinksAPI(t *testing.T) {
 		{Name: "rabbit", Known: true, Rate: 12.5, MaxRate: 500},
 		{Name: "kafka", Known: true, Ready: errors.New("dial tcp: connection refused"), Blocked: true},
 	}}
-	e := newEnv(t, func(p *Params, _ *redis.Options) { p.Sinks, p.Refresh = f.get, f.refresh })
+	e := newEnv(t, func(p *Params, o *ops.Params, _ *redis.Options) { o.Sinks, o.Refresh = f.get, f.refresh })
 	f.store = e.store
 	ctx := context.Background()
-	var views []SinkView
+	var views []ops.SinkView
 	r := e.do("GET", "/v1/sinks", "")
 	e.expect(r, http.StatusOK)
 	if err := json.Unmarshal(r.body, &views); err != nil {
@@ -508,7 +500,7 @@ func TestSinksAPI(t *testing.T) {
 	}
 	e.expect(e.do("GET", "/v1/sinks/rabbit/pause", ""), http.StatusMethodNotAllowed)
 	e.expect(e.do("POST", "/v1/sinks", ""), http.StatusMethodNotAllowed)
-	e.expect(e.do("POST", "/v1/sinks/rabbit/stop", ""), http.StatusNotFound)
+	e.expect(e.do("POST", "/v1/sinks/rabbit/stop", ""), http.StatusMethodNotAllowed) // GET /v1/sinks/{name} is the only method there
 }
 
 // GET /v1/stats has the forecast and the held count.

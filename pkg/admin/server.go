@@ -47,10 +47,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/delaybridge/delaybridge/pkg/destination"
-
-	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -76,6 +74,10 @@ type Params struct {
 	// is on loopback, and any Host otherwise.
 	AllowedHosts []string
 
+	// Ops runs the operations of /v1/. When nil, a Service on Store with
+	// no limits, every sink name known and no sink listed is used (for
+	// tools and tests that only read).
+	Ops   *ops.Service
 	Store *store.Store
 
 	// Ready returns nil when the daemon is ready, else the reason served
@@ -85,43 +87,13 @@ type Params struct {
 	// Metrics is served on /metrics; nil serves 404 there.
 	Metrics *metrics.Metrics
 
-	// Park parks one message built from POST /v1/messages and wakes the
-	// scheduler; parked is false when the ID was already known. It is
-	// called concurrently from request goroutines.
-	Park func(ctx context.Context, m *envelope.Message) (parked bool, err error)
-
-	// SinkDestinations returns the destination syntax of the configured sink name,
-	// false when there is none; nil knows every non-empty name
-	// (envelope.Route.Sinks).
-	SinkDestinations func(name string) (destination.Syntax, bool)
-
-	// Now is the clock of the moment a POST is taken in, from which its
-	// delay counts: the daemon's reads Redis's clock. Default time.Now.
-	Now func() time.Time
-
-	// Limits bound POST /v1/messages as they bound ingested messages (the
-	// configured limits:), and PATCH /v1/messages/{id} by max_delay; a
-	// zero field sets no bound.
-	Limits envelope.Limits
-
-	// Notify wakes the scheduler for a message rescheduled or fired, due
-	// at due; nil does nothing (the scheduler sees it within max_sleep).
-	Notify func(id string, due time.Time)
-
-	// Sinks returns the configured sinks as this instance sees them
-	// (GET /v1/sinks, pause and resume); nil means none is known. It is
-	// called concurrently from request goroutines.
-	Sinks func() []SinkStatus
-	// Refresh makes this instance apply a pause or resume at once (the
-	// scheduler's Refresh); nil leaves it to the next refresh.
-	Refresh func(ctx context.Context) error
-
 	Logger *slog.Logger // nil discards
 }
 
 // Server is the admin HTTP server. Its handler is safe for concurrent use.
 type Server struct {
 	p       Params
+	ops     *ops.Service
 	log     *slog.Logger
 	mux     *http.ServeMux // the fixed paths (routes.go)
 	items   []*itemPath    // the paths with a parameter (routes.go)
@@ -147,14 +119,14 @@ const (
 
 // New returns a Server; Start listens, Handler serves without listening.
 func New(p Params) *Server {
-	if p.Now == nil {
-		p.Now = time.Now
-	}
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{p: p, log: p.Logger, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token)),
+	s := &Server{p: p, log: p.Logger, ops: p.Ops, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token)),
 		hosts: newHostGuard(p.AllowedHosts, p.Listen)}
+	if s.ops == nil {
+		s.ops = ops.New(ops.Params{Store: p.Store, Logger: p.Logger})
+	}
 
 	if p.Pprof && p.Token == "" {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
@@ -334,47 +306,4 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
-// StatsView is GET /v1/stats (and `delaybridge stats --json`).
-type StatsView struct {
-	Parked int64 `json:"parked"` // scheduled and in flight
-	Due    int64 `json:"due"`    // parked and already due
-	Dead   int64 `json:"dead"`
-	// OldestDueAgeSeconds is how long the oldest due message has been
-	// waiting: a growing value means the daemon does not keep up.
-	OldestDueAgeSeconds float64            `json:"oldest_due_age_seconds"`
-	Shards              []store.ShardStats `json:"shards"`
-	// DueIn counts the parked messages by when they come due:
-	// {"overdue","minute","hour","day","later"}; overdue is Due, and
-	// together they are Parked.
-	DueIn store.DueIn `json:"due_in"`
-	// Forecast counts what fires within each window from now:
-	// {"1m","5m","1h","24h","later"}; each window includes the shorter
-	// ones and what is due already, later is what comes due after 24 h.
-	Forecast store.Forecast `json:"forecast"`
-	// Held counts the parked messages held for a sink that is paused or
-	// down (by their due times, they are in due_in and forecast too).
-	Held int64 `json:"held"`
-}
-
-func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	st, err := s.p.Store.Stats(r.Context())
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, NewStatsView(st))
-}
-
-// NewStatsView converts store stats.
-func NewStatsView(st *store.Stats) StatsView {
-	v := StatsView{Parked: st.Parked, Due: st.Due, Dead: st.Dead, Shards: st.Shards, DueIn: st.DueIn, Forecast: st.Forecast, Held: st.Held}
-	if !st.OldestDue.IsZero() {
-		v.OldestDueAgeSeconds = max(0, st.Now.Sub(st.OldestDue).Seconds())
-	}
-	if v.Shards == nil {
-		v.Shards = []store.ShardStats{}
-	}
-	return v
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -182,23 +183,30 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		if err != nil {
 			return nil, err
 		}
+		routes := map[string]*envelope.Route{}
+		for i := range cfg.Ingest {
+			routes[cfg.Ingest[i].Name] = Route(cfg, &cfg.Ingest[i])
+		}
 		d.admin = admin.New(admin.Params{
-			Listen:           cfg.Admin.Listen,
-			Token:            cfg.Admin.Token.Reveal(),
-			TLS:              adminTLS,
-			Pprof:            cfg.Admin.Pprof,
-			AllowedHosts:     cfg.Admin.AllowedHosts,
-			Store:            d.store,
-			Ready:            d.Ready,
-			Metrics:          d.metrics,
-			Park:             d.park,
-			Now:              d.clock.Now,
-			SinkDestinations: SinkDestinations(cfg),
-			Limits:           limits,
-			Notify:           d.sched.Notify,
-			Sinks:            d.sinkStatuses,
-			Refresh:          d.sched.Refresh,
-			Logger:           log,
+			Listen:       cfg.Admin.Listen,
+			Token:        cfg.Admin.Token.Reveal(),
+			TLS:          adminTLS,
+			Pprof:        cfg.Admin.Pprof,
+			AllowedHosts: cfg.Admin.AllowedHosts,
+			Ops: ops.New(ops.Params{
+				Store:        d.store,
+				Limits:       limits,
+				Destinations: SinkDestinations(cfg),
+				Routes:       func(name string) (*envelope.Route, bool) { r, ok := routes[name]; return r, ok },
+				Sinks:        d.sinkStatuses,
+				Refresh:      d.sched.Refresh,
+				Notify:       d.sched.Notify,
+				Now:          d.clock.Now,
+				Logger:       log,
+			}),
+			Ready:   d.Ready,
+			Metrics: d.metrics,
+			Logger:  log,
 		})
 	}
 	return d, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/admin"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 )
 
 // printJSON prints v as indented JSON, with the characters that could
@@ -45,13 +46,10 @@ func (a *app) inspectCmd() *cobra.Command {
 			if err := checkIDs(args...); err != nil {
 				return err
 			}
-			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
-				v, err := b.Inspect(ctx, args[0], body)
-				if errors.Is(err, errNotFound) {
-					return exit(1, fmt.Errorf("no message with ID %q is parked or dead", args[0]))
-				}
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				v, err := o.Inspect(ctx, args[0], body)
 				if err != nil {
-					return exit(1, err)
+					return failed(err)
 				}
 				return a.printJSON(v)
 			})
@@ -71,13 +69,9 @@ func (a *app) cancelCmd() *cobra.Command {
 			if err := checkIDs(args...); err != nil {
 				return err
 			}
-			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
-				err := b.Cancel(ctx, args[0])
-				if errors.Is(err, errNotFound) {
-					return exit(1, fmt.Errorf("no message with ID %q is parked or dead", args[0]))
-				}
-				if err != nil {
-					return exit(1, err)
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				if err := o.Cancel(ctx, args[0]); err != nil {
+					return failed(err)
 				}
 				fmt.Fprintf(a.stdout, "cancelled %s\n", show(args[0]))
 				return nil
@@ -94,10 +88,10 @@ func (a *app) statsCmd() *cobra.Command {
 		Short:   "Print how many messages are parked, due and dead, per shard",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
-				v, err := b.Stats(ctx)
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				v, err := o.Stats(ctx)
 				if err != nil {
-					return exit(1, err)
+					return failed(err)
 				}
 				if asJSON {
 					return a.printJSON(v)
@@ -116,6 +110,19 @@ func (a *app) statsCmd() *cobra.Command {
 	return cmd
 }
 
+// deadFlags are the filters of dead list and dead purge.
+type deadFlags struct{ f ops.DeadFilter }
+
+func (d *deadFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&d.f.Sink, "sink", "", "only dead messages to this sink")
+	fl.StringVar(&d.f.Destination, "destination", "", "only dead messages to this destination")
+	fl.StringVar(&d.f.Ingest, "ingest", "", "only dead messages from this ingest")
+	fl.StringVar(&d.f.Group, "group", "", "only dead messages of this group (x-delay-group)")
+	fl.StringVar(&d.f.DeadAfter, "dead-after", "", "only messages that died at or after this time (RFC 3339 or Unix ms)")
+	fl.StringVar(&d.f.DeadBefore, "dead-before", "", "only messages that died before this time (RFC 3339 or Unix ms)")
+}
+
 func (a *app) deadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "dead",
@@ -126,17 +133,19 @@ func (a *app) deadCmd() *cobra.Command {
 	var (
 		asJSON bool
 		limit  int
+		listF  deadFlags
 	)
 	list := &cobra.Command{
-		Use:     "list",
-		Example: `  delaybridge dead list -c config.yaml --limit 20`,
-		Short:   "List dead messages with their reasons, newest first",
-		Args:    cobra.NoArgs,
+		Use: "list",
+		Example: `  delaybridge dead list -c config.yaml --limit 20
+  delaybridge dead list --admin http://127.0.0.1:7070 --sink rabbit --json`,
+		Short: "List dead messages with their reasons, newest first",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
-				views, err := b.ListDead(ctx, limit)
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				views, err := o.ListDead(ctx, ops.DeadQuery{DeadFilter: listF.f, Limit: limit})
 				if err != nil {
-					return exit(1, err)
+					return failed(err)
 				}
 				if asJSON {
 					return a.printJSON(views)
@@ -151,51 +160,63 @@ func (a *app) deadCmd() *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
+	list.Flags().IntVar(&limit, "limit", ops.DefaultDeadLimit, fmt.Sprintf("at most this many (at most %d)", ops.MaxDeadLimit))
+	listF.register(list)
 
+	var to ops.RetryRequest
 	retry := &cobra.Command{
-		Use:     "retry ID...",
-		Example: `  delaybridge dead retry -c config.yaml order-42 order-43`,
-		Short:   "Schedule dead messages again, due now; exit 1 if one is not dead",
-		Args:    cobra.MinimumNArgs(1),
+		Use: "retry ID...",
+		Example: `  delaybridge dead retry -c config.yaml order-42 order-43
+  delaybridge dead retry -c config.yaml order-44 --destination orders.expired`,
+		Short: "Schedule dead messages again, due now; exit 1 if one is not dead or cannot be retried",
+		Long: `Schedule dead messages again, due now, through the rules a message meets at ingest. A
+message that died for its sink or destination (not configured, refused by the broker, not a
+valid destination) is retried only with --sink or --destination naming a valid one.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkIDs(args...); err != nil {
 				return err
 			}
-			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
-				var failed error
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				var refused error
 				for _, id := range args {
-					err := b.RetryDead(ctx, id)
+					err := o.RetryDead(ctx, id, to)
 					switch {
-					case errors.Is(err, errNotFound):
-						failed = exit(1, fmt.Errorf("no dead message with ID %q", id))
-						fmt.Fprintf(a.stderr, "not dead: %s\n", show(id))
+					case errors.Is(err, ops.ErrNotFound), errors.Is(err, ops.ErrConflict):
+						refused = exit(1, err)
+						fmt.Fprintf(a.stderr, "not retried: %s\n", err)
 					case err != nil:
-						return exit(1, err)
+						return failed(err)
 					default:
 						fmt.Fprintf(a.stdout, "scheduled again: %s\n", show(id))
 					}
 				}
-				return failed
+				return refused
 			})
 		},
 	}
+	retry.Flags().StringVar(&to.Sink, "sink", "", "publish to this sink instead of the message's")
+	retry.Flags().StringVar(&to.Destination, "destination", "", "publish to this destination instead of the message's")
+
+	var purgeF deadFlags
 	purge := &cobra.Command{
-		Use:     "purge",
-		Example: `  delaybridge dead purge -c config.yaml`,
-		Short:   "Delete every dead message",
-		Args:    cobra.NoArgs,
+		Use: "purge",
+		Example: `  delaybridge dead purge -c config.yaml
+  delaybridge dead purge --admin http://127.0.0.1:7070 --ingest orders-in --dead-before 2026-12-01T00:00:00Z`,
+		Short: "Delete every dead message (or those the filters select), in one request",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withBackend(cmd, func(ctx context.Context, b backend) error {
-				n, err := b.PurgeDead(ctx)
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				v, err := o.PurgeDead(ctx, purgeF.f)
 				if err != nil {
-					return exit(1, err)
+					return failed(err)
 				}
-				fmt.Fprintf(a.stdout, "deleted %d dead messages\n", n)
+				fmt.Fprintf(a.stdout, "deleted %d dead messages\n", v.Deleted)
 				return nil
 			})
 		},
 	}
+	purgeF.register(purge)
 	cmd.AddCommand(list, retry, purge)
 	return cmd
 }

@@ -7,20 +7,18 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/delaybridge/delaybridge/pkg/admin"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // The schedule operations: list, reschedule, fire, groups, sinks. Like
 // inspect and cancel they act on Redis (-c FILE) or through a daemon
-// (--admin URL); through Redis, a rescheduled or fired message is seen by
-// the daemons within scheduler.max_sleep, and a pause within their
-// refresh (the same interval).
+// (--admin URL), with the operations of pkg/ops (withOps).
 
 // listFlags are the filters of list and groups show.
 type listFlags struct {
@@ -48,42 +46,21 @@ func (f *listFlags) register(cmd *cobra.Command, group bool) {
 	}
 }
 
-// query builds the listing's query from the flags (group set by the caller).
-func (f *listFlags) query() (store.BrowseQuery, error) {
-	q := store.BrowseQuery{State: f.state, Sink: f.sink, Destination: f.destination, Ingest: f.ingest,
-		Recurring: f.recurring, Limit: f.limit, Cursor: f.cursor}
-	switch f.state {
-	case "", store.StateScheduled, store.StateInflight, store.StateDead:
-	default:
-		return q, exit(2, fmt.Errorf("--state %q: give scheduled, inflight or dead", f.state))
-	}
-	if f.limit < 1 || f.limit > store.MaxBrowseLimit {
-		return q, exit(2, fmt.Errorf("--limit %d: give 1 to %d", f.limit, store.MaxBrowseLimit))
-	}
-	for _, t := range []struct {
-		flag, v string
-		dst     *time.Time
-	}{{"--due-after", f.dueAfter, &q.DueAfter}, {"--due-before", f.dueBefore, &q.DueBefore}} {
-		if t.v == "" {
-			continue
-		}
-		at, reason := envelope.ParseDeliverAt(t.v)
-		if reason != "" {
-			return q, exit(2, fmt.Errorf("%s: %s", t.flag, reason))
-		}
-		*t.dst = at
-	}
-	return q, nil
+// query builds the listing's query from the flags (group set by the
+// caller); the operation checks it.
+func (f *listFlags) query() ops.ListQuery {
+	return ops.ListQuery{State: f.state, DueAfter: f.dueAfter, DueBefore: f.dueBefore, Sink: f.sink, Destination: f.destination,
+		Ingest: f.ingest, Recurring: f.recurring, Limit: f.limit, Cursor: f.cursor, Content: f.body}
 }
 
 // printPages prints what page returns for q, following the cursor with
 // --all; without it, a next cursor is printed after the table (to stderr,
 // so that the table can be piped).
-func (a *app) printPages(f *listFlags, q store.BrowseQuery, page func(q store.BrowseQuery) (*admin.ListView, error), head func(v *admin.ListView)) error {
+func (a *app) printPages(f *listFlags, q ops.ListQuery, page func(q ops.ListQuery) (*ops.ListView, error), head func(v *ops.ListView)) error {
 	for first := true; ; first = false {
 		v, err := page(q)
 		if err != nil {
-			return err
+			return failed(err)
 		}
 		switch {
 		case f.asJSON && !f.all:
@@ -114,10 +91,10 @@ func (a *app) printPages(f *listFlags, q store.BrowseQuery, page func(q store.Br
 }
 
 // printMessages prints a table of messages.
-func printMessages(w io.Writer, ms []admin.MessageView, header bool) {
+func printMessages(w io.Writer, ms []ops.MessageView, header bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if header {
-		fmt.Fprintln(tw, "ID\tSTATE\tDUE AT\tNEXT\tROUTE\tGROUP\tSCHEDULE\tATTEMPTS")
+		fmt.Fprintln(tw, "ID\tSTATE\tDUE AT\tNEXT\tROUTE\tGROUP\tSCHEDULE\tPRIORITY\tATTEMPTS")
 	}
 	for _, m := range ms {
 		state := m.State
@@ -132,8 +109,8 @@ func printMessages(w io.Writer, ms []admin.MessageView, header bool) {
 		if r := m.Recurrence; r != nil {
 			schedule = fmt.Sprintf("#%d %s", r.Occurrence, r.Schedule)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", show(m.ID), state, m.DueAt, next,
-			show(m.Sink+" -> "+m.Destination), show(m.Group), show(schedule), m.Attempts)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", show(m.ID), state, m.DueAt, next,
+			show(m.Sink+" -> "+m.Destination), show(m.Group), show(schedule), m.Priority, m.Attempts)
 	}
 	_ = tw.Flush()
 }
@@ -154,17 +131,10 @@ empty, and still continue (--cursor, or --all).`,
   delaybridge list --admin http://127.0.0.1:7070 --state dead --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			q, err := f.query()
-			if err != nil {
-				return err
-			}
+			q := f.query()
 			q.Group = group
-			return a.withOps(cmd, func(ctx context.Context, b opsBackend) error {
-				err := a.printPages(&f, q, func(q store.BrowseQuery) (*admin.ListView, error) { return b.List(ctx, q, f.body) }, nil)
-				if err != nil {
-					return exit(1, err)
-				}
-				return nil
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				return a.printPages(&f, q, func(q ops.ListQuery) (*ops.ListView, error) { return o.List(ctx, q) }, nil)
 			})
 		},
 	}
@@ -174,7 +144,7 @@ empty, and still continue (--cursor, or --all).`,
 }
 
 func (a *app) rescheduleCmd() *cobra.Command {
-	var r rescheduleArgs
+	var delay, at, ifDueAt string
 	cmd := &cobra.Command{
 		Use:   "reschedule ID (--delay D | --at T)",
 		Short: "Give a scheduled message a new due time; a time that has passed fires it now",
@@ -190,13 +160,22 @@ was changed meanwhile.`,
 			if err := checkIDs(args...); err != nil {
 				return err
 			}
-			if (r.Delay == "") == (r.DeliverAt == "") {
+			if (delay == "") == (at == "") {
 				return exit(2, errors.New("give either --delay or --at"))
 			}
-			return a.withOps(cmd, func(ctx context.Context, b opsBackend) error {
-				v, err := b.Reschedule(ctx, args[0], r)
+			var r ops.RescheduleRequest
+			for _, f := range []struct {
+				v   string
+				dst *ops.Scalar
+			}{{delay, &r.Delay}, {at, &r.DeliverAt}, {ifDueAt, &r.IfDueAt}} {
+				if f.v != "" {
+					*f.dst = ops.Text(f.v)
+				}
+			}
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				v, err := o.Reschedule(ctx, args[0], r)
 				if err != nil {
-					return exit(1, changeFailed(args[0], err))
+					return failed(err)
 				}
 				if v.Now {
 					fmt.Fprintf(a.stdout, "rescheduled %s: due now (%s)\n", show(args[0]), v.DueAt)
@@ -207,18 +186,10 @@ was changed meanwhile.`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&r.Delay, "delay", "", "new due time as a delay from now: milliseconds (5000) or a duration (90s, 2h)")
-	cmd.Flags().StringVar(&r.DeliverAt, "at", "", "new due time: RFC 3339 (2026-12-01T10:00:00Z) or Unix ms")
-	cmd.Flags().StringVar(&r.IfDueAt, "if-due-at", "", "only if the message is due at this time now (as inspect shows due_at)")
+	cmd.Flags().StringVar(&delay, "delay", "", "new due time as a delay from now: milliseconds (5000) or a duration (90s, 2h)")
+	cmd.Flags().StringVar(&at, "at", "", "new due time: RFC 3339 (2026-12-01T10:00:00Z) or Unix ms")
+	cmd.Flags().StringVar(&ifDueAt, "if-due-at", "", "only if the message is due at this time now (as inspect shows due_at)")
 	return cmd
-}
-
-// changeFailed says why a reschedule or fire of id was refused.
-func changeFailed(id string, err error) error {
-	if errors.Is(err, errNotFound) {
-		return fmt.Errorf("no message with ID %q is parked", id)
-	}
-	return err
 }
 
 func (a *app) fireCmd() *cobra.Command {
@@ -234,9 +205,9 @@ held, due now: it fires when the sink takes messages again.`,
 			if err := checkIDs(args...); err != nil {
 				return err
 			}
-			return a.withOps(cmd, func(ctx context.Context, b opsBackend) error {
-				if err := b.Fire(ctx, args[0]); err != nil {
-					return exit(1, changeFailed(args[0], err))
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				if err := o.Fire(ctx, args[0]); err != nil {
+					return failed(err)
 				}
 				fmt.Fprintf(a.stdout, "fired %s: due now\n", show(args[0]))
 				return nil
@@ -262,31 +233,21 @@ func (a *app) groupsCmd() *cobra.Command {
 			if reason := envelope.CheckID("the group "+strconv.QuoteToASCII(key), key, 0); reason != "" {
 				return exit(2, errors.New(reason))
 			}
-			q, err := f.query()
-			if err != nil {
-				return err
-			}
-			return a.withOps(cmd, func(ctx context.Context, b opsBackend) error {
+			q := f.query()
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
 				var count int64
-				page := func(q store.BrowseQuery) (*admin.ListView, error) {
-					v, err := b.Group(ctx, key, q)
+				page := func(q ops.ListQuery) (*ops.ListView, error) {
+					v, err := o.Group(ctx, key, q)
 					if err != nil {
 						return nil, err
 					}
 					count = v.Count
 					return &v.ListView, nil
 				}
-				head := func(*admin.ListView) {
+				head := func(*ops.ListView) {
 					fmt.Fprintf(a.stdout, "group %s: %d messages (parked, in flight and dead)\n", show(key), count)
 				}
-				err := a.printPages(&f, q, page, head)
-				if errors.Is(err, errNotFound) {
-					return exit(1, fmt.Errorf("no message is filed under group %q", key))
-				}
-				if err != nil {
-					return exit(1, err)
-				}
-				return nil
+				return a.printPages(&f, q, page, head)
 			})
 		},
 	}
@@ -304,15 +265,12 @@ while it is cancelled is either cancelled or kept whole.`,
 			if reason := envelope.CheckID("the group "+strconv.QuoteToASCII(key), key, 0); reason != "" {
 				return exit(2, errors.New(reason))
 			}
-			return a.withOps(cmd, func(ctx context.Context, b opsBackend) error {
-				n, err := b.CancelGroup(ctx, key)
-				if errors.Is(err, errNotFound) {
-					return exit(1, fmt.Errorf("no message is filed under group %q", key))
-				}
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				v, err := o.CancelGroup(ctx, key)
 				if err != nil {
-					return exit(1, err)
+					return failed(err)
 				}
-				fmt.Fprintf(a.stdout, "cancelled %d messages of group %s\n", n, show(key))
+				fmt.Fprintf(a.stdout, "cancelled %d messages of group %s\n", v.Cancelled, show(key))
 				return nil
 			})
 		},
@@ -333,10 +291,10 @@ DUE counts the sink's due messages held while it is paused or down.`,
   delaybridge sinks --admin http://127.0.0.1:7070 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withOps(cmd, func(ctx context.Context, b opsBackend) error {
-				views, err := b.Sinks(ctx)
+			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+				views, err := o.Sinks(ctx)
 				if err != nil {
-					return exit(1, err)
+					return failed(err)
 				}
 				if asJSON {
 					return a.printJSON(views)
@@ -375,10 +333,10 @@ DUE counts the sink's due messages held while it is paused or down.`,
 			Example: fmt.Sprintf("  delaybridge sinks %s -c config.yaml rabbit\n  delaybridge sinks %s --admin http://127.0.0.1:7070 rabbit", example, example),
 			Args:    cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return a.withOps(cmd, func(ctx context.Context, b opsBackend) error {
-					v, err := b.SetPaused(ctx, args[0], paused)
+				return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
+					v, err := o.SetPaused(ctx, args[0], paused)
 					if err != nil {
-						return exit(1, err)
+						return failed(err)
 					}
 					fmt.Fprintf(a.stdout, "%s %s for every instance (%d due messages held)\n", done, show(v.Name), v.Due)
 					return nil

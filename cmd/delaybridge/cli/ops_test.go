@@ -11,6 +11,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/admin"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -26,12 +27,12 @@ sinks:
   - {name: kafka, nats: {url: "nats://127.0.0.1:4222"}}
 `, r.Addr))
 	st := store.New(r.Client(), store.Options{Prefix: "ops", Shards: 4})
-	srv := admin.New(admin.Params{Listen: "127.0.0.1:0", Token: "tok", Store: st,
+	srv := admin.New(admin.Params{Listen: "127.0.0.1:0", Token: "tok", Ops: ops.New(ops.Params{Store: st,
 		Limits: envelope.Limits{MaxDelay: 24 * time.Hour},
-		Sinks: func() []admin.SinkStatus { // as a scheduler that applied the pause in Redis
+		Sinks: func() []ops.SinkStatus { // as a scheduler that applied the pause in Redis
 			states, _ := st.SinkStates(context.Background(), nil)
-			return []admin.SinkStatus{{Name: "rabbit", Known: true, Rate: 3, MaxRate: 500, Paused: states["rabbit"].Paused}, {Name: "kafka", Known: true}}
-		}})
+			return []ops.SinkStatus{{Name: "rabbit", Known: true, Rate: 3, MaxRate: 500, Paused: states["rabbit"].Paused}, {Name: "kafka", Known: true}}
+		}})})
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ sinks:
 			}
 			cursor := strings.TrimSpace(strings.TrimPrefix(errOut, "more: --cursor "))
 			code, out, _ = cmd("list", "--limit", "3", "--sink", "rabbit", "--group", p+"g", "--cursor", cursor, "--json")
-			var lv admin.ListView
+			var lv ops.ListView
 			if code != 0 || json.Unmarshal([]byte(out), &lv) != nil || len(lv.Messages) != 2 || lv.Messages[0].ID != p+"m3" {
 				t.Fatalf("list next page: %d %s", code, out)
 			}
@@ -76,7 +77,7 @@ sinks:
 			if code != 0 || !strings.Contains(out, `"id":"`+p+`m6"`) || strings.Count(out, "\n") != strings.Count(out, `"schedule":"every 1h0m0s"`) {
 				t.Fatalf("list --recurring: %d %s", code, out)
 			}
-			if code, _, errOut := cmd("list", "--cursor", cursor+"x"); code != 1 || !strings.Contains(errOut, "cursor") {
+			if code, _, errOut := cmd("list", "--cursor", cursor+"x"); code != 2 || !strings.Contains(errOut, "cursor") {
 				t.Fatalf("altered cursor: %d %s", code, errOut)
 			}
 			if code, _, _ := cmd("list", "--state", "parked"); code != 2 {
@@ -102,7 +103,7 @@ sinks:
 			if info, _ := st.Inspect(ctx, p+"m1"); info.Message.DueAt.UTC().Format(time.RFC3339) != at {
 				t.Fatalf("Redis has %v, want %s", info.Message.DueAt, at)
 			}
-			if code, _, errOut := cmd("reschedule", p+"m1", "--delay", "48h"); code != 1 || !strings.Contains(errOut, "limits.max_delay") {
+			if code, _, errOut := cmd("reschedule", p+"m1", "--delay", "48h"); code != 2 || !strings.Contains(errOut, "limits.max_delay") {
 				t.Fatalf("beyond max_delay: %d %s", code, errOut)
 			}
 			if code, out, _ := cmd("reschedule", p+"m1", "--at", "2020-01-01T00:00:00Z"); code != 0 || !strings.Contains(out, "due now") {
@@ -155,7 +156,7 @@ sinks:
 			t.Fatalf("%s: not paused in Redis", way)
 		}
 		code, out, _ = cmd("sinks", "--json")
-		var views []admin.SinkView
+		var views []ops.SinkView
 		if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 2 || views[1].Name != "rabbit" || !views[1].Paused || views[1].MaxRate != 500 {
 			t.Fatalf("%s: sinks: %d %s", way, code, out)
 		}

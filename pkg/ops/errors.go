@@ -1,0 +1,79 @@
+package ops
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The kinds of Error, for errors.Is. A front end turns each into its own
+// terms (the admin API into 404, 409 and 400; the command line into its
+// exit codes) and shows the Error's sentence as it is.
+var (
+	// ErrNotFound: the message, dead message, group or sink named does
+	// not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the change is refused because of the state of what it
+	// acts on (a message in flight or dead, a due time that changed, a
+	// dead message whose sink or destination is not valid).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: a field of the request cannot be used.
+	ErrInvalid = errors.New("invalid")
+)
+
+// Error is what an operation refuses with: its kind, the sentence an
+// operator reads (written here once, for every front end) and, for some
+// kinds, what the front end needs beyond it.
+type Error struct {
+	Kind   error  // ErrNotFound, ErrConflict or ErrInvalid
+	Reason string // the sentence, which names what to do
+	// Field is, for ErrInvalid, the request field or parameter at fault
+	// (a JSON field or query parameter name of the admin API: "delay",
+	// "limit", "id").
+	Field string
+	// DueAt is, for the ErrConflict of a reschedule whose if_due_at no
+	// longer holds, the due time the message has now.
+	DueAt string
+}
+
+func (e *Error) Error() string        { return e.Reason }
+func (e *Error) Is(target error) bool { return target == e.Kind }
+
+func notFound(format string, args ...any) *Error {
+	return &Error{Kind: ErrNotFound, Reason: fmt.Sprintf(format, args...)}
+}
+
+func conflict(format string, args ...any) *Error {
+	return &Error{Kind: ErrConflict, Reason: fmt.Sprintf(format, args...)}
+}
+
+func invalid(field, format string, args ...any) *Error {
+	return &Error{Kind: ErrInvalid, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// The sentences of what is not found, and of changes refused for a
+// message's state.
+
+func noMessage(id string) *Error {
+	return notFound("no message with ID %q (never parked, already delivered, or cancelled)", id)
+}
+
+func noDeadMessage(id string) *Error {
+	return notFound("no dead message with ID %q", id)
+}
+
+func noGroup(key string) *Error {
+	return notFound("no message is filed under group %q (x-delay-group)", key)
+}
+
+// inFlight refuses a change (what: "rescheduled", "fired") to a message
+// being published.
+func inFlight(id, what string) *Error {
+	return conflict("message %q is being published now and cannot be %s; "+
+		"if the publish fails it is scheduled again and can be %s then", id, what, what)
+}
+
+// isDead refuses a change to a dead message.
+func isDead(id, what string) *Error {
+	return conflict("message %q is dead and cannot be %s; retry it (POST /v1/dead/{id}/retry, "+
+		"`delaybridge dead retry`) to schedule it again, due now", id, what)
+}

@@ -1,0 +1,45 @@
+package ops
+
+import "context"
+
+// Group returns a group's size (every message filed under it: scheduled,
+// in flight and dead) and a page of its messages in the order they fire,
+// as List lists them with the group's filter.
+func (s *Service) Group(ctx context.Context, key string, q ListQuery) (*GroupView, error) {
+	if err := checkID("key", "the group", key); err != nil {
+		return nil, err
+	}
+	n, err := s.p.Store.GroupSize(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, noGroup(key)
+	}
+	q.Group = key
+	bq, verr := q.browse()
+	if verr != nil {
+		return nil, verr
+	}
+	v, err := s.browse(ctx, bq, q.Content)
+	if err != nil {
+		return nil, err
+	}
+	return &GroupView{Group: key, Count: n, ListView: *v}, nil
+}
+
+// CancelGroup cancels every message of a group. A message already in
+// flight may still be published once, as with a cancel by ID.
+func (s *Service) CancelGroup(ctx context.Context, key string) (*CancelGroupView, error) {
+	if err := checkID("key", "the group", key); err != nil {
+		return nil, err
+	}
+	n, err := s.p.Store.CancelGroup(ctx, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case n == 0:
+		return nil, noGroup(key)
+	}
+	return &CancelGroupView{Group: key, Cancelled: n}, nil
+}

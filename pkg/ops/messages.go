@@ -1,0 +1,349 @@
+package ops
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// Inspect returns a parked or dead message.
+func (s *Service) Inspect(ctx context.Context, id string, content bool) (*MessageView, error) {
+	return s.inspect(ctx, id, content, false)
+}
+
+// InspectDead returns a dead message.
+func (s *Service) InspectDead(ctx context.Context, id string, content bool) (*MessageView, error) {
+	return s.inspect(ctx, id, content, true)
+}
+
+func (s *Service) inspect(ctx context.Context, id string, content, deadOnly bool) (*MessageView, error) {
+	if err := checkID("id", "the message ID", id); err != nil {
+		return nil, err
+	}
+	info, err := s.p.Store.Inspect(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && deadOnly, err == nil && deadOnly && info.State != store.StateDead:
+		return nil, noDeadMessage(id)
+	case errors.Is(err, store.ErrNotFound):
+		return nil, noMessage(id)
+	case err != nil:
+		return nil, err
+	}
+	v := NewMessageView(info, content)
+	return &v, nil
+}
+
+// Cancel deletes a parked or dead message.
+func (s *Service) Cancel(ctx context.Context, id string) error {
+	if err := checkID("id", "the message ID", id); err != nil {
+		return err
+	}
+	err := s.p.Store.Cancel(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return noMessage(id)
+	}
+	return err
+}
+
+// Stats counts the messages.
+func (s *Service) Stats(ctx context.Context) (*StatsView, error) {
+	st, err := s.p.Store.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := NewStatsView(st)
+	return &v, nil
+}
+
+// List returns a page of messages in the order they fire.
+func (s *Service) List(ctx context.Context, q ListQuery) (*ListView, error) {
+	bq, verr := q.browse()
+	if verr != nil {
+		return nil, verr
+	}
+	return s.browse(ctx, bq, q.Content)
+}
+
+func (s *Service) browse(ctx context.Context, bq store.BrowseQuery, content bool) (*ListView, error) {
+	p, err := s.p.Store.Browse(ctx, bq)
+	switch {
+	case errors.Is(err, store.ErrBadCursor):
+		return nil, invalid("cursor", "cursor: %s", strings.TrimPrefix(err.Error(), store.ErrBadCursor.Error()+": "))
+	case err != nil:
+		return nil, err
+	}
+	v := NewListView(p, content)
+	return &v, nil
+}
+
+// Post schedules a new message. The request becomes an incoming message,
+// as if a publisher had put it on an ingest: its fields become the control
+// headers and its sink and destination the route, and envelope.Parse
+// applies to it the rules of every ingested message. Only what is
+// particular to a request is checked here: which fields are required,
+// their JSON shapes, and header names and values.
+func (s *Service) Post(ctx context.Context, req *PostRequest) (*PostedView, error) {
+	in, hasAt, verr := req.incoming()
+	if verr != nil {
+		return nil, verr
+	}
+	route := &envelope.Route{Sink: strings.TrimSpace(req.Sink), Destination: req.Destination, Sinks: s.p.Destinations}
+	d := envelope.Parse(in, route, s.p.Limits, s.now(), nil)
+	if d.Action != envelope.Park {
+		return nil, invalid(rejectField(d, hasAt), "%s", FieldNames(d.Reason))
+	}
+	m := d.Message
+	res, err := s.p.Store.Park(ctx, []*envelope.Message{m})
+	if err != nil {
+		return nil, fmt.Errorf("park %q: %w", m.ID, err)
+	}
+	if res[0].Accepted() {
+		s.notify(m.ID, m.DueAt)
+		return &PostedView{ID: m.ID, DueAt: envelope.FormatTime(m.DueAt)}, nil
+	}
+	// Parking is idempotent (the contract): flagged, with the due time of
+	// the message already known under this ID, not the one of the request,
+	// which was not applied.
+	due := m.DueAt
+	if info, err := s.p.Store.Inspect(ctx, m.ID); err == nil && info.Message != nil {
+		due = info.Message.DueAt
+	}
+	return &PostedView{ID: m.ID, DueAt: envelope.FormatTime(due), Duplicate: true}, nil
+}
+
+// incoming is the request as an ingested message; hasAt says deliver_at
+// was given (for naming the field of a due time over max_delay).
+func (req *PostRequest) incoming() (in *envelope.Incoming, hasAt bool, _ *Error) {
+	in = &envelope.Incoming{}
+	add := func(key, value string) { in.Headers = append(in.Headers, envelope.Header{Key: key, Value: value}) }
+	delay, hasDelay, err := req.Delay.text("delay")
+	if err != nil {
+		return nil, false, err
+	}
+	at, hasAt, err := req.DeliverAt.text("deliver_at")
+	if err != nil {
+		return nil, false, err
+	}
+	recurring := req.Every != "" || req.Cron != ""
+	switch {
+	case hasDelay && hasAt:
+		return nil, false, invalid("delay", "give either delay or deliver_at, not both")
+	case hasDelay:
+		add(envelope.HeaderDelay, delay)
+	case hasAt:
+		add(envelope.HeaderDeliverAt, at)
+	case !recurring:
+		return nil, false, invalid("delay", `delay or deliver_at is required: "delay": 5000 (ms) or "5m", or "deliver_at": "2026-12-01T10:00:00Z" or epoch ms (or a recurrence: every or cron)`)
+	}
+	if strings.TrimSpace(req.Sink) == "" {
+		return nil, false, invalid("sink", "sink is required: the name of a configured sink")
+	}
+	if req.Destination == "" {
+		return nil, false, invalid("destination", "destination is required: a topic, subject or routing key of the sink")
+	}
+	if req.ID != nil {
+		if *req.ID == "" {
+			return nil, false, invalid("id", "id is empty; leave it out to get a generated ID")
+		}
+		add(envelope.HeaderMessageID, *req.ID)
+	}
+	if req.Priority != nil {
+		add(envelope.HeaderPriority, strconv.Itoa(*req.Priority))
+	}
+	if req.Group != nil {
+		add(envelope.HeaderGroup, *req.Group)
+	}
+	if req.Replace != nil {
+		add(envelope.HeaderReplace, strconv.FormatBool(*req.Replace))
+	}
+	if req.Every != "" {
+		add(envelope.HeaderEvery, req.Every)
+	}
+	if req.Cron != "" {
+		add(envelope.HeaderCron, req.Cron)
+	}
+	if req.TimeZone != "" {
+		add(envelope.HeaderTimeZone, req.TimeZone)
+	}
+	if req.Until != "" {
+		add(envelope.HeaderUntil, req.Until)
+	}
+	if req.Count != nil {
+		add(envelope.HeaderCount, strconv.Itoa(*req.Count))
+	}
+	if req.Key != nil {
+		in.Key = []byte(*req.Key)
+	}
+	keys := make([]string, 0, len(req.Headers))
+	for k := range req.Headers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	spelled := make(map[string]string, len(keys)) // lower case -> as given
+	for _, k := range keys {
+		v := req.Headers[k]
+		if err := checkHeader(k, v); err != nil {
+			return nil, false, err
+		}
+		// Header lookups are case-insensitive: two spellings of one name
+		// would let a filter read one and a consumer the other.
+		if prev, ok := spelled[strings.ToLower(k)]; ok {
+			return nil, false, invalid("headers", "headers: %q and %q name the same header (names are case-insensitive); give it once", prev, k)
+		}
+		spelled[strings.ToLower(k)] = k
+		add(k, v)
+	}
+	switch {
+	case req.Body != nil && req.BodyBase64 != nil:
+		return nil, false, invalid("body", "give either body or body_base64, not both")
+	case req.Body != nil:
+		in.Body = []byte(*req.Body)
+	case req.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*req.BodyBase64)
+		if err != nil {
+			return nil, false, invalid("body_base64", "body_base64 is not standard base64: %v", err)
+		}
+		in.Body = b
+	default:
+		return nil, false, invalid("body", `body is required: give "body" (text) or "body_base64" (binary); "" for an empty body`)
+	}
+	return in, hasAt, nil
+}
+
+// checkHeader validates one header of a request.
+func checkHeader(k, v string) *Error {
+	switch {
+	case k == "":
+		return invalid("headers", "headers: a header name is empty")
+	case envelope.IsControlHeader(k):
+		return invalid("headers", "headers: %q is a control header and cannot be forwarded; use the request's fields "+
+			"(delay, deliver_at, sink, destination, id, priority, group, replace, every, cron, timezone, until, count)", k)
+	case strings.ContainsFunc(k, func(c rune) bool { return c <= ' ' || c == ':' || c == 0x7f }):
+		return invalid("headers", "headers: name %q contains a space, colon or control character", k)
+	case strings.ContainsAny(v, "\x00\r\n"):
+		return invalid("headers", "headers: the value of %q contains a NUL, CR or LF character", k)
+	}
+	return nil
+}
+
+// Reschedule gives a scheduled message a new due time: 404 unknown; 409
+// in flight, dead, or if_due_at not the message's due time.
+func (s *Service) Reschedule(ctx context.Context, id string, req RescheduleRequest) (*RescheduleView, error) {
+	if err := checkID("id", "the message ID", id); err != nil {
+		return nil, err
+	}
+	delay, hasDelay, verr := req.Delay.text("delay")
+	if verr != nil {
+		return nil, verr
+	}
+	at, hasAt, verr := req.DeliverAt.text("deliver_at")
+	if verr != nil {
+		return nil, verr
+	}
+	ifDue, hasIf, verr := req.IfDueAt.text("if_due_at")
+	if verr != nil {
+		return nil, verr
+	}
+	var ifDueAt time.Time
+	if hasIf {
+		if ifDueAt, verr = timeField("if_due_at", ifDue); verr != nil {
+			return nil, verr
+		}
+	}
+	now := s.p.Now()
+	due, verr := newDueTime(delay, at, hasDelay, hasAt, now, s.p.Limits)
+	if verr != nil {
+		return nil, verr
+	}
+	set, err := s.p.Store.Reschedule(ctx, id, due, ifDueAt)
+	if errors.Is(err, store.ErrDueAtMismatch) {
+		e := conflict("the message's due time is %s, not if_due_at %s: it was changed meanwhile; read it again",
+			envelope.FormatTime(set), envelope.FormatTime(ifDueAt))
+		e.DueAt = envelope.FormatTime(set)
+		return nil, e
+	}
+	if err != nil {
+		return nil, s.changeError(ctx, id, "rescheduled", err)
+	}
+	s.notify(id, set)
+	return &RescheduleView{ID: id, DueAt: envelope.FormatTime(set), Now: due.IsZero()}, nil
+}
+
+// newDueTime reads a reschedule's delay or deliver_at as ingest reads
+// x-delay and x-deliver-at (envelope.ParseDelay, ParseDeliverAt; a due time
+// with sub-millisecond digits rounds up) and checks it against
+// limits.max_delay from now. It returns the zero time for a due time that
+// has passed (fire now).
+func newDueTime(delay, deliverAt string, hasDelay, hasAt bool, now time.Time, lim envelope.Limits) (time.Time, *Error) {
+	var due time.Time
+	field := "delay"
+	switch {
+	case hasDelay && hasAt:
+		return due, invalid("delay", "give either delay or deliver_at, not both")
+	case hasDelay:
+		d, reason := envelope.ParseDelay(delay)
+		if reason != "" {
+			return due, invalid("delay", "%s", FieldNames(reason))
+		}
+		if lim.MaxDelay > 0 && d > lim.MaxDelay {
+			return due, invalid("delay", "delay %s is over limits.max_delay %s", d, lim.MaxDelay)
+		}
+		due = now.Add(d)
+		if t := due.Truncate(time.Millisecond); !t.Equal(due) {
+			due = t.Add(time.Millisecond)
+		}
+	case hasAt:
+		field = "deliver_at"
+		t, reason := envelope.ParseDeliverAt(deliverAt)
+		if reason != "" {
+			return due, invalid("deliver_at", "%s", FieldNames(reason))
+		}
+		due = t
+	default:
+		return due, invalid("delay", `delay or deliver_at is required: "delay": 5000 (ms) or "5m", or "deliver_at": "2026-12-01T10:00:00Z" or epoch ms; a time that has passed fires now`)
+	}
+	switch {
+	case lim.MaxDelay > 0 && due.Sub(now) > lim.MaxDelay:
+		return time.Time{}, invalid(field, "due time %s is more than limits.max_delay %s from now", envelope.FormatTime(due), lim.MaxDelay)
+	case due.UnixMilli() >= envelope.MaxDueMs:
+		return time.Time{}, invalid(field, "due time %s is after %s, the latest delaybridge keeps", envelope.FormatTime(due), envelope.FormatTime(time.UnixMilli(envelope.MaxDueMs-1)))
+	case !due.After(now):
+		return time.Time{}, nil // passed: due now
+	}
+	return due, nil
+}
+
+// Fire makes a scheduled message due now.
+func (s *Service) Fire(ctx context.Context, id string) error {
+	if err := checkID("id", "the message ID", id); err != nil {
+		return err
+	}
+	if err := s.p.Store.Fire(ctx, id); err != nil {
+		return s.changeError(ctx, id, "fired", err)
+	}
+	s.notify(id, s.p.Now())
+	return nil
+}
+
+// changeError says why a change (what: "rescheduled", "fired") to a
+// scheduled message failed: in flight or dead (conflicts), or unknown.
+func (s *Service) changeError(ctx context.Context, id, what string, err error) error {
+	switch {
+	case errors.Is(err, store.ErrInFlight):
+		return inFlight(id, what)
+	case errors.Is(err, store.ErrNotFound):
+		if info, ierr := s.p.Store.Inspect(ctx, id); ierr == nil && info.State == store.StateDead {
+			return isDead(id, what)
+		}
+		return noMessage(id)
+	}
+	return err
+}

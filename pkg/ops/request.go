@@ -1,0 +1,283 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// Scalar is a request field that is a JSON number or string, kept as it
+// came (the JSON text): a delay of integer milliseconds or a duration, a
+// time of RFC 3339 or epoch milliseconds. Null and absent are "not given".
+type Scalar []byte
+
+// Text returns the Scalar of a string value, as a JSON string.
+func Text(v string) Scalar {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// MarshalJSON implements json.Marshaler.
+func (s Scalar) MarshalJSON() ([]byte, error) {
+	if len(s) == 0 {
+		return []byte("null"), nil
+	}
+	return s, nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *Scalar) UnmarshalJSON(b []byte) error {
+	*s = append((*s)[:0], b...)
+	return nil
+}
+
+// text reads the value as text: a JSON string's content or a number's
+// digits. given is false for null and absent.
+func (s Scalar) text(field string) (text string, given bool, err *Error) {
+	raw := bytes.TrimSpace(s)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", false, nil
+	}
+	switch c := raw[0]; {
+	case c == '"':
+		if json.Unmarshal(raw, &text) != nil {
+			return "", false, invalid(field, "%s is not a valid JSON string", field)
+		}
+		return text, true, nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		return string(raw), true, nil
+	}
+	return "", false, invalid(field, "%s must be an integer or a string, not %s", field, raw)
+}
+
+// PostRequest is a new message (POST /v1/messages): each field is what a
+// control header says on an ingest (delay: x-delay, deliver_at:
+// x-deliver-at, id: x-message-id, priority: x-delay-priority, group:
+// x-delay-group, replace: x-delay-replace, every: x-delay-every, cron:
+// x-delay-cron, timezone: x-delay-timezone, until: x-delay-until, count:
+// x-delay-count), sink and destination are the route, and the rest the
+// message.
+type PostRequest struct {
+	Delay       Scalar            `json:"delay,omitempty" doc:"delay as integer milliseconds (5000) or a Go duration (\"1500ms\", \"5m\"); give this or deliver_at (or a recurrence)"`
+	DeliverAt   Scalar            `json:"deliver_at,omitempty" doc:"due time: RFC 3339 (\"2026-12-01T10:00:00Z\") or integer epoch milliseconds"`
+	Sink        string            `json:"sink" doc:"the name of a configured sink"`
+	Destination string            `json:"destination" doc:"a topic, subject or routing key of the sink; may be a template ({header.NAME})"`
+	ID          *string           `json:"id,omitempty" doc:"the message ID; generated when absent"`
+	Key         *string           `json:"key,omitempty" doc:"the Kafka record key"`
+	Headers     map[string]string `json:"headers,omitempty" doc:"headers forwarded to the sink (not control headers)"`
+	Body        *string           `json:"body,omitempty" doc:"the body as text; give this or body_base64 (\"\" for an empty body)"`
+	BodyBase64  *string           `json:"body_base64,omitempty" doc:"the body, standard base64"`
+	Priority    *int              `json:"priority,omitempty" doc:"0 (default) to 9; higher fires first in a backlog"`
+	Group       *string           `json:"group,omitempty" doc:"files the message under a group (x-delay-group)"`
+	Replace     *bool             `json:"replace,omitempty" doc:"replace the message parked under this ID (x-delay-replace)"`
+	Every       string            `json:"every,omitempty" doc:"recurring: a Go duration of at least 1s (x-delay-every)"`
+	Cron        string            `json:"cron,omitempty" doc:"recurring: a 5- or 6-field cron expression or @hourly... (x-delay-cron)"`
+	TimeZone    string            `json:"timezone,omitempty" doc:"the IANA zone of cron (x-delay-timezone); default UTC"`
+	Until       string            `json:"until,omitempty" doc:"recurring: no occurrence after this time, RFC 3339 (x-delay-until)"`
+	Count       *int              `json:"count,omitempty" doc:"recurring: at most this many occurrences (x-delay-count)"`
+}
+
+// RescheduleRequest is a new due time (PATCH /v1/messages/{id}): a delay
+// from now or a time, read as x-delay and x-deliver-at are; and optionally
+// the due time the caller read, so that the change is made only if nobody
+// changed it meanwhile (compare and set).
+type RescheduleRequest struct {
+	Delay     Scalar `json:"delay,omitempty" doc:"integer milliseconds or a Go duration from now"`
+	DeliverAt Scalar `json:"deliver_at,omitempty" doc:"RFC 3339 or epoch milliseconds; a time that has passed fires now"`
+	IfDueAt   Scalar `json:"if_due_at,omitempty" doc:"change it only if the message is due at this time now"`
+}
+
+// RetryRequest is a retry of a dead message (POST /v1/dead/{id}/retry): a
+// sink or destination to give it instead of its own, which a message that
+// died for its sink or destination needs.
+type RetryRequest struct {
+	Sink        string `json:"sink,omitempty" doc:"the sink to publish to instead of the message's"`
+	Destination string `json:"destination,omitempty" doc:"the destination to publish to instead of the message's"`
+}
+
+// ListQuery selects a page of messages (GET /v1/messages, `delaybridge
+// list`). Times are RFC 3339 or epoch milliseconds, as given.
+type ListQuery struct {
+	State       string // "" (scheduled and in flight), scheduled, inflight or dead
+	DueAfter    string // at or after; for dead messages the time of death
+	DueBefore   string // strictly before
+	Sink        string
+	Destination string
+	Ingest      string
+	Group       string
+	Recurring   bool
+	Limit       int    // 1 to store.MaxBrowseLimit; 0: store.DefaultBrowseLimit
+	Cursor      string // a page's next_cursor
+	Content     bool   // with each message's key, headers and body
+}
+
+// browse checks q and returns the store's query.
+func (q ListQuery) browse() (store.BrowseQuery, *Error) {
+	bq := store.BrowseQuery{Sink: q.Sink, Destination: q.Destination, Ingest: q.Ingest, Group: q.Group,
+		Recurring: q.Recurring, Cursor: q.Cursor}
+	switch q.State {
+	case "", store.StateScheduled, store.StateInflight, store.StateDead:
+		bq.State = q.State
+	default:
+		return bq, invalid("state", "state %q: give scheduled, inflight or dead (none: scheduled and inflight)", q.State)
+	}
+	var err *Error
+	if bq.DueAfter, err = timeField("due_after", q.DueAfter); err != nil {
+		return bq, err
+	}
+	if bq.DueBefore, err = timeField("due_before", q.DueBefore); err != nil {
+		return bq, err
+	}
+	if q.Limit != 0 && (q.Limit < 1 || q.Limit > store.MaxBrowseLimit) {
+		return bq, invalid("limit", "limit %d: give an integer from 1 to %d", q.Limit, store.MaxBrowseLimit)
+	}
+	bq.Limit = q.Limit
+	return bq, nil
+}
+
+// Bounds of a dead list's limit.
+const (
+	DefaultDeadLimit = 100
+	MaxDeadLimit     = 10_000
+)
+
+// DeadFilter selects dead messages (GET and DELETE /v1/dead, `delaybridge
+// dead list` and `dead purge`): a field that is not empty must equal the
+// message's; DeadAfter and DeadBefore bound the time of death (RFC 3339 or
+// epoch milliseconds; at or after, strictly before).
+type DeadFilter struct {
+	Sink, Destination, Ingest, Group string
+	DeadAfter, DeadBefore            string
+}
+
+// any reports whether the filter selects fewer than every dead message.
+func (f DeadFilter) any() bool { return f != DeadFilter{} }
+
+// browse checks f and returns the store's query of the dead messages it
+// selects.
+func (f DeadFilter) browse() (store.BrowseQuery, *Error) {
+	bq := store.BrowseQuery{State: store.StateDead, Sink: f.Sink, Destination: f.Destination, Ingest: f.Ingest,
+		Group: f.Group, Limit: store.MaxBrowseLimit}
+	var err *Error
+	if bq.DueAfter, err = timeField("dead_after", f.DeadAfter); err != nil {
+		return bq, err
+	}
+	if bq.DueBefore, err = timeField("dead_before", f.DeadBefore); err != nil {
+		return bq, err
+	}
+	return bq, nil
+}
+
+// DeadQuery selects a list of dead messages.
+type DeadQuery struct {
+	DeadFilter
+	Limit int // 1 to MaxDeadLimit; 0: DefaultDeadLimit
+}
+
+// timeField reads a time given as RFC 3339 or epoch milliseconds, as
+// x-deliver-at is read; "" is the zero time.
+func timeField(field, v string) (time.Time, *Error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, reason := envelope.ParseDeliverAt(v)
+	if reason != "" {
+		return time.Time{}, invalid(field, "%s", strings.ReplaceAll(reason, envelope.HeaderDeliverAt, field))
+	}
+	return t, nil
+}
+
+// checkID refuses an ID (or a group key: what) that no message can have.
+func checkID(field, what, v string) *Error {
+	if reason := envelope.CheckID(what+" "+strconv.QuoteToASCII(v), v, 0); reason != "" {
+		return invalid(field, "%s", reason)
+	}
+	return nil
+}
+
+// The field names of the control headers, for Parse's reasons: a request
+// field is named as the request names it.
+var fieldOf = []struct{ header, field string }{
+	// Longer names first: x-delay is a prefix of most.
+	{envelope.HeaderDestination, "destination"},
+	{envelope.HeaderPriority, "priority"},
+	{envelope.HeaderReplace, "replace"},
+	{envelope.HeaderGroup, "group"},
+	{envelope.HeaderEvery, "every"},
+	{envelope.HeaderCron, "cron"},
+	{envelope.HeaderTimeZone, "timezone"},
+	{envelope.HeaderUntil, "until"},
+	{envelope.HeaderCount, "count"},
+	{envelope.HeaderSink, "sink"},
+	{envelope.HeaderDeliverAt, "deliver_at"},
+	{envelope.HeaderMessageID, "id"},
+	{envelope.HeaderDelay, "delay"},
+}
+
+// fieldNames renames the control headers in a reason of envelope.Parse to
+// the request fields they came from.
+var fieldNames = func() *strings.Replacer {
+	var pairs []string
+	for _, f := range fieldOf {
+		pairs = append(pairs, f.header, f.field)
+	}
+	return strings.NewReplacer(pairs...)
+}()
+
+// FieldNames renames the control headers in a reason of envelope.Parse to
+// the request fields of PostRequest they stand for (x-delay -> delay).
+func FieldNames(reason string) string { return fieldNames.Replace(reason) }
+
+// fieldOfCode is the request field a reject code of envelope.Parse is
+// about; "" when it depends (see rejectField).
+var fieldOfCode = map[string]string{
+	envelope.CodeInvalidID:           "id",
+	envelope.CodePayloadTooLarge:     "body",
+	envelope.CodeHeadersTooLarge:     "headers",
+	envelope.CodeDuplicateHeader:     "headers",
+	envelope.CodeBothDelays:          "delay",
+	envelope.CodeInvalidDelay:        "delay",
+	envelope.CodeInvalidDeliverAt:    "deliver_at",
+	envelope.CodeNoDelay:             "delay",
+	envelope.CodeInvalidPriority:     "priority",
+	envelope.CodeInvalidGroup:        "group",
+	envelope.CodeInvalidReplace:      "replace",
+	envelope.CodeInvalidDestination:  "destination",
+	envelope.CodeReservedDestination: "destination",
+}
+
+// rejectField names the request field a rejection of Parse is about.
+func rejectField(d envelope.Decision, hasAt bool) string {
+	switch d.Code {
+	case envelope.CodeOverMaxDelay:
+		if hasAt {
+			return "deliver_at"
+		}
+		return "delay"
+	case envelope.CodeInvalidRoute:
+		if strings.Contains(d.Reason, "sink") && !strings.Contains(d.Reason, "destination") {
+			return "sink"
+		}
+		return "destination"
+	case envelope.CodeInvalidSchedule:
+		for _, f := range fieldOf {
+			if strings.Contains(d.Reason, f.header) {
+				return f.field
+			}
+		}
+		return "every"
+	}
+	if f := fieldOfCode[d.Code]; f != "" {
+		return f
+	}
+	return "body"
+}
+
+// errorf wraps a failure to reach Redis with the operation.
+func errorf(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }

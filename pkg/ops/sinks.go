@@ -1,0 +1,120 @@
+package ops
+
+import (
+	"context"
+	"slices"
+	"strings"
+)
+
+// Sinks lists the configured sinks: their state in Redis (the pause, the
+// held messages) and what this instance knows (Params.Sinks).
+func (s *Service) Sinks(ctx context.Context) ([]SinkView, error) {
+	return s.sinkViews(ctx, s.statuses())
+}
+
+// Sink returns one configured sink.
+func (s *Service) Sink(ctx context.Context, name string) (*SinkView, error) {
+	ss, err := s.sink(name)
+	if err != nil {
+		return nil, err
+	}
+	views, err := s.sinkViews(ctx, []SinkStatus{ss})
+	if err != nil {
+		return nil, err
+	}
+	return &views[0], nil
+}
+
+// SetPaused pauses or resumes a sink for every instance (kept in Redis),
+// applies it on this instance at once (Params.Refresh; the others within
+// their refresh interval), and returns the sink as it is then.
+func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*SinkView, error) {
+	if _, err := s.sink(name); err != nil {
+		return nil, err
+	}
+	if err := s.p.Store.SetPaused(ctx, name, paused); err != nil {
+		return nil, err
+	}
+	if s.p.Refresh != nil {
+		if err := s.p.Refresh(ctx); err != nil {
+			// Redis has it: every instance applies it at its next refresh.
+			s.log.Warn("sink pause recorded, but this instance could not apply it at once", "sink", name, "paused", paused, "err", err)
+		}
+	}
+	return s.Sink(ctx, name) // as this instance sees it now
+}
+
+// statuses returns Params.Sinks' answer sorted by name.
+func (s *Service) statuses() []SinkStatus {
+	if s.p.Sinks == nil {
+		return nil
+	}
+	out := slices.Clone(s.p.Sinks())
+	slices.SortFunc(out, func(a, b SinkStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// sink returns the status of the configured sink of that name.
+func (s *Service) sink(name string) (SinkStatus, error) {
+	statuses := s.statuses()
+	i := slices.IndexFunc(statuses, func(ss SinkStatus) bool { return ss.Name == name })
+	if i < 0 {
+		known := make([]string, len(statuses))
+		for j, ss := range statuses {
+			known[j] = ss.Name
+		}
+		return SinkStatus{}, notFound("no sink %q is configured; the sinks are: %s", name, strings.Join(known, ", "))
+	}
+	return statuses[i], nil
+}
+
+// sinkViews describes sinks: their state in Redis and what this instance
+// knows of them.
+func (s *Service) sinkViews(ctx context.Context, statuses []SinkStatus) ([]SinkView, error) {
+	names := make([]string, len(statuses))
+	for i, ss := range statuses {
+		names[i] = ss.Name
+	}
+	states, err := s.p.Store.SinkStates(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	bands := make(map[string]int, len(names))
+	for _, n := range names {
+		bands[n] = states[n].Band
+	}
+	held, err := s.p.Store.HeldBySink(ctx, bands)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SinkView, 0, len(statuses))
+	for _, ss := range statuses {
+		v := SinkView{Name: ss.Name, Paused: states[ss.Name].Paused, Due: held[ss.Name], MaxRate: ss.MaxRate}
+		switch {
+		case v.Paused && ss.Known && !ss.Paused:
+			v.Status = "pausing"
+		case v.Paused:
+			v.Status = "paused"
+		case !ss.Known:
+			v.Status = "unknown"
+		case ss.Paused:
+			v.Status = "resuming"
+		case ss.Blocked || ss.Ready != nil:
+			v.Status = "blocked"
+		default:
+			v.Status = "ready"
+		}
+		if ss.Known {
+			ready := ss.Ready == nil && (!ss.Blocked || ss.Paused)
+			rate := ss.Rate
+			v.Ready, v.Rate = &ready, &rate
+			if ss.Ready != nil {
+				v.Error = ss.Ready.Error()
+			} else if ss.Blocked && !ss.Paused {
+				v.Error = "a publish failed for a reason that was not the message's; retrying after a back-off"
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
