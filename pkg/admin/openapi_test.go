@@ -32,8 +32,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
-	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -430,7 +430,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}}
 	e := newEnv(t, withToken(testToken), withListen("127.0.0.1:7070"),
 		withLimits(envelope.Limits{MaxPayloadBytes: 4096, MaxHeaderBytes: 4096}),
-		func(p *Params, o *ops.Params, _ *redis.Options) { o.Sinks, o.Refresh, p.Pprof = sinks.get, sinks.refresh, true })
+		func(p *Params, o *ops.Params, _ *redis.Options) {
+			o.Sinks, o.Refresh, p.Pprof = sinks.get, sinks.refresh, true
+		})
 	sinks.store = e.store
 	stateFixture(t, e) // inflight A B; dead C R job/retry; due D E; in an hour F G
 	now := time.Now()
