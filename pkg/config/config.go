@@ -20,8 +20,11 @@ type Config struct {
 	Scheduler Scheduler `yaml:"scheduler"`
 	Limits    Limits    `yaml:"limits"`
 	Dead      Dead      `yaml:"dead"`
-	Ingest    []Ingest  `yaml:"ingest"`
-	Sinks     []Sink    `yaml:"sinks"`
+	// Ingest lists where delayed messages come from; none is valid (a
+	// deployment that only fires what is parked).
+	Ingest []Ingest `yaml:"ingest"`
+	// Sinks lists where due messages are published; at least one.
+	Sinks []Sink `yaml:"sinks"`
 
 	// Encryption, when present, encrypts parked messages in Redis.
 	Encryption *Encryption `yaml:"encryption"`
@@ -37,37 +40,42 @@ type Config struct {
 
 // Redis is where messages are parked.
 type Redis struct {
-	Addr    string   `yaml:"addr"`    // a single Redis, host:port
+	// Addr is a single Redis, host:port: required unless addrs (Cluster)
+	// or sentinel_addrs (Sentinel) is given.
+	Addr    string   `yaml:"addr"`
 	Addrs   []string `yaml:"addrs"`   // Redis Cluster seed nodes (with cluster: true)
 	Cluster bool     `yaml:"cluster"` // use Redis Cluster
-	// SentinelAddrs and MasterName select a Redis replicated with Sentinel:
-	// the client asks the sentinels for the current master and follows
-	// failovers.
+	// SentinelAddrs are the sentinels of a Redis replicated with Sentinel
+	// (with master_name, instead of addr): the client asks them for the
+	// current master and follows failovers.
 	SentinelAddrs        []string `yaml:"sentinel_addrs"`
-	MasterName           string   `yaml:"master_name"`
-	SentinelPassword     Secret   `yaml:"sentinel_password"`
-	SentinelPasswordFile string   `yaml:"sentinel_password_file"`
-	Username             string   `yaml:"username"` // Redis 6+ ACL user
-	Password             Secret   `yaml:"password"`
-	PasswordFile         string   `yaml:"password_file"`
-	DB                   int      `yaml:"db"`
-	TLS                  TLS      `yaml:"tls"`
+	MasterName           string   `yaml:"master_name"`            // the master the sentinels monitor
+	SentinelPassword     Secret   `yaml:"sentinel_password"`      // the sentinels' own password, if any
+	SentinelPasswordFile string   `yaml:"sentinel_password_file"` // or read from this file
+	Username             string   `yaml:"username"`               // Redis 6+ ACL user
+	Password             Secret   `yaml:"password"`               // Redis password (AUTH)
+	PasswordFile         string   `yaml:"password_file"`          // or read from this file
+	DB                   int      `yaml:"db"`                     // database number; not with cluster: true
+	TLS                  TLS      `yaml:"tls"`                    // TLS to Redis
 
 	KeyPrefix string `yaml:"key_prefix"` // every key starts with it
-	Shards    int    `yaml:"shards"`     // fixed once messages are parked
+	// Shards is the number of shards (sorted sets) messages are spread
+	// over: recorded in Redis on first start, fixed once messages are
+	// parked (export and import change it).
+	Shards int `yaml:"shards"`
 
-	DialTimeout  Duration `yaml:"dial_timeout"`
-	ReadTimeout  Duration `yaml:"read_timeout"`
-	WriteTimeout Duration `yaml:"write_timeout"`
-	PoolSize     int      `yaml:"pool_size"`
+	DialTimeout  Duration `yaml:"dial_timeout"`  // to connect
+	ReadTimeout  Duration `yaml:"read_timeout"`  // for a reply
+	WriteTimeout Duration `yaml:"write_timeout"` // for a command to be written
+	PoolSize     int      `yaml:"pool_size"`     // connections per node; 0: go-redis's default, 10 per CPU
 }
 
 // Admin is the HTTP API.
 type Admin struct {
-	Listen    string    `yaml:"listen"` // host:port; "" disables the admin server
-	Token     Secret    `yaml:"token"`  // when set, /v1/ needs "Authorization: Bearer <token>"
-	TokenFile string    `yaml:"token_file"`
-	TLS       ServerTLS `yaml:"tls"` // serve HTTPS
+	Listen    string    `yaml:"listen"`     // host:port; "" disables the admin server
+	Token     Secret    `yaml:"token"`      // when set, /v1/ needs "Authorization: Bearer <token>"
+	TokenFile string    `yaml:"token_file"` // or read the token from this file
+	TLS       ServerTLS `yaml:"tls"`        // serve HTTPS
 	// Pprof serves Go's runtime profiles under /debug/pprof/ (behind the
 	// token, which it requires): off by default.
 	Pprof bool `yaml:"pprof"`
@@ -80,7 +88,7 @@ type Admin struct {
 // TLS configures a client connection's TLS. With only enabled: true the
 // system's roots verify the server.
 type TLS struct {
-	Enabled    bool   `yaml:"enabled"`
+	Enabled    bool   `yaml:"enabled"`     // TLS on; the other keys need it
 	CAFile     string `yaml:"ca_file"`     // PEM roots to verify the server with
 	CertFile   string `yaml:"cert_file"`   // client certificate (PEM), for mutual TLS
 	KeyFile    string `yaml:"key_file"`    // its key (PEM)
@@ -92,8 +100,8 @@ type TLS struct {
 
 // ServerTLS is the admin server's certificate.
 type ServerTLS struct {
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	CertFile string `yaml:"cert_file"` // the server certificate (PEM), chain included
+	KeyFile  string `yaml:"key_file"`  // its key (PEM)
 }
 
 // Log configures log/slog output on stderr.
@@ -105,7 +113,7 @@ type Log struct {
 // Tracing configures OpenTelemetry spans for park and fire, exported over
 // OTLP/HTTP as the standard OTEL_EXPORTER_OTLP_* variables say.
 type Tracing struct {
-	Enabled     bool     `yaml:"enabled"`
+	Enabled     bool     `yaml:"enabled"`      // spans delaybridge.park and delaybridge.fire, continuing the W3C traceparent
 	SampleRatio *float64 `yaml:"sample_ratio"` // of new traces (default 1); sampled parents are followed
 }
 
@@ -131,28 +139,29 @@ type Scheduler struct {
 	// "late"). MaxLateness 0 means no limit.
 	LatePolicy  string   `yaml:"late_policy"`
 	MaxLateness Duration `yaml:"max_lateness"`
-	// DedupeWindow is how long a delivered message's ID (with its broker
-	// publish time) is remembered, so that a re-read of it (an ingest
-	// redelivery after a crash or a rebalance) is acknowledged without
-	// parking it again. Unset: 2m; 0 turns it off.
+	// DedupeWindow is how long a delivered message's ID (with where its
+	// broker message was read) is remembered, so that a re-read of it (an
+	// ingest redelivery after a crash or a rebalance) is acknowledged
+	// without parking it again. Unset: 2m; 0 turns it off; at least the
+	// lease.
 	DedupeWindow *Duration `yaml:"dedupe_window"`
 }
 
 // Backoff is the exponential back-off between publish attempts:
 // initial * multiplier^(attempt-1), capped at max, randomised by ±jitter.
 type Backoff struct {
-	Initial    Duration `yaml:"initial"`
-	Max        Duration `yaml:"max"`
-	Multiplier float64  `yaml:"multiplier"`
-	Jitter     float64  `yaml:"jitter"` // 0..1, fraction of the delay
+	Initial    Duration `yaml:"initial"`    // the wait after the first failed attempt
+	Max        Duration `yaml:"max"`        // the longest wait
+	Multiplier float64  `yaml:"multiplier"` // each wait is this many times the one before
+	Jitter     float64  `yaml:"jitter"`     // 0..1, fraction of the delay
 }
 
 // Limits protect the service from oversized or far-future messages.
 type Limits struct {
-	MaxDelay        Duration `yaml:"max_delay"`
-	MaxPayloadBytes int      `yaml:"max_payload_bytes"`
-	MaxHeaderBytes  int      `yaml:"max_header_bytes"`
-	MaxIDBytes      int      `yaml:"max_id_bytes"`
+	MaxDelay        Duration `yaml:"max_delay"`         // a due time further than this from now is rejected
+	MaxPayloadBytes int      `yaml:"max_payload_bytes"` // a larger body is rejected (dead without its body)
+	MaxHeaderBytes  int      `yaml:"max_header_bytes"`  // the sum of the headers' key and value sizes
+	MaxIDBytes      int      `yaml:"max_id_bytes"`      // the longest message ID (and group key)
 	// MaxParkedMessages and MaxRedisMemory protect Redis: when the parked
 	// messages or Redis's used memory reach them, ingest pauses (nothing is
 	// read or acknowledged) until firing brings them down again. 0: no limit.
@@ -172,7 +181,7 @@ type Dead struct {
 	// becomes dead there (best effort; it is kept in Redis either way),
 	// with the header x-delaybridge-dead-reason.
 	Sink        string `yaml:"sink"`
-	Destination string `yaml:"destination"`
+	Destination string `yaml:"destination"` // where in dead.sink (with dead.sink)
 }
 
 // Encryption seals the key, headers and body of every parked and dead
@@ -182,8 +191,8 @@ type Dead struct {
 // key is rotated by adding the new one everywhere, then making it active,
 // running `delaybridge reencrypt`, and removing the old one (see pkg/seal).
 type Encryption struct {
-	ActiveKey string          `yaml:"active_key"`
-	Keys      []EncryptionKey `yaml:"keys"`
+	ActiveKey string          `yaml:"active_key"` // the id of the key that seals new messages
+	Keys      []EncryptionKey `yaml:"keys"`       // every key that may have sealed a stored message
 	// RequireSealed refuses messages found in clear in Redis (they go dead
 	// with the reason): turn it on once `delaybridge reencrypt` has sealed
 	// what was parked before encryption, so that write access to Redis is
@@ -197,14 +206,14 @@ type EncryptionKey struct {
 	// ID is stored with every message the key seals: never reuse an ID for
 	// another key.
 	ID      string `yaml:"id"`
-	Key     Secret `yaml:"key"`
-	KeyFile string `yaml:"key_file"`
+	Key     Secret `yaml:"key"`      // 32 random bytes in standard base64 (openssl rand -base64 32)
+	KeyFile string `yaml:"key_file"` // or read the key from this file
 }
 
 // Ingest reads delayed messages from one broker source.
 type Ingest struct {
-	Name  string `yaml:"name"`
-	Route Route  `yaml:"route"`
+	Name  string `yaml:"name"`  // unique; names the ingest in metrics, logs, send --ingest and the messages' ingest
+	Route Route  `yaml:"route"` // where its messages go
 
 	// MaxInFlight caps messages read but not yet parked and acknowledged;
 	// reading pauses at the cap.
@@ -232,15 +241,20 @@ func (i *Ingest) Kind() string {
 
 // Route says where an ingest's messages go.
 type Route struct {
-	Sink string `yaml:"sink"`
-	// Destination may hold placeholders expanded per message: {source},
-	// {source.N}, {source.N:}, {header.NAME} (envelope.Template).
+	Sink string `yaml:"sink"` // the name of the sink the messages go to (required)
+	// Destination is the Kafka topic, NATS subject or AMQP routing key in
+	// that sink (required). It may hold placeholders expanded per message:
+	// {source}, {source.N}, {source.N:}, {header.NAME}.
 	Destination string `yaml:"destination"`
 	// AllowOverride lets x-delay-sink / x-delay-destination choose another
-	// sink or destination, limited to AllowedSinks (sink names) and
-	// AllowedDestinations (path.Match patterns) when given.
-	AllowOverride       bool     `yaml:"allow_override"`
-	AllowedSinks        []string `yaml:"allowed_sinks"`
+	// sink or destination, limited to allowed_sinks and
+	// allowed_destinations when given.
+	AllowOverride bool     `yaml:"allow_override"`
+	AllowedSinks  []string `yaml:"allowed_sinks"` // the sinks x-delay-sink may name (empty: any)
+	// AllowedDestinations are the destinations a publisher may reach, as
+	// patterns in the sink broker's wildcards (NATS * and >, RabbitMQ * and
+	// #, Kafka *). Empty with a destination a publisher chooses: warned
+	// about by validate and at start.
 	AllowedDestinations []string `yaml:"allowed_destinations"`
 	// DefaultDelay applies to messages with neither x-delay nor
 	// x-deliver-at; without it they are rejected.
@@ -259,7 +273,7 @@ type Route struct {
 
 // Sink publishes due messages to one broker.
 type Sink struct {
-	Name string `yaml:"name"`
+	Name string `yaml:"name"` // unique; what routes, x-delay-sink and the API name it by
 	// MaxRate throttles what is released to the sink, in messages per
 	// second shared by every instance (0: no limit).
 	MaxRate float64 `yaml:"max_rate"`
