@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,7 @@ type Store interface {
 	MarkDead(ctx context.Context, l *store.Lease, fs []store.Failure) (int, error)
 	Hold(ctx context.Context, l *store.Lease, us []store.Unavailable) (int, error)
 	Defer(ctx context.Context, l *store.Lease, slots []store.Slot) (int, error)
+	Postpone(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
 	Release(ctx context.Context, shard, band, max int) (int, error)
 	Slots(ctx context.Context, sink string, n int, maxRate float64) (time.Time, []time.Time, error)
 	SinkStates(ctx context.Context, names []string) (map[string]store.SinkState, error)
@@ -98,6 +100,10 @@ type Scheduler struct {
 	shards []shardState
 	gate   *gate
 
+	stalls   *stalls
+	pace     *pace
+	detached sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
+
 	mu       sync.Mutex
 	storeErr error // last claim failure, for readiness
 }
@@ -132,6 +138,8 @@ func New(p Params) *Scheduler {
 		s.shards[i].planned.Store(awake)
 	}
 	s.gate = newGate(p.Store, p.Sinks, len(s.shards), p.BatchSize, s.log, p.Metrics, s.wakeAll)
+	s.stalls = newStalls(p.PublishTimeout)
+	s.pace = newPace()
 	return s
 }
 
@@ -194,6 +202,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	s.detached.Wait() // the publishes apart finish within the drain budget (work)
 	return nil
 }
 
@@ -359,11 +368,14 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 // occurrence; zero when none was): the claim's Next could not know it.
 //
 // The acks it returns (the messages the sinks confirmed) are not written:
-// the caller writes them, alone or with its next claim.
+// the caller writes them, alone or with its next claim. The messages to a
+// destination that stalled (stalls) are published apart (detach), and
+// settle and ack on their own.
 func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, tr *Trace) (acks []store.Done, retryAt time.Time) {
 	errs := make([]error, len(c.Messages))
 	skipped := make([]bool, len(c.Messages))
 	groups := map[string][]int{}
+	var apart []int
 	for i, m := range c.Messages {
 		switch {
 		case m.Err != nil:
@@ -377,6 +389,8 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		case m.Message.Recur != nil && m.Message.Recur.Skip(m.Message.DueAt, c.Now):
 			skipped[i] = true // a missed occurrence under route.missed skip: parks the next one, publishes nothing
 			s.p.Metrics.Skipped.Inc()
+		case s.stalls.suspect(m.Message.Sink, m.Message.Destination):
+			apart = append(apart, i)
 		default:
 			groups[m.Message.Sink] = append(groups[m.Message.Sink], i)
 		}
@@ -389,50 +403,169 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 			slots = append(slots, deferred...)
 		}
 	}
-	var wg sync.WaitGroup
+	if len(apart) > 0 {
+		s.detach(ctx, c, claimedAt, toRedis, tr, apart)
+	}
+	// Each sink's publish runs on its own; one that outlasts a few times
+	// the sink's usual publish is left to settle on its own (detached), so
+	// that the shard goes on claiming: a destination that does not answer
+	// holds nothing behind it.
+	var running []*publishing
+	trace := *tr // a detached publish reads it after the loop moved on
 	for name, idx := range groups {
 		if len(idx) == 0 {
 			continue
 		}
-		wg.Add(1)
+		p := &publishing{idx: idx, done: make(chan struct{})}
+		running = append(running, p)
 		go func() {
-			defer wg.Done()
-			s.publish(ctx, name, c, idx, errs, toRedis, tr)
+			s.publish(ctx, name, c, idx, errs, toRedis, &trace)
+			if !p.state.CompareAndSwap(publishRunning, publishDone) {
+				// Detached meanwhile: settle and ack here.
+				s.settleApart(ctx, c, claimedAt, toRedis, idx, errs, skipped)
+			}
+			close(p.done)
 		}()
 	}
-	wg.Wait()
+	var detached []int
+	for _, p := range running {
+		grace := s.pace.grace(c.Messages[p.idx[0]].Message.Sink)
+		t := time.NewTimer(grace)
+		select {
+		case <-p.done:
+		case <-t.C:
+			if p.state.CompareAndSwap(publishRunning, publishDetached) {
+				detached = append(detached, p.idx...)
+				s.detached.Add(1)
+				go func() { <-p.done; s.detached.Done() }()
+			} else {
+				<-p.done
+			}
+		}
+		t.Stop()
+	}
 
-	now := s.p.Clock.Now()
 	deferred := make(map[string]bool, len(slots))
 	for _, sl := range slots {
 		deferred[sl.ID] = true
 	}
+	var settled []int
+	for i := range c.Messages {
+		if !deferred[c.Messages[i].ID] && !slices.Contains(apart, i) && !slices.Contains(detached, i) {
+			settled = append(settled, i)
+		}
+	}
+	acks, retryAt = s.settle(ctx, c, claimedAt, toRedis, settled, errs, skipped)
+	s.record(ctx, c, claimedAt, "defer", len(slots), func(ctx context.Context) error {
+		_, err := s.p.Store.Defer(ctx, c, slots)
+		return err
+	})
+	for _, sl := range slots {
+		if at := sl.At.Add(-toRedis); retryAt.IsZero() || at.Before(retryAt) {
+			retryAt = at
+		}
+	}
+	return acks, retryAt
+}
+
+// detach publishes the messages idx of a lease, to destinations that
+// stalled, apart from the others: in the background, so that the shard
+// goes on; they settle and are acked on their own, under their lease. Run
+// waits for them when it stops.
+func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, tr *Trace, idx []int) {
+	bySink := map[string][]int{}
+	for _, i := range idx {
+		name := c.Messages[i].Message.Sink
+		bySink[name] = append(bySink[name], i)
+	}
+	trace := *tr
+	s.detached.Add(1)
+	go func() {
+		defer s.detached.Done()
+		errs := make([]error, len(c.Messages))
+		var wg sync.WaitGroup
+		for name, idx := range bySink {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.publish(ctx, name, c, idx, errs, toRedis, &trace)
+			}()
+		}
+		wg.Wait()
+		s.settleApart(ctx, c, claimedAt, toRedis, idx, errs, make([]bool, len(c.Messages)))
+	}()
+}
+
+// settleApart settles the messages idx of a lease published apart from
+// the shard's loop, and writes their acks.
+func (s *Scheduler) settleApart(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, idx []int, errs []error, skipped []bool) {
+	acks, at := s.settle(ctx, c, claimedAt, toRedis, idx, errs, skipped)
+	s.record(ctx, c, claimedAt, "ack", len(acks), func(ctx context.Context) error {
+		_, err := s.p.Store.Ack(ctx, c, acks)
+		return err
+	})
+	if !at.IsZero() {
+		s.wakeShard(c.Shard)
+	}
+}
+
+// publishing is one sink's publish of a lease's messages idx.
+type publishing struct {
+	idx   []int
+	state atomic.Int32 // publishRunning, then publishDone or publishDetached
+	done  chan struct{}
+}
+
+const (
+	publishRunning int32 = iota
+	publishDone
+	publishDetached
+)
+
+// settle records the outcome of the messages idx of a lease from their
+// publish errors: retries, deaths, holds and postponements are written;
+// the acks are returned, with the earliest time (our clock) a message was
+// parked again for.
+func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, idx []int, errs []error, skipped []bool) (acks []store.Done, retryAt time.Time) {
+	now := s.p.Clock.Now()
 	var (
-		retries []store.RetryAt
-		deads   []store.Failure
-		holds   []store.Unavailable
-		letters []sinks.Dead
-		late    int
+		retries   []store.RetryAt
+		postpones []store.RetryAt
+		deads     []store.Failure
+		holds     []store.Unavailable
+		letters   []sinks.Dead
+		late      int
 	)
-	for i, m := range c.Messages {
+	earliest := func(at time.Time) {
+		if retryAt.IsZero() || at.Before(retryAt) {
+			retryAt = at
+		}
+	}
+	for _, i := range idx {
+		m := c.Messages[i]
 		err := errs[i]
 		sink := ""
 		if m.Message != nil {
 			sink = m.Message.Sink
 		}
 		switch {
-		case deferred[m.ID]:
 		case err == nil:
 			d := s.done(m.Message, c.Now, skipped[i])
 			acks = append(acks, d)
 			if d.Next != nil { // the next occurrence: the claim's Next could not know it either
-				if at := d.Next.DueAt.Add(-toRedis); retryAt.IsZero() || at.Before(retryAt) {
-					retryAt = at
-				}
+				earliest(d.Next.DueAt.Add(-toRedis))
 			}
 			if !skipped[i] {
 				s.gate.delivered(sink)
 			}
+		case postponed(err):
+			// A destination that stalled while its sink answered: not the
+			// sink's fault (no hold) and, the first times, not counted.
+			at := now.Add(s.p.Backoff.Delay(1, s.p.Rand()))
+			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
+			earliest(at)
+			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
+			s.log.Warn("destination did not answer; publishing it again later, apart from the others", "id", m.ID, "sink", sink, "err", err)
 		case sinks.IsUnavailable(err) && !errors.As(err, new(*lateError)):
 			holds = append(holds, store.Unavailable{ID: m.ID, Band: s.gate.band(sink), DueAt: m.Message.DueAt})
 			s.gate.unavailable(sink, now, err)
@@ -451,9 +584,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		default:
 			at := now.Add(s.p.Backoff.Delay(m.Attempt, s.p.Rand()))
 			retries = append(retries, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
-			if retryAt.IsZero() || at.Before(retryAt) {
-				retryAt = at
-			}
+			earliest(at)
 			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
 			s.log.Debug("publish failed; will retry", "id", m.ID, "sink", sink, "attempt", m.Attempt, "at", at, "err", err)
 		}
@@ -466,6 +597,10 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		_, err := s.p.Store.Retry(ctx, c, retries)
 		return err
 	})
+	s.record(ctx, c, claimedAt, "postpone", len(postpones), func(ctx context.Context) error {
+		_, err := s.p.Store.Postpone(ctx, c, postpones)
+		return err
+	})
 	s.record(ctx, c, claimedAt, "dead", len(deads), func(ctx context.Context) error {
 		_, err := s.p.Store.MarkDead(ctx, c, deads)
 		return err
@@ -474,17 +609,16 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		_, err := s.p.Store.Hold(ctx, c, holds)
 		return err
 	})
-	s.record(ctx, c, claimedAt, "defer", len(slots), func(ctx context.Context) error {
-		_, err := s.p.Store.Defer(ctx, c, slots)
-		return err
-	})
-	for _, sl := range slots {
-		if at := sl.At.Add(-toRedis); retryAt.IsZero() || at.Before(retryAt) {
-			retryAt = at
-		}
-	}
 	s.p.DeadLetter.Publish(ctx, letters)
 	return acks, retryAt
+}
+
+// wakeShard wakes one shard (a detached publish parked something again).
+func (s *Scheduler) wakeShard(shard int) {
+	select {
+	case s.shards[shard].wake <- struct{}{}:
+	default:
+	}
 }
 
 // refused is why the message may not be published to its destination
@@ -597,15 +731,19 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 		}
 		s.p.Trace(t)
 	}
+	for len(res) < len(out) {
+		res = append(res, errors.New("sink returned no result"))
+	}
+	dests := make([]string, len(out))
+	for j := range out {
+		dests[j] = out[j].Destination
+	}
+	s.stalls.observe(name, start, dests, res)
+	s.pace.observe(name, done.Sub(start), res)
 	var ok, failed int
 	lateness := s.p.Metrics.FireLateness.WithLabelValues(name) // looked up once per batch
 	for j, i := range idx {
-		var err error
-		if j < len(res) {
-			err = res[j]
-		} else {
-			err = errors.New("sink returned no result")
-		}
+		err := res[j]
 		errs[i] = err
 		if spans != nil {
 			spans[j].End(err)

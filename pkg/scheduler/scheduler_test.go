@@ -99,10 +99,11 @@ type fakeStore struct {
 	nextSlot time.Time
 	holds    chan store.Unavailable
 
-	acked   chan string
-	retried chan store.RetryAt
-	dead    chan store.Failure
-	claims  chan int // messages per claim
+	acked     chan string
+	retried   chan store.RetryAt
+	postponed chan store.RetryAt
+	dead      chan store.Failure
+	claims    chan int // messages per claim
 }
 
 func newFakeStore(c *fakeClock) *fakeStore {
@@ -110,7 +111,7 @@ func newFakeStore(c *fakeClock) *fakeStore {
 		clock: c, scores: map[string]time.Time{}, msgs: map[string]*envelope.Message{},
 		corrupt: map[string]bool{}, attempt: map[string]int{}, held: map[string]time.Time{}, paused: map[string]bool{},
 		holds: make(chan store.Unavailable, 1000),
-		acked: make(chan string, 1000), retried: make(chan store.RetryAt, 1000),
+		acked: make(chan string, 1000), retried: make(chan store.RetryAt, 1000), postponed: make(chan store.RetryAt, 1000),
 		dead: make(chan store.Failure, 1000), claims: make(chan int, 1000),
 	}
 }
@@ -202,6 +203,17 @@ func (f *fakeStore) Defer(_ context.Context, _ *store.Lease, slots []store.Slot)
 		f.scores[sl.ID] = sl.At
 	}
 	return len(slots), nil
+}
+
+func (f *fakeStore) Postpone(_ context.Context, _ *store.Lease, rs []store.RetryAt) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range rs {
+		f.scores[r.ID] = r.At
+		f.attempt[r.ID]-- // not counted: the next claim is the same attempt
+		f.postponed <- r
+	}
+	return len(rs), nil
 }
 
 func (f *fakeStore) Release(context.Context, int, int, int) (int, error) {
@@ -685,5 +697,85 @@ func TestMaxRateDefers(t *testing.T) {
 	h.store.mu.Unlock()
 	if waiting != 4 {
 		t.Fatalf("%d messages wait for a slot, want 4 (one slot per 100 ms at 10/s)", waiting)
+	}
+}
+
+// TestStallingDestination: a destination that does not answer while its
+// sink confirms other messages (CONTRACT "One destination that never
+// answers") does not block the sink: its message is postponed without
+// counting an attempt, then, from the stallAttempts-th timeout in a row,
+// counts, and ends dead after max_attempts with the reason; the messages to
+// other destinations are confirmed, once each.
+func TestStallingDestination(t *testing.T) {
+	stalled := fmt.Errorf("nats sink s: no PubAck: %w", context.DeadlineExceeded)
+	h := start(t, Params{MaxAttempts: 4, MaxSleep: time.Hour,
+		Backoff: Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}}, func(h *harness) {
+		h.sink.fail = func(m sinks.Outgoing) error {
+			if m.Destination == "stuck" {
+				return stalled
+			}
+			return nil
+		}
+		h.store.park("stuck", h.clock.Now(), "s")
+		h.store.msgs["stuck"].Destination = "stuck"
+		h.store.park("ok", h.clock.Now(), "s")
+	})
+	if id := recv(t, h.store.acked, "ack of the other destination"); id != "ok" {
+		t.Fatalf("acked %s", id)
+	}
+	for i := 1; i < stallAttempts; i++ {
+		p := recv(t, h.store.postponed, "postponed stall")
+		if p.ID != "stuck" || !strings.Contains(p.Reason, "did not answer") {
+			t.Fatalf("postponed %+v", p)
+		}
+		h.store.park(fmt.Sprint("ok", i), h.clock.Now(), "s") // the sink takes others meanwhile
+		h.sched.Notify(fmt.Sprint("ok", i), h.clock.Now())
+		if id := recv(t, h.store.acked, "ack while the destination stalls"); id != fmt.Sprint("ok", i) {
+			t.Fatalf("acked %s", id)
+		}
+		sleepsUntil(t, h, time.Second)
+		h.clock.Advance(time.Second)
+	}
+	for {
+		select {
+		case r := <-h.store.retried:
+			if r.ID != "stuck" || !strings.Contains(r.Reason, "did not answer") {
+				t.Fatalf("retried %+v", r)
+			}
+			sleepsUntil(t, h, time.Second)
+			h.clock.Advance(time.Second)
+			continue
+		case d := <-h.store.dead:
+			if d.ID != "stuck" || !strings.Contains(d.Reason, "4 times") || !strings.Contains(d.Reason, "did not answer") {
+				t.Fatalf("dead %+v", d)
+			}
+		case u := <-h.store.holds:
+			t.Fatalf("held %+v: a stalling destination blocked its sink", u)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stalling message did not end dead")
+		}
+		break
+	}
+	h.sink.mu.Lock()
+	defer h.sink.mu.Unlock()
+	seen := map[string]int{}
+	for _, m := range h.sink.published {
+		seen[m.ID]++
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s published %d times", id, n)
+		}
+	}
+}
+
+// sleepsUntil waits until the shard goes to sleep for at most d (the time
+// of a retry), so that advancing the clock by d wakes it.
+func sleepsUntil(t *testing.T, h *harness, d time.Duration) {
+	t.Helper()
+	for {
+		if got := recv(t, h.clock.timers, "the shard's sleep"); got <= d {
+			return
+		}
 	}
 }

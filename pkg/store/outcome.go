@@ -108,3 +108,17 @@ func (s *Store) MarkDead(ctx context.Context, l *Lease, fs []Failure) (int, erro
 	}
 	return n, nil
 }
+
+// Postpone puts messages of a lease back, due at their times, without
+// counting the attempt: a destination that did not answer while its sink
+// confirmed others (the scheduler's stall), for the first times in a row.
+func (s *Store) Postpone(ctx context.Context, l *Lease, rs []RetryAt) (int, error) {
+	if len(rs) == 0 {
+		return 0, nil
+	}
+	pairs := make([]any, 0, 2*len(rs))
+	for _, r := range rs {
+		pairs = append(pairs, r.ID, ms(r.At))
+	}
+	return s.putBack(ctx, "postpone", l, pairs)
+}

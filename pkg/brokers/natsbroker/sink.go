@@ -85,12 +85,23 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		if f == nil {
 			continue
 		}
+		// What has answered counts before ctx: once ctx ended, waiting for a
+		// PubAck that never came must not turn one that did into a failure
+		// (the message would be published again).
+		select {
+		case <-f.Ok():
+			continue
+		case err := <-f.Err():
+			errs[i] = s.classify(err)
+			continue
+		default:
+		}
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
 			errs[i] = s.classify(err)
 		case <-ctx.Done():
-			errs[i] = fmt.Errorf("nats sink %s: no PubAck: %w", s.cfg.Name, ctx.Err())
+			errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, ctx.Err())
 		}
 	}
 	return errs

@@ -1,6 +1,6 @@
 --[[ putback: puts messages of a lease back at the scores given, their
 attempt not counted: hold parks them in their sink's hold band, defer at
-their publish slot.
+their publish slot, postpone at a later due time.
 --! firing
 --! include: due
 
