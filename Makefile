@@ -24,7 +24,7 @@ build: ## build bin/delaybridge (production: without the dev command's embedded 
 dev: ## run the local quickstart (embedded NATS + Redis + daemon)
 	$(GO) run ./cmd/delaybridge dev
 
-deps: ## install the servers the tests start (redis-server, rabbitmq-server)
+deps: ## install with apt-get what the tests run (scripts/test-deps.sh): redis-server, redis-tools, rabbitmq-server, chromium, prometheus (promtool), systemd (systemd-analyze), zsh, fish, python3-confluent-kafka
 	bash scripts/test-deps.sh
 
 test: deps lint unit fuzz fault-ci ## everything CI runs: deps, gofmt, vet, tests with -race, short fuzzing, the fault suite (smaller)
