@@ -41,7 +41,7 @@ const (
 	DefaultBackoffJitter     = 0.2
 	DefaultDedupeWindow      = 2 * time.Minute
 	DefaultMissed            = "once"
-	DefaultMissedMax         = 100
+	DefaultMissedMax         = envelope.DefaultMissedMax
 
 	DefaultMaxDelay        = 365 * 24 * time.Hour
 	DefaultMaxPayloadBytes = 1 << 20

@@ -88,6 +88,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		Prefix:        rc.KeyPrefix,
 		Shards:        rc.Shards,
 		MaxDead:       cfg.Dead.MaxMessages,
+		MaxSeries:     cfg.Limits.MaxSeries,
 		DedupeWindow:  cfg.Scheduler.DedupeWindow.D(),
 		Observe:       observe,
 		Sealer:        sealer,
@@ -166,5 +167,7 @@ func Route(cfg *config.Config, ic *config.Ingest) *envelope.Route {
 		r.HasDefaultDelay = true
 	}
 	r.Missed, _ = envelope.ParseMissed(ic.Route.Missed) // validated with the configuration
+	r.MissedMax = ic.Route.MissedMax
+	r.NoRecurring = ic.Route.Recurring != nil && !*ic.Route.Recurring
 	return r
 }

@@ -20,7 +20,7 @@ type collector struct {
 	d                                *Daemon
 	up, parked, due, dead, oldestAge *prometheus.Desc
 	paused, memUsed, memLimit        *prometheus.Desc
-	forecast, held                   *prometheus.Desc
+	forecast, held, series           *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -40,6 +40,8 @@ func newCollector(d *Daemon) *collector {
 			"1 while an ingest waits before parking, reading and acknowledging nothing: a limit (limits.max_parked_messages, max_redis_memory) is reached or Redis refuses parks; else 0.", []string{"ingest"}, nil),
 		forecast: prometheus.NewDesc("delaybridge_forecast_messages",
 			"Parked messages that fire within the window from now, by window: 1m, 5m, 1h, 24h (each including the shorter ones and what is due already), later (after 24h). Held messages count by their due times.", []string{"window"}, nil),
+		series: prometheus.NewDesc("delaybridge_recurring_series",
+			"Live recurring series (parked or in flight, not dead) of the whole store; limits.max_series bounds them.", nil, nil),
 		held: prometheus.NewDesc("delaybridge_held_messages",
 			"Parked messages held because their sink is paused or down; they fire when it takes messages again.", nil, nil),
 		memUsed: prometheus.NewDesc("delaybridge_redis_memory_used_bytes",
@@ -50,7 +52,7 @@ func newCollector(d *Daemon) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held} {
+	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held, c.series} {
 		ch <- d
 	}
 }
@@ -66,6 +68,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(st.Due))
 		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(st.Dead))
+		ch <- prometheus.MustNewConstMetric(c.series, prometheus.GaugeValue, float64(st.Series))
 		age := 0.0
 		if !st.OldestDue.IsZero() {
 			age = max(0, st.Now.Sub(st.OldestDue).Seconds())

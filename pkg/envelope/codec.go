@@ -56,8 +56,8 @@ import (
 //
 //	byte    version (3)
 //	byte    flags   (as in version 1, and bit 3: the body is a Kafka null
-//	                 value, not an empty one; bit 4: source; bits 5-7 must
-//	                 be zero)
+//	                 value, not an empty one; bit 4: source; bit 5: the
+//	                 recurrence ends with missed_max; bits 6-7 must be zero)
 //	byte    ext     (as in version 2, and bit 5: origin; bit 6: headers
 //	                 carry null marks; bit 7: print)
 //	varint  due at, ingested at
@@ -68,7 +68,8 @@ import (
 //	string  source (the message's own name in its broker; flag bit 4)
 //	string  origin log, uvarint origin position (ext bit 5)
 //	8 bytes origin print, big endian           (ext bit 7)
-//	string  group (ext bit 1); recurrence (ext bit 2)
+//	string  group (ext bit 1); recurrence (ext bit 2), then uvarint
+//	        missed_max (flag bit 5)
 //	bytes   key                                (flag bit 0)
 //	uvarint header count, then per header: string key, string value,
 //	        string native (ext bit 3), byte 1 for a null value (ext bit 6)
@@ -104,8 +105,9 @@ const (
 	flagSealed   byte = 1 << 2
 	flagNullBody byte = 1 << 3 // version 3
 	flagSource   byte = 1 << 4 // version 3
+	flagMissed   byte = 1 << 5 // version 3
 	knownFlags        = flagKey | flagIngested | flagSealed
-	knownFlagsV3      = knownFlags | flagNullBody | flagSource
+	knownFlagsV3      = knownFlags | flagNullBody | flagSource | flagMissed
 
 	extPublished byte = 1 << 0
 	extGroup     byte = 1 << 1
@@ -202,6 +204,9 @@ func (c Codec) Encode(dst []byte, m *Message) []byte {
 	if m.Source != "" {
 		flags |= flagSource
 	}
+	if r := m.Recur; r != nil && r.MissedMax > 0 && r.MissedMax != DefaultMissedMax {
+		flags |= flagMissed
+	}
 	ext := extFlags(m)
 	if c.Sealer == nil {
 		dst = appendRouting(dst, m, flags, ext)
@@ -263,7 +268,7 @@ func extFlags(m *Message) byte {
 // ext announce and m's published time.
 func version(m *Message, flags, ext byte) byte {
 	switch {
-	case flags&(flagNullBody|flagSource) != 0 || ext&extV3 != 0 || subMilli(m.PublishedAt) != 0:
+	case flags&(flagNullBody|flagSource|flagMissed) != 0 || ext&extV3 != 0 || subMilli(m.PublishedAt) != 0:
 		return codecV3
 	case ext != 0:
 		return codecV2
@@ -320,6 +325,9 @@ func appendRouting(dst []byte, m *Message, flags, ext byte) []byte {
 	}
 	if ext&extRecur != 0 {
 		dst = appendRecur(dst, m.Recur)
+		if flags&flagMissed != 0 {
+			dst = binary.AppendUvarint(dst, uint64(m.Recur.MissedMax))
+		}
 	}
 	return dst
 }
@@ -391,7 +399,7 @@ func routingSize(m *Message) int {
 		n += binary.MaxVarintLen64 + len(m.Group)
 	}
 	if r := m.Recur; r != nil {
-		n += 7*binary.MaxVarintLen64 + 1 + len(r.Cron) + len(r.TimeZone)
+		n += 8*binary.MaxVarintLen64 + 1 + len(r.Cron) + len(r.TimeZone)
 	}
 	return n
 }
@@ -563,6 +571,10 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 	}
 	if ext&extRecur != 0 {
 		m.Recur = d.recur()
+		if flags&flagMissed != 0 {
+			m.Recur.MissedMax = int(min(d.uvarint(), 1<<31))
+		}
+		m.Recur.Parked = m.IngestedAt // derived, not stored apart
 	}
 	if d.err != nil {
 		return nil, 0, 0, nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)

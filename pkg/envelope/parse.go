@@ -92,8 +92,12 @@ type Route struct {
 	Sinks func(name string) (destination.Syntax, bool)
 
 	// Missed is what a recurring message does with the occurrences missed
-	// while nothing fired (route.missed).
-	Missed Missed
+	// while nothing fired (route.missed), MissedMax how many of them all
+	// publishes at most (route.missed_max; 0: DefaultMissedMax).
+	Missed    Missed
+	MissedMax int
+	// NoRecurring refuses recurring messages (route.recurring: false).
+	NoRecurring bool
 
 	// Dialects are the header dialects the ingest reads; empty means
 	// DialectDelaybridge alone.
@@ -162,7 +166,12 @@ var RejectCodes = []string{
 	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
 	CodeInvalidSchedule, CodeInvalidGroup,
 	CodeInvalidDestination, CodeReservedDestination, CodeInvalidReplace, CodeInvalidEpoch, CodeInvalidScheduler,
+	CodeMaxSeries,
 }
+
+// ReasonMaxSeries is the reason of a new recurring series refused for
+// limits.max_series.
+const ReasonMaxSeries = "the store holds as many live recurring series as limits.max_series allows: end or cancel series (x-delay-cancel, DELETE /v1/messages/{id}), or raise the limit"
 
 // Reject codes.
 const (
@@ -185,6 +194,7 @@ const (
 
 	CodeInvalidDestination  = "invalid_destination"      // a template that does not expand to a valid destination
 	CodeReservedDestination = "reserved_destination"     // a broker's control plane (destination.ErrReserved)
+	CodeMaxSeries           = "max_series"               // set by the ingest pipeline: a new series past limits.max_series
 	CodeInvalidReplace      = "invalid_replace"          // x-delay-replace neither true nor false
 	CodeInvalidEpoch        = "invalid_scheduler_epoch"  // kafka-scheduler: scheduler-epoch missing or not Unix seconds
 	CodeInvalidScheduler    = "invalid_scheduler_record" // kafka-scheduler: no key, mixed dialects, a header of the other dialect
@@ -490,7 +500,7 @@ func (p *parser) due() (due time.Time, code, reason string) {
 		}
 		due = t
 	}
-	r, first, reason := recurrence(p.in.Headers, base, due, hasDelay || hasAt, p.r.Missed)
+	r, first, reason := recurrence(p.in.Headers, base, due, hasDelay || hasAt, p.r, p.now)
 	switch {
 	case reason != "":
 		return time.Time{}, CodeInvalidSchedule, reason

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // x-delay-timezone works in images without a zoneinfo database
 
@@ -28,7 +29,17 @@ type Recurrence struct {
 	Count    int       // at most this many occurrences; 0: no limit
 	N        int       // the occurrence this parked message is, from 1
 	Missed   Missed    // what firing after downtime does with missed occurrences
+	// MissedMax bounds the missed occurrences MissedAll publishes: the
+	// most recent ones (route.missed_max); 0 means DefaultMissedMax.
+	MissedMax int
+	// Parked is when the series was parked (the message's IngestedAt; not
+	// stored apart): occurrences due before it are never missed ones, and
+	// are passed over, but the one the message is (its first).
+	Parked time.Time
 }
+
+// DefaultMissedMax is route.missed_max's default.
+const DefaultMissedMax = 100
 
 // Missed is the route's policy for occurrences missed while nothing fired
 // (route.missed).
@@ -58,10 +69,12 @@ func ParseMissed(s string) (Missed, error) {
 // MinEvery is the shortest x-delay-every.
 const MinEvery = time.Second
 
-// maxSkip bounds how many occurrences Next walks over to find the first one
-// after a long downtime; beyond it the schedule's next time from now is
-// taken (the occurrence numbers then count only the walked ones).
-const maxSkip = 100_000
+// maxWalk bounds how many occurrences of a cron schedule are walked to
+// count them (an every schedule is counted by arithmetic): past it the
+// schedule's next time is taken at once, and the occurrence numbers count
+// the walked ones only. It bounds what finding the next occurrence costs,
+// however far back a series is anchored or however long nothing fired.
+const maxWalk = 1000
 
 // cronParser reads 5-field (minute first) and 6-field (seconds first)
 // expressions and descriptors (@hourly, @daily...).
@@ -86,14 +99,30 @@ func parseCron(spec string) (cron.Schedule, error) {
 	return sched, nil
 }
 
-func (r *Recurrence) location() *time.Location {
-	if r.TimeZone == "" {
-		return time.UTC
+// schedule is a compiled cron schedule with its zone: compiling (parsing
+// the expression, loading the zone) costs far more than stepping, so it is
+// done once per expression and zone and kept.
+type schedule struct {
+	cron cron.Schedule
+	loc  *time.Location
+}
+
+var schedules sync.Map // cron + "\x00" + zone -> *schedule (a nil cron when it does not parse)
+
+func (r *Recurrence) compiled() *schedule {
+	key := r.Cron + "\x00" + r.TimeZone
+	if s, ok := schedules.Load(key); ok {
+		return s.(*schedule)
 	}
-	if loc, err := time.LoadLocation(r.TimeZone); err == nil {
-		return loc
+	s := &schedule{loc: time.UTC}
+	s.cron, _ = parseCron(r.Cron)
+	if r.TimeZone != "" {
+		if loc, err := time.LoadLocation(r.TimeZone); err == nil {
+			s.loc = loc // else UTC: checked when parsed; a zone gone from the database since
+		}
 	}
-	return time.UTC // checked when parsed; a zone gone from the database since
+	v, _ := schedules.LoadOrStore(key, s)
+	return v.(*schedule)
 }
 
 // after returns the schedule's first time after t, zero when there is none.
@@ -105,11 +134,39 @@ func (r *Recurrence) after(t time.Time) time.Time {
 		n := t.Sub(r.Anchor)/r.Every + 1
 		return r.Anchor.Add(n * r.Every)
 	}
-	sched, err := parseCron(r.Cron)
-	if err != nil {
+	s := r.compiled()
+	if s.cron == nil {
 		return time.Time{}
 	}
-	return cronAfter(sched, t, r.location())
+	return cronAfter(s.cron, t, s.loc)
+}
+
+// number is the occurrence number of the schedule's time t, for an every
+// schedule (occurrence 1 is the anchor).
+func (r *Recurrence) number(t time.Time) int {
+	return int(min(t.Sub(r.Anchor)/r.Every, 1<<31-2)) + 1
+}
+
+// step returns the first occurrence after t, given that the occurrence due
+// at from is number n: its time and number, counted by arithmetic for an
+// every schedule and by walking at most maxWalk occurrences for a cron one
+// (past that, the next time after t, numbered as the one after the last
+// walked).
+func (r *Recurrence) step(from time.Time, n int, t time.Time) (time.Time, int) {
+	if r.Every > 0 {
+		next := r.after(t)
+		return next, r.number(next)
+	}
+	next := r.after(from)
+	n++
+	for i := 0; !next.IsZero() && !next.After(t); i++ {
+		if i == maxWalk {
+			return r.after(t), n + 1
+		}
+		next = r.after(next)
+		n++
+	}
+	return next, n
 }
 
 // cronAfter is the cron schedule's first time after t, read on the wall
@@ -153,10 +210,12 @@ func sameWall(a, w time.Time) bool {
 }
 
 // Skip reports whether the occurrence due at due should not be published
-// under the skip policy: a later occurrence is already due at now, so this
-// one was missed.
+// under the skip policy: it fell due after the series was parked, and a
+// later occurrence is already due at now, so this one was missed. An
+// occurrence due before the series was parked (its first, named by
+// x-deliver-at or x-delay) is never a missed one.
 func (r *Recurrence) Skip(due, now time.Time) bool {
-	if r.Missed != MissedSkip {
+	if r.Missed != MissedSkip || (!r.Parked.IsZero() && !due.After(r.Parked)) {
 		return false
 	}
 	next := r.after(due)
@@ -165,19 +224,46 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 
 // Next returns the occurrence that follows the one due at due, fired at
 // now: its due time and number, and false when the series ends (after
-// Until, past Count, or a schedule with no next time). Under the once and
-// skip policies the occurrences already missed at now are passed over.
+// Until, past Count, or a schedule with no next time).
+//
+// The occurrences due before the series was parked are passed over
+// outright (a series anchored in 1970 fires once, then goes on at its next
+// time after the parking time). Of those due after parking and missed
+// while nothing fired: once and skip pass over them (once fired the one at
+// due for them all, skip fires none), all fires each of the MissedMax most
+// recent. Finding the next one costs the same however far back the series
+// is anchored (step).
 func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
-	n := r.N + 1
-	next := r.after(due)
-	if r.Missed != MissedAll {
-		for i := 0; !next.IsZero() && !next.After(now); i++ {
-			if i == maxSkip {
-				next = r.after(now)
-				break
+	var next time.Time
+	var n int
+	switch {
+	case r.Every > 0:
+		from := due
+		if due.Before(r.Parked) {
+			from = r.Parked // due before parking: passed over
+		}
+		next = r.after(from)
+		n = r.number(next)
+	case due.Before(r.Parked):
+		// Passed over at once, not walked: a cron schedule's numbers then
+		// count from its first occurrence (maxWalk).
+		next, n = r.after(r.Parked), r.N+1
+	default:
+		next, n = r.after(due), r.N+1
+	}
+	if !next.After(now) { // missed while nothing fired
+		keep := r.missedMax()
+		switch {
+		case r.Missed != MissedAll:
+			next, n = r.step(next, n, now)
+		case r.Every > 0:
+			if last := r.number(now); last-n+1 > keep {
+				// Only the most recent keep of them: the first of those.
+				n = last - keep + 1
+				next = r.Anchor.Add(time.Duration(n-1) * r.Every)
 			}
-			next = r.after(next)
-			n++
+		default:
+			next, n = r.recentCron(next, n, now, keep)
 		}
 	}
 	switch {
@@ -187,6 +273,53 @@ func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 		return time.Time{}, 0, false
 	}
 	return next.Truncate(time.Millisecond), n, true
+}
+
+func (r *Recurrence) missedMax() int {
+	if r.MissedMax > 0 {
+		return r.MissedMax
+	}
+	return DefaultMissedMax
+}
+
+// recentCron is, for a cron schedule whose occurrence next (number n) and
+// more until now were missed, the first of the keep most recent of them. It
+// walks at most maxWalk occurrences from next; past that it looks back from
+// now in windows that double (a cron schedule has no previous time), and
+// numbers from the last walked one.
+func (r *Recurrence) recentCron(next time.Time, n int, now time.Time, keep int) (time.Time, int) {
+	ring := make([]time.Time, 0, keep)
+	t, k := next, n
+	for i := 0; !t.IsZero() && !t.After(now); i++ {
+		if i == maxWalk {
+			return r.recentBefore(now, keep), k + 1
+		}
+		if len(ring) == keep {
+			ring = ring[1:]
+		}
+		ring = append(ring, t)
+		t = r.after(t)
+		k++
+	}
+	return ring[0], k - len(ring)
+}
+
+// recentBefore is the first of the keep most recent occurrences at or
+// before now (of a cron schedule), or the next one after now when there is
+// none within a century.
+func (r *Recurrence) recentBefore(now time.Time, keep int) time.Time {
+	for window := time.Minute; window < 100*365*24*time.Hour; window *= 2 {
+		var recent []time.Time
+		for x := r.after(now.Add(-window)); !x.IsZero() && !x.After(now); x = r.after(x) {
+			if recent = append(recent, x); len(recent) > keep {
+				recent = recent[1:]
+			}
+		}
+		if len(recent) == keep {
+			return recent[0]
+		}
+	}
+	return r.after(now)
 }
 
 // String is the schedule as the API and the CLI show it.
@@ -214,7 +347,7 @@ func (r *Recurrence) String() string {
 // of occurrence 1: the time x-delay or x-deliver-at gave (hasDue), else the
 // schedule's first time after base (the publish time). The reason says
 // what is wrong, for a rejection.
-func recurrence(h Headers, base, due time.Time, hasDue bool, missed Missed) (r *Recurrence, first time.Time, reason string) {
+func recurrence(h Headers, base, due time.Time, hasDue bool, route *Route, parked time.Time) (r *Recurrence, first time.Time, reason string) {
 	every, hasEvery := h.Get(HeaderEvery)
 	spec, hasCron := h.Get(HeaderCron)
 	zone, hasZone := h.Get(HeaderTimeZone)
@@ -228,8 +361,10 @@ func recurrence(h Headers, base, due time.Time, hasDue bool, missed Missed) (r *
 		return nil, first, ""
 	case hasEvery && hasCron:
 		return nil, first, fmt.Sprintf("both %s and %s given; give one", HeaderEvery, HeaderCron)
+	case route.NoRecurring:
+		return nil, first, fmt.Sprintf("the route of ingest %q refuses recurring messages (route.recurring: false)", route.Ingest)
 	}
-	r = &Recurrence{N: 1, Missed: missed}
+	r = &Recurrence{N: 1, Missed: route.Missed, MissedMax: route.MissedMax, Parked: parked}
 	if hasEvery {
 		d, err := time.ParseDuration(strings.TrimSpace(every))
 		switch {

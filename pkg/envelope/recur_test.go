@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,72 @@ func TestNeverEarly(t *testing.T) {
 	d = Parse(&Incoming{Headers: hdrs(HeaderDelay, "5ms"), PublishedAt: pub}, testRoute(), testLimits, now, nil)
 	if m := mustPark(t, d); m.DueAt.Before(pub.Add(5*time.Millisecond)) || m.DueAt.Sub(pub.Add(5*time.Millisecond)) >= time.Millisecond {
 		t.Fatalf("x-delay from a publish time with nanoseconds: %v", m.DueAt)
+	}
+}
+
+// Recurring schedules have bounds (CONTRACT, third round): a series
+// anchored in 1970 fires its first occurrence once, then goes on at its
+// next time after it was parked, numbered from the anchor; only what fell
+// due after parking can be missed, and all publishes the missed_max most
+// recent of those.
+func TestSeriesAnchoredInThePast(t *testing.T) {
+	parked := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	anchor := time.Unix(0, 0).UTC()
+	for _, missed := range []Missed{MissedOnce, MissedAll, MissedSkip} {
+		r := &Recurrence{Every: time.Second, Anchor: anchor, N: 1, Missed: missed, Parked: parked}
+		if r.Skip(anchor, parked) {
+			t.Errorf("%d: the first occurrence, due before parking, is skipped", missed)
+		}
+		next, n, ok := r.Next(anchor, parked)
+		wantN := int(parked.Sub(anchor)/time.Second) + 2
+		if !ok || !next.Equal(parked.Add(time.Second)) || n != wantN {
+			t.Errorf("%d: after the 1970 occurrence: %v #%d %v, want %v #%d", missed, next, n, ok, parked.Add(time.Second), wantN)
+		}
+	}
+	// Ten minutes down after parking: all publishes the 100 most recent.
+	r := &Recurrence{Every: time.Second, Anchor: anchor, N: 1, Missed: MissedAll, MissedMax: 100, Parked: parked}
+	due := parked.Add(time.Second)
+	r.N = int(due.Sub(anchor)/time.Second) + 1
+	now := due.Add(10 * time.Minute)
+	next, n, ok := r.Next(due, now)
+	if !ok || !next.Equal(now.Add(-99*time.Second)) || n != int(next.Sub(anchor)/time.Second)+1 {
+		t.Fatalf("missed all after downtime: %v #%d %v, want %v", next, n, ok, now.Add(-99*time.Second))
+	}
+	// The same for a cron schedule in a zone with daylight saving.
+	c := &Recurrence{Cron: "* * * * * *", TimeZone: "America/New_York", Anchor: anchor, N: 1, Missed: MissedAll, MissedMax: 100, Parked: parked}
+	next, _, ok = c.Next(anchor, parked)
+	if !ok || !next.Equal(parked.Add(time.Second)) {
+		t.Fatalf("cron after the 1970 occurrence: %v %v", next, ok)
+	}
+	next, _, ok = c.Next(parked.Add(time.Second), now)
+	if !ok || !next.Equal(now.Add(-99*time.Second)) {
+		t.Fatalf("cron, missed all after downtime: %v %v, want %v", next, ok, now.Add(-99*time.Second))
+	}
+	// Skip: an occurrence due after parking and overtaken is skipped.
+	s := &Recurrence{Every: time.Second, Anchor: anchor, N: 1, Missed: MissedSkip, Parked: parked}
+	if !s.Skip(parked.Add(time.Second), parked.Add(5*time.Second)) {
+		t.Error("an occurrence missed after parking is not skipped")
+	}
+}
+
+// BenchmarkNextAnchored: finding the next occurrence costs the same
+// however far back the series is anchored (issue 25: a cron message
+// anchored in 1970 cost 0.76 s of CPU).
+func BenchmarkNextAnchored(b *testing.B) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name   string
+		anchor time.Time
+	}{{"1970", time.Unix(0, 0).UTC()}, {"now", now}} {
+		for _, missed := range []Missed{MissedOnce, MissedAll} {
+			b.Run(fmt.Sprintf("cron_every_second_new_york/anchored_%s/missed_%d", c.name, missed), func(b *testing.B) {
+				for b.Loop() {
+					r := &Recurrence{Cron: "* * * * * *", TimeZone: "America/New_York", Anchor: c.anchor, N: 1, Missed: missed, Parked: now}
+					if _, _, ok := r.Next(c.anchor, now.Add(time.Minute)); !ok {
+						b.Fatal("no next")
+					}
+				}
+			})
+		}
 	}
 }

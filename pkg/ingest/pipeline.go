@@ -228,9 +228,14 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			rejects = append(rejects, store.Rejected{Message: d.Message, Reason: d.Reason})
 			codes = append(codes, d.Code)
 		case envelope.Cancel:
-			if err := pl.park(ctx, parks); err != nil {
+			over, err := pl.park(ctx, parks)
+			if err != nil {
 				pl.nackAll(batch, err)
 				return
+			}
+			for _, m := range over {
+				rejects = append(rejects, store.Rejected{Message: m, Reason: envelope.ReasonMaxSeries})
+				codes = append(codes, envelope.CodeMaxSeries)
 			}
 			parks = parks[:0]
 			found, err := pl.cancel(ctx, d.CancelID)
@@ -258,13 +263,18 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			codes = append(codes, envelope.CodeCancelUnknown)
 		case envelope.CancelGroup:
 			// Like a cancel, it sees every park before it in the batch.
-			if err := pl.park(ctx, parks); err != nil {
+			over, err := pl.park(ctx, parks)
+			if err != nil {
 				pl.nackAll(batch, err)
 				return
 			}
+			for _, m := range over {
+				rejects = append(rejects, store.Rejected{Message: m, Reason: envelope.ReasonMaxSeries})
+				codes = append(codes, envelope.CodeMaxSeries)
+			}
 			parks = parks[:0]
 			var n int
-			err := pl.retry(ctx, "cancel_group", func() (err error) {
+			err = pl.retry(ctx, "cancel_group", func() (err error) {
 				n, err = pl.p.Store.CancelGroup(ctx, d.Group)
 				return err
 			})
@@ -276,9 +286,14 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			pl.log.Debug("group cancelled", "group", d.Group, "messages", n, "by", d.Message.ID)
 		}
 	}
-	if err := pl.park(ctx, parks); err != nil {
+	over, err := pl.park(ctx, parks)
+	if err != nil {
 		pl.nackAll(batch, err)
 		return
+	}
+	for _, m := range over {
+		rejects = append(rejects, store.Rejected{Message: m, Reason: envelope.ReasonMaxSeries})
+		codes = append(codes, envelope.CodeMaxSeries)
 	}
 	if err := pl.reject(ctx, rejects, codes); err != nil {
 		pl.nackAll(batch, err)
@@ -292,15 +307,16 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 }
 
 // park parks msgs in one round trip (retrying while Redis is down) and tells
-// the scheduler about the new ones.
-func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
+// the scheduler about the new ones. It returns the new recurring series it
+// could not park for limits.max_series, to reject.
+func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (over []*envelope.Message, err error) {
 	if len(msgs) == 0 {
-		return nil
+		return nil, nil
 	}
 	if pl.p.Capacity != nil {
 		// Room comes back as messages fire: look again often.
 		if err := pl.retryEvery(ctx, "capacity", 500*time.Millisecond, func() error { return pl.p.Capacity(ctx, len(msgs)) }); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var spans []tracing.Span
@@ -312,7 +328,7 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 	}
 	start := time.Now()
 	var results []store.ParkResult
-	err := pl.retry(ctx, "park", func() (err error) {
+	err = pl.retry(ctx, "park", func() (err error) {
 		results, err = pl.p.Store.Park(ctx, msgs)
 		return err
 	})
@@ -320,7 +336,7 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 		sp.End(err)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pl.p.Metrics.ParkDuration.Observe(time.Since(start).Seconds())
 	pl.p.Metrics.ParkBatchSize.Observe(float64(len(msgs)))
@@ -341,6 +357,8 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 		case store.NotNewer:
 			counts[3]++
 			pl.log.Debug("replacement not newer than the parked message, ignored", "id", m.ID)
+		case store.OverSeries:
+			over = append(over, m)
 		default: // Known, Duplicate
 			counts[2]++
 			pl.log.Debug("message already parked or delivered, ignored", "id", m.ID, "result", r)
@@ -351,7 +369,7 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) error {
 			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, result).Add(float64(counts[i]))
 		}
 	}
-	return nil
+	return over, nil
 }
 
 // cancel cancels a parked message; found is false for an unknown ID.

@@ -35,6 +35,9 @@ import (
 //	                           claim: each claim's lease ends at least 1 ms
 //	                           after the one before, so that a lease's expiry
 //	                           identifies it alone
+//	<prefix>:{N}:series set    the IDs of the shard's live recurring series
+//	                           (parked or in flight, not dead), bounded by
+//	                           its share of limits.max_series
 //	<prefix>:{N}:done:<L>:<log>:<ID>
 //	                           integer with a TTL: a delivered message of that
 //	                           ID read from log (L bytes long; "" without one),
@@ -101,6 +104,9 @@ func (k Keys) Next(shard int) string { return k.shardKey(shard, "next") }
 
 // Lease is the expiry of a shard's last claim.
 func (k Keys) Lease(shard int) string { return k.shardKey(shard, "lease") }
+
+// Series is the set of a shard's live recurring series.
+func (k Keys) Series(shard int) string { return k.shardKey(shard, "series") }
 
 // Done is the key that remembers a delivered message of ID id read from
 // log (envelope.Origin.Log, "" for none) for the dedupe window.

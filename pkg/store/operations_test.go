@@ -586,3 +586,53 @@ func TestFollowerOfAMessageInFlight(t *testing.T) {
 		t.Fatalf("after the death: %s %s", info.Message.Body, info.State)
 	}
 }
+
+// TestMaxSeries: limits.max_series bounds the live recurring series (a
+// shard's share each): a new series past it is OverSeries and not parked;
+// a series leaves the count when it ends, is cancelled or dies, and the
+// count is Stats.Series.
+func TestMaxSeries(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1, MaxSeries: 3})
+	series := func(id string) *envelope.Message {
+		m := msg(id, time.Now().Add(-time.Millisecond))
+		m.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: m.DueAt, N: 1}
+		return m
+	}
+	count := func(want int64) {
+		t.Helper()
+		st, err := s.Stats(ctx)
+		if err != nil || st.Series != want {
+			t.Fatalf("Stats.Series = %d (%v), want %d", st.Series, err, want)
+		}
+	}
+	park(t, s, store.Parked, series("a"), series("b"), series("c"))
+	park(t, s, store.OverSeries, series("d"))
+	park(t, s, store.Known, series("a")) // the same series again: not a new one
+	park(t, s, store.Parked, msg("one-shot", time.Now().Add(time.Hour)))
+	count(3)
+	if err := s.Cancel(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	count(2)
+	park(t, s, store.Parked, series("d"))
+	count(3)
+	// Claim them all: the series of a ends, c dies, d goes on.
+	c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 3 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	next := *series("d")
+	next.DueAt, next.Recur.N = next.DueAt.Add(time.Minute), 2
+	if _, err := s.Ack(ctx, c, []store.Done{{ID: "a"}, {ID: "d", Next: &next}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkDead(ctx, c, []store.Failure{{ID: "c", Reason: "refused"}}); err != nil {
+		t.Fatal(err)
+	}
+	count(1)
+	park(t, s, store.Parked, series("e"), series("f"))
+	park(t, s, store.OverSeries, series("g"))
+	count(3)
+}

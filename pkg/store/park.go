@@ -25,7 +25,8 @@ const (
 	Duplicate    ParkResult = 3 // a re-read of the message of that ID delivered within the dedupe window (envelope.Origin)
 	Queued       ParkResult = 4 // waits behind the version in flight: a newer replacement, parked when that one is done; or a new message of its ID, parked when it is delivered
 	NotNewer     ParkResult = 5 // Message.Replace but not newer than the parked one, which stays (envelope.Origin)
-	maxParkValue            = NotNewer
+	OverSeries   ParkResult = 6 // a new recurring series past limits.max_series: not parked (the caller rejects it)
+	maxParkValue            = OverSeries
 )
 
 // Accepted reports whether the message is now in Redis as sent (parked,
@@ -46,6 +47,8 @@ func (r ParkResult) String() string {
 		return "queued"
 	case NotNewer:
 		return "not_newer"
+	case OverSeries:
+		return "over_max_series"
 	}
 	return "unknown"
 }
@@ -75,6 +78,9 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 		for _, i := range index[c] {
 			calls[c].keys = append(calls[c].keys, s.keys.Done(calls[c].shard, msgs[i].ID, msgs[i].Origin.Log))
 		}
+	}
+	for c := range calls {
+		calls[c].args = append([]any{s.seriesQuota}, calls[c].args...)
 	}
 	cmds := s.runEach(ctx, "park", parkScript, calls)
 	res := make([]ParkResult, len(msgs))

@@ -55,6 +55,7 @@ type Stats struct {
 	Due    int64
 	Dead   int64
 	Held   int64 // parked and held for a sink that is down or paused
+	Series int64 // live recurring series (limits.max_series)
 	Shards []ShardStats
 	// OldestDue is the lowest due time over all shards that is <= now, zero
 	// when nothing is due (held messages included).
@@ -98,7 +99,7 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store.stats shard %d: %w", i, err)
 		}
-		if len(res) != 11 {
+		if len(res) != 12 {
 			return nil, fmt.Errorf("store.stats shard %d: unexpected reply of %d items", i, len(res))
 		}
 		ss := ShardStats{Shard: i, Parked: res[0], Due: res[1], Dead: res[2]}
@@ -112,6 +113,7 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		st.Due += ss.Due
 		st.Dead += ss.Dead
 		st.Held += res[4]
+		st.Series += res[11]
 		st.Shards[i] = ss
 		b := res[5:]
 		st.DueIn.Overdue += b[0]

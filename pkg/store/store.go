@@ -30,11 +30,13 @@ type Store struct {
 	scriptKeys sync.Map // scriptShard -> the KEYS of a script on a shard, built once
 	shards     int
 	maxDead    int // dead messages kept per shard
-	dedupe     time.Duration
-	noFlags    bool // the Redis cannot read script flags (before 7.0, miniredis)
-	observe    func(op string, d time.Duration, err error)
-	codec      envelope.Codec
-	cursor     cursorCache // the deployment's cursor key (browse.go)
+	// seriesQuota is each shard's share of limits.max_series (0: no bound)
+	seriesQuota int64
+	dedupe      time.Duration
+	noFlags     bool // the Redis cannot read script flags (before 7.0, miniredis)
+	observe     func(op string, d time.Duration, err error)
+	codec       envelope.Codec
+	cursor      cursorCache // the deployment's cursor key (browse.go)
 }
 
 // Options configure a Store.
@@ -51,6 +53,12 @@ type Options struct {
 	// (ceil(MaxDead/Shards) each); beyond it the oldest of a shard are
 	// deleted. 0 keeps them all.
 	MaxDead int
+
+	// MaxSeries bounds the live recurring series (limits.max_series): each
+	// shard holds at most its share, ceil(MaxSeries/Shards) (a message's
+	// shard is a hash of its ID, so the shares fill evenly), and Park
+	// refuses a new series past it (OverSeries). 0: no bound.
+	MaxSeries int64
 
 	// Observe, when set, is called after every script with its name,
 	// duration and error (for metrics).
@@ -85,6 +93,9 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	}
 	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, dedupe: o.DedupeWindow, observe: o.Observe,
 		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags}
+	if o.MaxSeries > 0 {
+		s.seriesQuota = (o.MaxSeries + int64(o.Shards) - 1) / int64(o.Shards)
+	}
 	return s
 }
 

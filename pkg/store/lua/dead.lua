@@ -1,5 +1,5 @@
 --[[ dead: moves messages of a lease to the dead set.
---! keys: pool dead next
+--! keys: pool dead next series
 --! firing
 --! include: time due meta life
 
@@ -28,6 +28,7 @@ for i = 3, #ARGV, 2 do
     else
       redis.call('ZADD', K.dead, now, id)
       setmeta(id, a + 1, now, p, ARGV[i + 1])
+      redis.call('SREM', K.series, id) -- a dead series is not a live one
     end
     n = n + 1
   end

@@ -1,11 +1,12 @@
 --[[ park: parks messages that are not known yet, and replaces those asked
 to when they are newer. Run by Store.Park for every path that parks
 (ingest, the admin API, import).
---! keys: pool meta dead next
---! include: blob due group identity life
+--! keys: pool meta dead next series
+--! include: blob due group identity life series
 
 KEYS    the shard's keys above, then per message its dedupe key (Keys.Done)
-ARGV    per message 8 values: ID, due time (Unix ms), priority (0-9),
+ARGV[1] the shard's share of limits.max_series (0: no bound)
+ARGV[2..] per message 8 values: ID, due time (Unix ms), priority (0-9),
         encoded message, replace (1 or 0), group ('' none), what a delivery
         of it leaves in its dedupe key (doneMark: its position in its log or
         its content print, '' none), redelivered (1: its broker says it
@@ -16,15 +17,17 @@ returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         DUPLICATE, a re-read of the message of that ID delivered within the
         dedupe window; QUEUED, waits behind the version in flight (a
         replacement, or a new message of that ID: a follower, Keys.Next);
-        NOTNEWER than the one parked, which stays
+        NOTNEWER than the one parked, which stays; OVERSERIES, a new
+        recurring series past the shard's share of limits.max_series
 
 What a re-read is and which version is newer is stated by reread and
 newer (lib/identity.lua), here and nowhere else.
 ]]
 
+local quota = tonumber(ARGV[1])
 local out = {}
 local j = 0
-for i = 1, #ARGV, 8 do
+for i = 2, #ARGV, 8 do
   j = j + 1
   local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
   local group = ARGV[i + 5]
@@ -32,9 +35,12 @@ for i = 1, #ARGV, 8 do
   local r = R.KNOWN
   if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
     r = R.DUPLICATE
+  elseif quota > 0 and blobinfo(blob).recur and redis.call('HEXISTS', K.pool, id) == 0 and seriesfull(quota) then
+    r = R.OVERSERIES
   elseif redis.call('HSETNX', K.pool, id, blob) == 1 then
     redis.call('ZADD', zkey(prio), due, id)
     groupadd(group, id)
+    if blobinfo(blob).recur then redis.call('SADD', K.series, id) end
     r = R.PARKED
   elseif ARGV[i + 4] == '1' then
     local old = blobinfo(redis.call('HGET', K.pool, id))
@@ -57,6 +63,7 @@ for i = 1, #ARGV, 8 do
       redis.call('HSET', K.pool, id, blob)
       redis.call('ZADD', zkey(prio), band + tonumber(due), id)
       groupadd(group, id)
+      series(id, blobinfo(blob))
       r = R.REPLACED
     end
   else

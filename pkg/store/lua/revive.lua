@@ -2,7 +2,7 @@
 count reset.
 --! firing
 --! keys: pool meta dead
---! include: time meta due
+--! include: time blob meta due series
 
 ARGV[1]   message ID
 returns   1 if it was dead and is scheduled now, 0 if it was not dead
@@ -15,4 +15,5 @@ local _, _, p = meta(redis.call('HGET', K.meta, id))
 redis.call('HDEL', K.meta, id)
 if redis.call('HEXISTS', K.pool, id) == 0 then return 0 end
 redis.call('ZADD', zkey(p), servertime(), id)
+series(id, blobinfo(redis.call('HGET', K.pool, id)))
 return 1

@@ -1,16 +1,16 @@
 --[[ stats: counts one shard.
---! keys: dead
+--! keys: dead series
 --! include: due
 
 ARGV[1]    now (Unix ms, Redis time, the same for every shard)
 ARGV[2..5] upper bounds of the buckets after overdue (1m, 5m, 1h, 24h)
 ARGV[6]    how many hold bands are in use
 returns    {parked, due, dead, oldest due or -1, held, then the six buckets:
-           overdue, 1m, 5m, 1h, 24h, later}
+           overdue, 1m, 5m, 1h, 24h, later, then the live recurring series}
 ]]
 
 local now = tonumber(ARGV[1])
-local out = {0, 0, redis.call('ZCARD', K.dead), -1, 0, 0, 0, 0, 0, 0, 0}
+local out = {0, 0, redis.call('ZCARD', K.dead), -1, 0, 0, 0, 0, 0, 0, 0, redis.call('SCARD', K.series)}
 local bands = tonumber(ARGV[6])
 for p = 0, maxprio() do
   local key = zkey(p)

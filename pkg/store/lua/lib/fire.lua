@@ -1,7 +1,7 @@
 --[[ fire: claiming due messages and acking delivered ones, the per-message
 path of the scheduler (claim, claimack and ack).
 --! keys: pool meta next lease
---! include: time blob bulk meta due group life
+--! include: time blob bulk meta due group life series
 ]]
 
 -- fmtscore formats a due-set score exactly (Lua's own number to string
@@ -53,6 +53,7 @@ local function acklease(expiry, window, args, from, to, keybase)
   for p, ids in pairs(zgone) do callmany('ZREM', zkey(p), ids) end
   callmany('HDEL', K.pool, gone)
   callmany('HDEL', K.meta, gone)
+  seriesgone(gone) -- a series that ended
   return n
 end
 

@@ -1,6 +1,6 @@
 --[[ life: forgetting a message, trimming the dead, promoting what waited.
---! keys: pool meta dead next
---! include: blob group identity due
+--! keys: pool meta dead next series
+--! include: blob group identity due series
 ]]
 
 -- forget deletes everything of a message but its dead entry, which the
@@ -9,7 +9,9 @@ local function forget(id, blob)
   redis.call('HDEL', K.pool, id)
   redis.call('HDEL', K.meta, id)
   redis.call('HDEL', K.next, id)
-  groupdel(blobinfo(blob).group, id)
+  local info = blobinfo(blob)
+  groupdel(info.group, id)
+  if info.recur then redis.call('SREM', K.series, id) end
 end
 local function trimdead(max)
   local n = redis.call('ZCARD', K.dead)
@@ -26,4 +28,5 @@ local function promote(id, blob)
   redis.call('HSET', K.pool, id, blob)
   redis.call('ZADD', zkey(info.prio), info.due, id)
   groupadd(info.group, id)
+  series(id, info)
 end
