@@ -48,9 +48,14 @@ func (e *HTTPError) Error() string {
 	return fmt.Sprintf("admin API: %d %s: %s", e.Status, http.StatusText(e.Status), e.Reason)
 }
 
-// do sends a request (a JSON body when in is not nil) and decodes a JSON
-// answer into out (when not nil).
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+// do calls an operation of the table (routes.go): params fill its path's
+// parameters (URL-encoded), in is the JSON body (none when nil), out what
+// a JSON answer is decoded into (none when nil).
+func (c *Client) do(ctx context.Context, o op, params []string, q url.Values, in, out any) error {
+	path := o.path
+	for i := 0; i+1 < len(params); i += 2 {
+		path = strings.Replace(path, "{"+params[i]+"}", url.PathEscape(params[i+1]), 1)
+	}
 	var body io.Reader
 	if in != nil {
 		raw, err := json.Marshal(in)
@@ -63,7 +68,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	req, err := http.NewRequestWithContext(ctx, o.method, u, body)
 	if err != nil {
 		return err
 	}
@@ -83,28 +88,37 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
-	if resp.StatusCode >= 300 {
+	if resp.StatusCode != o.status {
 		return answerError(resp.StatusCode, raw)
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("admin API: unexpected answer to %s %s: %w", method, path, err)
+			return fmt.Errorf("admin API: unexpected answer to %s %s: %w", o.method, path, err)
 		}
 	}
 	return nil
 }
 
+// call is do for an operation that answers a view.
+func invoke[T any](ctx context.Context, c *Client, o op, params []string, q url.Values, in any) (*T, error) {
+	var v T
+	if err := c.do(ctx, o, params, q, in, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // answerError turns an error answer back into the operation's error.
 func answerError(status int, raw []byte) error {
-	var e errorResponse
-	if json.Unmarshal(raw, &e) != nil || e.Error == "" {
-		e.Error = http.StatusText(status)
+	var e ErrorBody
+	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
+		e.Message = http.StatusText(status)
 	}
 	kind := map[int]error{http.StatusNotFound: ops.ErrNotFound, http.StatusConflict: ops.ErrConflict, http.StatusBadRequest: ops.ErrInvalid}[status]
 	if kind == nil {
-		return &HTTPError{Status: status, Reason: e.Error}
+		return &HTTPError{Status: status, Reason: e.Message}
 	}
-	return &ops.Error{Kind: kind, Reason: e.Error, DueAt: e.DueAt}
+	return &ops.Error{Kind: kind, Reason: e.Message, Field: e.Field, DueAt: e.DueAt}
 }
 
 // IsUnauthorized reports whether err is the API's 401: no token, or not the
@@ -114,36 +128,33 @@ func IsUnauthorized(err error) bool {
 	return errors.As(err, &he) && he.Status == http.StatusUnauthorized
 }
 
-func esc(s string) string { return url.PathEscape(s) }
+func id(v string) []string { return []string{"id", v} }
 
-// Inspect implements ops.Operations.
-func (c *Client) Inspect(ctx context.Context, id string, content bool) (*ops.MessageView, error) {
-	var v ops.MessageView
-	return &v, c.do(ctx, http.MethodGet, "/v1/messages/"+esc(id), contentQuery(content), nil, &v)
-}
-
-// InspectDead implements ops.Operations.
-func (c *Client) InspectDead(ctx context.Context, id string, content bool) (*ops.MessageView, error) {
-	var v ops.MessageView
-	return &v, c.do(ctx, http.MethodGet, "/v1/dead/"+esc(id), contentQuery(content), nil, &v)
-}
-
-func contentQuery(content bool) url.Values {
-	if !content {
+func content(with bool) url.Values {
+	if !with {
 		return nil
 	}
 	return url.Values{"body": {"true"}}
 }
 
+// Inspect implements ops.Operations.
+func (c *Client) Inspect(ctx context.Context, msg string, with bool) (*ops.MessageView, error) {
+	return invoke[ops.MessageView](ctx, c, opGetMessage, id(msg), content(with), nil)
+}
+
+// InspectDead implements ops.Operations.
+func (c *Client) InspectDead(ctx context.Context, msg string, with bool) (*ops.MessageView, error) {
+	return invoke[ops.MessageView](ctx, c, opGetDead, id(msg), content(with), nil)
+}
+
 // Cancel implements ops.Operations.
-func (c *Client) Cancel(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/messages/"+esc(id), nil, nil, nil)
+func (c *Client) Cancel(ctx context.Context, msg string) error {
+	return c.do(ctx, opCancelMessage, id(msg), nil, nil, nil)
 }
 
 // Post implements ops.Operations.
 func (c *Client) Post(ctx context.Context, req *ops.PostRequest) (*ops.PostedView, error) {
-	var v ops.PostedView
-	return &v, c.do(ctx, http.MethodPost, "/v1/messages", nil, req, &v)
+	return invoke[ops.PostedView](ctx, c, opPostMessage, nil, nil, req)
 }
 
 // listValues is a listing's query as query parameters.
@@ -164,8 +175,8 @@ func listValues(q ops.ListQuery) url.Values {
 	if q.Recurring {
 		v.Set("recurring", "true")
 	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
+	if q.Limit != nil {
+		v.Set("limit", strconv.Itoa(*q.Limit))
 	}
 	set("cursor", q.Cursor)
 	if q.Content {
@@ -176,25 +187,22 @@ func listValues(q ops.ListQuery) url.Values {
 
 // List implements ops.Operations.
 func (c *Client) List(ctx context.Context, q ops.ListQuery) (*ops.ListView, error) {
-	var v ops.ListView
-	return &v, c.do(ctx, http.MethodGet, "/v1/messages", listValues(q), nil, &v)
+	return invoke[ops.ListView](ctx, c, opListMessages, nil, listValues(q), nil)
 }
 
 // Reschedule implements ops.Operations.
-func (c *Client) Reschedule(ctx context.Context, id string, req ops.RescheduleRequest) (*ops.RescheduleView, error) {
-	var v ops.RescheduleView
-	return &v, c.do(ctx, http.MethodPatch, "/v1/messages/"+esc(id), nil, req, &v)
+func (c *Client) Reschedule(ctx context.Context, msg string, req ops.RescheduleRequest) (*ops.RescheduleView, error) {
+	return invoke[ops.RescheduleView](ctx, c, opPatchMessage, id(msg), nil, req)
 }
 
 // Fire implements ops.Operations.
-func (c *Client) Fire(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, "/v1/messages/"+esc(id)+"/fire", nil, nil, nil)
+func (c *Client) Fire(ctx context.Context, msg string) error {
+	return c.do(ctx, opFireMessage, id(msg), nil, nil, nil)
 }
 
 // Stats implements ops.Operations.
 func (c *Client) Stats(ctx context.Context) (*ops.StatsView, error) {
-	var v ops.StatsView
-	return &v, c.do(ctx, http.MethodGet, "/v1/stats", nil, nil, &v)
+	return invoke[ops.StatsView](ctx, c, opStats, nil, nil, nil)
 }
 
 // deadValues is a dead filter as query parameters.
@@ -212,64 +220,65 @@ func deadValues(f ops.DeadFilter) url.Values {
 // ListDead implements ops.Operations.
 func (c *Client) ListDead(ctx context.Context, q ops.DeadQuery) ([]ops.DeadView, error) {
 	v := deadValues(q.DeadFilter)
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
+	if q.Limit != nil {
+		v.Set("limit", strconv.Itoa(*q.Limit))
 	}
-	var out []ops.DeadView
-	return out, c.do(ctx, http.MethodGet, "/v1/dead", v, nil, &out)
+	out, err := invoke[[]ops.DeadView](ctx, c, opListDead, nil, v, nil)
+	if err != nil {
+		return nil, err
+	}
+	return *out, nil
 }
 
 // RetryDead implements ops.Operations.
-func (c *Client) RetryDead(ctx context.Context, id string, req ops.RetryRequest) error {
+func (c *Client) RetryDead(ctx context.Context, msg string, req ops.RetryRequest) error {
 	var in any
 	if req != (ops.RetryRequest{}) {
 		in = req
 	}
-	return c.do(ctx, http.MethodPost, "/v1/dead/"+esc(id)+"/retry", nil, in, nil)
+	return c.do(ctx, opRetryDead, id(msg), nil, in, nil)
 }
 
 // DeleteDead implements ops.Operations.
-func (c *Client) DeleteDead(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/dead/"+esc(id), nil, nil, nil)
+func (c *Client) DeleteDead(ctx context.Context, msg string) error {
+	return c.do(ctx, opDeleteDead, id(msg), nil, nil, nil)
 }
 
 // PurgeDead implements ops.Operations.
 func (c *Client) PurgeDead(ctx context.Context, f ops.DeadFilter) (*ops.PurgedView, error) {
-	var v ops.PurgedView
-	return &v, c.do(ctx, http.MethodDelete, "/v1/dead", deadValues(f), nil, &v)
+	return invoke[ops.PurgedView](ctx, c, opPurgeDead, nil, deadValues(f), nil)
 }
 
 // Group implements ops.Operations.
 func (c *Client) Group(ctx context.Context, key string, q ops.ListQuery) (*ops.GroupView, error) {
 	q.Group = ""
-	var v ops.GroupView
-	return &v, c.do(ctx, http.MethodGet, "/v1/groups/"+esc(key), listValues(q), nil, &v)
+	return invoke[ops.GroupView](ctx, c, opGetGroup, []string{"key", key}, listValues(q), nil)
 }
 
 // CancelGroup implements ops.Operations.
 func (c *Client) CancelGroup(ctx context.Context, key string) (*ops.CancelGroupView, error) {
-	var v ops.CancelGroupView
-	return &v, c.do(ctx, http.MethodDelete, "/v1/groups/"+esc(key), nil, nil, &v)
+	return invoke[ops.CancelGroupView](ctx, c, opCancelGroup, []string{"key", key}, nil, nil)
 }
 
 // Sinks implements ops.Operations.
 func (c *Client) Sinks(ctx context.Context) ([]ops.SinkView, error) {
-	var out []ops.SinkView
-	return out, c.do(ctx, http.MethodGet, "/v1/sinks", nil, nil, &out)
+	out, err := invoke[[]ops.SinkView](ctx, c, opListSinks, nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return *out, nil
 }
 
 // Sink implements ops.Operations.
 func (c *Client) Sink(ctx context.Context, name string) (*ops.SinkView, error) {
-	var v ops.SinkView
-	return &v, c.do(ctx, http.MethodGet, "/v1/sinks/"+esc(name), nil, nil, &v)
+	return invoke[ops.SinkView](ctx, c, opGetSink, []string{"name", name}, nil, nil)
 }
 
 // SetPaused implements ops.Operations.
 func (c *Client) SetPaused(ctx context.Context, name string, paused bool) (*ops.SinkView, error) {
-	action := "/resume"
+	o := opResumeSink
 	if paused {
-		action = "/pause"
+		o = opPauseSink
 	}
-	var v ops.SinkView
-	return &v, c.do(ctx, http.MethodPost, "/v1/sinks/"+esc(name)+action, nil, nil, &v)
+	return invoke[ops.SinkView](ctx, c, o, []string{"name", name}, nil, nil)
 }

@@ -13,7 +13,19 @@ import (
 	"unicode/utf8"
 )
 
-// readJSON reads a request body into dst (a pointer to a struct) as one
+// unmarshalJSON is how the API reads a JSON body (the Unmarshal of its
+// huma format): decodeJSON, the reason as the error.
+func unmarshalJSON(data []byte, v any) error {
+	if _, reason := decodeJSON(data, v); reason != "" {
+		return errors.New(reason)
+	}
+	return nil
+}
+
+// marshalJSON is how the API writes JSON (the Marshal of its huma format).
+func marshalJSON(w io.Writer, v any) error { return EncodeJSON(w, v, "") }
+
+// decodeJSON reads a request body into dst (a pointer to a struct) as one
 // JSON object, more strictly than encoding/json, so that a filter in front
 // of the API and the API read the same request:
 //
@@ -24,15 +36,11 @@ import (
 //   - the body is valid UTF-8 and its strings hold no lone UTF-16
 //     surrogate escape (encoding/json replaces both with U+FFFD; binary
 //     data belongs in base64 fields);
-//   - nothing follows the object, and the body is at most max bytes.
+//   - nothing follows the object (the operation bounds its size).
 //
 // It returns 0 and "" when dst was filled, else the status and the reason
-// to answer. Every admin endpoint that takes JSON reads it with readJSON.
-func readJSON(w http.ResponseWriter, r *http.Request, max int64, dst any) (int, string) {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	if err != nil {
-		return decodeError(err)
-	}
+// to answer. Every operation that takes JSON reads it so.
+func decodeJSON(raw []byte, dst any) (int, string) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return http.StatusBadRequest, "empty request body: send a JSON object"
 	}
@@ -259,12 +267,9 @@ func hex4(b []byte) rune {
 
 // decodeError turns a JSON decoding error into a status and a reason.
 func decodeError(err error) (int, string) {
-	var tooLarge *http.MaxBytesError
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
-	case errors.As(err, &tooLarge):
-		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes; the message body may be at most limits.max_payload_bytes", tooLarge.Limit)
 	case errors.Is(err, io.EOF):
 		return http.StatusBadRequest, "empty request body: send a JSON object"
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):

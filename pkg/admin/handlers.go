@@ -1,18 +1,22 @@
 package admin
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/delaybridge/delaybridge/pkg/ops"
 )
 
-const messagesPrefix = "/v1/messages/"
+// The handlers of the operations (routes.go): each takes what huma bound
+// from the request, calls pkg/ops, and answers its view or its error
+// (failure, the one mapping of errors to statuses).
 
 // The views of the operations, under their old names for callers outside
 // (new code uses pkg/ops).
@@ -23,192 +27,162 @@ type (
 	SinkStatus  = ops.SinkStatus
 )
 
-// errorResponse is every error answer: the sentence, and what a client
-// needs beyond it (a 400's field, a 409's due time).
-type errorResponse struct {
-	Error string `json:"error"`
-	DueAt string `json:"due_at,omitempty"`
+// The parameters of the operations, embedded in their inputs.
+
+// IDParam is the path parameter of a message.
+type IDParam struct {
+	ID string `path:"id" doc:"The message ID, URL-encoded (orders%2F3%2F1234)."`
 }
 
-// fail answers an operation's error: its kind's status and its sentence;
-// any other error is a failure to reach Redis (500).
-func (s *Server) fail(w http.ResponseWriter, err error) {
-	var e *ops.Error
-	if !errors.As(err, &e) {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	status := http.StatusInternalServerError
-	switch {
-	case errors.Is(e, ops.ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(e, ops.ErrConflict):
-		status = http.StatusConflict
-	case errors.Is(e, ops.ErrInvalid):
-		status = http.StatusBadRequest
-	}
-	if rec, ok := w.(*recorder); ok {
-		rec.errMsg = e.Reason
-	}
-	writeJSON(w, status, errorResponse{Error: e.Reason, DueAt: e.DueAt})
+// ContentParam asks for a message's content.
+type ContentParam struct {
+	Content bool `query:"body" doc:"Include the key, headers and body (served only when admin.token is set: 403 otherwise)."`
 }
 
-// answer answers v with status, or the error.
-func answer[T any](s *Server, w http.ResponseWriter, status int, v T, err error) {
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if status == http.StatusNoContent {
-		noContent(w)
-		return
-	}
-	writeJSON(w, status, v)
+// ListParams are the query parameters of a listing; a group's listing
+// takes them all but group.
+type ListParams struct {
+	State       string `query:"state" enum:"scheduled,inflight,dead" doc:"Absent: scheduled and inflight. dead lists the dead messages by time of death."`
+	DueAfter    string `query:"due_after" doc:"Inclusive bound on the due time (of death with state=dead): RFC 3339 or Unix milliseconds."`
+	DueBefore   string `query:"due_before" doc:"Exclusive bound on the due time (of death with state=dead): RFC 3339 or Unix milliseconds."`
+	Sink        string `query:"sink" doc:"Only messages to this sink."`
+	Destination string `query:"destination" doc:"Only messages to this destination."`
+	Ingest      string `query:"ingest" doc:"Only messages from this ingest."`
+	Recurring   bool   `query:"recurring" doc:"Only recurring messages."`
+	Limit       Count  `query:"limit" minimum:"1" maximum:"1000" doc:"Messages per page; default 100."`
+	Cursor      string `query:"cursor" doc:"A page's next_cursor, to continue the listing."`
+	ContentParam
 }
 
-// pathID unescapes the ID part of a path and answers 400 or 404 when there
-// is no ID (the operation checks the ID itself).
-func pathID(w http.ResponseWriter, escaped, usage string) (string, bool) {
-	id, err := url.PathUnescape(escaped)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("the message ID in the path is not validly URL-encoded: %v", err))
-		return "", false
-	}
-	if id == "" {
-		writeError(w, http.StatusNotFound, "no message ID in the path: use "+usage+" with the ID URL-encoded")
-		return "", false
-	}
-	return id, true
+func (f ListParams) query(group string) ops.ListQuery {
+	return ops.ListQuery{State: f.State, DueAfter: f.DueAfter, DueBefore: f.DueBefore, Sink: f.Sink, Destination: f.Destination,
+		Ingest: f.Ingest, Group: group, Recurring: f.Recurring, Limit: f.Limit.given(), Cursor: f.Cursor, Content: f.Content}
 }
 
-// groupKey unescapes the group key of a path.
-func groupKey(w http.ResponseWriter, escaped string) (string, bool) {
-	key, err := url.PathUnescape(escaped)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("the group in the path is not validly URL-encoded: %v", err))
-		return "", false
-	}
-	if key == "" {
-		writeError(w, http.StatusNotFound, "no group in the path: use /v1/groups/{key} with the key URL-encoded")
-		return "", false
-	}
-	return key, true
+type listInput struct {
+	ListParams
+	Group string `query:"group" doc:"Only messages of this group (x-delay-group)."`
 }
 
-// sinkName unescapes the sink name of a path.
-func sinkName(w http.ResponseWriter, escaped string) (string, bool) {
-	name, err := url.PathUnescape(escaped)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("the sink name in the path is not validly URL-encoded: %v", err))
-		return "", false
-	}
-	return name, true
+// DeadParams are the query parameters of GET and DELETE /v1/dead.
+type DeadParams struct {
+	Sink        string `query:"sink" doc:"Only dead messages to this sink."`
+	Destination string `query:"destination" doc:"Only dead messages to this destination."`
+	Ingest      string `query:"ingest" doc:"Only dead messages from this ingest."`
+	Group       string `query:"group" doc:"Only dead messages of this group."`
+	DeadAfter   string `query:"dead_after" doc:"Inclusive bound on the time of death: RFC 3339 or Unix milliseconds."`
+	DeadBefore  string `query:"dead_before" doc:"Exclusive bound on the time of death: RFC 3339 or Unix milliseconds."`
 }
 
-// contentParams are the query parameters of GET /v1/messages/{id} and GET
-// /v1/dead/{id}.
-var contentParams = []string{"body"}
+func (f DeadParams) filter() ops.DeadFilter {
+	return ops.DeadFilter{Sink: f.Sink, Destination: f.Destination, Ingest: f.Ingest, Group: f.Group, DeadAfter: f.DeadAfter, DeadBefore: f.DeadBefore}
+}
 
-// wantContent reads ?body=: whether the answer is to carry the messages'
-// key, headers and body. It answers 400 for a value that is not a boolean
-// and 403 when no token is configured, and then returns ok false.
-func (s *Server) wantContent(w http.ResponseWriter, r *http.Request) (withContent, ok bool) {
-	if v := r.URL.Query().Get("body"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter body=%q is not a boolean; use body=true", v))
-			return false, false
+type listDeadInput struct {
+	DeadParams
+	Limit Count `query:"limit" minimum:"1" maximum:"10000" doc:"How many of the newest; default 100."`
+}
+
+// Count is an integer query parameter that knows whether it was given
+// (huma's ParamWrapper and ParamReactor): limit=0 is refused, an absent
+// limit is the default.
+type Count struct {
+	n   int
+	set bool
+}
+
+// Receiver implements huma.ParamWrapper.
+func (c *Count) Receiver() reflect.Value { return reflect.ValueOf(&c.n).Elem() }
+
+// OnParamSet implements huma.ParamReactor.
+func (c *Count) OnParamSet(isSet bool, _ any) { c.set = isSet }
+
+// Schema implements huma.SchemaProvider.
+func (Count) Schema(huma.Registry) *huma.Schema { return &huma.Schema{Type: "integer"} }
+
+// given is the count, nil when absent.
+func (c Count) given() *int {
+	if !c.set {
+		return nil
+	}
+	return &c.n
+}
+
+// GroupParam is the path parameter of a group.
+type GroupParam struct {
+	Key string `path:"key" doc:"The group (x-delay-group), URL-encoded."`
+}
+
+// SinkParam is the path parameter of a sink.
+type SinkParam struct {
+	Name string `path:"name" doc:"A configured sink's name, URL-encoded."`
+}
+
+// health is the answer of the probes.
+type health struct {
+	Status string `json:"status" enum:"ok,ready,not ready"`
+	Error  string `json:"error,omitempty" doc:"Why it is not ready."`
+}
+
+type readyOutput struct {
+	Status int
+	Body   health
+}
+
+func (s *Server) healthz(ctx context.Context, _ *struct{}) (*body[health], error) {
+	return &body[health]{Body: health{Status: "ok"}}, nil
+}
+
+// readyz answers 200 or 503 with the reason. The reason names the
+// addresses of Redis and the brokers only for a caller with the token:
+// probes need no secret, and a stranger learns why, not where.
+func (s *Server) readyz(ctx context.Context, in *struct {
+	Authorization string `header:"Authorization" hidden:"true"`
+}) (*readyOutput, error) {
+	if s.p.Ready != nil {
+		if err := s.p.Ready(); err != nil {
+			reason := err.Error()
+			if s.p.Token == "" || s.bearerHeader(in.Authorization) != tokenValid {
+				reason = redactAddresses(reason)
+			}
+			return &readyOutput{Status: http.StatusServiceUnavailable, Body: health{Status: "not ready", Error: reason}}, nil
 		}
-		withContent = b
 	}
-	if withContent && s.p.Token == "" {
-		writeError(w, http.StatusForbidden, "a message's key, headers and body are only served when admin.token is set; set it and send \"Authorization: Bearer <admin.token>\"")
-		return false, false
-	}
-	return withContent, true
+	return &readyOutput{Status: http.StatusOK, Body: health{Status: "ready"}}, nil
 }
 
-// checkQuery refuses an unknown or repeated query parameter, so that a
-// misspelt filter does not list everything.
-func checkQuery(w http.ResponseWriter, q url.Values, known []string) bool {
-	for k, vs := range q {
-		if !slices.Contains(known, k) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q; known: %s", k, strings.Join(known, ", ")))
-			return false
-		}
-		if len(vs) > 1 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %q is given %d times; give it once", k, len(vs)))
-			return false
-		}
+// content refuses a message's content when no token is configured.
+func (s *Server) content(c ContentParam) error {
+	if c.Content && s.p.Token == "" {
+		return &ErrorBody{status: http.StatusForbidden,
+			Message: "a message's key, headers and body are only served when admin.token is set; set it and send \"Authorization: Bearer <admin.token>\""}
 	}
-	return true
+	return nil
 }
 
-// intParam reads an integer query parameter; 0 when absent.
-func intParam(w http.ResponseWriter, q url.Values, name string) (int, bool) {
-	v := q.Get(name)
-	if v == "" {
-		return 0, true
+func (s *Server) listMessages(ctx context.Context, in *listInput) (*body[ops.ListView], error) {
+	if err := s.content(in.ContentParam); err != nil {
+		return nil, failure(ctx, err)
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n == 0 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s=%q: give a positive integer", name, v))
-		return 0, false
-	}
-	return n, true
+	v, err := s.ops.List(ctx, in.query(in.Group))
+	return answer(ctx, v, err)
 }
 
-// boolParam reads a boolean query parameter; false when absent.
-func boolParam(w http.ResponseWriter, q url.Values, name string) (bool, bool) {
-	v := q.Get(name)
-	if v == "" {
-		return false, true
-	}
-	b, err := strconv.ParseBool(v)
+type postInput struct {
+	Body ops.PostRequest
+}
+
+type postedOutput struct {
+	Location string `header:"Location" doc:"/v1/messages/{id} of the message."`
+	Body     ops.PostedView
+}
+
+func (s *Server) postMessage(ctx context.Context, in *postInput) (*postedOutput, error) {
+	v, err := s.ops.Post(ctx, &in.Body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s=%q is not a boolean; use %s=true", name, v, name))
-		return false, false
+		return nil, failure(ctx, err)
 	}
-	return b, true
-}
-
-// listParams are the query parameters of GET /v1/messages; a group's
-// listing takes them all but group.
-var listParams = []string{"state", "due_after", "due_before", "sink", "destination", "ingest", "group", "recurring", "limit", "cursor", "body"}
-
-// groupParams are the query parameters of GET /v1/groups/{key}.
-var groupParams = []string{"state", "due_after", "due_before", "sink", "destination", "ingest", "recurring", "limit", "cursor", "body"}
-
-// listQuery reads a listing's query parameters.
-func (s *Server) listQuery(w http.ResponseWriter, r *http.Request, known []string) (ops.ListQuery, bool) {
-	q := r.URL.Query()
-	if !checkQuery(w, q, known) {
-		return ops.ListQuery{}, false
-	}
-	lq := ops.ListQuery{State: q.Get("state"), DueAfter: q.Get("due_after"), DueBefore: q.Get("due_before"),
-		Sink: q.Get("sink"), Destination: q.Get("destination"), Ingest: q.Get("ingest"), Group: q.Get("group"), Cursor: q.Get("cursor")}
-	var ok bool
-	if lq.Recurring, ok = boolParam(w, q, "recurring"); !ok {
-		return lq, false
-	}
-	if lq.Limit, ok = intParam(w, q, "limit"); !ok {
-		return lq, false
-	}
-	if lq.Content, ok = s.wantContent(w, r); !ok {
-		return lq, false
-	}
-	return lq, true
-}
-
-func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
-	if content, ok := s.wantContent(w, r); ok {
-		v, err := s.ops.Inspect(r.Context(), r.PathValue("id"), content)
-		answer(s, w, http.StatusOK, v, err)
-	}
-}
-
-func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
-	answer(s, w, http.StatusNoContent, 0, s.ops.Cancel(r.Context(), r.PathValue("id")))
+	return &postedOutput{Location: "/v1/messages/" + url.PathEscape(v.ID), Body: *v}, nil
 }
 
 // maxRequestBytes caps a POST body: the body may come base64-encoded or
@@ -221,121 +195,145 @@ func (s *Server) maxRequestBytes() int64 {
 	return 2*int64(lim.MaxPayloadBytes) + 2*int64(lim.MaxHeaderBytes) + 64<<10
 }
 
-func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
-	var req ops.PostRequest
-	if status, reason := readJSON(w, r, s.maxRequestBytes(), &req); reason != "" {
-		writeError(w, status, reason)
-		return
+func (s *Server) getMessage(ctx context.Context, in *struct {
+	IDParam
+	ContentParam
+}) (*body[ops.MessageView], error) {
+	if err := s.content(in.ContentParam); err != nil {
+		return nil, failure(ctx, err)
 	}
-	v, err := s.ops.Post(r.Context(), &req)
-	if err == nil {
-		w.Header().Set("Location", messagesPrefix+url.PathEscape(v.ID))
+	v, err := s.ops.Inspect(ctx, in.ID, in.Content)
+	return answer(ctx, v, err)
+}
+
+func (s *Server) patchMessage(ctx context.Context, in *struct {
+	IDParam
+	Body ops.RescheduleRequest
+}) (*body[ops.RescheduleView], error) {
+	v, err := s.ops.Reschedule(ctx, in.ID, in.Body)
+	return answer(ctx, v, err)
+}
+
+func (s *Server) cancelMessage(ctx context.Context, in *IDParam) (*struct{}, error) {
+	return done(ctx, s.ops.Cancel(ctx, in.ID))
+}
+
+func (s *Server) fireMessage(ctx context.Context, in *IDParam) (*struct{}, error) {
+	return done(ctx, s.ops.Fire(ctx, in.ID))
+}
+
+func (s *Server) stats(ctx context.Context, _ *struct{}) (*body[ops.StatsView], error) {
+	v, err := s.ops.Stats(ctx)
+	return answer(ctx, v, err)
+}
+
+func (s *Server) listDead(ctx context.Context, in *listDeadInput) (*body[[]ops.DeadView], error) {
+	v, err := s.ops.ListDead(ctx, ops.DeadQuery{DeadFilter: in.filter(), Limit: in.Limit.given()})
+	return answer(ctx, &v, err)
+}
+
+func (s *Server) purgeDead(ctx context.Context, in *DeadParams) (*body[ops.PurgedView], error) {
+	v, err := s.ops.PurgeDead(ctx, in.filter())
+	return answer(ctx, v, err)
+}
+
+func (s *Server) getDead(ctx context.Context, in *struct {
+	IDParam
+	ContentParam
+}) (*body[ops.MessageView], error) {
+	if err := s.content(in.ContentParam); err != nil {
+		return nil, failure(ctx, err)
 	}
-	answer(s, w, http.StatusCreated, v, err)
+	v, err := s.ops.InspectDead(ctx, in.ID, in.Content)
+	return answer(ctx, v, err)
 }
 
-func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
-	if q, ok := s.listQuery(w, r, listParams); ok {
-		v, err := s.ops.List(r.Context(), q)
-		answer(s, w, http.StatusOK, v, err)
+func (s *Server) deleteDead(ctx context.Context, in *IDParam) (*struct{}, error) {
+	return done(ctx, s.ops.DeleteDead(ctx, in.ID))
+}
+
+func (s *Server) retryDead(ctx context.Context, in *struct {
+	IDParam
+	Body *ops.RetryRequest
+}) (*struct{}, error) {
+	var req ops.RetryRequest
+	if in.Body != nil {
+		req = *in.Body
 	}
+	return done(ctx, s.ops.RetryDead(ctx, in.ID, req))
 }
 
-// maxPatchBytes bounds a PATCH body: three short fields.
-const maxPatchBytes = 64 << 10
-
-func (s *Server) patchMessage(w http.ResponseWriter, r *http.Request) {
-	var req ops.RescheduleRequest
-	if status, reason := readJSON(w, r, maxPatchBytes, &req); reason != "" {
-		writeError(w, status, reason)
-		return
+func (s *Server) getGroup(ctx context.Context, in *struct {
+	GroupParam
+	ListParams
+}) (*body[ops.GroupView], error) {
+	if err := s.content(in.ContentParam); err != nil {
+		return nil, failure(ctx, err)
 	}
-	v, err := s.ops.Reschedule(r.Context(), r.PathValue("id"), req)
-	answer(s, w, http.StatusOK, v, err)
+	v, err := s.ops.Group(ctx, in.Key, in.query(""))
+	return answer(ctx, v, err)
 }
 
-func (s *Server) fireMessage(w http.ResponseWriter, r *http.Request) {
-	answer(s, w, http.StatusNoContent, 0, s.ops.Fire(r.Context(), r.PathValue("id")))
+func (s *Server) cancelGroup(ctx context.Context, in *GroupParam) (*body[ops.CancelGroupView], error) {
+	v, err := s.ops.CancelGroup(ctx, in.Key)
+	return answer(ctx, v, err)
 }
 
-func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	v, err := s.ops.Stats(r.Context())
-	answer(s, w, http.StatusOK, v, err)
+func (s *Server) listSinks(ctx context.Context, _ *struct{}) (*body[[]ops.SinkView], error) {
+	v, err := s.ops.Sinks(ctx)
+	return answer(ctx, &v, err)
 }
 
-// deadParams are the filters of GET and DELETE /v1/dead.
-var deadParams = []string{"sink", "destination", "ingest", "group", "dead_after", "dead_before"}
-
-func deadFilter(q url.Values) ops.DeadFilter {
-	return ops.DeadFilter{Sink: q.Get("sink"), Destination: q.Get("destination"), Ingest: q.Get("ingest"), Group: q.Get("group"),
-		DeadAfter: q.Get("dead_after"), DeadBefore: q.Get("dead_before")}
+func (s *Server) getSink(ctx context.Context, in *SinkParam) (*body[ops.SinkView], error) {
+	v, err := s.ops.Sink(ctx, in.Name)
+	return answer(ctx, v, err)
 }
 
-func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if !checkQuery(w, q, append([]string{"limit"}, deadParams...)) {
-		return
+func (s *Server) pauseSink(ctx context.Context, in *SinkParam) (*body[ops.SinkView], error) {
+	v, err := s.ops.SetPaused(ctx, in.Name, true)
+	return answer(ctx, v, err)
+}
+
+func (s *Server) resumeSink(ctx context.Context, in *SinkParam) (*body[ops.SinkView], error) {
+	v, err := s.ops.SetPaused(ctx, in.Name, false)
+	return answer(ctx, v, err)
+}
+
+// pathValue unescapes the parameter of a path and answers 400 or 404 when
+// there is none to use (the operation checks the value itself).
+func pathValue(w http.ResponseWriter, p *itemPath, escaped string) (string, bool) {
+	what := map[string]string{"id": "the message ID", "key": "the group", "name": "the sink name"}[p.param]
+	v, err := url.PathUnescape(escaped)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s in the path is not validly URL-encoded: %v", what, err))
+		return "", false
 	}
-	limit, ok := intParam(w, q, "limit")
-	if !ok {
-		return
+	if v == "" && p.param != "name" {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no %s in the path: use %s with it URL-encoded", strings.TrimPrefix(what, "the "), p.template))
+		return "", false
 	}
-	v, err := s.ops.ListDead(r.Context(), ops.DeadQuery{DeadFilter: deadFilter(q), Limit: limit})
-	answer(s, w, http.StatusOK, v, err)
+	return v, true
 }
 
-func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if !checkQuery(w, q, deadParams) {
-		return
+// checkQuery refuses an unknown or repeated query parameter of an
+// operation that reads known ones, so that a misspelt filter does not list
+// everything.
+func checkQuery(w http.ResponseWriter, r *http.Request, known []string) bool {
+	for k, vs := range r.URL.Query() {
+		reason := ""
+		switch {
+		case !slices.Contains(known, k):
+			reason = fmt.Sprintf("unknown query parameter %q; known: %s", k, strings.Join(known, ", "))
+		case len(vs) > 1:
+			reason = fmt.Sprintf("query parameter %q is given %d times; give it once", k, len(vs))
+		default:
+			continue
+		}
+		if rec, ok := w.(*recorder); ok {
+			rec.errMsg = reason
+		}
+		writeJSON(w, http.StatusBadRequest, &ErrorBody{Message: reason, Field: k})
+		return false
 	}
-	v, err := s.ops.PurgeDead(r.Context(), deadFilter(q))
-	answer(s, w, http.StatusOK, v, err)
-}
-
-func (s *Server) getDead(w http.ResponseWriter, r *http.Request) {
-	if content, ok := s.wantContent(w, r); ok {
-		v, err := s.ops.InspectDead(r.Context(), r.PathValue("id"), content)
-		answer(s, w, http.StatusOK, v, err)
-	}
-}
-
-func (s *Server) retryDead(w http.ResponseWriter, r *http.Request) {
-	answer(s, w, http.StatusNoContent, 0, s.ops.RetryDead(r.Context(), r.PathValue("id"), ops.RetryRequest{}))
-}
-
-func (s *Server) deleteDead(w http.ResponseWriter, r *http.Request) {
-	answer(s, w, http.StatusNoContent, 0, s.ops.DeleteDead(r.Context(), r.PathValue("id")))
-}
-
-func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
-	if q, ok := s.listQuery(w, r, groupParams); ok {
-		v, err := s.ops.Group(r.Context(), r.PathValue("key"), q)
-		answer(s, w, http.StatusOK, v, err)
-	}
-}
-
-func (s *Server) cancelGroup(w http.ResponseWriter, r *http.Request) {
-	v, err := s.ops.CancelGroup(r.Context(), r.PathValue("key"))
-	answer(s, w, http.StatusOK, v, err)
-}
-
-func (s *Server) listSinks(w http.ResponseWriter, r *http.Request) {
-	v, err := s.ops.Sinks(r.Context())
-	answer(s, w, http.StatusOK, v, err)
-}
-
-func (s *Server) getSink(w http.ResponseWriter, r *http.Request) {
-	v, err := s.ops.Sink(r.Context(), r.PathValue("name"))
-	answer(s, w, http.StatusOK, v, err)
-}
-
-func (s *Server) pauseSink(w http.ResponseWriter, r *http.Request) {
-	v, err := s.ops.SetPaused(r.Context(), r.PathValue("name"), true)
-	answer(s, w, http.StatusOK, v, err)
-}
-
-func (s *Server) resumeSink(w http.ResponseWriter, r *http.Request) {
-	v, err := s.ops.SetPaused(r.Context(), r.PathValue("name"), false)
-	answer(s, w, http.StatusOK, v, err)
+	return true
 }

@@ -1,22 +1,25 @@
 package admin
 
-// The OpenAPI document (openapi.json) against the server: every route the
-// server registers is documented with its parameters and statuses, and
-// every documented operation is served (TestOpenAPIRoutes); then real
-// requests, valid and invalid, go to the real handlers on a real Redis and
-// every request and answer is validated against the document with
-// kin-openapi (TestOpenAPIAnswers), until every status of every route has
-// been seen.
+// The OpenAPI document (generated from the code, openapi.go) against the
+// server: every route the server registers is documented with its
+// parameters and statuses, and every documented operation is served
+// (TestOpenAPIRoutes); then real requests, valid and invalid, go to the
+// real handlers on a real Redis and every request and answer is validated
+// against the document with kin-openapi (TestOpenAPIAnswers), until every
+// status of every route has been seen; openapi.json is the document as
+// generated (TestOpenAPIFileIsGenerated).
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"runtime/pprof"
 	"runtime/trace"
@@ -192,7 +195,7 @@ func TestOpenAPIDriftIsCaught(t *testing.T) {
 			op := path(doc, "/v1/dead").Get
 			op.Parameters = op.Parameters[:0]
 		}, "GET /v1/dead: query parameters [] documented, the route reads [dead_after dead_before destination group ingest limit sink]"},
-		{"path parameter", func(doc *openapi3.T) { path(doc, "/v1/groups/{key}").Parameters = nil },
+		{"path parameter", func(doc *openapi3.T) { path(doc, "/v1/groups/{key}").Delete.Parameters = nil },
 			"DELETE /v1/groups/{key}: path parameters [] documented, the route has [key]"},
 		{"status", func(doc *openapi3.T) { path(doc, "/v1/messages/{id}").Patch.Responses.Delete("409") },
 			"PATCH /v1/messages/{id}: statuses [200 400 401 403 404 413 415 500] documented, the route answers [200 400 401 403 404 409 413 415 500]"},
@@ -476,7 +479,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do(e, a("GET", "/healthz", "", 200))
 	c.do(e, a("GET", "/readyz", "", 200))
 	if r := c.do(e, a("GET", "/openapi.json", "", 200)); !bytes.Equal(r.body, OpenAPI()) {
-		t.Error("/openapi.json is not the embedded document")
+		t.Error("/openapi.json is not the generated document")
 	}
 	c.do(e, with(a("GET", "/openapi.json", "", 200), "Authorization", "")) // no token needed
 	c.do(e, a("GET", "/metrics", "", 200))
@@ -592,6 +595,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do(e, a("POST", "/v1/dead/job%2Fretry/retry", "", 404))
 	c.do(e, a("POST", "/v1/dead/a%E2%80%AEb/retry", "", 400))
 	c.do(e, refused(a("POST", "/v1/dead//retry", "", 404)))
+	c.do(e, either(a("POST", "/v1/dead/C/retry", `{"destination":"`+strings.Repeat("d", 70<<10)+`"}`, 413)))
 	c.do(e, a("DELETE", "/v1/dead/R", "", 204))
 	c.do(e, a("DELETE", "/v1/dead/F", "", 404))
 	c.do(e, a("DELETE", "/v1/dead/%01", "", 400))
@@ -793,5 +797,28 @@ func TestPathParametersUnescaped(t *testing.T) {
 				t.Errorf("POST /v1/sinks/%s/pause: %d %s", url.PathEscape(id), r.status, r.body)
 			}
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite openapi.json from the code")
+
+// openapi.json is what the code generates (a copy for readers and tools:
+// the server serves OpenAPI itself). After a change of a route or a type,
+//
+//	go test ./pkg/admin -run TestOpenAPIFileIsGenerated -update
+//
+// rewrites it.
+func TestOpenAPIFileIsGenerated(t *testing.T) {
+	if *update {
+		if err := os.WriteFile("openapi.json", OpenAPI(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(file, OpenAPI()) {
+		t.Error("openapi.json is not what the code generates; run\n  go test ./pkg/admin -run TestOpenAPIFileIsGenerated -update\nand review the diff")
 	}
 }

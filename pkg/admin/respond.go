@@ -63,12 +63,13 @@ func escapeDeceptive(b []byte) []byte {
 	return out
 }
 
-// writeError answers {"error": reason} with status.
+// writeError answers {"error": reason} with status, outside the
+// operations (guards, 404, 405).
 func writeError(w http.ResponseWriter, status int, reason string) {
 	if rec, ok := w.(*recorder); ok {
 		rec.errMsg = reason
 	}
-	writeJSON(w, status, errorResponse{Error: reason})
+	writeJSON(w, status, &ErrorBody{Message: reason})
 }
 
 // noContent answers 204.

@@ -28,9 +28,10 @@
 // reached by encoding that slash ("%2Fretry"). The same holds for a POST to
 // /v1/messages/{id}/fire, and for /v1/sinks/{name}/pause and /resume.
 //
-// Every route is registered in one table (routes.go), which Routes
-// reports; openapi.json documents them, served at /openapi.json, and
-// openapi_test.go holds the two together.
+// Every route is a row of one table (routes.go), which Routes reports;
+// the OpenAPI document is generated from the handlers' Go types (api.go,
+// openapi.go), served at /openapi.json, and openapi_test.go validates real
+// answers against it.
 package admin
 
 import (
@@ -46,6 +47,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/ops"
@@ -95,9 +98,9 @@ type Server struct {
 	p       Params
 	ops     *ops.Service
 	log     *slog.Logger
-	mux     *http.ServeMux // the fixed paths (routes.go)
-	items   []*itemPath    // the paths with a parameter (routes.go)
-	routes  []Route        // every route registered, for Routes
+	router  *router  // every route (routes.go)
+	api     huma.API // the JSON operations on router (api.go)
+	routes  []Route  // every route registered, for Routes
 	handler http.Handler
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
 	hosts   hostGuard
@@ -122,7 +125,7 @@ func New(p Params) *Server {
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{p: p, log: p.Logger, ops: p.Ops, mux: http.NewServeMux(), token: sha256.Sum256([]byte(p.Token)),
+	s := &Server{p: p, log: p.Logger, ops: p.Ops, router: newRouter(), token: sha256.Sum256([]byte(p.Token)),
 		hosts: newHostGuard(p.AllowedHosts, p.Listen)}
 	if s.ops == nil {
 		s.ops = ops.New(ops.Params{Store: p.Store, Logger: p.Logger})
@@ -131,6 +134,7 @@ func New(p Params) *Server {
 	if p.Pprof && p.Token == "" {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
 	}
+	s.api = s.newAPI()
 	s.register()
 	s.handler = http.HandlerFunc(s.serve)
 	return s
@@ -229,7 +233,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if needsToken(r) && !s.authorized(rec, r) {
 		return
 	}
-	s.route(rec, r)
+	s.router.ServeHTTP(rec, r)
 }
 
 // needsToken reports whether r is for /v1/ or /debug/, however its path is
@@ -274,7 +278,12 @@ const (
 // bearer checks r's bearer token against the configured one (which must be
 // set).
 func (s *Server) bearer(r *http.Request) tokenCheck {
-	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return s.bearerHeader(r.Header.Get("Authorization"))
+}
+
+// bearerHeader checks an Authorization header.
+func (s *Server) bearerHeader(h string) tokenCheck {
+	scheme, got, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(got) == "" {
 		return tokenMissing
 	}
@@ -285,25 +294,4 @@ func (s *Server) bearer(r *http.Request) tokenCheck {
 		return tokenWrong
 	}
 	return tokenValid
-}
-
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// readyz answers 200 or 503 with the reason. The reason names the
-// addresses of Redis and the brokers only for a caller with the token:
-// probes need no secret, and a stranger learns why, not where.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if s.p.Ready != nil {
-		if err := s.p.Ready(); err != nil {
-			reason := err.Error()
-			if s.p.Token == "" || s.bearer(r) != tokenValid {
-				reason = redactAddresses(reason)
-			}
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": reason})
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

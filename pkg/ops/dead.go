@@ -11,12 +11,11 @@ import (
 // ListDead returns the newest dead messages the query selects, newest
 // first.
 func (s *Service) ListDead(ctx context.Context, q DeadQuery) ([]DeadView, error) {
-	limit := q.Limit
-	switch {
-	case limit == 0:
-		limit = DefaultDeadLimit
-	case limit < 1 || limit > MaxDeadLimit:
-		return nil, invalid("limit", "limit %d: give an integer from 1 to %d", q.Limit, MaxDeadLimit)
+	limit := DefaultDeadLimit
+	if q.Limit != nil {
+		if limit = *q.Limit; limit < 1 || limit > MaxDeadLimit {
+			return nil, invalid("limit", "limit %d: give an integer from 1 to %d", limit, MaxDeadLimit)
+		}
 	}
 	var infos []*store.Info
 	if !q.any() {

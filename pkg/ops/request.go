@@ -68,19 +68,19 @@ type PostRequest struct {
 	DeliverAt   Scalar            `json:"deliver_at,omitempty" doc:"due time: RFC 3339 (\"2026-12-01T10:00:00Z\") or integer epoch milliseconds"`
 	Sink        string            `json:"sink" doc:"the name of a configured sink"`
 	Destination string            `json:"destination" doc:"a topic, subject or routing key of the sink; may be a template ({header.NAME})"`
-	ID          *string           `json:"id,omitempty" doc:"the message ID; generated when absent"`
-	Key         *string           `json:"key,omitempty" doc:"the Kafka record key"`
+	ID          *string           `json:"id,omitempty" nullable:"true" doc:"the message ID; generated when absent"`
+	Key         *string           `json:"key,omitempty" nullable:"true" doc:"the Kafka record key"`
 	Headers     map[string]string `json:"headers,omitempty" doc:"headers forwarded to the sink (not control headers)"`
-	Body        *string           `json:"body,omitempty" doc:"the body as text; give this or body_base64 (\"\" for an empty body)"`
-	BodyBase64  *string           `json:"body_base64,omitempty" doc:"the body, standard base64"`
-	Priority    *int              `json:"priority,omitempty" doc:"0 (default) to 9; higher fires first in a backlog"`
-	Group       *string           `json:"group,omitempty" doc:"files the message under a group (x-delay-group)"`
-	Replace     *bool             `json:"replace,omitempty" doc:"replace the message parked under this ID (x-delay-replace)"`
+	Body        *string           `json:"body,omitempty" nullable:"true" doc:"the body as text; give this or body_base64 (\"\" for an empty body)"`
+	BodyBase64  *string           `json:"body_base64,omitempty" nullable:"true" doc:"the body, standard base64"`
+	Priority    *int              `json:"priority,omitempty" nullable:"true" minimum:"0" maximum:"9" doc:"0 (default) to 9; higher fires first in a backlog"`
+	Group       *string           `json:"group,omitempty" nullable:"true" doc:"files the message under a group (x-delay-group)"`
+	Replace     *bool             `json:"replace,omitempty" nullable:"true" doc:"replace the message parked under this ID (x-delay-replace)"`
 	Every       string            `json:"every,omitempty" doc:"recurring: a Go duration of at least 1s (x-delay-every)"`
 	Cron        string            `json:"cron,omitempty" doc:"recurring: a 5- or 6-field cron expression or @hourly... (x-delay-cron)"`
 	TimeZone    string            `json:"timezone,omitempty" doc:"the IANA zone of cron (x-delay-timezone); default UTC"`
 	Until       string            `json:"until,omitempty" doc:"recurring: no occurrence after this time, RFC 3339 (x-delay-until)"`
-	Count       *int              `json:"count,omitempty" doc:"recurring: at most this many occurrences (x-delay-count)"`
+	Count       *int              `json:"count,omitempty" nullable:"true" minimum:"1" doc:"recurring: at most this many occurrences (x-delay-count)"`
 }
 
 // RescheduleRequest is a new due time (PATCH /v1/messages/{id}): a delay
@@ -112,7 +112,7 @@ type ListQuery struct {
 	Ingest      string
 	Group       string
 	Recurring   bool
-	Limit       int    // 1 to store.MaxBrowseLimit; 0: store.DefaultBrowseLimit
+	Limit       *int   // 1 to store.MaxBrowseLimit; nil: store.DefaultBrowseLimit
 	Cursor      string // a page's next_cursor
 	Content     bool   // with each message's key, headers and body
 }
@@ -134,10 +134,12 @@ func (q ListQuery) browse() (store.BrowseQuery, *Error) {
 	if bq.DueBefore, err = timeField("due_before", q.DueBefore); err != nil {
 		return bq, err
 	}
-	if q.Limit != 0 && (q.Limit < 1 || q.Limit > store.MaxBrowseLimit) {
-		return bq, invalid("limit", "limit %d: give an integer from 1 to %d", q.Limit, store.MaxBrowseLimit)
+	if q.Limit != nil {
+		if *q.Limit < 1 || *q.Limit > store.MaxBrowseLimit {
+			return bq, invalid("limit", "limit %d: give an integer from 1 to %d", *q.Limit, store.MaxBrowseLimit)
+		}
+		bq.Limit = *q.Limit
 	}
-	bq.Limit = q.Limit
 	return bq, nil
 }
 
@@ -177,7 +179,7 @@ func (f DeadFilter) browse() (store.BrowseQuery, *Error) {
 // DeadQuery selects a list of dead messages.
 type DeadQuery struct {
 	DeadFilter
-	Limit int // 1 to MaxDeadLimit; 0: DefaultDeadLimit
+	Limit *int // 1 to MaxDeadLimit; nil: DefaultDeadLimit
 }
 
 // timeField reads a time given as RFC 3339 or epoch milliseconds, as

@@ -143,7 +143,7 @@ func (a *app) deadCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
-				views, err := o.ListDead(ctx, ops.DeadQuery{DeadFilter: listF.f, Limit: limit})
+				views, err := o.ListDead(ctx, ops.DeadQuery{DeadFilter: listF.f, Limit: &limit})
 				if err != nil {
 					return failed(err)
 				}

@@ -50,7 +50,7 @@ func (f *listFlags) register(cmd *cobra.Command, group bool) {
 // caller); the operation checks it.
 func (f *listFlags) query() ops.ListQuery {
 	return ops.ListQuery{State: f.state, DueAfter: f.dueAfter, DueBefore: f.dueBefore, Sink: f.sink, Destination: f.destination,
-		Ingest: f.ingest, Recurring: f.recurring, Limit: f.limit, Cursor: f.cursor, Content: f.body}
+		Ingest: f.ingest, Recurring: f.recurring, Limit: &f.limit, Cursor: f.cursor, Content: f.body}
 }
 
 // printPages prints what page returns for q, following the cursor with

@@ -79,6 +79,15 @@ func contentType(name string) string {
 	return "application/octet-stream"
 }
 
+// ContentType returns the Content-Type of the asset at a URL path ("/",
+// "/ui/app.js"), "" when there is none.
+func ContentType(urlPath string) string {
+	if a, ok := assets[urlPath]; ok {
+		return a.ctype
+	}
+	return ""
+}
+
 // Patterns returns the http.ServeMux patterns that Handler answers: "/{$}"
 // for the page and one exact path per asset, so that the mux sends every
 // other path to its own not-found handler.
