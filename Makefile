@@ -24,7 +24,7 @@ build: ## build bin/delaybridge (production: without the dev command's embedded 
 dev: ## run the local quickstart (embedded NATS + Redis + daemon)
 	$(GO) run ./cmd/delaybridge dev
 
-deps: ## install what the tests run (scripts/test-deps.sh): with apt-get redis-server, redis-tools, rabbitmq-server, chromium, prometheus (promtool), systemd (systemd-analyze), zsh, fish, python3-confluent-kafka; helm with go install
+deps: ## install what the tests run (scripts/test-deps.sh): with apt-get redis-server, redis-tools, rabbitmq-server, chromium, prometheus (promtool), systemd (systemd-analyze), zsh, fish, python3-confluent-kafka, curl; helm with go install
 	bash scripts/test-deps.sh
 
 test: deps lint unit fuzz fault-ci ## everything CI runs: deps, gofmt, vet, tests with -race, short fuzzing, the fault suite (smaller)

@@ -1,7 +1,7 @@
 // Package sinktest is the conformance suite of sink adapters: every
 // sinks.Sink (the Sinks of pkg/brokers/natsbroker, kafkabroker, rabbitbroker) runs Run against its real
 // broker, so that they all keep the sink contract the same way (pkg/sinks's
-// Sink, Permanent and Ready, and CONTRACT.md's "What the sink receives").
+// Sink, Permanent and Ready, and "Written on every published message" of docs/reference.md).
 // The idea is watermill's pubsub/tests.TestPubSub: one suite, a Features
 // struct saying what a broker can promise, and a Harness that connects the
 // suite to one adapter.

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// Header names of the contract (../shared/CONTRACT.md). Lookups are
+// Header names of the contract (docs/reference.md, "Headers"). Lookups are
 // case-insensitive.
 const (
 	HeaderDelay       = "x-delay"
@@ -180,7 +180,7 @@ type Message struct {
 
 // Origin is where a message sits in its broker's own order: what tells a
 // re-read from a new message, and a newer version from an older one
-// (../shared/CONTRACT.md, "Identity and order"). The rules are stated once,
+// (docs/reference.md, "The guarantee"). The rules are stated once,
 // in the store's park script (pkg/store, reread and newer), which every
 // path that parks goes through:
 //

@@ -209,7 +209,7 @@ func TestNeverEarly(t *testing.T) {
 	}
 }
 
-// Recurring schedules have bounds (CONTRACT, third round): a series
+// Recurring schedules have bounds (docs/reference.md): a series
 // anchored in 1970 fires its first occurrence once, then goes on at its
 // next time after it was parked, numbered from the anchor; only what fell
 // due after parking can be missed, and all publishes the missed_max most

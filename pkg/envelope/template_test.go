@@ -75,7 +75,7 @@ func TestTemplateExpandMissing(t *testing.T) {
 		{"{source.1}", "", "has 0 dot-separated tokens"},
 		{"{header.nope}", "x", "{header.nope}: the message has no header nope"},
 		// Every placeholder but {source} and {source.N:} is one token
-		// (CONTRACT "Destinations stay in their lane").
+		// (docs/reference.md: destinations stay in their lane).
 		{"{source.2}", "a..c", "{source.2} is empty"},
 		{"fired.{header.empty}.orders", "", "{header.empty} is empty"},
 		{"fired.{header.tenant}", "", `holds the separator`},

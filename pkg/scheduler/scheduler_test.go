@@ -701,7 +701,7 @@ func TestMaxRateDefers(t *testing.T) {
 }
 
 // TestStallingDestination: a destination that does not answer while its
-// sink confirms other messages (CONTRACT "One destination that never
+// sink confirms other messages (docs/reference.md: one destination that never
 // answers") does not block the sink: its message is postponed without
 // counting an attempt, then, from the stallAttempts-th timeout in a row,
 // counts, and ends dead after max_attempts with the reason; the messages to

@@ -11,7 +11,7 @@ import (
 )
 
 // stalls tells a destination that never answers from a sink that is down
-// (../shared/CONTRACT.md, "One destination that never answers"). A publish
+// (docs/reference.md, "The guarantee": one destination that never answers). A publish
 // that timed out while its sink confirmed other messages (in the same
 // publish, or within a publish timeout before) is the destination's fault:
 // the sink is not blocked and its other messages go on. The first

@@ -94,7 +94,7 @@ func TestReadmeExamplesRunAgainstDev(t *testing.T) {
 		t.Skip("bash is not installed")
 	}
 	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl is not installed (the README's admin API examples use it)")
+		t.Fatal("curl is not installed (the README's admin API examples use it): run make deps")
 	}
 	binDir := t.TempDir()
 	if err := os.Symlink(bin, filepath.Join(binDir, "delaybridge")); err != nil {

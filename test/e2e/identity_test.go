@@ -19,7 +19,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// The tests of issue 30, "Identity and order" of ../shared/CONTRACT.md,
+// The tests of issue 30, "Identity and order" (docs/reference.md, "The guarantee"),
 // through the real binary and the three real ingests: a re-read (the same
 // broker message delivered again) of a delivered ID is a duplicate; any
 // other message with that ID, a new publish, parks as new; of two versions
@@ -430,7 +430,7 @@ func TestCeleryStyleRetries(t *testing.T) {
 // TestFractionalDelays: an x-delay that is an AMQP double or float (as
 // amqplib sends 0.1*3*1000, and pika a Python float) or a decimal string
 // with a fraction is accepted and rounded up to the next millisecond
-// (CONTRACT "Fractional delays"); before, each went dead as "neither
+// (docs/reference.md: fractional delays); before, each went dead as "neither
 // integer milliseconds nor a duration".
 func TestFractionalDelays(t *testing.T) {
 	e := newIdentityEnv(t, "")

@@ -13,7 +13,7 @@ import (
 )
 
 // TestRecurringSchedulesHaveBounds is the recurring findings of issue 25
-// through the real binary (CONTRACT "Recurring schedules have bounds"):
+// through the real binary (docs/reference.md: recurring schedules have bounds):
 //   - a series anchored in 1970 (x-deliver-at 0) under missed: all fires its
 //     first occurrence once and goes on at its next time after parking:
 //     a few occurrences in a few seconds, not thousands (before: 6,877 in

@@ -71,7 +71,7 @@ func TestSourceConformance(t *testing.T) {
 			// is requeued.
 			Ordered: true,
 			// The timestamp property has whole seconds: the delay counts
-			// from the ingest (CONTRACT.md), PublishedAt stays zero.
+			// from the ingest (docs/reference.md), PublishedAt stays zero.
 			NativeID:      "message_id",
 			BinaryHeaders: true,
 		},
