@@ -920,25 +920,31 @@ func TestDead(t *testing.T) {
 	}
 	e.expect(e.do("GET", "/v1/dead/A", ""), 404)
 
-	// Retry: scheduled again, due now.
-	before := time.Now().Add(-time.Second)
+	// Retry: C died because the broker refused its destination: only with
+	// another one (or the same one given again); then scheduled, due now.
 	r = e.do("POST", "/v1/dead/C/retry", "")
+	e.expect(r, 409)
+	if msg := r.errorText(t); !strings.Contains(msg, "NO_ROUTE") || !strings.Contains(msg, "destination") {
+		t.Errorf("retry of C without a destination: %s", msg)
+	}
+	before := time.Now().Add(-time.Second)
+	r = e.do("POST", "/v1/dead/C/retry", `{"destination":"q.C2"}`)
 	e.expect(r, 204)
 	g = e.do("GET", "/v1/messages/C", "")
 	e.expect(g, 200)
 	c := g.json(t)
-	if c["state"] != "scheduled" || c["attempts"] != 0.0 || c["reason"] != nil || c["dead_at"] != nil {
+	if c["state"] != "scheduled" || c["attempts"] != 0.0 || c["reason"] != nil || c["dead_at"] != nil || c["destination"] != "q.C2" {
 		t.Errorf("C after retry: %s", g.body)
 	}
-	if next := mustTime(t, c["next_attempt_at"]); next.Before(before) || next.After(time.Now().Add(time.Second)) {
-		t.Errorf("C after retry is due at %v, want now", next)
+	if due := mustTime(t, c["due_at"]); due.Before(before) || due.After(time.Now().Add(time.Second)) || c["next_attempt_at"] != nil {
+		t.Errorf("C after retry is due at %v (next attempt %v), want now", due, c["next_attempt_at"])
 	}
 	e.expect(e.do("POST", "/v1/dead/C/retry", ""), 404)
 	e.expect(e.do("POST", "/v1/dead/unknown/retry", ""), 404)
 	e.expect(e.do("POST", "/v1/dead/A/retry", ""), 404) // in flight, not dead
 
 	// An ID ending in "/retry": its own slash is encoded.
-	e.expect(e.do("POST", "/v1/dead/job%2Fretry/retry", ""), 204)
+	e.expect(e.do("POST", "/v1/dead/job%2Fretry/retry", `{"destination":"q.job"}`), 204)
 	g = e.do("GET", "/v1/messages/job%2Fretry", "")
 	e.expect(g, 200)
 	if g.json(t)["state"] != "scheduled" {

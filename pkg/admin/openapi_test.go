@@ -591,8 +591,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do(e, a("GET", "/v1/dead/F", "", 404)) // not dead
 	c.do(e, a("GET", "/v1/dead/%01", "", 400))
 	c.do(e, refused(a("GET", "/v1/dead/", "", 404)))
-	c.do(e, a("POST", "/v1/dead/job%2Fretry/retry", "", 204))
+	c.do(e, a("POST", "/v1/dead/job%2Fretry/retry", "", 409)) // it died for its destination (NO_ROUTE)
+	c.do(e, refused(a("POST", "/v1/dead/job%2Fretry/retry", `{"destination":"q.other","nope":1}`, 400)))
+	c.do(e, a("POST", "/v1/dead/job%2Fretry/retry", `{"destination":"q.other"}`, 204))
 	c.do(e, a("POST", "/v1/dead/job%2Fretry/retry", "", 404))
+	c.do(e, a("POST", "/v1/dead/R/retry", `{"sink":"nope"}`, 400))
 	c.do(e, a("POST", "/v1/dead/a%E2%80%AEb/retry", "", 400))
 	c.do(e, refused(a("POST", "/v1/dead//retry", "", 404)))
 	c.do(e, either(a("POST", "/v1/dead/C/retry", `{"destination":"`+strings.Repeat("d", 70<<10)+`"}`, 413)))

@@ -114,7 +114,7 @@ var (
 		summary: "A dead message; 404 for one that is not dead."}
 	opDeleteDead = op{id: "deleteDead", method: del, path: "/v1/dead/{id}", tag: "dead", status: 204, errors: []int{failed},
 		summary: "Deletes a dead message; a parked one is left alone (404)."}
-	opRetryDead = op{id: "retryDead", method: post, path: "/v1/dead/{id}/retry", tag: "dead", status: 204, errors: []int{413, failed}, body: bodySmall,
+	opRetryDead = op{id: "retryDead", method: post, path: "/v1/dead/{id}/retry", tag: "dead", status: 204, errors: []int{409, 413, failed}, body: bodySmall,
 		summary: "Schedules a dead message again, due now, through the rules a message meets at ingest.",
 		desc: "Its x-delaybridge-due-at is the retry's time. A message that died for its sink or destination (not configured, " +
 			"refused by the broker, not a valid destination for its route) is retried only with a valid one given in the body; " +

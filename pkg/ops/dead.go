@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -91,17 +95,13 @@ func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (*PurgedView, err
 	}
 	deleted := 0
 	err := s.eachDead(ctx, f, func(page []*store.Info) error {
-		for _, info := range page {
-			err := s.p.Store.DeleteDead(ctx, info.ID)
-			switch {
-			case errors.Is(err, store.ErrNotFound): // retried or deleted meanwhile
-			case err != nil:
-				return err
-			default:
-				deleted++
-			}
+		ids := make([]string, len(page))
+		for i, info := range page {
+			ids[i] = info.ID
 		}
-		return nil
+		n, err := s.p.Store.DeleteDeadMany(ctx, ids) // those retried or deleted meanwhile stay as they are
+		deleted += n
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -109,18 +109,215 @@ func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (*PurgedView, err
 	return &PurgedView{Deleted: deleted}, nil
 }
 
-// RetryDead schedules a dead message again, due now.
+// RetryDead schedules a dead message again, due now: the message it
+// stores is due at the retry's time (its x-delaybridge-due-at says so), and
+// it goes through the rules it met when it came in.
+//
+// A message that died at ingest (rejected, no publish attempt) is read again
+// as its ingest read it (its headers with the control headers, body, key,
+// source, publish time and origin, as an envelope.Incoming) and goes
+// through envelope.Parse with the route of its ingest: templates expand,
+// limits and destination checks apply. The retry names its ID and its due
+// time (now): they replace x-message-id and x-delay or x-deliver-at
+// (scheduler-epoch for a kafka-scheduler record), so that a message that
+// died for its delay can be retried, and every other rule still refuses
+// what it refused (ErrConflict with the reason).
+//
+// A message that died at the sink keeps its sink and destination unless
+// req gives others; one that died for them (its sink is not configured,
+// its destination is not valid for its sink under its route, or the broker
+// refused it) is retried only with req naming the ones to use. A sink or
+// destination given is checked as a publisher's would be (ErrInvalid).
 func (s *Service) RetryDead(ctx context.Context, id string, req RetryRequest) error {
 	if err := checkID("id", "the message ID", id); err != nil {
 		return err
 	}
-	err := s.p.Store.RetryDead(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	info, err := s.p.Store.Inspect(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound), err == nil && info.State != store.StateDead:
 		return noDeadMessage(id)
+	case err != nil:
+		return err
+	case info.Message == nil:
+		return conflict("dead message %q cannot be read (%v), so it cannot be retried; delete it", id, info.Err)
+	}
+	now := s.now()
+	var m *envelope.Message
+	if info.Attempts == 0 {
+		m, err = s.reingest(info, req, now)
+	} else {
+		m, err = s.resend(info, req)
 	}
 	if err != nil {
 		return err
 	}
-	s.notify(id, s.p.Now())
+	m.ID, m.DueAt = id, now
+	if err := s.p.Store.RetryDeadAs(ctx, m); errors.Is(err, store.ErrNotFound) {
+		return noDeadMessage(id) // retried, deleted or cancelled meanwhile
+	} else if err != nil {
+		return err
+	}
+	s.notify(id, now)
 	return nil
+}
+
+// route returns the route a dead message came in by: its ingest's; for a
+// message whose ingest is not configured (any more), one of its own sink
+// and destination, as POST /v1/messages builds it.
+func (s *Service) route(m *envelope.Message) *envelope.Route {
+	if s.p.Routes != nil {
+		if r, ok := s.p.Routes(m.Ingest); ok {
+			return r
+		}
+	}
+	return &envelope.Route{Ingest: m.Ingest, Sink: m.Sink, Destination: m.Destination, Sinks: s.p.Destinations}
+}
+
+// reingest is a message that died at ingest as its ingest reads it again,
+// retried now.
+func (s *Service) reingest(info *store.Info, req RetryRequest, now time.Time) (*envelope.Message, error) {
+	m := info.Message
+	route := s.route(m)
+	in := &envelope.Incoming{Body: m.Body, Key: m.Key, PublishedAt: m.PublishedAt, Properties: m.Properties,
+		Origin: m.Origin, Source: m.Source, Tombstone: m.NullBody}
+	sched := kafkaScheduler(m.Headers, route)
+	given := req != RetryRequest{}
+	named := func(key string, names ...string) bool {
+		return slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(key, n) })
+	}
+	for _, h := range m.Headers {
+		switch {
+		case sched && named(h.Key, envelope.HeaderSchedulerEpoch),
+			!sched && named(h.Key, envelope.HeaderDelay, envelope.HeaderDeliverAt, envelope.HeaderMessageID),
+			given && named(h.Key, envelope.HeaderSink, envelope.HeaderDestination):
+			continue // what the retry names instead
+		}
+		in.Headers = append(in.Headers, h)
+	}
+	if sched {
+		in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderSchedulerEpoch, Value: strconv.FormatInt(now.Unix(), 10)})
+	} else {
+		in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderDeliverAt, Value: envelope.FormatTime(now)},
+			envelope.Header{Key: envelope.HeaderMessageID, Value: info.ID})
+	}
+	if given {
+		// The operator's sink and destination are the route's now, in place
+		// of what the message named (x-delay-sink, x-delay-destination,
+		// kept where the route allowed them).
+		r := *route
+		if req.Sink != "" {
+			r.Sink = req.Sink
+		} else if v, ok := m.Headers.Get(envelope.HeaderSink); ok && route.AllowOverride {
+			r.Sink = strings.TrimSpace(v)
+		}
+		if req.Destination != "" {
+			r.Destination = req.Destination
+		} else if v, ok := m.Headers.Get(envelope.HeaderDestination); ok && route.AllowOverride {
+			r.Destination = v
+		}
+		if err := s.checkGiven(req, r.Sink, r.Destination, route); err != nil {
+			return nil, err
+		}
+		route = &r
+	}
+	d := envelope.Parse(in, route, s.p.Limits, now, nil)
+	switch d.Action {
+	case envelope.Park:
+		return d.Message, nil
+	case envelope.Reject:
+		if req == (RetryRequest{}) && (d.Code == envelope.CodeInvalidRoute || d.Code == envelope.CodeInvalidDestination || d.Code == envelope.CodeReservedDestination) {
+			return nil, conflict("dead message %q is still refused by the rules of ingest %q: %s; retry it with a valid sink or destination (%s)",
+				info.ID, route.Ingest, d.Reason, retryWith)
+		}
+		return nil, conflict("dead message %q is still refused by the rules of ingest %q: %s", info.ID, route.Ingest, d.Reason)
+	}
+	return nil, conflict("dead message %q is a control message (%s): it is not parked; delete it", info.ID, d.Action)
+}
+
+// retryWith says how to give a retry a sink or destination.
+const retryWith = `{"sink", "destination"} in the body of POST /v1/dead/{id}/retry, --sink or --destination of delaybridge dead retry`
+
+// kafkaScheduler reports whether the headers of a message of route are a
+// kafka-scheduler record's, as envelope.Parse reads its dialect.
+func kafkaScheduler(h envelope.Headers, route *envelope.Route) bool {
+	reads := func(d envelope.Dialect) bool {
+		return slices.Contains(route.Dialects, d) || (len(route.Dialects) == 0 && d == envelope.DialectDelaybridge)
+	}
+	if !reads(envelope.DialectKafkaScheduler) {
+		return false
+	}
+	for _, k := range []string{envelope.HeaderSchedulerEpoch, envelope.HeaderSchedulerTargetTopic, envelope.HeaderSchedulerTargetKey} {
+		if _, ok := h.Get(k); ok {
+			return true
+		}
+	}
+	return !reads(envelope.DialectDelaybridge)
+}
+
+// resend is a message that died at the sink as it is retried: as it was,
+// with the sink or destination req gives.
+func (s *Service) resend(info *store.Info, req RetryRequest) (*envelope.Message, error) {
+	m := *info.Message
+	route := s.route(&m)
+	if req.Sink != "" || req.Destination != "" {
+		if req.Sink != "" {
+			m.Sink = req.Sink
+		}
+		if req.Destination != "" {
+			m.Destination = req.Destination
+		}
+		return &m, s.checkGiven(req, m.Sink, m.Destination, route)
+	}
+	syntax, ok := s.syntax(m.Sink)
+	switch {
+	case !ok:
+		return nil, conflict("dead message %q died for its sink %q, which is not configured: retry it with a sink (%s)", info.ID, m.Sink, retryWith)
+	case syntax.Check(m.Destination, route.AllowedDestinations, false) != nil:
+		return nil, conflict("dead message %q died for its destination: %v; retry it with a valid one (%s)",
+			info.ID, syntax.Check(m.Destination, route.AllowedDestinations, false), retryWith)
+	case brokerRefused(info.Reason):
+		return nil, conflict("dead message %q died because the broker refused its destination (%s): retry it with a sink or destination "+
+			"(%s; the same one again once the broker takes it)", info.ID, info.Reason, retryWith)
+	}
+	return &m, nil
+}
+
+// checkGiven checks the sink and destination a retry gives (req), which
+// make the message's sink and destination: the sink must be configured,
+// and the destination valid for it under the message's route, as if a
+// publisher had chosen it (route.allowed_destinations apply).
+func (s *Service) checkGiven(req RetryRequest, sink, dest string, route *envelope.Route) error {
+	syntax, ok := s.syntax(sink)
+	if !ok {
+		field := "sink"
+		if req.Sink == "" {
+			field = "destination" // the message's own sink, which only a new one can replace
+		}
+		return invalid(field, "sink %q names no configured sink", sink)
+	}
+	chosen := req.Destination != "" && req.Destination != route.Destination
+	if err := syntax.Check(dest, route.AllowedDestinations, chosen); err != nil {
+		return invalid("destination", "destination %q: %v", dest, err)
+	}
+	return nil
+}
+
+// brokerRefusals are what the sinks' errors say when a broker refused a
+// message for its destination (pkg/brokers: sinks.Rejected and
+// sinks.Permanent), and the scheduler when its sink is not configured: a
+// dead message whose reason says one of them died for its destination.
+var brokerRefusals = []string{
+	"is not configured",             // the scheduler: no such sink
+	"does not exist",                // Kafka: no such topic
+	"not authorized",                // Kafka, NATS: not for that destination
+	"no stream stores this subject", // JetStream
+	"has no queue bound",            // RabbitMQ: unroutable
+	"NO_ROUTE",                      // RabbitMQ: a returned message
+	"is not a NATS subject",         // NATS: not a subject to publish to
+	"is longer than 255 bytes",      // RabbitMQ: a routing key it cannot take
+	"route.allowed_destinations",    // a destination check (destination.Syntax.Check)
+}
+
+func brokerRefused(reason string) bool {
+	return slices.ContainsFunc(brokerRefusals, func(r string) bool { return strings.Contains(reason, r) })
 }
