@@ -105,6 +105,9 @@ func (s *Service) Post(ctx context.Context, req *PostRequest) (*PostedView, erro
 	if err != nil {
 		return nil, fmt.Errorf("park %q: %w", m.ID, err)
 	}
+	if res[0] == store.OverSeries {
+		return nil, conflict("%s", envelope.ReasonMaxSeries)
+	}
 	if res[0].Accepted() {
 		s.notify(m.ID, m.DueAt)
 		return &PostedView{ID: m.ID, DueAt: envelope.FormatTime(m.DueAt)}, nil

@@ -208,3 +208,70 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}, max_rate: %s}]
 		}
 	}
 }
+
+// dead retry takes --sink and --destination (needed for a message that died
+// for its destination), dead list and dead purge take the filters, and
+// purge is one request through the API; both ways agree with Redis.
+func TestDeadCommandsBothWays(t *testing.T) {
+	r := testenv.Redis(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+redis: {addr: "%s", key_prefix: dead, shards: 4}
+sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
+`, r.Addr))
+	st := store.New(r.Client(), store.Options{Prefix: "dead", Shards: 4})
+	srv := admin.New(admin.Params{Listen: "127.0.0.1:0", Token: "tok", Ops: ops.New(ops.Params{Store: st})})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	ctx := context.Background()
+	for way, flags := range map[string][]string{"redis": {"-c", cfg}, "api": {"--admin", "http://" + srv.Addr(), "--token", "tok"}} {
+		t.Run(way, func(t *testing.T) {
+			cmd := func(args ...string) (int, string, string) { return run(t, append(args, flags...)...) }
+			p := way + "-"
+			// One died at the sink for its destination, two at ingest.
+			m := &envelope.Message{ID: p + "noroute", DueAt: time.Now().Add(-time.Minute).Truncate(time.Millisecond), Sink: "out", Destination: "gone.x", Ingest: p + "a"}
+			if _, err := st.Park(ctx, []*envelope.Message{m}); err != nil {
+				t.Fatal(err)
+			}
+			l, err := st.Claim(ctx, st.ShardOf(m.ID), 10, time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := st.MarkDead(ctx, l, []store.Failure{{ID: m.ID, Reason: "nats sink out: no stream stores this subject"}}); err != nil || n != 1 {
+				t.Fatalf("mark dead: %d %v", n, err)
+			}
+			for _, id := range []string{"x", "y"} {
+				rm := &envelope.Message{ID: p + id, DueAt: time.Now().Truncate(time.Millisecond), Sink: "out", Destination: "d", Ingest: p + id}
+				if _, err := st.Reject(ctx, []store.Rejected{{Message: rm, Reason: "x-delay is empty"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			if code, _, errOut := cmd("dead", "retry", p+"noroute"); code != 1 || !strings.Contains(errOut, "broker refused") || !strings.Contains(errOut, "--destination") {
+				t.Fatalf("retry without a destination: %d %s", code, errOut)
+			}
+			if code, out, errOut := cmd("dead", "retry", p+"noroute", "--destination", "orders.back"); code != 0 || !strings.Contains(out, "scheduled again") {
+				t.Fatalf("retry with a destination: %d %s %s", code, out, errOut)
+			}
+			if info, err := st.Inspect(ctx, p+"noroute"); err != nil || info.State != store.StateScheduled || info.Message.Destination != "orders.back" ||
+				time.Since(info.Message.DueAt) > 5*time.Second {
+				t.Fatalf("Redis after the retry: %+v %v", info, err)
+			}
+			code, out, _ := cmd("dead", "list", "--json", "--ingest", p+"x")
+			var list []ops.DeadView
+			if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != p+"x" {
+				t.Fatalf("dead list --ingest: %d %s", code, out)
+			}
+			if code, out, _ := cmd("dead", "purge", "--ingest", p+"x"); code != 0 || !strings.Contains(out, "deleted 1 dead") {
+				t.Fatalf("dead purge --ingest: %d %s", code, out)
+			}
+			if _, err := st.Inspect(ctx, p+"y"); err != nil {
+				t.Fatalf("purge deleted what its filter did not select: %v", err)
+			}
+			if code, _, errOut := cmd("dead", "purge", "--dead-after", "soon"); code != 2 || !strings.Contains(errOut, "dead_after") {
+				t.Fatalf("dead purge with a bad time: %d %s", code, errOut)
+			}
+		})
+	}
+}

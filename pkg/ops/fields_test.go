@@ -1,0 +1,62 @@
+package ops
+
+import (
+	"testing"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// Every reason envelope.Parse can give a new message names the request
+// field it is about: a new reject code needs its field here, or a 400
+// would name the body for a rule about another field.
+func TestEveryRejectCodeNamesAField(t *testing.T) {
+	// The codes a request cannot meet: its headers are made by Post, it is
+	// never a control message, and it is in the delaybridge dialect.
+	notFromARequest := map[string]bool{
+		envelope.CodeUndecodableHeaders: true, envelope.CodeInvalidCancel: true, envelope.CodeCancelUnknown: true,
+		envelope.CodeInvalidEpoch: true, envelope.CodeInvalidScheduler: true,
+		envelope.CodeMaxSeries: true, // the store's answer (store.OverSeries): a conflict, not a field
+	}
+	special := map[string]bool{envelope.CodeOverMaxDelay: true, envelope.CodeInvalidRoute: true, envelope.CodeInvalidSchedule: true}
+	for _, code := range envelope.RejectCodes {
+		if notFromARequest[code] || special[code] {
+			continue
+		}
+		if fieldOfCode[code] == "" {
+			t.Errorf("reject code %q names no request field (fieldOfCode)", code)
+		}
+	}
+	for _, c := range []struct {
+		d     envelope.Decision
+		hasAt bool
+		want  string
+	}{
+		{envelope.Decision{Code: envelope.CodeOverMaxDelay}, true, "deliver_at"},
+		{envelope.Decision{Code: envelope.CodeOverMaxDelay}, false, "delay"},
+		{envelope.Decision{Code: envelope.CodeInvalidRoute, Reason: `sink "x" names no configured sink`}, false, "sink"},
+		{envelope.Decision{Code: envelope.CodeInvalidRoute, Reason: `destination "a b" is not valid`}, false, "destination"},
+		{envelope.Decision{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-cron "x" is not valid`}, false, "cron"},
+		{envelope.Decision{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-count "0" is not a whole number`}, false, "count"},
+	} {
+		if got := rejectField(c.d, c.hasAt); got != c.want {
+			t.Errorf("%s %q: field %q, want %q", c.d.Code, c.d.Reason, got, c.want)
+		}
+	}
+}
+
+// FieldNames renames each control header to its request field, the longer
+// names first (x-delay is a prefix of most).
+func TestFieldNames(t *testing.T) {
+	for in, want := range map[string]string{
+		`x-delay "soon" is neither`:                     `delay "soon" is neither`,
+		"x-delay-every too short":                       "every too short",
+		"x-deliver-at is empty":                         "deliver_at is empty",
+		"both x-delay and x-deliver-at given":           "both delay and deliver_at given",
+		"x-delay-timezone applies to x-delay-cron only": "timezone applies to cron only",
+		"x-message-id is empty":                         "id is empty",
+	} {
+		if got := FieldNames(in); got != want {
+			t.Errorf("FieldNames(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
