@@ -279,6 +279,10 @@ func (s *Server) cancelGroup(ctx context.Context, in *GroupParam) (*body[ops.Can
 	return answer(ctx, v, err)
 }
 
+func (s *Server) getHistory(ctx context.Context, _ *struct{}) (*body[HistoryView], error) {
+	return &body[HistoryView]{Body: s.history.view()}, nil
+}
+
 func (s *Server) listSinks(ctx context.Context, _ *struct{}) (*body[[]ops.SinkView], error) {
 	v, err := s.ops.Sinks(ctx)
 	return answer(ctx, &v, err)

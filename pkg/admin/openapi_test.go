@@ -580,8 +580,12 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do(e, a("DELETE", "/v1/messages/%01", "", 400))
 	c.do(e, refused(a("DELETE", "/v1/messages/", "", 404)))
 
-	// Stats, dead messages.
+	// Stats, history, dead messages.
 	c.do(e, a("GET", "/v1/stats", "", 200))
+	e.server.history.take(time.Now())
+	e.server.p.Metrics.FireLateness.WithLabelValues("rabbit").Observe(0.01)
+	e.server.history.take(time.Now())
+	c.do(e, a("GET", "/v1/history", "", 200))
 	c.do(e, a("GET", "/v1/dead", "", 200))
 	c.do(e, a("GET", "/v1/dead?limit=1", "", 200))
 	c.do(e, refused(a("GET", "/v1/dead?limit=0", "", 400)))

@@ -124,6 +124,10 @@ var (
 		summary: "A group's size and a page of its messages in the order they fire; 404 when none is filed under it."}
 	opCancelGroup = op{id: "cancelGroup", method: del, path: "/v1/groups/{key}", tag: "groups", status: 200, errors: []int{failed},
 		summary: "Cancels every message of a group, on every shard; 404 when none is filed under it."}
+	opHistory = op{id: "history", method: get, path: "/v1/history", tag: "stats", status: 200,
+		summary: "The daemon's samples of the last minutes: what the dashboard's charts show when it opens.",
+		desc: "The ingest and fire counters and the fire-lateness histogram, summed over their labels, every 2 s for the " +
+			"last 5 minutes since the server started, oldest first; rates and quantiles come from consecutive samples."}
 	opListSinks = op{id: "listSinks", method: get, path: "/v1/sinks", tag: "sinks", status: 200, errors: []int{failed},
 		summary: "The configured sinks: ready, paused, held due messages, rate."}
 	opGetSink = op{id: "getSink", method: get, path: "/v1/sinks/{name}", tag: "sinks", status: 200, errors: []int{failed},
@@ -165,6 +169,7 @@ func (s *Server) register() {
 	register(s, api, opRetryDead, s.retryDead)
 	register(s, api, opGetGroup, s.getGroup)
 	register(s, api, opCancelGroup, s.cancelGroup)
+	register(s, api, opHistory, s.getHistory)
 	register(s, api, opListSinks, s.listSinks)
 	register(s, api, opGetSink, s.getSink)
 	register(s, api, opPauseSink, s.pauseSink)

@@ -101,6 +101,7 @@ type Server struct {
 	router  *router  // every route (routes.go)
 	api     huma.API // the JSON operations on router (api.go)
 	routes  []Route  // every route registered, for Routes
+	history *history // the recent samples of GET /v1/history (history.go)
 	handler http.Handler
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
 	hosts   hostGuard
@@ -134,6 +135,7 @@ func New(p Params) *Server {
 	if p.Pprof && p.Token == "" {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
 	}
+	s.history = newHistory(p.Metrics, HistoryEvery, HistoryWindow)
 	s.api = s.newAPI()
 	s.register()
 	s.handler = http.HandlerFunc(s.serve)
@@ -167,6 +169,7 @@ func (s *Server) Start() error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.srv, s.ln, s.done = srv, ln, make(chan struct{})
+	s.history.start()
 	if s.p.Token == "" {
 		s.log.Warn("the admin API has no token: whoever reaches "+ln.Addr().String()+" can list, cancel, schedule and retry messages; set admin.token (or token_file)",
 			"addr", ln.Addr().String())
@@ -201,6 +204,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if srv == nil {
 		return nil
 	}
+	s.history.halt()
 	err := srv.Shutdown(ctx)
 	if err != nil {
 		_ = srv.Close()

@@ -126,6 +126,27 @@ func (e *env) publish(id string, headers ...string) error {
 	return err
 }
 
+// delivered reports whether the sink stream FIRED holds a message of id
+// on subject.
+func (e *env) delivered(subject, id string) bool {
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, "FIRED")
+	if err != nil {
+		return false
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return false
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err == nil && m.Subject == subject && m.Header.Get("x-message-id") == id {
+			return true
+		}
+	}
+	return false
+}
+
 // park publishes a valid message due after delay.
 func (e *env) park(id string, delay time.Duration) {
 	e.t.Helper()
@@ -263,6 +284,9 @@ func TestDashboard(t *testing.T) {
 		"dead-negative": {"x-delay", "-5s"},
 		"dead-both":     {"x-delay", "1s", "x-deliver-at", "2030-01-01T00:00:00Z"},
 		"dead-delete":   {"x-deliver-at", "tomorrow"},
+		// A destination the route does not allow (fired.*): retried only
+		// with one given.
+		"dead-lane": {"x-delay", "1s", "x-delay-destination", "elsewhere.orders"},
 		htmlID:          {"x-deliver-at", `<img id="injected" src="x">`},
 	}
 	for id, headers := range dead {
@@ -275,6 +299,17 @@ func TestDashboard(t *testing.T) {
 		return s.Parked == parked && s.Dead == int64(len(dead))
 	}, "messages not parked and dead")
 	phase(fmt.Sprintf("%d parked, %d dead", parked, len(dead)))
+
+	// The daemon samples its counters every 2 s from its start: the page
+	// shows them when it opens, not only what it polls itself.
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var h struct {
+			Samples []struct{ At string } `json:"samples"`
+		}
+		code, _ := e.do(http.MethodGet, "/v1/history", &h)
+		return code == http.StatusOK && len(h.Samples) >= 5
+	}, "the daemon kept no history")
+	opened := time.Now()
 
 	ctx, exceptions := startBrowser(t)
 	phase("browser started")
@@ -303,6 +338,16 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the token is in the URL or a cookie: %s", where)
 	}
 	phase("token accepted")
+
+	// The charts start with the daemon's history: points from before the
+	// page opened.
+	poll(t, ctx, "charts from the history", `+document.getElementById('chart-rates').dataset.points >= 4`,
+		chromedp.WithPollingTimeout(10*time.Second))
+	if from, err := time.Parse(time.RFC3339Nano, value[string](t, ctx, `document.getElementById('chart-rates').dataset.from`)); err != nil ||
+		!from.Before(opened.Add(-4*time.Second)) {
+		t.Errorf("the charts start at %v (%v), want the daemon's samples from before the page opened at %v", from, err, opened)
+	}
+	phase("history shown")
 
 	// The numbers match the API's. Both sides move when the minute messages
 	// come due, so compare until one poll of the page agrees.
@@ -358,6 +403,20 @@ func TestDashboard(t *testing.T) {
 		`document.getElementById('stat-dead').textContent === '%d' && document.querySelectorAll('#dead-rows tr').length === %d &&
 		 !document.querySelector('#dead-rows tr[data-id="dead-soon"]')`, len(dead)-1, len(dead)-1))
 	phase("dead message retried")
+
+	// One that died for its destination: the retry is refused (409) and
+	// asks for one; given fired.orders, it is scheduled and delivered.
+	run(t, "retry dead-lane", ctx, chromedp.Click(chromedp.CSS(`#dead-rows tr[data-id="dead-lane"] button.retry`)))
+	poll(t, ctx, "retry refused, destination asked for", `!document.querySelector('#dead-rows tr[data-id="dead-lane"] form.retry-to').hidden &&
+		document.getElementById('toast').textContent.includes('route.allowed_destinations')`)
+	run(t, "retry dead-lane to fired.orders", ctx,
+		chromedp.SendKeys(chromedp.CSS(`#dead-rows tr[data-id="dead-lane"] input.retry-destination`), "fired.orders"),
+		chromedp.Click(chromedp.CSS(`#dead-rows tr[data-id="dead-lane"] button.retry-with`)),
+	)
+	testenv.Eventually(t, 15*time.Second, func() bool { return e.delivered("fired.orders", "dead-lane") },
+		"dead-lane not delivered to fired.orders after its retry")
+	poll(t, ctx, "dead-lane gone from the list", `!document.querySelector('#dead-rows tr[data-id="dead-lane"]')`)
+	phase("dead message retried to another destination")
 
 	// Delete asks for a second click.
 	deleteBtn := chromedp.CSS(`#dead-rows tr[data-id="dead-delete"] button.delete`)

@@ -1,11 +1,17 @@
 // delaybridge dashboard.
 //
-// Every 2 s it reads /metrics (Prometheus text) and GET /v1/stats, keeps the
-// last 5 minutes of counter samples in memory to compute rates and fire
-// lateness quantiles, and draws the charts as inline SVG. It lists dead
-// messages with retry and delete, the sinks with pause and resume, parked
-// messages page by page with filters, the recurring schedules, and shows a
-// message (with reschedule, fire now and cancel) or a group (with cancel).
+// When it opens it reads the daemon's samples of the last minutes (GET
+// /v1/history); then every 2 s it reads /metrics (Prometheus text) and GET
+// /v1/stats, keeps the last 5 minutes of counter samples in memory to compute
+// rates and fire lateness quantiles, and draws the charts as inline SVG. It
+// lists dead messages with retry (to another sink or destination when one
+// died for its own), delete and delete all, the sinks with pause and resume,
+// parked messages page by page with filters, the recurring schedules, and
+// shows a message (with reschedule, fire now and cancel) or a group (with
+// cancel). Every call is a route of the admin API (GET /openapi.json).
+//
+// Times are shown in one format: the API's (RFC 3339, UTC, milliseconds),
+// with how far from now they are.
 //
 // Everything that comes from the server (IDs, reasons, JSON) is written with
 // textContent or as an attribute value: nothing here builds HTML from strings.
@@ -25,13 +31,6 @@
   const SLOW_EVERY = 5; // ticks between re-reads of the listings (the current page, recurring, group)
   const RECURRING_LIMIT = 50;
   const RECURRING_PAGES = 10; // pages of the recurring listing per refresh (each examines at most 10 x its limit)
-  const FORECAST = [
-    ['1m', 'within 1 min'],
-    ['5m', 'within 5 min'],
-    ['1h', 'within 1 h'],
-    ['24h', 'within 24 h'],
-    ['later', 'later'],
-  ];
   const SVG_NS = 'http://www.w3.org/2000/svg';
   const DUE_BUCKETS = [
     ['overdue', 'Overdue'],
@@ -153,12 +152,9 @@
     return fmtDuration(s);
   }
 
-  function fmtAgo(iso) {
-    const t = Date.parse(iso);
-    if (!isFinite(t)) return '–';
-    const s = (Date.now() - t) / 1000;
-    return s < 5 ? 'just now' : fmtDuration(s) + ' ago';
-  }
+  // fmtTime is a time in the one format the page shows times in: the
+  // API's, RFC 3339 in UTC with milliseconds.
+  const fmtTime = (ms) => new Date(ms).toISOString();
 
   // A percentage width that stays visible (3 px) for a non-zero value.
   function barWidth(n, max) {
@@ -329,7 +325,8 @@
   const samples = []; // the last SPAN+1 metric samples
   const points = []; // chart points {t, ingest, fired, p50, p99} of the last WINDOW_MS; null values are gaps
 
-  function addSample(s) {
+  // addSample adds a sample to the charts (drawn unless draw is false).
+  function addSample(s, draw = true) {
     const prev = samples[samples.length - 1];
     samples.push(s);
     if (samples.length > SPAN + 1) samples.shift();
@@ -350,8 +347,10 @@
       });
     }
     while (points.length && points[0].t < s.t - WINDOW_MS) points.shift();
-    renderRates();
-    drawCharts();
+    if (draw) {
+      renderRates();
+      drawCharts();
+    }
   }
 
   function renderRates() {
@@ -379,6 +378,36 @@
     const res = await fetch('metrics', { cache: 'no-store', credentials: 'omit', mode: 'same-origin' });
     if (!res.ok) throw new HttpError(res.status, `/metrics answered ${await errorText(res)}`);
     addSample(parseMetrics(await res.text()));
+  }
+
+  // historySample is a sample of GET /v1/history as parseMetrics makes
+  // one, on this page's clock (skew: the page's time minus the daemon's).
+  function historySample(h, skew) {
+    const l = h.lateness;
+    return {
+      t: Date.parse(h.at) + skew, ingest: h.ingested, fired: h.fired, latSum: l.sum, latCount: l.count,
+      bounds: [...l.bounds, Infinity], cum: [...l.cumulative, l.count],
+    };
+  }
+
+  let historyRead = false; // the daemon's samples were read (or cannot be)
+
+  // loadHistory fills the charts with the minutes the daemon saw before the
+  // page opened, once; the page's own samples follow them.
+  async function loadHistory() {
+    let h;
+    try {
+      h = await api('GET', 'v1/history');
+    } catch (e) {
+      if (e.status === 401) return; // asked again once the token is given
+      historyRead = true; // an older daemon: the page's own samples only
+      return;
+    }
+    historyRead = true;
+    const skew = Date.now() - Date.parse(h.now);
+    for (const s of h.samples || []) addSample(historySample(s, skew), false);
+    renderRates();
+    drawCharts();
   }
 
   // ---- charts ----
@@ -472,6 +501,7 @@
         opts.empty));
     }
     svg.dataset.points = String(drawn);
+    svg.dataset.from = points.length ? fmtTime(points[0].t) : '';
     svg.replaceChildren(...nodes);
   }
 
@@ -544,56 +574,7 @@
     $('stat-oldest').textContent = st.oldest_due_age_seconds > 0 ? fmtSeconds(st.oldest_due_age_seconds) : 'none';
     renderDueIn(st.due_in);
     renderShards(st.shards || []);
-    forecast = st.forecast ? { f: st.forecast, held: st.held || 0 } : null;
-    drawForecast();
-  }
-
-  // ---- forecast: what fires when ----
-
-  let forecast = null; // {f: /v1/stats forecast, held}
-
-  // drawForecast draws one bar per window of /v1/stats' forecast: what
-  // fires within 1 min, 5 min, 1 h, 24 h (each including the shorter ones
-  // and what is due already), and later.
-  function drawForecast() {
-    const svg = $('chart-forecast');
-    const w = svg.clientWidth;
-    const h = svg.clientHeight;
-    if (!w || !h) return;
-    svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
-    if (!forecast) {
-      svg.replaceChildren(svgEl('text', { class: 'empty-label', x: w / 2, y: h / 2, 'text-anchor': 'middle' },
-        'This server does not report a forecast (no forecast in /v1/stats).'));
-      return;
-    }
-    const vals = FORECAST.map(([k]) => forecast.f[k] || 0);
-    const pad = { l: 54, r: 12, t: 18, b: 24 };
-    const step = niceStep(Math.max(4, ...vals) / 4);
-    const ticks = Math.max(2, Math.ceil(Math.max(1, ...vals) / step));
-    const top = step * ticks;
-    const Y = (v) => pad.t + (1 - v / top) * (h - pad.t - pad.b);
-    const slot = (w - pad.l - pad.r) / vals.length;
-    const nodes = [];
-    for (let i = 0; i <= ticks; i++) {
-      const y = Y(step * i);
-      nodes.push(svgEl('line', { class: 'grid', x1: pad.l, x2: w - pad.r, y1: y, y2: y }));
-      nodes.push(svgEl('text', { class: 'axis-label', x: pad.l - 8, y: y + 4, 'text-anchor': 'end' }, fmtInt(step * i)));
-    }
-    vals.forEach((v, i) => {
-      const x = pad.l + i * slot + slot * 0.18;
-      const bw = slot * 0.64;
-      const y = Y(v);
-      const bar = svgEl('rect', { class: 'bar' + (FORECAST[i][0] === 'later' ? ' bar-later' : ''), x, y, width: bw, height: Math.max(0, Y(0) - y) });
-      bar.dataset.window = FORECAST[i][0];
-      nodes.push(bar);
-      nodes.push(svgEl('text', { class: 'bar-label', x: x + bw / 2, y: y - 5, 'text-anchor': 'middle' }, fmtInt(v)));
-      nodes.push(svgEl('text', { class: 'axis-label', x: x + bw / 2, y: h - 6, 'text-anchor': 'middle' }, FORECAST[i][1]));
-    });
-    svg.dataset.values = vals.join(',');
-    svg.replaceChildren(...nodes);
-    $('forecast-note').textContent = forecast.held > 0
-      ? `${fmtInt(forecast.held)} held for paused or down sinks`
-      : 'each window includes the shorter ones';
+    $('due-note').textContent = st.held > 0 ? `${fmtInt(st.held)} held for paused or down sinks` : 'by due time';
   }
 
   // ---- sinks ----
@@ -716,7 +697,8 @@
     const cells = [el('td', 'id', idLink(m.id)), el('td', '', stateBadge(m)), dueCell(m),
       el('td', 'route', m.sink ? shown(`${m.sink} → ${m.destination}`) : '–')];
     if (withGroup) cells.push(el('td', 'group', groupLink(m.group)));
-    cells.push(el('td', 'schedule', scheduleText(m)), el('td', 'num', String(m.attempts)));
+    cells.push(el('td', 'schedule', scheduleText(m)), el('td', 'num priority', String(m.priority || 0)),
+      el('td', 'num', String(m.attempts)));
     const tr = el('tr', '', ...cells);
     tr.dataset.id = m.id;
     tr.dataset.state = m.held ? 'held' : m.state;
@@ -935,41 +917,73 @@
     id.title = 'Look up this message';
     id.addEventListener('click', () => lookup(d.id, true));
     const reason = shown(d.decode_error ? `${d.reason} (the stored message cannot be read: ${d.decode_error})` : d.reason);
-    const when = el('td', 'when', fmtAgo(d.dead_at));
+    const when = el('td', 'when', fromNow(d.dead_at));
     when.title = d.dead_at;
     when.dataset.at = d.dead_at;
     const route = el('td', 'route', d.sink ? shown(`${d.sink} → ${d.destination}`) : '–');
     if (d.ingest) route.title = `from ingest ${d.ingest}`;
-    const retry = button('Retry', 'btn retry', () => retryDead(d.id, retry));
+    const retry = button('Retry', 'btn retry', () => retryDead(d.id, retry, tr));
     const del = el('button', 'btn btn-danger delete', 'Delete');
     del.type = 'button';
     armConfirm(del, 'Confirm delete', () => deleteDead(d.id));
+    // A message that died for its sink or destination is retried only with
+    // one given: the form appears when the retry is refused (409).
+    const sink = el('input', 'retry-sink');
+    sink.placeholder = 'sink (as it was)';
+    const dest = el('input', 'retry-destination');
+    dest.placeholder = 'destination';
+    for (const i of [sink, dest]) {
+      i.type = 'text';
+      i.spellcheck = false;
+    }
+    const to = el('form', 'retry-to', sink, dest, el('button', 'btn retry-with', 'Retry with these'));
+    to.hidden = true;
+    to.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const body = {};
+      if (sink.value.trim()) body.sink = sink.value.trim();
+      if (dest.value.trim()) body.destination = dest.value.trim();
+      retryDead(d.id, to.querySelector('button'), tr, body);
+    });
     const tr = el('tr', '', el('td', 'id', id), el('td', 'reason', reason), when, route,
-      el('td', 'num', String(d.attempts)), el('td', 'actions', retry, del));
+      el('td', 'num', String(d.attempts)), el('td', 'actions', retry, del, to));
     tr.dataset.id = d.id;
     return tr;
   }
 
   function refreshAgo() {
-    for (const td of document.querySelectorAll('#dead-rows td.when')) td.textContent = fmtAgo(td.dataset.at);
-    for (const td of document.querySelectorAll('#browse-rows td.when, #group-rows td.when, #recurring-rows td.when')) {
+    for (const td of document.querySelectorAll('#dead-rows td.when, #browse-rows td.when, #group-rows td.when, #recurring-rows td.when')) {
       if (td.dataset.at) td.textContent = fromNow(td.dataset.at);
     }
   }
 
-  async function retryDead(id, btn) {
+  // retryDead retries a dead message, to the sink and destination of body
+  // when given; a refusal for its sink or destination (409) opens the row's
+  // form to give them.
+  async function retryDead(id, btn, tr, body) {
     btn.disabled = true;
     try {
-      await api('POST', `v1/dead/${idPath(id)}/retry`);
-      btn.closest('tr').remove();
+      await api('POST', `v1/dead/${idPath(id)}/retry`, body);
+      tr.remove();
       toast(`Retried ${shown(id)}: scheduled again, due now.`);
       lookup(id, false);
       refreshNow(true);
     } catch (e) {
-      if (e.status !== 401) toast(`Retry of ${shown(id)} failed: ${e.message}`, true);
+      if (e.status === 409 || e.status === 400) tr.querySelector('form.retry-to').hidden = false;
+      if (e.status !== 401) toast(`Retry of ${shown(id)} refused: ${e.message}`, true);
       btn.disabled = false;
     }
   }
+
+  armConfirm($('dead-purge'), 'Confirm: delete all', async () => {
+    try {
+      const r = await api('DELETE', 'v1/dead');
+      toast(`Deleted ${fmtInt(r.deleted)} dead messages.`);
+    } catch (e) {
+      if (e.status !== 401) toast(`Delete of the dead messages failed: ${e.message}`, true);
+    }
+    refreshNow(true);
+  });
 
   async function deleteDead(id) {
     try {
@@ -1162,7 +1176,8 @@
     busy = true;
     tickNo++;
     try {
-      const jobs = [loadMetrics()];
+      if (!historyRead && !locked) await loadHistory();
+      const jobs = historyRead ? [loadMetrics()] : [];
       if (!locked) jobs.push(loadStats(tickNo), loadSinks());
       if (!locked && lookupId != null) jobs.push(refreshLookup());
       if (!locked && (slowNow || tickNo % SLOW_EVERY === 1)) {
@@ -1179,7 +1194,7 @@
         $('updated').textContent = failed.reason.message;
       } else if (!locked) {
         setConn('ok', 'live');
-        $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+        $('updated').textContent = 'updated ' + fmtTime(Date.now());
       }
     } finally {
       busy = false;
@@ -1203,10 +1218,7 @@
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => {
-      drawCharts();
-      drawForecast();
-    }, 100);
+    resizeTimer = setTimeout(drawCharts, 100);
   });
   tick();
 })();
