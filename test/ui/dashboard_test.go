@@ -287,7 +287,7 @@ func TestDashboard(t *testing.T) {
 		// A destination the route does not allow (fired.*): retried only
 		// with one given.
 		"dead-lane": {"x-delay", "1s", "x-delay-destination", "elsewhere.orders"},
-		htmlID:          {"x-deliver-at", `<img id="injected" src="x">`},
+		htmlID:      {"x-deliver-at", `<img id="injected" src="x">`},
 	}
 	for id, headers := range dead {
 		if err := e.publish(id, headers...); err != nil {
