@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -682,4 +683,80 @@ func (s *suite) testBrokerRestart(t *testing.T) {
 		want = append(append([]string(nil), unread...), after...)
 	}
 	src.collect(t, s.redeliveryWait(), want)
+}
+
+// testRelease: a Source that hands its work back (ingest.Releaser, what an
+// instance cut off from Redis does) lets another instance take every
+// message it held unacknowledged: those Read returned before Release (given
+// back with their AckFunc, as the pipeline does), those it had fetched
+// (which Read may still return, to be given back the same way), and those
+// still on the broker. While released it takes nothing new; after Resume it
+// reads again.
+func (s *suite) testRelease(t *testing.T) {
+	if !s.h.Features.AtLeastOnce {
+		t.Skip("Features.AtLeastOnce is false: the broker keeps nothing to hand to another instance")
+	}
+	key := s.key(t)
+	a := s.open(t, key)
+	rel, ok := a.Source.(ingest.Releaser)
+	if !ok {
+		t.Fatalf("%T does not implement ingest.Releaser: an at-least-once Source must, so that an instance cut off from Redis hands its work to the others", a.Source)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := s.sendN(t, key, 10, []byte("release"))
+	first := a.next(t, s.h.Timeout, "the first message") // the rest is fetched, or on the broker
+	if err := rel.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := rel.Release(ctx); err != nil {
+		t.Fatalf("Release a second time: %v", err)
+	}
+	settle(t, first, errNack)
+
+	// A gives back whatever it still returns; it must return nothing
+	// published after the Release.
+	type aRead struct{ id string }
+	reads := make(chan aRead, 100)
+	actx, stopA := context.WithCancel(context.Background())
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		for {
+			in, ack, err := a.Read(actx)
+			if err != nil {
+				return
+			}
+			id, _ := in.Headers.Get(IDHeader)
+			reads <- aRead{id}
+			_ = ack(context.Background(), errNack) // given back; after Release an error is allowed too
+		}
+	}()
+
+	b := s.open(t, key)
+	later := s.send(t, key, s.plain("after the release", []byte("release")))
+	b.collect(t, s.redeliveryWait(), append(slices.Clone(ids), later))
+	b.close(t)
+	stopA()
+	<-aDone
+	close(reads)
+	for r := range reads {
+		if r.id == later {
+			t.Errorf("the released Source read message %s, published after Release: it must take nothing new until Resume", later)
+		}
+	}
+
+	if err := rel.Resume(ctx); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if err := rel.Resume(ctx); err != nil {
+		t.Fatalf("Resume a second time: %v", err)
+	}
+	again := s.send(t, key, s.plain("after the resume", []byte("release")))
+	seen, _ := a.collect(t, s.redeliveryWait(), []string{again})
+	for _, id := range append(ids, later) {
+		if seen[id] > 0 {
+			t.Errorf("message %s, acknowledged by the other Source, was read again after Resume", id)
+		}
+	}
 }

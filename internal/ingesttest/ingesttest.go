@@ -239,6 +239,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentAcks", s.testConcurrentAcks},
 		{"Backlog", s.testBacklog},
 		{"ReadContext", s.testReadContext},
+		{"Release", s.testRelease},
 		{"Close", s.testClose},
 		{"BrokerRestart", s.testBrokerRestart},
 	}

@@ -51,6 +51,21 @@ type Source interface {
 // ErrClosed is returned by Read after Close.
 var ErrClosed = errors.New("ingest: source closed")
 
+// Releaser is implemented by sources that can hand their work back: an
+// instance cut off from Redis cannot park what it reads, and another one
+// can. Release stops fetching and gives back to the broker every message
+// fetched and not yet returned by Read (JetStream: Nak; AMQP: the channel
+// closes, which requeues; Kafka: the member leaves its group, whose
+// partitions move to the others); Read blocks until Resume fetches again.
+// Messages Read returned are the caller's to give back with their AckFunc
+// (a Nak or requeue; on Kafka one of a group left is ignored, and the next
+// owner reads it again). Both may be called from another goroutine than
+// Read; Release twice, or Resume without Release, does nothing.
+type Releaser interface {
+	Release(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
 // Ready is implemented by sources that know whether they are connected.
 // Ready returns nil when connected, else an error saying why not.
 type Ready interface {

@@ -23,6 +23,8 @@ type Store interface {
 	Reject(ctx context.Context, rs []store.Rejected) ([]string, error)
 	Cancel(ctx context.Context, id string) error
 	CancelGroup(ctx context.Context, group string) (int, error)
+	// Ping checks that Redis answers (after a hand-back: see HandBackAfter).
+	Ping(ctx context.Context) error
 }
 
 // PipelineParams configure a Pipeline.
@@ -55,17 +57,35 @@ type PipelineParams struct {
 	// It is told how many messages are about to be parked.
 	Capacity func(ctx context.Context, n int) error
 
+	// HandBackAfter is how long parking may fail because this process
+	// cannot reach Redis (store.Unreachable) before the pipeline hands its
+	// work back to the other instances: it returns what it holds unparked
+	// to the broker and releases the source (ingest.Releaser), until Redis
+	// answers again. 0 means DefaultHandBackAfter.
+	HandBackAfter time.Duration
+
 	Metrics *metrics.Metrics
 	Tracer  *tracing.Tracer // nil: no spans
 	Logger  *slog.Logger
 	Now     func() time.Time // default time.Now
 }
 
+// DefaultHandBackAfter is PipelineParams.HandBackAfter's default: long
+// enough that a blip does not move the work, short against the lease
+// (scheduler.lease, 30 s), which bounds the lateness of what the cut
+// instance had claimed.
+const DefaultHandBackAfter = 2 * time.Second
+
+// errHandedBack is why a batch is returned to its broker: this instance
+// cannot reach Redis and handed its work back.
+var errHandedBack = errors.New("this instance cannot reach redis: the message is handed back to its broker for another instance")
+
 // Pipeline reads one Source and parks what it reads.
 type Pipeline struct {
 	p        PipelineParams
 	log      *slog.Logger
 	redisErr atomic.Pointer[error] // last Redis failure while parking; nil when fine
+	cut      atomic.Bool           // handed back: Redis unreachable (handBack)
 }
 
 // parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
@@ -93,6 +113,9 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.Logger == nil {
 		p.Logger = slog.Default()
 	}
+	if p.HandBackAfter <= 0 {
+		p.HandBackAfter = DefaultHandBackAfter
+	}
 	return &Pipeline{p: p, log: p.Logger.With("ingest", p.Name)}
 }
 
@@ -104,6 +127,9 @@ func (pl *Pipeline) Ready() error {
 		}
 	}
 	if err := pl.Paused(); err != nil {
+		if pl.cut.Load() {
+			return fmt.Errorf("ingest %s: redis unreachable from this instance, its work handed back to the others until it answers: %w", pl.p.Name, err)
+		}
 		return fmt.Errorf("ingest %s: paused: %w", pl.p.Name, err)
 	}
 	return nil
@@ -214,6 +240,10 @@ func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
 // batch is applied in order: a cancel sees every park before it, so parks
 // pending when a cancel comes are flushed first.
 func (pl *Pipeline) handle(ctx context.Context, batch []item) {
+	if pl.cut.Load() {
+		pl.nackAll(batch, errHandedBack) // handed back: another instance parks them
+		return
+	}
 	var (
 		parks   []*envelope.Message
 		rejects []store.Rejected
@@ -420,9 +450,17 @@ func (pl *Pipeline) retry(ctx context.Context, what string, op func() error) err
 }
 
 // retryEvery is retry with another longest wait.
+//
+// While Redis is unreachable from this process (store.Unreachable) for
+// HandBackAfter, it hands the work back (handBack) and returns
+// errHandedBack: the caller returns its batch to the broker.
 func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Duration, op func() error) error {
 	bo := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: longest}
+	var cutSince time.Time
 	for attempt := 1; ; attempt++ {
+		if pl.cut.Load() {
+			return errHandedBack // another batch handed the work back meanwhile
+		}
 		err := op()
 		if err == nil {
 			if attempt > 1 {
@@ -432,6 +470,13 @@ func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Du
 			return nil
 		}
 		pl.redisErr.Store(&err)
+		if !store.Unreachable(err) {
+			cutSince = time.Time{}
+		} else if cutSince.IsZero() {
+			cutSince = time.Now()
+		} else if time.Since(cutSince) >= pl.p.HandBackAfter && pl.handBack(ctx, err) {
+			return errHandedBack
+		}
 		if attempt == 1 || attempt%20 == 0 {
 			pl.log.Warn("cannot park; retrying (ingest paused, nothing acknowledged)", "op", what, "attempt", attempt, "err", err)
 		}
@@ -441,10 +486,71 @@ func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Du
 	}
 }
 
+// handBack gives this instance's ingest work to the others while it cannot
+// reach Redis: the source is released (ingest.Releaser: it stops fetching
+// and gives back what it fetched), every batch is returned to the broker
+// unparked (handle), and a watcher resumes the source once Redis answers.
+// It reports false for a source that cannot be released (core NATS: there
+// is nobody to give a message to), which keeps retrying instead.
+func (pl *Pipeline) handBack(ctx context.Context, err error) bool {
+	rel, ok := pl.p.Source.(Releaser)
+	if !ok {
+		return false
+	}
+	if !pl.cut.CompareAndSwap(false, true) {
+		return true // handed back already
+	}
+	pl.log.Warn("redis unreachable from this instance: handing the ingest's work back to the other instances until it answers",
+		"after", pl.p.HandBackAfter, "err", err)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	if rerr := rel.Release(rctx); rerr != nil {
+		pl.log.Warn("cannot release the source; what it fetched comes back after the broker's redelivery time", "err", rerr)
+	}
+	cancel()
+	go pl.watchRedis(ctx, rel)
+	return true
+}
+
+// watchRedis pings Redis until it answers, then resumes the source (until
+// ctx, the pipeline's work, ends).
+func (pl *Pipeline) watchRedis(ctx context.Context, rel Releaser) {
+	bo := lifecycle.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := pl.p.Store.Ping(pctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !bo.Wait(ctx, nil) {
+			return
+		}
+	}
+	bo.Reset()
+	for {
+		err := rel.Resume(ctx)
+		if err == nil {
+			break
+		}
+		pl.log.Warn("cannot resume the source; retrying", "err", err)
+		if !bo.Wait(ctx, nil) {
+			return
+		}
+	}
+	pl.redisErr.Store(nil)
+	pl.cut.Store(false)
+	pl.log.Info("redis answers again: the ingest takes its share of the work again")
+}
+
 // nackAll returns a batch to the broker for redelivery. Messages of the
 // batch that were parked already are parked again on redelivery: a no-op.
 func (pl *Pipeline) nackAll(batch []item, err error) {
-	pl.log.Warn("returning messages to the broker unparked", "count", len(batch), "err", err)
+	if errors.Is(err, errHandedBack) {
+		pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "handed_back").Add(float64(len(batch)))
+		pl.log.Debug("returning messages to the broker unparked", "count", len(batch), "err", err)
+	} else {
+		pl.log.Warn("returning messages to the broker unparked", "count", len(batch), "err", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	for _, it := range batch {

@@ -81,6 +81,10 @@ type pipelineEnv struct {
 	pl    *ingest.Pipeline
 	stop  context.CancelFunc
 	done  chan error
+
+	// Set by a setup function, before the pipeline starts.
+	source        ingest.Source // instead of src
+	handBackAfter time.Duration
 }
 
 func startPipeline(t *testing.T, drain time.Duration) *pipelineEnv {
@@ -97,16 +101,21 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 	if setup != nil {
 		st = setup(e)
 	}
+	var src ingest.Source = e.src
+	if e.source != nil {
+		src = e.source
+	}
 	e.pl = ingest.NewPipeline(ingest.PipelineParams{
 		Name:   "test",
-		Source: e.src,
+		Source: src,
 		Route: &envelope.Route{Ingest: "test", Sink: "s", Destination: "d",
 			Sinks: destination.Sinks{"s": destination.NATS}.Lookup},
-		Limits:       envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256},
-		Store:        st,
-		MaxInFlight:  config.DefaultMaxInFlight,
-		DrainTimeout: drain,
-		Metrics:      metrics.New(),
+		Limits:        envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256},
+		Store:         st,
+		MaxInFlight:   config.DefaultMaxInFlight,
+		DrainTimeout:  drain,
+		HandBackAfter: e.handBackAfter,
+		Metrics:       metrics.New(),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
@@ -214,6 +223,118 @@ func TestRedisOutagePausesIngest(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() bool { return e.pl.Ready() == nil })
 	if err := e.pl.Paused(); err != nil {
 		t.Fatalf("Paused = %v after Redis came back", err)
+	}
+}
+
+// releasingSource is a chanSource that can hand its work back
+// (ingest.Releaser): while released, Read waits for Resume.
+type releasingSource struct {
+	*chanSource
+	mu       sync.Mutex
+	resumed  chan struct{} // closed while not released
+	releases int
+	resumes  int
+}
+
+func newReleasingSource(c *chanSource) *releasingSource {
+	r := &releasingSource{chanSource: c, resumed: make(chan struct{})}
+	close(r.resumed)
+	return r
+}
+
+func (r *releasingSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	r.mu.Lock()
+	resumed := r.resumed
+	r.mu.Unlock()
+	select {
+	case <-resumed:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	return r.chanSource.Read(ctx)
+}
+
+func (r *releasingSource) Release(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.resumed:
+		r.resumed = make(chan struct{})
+		r.releases++
+	default:
+	}
+	return nil
+}
+
+func (r *releasingSource) Resume(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.resumed:
+	default:
+		close(r.resumed)
+		r.resumes++
+	}
+	return nil
+}
+
+func (r *releasingSource) counts() (releases, resumes int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.releases, r.resumes
+}
+
+// An instance that cannot reach Redis hands its work back: after
+// HandBackAfter it returns what it holds to the broker (a nack, for another
+// instance to park), releases its source, and takes its share again once
+// Redis answers. Nothing is acknowledged unparked.
+func TestCutInstanceHandsItsWorkBack(t *testing.T) {
+	var rel *releasingSource
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		rel = newReleasingSource(e.src)
+		e.source = rel
+		e.handBackAfter = 300 * time.Millisecond
+		return e.store
+	})
+	e.src.send("before", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := e.src.result("before"); return ok })
+
+	e.redis.Kill()
+	const n = 20
+	for i := 0; i < n; i++ {
+		e.src.send(fmt.Sprintf("during%d", i), "x-delay", "1h")
+	}
+	testenv.Eventually(t, 15*time.Second, func() bool { r, _ := rel.counts(); return r == 1 }, "the source was not released")
+	if err := e.pl.Ready(); err == nil || !strings.Contains(err.Error(), "handed back") {
+		t.Fatalf("Ready = %v; want it to say the work is handed back", err)
+	}
+	// Everything read while Redis was away goes back to the broker, none of
+	// it acknowledged; what was not read yet stays with the broker.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		e.src.mu.Lock()
+		defer e.src.mu.Unlock()
+		return len(e.src.settled)+len(e.src.in) == n+1
+	}, "what the pipeline held was not returned")
+	e.src.mu.Lock()
+	for id, err := range e.src.settled {
+		if id != "before" && err == nil {
+			e.src.mu.Unlock()
+			t.Fatalf("%s acknowledged while Redis was unreachable", id)
+		}
+	}
+	nacked := len(e.src.settled) - 1
+	e.src.mu.Unlock()
+	if nacked == 0 {
+		t.Fatal("nothing was handed back")
+	}
+
+	e.redis.Start()
+	testenv.Eventually(t, 20*time.Second, func() bool { _, r := rel.counts(); return r == 1 }, "not resumed after Redis came back")
+	testenv.Eventually(t, 5*time.Second, func() bool { return e.pl.Ready() == nil })
+	e.src.send("after", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { err, ok := e.src.result("after"); return ok && err == nil }, "not parked after the resume")
+	if _, err := e.store.Inspect(context.Background(), "after"); err != nil {
+		t.Fatalf("after acknowledged but not parked: %v", err)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	IngestMessages *prometheus.CounterVec // ingest, result: parked|replaced|duplicate|stale|rejected|cancelled|tombstone_unknown
+	IngestMessages *prometheus.CounterVec // ingest, result: parked|replaced|duplicate|stale|rejected|cancelled|cancelled_group|tombstone_unknown|handed_back
 	IngestRejected *prometheus.CounterVec // ingest, reason
 	ParkBatchSize  prometheus.Histogram
 	ParkDuration   prometheus.Histogram

@@ -779,7 +779,7 @@ func (s *Scheduler) record(ctx context.Context, c *store.Lease, claimedAt time.T
 		}
 		wait := bo.Next()
 		if ctx.Err() != nil || s.p.Clock.Now().Add(wait).After(deadline) {
-			s.log.Warn("cannot record publish results in redis; the lease will expire and these messages be published again",
+			s.log.Warn("cannot record publish results in redis; when the lease expires these messages are claimed again (a duplicate for those the sink took, none lost)",
 				"op", what, "shard", c.Shard, "messages", n, "err", err)
 			return
 		}

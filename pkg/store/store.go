@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -299,4 +302,26 @@ func (s *Store) ClockOffset(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("store.clock_offset: %w", err)
 	}
 	return t.Sub(before.Add(after.Sub(before) / 2)), nil
+}
+
+// Unreachable reports whether err says this process cannot reach Redis (a
+// refused, reset or timed-out connection, a pool that cannot connect) as
+// opposed to Redis answering with an error (full, loading, a failover, a
+// cluster moving slots), which every instance sees alike. An instance cut
+// off from Redis hands its ingest work back to the others (pkg/ingest).
+func Unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ne net.Error
+	var re redis.Error
+	switch {
+	case errors.As(err, &re):
+		return false // Redis answered
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+		return true
+	}
+	return false
 }

@@ -77,7 +77,11 @@ type Source struct {
 	dialer *kafka.Dialer
 	tr     *kafka.Transport // the client's own: see New
 	client *kafka.Client
-	cg     *kafka.ConsumerGroup
+
+	groupMu  sync.Mutex // guards cg, runDone and released
+	cg       *kafka.ConsumerGroup
+	groupCfg kafka.ConsumerGroupConfig
+	released bool // Release left the group, Resume did not join it again
 
 	// Fetched records of every partition, in fetch order per partition.
 	recs chan *record
@@ -118,7 +122,7 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 	klog := kafka.LoggerFunc(func(format string, args ...any) {
 		log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
 	})
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+	groupCfg := kafka.ConsumerGroupConfig{
 		ID:                    cfg.Group,
 		Brokers:               cfg.Brokers,
 		Dialer:                dialer,
@@ -131,7 +135,8 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 		StartOffset:           start,
 		Logger:                klog,
 		ErrorLogger:           klog,
-	})
+	}
+	cg, err := kafka.NewConsumerGroup(groupCfg)
 	if err != nil {
 		return nil, fmt.Errorf("kafka ingest %s: consumer group: %w", cfg.Name, err)
 	}
@@ -155,13 +160,14 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 		tr:        tr,
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr},
 		cg:        cg,
+		groupCfg:  groupCfg,
 		recs:      make(chan *record, 64),
 		closed:    make(chan struct{}),
 		groupLeft: make(chan struct{}),
 		runDone:   make(chan struct{}),
 		drain:     revokeDrain,
 	}
-	go s.run()
+	go s.run(cg, s.runDone)
 	return s, nil
 }
 
@@ -211,11 +217,54 @@ func checkTopic(ctx context.Context, d *kafka.Dialer, brokers []string, topic st
 	return fmt.Errorf("no broker of %v answered: %w", brokers, err)
 }
 
-// run joins generation after generation until Close.
-func (s *Source) run() {
-	defer close(s.runDone)
+var _ ingest.Releaser = (*Source)(nil)
+
+// Release leaves the consumer group, after the final commit of what was
+// acknowledged, so that the group gives this member's partitions to the
+// others at once: they read on from the committed offsets, the records
+// this member read and did not park among them. Records it had fetched are
+// dropped; acknowledging one it handed out does nothing. The time the
+// partitions take to move is the group's rebalance, bounded by the other
+// members' heartbeat (session_timeout/10) and rebalance timeout. Until
+// Resume joins again, Read returns nothing.
+func (s *Source) Release(context.Context) error {
+	s.groupMu.Lock()
+	if s.released || s.isClosed() {
+		s.groupMu.Unlock()
+		return nil
+	}
+	s.released = true
+	cg, done := s.cg, s.runDone
+	s.groupMu.Unlock()
+	cg.Close() // ends the generation (its final commit), then leaves
+	<-done
+	s.log.Info("kafka ingest released: left the consumer group until redis is back")
+	return nil
+}
+
+// Resume joins the consumer group again after Release.
+func (s *Source) Resume(context.Context) error {
+	s.groupMu.Lock()
+	defer s.groupMu.Unlock()
+	if !s.released || s.isClosed() {
+		return nil
+	}
+	cg, err := kafka.NewConsumerGroup(s.groupCfg)
+	if err != nil {
+		return fmt.Errorf("kafka ingest %s: consumer group: %w", s.cfg.Name, err)
+	}
+	s.cg, s.runDone, s.released = cg, make(chan struct{}), false
+	go s.run(cg, s.runDone)
+	s.log.Info("kafka ingest resumed: joining the consumer group")
+	return nil
+}
+
+// run joins generation after generation of cg until it closes (Close,
+// Release), then closes done.
+func (s *Source) run(cg *kafka.ConsumerGroup, done chan struct{}) {
+	defer close(done)
 	for {
-		kg, err := s.cg.Next(context.Background())
+		kg, err := cg.Next(context.Background())
 		if errors.Is(err, kafka.ErrGroupClosed) {
 			return
 		}
@@ -385,10 +434,15 @@ func (s *Source) Close(ctx context.Context) error {
 		close(s.closed)
 		// Ends the generation (whose last act is the final commit), then
 		// leaves the group.
+		s.groupMu.Lock()
+		cg, released := s.cg, s.released
+		s.groupMu.Unlock()
 		go func() {
-			s.cg.Close()
+			if !released { // Release left the group already
+				cg.Close()
+			}
 			close(s.groupLeft)
-			<-s.runDone
+			<-s.done()
 			s.tr.CloseIdleConnections() // also when Close returned early
 		}()
 	})
@@ -397,13 +451,20 @@ func (s *Source) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("kafka ingest %s: close: %w", s.cfg.Name, ctx.Err())
 	}
-	<-s.runDone
+	<-s.done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closeErr != nil {
 		return fmt.Errorf("kafka ingest %s: final commit: %w", s.cfg.Name, s.closeErr)
 	}
 	return nil
+}
+
+// done is closed when the current generation loop has exited.
+func (s *Source) done() chan struct{} {
+	s.groupMu.Lock()
+	defer s.groupMu.Unlock()
+	return s.runDone
 }
 
 // resolveOffset turns kafka.FirstOffset or kafka.LastOffset into an absolute

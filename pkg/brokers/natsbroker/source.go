@@ -41,7 +41,11 @@ type Source struct {
 	nc  *nats.Conn
 
 	// JetStream
-	iter jetstream.MessagesContext
+	cons     jetstream.Consumer
+	iterMu   sync.Mutex
+	iter     jetstream.MessagesContext // draining after Release, then nil until Resume
+	released bool                      // Release was called, Resume not yet
+	resume   chan struct{}             // closed by Resume; made by Release
 	// core NATS
 	sub *nats.Subscription
 
@@ -118,13 +122,80 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 		return fmt.Errorf("nats ingest %s: consumer %q on stream %q (does the stream's subjects cover %q?): %w",
 			cfg.Name, cfg.Durable, cfg.Stream, cfg.Subject, err)
 	}
-	batch := min(cfg.MaxInFlight, 500)
-	iter, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	s.cons = cons
+	iter, err := s.pull()
 	if err != nil {
-		return fmt.Errorf("nats ingest %s: pull: %w", cfg.Name, err)
+		return err
 	}
 	s.iter = iter
 	return nil
+}
+
+// pull starts fetching from the consumer.
+func (s *Source) pull() (jetstream.MessagesContext, error) {
+	iter, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.MaxInFlight, 500)))
+	if err != nil {
+		return nil, fmt.Errorf("nats ingest %s: pull: %w", s.cfg.Name, err)
+	}
+	return iter, nil
+}
+
+var _ ingest.Releaser = (*Source)(nil)
+
+// Release stops pulling. What was pulled and not yet read is still
+// returned by Read (the iterator is drained, not dropped: dropped, it
+// would come back only after the ack wait), for the caller to give back
+// with its AckFunc (a Nak, delivered to another instance at once); then
+// Read blocks until Resume. Core NATS has nothing to give back.
+func (s *Source) Release(context.Context) error {
+	s.iterMu.Lock()
+	defer s.iterMu.Unlock()
+	if s.released || s.sub != nil {
+		return nil
+	}
+	s.iter.Drain()
+	s.released, s.resume = true, make(chan struct{})
+	s.log.Info("jetstream ingest released: pulling stopped until redis is back")
+	return nil
+}
+
+// Resume pulls again after Release.
+func (s *Source) Resume(context.Context) error {
+	s.iterMu.Lock()
+	defer s.iterMu.Unlock()
+	if !s.released || s.sub != nil {
+		return nil
+	}
+	if s.iter != nil {
+		s.iter.Stop() // still draining: what it holds was read or goes back after the ack wait
+	}
+	iter, err := s.pull()
+	if err != nil {
+		return err
+	}
+	s.iter, s.released = iter, false
+	close(s.resume)
+	s.log.Info("jetstream ingest resumed")
+	return nil
+}
+
+// current returns the iterator to read from, waiting while released.
+func (s *Source) current(ctx context.Context) (jetstream.MessagesContext, error) {
+	for {
+		s.iterMu.Lock()
+		iter, resume := s.iter, s.resume
+		s.iterMu.Unlock()
+		if iter != nil {
+			return iter, nil
+		}
+		select {
+		case <-resume:
+		case <-s.closed:
+			return nil, ingest.ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // Read returns the next message.
@@ -133,7 +204,11 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 		return s.readCore(ctx)
 	}
 	for {
-		msg, err := s.iter.Next(jetstream.NextContext(ctx))
+		iter, err := s.current(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		msg, err := iter.Next(jetstream.NextContext(ctx))
 		if err == nil {
 			return s.incomingJS(msg)
 		}
@@ -141,6 +216,16 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 			return nil, nil, stop
 		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			s.iterMu.Lock()
+			drained := s.released && s.iter == iter
+			if drained || s.iter != iter {
+				if drained {
+					s.iter = nil // Release drained it: wait for Resume
+				}
+				s.iterMu.Unlock()
+				continue
+			}
+			s.iterMu.Unlock()
 			return nil, nil, ingest.ErrClosed
 		}
 		// Missed heartbeats and other pull errors while the server is
@@ -268,9 +353,11 @@ func (s *Source) Ready() error { return Ready(s.nc) }
 func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
+		s.iterMu.Lock()
 		if s.iter != nil {
 			s.iter.Stop()
 		}
+		s.iterMu.Unlock()
 		if s.sub != nil {
 			_ = s.sub.Unsubscribe()
 		}

@@ -51,11 +51,13 @@ type Source struct {
 	stop   context.CancelFunc
 	done   chan struct{} // supervisor exited
 
-	mu      sync.Mutex
-	cur     *session // nil while disconnected
-	isClose bool     // Close has begun: no new sessions
-	closing bool     // Close is draining: no new acks
-	acks    sync.WaitGroup
+	mu       sync.Mutex
+	cur      *session      // nil while disconnected
+	isClose  bool          // Close has begun: no new sessions
+	closing  bool          // Close is draining: no new acks
+	released bool          // Release was called, Resume not yet: no new sessions
+	resume   chan struct{} // closed by Resume; made by Release
+	acks     sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -63,6 +65,57 @@ type Source struct {
 
 var _ ingest.Source = (*Source)(nil)
 var _ ingest.Ready = (*Source)(nil)
+var _ ingest.Releaser = (*Source)(nil)
+
+// Release closes the consuming channel, so that the broker requeues every
+// delivery not acknowledged yet (those Read returned and those the channel
+// held), and opens none until Resume: the queue's other consumers take
+// them. Acknowledging a delivery of the closed channel does nothing.
+func (s *Source) Release(context.Context) error {
+	s.mu.Lock()
+	if s.released {
+		s.mu.Unlock()
+		return nil
+	}
+	s.released, s.resume = true, make(chan struct{})
+	sess := s.cur
+	s.mu.Unlock()
+	if sess != nil {
+		_ = sess.ch.Close()
+	}
+	s.log.Info("rabbitmq ingest released: its deliveries requeued, consuming stopped until redis is back")
+	return nil
+}
+
+// Resume consumes again after Release.
+func (s *Source) Resume(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		s.released = false
+		close(s.resume)
+		s.log.Info("rabbitmq ingest resumed")
+	}
+	return nil
+}
+
+// waitResume waits while the Source is released; false when it closed.
+func (s *Source) waitResume(ctx context.Context) bool {
+	s.mu.Lock()
+	released, resume := s.released, s.resume
+	s.mu.Unlock()
+	if !released {
+		return true
+	}
+	select {
+	case <-resume:
+		return true
+	case <-s.closed:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // session is one connection with its consuming channel.
 type session struct {
@@ -214,11 +267,21 @@ func (s *Source) supervise(ctx context.Context, sess *session) {
 		s.cur = nil
 		s.mu.Unlock()
 		close(sess.dead)
-		s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", reason))
-		s.log.Warn("rabbitmq ingest disconnected; reconnecting", "err", reason)
+		s.mu.Lock()
+		released := s.released
+		s.mu.Unlock()
+		if released {
+			s.state.Down(errors.New("released: consuming stopped until redis is back"))
+		} else {
+			s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", reason))
+			s.log.Warn("rabbitmq ingest disconnected; reconnecting", "err", reason)
+		}
 		_ = sess.conn.CloseDeadline(time.Now().Add(time.Second))
 
 		for {
+			if !s.waitResume(ctx) {
+				return
+			}
 			if !bo.Wait(ctx, s.closed) {
 				return
 			}
@@ -327,6 +390,12 @@ func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
 
 		select {
 		case <-sess.dead:
+			s.mu.Lock()
+			released := s.released
+			s.mu.Unlock()
+			if released {
+				return nil // requeued by Release
+			}
 			return fmt.Errorf("rabbitmq ingest %s: %w", s.cfg.Name, ErrStaleDelivery)
 		default:
 		}
@@ -338,6 +407,12 @@ func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
 		}
 		if err != nil {
 			if sess.ch.IsClosed() {
+				s.mu.Lock()
+				released := s.released
+				s.mu.Unlock()
+				if released {
+					return nil // requeued by Release
+				}
 				return fmt.Errorf("rabbitmq ingest %s: %w (%v)", s.cfg.Name, ErrStaleDelivery, err)
 			}
 			return fmt.Errorf("rabbitmq ingest %s: ack or nack delivery: %w", s.cfg.Name, err)
