@@ -1,7 +1,11 @@
 // Package admin is delaybridge's admin HTTP server (the contract's "Admin
-// HTTP API"): health and readiness probes, Prometheus metrics, and under /v1/
-// the inspection, listing, cancelling, scheduling and rescheduling of
-// messages, groups, the handling of dead messages, and pausing sinks.
+// HTTP API"): health and readiness probes, Prometheus metrics, the
+// dashboard, and under /v1/ the operations of pkg/ops (inspecting, listing,
+// cancelling, scheduling and rescheduling messages, groups, the dead
+// messages, pausing sinks) and the daemon's recent history
+// (history.go). The operations are written in pkg/ops; a handler here
+// only takes what the request says, calls them, and answers their view or
+// their error. Client is the same operations through this API.
 //
 // Every answer is JSON (Content-Type: application/json) except /metrics, the
 // dashboard page at / (package ui) and the empty 204s; every error is
@@ -19,7 +23,7 @@
 // Before any of that, every request passes the guards of guard.go: an
 // allowed Host (against DNS rebinding), and for a state-changing method a
 // same-origin browser request or none, and a JSON body or none (against
-// cross-site requests). Every JSON body is read by readJSON (decode.go),
+// cross-site requests). Every JSON body is read by decodeJSON (decode.go),
 // which is stricter than encoding/json.
 //
 // Message IDs in paths are URL-encoded by clients ("topic/3/1234" may be sent
