@@ -307,15 +307,16 @@ func (s *Service) checkGiven(req RetryRequest, sink, dest string, route *envelop
 // sinks.Permanent), and the scheduler when its sink is not configured: a
 // dead message whose reason says one of them died for its destination.
 var brokerRefusals = []string{
-	"is not configured",             // the scheduler: no such sink
-	"does not exist",                // Kafka: no such topic
-	"not authorized",                // Kafka, NATS: not for that destination
-	"no stream stores this subject", // JetStream
-	"has no queue bound",            // RabbitMQ: unroutable
-	"NO_ROUTE",                      // RabbitMQ: a returned message
-	"is not a NATS subject",         // NATS: not a subject to publish to
-	"is longer than 255 bytes",      // RabbitMQ: a routing key it cannot take
-	"route.allowed_destinations",    // a destination check (destination.Syntax.Check)
+	"is not configured",                               // the scheduler: no such sink
+	"does not exist",                                  // Kafka: no such topic
+	"not authorized",                                  // Kafka, NATS: not for that destination
+	"no stream stores this subject",                   // JetStream
+	"has no queue bound",                              // RabbitMQ: unroutable
+	"NO_ROUTE",                                        // RabbitMQ: a returned message
+	"is not a NATS subject",                           // NATS: not a subject to publish to
+	"is longer than 255 bytes",                        // RabbitMQ: a routing key it cannot take
+	"route.allowed_destinations",                      // a destination check (destination.Syntax.Check)
+	"did not answer within scheduler.publish_timeout", // the scheduler: a destination that never answers
 }
 
 func brokerRefused(reason string) bool {
