@@ -41,22 +41,7 @@ func RedisCluster(t testing.TB, n int) *RedisClusterServer {
 
 	c := &RedisClusterServer{t: t}
 	for i := 0; i < n; i++ {
-		port := reservePorts(t, clusterLo, clusterHi, 10000)
-		dir := t.TempDir()
-		args := []string{
-			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
-			"--dir", dir,
-			"--logfile", filepath.Join(dir, "redis.log"),
-			"--daemonize", "no",
-			"--save", "",
-			"--appendonly", "yes",
-			"--appendfsync", "everysec",
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", // relative to --dir
-			"--cluster-node-timeout", "2000",
-		}
-		node := newRedisServer(t, bin, port, dir, args)
+		node := startClusterNode(t, bin)
 		c.Nodes = append(c.Nodes, node)
 		c.Addrs = append(c.Addrs, node.Addr)
 	}
@@ -117,4 +102,26 @@ func (c *RedisClusterServer) Client() *redis.ClusterClient {
 	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
 	c.t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+// startClusterNode starts one cluster-enabled redis-server, not yet part of
+// any cluster, on a reserved port p (and bus port p+10000).
+func startClusterNode(t testing.TB, bin string) *RedisServer {
+	t.Helper()
+	port := reservePorts(t, clusterLo, clusterHi, 10000)
+	dir := t.TempDir()
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", dir,
+		"--logfile", filepath.Join(dir, "redis.log"),
+		"--daemonize", "no",
+		"--save", "",
+		"--appendonly", "yes",
+		"--appendfsync", "everysec",
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf", // relative to --dir
+		"--cluster-node-timeout", "2000",
+	}
+	return newRedisServer(t, bin, port, dir, args)
 }
