@@ -92,11 +92,13 @@ const retryBudget = 3*time.Second + 300*time.Millisecond
 
 // options select a scenario's servers.
 type options struct {
-	fsync     string // Redis appendfsync; "" is "always"
-	kafka     bool   // Kafka ingest (kfake) instead of NATS JetStream
-	partition int    // Kafka partitions (default 4)
-	sink      string // the sink's broker: "nats" (default), "rabbitmq", "kafka"
-	retry     string // the retry policy (default defaultRetry)
+	fsync     string   // Redis appendfsync; "" is "always"
+	redisArgs []string // more redis-server arguments (e.g. --maxmemory 32mb)
+	kafka     bool     // Kafka ingest (kfake) instead of NATS JetStream
+	rabbitIn  bool     // RabbitMQ ingest (a durable queue) instead of NATS JetStream
+	partition int      // Kafka partitions (default 4)
+	sink      string   // the sink's broker: "nats" (default), "rabbitmq", "kafka"
+	retry     string   // the retry policy (default defaultRetry)
 	// redisProxy puts a TCP proxy (testenv.Proxy) between the daemons and
 	// Redis, so that a scenario can cut the network (world.proxy).
 	redisProxy bool
@@ -104,6 +106,12 @@ type options struct {
 	// appendfsync fsync, and a Sentinel; the daemons find the master
 	// through the Sentinel (world.replica, world.sentinel).
 	sentinel bool
+	// cluster, when at least 3, runs Redis as a Redis Cluster of that many
+	// masters without replicas (appendfsync everysec, testenv.RedisCluster);
+	// the daemons use it with redis.cluster (world.cluster).
+	cluster int
+	// ackWait is the NATS ingest's ack_wait (default ackWait, 2 s).
+	ackWait time.Duration
 	// route adds settings to the ingest's route; extra adds sinks (after
 	// "out") and top-level sections: YAML text.
 	route, extra string
@@ -116,7 +124,7 @@ type world struct {
 	start time.Time
 	rng   *rand.Rand
 	opts  options
-	in    *testenv.NATSServer   // ingest broker (nil with Kafka)
+	in    *testenv.NATSServer   // ingest broker (nil with Kafka or RabbitMQ)
 	parts int                   // Kafka partitions
 	kafka *testenv.KafkaCluster // ingest broker with options.kafka
 	// The sink's broker, one of three: out, a separate NATS server, so
@@ -127,17 +135,22 @@ type world struct {
 	rabbit    *testenv.RabbitNode
 	sinkQueue string
 	sinkKafka *testenv.KafkaCluster
-	redis     *testenv.RedisServer // with options.sentinel: the first master
-	replica   *testenv.RedisServer // with options.sentinel
-	sentinel  *testenv.RedisServer // with options.sentinel
-	proxy     *testenv.Proxy       // with options.redisProxy: what the daemons connect to
-	rdb       *redis.Client        // the test's own client: to the server, or the master via Sentinel
-	pub       *publisher
-	col       *collector
-	cfg       string
-	cancel    context.CancelFunc
-	ctx       context.Context
-	res       *result
+	redis     *testenv.RedisServer        // with options.sentinel: the first master
+	replica   *testenv.RedisServer        // with options.sentinel
+	sentinel  *testenv.RedisServer        // with options.sentinel
+	proxy     *testenv.Proxy              // with options.redisProxy: what the daemons connect to
+	cluster   *testenv.RedisClusterServer // with options.cluster (then redis is nil)
+	// rabbitIn is the RabbitMQ node of options.rabbitIn, inQueue the
+	// ingest's queue on it.
+	rabbitIn *testenv.RabbitNode
+	inQueue  string
+	rdb      redis.UniversalClient // the test's own client: to the server, the master via Sentinel, or the cluster
+	pub      *publisher
+	col      *collector
+	cfg      string
+	cancel   context.CancelFunc
+	ctx      context.Context
+	res      *result
 }
 
 func newWorld(t *testing.T, name string, o options) *world {
@@ -151,6 +164,9 @@ func newWorld(t *testing.T, name string, o options) *world {
 	if o.retry == "" {
 		o.retry = defaultRetry
 	}
+	if o.ackWait == 0 {
+		o.ackWait = ackWait
+	}
 	w := &world{t: t, name: name, start: time.Now(), opts: o, rng: rand.New(rand.NewPCG(*flagSeed, seedOf(name)))}
 	w.res = &result{Name: name, Seed: *flagSeed, start: w.start, DupBound: -1}
 	register(w.res)
@@ -161,15 +177,21 @@ func newWorld(t *testing.T, name string, o options) *world {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	t.Cleanup(w.cancel)
 
-	if o.sentinel {
+	switch {
+	case o.cluster > 0:
+		w.cluster = testenv.RedisCluster(t, o.cluster)
+	case o.sentinel:
 		// Redis 7 waits 5 s (repl-diskless-sync-delay) for more replicas
 		// before it sends the first full sync: start it at once.
 		w.redis = testenv.Redis(t, testenv.WithAppendFsync(o.fsync), testenv.WithArgs("--repl-diskless-sync-delay", "0"))
-	} else {
-		w.redis = testenv.Redis(t, testenv.WithAppendFsync(o.fsync))
+	default:
+		w.redis = testenv.Redis(t, testenv.WithAppendFsync(o.fsync), testenv.WithArgs(o.redisArgs...))
 	}
-	redisYAML := fmt.Sprintf(`addr: "%s"`, w.redis.Addr)
+	var redisYAML string
 	switch {
+	case o.cluster > 0:
+		w.rdb = w.cluster.Client()
+		redisYAML = fmt.Sprintf(`cluster: true, addrs: ["%s"]`, strings.Join(w.cluster.Addrs, `", "`))
 	case o.sentinel:
 		w.replica = testenv.Redis(t, testenv.WithAppendFsync(o.fsync), testenv.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(w.redis.Port)))
 		// A replica in production is attached long before a failover: the
@@ -190,6 +212,7 @@ func newWorld(t *testing.T, name string, o options) *world {
 		redisYAML = fmt.Sprintf(`addr: "%s"`, w.proxy.Addr)
 	default:
 		w.rdb = w.redis.Client()
+		redisYAML = fmt.Sprintf(`addr: "%s"`, w.redis.Addr)
 	}
 
 	var sinkYAML, dest, sinkAddr string
@@ -213,7 +236,14 @@ func newWorld(t *testing.T, name string, o options) *world {
 	go w.col.run(w.ctx)
 
 	var ingestYAML, ingestAddr string
-	if o.kafka {
+	switch {
+	case o.rabbitIn:
+		w.rabbitIn = testenv.RabbitMQ(t)
+		w.inQueue = "fault-in-" + name
+		w.pub = newRabbitPublisher(t, name, w.rabbitIn, w.inQueue)
+		ingestAddr = w.rabbitIn.URL + " queue " + w.inQueue
+		ingestYAML = fmt.Sprintf(`rabbitmq: {url: "%s", queue: %s}`, w.rabbitIn.URL, w.inQueue)
+	case o.kafka:
 		if o.partition == 0 {
 			o.partition = 4
 		}
@@ -223,11 +253,11 @@ func newWorld(t *testing.T, name string, o options) *world {
 		ingestAddr = strings.Join(w.kafka.Brokers, ",")
 		ingestYAML = fmt.Sprintf(`kafka: {brokers: ["%s"], topic: delayed, group: delaybridge, session_timeout: 2s, commit_interval: 50ms, max_in_flight_per_partition: 500}`,
 			strings.Join(w.kafka.Brokers, `", "`))
-	} else {
+	default:
 		w.in = testenv.NATS(t)
 		w.pub = newNATSPublisher(t, name, w.in.URL)
 		ingestAddr = w.in.URL
-		ingestYAML = fmt.Sprintf(`nats: {url: "%s", subject: "delayed.>", stream: DELAYED, durable: delaybridge, ack_wait: 2s}`, w.in.URL)
+		ingestYAML = fmt.Sprintf(`nats: {url: "%s", subject: "delayed.>", stream: DELAYED, durable: delaybridge, ack_wait: %s}`, w.in.URL, o.ackWait)
 	}
 	w.cfg = fmt.Sprintf(daemonConfig, redisYAML, ingestYAML, o.retry, dest, sinkYAML, o.route) + o.extra
 	t.Logf("%s: redis %s (appendfsync %s), ingest %s, %s sink %s", name, redisYAML, o.fsync, ingestAddr, o.sink, sinkAddr)
@@ -949,7 +979,7 @@ type redisState struct {
 	attempts               map[string]int   // in-flight ID -> attempt of the claim holding it
 }
 
-func readRedisState(ctx context.Context, rdb *redis.Client) (redisState, error) {
+func readRedisState(ctx context.Context, rdb redis.UniversalClient) (redisState, error) {
 	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}, deadIDs: map[string]bool{}}
 	keys := store.NewKeys(keyPrefix)
 	pipe := rdb.Pipeline()
@@ -1116,6 +1146,11 @@ func (w *world) settle(timeout time.Duration) bool {
 		}
 		if w.kafka != nil {
 			if lag, err := w.kafkaLag(w.parts); err != nil || lag > 0 {
+				return false
+			}
+		}
+		if w.rabbitIn != nil {
+			if ready, unacked, err := w.queueDepth(); err != nil || ready+unacked > 0 {
 				return false
 			}
 		}
