@@ -97,7 +97,7 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 			if _, err := st.Park(ctx, msgs); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.Reject(ctx, []store.Rejected{{Message: &envelope.Message{ID: prefix + "dead", DueAt: due, Sink: "s"}, Reason: "x-delay is empty"}}); err != nil {
+			if _, err := st.Reject(ctx, []store.Rejected{{Message: &envelope.Message{ID: prefix + "dead", DueAt: due, Sink: "s", Destination: "d"}, Reason: "x-delay is empty"}}); err != nil {
 				t.Fatal(err)
 			}
 			cmd := func(args ...string) (int, string, string) { return run(t, append(args, flags...)...) }
