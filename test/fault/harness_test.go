@@ -445,6 +445,26 @@ func (w *world) holdUntil(t time.Time, what string) {
 	}
 }
 
+// sampleUntil calls f every `every` until deadline (and once at the start):
+// the pace of the readings a scenario takes during a fault whose length is
+// the scenario's own (a hold that reads as it waits).
+func sampleUntil(deadline time.Time, every time.Duration, f func()) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		f()
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-time.After(left):
+			return
+		}
+	}
+}
+
 // randDur is uniform in [lo, hi).
 func (w *world) randDur(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
@@ -494,14 +514,21 @@ func (w *world) startDaemon() *daemon {
 // build) and environment.
 func (w *world) startDaemonWith(bin string, env ...string) *daemon {
 	w.t.Helper()
+	d := w.newDaemon(bin, env...)
+	d.start()
+	return d
+}
+
+// newDaemon writes the world's config with a fresh admin port for a daemon
+// that is not started yet.
+func (w *world) newDaemon(bin string, env ...string) *daemon {
+	w.t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(w.t))
 	path := filepath.Join(w.t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(w.cfg, "%ADMIN%", addr)), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
-	d := &daemon{w: w, bin: bin, env: env, cfgPath: path, admin: "http://" + addr}
-	d.start()
-	return d
+	return &daemon{w: w, bin: bin, env: env, cfgPath: path, admin: "http://" + addr}
 }
 
 func (d *daemon) start() {
@@ -598,6 +625,9 @@ type publisher struct {
 	// headers, when set, gives headers that the NATS publisher adds to (or
 	// sets over) the message's own.
 	headers func(id string) map[string]string
+	// body, when set, gives the NATS publisher's message body (default: the
+	// ID).
+	body func(id string) []byte
 
 	mu      sync.Mutex
 	sent    map[string]sent
@@ -663,6 +693,9 @@ func newNATSPublisher(t *testing.T, name, url string) *publisher {
 	p.send = func(ctx context.Context, id string, delay time.Duration, at time.Time) error {
 		m := nats.NewMsg("delayed.fault")
 		m.Data = []byte(id)
+		if p.body != nil {
+			m.Data = p.body(id)
+		}
 		if at.IsZero() {
 			m.Header.Set(envelope.HeaderDelay, strconv.FormatInt(delay.Milliseconds(), 10))
 		} else {

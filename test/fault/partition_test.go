@@ -123,7 +123,7 @@ func testPartition(t *testing.T, kind string) {
 
 	// During the cut: what the cut instance holds unparked, sampled about
 	// every half second (the RabbitMQ read takes about a second itself, so
-	// no sample starts that would end after the cut); the two /readyz.
+	// none starts that would end after the cut); the two /readyz.
 	var (
 		heldMax, heldLast int
 		heldAt            time.Duration // when heldMax was seen, from the cut
@@ -131,23 +131,23 @@ func testPartition(t *testing.T, kind string) {
 		aNotReady, bReady               = false, true
 		soleOwner         time.Duration = -1 // Kafka: when one member owned every partition
 	)
+	end := began.Add(cut)
 	var sampleCost time.Duration
-	for time.Since(began) < cut {
-		if cut-time.Since(began) < sampleCost {
-			w.hold(cut-time.Since(began), "the rest of the cut (the scenario's duration)")
-			break
-		}
-		sampled := time.Now()
-		h, what, err := w.heldUnparked()
-		sampleCost = time.Since(sampled)
-		if err == nil {
-			heldLast = h
-			if h > heldMax {
-				heldMax, heldAt = h, time.Since(began)
+	w.logf("holding %v, reading the ingest and both /readyz about every 500 ms: daemon A is cut off from Redis (the fault)", cut)
+	sampleUntil(end, 500*time.Millisecond, func() {
+		if time.Until(end) > sampleCost {
+			sampled := time.Now()
+			h, what, err := w.heldUnparked()
+			sampleCost = time.Since(sampled)
+			if err == nil {
+				heldLast = h
+				if h > heldMax {
+					heldMax, heldAt = h, time.Since(began)
+				}
+				samples = append(samples, fmt.Sprintf("%s %d", dur(time.Since(began)), h))
+			} else {
+				w.logf("reading %s: %v", what, err)
 			}
-			samples = append(samples, fmt.Sprintf("%s %d", dur(time.Since(began)), h))
-		} else {
-			w.logf("reading %s: %v", what, err)
 		}
 		if code, _ := a.get("/readyz"); code == http.StatusServiceUnavailable {
 			aNotReady = true
@@ -162,10 +162,7 @@ func testPartition(t *testing.T, kind string) {
 				w.logf("one member owns every partition %v after the cut: %v", soleOwner.Round(10*time.Millisecond), m)
 			}
 		}
-		if left := cut - time.Since(began); left > 0 {
-			w.hold(min(500*time.Millisecond, left), "sampling pace during the cut (the cut is the scenario's duration)")
-		}
-	}
+	})
 	w.proxy.Up(t)
 	w.logf("daemon A's network to Redis back after %v; held unparked: max %d (at %v), %d at the end of the cut",
 		time.Since(began).Round(10*time.Millisecond), heldMax, dur(heldAt), heldLast)
