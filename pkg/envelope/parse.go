@@ -273,11 +273,10 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		}
 		return reject(CodeInvalidID, "%s", idErr)
 	}
-	if lim.MaxPayloadBytes > 0 && len(in.Body) > lim.MaxPayloadBytes {
-		return reject(CodePayloadTooLarge, "body is %d bytes, over limits.max_payload_bytes %d (body not kept)", len(in.Body), lim.MaxPayloadBytes)
-	}
-	if size := in.Headers.Size() + len(in.Key); lim.MaxHeaderBytes > 0 && size > lim.MaxHeaderBytes {
-		return reject(CodeHeadersTooLarge, "headers and key are %d bytes, over limits.max_header_bytes %d (not kept)", size, lim.MaxHeaderBytes)
+	if code, reason := lim.CheckSize(in.Body, in.Headers, in.Key); code == CodePayloadTooLarge {
+		return reject(code, "%s (body not kept)", reason)
+	} else if code != "" {
+		return reject(code, "%s (not kept)", reason)
 	}
 	unique := controlHeaders
 	if sched {
@@ -368,6 +367,20 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	msg.Headers = forwarded(in.Headers)
 	msg.Recur = p.recur
 	return Decision{Action: Park, Message: msg}
+}
+
+// CheckSize returns the reject code and reason of a message whose body, or
+// headers and key together, are over the limits (max_payload_bytes,
+// max_header_bytes), or "" "". Parse applies it to every message, and import
+// to the dead ones it keeps as ingest kept them.
+func (lim Limits) CheckSize(body []byte, h Headers, key []byte) (code, reason string) {
+	if lim.MaxPayloadBytes > 0 && len(body) > lim.MaxPayloadBytes {
+		return CodePayloadTooLarge, fmt.Sprintf("body is %d bytes, over limits.max_payload_bytes %d", len(body), lim.MaxPayloadBytes)
+	}
+	if size := h.Size() + len(key); lim.MaxHeaderBytes > 0 && size > lim.MaxHeaderBytes {
+		return CodeHeadersTooLarge, fmt.Sprintf("headers and key are %d bytes, over limits.max_header_bytes %d", size, lim.MaxHeaderBytes)
+	}
+	return "", ""
 }
 
 type parser struct {

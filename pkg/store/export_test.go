@@ -18,6 +18,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -122,10 +123,12 @@ func exportAll(t *testing.T, s *store.Store, dead bool) ([]byte, store.ExportSta
 	return buf.Bytes(), st
 }
 
+// importAll imports data into s under the rules of ingest (ops.Service,
+// with limits and sinks of any name), failing the test on a bad line.
 func importAll(t *testing.T, s *store.Store, data []byte, o store.ImportOptions) store.ImportStats {
 	t.Helper()
 	o.Bad = func(le *store.LineError) { t.Errorf("bad line: %v", le) }
-	st, err := s.Import(context.Background(), bytes.NewReader(data), o)
+	st, err := ops.New(ops.Params{Store: s}).Import(context.Background(), bytes.NewReader(data), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,6 +351,10 @@ func rewrite(t *testing.T, data []byte, f func(*store.Record)) []byte {
 	return out.Bytes()
 }
 
+// asExported admits every message of a valid record as it is: for the tests
+// of the format alone (ops.Service.Import applies the rules of ingest).
+func asExported(m *envelope.Message, _ *store.RecordMeta) (*envelope.Message, error) { return m, nil }
+
 // A line that is not a valid record is reported with its number; skip goes
 // on with the good lines, stop ends the import there, and nothing of a bad
 // line is ever written.
@@ -386,7 +393,7 @@ func TestImportBadLines(t *testing.T) {
 	t.Run("skip", func(t *testing.T) {
 		dst := store.New(r.Client(), store.Options{Prefix: "skip", Shards: 3})
 		var errs []*store.LineError
-		st, err := dst.Import(ctx, bytes.NewReader(input), store.ImportOptions{MaxIDBytes: 256, Bad: func(le *store.LineError) { errs = append(errs, le) }})
+		st, err := dst.Import(ctx, bytes.NewReader(input), store.ImportOptions{MaxIDBytes: 256, Admit: asExported, Bad: func(le *store.LineError) { errs = append(errs, le) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +426,7 @@ func TestImportBadLines(t *testing.T) {
 	})
 	t.Run("stop", func(t *testing.T) {
 		dst := store.New(r.Client(), store.Options{Prefix: "stop", Shards: 3})
-		st, err := dst.Import(ctx, bytes.NewReader(input), store.ImportOptions{MaxIDBytes: 256, Stop: true})
+		st, err := dst.Import(ctx, bytes.NewReader(input), store.ImportOptions{MaxIDBytes: 256, Admit: asExported, Stop: true})
 		var le *store.LineError
 		if !errors.As(err, &le) || le.Line != 2 || !strings.Contains(err.Error(), "not a JSON record") {
 			t.Fatalf("err %v, want line 2", err)
@@ -433,7 +440,7 @@ func TestImportBadLines(t *testing.T) {
 			}
 		}
 		// Stopping at a bad base64 body writes nothing of it.
-		st, err = dst.Import(ctx, strings.NewReader(bad[1].line+"\n"), store.ImportOptions{Stop: true})
+		st, err = dst.Import(ctx, strings.NewReader(bad[1].line+"\n"), store.ImportOptions{Admit: asExported, Stop: true})
 		if !errors.As(err, &le) || le.Line != 1 || st.Imported != 0 {
 			t.Fatalf("%+v %v", st, err)
 		}
@@ -446,7 +453,7 @@ func TestImportBadLines(t *testing.T) {
 		long := fmt.Sprintf(valid, "long", strings.Repeat("QUFB", 1000))
 		var errs []*store.LineError
 		st, err := dst.Import(ctx, strings.NewReader(lines[0]+"\n"+long+"\r\n"+lines[1]+"\r\n"),
-			store.ImportOptions{MaxLineBytes: 1000, Bad: func(le *store.LineError) { errs = append(errs, le) }})
+			store.ImportOptions{MaxLineBytes: 1000, Admit: asExported, Bad: func(le *store.LineError) { errs = append(errs, le) }})
 		if err != nil || st.Imported != 2 || len(errs) != 1 || errs[0].Line != 2 || !strings.Contains(errs[0].Error(), "longer than 1000 bytes") {
 			t.Fatalf("%+v %v %v", st, err, errs)
 		}
@@ -474,7 +481,7 @@ func TestExportImportCancelled(t *testing.T) {
 		t.Fatalf("export: %v, want cancelled", err)
 	}
 	dst := store.New(r.Client(), store.Options{Prefix: "d", Shards: 4})
-	if _, err := dst.Import(ctx, bytes.NewReader(data), store.ImportOptions{}); !errors.Is(err, context.Canceled) {
+	if _, err := dst.Import(ctx, bytes.NewReader(data), store.ImportOptions{Admit: asExported}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("import: %v, want cancelled", err)
 	}
 }

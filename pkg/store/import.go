@@ -40,10 +40,15 @@ type ImportOptions struct {
 	// Batch is how many messages are written per round (one script call
 	// per shard, in one pipeline); 0 means 1000.
 	Batch int
-	// Sinks, when not nil, are the configured sink names: records naming
-	// another sink are imported and counted in ImportStats.UnknownSinks.
-	Sinks []string
-	// Bad, when set, is called for each line that is not a valid record.
+	// Admit applies the rules of ingest to the message of a valid record
+	// (and to the replacement waiting behind it, with a meta of its own:
+	// scheduled at its due time) and returns what to write, or an error
+	// wrapping ErrRefused that names the rule. It is required: the rules
+	// are not the store's (ops.Service.Import is the one that applies
+	// them).
+	Admit func(m *envelope.Message, meta *RecordMeta) (*envelope.Message, error)
+	// Bad, when set, is called for each line that is not a valid record or
+	// that Admit refuses.
 	Bad func(*LineError)
 }
 
@@ -54,10 +59,7 @@ type ImportStats struct {
 	Dead     int
 	Replaced int // ImportOptions.Replace: overwrote a known message
 	Known    int // skipped: the ID is already parked, in flight or dead
-	Bad      int // not valid records: nothing of them written
-	// UnknownSinks counts the imported messages per sink name not in
-	// ImportOptions.Sinks.
-	UnknownSinks map[string]int
+	Bad      int // not valid records, or refused (ErrRefused): nothing of them written
 }
 
 // LineError is a line of an import that is not a valid record.
@@ -70,8 +72,13 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e
 
 func (e *LineError) Unwrap() error { return e.Err }
 
-// ErrBadRecord is wrapped by every LineError.
+// ErrBadRecord is wrapped by the LineError of a line that is not a valid
+// record of the export format.
 var ErrBadRecord = errors.New("not a valid export record")
+
+// ErrRefused is wrapped by the LineError of a valid record whose message
+// ingest would have refused (ImportOptions.Admit).
+var ErrRefused = errors.New("refused by the rules of ingest")
 
 const (
 	importBatchBytes   = 8 << 20
@@ -84,12 +91,13 @@ type importItem struct {
 	args  []any // the script's 8 values
 	size  int
 	dead  bool
-	sink  string
 }
 
 // Import reads the export format from r and writes each record as a
-// message, streaming: a line is parsed and validated completely before
-// anything of it is written, and each message is written by one script
+// message, streaming: a line is parsed, validated and admitted by
+// ImportOptions.Admit completely before anything of it is written (a line
+// that is not a valid record, or that Admit refuses, writes nothing; see
+// ImportOptions.Stop for the lines after it), and each message is written by one script
 // call, whole or not at all. Records are written in rounds of
 // ImportOptions.Batch; on a Redis error the messages of the round in
 // flight may or may not be written (importing again is safe). Messages are
@@ -105,11 +113,14 @@ func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (Impor
 	if maxLine <= 0 {
 		maxLine = defaultMaxLineSize
 	}
+	if o.Admit == nil {
+		return ImportStats{}, errors.New("store.import: ImportOptions.Admit is required (the rules of ingest: ops.Service.Import)")
+	}
 	var st ImportStats // lines read, bad ones
 	w := s.startImportWriter(ctx, o)
 	err := s.importLines(ctx, r, o, batch, maxLine, w, &st)
 	ws, werr := w.close()
-	st.Imported, st.Dead, st.Replaced, st.Known, st.UnknownSinks = ws.Imported, ws.Dead, ws.Replaced, ws.Known, ws.UnknownSinks
+	st.Imported, st.Dead, st.Replaced, st.Known = ws.Imported, ws.Dead, ws.Replaced, ws.Known
 	if werr != nil {
 		return st, werr
 	}
@@ -155,10 +166,13 @@ func (s *Store) importLines(ctx context.Context, r io.Reader, o ImportOptions, b
 		if tooLong {
 			err = fmt.Errorf("longer than %d bytes", maxLine)
 		} else {
-			it, err = s.importItem(line, o.MaxIDBytes)
+			it, err = s.importItem(line, o)
 		}
 		if err != nil {
-			le := &LineError{Line: n, Err: fmt.Errorf("%w: %v", ErrBadRecord, err)}
+			if !errors.Is(err, ErrRefused) {
+				err = fmt.Errorf("%w: %v", ErrBadRecord, err)
+			}
+			le := &LineError{Line: n, Err: err}
 			st.Bad++
 			if o.Bad != nil {
 				o.Bad(le)
@@ -192,25 +206,13 @@ type importWriter struct {
 }
 
 func (s *Store) startImportWriter(ctx context.Context, o ImportOptions) *importWriter {
-	w := &importWriter{batches: make(chan []importItem, 1), done: make(chan struct{}), st: ImportStats{UnknownSinks: map[string]int{}}}
-	var sinks map[string]bool
-	if o.Sinks != nil {
-		sinks = make(map[string]bool, len(o.Sinks))
-		for _, n := range o.Sinks {
-			sinks[n] = true
-		}
-	}
+	w := &importWriter{batches: make(chan []importItem, 1), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for items := range w.batches {
 			if err := s.importBatch(ctx, o.Replace, items, &w.st); err != nil {
 				w.err = err
 				return
-			}
-			for _, it := range items {
-				if sinks != nil && !sinks[it.sink] {
-					w.st.UnknownSinks[it.sink]++
-				}
 			}
 		}
 	}()
@@ -265,8 +267,9 @@ func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool,
 	}
 }
 
-// importItem parses and validates one line.
-func (s *Store) importItem(line []byte, maxID int) (importItem, error) {
+// importItem parses and validates one line, and has o.Admit apply the
+// rules of ingest to its messages.
+func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	var rec Record
@@ -276,12 +279,20 @@ func (s *Store) importItem(line []byte, maxID int) (importItem, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return importItem{}, errors.New("not one JSON object: something follows it")
 	}
-	m, meta, err := rec.Parse(maxID)
+	m, meta, err := rec.Parse(o.MaxIDBytes)
 	if err != nil {
 		return importItem{}, err
 	}
+	if m, err = o.Admit(m, meta); err != nil {
+		return importItem{}, err
+	}
+	if r := meta.Replacement; r != nil {
+		if meta.Replacement, err = o.Admit(r, &RecordMeta{State: StateScheduled, NextAt: r.DueAt}); err != nil {
+			return importItem{}, fmt.Errorf("replacement: %w", err)
+		}
+	}
 	prio := min(int(m.Priority), MaxPriority)
-	it := importItem{shard: s.ShardOf(m.ID), dead: meta.State == StateDead, sink: m.Sink}
+	it := importItem{shard: s.ShardOf(m.ID), dead: meta.State == StateDead}
 	blob := s.encode(m)
 	score, state := meta.NextAt.UnixMilli(), "s"
 	metaV := ""
@@ -365,9 +376,11 @@ type RecordMeta struct {
 	Follows     bool
 }
 
-// Parse validates a record completely and returns its message and the
-// rest. IDs and groups follow envelope.CheckID with maxID bytes (0: no
-// limit). The error names the field.
+// Parse validates the shape of a record completely (every field there, of
+// its type, in the ranges the store keeps) and returns its message and the
+// rest; what a message may be beyond that is the rules of ingest, which
+// ImportOptions.Admit applies. IDs and groups follow envelope.CheckID with
+// maxID bytes (0: no limit). The error names the field.
 func (r *Record) Parse(maxID int) (*envelope.Message, *RecordMeta, error) {
 	if r.V != ExportVersion {
 		if r.V == 0 {
@@ -515,13 +528,9 @@ func (rr *RecordRecurrence) parse() (*envelope.Recurrence, error) {
 	case (rr.Every == "") == (rr.Cron == ""):
 		return nil, errors.New(`"recurrence" has one of "every" and "cron"`)
 	case rr.Every != "":
-		if c.Every, err = time.ParseDuration(rr.Every); err != nil || c.Every <= 0 || c.Every%time.Millisecond != 0 {
-			return nil, fmt.Errorf(`"recurrence.every" %q is not a positive duration in whole milliseconds`, rr.Every)
-		}
-	}
-	if c.TimeZone != "" {
-		if _, err := time.LoadLocation(c.TimeZone); err != nil {
-			return nil, fmt.Errorf(`"recurrence.timezone": %v`, err)
+		// How long it may be is a rule of ingest (ImportOptions.Admit).
+		if c.Every, err = time.ParseDuration(rr.Every); err != nil {
+			return nil, fmt.Errorf(`"recurrence.every" %q is not a Go duration (1m30s)`, rr.Every)
 		}
 	}
 	if rr.Anchor == "" {

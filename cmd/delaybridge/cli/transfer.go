@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -122,14 +121,23 @@ func (a *app) importCmd() *cobra.Command {
 Cluster; sealed when encryption is configured), with its due time, attempts,
 last error, priority, group and recurrence; dead ones stay dead.
 
+Each message meets the rules of ingest under the configuration of --config,
+as if its ingest had read it: limits, IDs and groups, schedules, control
+headers, and its sink (configured) and destination (valid for the sink's
+broker, outside the brokers' control planes unless the ingest's
+allowed_destinations name them). A dead message is kept dead; a retry checks
+its sink and destination again.
+
 A message whose ID is already known (parked, in flight or dead) is skipped,
 so importing a file twice imports it once; --replace overwrites it instead.
 Every line is validated completely before anything of it is written, and each
-message is written whole or not at all. A line that is not a valid record is
-reported with its line number; --on-error=stop (the default) ends the import
-there (every line before it is imported, none after), --on-error=skip goes
-on. It works on Redis directly (--admin does not apply). A summary goes to
-stderr; exit 1 when a line was bad.`,
+message is written whole or not at all. A line that is not a valid record, or
+whose message ingest would refuse, is reported with its line number and the
+reason; --on-error=stop (the default) ends the import there (every line
+before it is imported, none after: fix the line and import again, which
+skips what is imported already), --on-error=skip goes on. It works on Redis
+directly (--admin does not apply). A summary goes to stderr; exit 1 when a
+line was bad.`,
 		Example: `  delaybridge import -c new.yaml --in parked.jsonl
   gunzip -c parked.jsonl.gz | delaybridge import -c new.yaml --on-error=skip`,
 		Args: cobra.NoArgs,
@@ -150,10 +158,6 @@ stderr; exit 1 when a line was bad.`,
 			if err != nil {
 				return err
 			}
-			sinks := make([]string, 0, len(cfg.Sinks))
-			for _, s := range cfg.Sinks {
-				sinks = append(sinks, s.Name)
-			}
 			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
 				if err := s.CheckShards(ctx); err != nil {
 					return exit(1, err)
@@ -162,8 +166,8 @@ stderr; exit 1 when a line was bad.`,
 					bad  []int // the first shownLines bad lines
 					nbad int
 				)
-				st, err := s.Import(ctx, r, store.ImportOptions{
-					Replace: replace, Stop: onError == "stop", MaxIDBytes: cfg.Limits.MaxIDBytes, Sinks: sinks,
+				st, err := service(cfg, s).Import(ctx, r, store.ImportOptions{
+					Replace: replace, Stop: onError == "stop",
 					Bad: func(le *store.LineError) {
 						if nbad++; nbad <= maxReportedLines {
 							fmt.Fprintln(a.stderr, le)
@@ -175,13 +179,11 @@ stderr; exit 1 when a line was bad.`,
 				})
 				fmt.Fprintf(a.stderr, "imported %d (%d dead), replaced %d, skipped %d known, %d bad line(s)%s\n",
 					st.Imported, st.Dead, st.Replaced, st.Known, st.Bad, lineList(bad, st.Bad))
-				if len(st.UnknownSinks) > 0 {
-					fmt.Fprintf(a.stderr, "warning: messages for sinks this configuration does not have: %s\n", countList(st.UnknownSinks))
-				}
 				var le *store.LineError
 				switch {
 				case errors.As(err, &le):
-					return exit(1, fmt.Errorf("stopped at line %d (--on-error=stop): lines before it are imported, none after", le.Line))
+					return exit(1, fmt.Errorf("stopped at line %d (--on-error=stop): lines before it are imported, none after; "+
+						"fix the line and import the file again (what is imported is skipped), or give --on-error=skip", le.Line))
 				case err != nil:
 					return exit(1, fmt.Errorf("import incomplete (importing again is safe): %w", err))
 				case st.Bad > 0:
@@ -221,17 +223,4 @@ func lineList(lines []int, total int) string {
 		fmt.Fprintf(&b, " and %d more", total-len(lines))
 	}
 	return b.String()
-}
-
-func countList(m map[string]int) string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s (%d)", show(n), m[n])
-	}
-	return strings.Join(parts, ", ")
 }

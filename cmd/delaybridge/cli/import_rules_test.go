@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// importRulesConfig has a NATS sink "out" (so destinations follow NATS's
+// syntax), the default limits (max_payload_bytes 1 MiB, max_delay 365
+// days), and an ingest whose allowed_destinations name a part of the KV
+// API, which only its messages may reach.
+const importRulesConfig = `
+redis: {addr: "%s", key_prefix: %s, shards: 4}
+sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222", jetstream: true}}]
+ingest:
+  - name: kv-in
+    nats: {url: "nats://127.0.0.1:4222", subject: "kv.>", stream: KV, durable: d}
+    route: {sink: out, destination: "$KV.orders.x", allowed_destinations: ["$KV.orders.>"]}
+`
+
+// importRecord is one line of an export: a scheduled message due in an
+// hour to out/fired.x, with edit applied to its JSON fields.
+func importRecord(id string, edit func(map[string]string)) string {
+	f := map[string]string{
+		"v": "1", "id": q(id), "state": q("scheduled"), "sink": q("out"), "destination": q("fired.x"),
+		"due_at":      q(time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04:05.000Z")),
+		"body_base64": q(base64.StdEncoding.EncodeToString([]byte("body"))),
+	}
+	if edit != nil {
+		edit(f)
+	}
+	var parts []string
+	for _, k := range []string{"v", "id", "state", "due_at", "sink", "destination", "ingest", "recurrence", "attempts", "dead_at", "reason", "headers", "body_base64"} {
+		if v, ok := f[k]; ok {
+			parts = append(parts, fmt.Sprintf("%q:%s", k, v))
+		}
+	}
+	return "{" + strings.Join(parts, ",") + "}\n"
+}
+
+func q(s string) string { return fmt.Sprintf("%q", s) }
+
+// The eight records of issue 25's probe that import wrote although ingest
+// refuses them: each is refused now, named with its line number and the
+// rule, and nothing of it is written.
+func TestImportRefusesWhatIngestRefuses(t *testing.T) {
+	r := testenv.Redis(t)
+	recurrence := func(fields string) func(map[string]string) {
+		return func(f map[string]string) {
+			f["recurrence"] = `{` + fields + `,"anchor":` + f["due_at"] + `,"n":1,"missed":"once"}`
+		}
+	}
+	findings := []struct {
+		name string
+		edit func(map[string]string)
+		want string
+	}{
+		{"every 1ms", recurrence(`"every":"1ms"`), `"recurrence.every" "1ms" is shorter than 1s`},
+		{"cron that does not parse", recurrence(`"cron":"61 * * * *"`), `"recurrence.cron" "61 * * * *" is not a 5- or 6-field cron expression`},
+		{"zone Local", recurrence(`"cron":"0 9 * * *","timezone":"Local"`), `"recurrence.timezone" "Local" is not an IANA time zone`},
+		{"destination with CR LF", func(f map[string]string) { f["destination"] = q("fired.x\r\nPUB evil 1") },
+			"destination contains a control character such as NUL, CR or LF"},
+		{"empty destination", func(f map[string]string) { f["destination"] = q("") }, `"destination" is empty`},
+		{"body over max_payload_bytes", func(f map[string]string) {
+			f["body_base64"] = q(base64.StdEncoding.EncodeToString(make([]byte, 2<<20)))
+		}, "body is 2097152 bytes, over limits.max_payload_bytes 1048576\n"},
+		{"due in 2100, beyond max_delay", func(f map[string]string) { f["due_at"] = q("2100-01-01T00:00:00.000Z") },
+			"due time 2100-01-01T00:00:00.000Z is more than limits.max_delay 8760h0m0s from now"},
+		{"control header x-delay-cancel", func(f map[string]string) { f["headers"] = `[{"key":"x-delay-cancel","value":"victim"}]` },
+			`"headers"[0] "x-delay-cancel" is a control header, which ingest reads and never forwards`},
+	}
+	for i, c := range findings {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("finding%d", i)
+			cfg := writeConfig(t, fmt.Sprintf(importRulesConfig, r.Addr, prefix))
+			file := filepath.Join(t.TempDir(), "in.jsonl")
+			id := fmt.Sprintf("refused-%d", i)
+			if err := os.WriteFile(file, []byte(importRecord(id, c.edit)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, _, errOut := run(t, "import", "-c", cfg, "--in", file)
+			want := "line 1: refused by the rules of ingest: " + c.want
+			if code != 1 || !strings.Contains(errOut, want) || !strings.Contains(errOut, "imported 0 (0 dead)") {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and %q", code, errOut, want)
+			}
+			s := store.New(r.Client(), store.Options{Prefix: prefix, Shards: 4})
+			if _, err := s.Inspect(context.Background(), id); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("the refused record was written: %v", err)
+			}
+		})
+	}
+}
+
+// What ingest would have parked is what import writes, under the route of
+// the record's ingest: among valid lines, each refused one is named with
+// its own line number (--on-error=skip); a destination in the KV API is
+// imported for the ingest whose allowed_destinations name it and refused
+// for any other; a scheduled message for a sink the configuration lacks is
+// refused, a dead one kept (a retry asks for a sink); a message that died
+// at ingest keeps the control headers ingest kept.
+func TestImportUnderTheRoutesOfIngest(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	cfg := writeConfig(t, fmt.Sprintf(importRulesConfig, r.Addr, "routes"))
+	kv := func(f map[string]string) { f["destination"], f["ingest"] = q("$KV.orders.42"), q("kv-in") }
+	lines := []string{
+		importRecord("ok-1", nil),
+		importRecord("kv-other", func(f map[string]string) { f["destination"] = q("$KV.orders.42") }),
+		importRecord("kv", kv),
+		importRecord("no-sink", func(f map[string]string) { f["sink"] = q("gone") }),
+		importRecord("dead-no-sink", func(f map[string]string) {
+			f["sink"], f["state"], f["attempts"], f["dead_at"], f["reason"] = q("gone"), q("dead"), "3", f["due_at"], q("unroutable")
+		}),
+		importRecord("rejected", func(f map[string]string) {
+			f["state"], f["dead_at"], f["reason"] = q("dead"), f["due_at"], q("x-delay and x-deliver-at given")
+			f["headers"] = `[{"key":"x-delay","value":"5s"},{"key":"x-deliver-at","value":"2030-01-01T00:00:00Z"}]`
+		}),
+		importRecord("ok-2", nil),
+	}
+	file := filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error=skip")
+	for _, want := range []string{
+		`line 2: refused by the rules of ingest: NATS subject "$KV.orders.42" begins with "$"`,
+		`line 4: refused by the rules of ingest: sink "gone" names no configured sink`,
+		"imported 5 (2 dead), replaced 0, skipped 0 known, 2 bad line(s): lines 2, 4",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	s := store.New(r.Client(), store.Options{Prefix: "routes", Shards: 4})
+	for id, state := range map[string]string{"ok-1": store.StateScheduled, "kv": store.StateScheduled, "ok-2": store.StateScheduled,
+		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "no-sink": ""} {
+		info, err := s.Inspect(ctx, id)
+		switch {
+		case state == "" && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("%s was written: %+v %v", id, info, err)
+		case state != "" && (err != nil || info.State != state):
+			t.Errorf("%s: %+v %v, want %s", id, info, err, state)
+		}
+	}
+	if info, err := s.Inspect(ctx, "rejected"); err == nil && len(info.Message.Headers) != 2 {
+		t.Errorf("the rejected message lost the control headers ingest kept: %v", info.Message.Headers)
+	}
+}

@@ -1,0 +1,172 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/destination"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// Import parks the messages of an export (the JSON Lines of `delaybridge
+// export`; store.Import reads them) under the rules of ingest: each
+// record's message goes through admit, so that import refuses what an
+// ingest refuses, with the same reason and the line's number, and writes
+// what an ingest would have parked. It sets o.Admit and o.MaxIDBytes. It
+// works on Redis only: the admin API has no import.
+func (s *Service) Import(ctx context.Context, r io.Reader, o store.ImportOptions) (store.ImportStats, error) {
+	o.MaxIDBytes = s.p.Limits.MaxIDBytes
+	o.Admit = s.admit
+	return s.p.Store.Import(ctx, r, o)
+}
+
+// admit is a record's message as ingest would have parked it, or the rule
+// it breaks (store.ImportOptions.Admit).
+//
+// A scheduled message, and a dead one that had publish attempts (it was
+// parked once), is read as the message an ingest would have read: its
+// headers, key, body, properties, publish time and origin, with its ID,
+// due time (the next attempt's), priority, group and recurrence as the
+// control headers. envelope.Parse applies to it the limits and the rules
+// of IDs, groups, schedules and destinations, under the route of its
+// ingest (the configured one; else one of its own sink, as POST
+// /v1/messages builds it) with the record's sink and destination as the
+// route's, chosen by the operator: the sink must be configured, the
+// destination valid for its broker and outside the brokers' control
+// planes unless the route's allowed_destinations name them. A destination
+// is the one a template expanded to, never expanded again. A header of a
+// record is one ingest forwarded, so a control header there is refused.
+// What ingest does not decide (the due time, the ingest and publish times,
+// the series' anchor, occurrence and missed policy) is the record's.
+//
+// A dead message is not parked, and a retry puts it through these rules
+// again (RetryDead): its sink, destination and due time are not refused
+// here. One that died at ingest (no attempt) is kept as ingest kept it,
+// control headers and all; only what ingest never keeps of a rejected
+// message is refused (a body or headers over the limits).
+func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.Message, error) {
+	dead := meta.State == store.StateDead
+	if dead && meta.Attempts == 0 {
+		if code, reason := s.p.Limits.CheckSize(m.Body, m.Headers, m.Key); code != "" {
+			return nil, refused("%s (ingest keeps a rejected message without it)", recordFields.Replace(reason))
+		}
+		return m, nil
+	}
+	for i, h := range m.Headers {
+		if envelope.IsControlHeader(h.Key) {
+			return nil, refused(`"headers"[%d] %q is a control header, which ingest reads and never forwards `+
+				`(an exported message has none; the record's fields say what it controls): remove it`, i, destination.Printable(h.Key))
+		}
+	}
+	due := meta.NextAt
+	if dead {
+		due = m.DueAt
+	}
+	d := envelope.Parse(incoming(m, due), s.importRoute(m), s.p.Limits, s.now(), nil)
+	switch {
+	case d.Action == envelope.Reject && dead && retryChecks(d.Code):
+		return m, nil
+	case d.Action == envelope.Reject:
+		return nil, refused("%s", recordFields.Replace(d.Reason))
+	case d.Action != envelope.Park: // a control header, refused above
+		return nil, refused("ingest reads it as a %s, not a message to park", d.Action)
+	}
+	p := d.Message
+	p.DueAt, p.IngestedAt = m.DueAt, m.IngestedAt
+	if p.Recur != nil {
+		p.Recur.Anchor, p.Recur.N, p.Recur.Missed, p.Recur.Parked = m.Recur.Anchor, m.Recur.N, m.Recur.Missed, p.IngestedAt
+	}
+	return p, nil
+}
+
+// retryChecks reports whether a retry of a dead message checks again what
+// a reject of this code is about (RetryDead: its sink and destination; its
+// due time is the retry's).
+func retryChecks(code string) bool {
+	switch code {
+	case envelope.CodeInvalidRoute, envelope.CodeInvalidDestination, envelope.CodeReservedDestination, envelope.CodeOverMaxDelay:
+		return true
+	}
+	return false
+}
+
+func refused(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", store.ErrRefused, fmt.Sprintf(format, args...))
+}
+
+// incoming is a record's message as an ingest would have read it, due at
+// due.
+func incoming(m *envelope.Message, due time.Time) *envelope.Incoming {
+	hs := make(envelope.Headers, 0, len(m.Headers)+9)
+	hs = append(hs, m.Headers...)
+	add := func(k, v string) { hs = append(hs, envelope.Header{Key: k, Value: v}) }
+	add(envelope.HeaderMessageID, m.ID)
+	add(envelope.HeaderDeliverAt, envelope.FormatTime(due))
+	if m.Priority != 0 {
+		add(envelope.HeaderPriority, strconv.Itoa(int(m.Priority)))
+	}
+	if m.Group != "" {
+		add(envelope.HeaderGroup, m.Group)
+	}
+	if r := m.Recur; r != nil {
+		if r.Cron != "" || r.Every == 0 {
+			add(envelope.HeaderCron, r.Cron)
+		} else {
+			add(envelope.HeaderEvery, r.Every.String())
+		}
+		if r.TimeZone != "" {
+			add(envelope.HeaderTimeZone, r.TimeZone)
+		}
+		if !r.Until.IsZero() {
+			add(envelope.HeaderUntil, envelope.FormatTime(r.Until))
+		}
+		if r.Count != 0 {
+			add(envelope.HeaderCount, strconv.Itoa(r.Count))
+		}
+	}
+	return &envelope.Incoming{Headers: hs, Body: m.Body, Key: m.Key, PublishedAt: m.PublishedAt,
+		Properties: m.Properties, Origin: m.Origin, Source: m.Source, Tombstone: m.NullBody}
+}
+
+// importRoute is the route a record's message is admitted by: its ingest's
+// (its allowed destinations, recurring and missed_max), else one of its
+// own, with the record's sink and destination as the route's and the
+// headers of the delaybridge dialect (incoming writes those).
+func (s *Service) importRoute(m *envelope.Message) *envelope.Route {
+	r := envelope.Route{Ingest: m.Ingest, Sinks: s.p.Destinations}
+	if s.p.Routes != nil {
+		if ir, ok := s.p.Routes(m.Ingest); ok {
+			r = *ir
+		}
+	}
+	r.Sink, r.Destination = m.Sink, literal.Replace(m.Destination)
+	r.AllowOverride, r.AllowedSinks, r.Dialects = false, nil, nil
+	return &r
+}
+
+// literal writes a destination as a template that expands to itself.
+var literal = strings.NewReplacer("{", "{{", "}", "}}")
+
+// recordFields renames the control headers in a reason of envelope.Parse
+// to the fields of an export record that stand for them (incoming), and
+// drops what the reason says of keeping a rejected message.
+var recordFields = strings.NewReplacer(
+	"no destination: the route has none and no "+envelope.HeaderDestination+" was given", `"destination" is empty`,
+	" (body not kept)", "", " (not kept)", "",
+	envelope.HeaderEvery, `"recurrence.every"`,
+	envelope.HeaderCron, `"recurrence.cron"`,
+	envelope.HeaderTimeZone, `"recurrence.timezone"`,
+	envelope.HeaderUntil, `"recurrence.until"`,
+	envelope.HeaderCount, `"recurrence.count"`,
+	envelope.HeaderPriority, `"priority"`,
+	envelope.HeaderGroup, `"group"`,
+	envelope.HeaderDestination, `"destination"`,
+	envelope.HeaderDeliverAt, `"due_at"`,
+	envelope.HeaderMessageID, `"id"`,
+	"route.destination", `"destination"`,
+)
