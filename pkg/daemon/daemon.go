@@ -222,18 +222,6 @@ func drainBudget(shutdown time.Duration) time.Duration {
 	return shutdown - min(shutdown/5, 2*time.Second)
 }
 
-// park parks one message for the admin API and wakes the scheduler.
-func (d *Daemon) park(ctx context.Context, m *envelope.Message) (bool, error) {
-	res, err := d.store.Park(ctx, []*envelope.Message{m})
-	if err != nil {
-		return false, err
-	}
-	if res[0].Accepted() {
-		d.sched.Notify(m.ID, m.DueAt)
-	}
-	return res[0].Accepted(), nil
-}
-
 // sinkStatuses is what the scheduler and the rate meter know of each
 // configured sink, for the admin API.
 func (d *Daemon) sinkStatuses() []admin.SinkStatus {
