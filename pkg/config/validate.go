@@ -40,7 +40,7 @@ const (
 	DefaultBackoffMultiplier = 2.0
 	DefaultBackoffJitter     = 0.2
 	DefaultDedupeWindow      = 2 * time.Minute
-	DefaultMissed            = "once"
+	DefaultMissed            = envelope.MissedOnce
 	DefaultMissedMax         = envelope.DefaultMissedMax
 
 	DefaultMaxDelay        = 365 * 24 * time.Hour
@@ -114,7 +114,7 @@ func (c *Config) ApplyDefaults() {
 	for i := range c.Ingest {
 		in := &c.Ingest[i]
 		Default(&in.MaxInFlight, DefaultMaxInFlight)
-		Default(&in.Route.Missed, DefaultMissed)
+		Default(&in.Route.Missed, DefaultMissed.String())
 		Default(&in.Route.MissedMax, DefaultMissedMax)
 		if in.Route.Recurring == nil {
 			yes := true
@@ -375,8 +375,8 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if r.MissedMax < 1 {
 		p.Add(at+".route.missed_max", "must be at least 1")
 	}
-	if r.Missed != "once" && r.Missed != "all" && r.Missed != "skip" {
-		p.Add(at+".route.missed", "%q is not one of once, all, skip", r.Missed)
+	if _, err := envelope.ParseMissed(r.Missed); err != nil {
+		p.Add(at+".route.missed", "%v", err)
 	}
 	if r.DefaultDelay != nil && *r.DefaultDelay > c.Limits.MaxDelay && !c.isUnread("limits.max_delay") {
 		p.Add(at+".route.default_delay", "%s is over limits.max_delay %s", r.DefaultDelay, c.Limits.MaxDelay)

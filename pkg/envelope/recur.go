@@ -52,18 +52,31 @@ const (
 	MissedSkip               // fire none of them; go on with the next one in the future
 )
 
+// missedNames are route.missed's words for the Missed policies, stated here
+// once: the configuration, the views and export all use String and
+// ParseMissed.
+var missedNames = [...]string{MissedOnce: "once", MissedAll: "all", MissedSkip: "skip"}
+
+// String is route.missed's word for m: once, all or skip.
+func (m Missed) String() string {
+	if int(m) < len(missedNames) {
+		return missedNames[m]
+	}
+	return fmt.Sprintf("Missed(%d)", uint8(m))
+}
+
 // ParseMissed reads a route.missed value: once (the default, ""), all or
 // skip.
 func ParseMissed(s string) (Missed, error) {
-	switch s {
-	case "", "once":
+	if s == "" {
 		return MissedOnce, nil
-	case "all":
-		return MissedAll, nil
-	case "skip":
-		return MissedSkip, nil
 	}
-	return 0, fmt.Errorf("%q is not one of once, all, skip", s)
+	for m, name := range missedNames {
+		if s == name {
+			return Missed(m), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not one of %s", s, strings.Join(missedNames[:], ", "))
 }
 
 // MinEvery is the shortest x-delay-every.

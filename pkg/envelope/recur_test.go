@@ -275,3 +275,21 @@ func BenchmarkNextAnchored(b *testing.B) {
 		}
 	}
 }
+
+// Each policy's word reads back as the policy, and nothing else is one.
+func TestMissedNames(t *testing.T) {
+	for m := MissedOnce; m <= MissedSkip; m++ {
+		if got, err := ParseMissed(m.String()); err != nil || got != m {
+			t.Errorf("ParseMissed(%q) = %v, %v; want %v", m.String(), got, err, m)
+		}
+	}
+	if m, err := ParseMissed(""); err != nil || m != MissedOnce {
+		t.Errorf(`ParseMissed("") = %v, %v; want once, the default`, m, err)
+	}
+	if _, err := ParseMissed("Missed(3)"); err == nil || err.Error() != `"Missed(3)" is not one of once, all, skip` {
+		t.Errorf("an unknown policy: %v", err)
+	}
+	if got := Missed(MissedSkip + 1).String(); got != "Missed(3)" {
+		t.Errorf("an unknown policy's String: %q", got)
+	}
+}

@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -75,5 +77,18 @@ func TestBrokerRefused(t *testing.T) {
 		if got := brokerRefused(reason); got != want {
 			t.Errorf("brokerRefused(%q) = %v, want %v", reason, got, want)
 		}
+	}
+}
+
+// The document's enum of a recurrence's missed is route.missed's words, as
+// envelope.Missed names them.
+func TestMissedEnumIsTheEnvelopes(t *testing.T) {
+	var names []string
+	for m := envelope.MissedOnce; m <= envelope.MissedSkip; m++ {
+		names = append(names, m.String())
+	}
+	f, _ := reflect.TypeFor[RecurrenceView]().FieldByName("Missed")
+	if got, want := f.Tag.Get("enum"), strings.Join(names, ","); got != want {
+		t.Errorf("RecurrenceView.Missed enum %q, want %q", got, want)
 	}
 }

@@ -128,7 +128,7 @@ type RecurrenceView struct {
 // NewRecurrenceView describes r, whose parked occurrence is due at due.
 func NewRecurrenceView(r *envelope.Recurrence, due time.Time) *RecurrenceView {
 	v := &RecurrenceView{Schedule: r.String(), Cron: r.Cron, TimeZone: r.TimeZone, Count: r.Count, Occurrence: r.N,
-		NextAt: envelope.FormatTime(due), Missed: missedName(r.Missed)}
+		NextAt: envelope.FormatTime(due), Missed: r.Missed.String()}
 	if r.Every > 0 {
 		v.Every = r.Every.String()
 	}
@@ -139,17 +139,6 @@ func NewRecurrenceView(r *envelope.Recurrence, due time.Time) *RecurrenceView {
 		v.FollowingAt = envelope.FormatTime(next)
 	}
 	return v
-}
-
-// missedName is route.missed's word for m (envelope.ParseMissed reads it).
-func missedName(m envelope.Missed) string {
-	switch m {
-	case envelope.MissedAll:
-		return "all"
-	case envelope.MissedSkip:
-		return "skip"
-	}
-	return "once"
 }
 
 // ListView is a page of a listing (GET /v1/messages, `delaybridge list

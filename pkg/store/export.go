@@ -209,9 +209,6 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// missedNames are the route.missed words of envelope.Missed values.
-var missedNames = []string{envelope.MissedOnce: "once", envelope.MissedAll: "all", envelope.MissedSkip: "skip"}
-
 // NewRecord returns the Record of a message without its Redis state (ID,
 // state, attempts, errors): the fields of the envelope.Message.
 func NewRecord(m *envelope.Message) *Record {
@@ -246,15 +243,12 @@ func NewRecord(m *envelope.Message) *Record {
 	}
 	if c := m.Recur; c != nil {
 		rr := &RecordRecurrence{Cron: Text(c.Cron), TimeZone: Text(c.TimeZone), Anchor: envelope.FormatTime(c.Anchor),
-			Count: c.Count, N: c.N, Missed: strconv.Itoa(int(c.Missed))} // a policy Decode does not know
+			Count: c.Count, N: c.N, Missed: c.Missed.String()}
 		if c.Every != 0 {
 			rr.Every = c.Every.String()
 		}
 		if !c.Until.IsZero() {
 			rr.Until = envelope.FormatTime(c.Until)
-		}
-		if int(c.Missed) < len(missedNames) {
-			rr.Missed = missedNames[c.Missed]
 		}
 		r.Recurrence = rr
 	}
