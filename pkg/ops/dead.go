@@ -128,6 +128,10 @@ func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (*PurgedView, err
 // its destination is not valid for its sink under its route, or the broker
 // refused it) is retried only with req naming the ones to use. A sink or
 // destination given is checked as a publisher's would be (ErrInvalid).
+//
+// A recurring message retried is a live series again: past
+// limits.max_series it is refused as a new series posted is (ErrConflict
+// with envelope.ReasonMaxSeries) and stays dead.
 func (s *Service) RetryDead(ctx context.Context, id string, req RetryRequest) error {
 	if err := checkID("id", "the message ID", id); err != nil {
 		return err
@@ -152,9 +156,12 @@ func (s *Service) RetryDead(ctx context.Context, id string, req RetryRequest) er
 		return err
 	}
 	m.ID, m.DueAt = id, now
-	if err := s.p.Store.RetryDeadAs(ctx, m); errors.Is(err, store.ErrNotFound) {
+	switch err := s.p.Store.RetryDeadAs(ctx, m); {
+	case errors.Is(err, store.ErrNotFound):
 		return noDeadMessage(id) // retried, deleted or cancelled meanwhile
-	} else if err != nil {
+	case errors.Is(err, store.ErrOverSeries):
+		return conflict("%s", envelope.ReasonMaxSeries)
+	case err != nil:
 		return err
 	}
 	s.notify(id, now)

@@ -636,3 +636,62 @@ func TestMaxSeries(t *testing.T) {
 	park(t, s, store.OverSeries, series("g"))
 	count(3)
 }
+
+// TestRetryDeadAsMaxSeries: a dead recurring message retried is a live
+// series again, under the rule Park applies to a new one: past the shard's
+// share of limits.max_series it is ErrOverSeries and stays dead; a one-shot
+// is retried whatever the count; once a series ends, the retry goes through.
+func TestRetryDeadAsMaxSeries(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1, MaxSeries: 2})
+	series := func(id string) *envelope.Message {
+		m := msg(id, time.Now().Add(-time.Millisecond))
+		m.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: m.DueAt, N: 1}
+		return m
+	}
+	count := func(want int64) {
+		t.Helper()
+		st, err := s.Stats(ctx)
+		if err != nil || st.Series != want {
+			t.Fatalf("Stats.Series = %d (%v), want %d", st.Series, err, want)
+		}
+	}
+	park(t, s, store.Parked, series("a"), series("b"))
+	c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 2 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if n, err := s.MarkDead(ctx, c, []store.Failure{{ID: "b", Reason: "refused"}}); err != nil || n != 1 {
+		t.Fatalf("dead: %d %v", n, err)
+	}
+	count(1)
+	park(t, s, store.Parked, series("c"))
+	count(2)
+	if _, err := s.Reject(ctx, []store.Rejected{{Message: msg("one-shot", time.Now()), Reason: "x-delay is empty"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.RetryDeadAs(ctx, series("b")); !errors.Is(err, store.ErrOverSeries) {
+		t.Fatalf("retry of a series past max_series: %v, want ErrOverSeries", err)
+	}
+	if info := inspect(t, s, "b"); info.State != store.StateDead || info.Reason != "refused" {
+		t.Fatalf("after the refused retry: %s %q", info.State, info.Reason)
+	}
+	count(2)
+	if err := s.RetryDeadAs(ctx, msg("one-shot", time.Now())); err != nil {
+		t.Fatalf("retry of a one-shot at max_series: %v", err)
+	}
+	count(2)
+
+	if err := s.Cancel(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RetryDeadAs(ctx, series("b")); err != nil {
+		t.Fatalf("retry once a series ended: %v", err)
+	}
+	if info := inspect(t, s, "b"); info.State != store.StateScheduled {
+		t.Fatalf("after the retry: %s", info.State)
+	}
+	count(2)
+}

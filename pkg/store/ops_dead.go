@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -15,19 +16,28 @@ import (
 // (lua/ops_retrydead.lua has its KEYS, ARGV and reply.)
 var retryDeadAsScript = loadScript("ops_retrydead")
 
+// ErrOverSeries is RetryDeadAs's answer for a recurring message that would
+// be a live series past limits.max_series, which Park answers OverSeries.
+var ErrOverSeries = errors.New("store: a new recurring series past limits.max_series")
+
 // RetryDeadAs schedules the dead message of m's ID again as m (a new
 // version: its sink, destination, headers and due time as given), due at
 // m.DueAt, with its attempt count reset. It returns ErrNotFound when the ID
-// is not a dead message; nothing changes then.
+// is not a dead message, and ErrOverSeries when m recurs and its shard
+// holds its share of Options.MaxSeries live series already (the rule Park
+// applies to a new series); nothing changes then.
 func (s *Store) RetryDeadAs(ctx context.Context, m *envelope.Message) error {
 	shard := s.ShardOf(m.ID)
-	n, err := s.run(ctx, "retry_dead_as", retryDeadAsScript, shard,
+	n, err := s.run(ctx, "retry_dead_as", retryDeadAsScript, shard, s.seriesQuota,
 		m.ID, s.encode(m), ms(m.DueAt), min(int(m.Priority), MaxPriority), m.Group).Int()
 	if err != nil {
 		return fmt.Errorf("store.retry_dead_as shard %d: %w", shard, err)
 	}
-	if n == 0 {
+	switch n {
+	case 0:
 		return ErrNotFound
+	case int(OverSeries):
+		return ErrOverSeries
 	}
 	return nil
 }

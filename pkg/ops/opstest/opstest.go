@@ -61,6 +61,9 @@ type env struct {
 	ctx   context.Context
 	ops   ops.Operations
 	store *store.Store
+	// open gives the case a store of its own with limits.max_series
+	// maxSeries (0: no bound, as every case starts) and its operations.
+	open func(maxSeries int64)
 
 	mu    sync.Mutex
 	woken []string
@@ -73,9 +76,12 @@ func Run(t *testing.T, h Harness) {
 	rs := testenv.Redis(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			st := store.New(rs.Client(), store.Options{Prefix: fmt.Sprintf("ops%d", prefixes.Add(1)), Shards: 4})
-			e := &env{t: t, ctx: context.Background(), store: st}
-			e.ops = h.Open(t, e.params())
+			e := &env{t: t, ctx: context.Background()}
+			e.open = func(maxSeries int64) {
+				e.store = store.New(rs.Client(), store.Options{Prefix: fmt.Sprintf("ops%d", prefixes.Add(1)), Shards: 4, MaxSeries: maxSeries})
+				e.ops = h.Open(t, e.params())
+			}
+			e.open(0)
 			c.run(e)
 		})
 	}
@@ -220,6 +226,7 @@ var cases = []struct {
 	{"DeadListDeletePurge", deadListDeletePurge},
 	{"RetryDiedAtIngest", retryDiedAtIngest},
 	{"RetryDiedAtSink", retryDiedAtSink},
+	{"RetryPastMaxSeries", retryPastMaxSeries},
 	{"Groups", groups},
 	{"Sinks", sinksCase},
 }
@@ -591,6 +598,34 @@ func retryDiedAtSink(e *env) {
 		e.t.Errorf("retried late one: %+v", m)
 	}
 	e.refused("retry of a parked one", e.ops.RetryDead(e.ctx, "late", ops.RetryRequest{}), ops.ErrNotFound, "")
+}
+
+// retryPastMaxSeries: a dead recurring message is a new series when
+// retried: with its shard's share of limits.max_series (4 over 4 shards:
+// one) held by another, it is a conflict with the reason and stays dead;
+// once that series is cancelled, the retry goes through.
+func retryPastMaxSeries(e *env) {
+	e.open(4)
+	recurring := func(id string) *envelope.Message {
+		m := msg(id, time.Now())
+		m.Recur = &envelope.Recurrence{Every: time.Hour, Anchor: time.Now().Add(-time.Hour).Truncate(time.Millisecond), N: 2}
+		return m
+	}
+	e.dieAtSink(recurring("tick"), "late: due 2026-12-01T10:00:00Z, claimed 2026-12-01T10:05:00Z, more than scheduler.max_lateness 1m0s after (late_policy dead)")
+	other := "tock"
+	for i := 0; e.store.ShardOf(other) != e.store.ShardOf("tick"); i++ {
+		other = fmt.Sprintf("tock-%d", i)
+	}
+	e.park(recurring(other)) // the shard's one series
+	e.refused("retry past max_series", e.ops.RetryDead(e.ctx, "tick", ops.RetryRequest{}), ops.ErrConflict, "", "limits.max_series")
+	if e.stored("tick").State != store.StateDead {
+		e.t.Error("a retry refused for max_series changed the message")
+	}
+	e.ok("cancel the other series", e.ops.Cancel(e.ctx, other))
+	e.ok("retry", e.ops.RetryDead(e.ctx, "tick", ops.RetryRequest{}))
+	if info := e.stored("tick"); info.State != store.StateScheduled || info.Message.Recur == nil {
+		e.t.Errorf("retried: %s %+v", info.State, info.Message)
+	}
 }
 
 // groups: a group's size and messages; cancelling it; an empty group is

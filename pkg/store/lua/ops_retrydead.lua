@@ -4,22 +4,26 @@ itself (a retry through the ingest rules, due now; pkg/ops RetryDead).
 --! keys: pool meta dead
 --! include: blob group due series
 
-ARGV[1]   message ID
-ARGV[2]   the message to park: its blob (its due time is the retry's time)
-ARGV[3]   its due time, Unix ms: its score
-ARGV[4]   its priority (which due set)
-ARGV[5]   its group ("" none)
-returns   1 if it was dead and is scheduled now, 0 if it was not dead
-          (retried, deleted or cancelled meanwhile): nothing changed
+ARGV[1]   the shard's share of limits.max_series (0: no bound)
+ARGV[2]   message ID
+ARGV[3]   the message to park: its blob (its due time is the retry's time)
+ARGV[4]   its due time, Unix ms: its score
+ARGV[5]   its priority (which due set)
+ARGV[6]   its group ("" none)
+returns   1 if it was dead and is scheduled now; 0 if it was not dead
+          (retried, deleted or cancelled meanwhile), R.OVERSERIES if it
+          recurs and would be a series past the shard's share, as park
+          refuses a new one: nothing changed then
 ]]
 
-local id = ARGV[1]
+local id = ARGV[2]
 if not redis.call('ZSCORE', K.dead, id) then return 0 end
+if overseries(tonumber(ARGV[1]), id, blobinfo(ARGV[3])) then return R.OVERSERIES end
 redis.call('ZREM', K.dead, id)
 redis.call('HDEL', K.meta, id)
 groupdel(blobinfo(redis.call('HGET', K.pool, id)).group, id)
-redis.call('HSET', K.pool, id, ARGV[2])
-redis.call('ZADD', zkey(tonumber(ARGV[4])), ARGV[3], id)
-groupadd(ARGV[5], id)
-series(id, blobinfo(ARGV[2]))
+redis.call('HSET', K.pool, id, ARGV[3])
+redis.call('ZADD', zkey(tonumber(ARGV[5])), ARGV[4], id)
+groupadd(ARGV[6], id)
+series(id, blobinfo(ARGV[3]))
 return 1

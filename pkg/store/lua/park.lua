@@ -35,7 +35,7 @@ for i = 2, #ARGV, 8 do
   local r = R.KNOWN
   if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
     r = R.DUPLICATE
-  elseif quota > 0 and blobinfo(blob).recur and redis.call('HEXISTS', K.pool, id) == 0 and seriesfull(quota) then
+  elseif redis.call('HEXISTS', K.pool, id) == 0 and overseries(quota, id, blobinfo(blob)) then
     r = R.OVERSERIES
   elseif redis.call('HSETNX', K.pool, id, blob) == 1 then
     redis.call('ZADD', zkey(prio), due, id)
