@@ -66,9 +66,9 @@ func TestRedisClusterReshard(t *testing.T) {
 	before := w.shardOwners(cc)
 	stop := make(chan struct{})
 	next := w.flow(0, stop)
-	// Traffic before the moves: delays of 0-5 s at 300 msg/s keep about
-	// 750 messages parked, some on every shard.
-	w.hold(3*time.Second, "traffic before the moves (scenario parameter)")
+	// Traffic before the moves: delays of 0-5 s at 300 msg/s keep hundreds
+	// of messages parked after 2 s, some on every shard.
+	w.hold(scaledOutage(3*time.Second, 2*time.Second), "traffic before the moves (scenario parameter)")
 	added := w.cluster.AddMaster()
 	w.logf("4th master %s added (empty)", added.Addr)
 	errsBefore := scriptErrors(daemons)

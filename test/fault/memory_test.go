@@ -20,11 +20,17 @@ import (
 const blockBody = 4096
 
 // maxmemoryMB is the scenarios' Redis maxmemory: the 32 MB at full
-// scale, 16 MB at half (filling it is most of a scenario's time).
-func maxmemoryMB() int { return max(16, int(32**flagScale)) }
+// scale, 8 MB below it (filling it is most of a scenario's time; 8 MB is
+// still many times what the steady traffic parks).
+func maxmemoryMB() int {
+	if *flagScale >= 1 {
+		return 32
+	}
+	return 8
+}
 
-// TestRedisMaxmemoryNoeviction fills Redis (maxmemory 32 MB, 16 MB at half
-// scale, maxmemory-policy noeviction) with the daemon's own parks: while the
+// TestRedisMaxmemoryNoeviction fills Redis (maxmemory 32 MB, 8 MB at a
+// smaller -scale, maxmemory-policy noeviction) with the daemon's own parks: while the
 // steady traffic goes on, a block of 4 KB messages all due at one instant
 // (release, after the full period) is published until Redis refuses a park.
 // Until release, Redis stays full: the messages of the traffic that fire
@@ -41,7 +47,7 @@ func maxmemoryMB() int { return max(16, int(32**flagScale)) }
 func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	mm := maxmemoryMB()
 	w := newWorld(t, "redis-maxmemory-noeviction", options{redisArgs: []string{"--maxmemory", fmt.Sprintf("%dmb", mm), "--maxmemory-policy", "noeviction"}})
-	blockDue := scaledOutage(12*time.Second, 8*time.Second) // from the start of the fill to the block's due time
+	blockDue := scaledOutage(12*time.Second, 6*time.Second) // from the start of the fill to the block's due time
 	w.res.Fault = fmt.Sprintf("Redis (maxmemory %d MB, noeviction) filled by parks of 4 KB messages all due %v after the fill began, while messages arrive and come due", mm, blockDue)
 	w.pub.body = func(id string) []byte {
 		if indexOf(id) >= blockFrom {
@@ -52,8 +58,9 @@ func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	d := w.startDaemon()
 	const pre = 2 * time.Second
 	// The steady traffic lasts from the start to a few seconds after the
-	// release, so that the ingest is seen to resume with new messages too.
-	n := rate * int((pre+blockDue+3*time.Second)/time.Second)
+	// release (2 s at a smaller -scale), so that the ingest is seen to
+	// resume with new messages too.
+	n := rate * int((pre+blockDue+scaledOutage(3*time.Second, time.Second))/time.Second)
 	if n > blockFrom {
 		t.Fatalf("%d messages of traffic collide with the block's IDs from %d", n, blockFrom)
 	}
