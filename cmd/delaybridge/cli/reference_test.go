@@ -593,21 +593,69 @@ func referenceAPI(t *testing.T, root string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required"`
+	}
 	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Schemas map[string]schema `json:"schemas"`
+		} `json:"components"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
 	type op struct {
-		Summary   string                     `json:"summary"`
-		Tags      []string                   `json:"tags"`
+		Summary    string   `json:"summary"`
+		Tags       []string `json:"tags"`
+		Parameters []struct {
+			Name string `json:"name"`
+			In   string `json:"in"`
+		} `json:"parameters"`
+		RequestBody struct {
+			Content map[string]struct {
+				Schema struct {
+					Ref string `json:"$ref"`
+				} `json:"schema"`
+			} `json:"content"`
+		} `json:"requestBody"`
 		Responses map[string]json.RawMessage `json:"responses"`
 	}
+	// takes is what an operation reads besides its path: its query
+	// parameters in the document's order, then its JSON body's fields,
+	// the required ones first, an optional one marked ?.
+	takes := func(o op) string {
+		var parts []string
+		for _, p := range o.Parameters {
+			if p.In == "query" {
+				parts = append(parts, "`"+p.Name+"`")
+			}
+		}
+		if ref := o.RequestBody.Content["application/json"].Schema.Ref; ref != "" {
+			sc, ok := doc.Components.Schemas[strings.TrimPrefix(ref, "#/components/schemas/")]
+			if !ok {
+				t.Fatalf("openapi.json: no schema %s", ref)
+			}
+			var fields []string
+			for _, name := range sc.Required {
+				fields = append(fields, strconv.Quote(name))
+			}
+			var optional []string
+			for name := range sc.Properties {
+				if !slices.Contains(sc.Required, name) {
+					optional = append(optional, strconv.Quote(name)+"?")
+				}
+			}
+			sort.Strings(optional)
+			parts = append(parts, "`{"+strings.Join(append(fields, optional...), ", ")+"}`")
+		}
+		return strings.Join(parts, ", ")
+	}
 	type row struct {
-		tag            int
-		path, method   string
-		codes, summary string
+		tag                   int
+		path, method          string
+		codes, takes, summary string
 	}
 	var rows []row
 	for p, methods := range doc.Paths {
@@ -631,7 +679,7 @@ func referenceAPI(t *testing.T, root string) string {
 				codes = append(codes, c)
 			}
 			sort.Strings(codes)
-			rows = append(rows, row{tag, p, m, strings.Join(codes, ", "), o.Summary})
+			rows = append(rows, row{tag, p, m, strings.Join(codes, ", "), takes(o), o.Summary})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -645,9 +693,9 @@ func referenceAPI(t *testing.T, root string) string {
 		return methodOrder(a.method) < methodOrder(b.method)
 	})
 	var b strings.Builder
-	b.WriteString("| request | answers | what |\n|---|---|---|\n")
+	b.WriteString("| request | takes | answers | what |\n|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| `%s %s` | %s | %s |\n", strings.ToUpper(r.method), r.path, r.codes, mdCell(r.summary))
+		fmt.Fprintf(&b, "| `%s %s` | %s | %s | %s |\n", strings.ToUpper(r.method), r.path, r.takes, r.codes, mdCell(r.summary))
 	}
 	return b.String()
 }
