@@ -6,11 +6,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
 // runRawJetStream is the ceiling of one JetStream hop on this machine: n
@@ -127,9 +130,60 @@ func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
 	s.setPublish(pr)
 	s.setEndToEnd(pr.first, rec)
 	if l.kind == "burst" {
-		s.setBurst(pr.first, burstAt, pr.last, rec, nil, nil)
+		s.setBurst(pr.first, burstAt, 0, pr.last, rec, nil, nil)
 		s.Burst.CPU = dcpu
 	}
+	s.finish(all)
+	return s
+}
+
+// runPublishFloor is the floor of the sink side of a same-instant burst on
+// this machine: the n messages the daemon publishes at T (its sink's
+// headers, envelope.Message.OutHeaders and Nats-Msg-Id, the same body and
+// subject), built beforehand and published with PublishMsgAsync (16384 in
+// flight, as the daemon's NATS sink) as fast as possible to the same sink
+// stream (FIRED, file storage) from T = the first publish, and measured as
+// the daemon's drain: n / (last stored - T) from the stream's timestamps.
+func (e *env) runPublishFloor(t *testing.T, l natsLoad) *Scenario {
+	s := &Scenario{Pairing: "NATS -> NATS", System: floorSystem, Group: l.group, Load: l.name(), Kind: l.kind,
+		Messages: l.n, Delay: "none: published from T", BodyBytes: *flagBody}
+	t.Logf("== %s %s: %s", s.Pairing, s.System, s.Load)
+	ctx := context.Background()
+	_, js := e.connectPending(t, "bench floor publisher", 16384)
+	_, jsc := e.connect(t, "bench floor consumer")
+	freshStream(t, js, jetstream.StreamConfig{Name: "FIRED", Subjects: []string{"fired.>"}, Storage: jetstream.FileStorage})
+	defer func() { _ = js.DeleteStream(ctx, "FIRED") }()
+	prefix := nextPrefix(l.kind)
+	rec := newRecorder(l.n, prefix)
+	var atNS atomic.Int64 // T, set just before the first publish
+	cc := consumeFired(t, jsc, "FIRED", "fired.>", rec, func(nats.Header) (time.Time, bool) { return time.Unix(0, atNS.Load()), true })
+	body := make([]byte, *flagBody)
+	due := time.Now().Truncate(time.Millisecond) // the header's value only: its length is what costs
+	msgs := make([]*nats.Msg, l.n)
+	for i := range msgs {
+		em := &envelope.Message{ID: msgID(prefix, i), DueAt: due}
+		m := nats.NewMsg("fired.bench")
+		m.Data = body
+		for _, h := range em.OutHeaders(1) {
+			m.Header.Add(h.Key, h.Value)
+		}
+		m.Header.Set(envelope.HeaderNatsMsgID, em.ID)
+		msgs[i] = m
+	}
+	cpu := startCPU(0, e.rdb)
+	at := time.Now()
+	atNS.Store(at.UnixNano())
+	pr := publish(t, js, l.n, 0, func(i int) *nats.Msg { return msgs[i] })
+	all := rec.wait(30*time.Second, 2*time.Minute+time.Duration(l.n/500)*time.Second)
+	dcpu := cpu.drain()
+	cpu.stop(s)
+	cc.Stop()
+	rec.fill(s)
+	s.PublishErrors = pr.errs
+	s.setPublish(pr)
+	s.setEndToEnd(pr.first, rec)
+	s.setBurst(at, at, 0, time.Time{}, rec, nil, nil)
+	s.Burst.CPU = dcpu
 	s.finish(all)
 	return s
 }

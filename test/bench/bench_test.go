@@ -31,7 +31,7 @@ import (
 var (
 	flagOut   = flag.String("out", "bench.json", "write every number as JSON to this file (relative to test/bench/ unless absolute); empty: do not write")
 	flagDoc   = flag.String("doc", "", "markdown file whose generated section (between bench markers) is replaced, e.g. docs/performance.md; empty: do not write")
-	flagOnly  = flag.String("only", "", "comma-separated scenario groups to run (mem, raw, native, nats, parked, kafka-rabbit, rabbit-kafka, burst, parked10m, features, scale); empty: all")
+	flagOnly  = flag.String("only", "", "comma-separated scenario groups to run (mem, raw, native, nats, parked, kafka-rabbit, rabbit-kafka, burst, parked10m, features, million, scale); empty: all")
 	flagN     = flag.Int("n", 200_000, "messages of the maximum-rate runs (published as fast as possible)")
 	flagBody  = flag.Int("body", 100, "message body size in bytes for the end-to-end runs")
 	flagDelay = flag.Duration("delay", time.Second, "delay of the maximum-rate and fixed-rate runs")
@@ -47,6 +47,7 @@ var (
 	flagPprof   = flag.String("pprof", "", "directory: save a 5 s CPU profile of the daemon (admin.pprof) during each maximum-rate NATS run (cpu-<load>.pprof)")
 	flagBin     = flag.String("bin", "", "run this daemon binary instead of building one from the checkout (to compare builds scenario by scenario)")
 	flagPerf    = flag.String("perf", "", "directory: record the daemon and redis-server with `perf record -g` during each maximum-rate run (perf-<load>.data)")
+	flagCPUBase = flag.Float64("cpu-baseline-us", 0, "daemon + Redis CPU-µs per delivered message of the maximum-rate NATS run measured with another build (e.g. today's, run with -bin): the CPU target compares with it; 0: reported, not compared")
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -81,6 +82,8 @@ func TestBench(t *testing.T) {
 			"burst": *flagBurst, "burst_native": *flagBurstNative, "burst_lead": flagBurstLead.String(),
 			"parked10m": *flagBigN, "parked10m_window": flagBigWindow.String(), "parked10m_1k": *flagBigKB, "parked10m_burst": *flagBigBurst, "parked10m_repeat": *flagBigRepeat,
 			"features_repeat": *flagFeatRepeat, "features_baseline_bin": *flagFeatBin,
+			"million": *flagMillion, "million_lead": flagMillionLead.String(), "million_max_rate": *flagMillionRate, "million_rated_n": *flagMillionRatedN,
+			"million_stats_every": flagMillionPoll.String(), "million_pairings": *flagMillionPairs, "cpu_baseline_us": *flagCPUBase,
 			"scale_rate": *flagScaleRate, "scale_n": *flagScaleN, "scale_setups": *flagScaleSetups, "scale_loads": *flagScaleLoads, "scale_repeat": *flagScaleRepeats,
 		},
 	}
@@ -144,6 +147,9 @@ func TestBench(t *testing.T) {
 	}
 	if want("features") {
 		runFeatures(t, env, rep)
+	}
+	if want("million") {
+		runMillion(t, env, rep)
 	}
 	if want("scale") {
 		runScale(t, env, rep)

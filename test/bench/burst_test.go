@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -25,8 +26,10 @@ import (
 // Measured from T: how fast the burst drains (n / (last stored - T)), how
 // late the first and the last message are, and in which order they come
 // out. NATS -> NATS and Kafka -> Kafka through the daemon; NATS's own
-// message schedules (one subject per schedule, Nats-Schedule: @at T) for
-// the sizes up to -burst-native, in the same run.
+// message schedules (one subject per schedule, Nats-Schedule: @at T) and
+// the floor of the sink side (the same messages published with
+// PublishAsync to the same sink stream from T, runPublishFloor) for the
+// sizes up to -burst-native, in the same run.
 
 var (
 	flagBurst       = flag.String("burst", "20000,200000", "sizes of the same-instant bursts (-only burst)")
@@ -36,19 +39,21 @@ var (
 )
 
 // Burst is what a same-instant burst measured, from the instant T all its
-// messages were due.
+// messages were due (the million group: from the first of the due times
+// spread over T..T+window).
 type Burst struct {
-	DueAt       string  `json:"due_at"`       // T, RFC 3339 with ms
-	LeadSeconds float64 `json:"lead_seconds"` // T - first publish
+	DueAt         string  `json:"due_at"`                       // T, RFC 3339 with ms
+	WindowSeconds float64 `json:"due_window_seconds,omitempty"` // the due times cover T..T+window; 0: all due at T
+	LeadSeconds   float64 `json:"lead_seconds"`                 // T - first publish (million: T - first park)
 	// ReadySeconds is when the last message was parked (delaybridge: the
 	// ingest consumer's ack floor or the parked counter; native schedules:
 	// the last PubAck), relative to T: negative is before T. Absent when it
 	// was not observed.
 	ReadySeconds *float64 `json:"ready_seconds_from_due,omitempty"`
-	DrainSeconds float64  `json:"drain_seconds"` // last stored - T
-	DrainRate    float64  `json:"drain_rate"`    // received / DrainSeconds
-	FirstMS      float64  `json:"first_lateness_ms"`
-	LastMS       float64  `json:"last_lateness_ms"`
+	DrainSeconds float64  `json:"drain_seconds"`     // last stored - T
+	DrainRate    float64  `json:"drain_rate"`        // received / DrainSeconds
+	FirstMS      float64  `json:"first_lateness_ms"` // first stored - T
+	LastMS       float64  `json:"last_lateness_ms"`  // last stored - (T + window)
 	// Order: how many messages came out after a message published later.
 	// All are due at the same instant, so due order is kept whatever the
 	// order; these count the tie order against publish order: overall,
@@ -96,10 +101,7 @@ func cpuFrom(at time.Time, pid int, rdb *redis.Client) func() *DrainCPU {
 		if m == nil {
 			return nil
 		}
-		var s Scenario
-		m.stop(&s)
-		return &DrainCPU{Wall: s.WallSeconds, Available: float64(s.MachineCPUs) * s.WallSeconds, Daemon: max(s.DaemonCPUSeconds, 0),
-			Redis: s.RedisCPUSeconds, Harness: s.HarnessCPUSeconds, Other: s.OtherCPUSeconds}
+		return m.drain()
 	}
 }
 
@@ -116,6 +118,7 @@ func runBursts(t *testing.T, e *env, rep *Report) {
 		rep.add(t, e.runDaemonNATS(t, l))
 		if n <= *flagBurstNative {
 			rep.add(t, e.runNativeSchedules(t, l))
+			rep.add(t, e.runPublishFloor(t, l))
 		}
 		s := &Scenario{Pairing: "Kafka -> Kafka", System: "delaybridge", Group: "burst", Load: l.name(), Kind: l.kind,
 			Messages: n, Delay: fmt.Sprintf("all due at +%s", l.lead), BodyBytes: *flagBody}
@@ -125,21 +128,24 @@ func runBursts(t *testing.T, e *env, rep *Report) {
 	}
 }
 
+// floorSystem is the System of the burst's floor runs (runPublishFloor).
+const floorSystem = "floor: PublishAsync"
+
 // setBurst fills s.Burst from the recorder of a burst first published at
-// start and due at at. ready is when the last message was parked (zero: not
-// observed). shardOf and keyOf
+// start and due at at (the million group: due over at..at+window). ready is
+// when the last message was parked (zero: not observed). shardOf and keyOf
 // (optional) give a message index's store shard and key for the order
 // counts.
-func (s *Scenario) setBurst(start, at, ready time.Time, rec *recorder, shardOf, keyOf func(int) int) {
+func (s *Scenario) setBurst(start, at time.Time, window time.Duration, ready time.Time, rec *recorder, shardOf, keyOf func(int) int) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	b := &Burst{DueAt: at.UTC().Format(time.RFC3339Nano), LeadSeconds: at.Sub(start).Seconds()}
+	b := &Burst{DueAt: at.UTC().Format(time.RFC3339Nano), WindowSeconds: window.Seconds(), LeadSeconds: at.Sub(start).Seconds()}
 	s.Burst = b
 	if !ready.IsZero() {
 		r := ready.Sub(at).Seconds()
 		b.ReadySeconds = &r
 		if r > 0 {
-			s.note("the last message was parked %.2f s after the instant it was due: the drain includes parking (raise -burst-lead)", r)
+			s.note("the last message was parked %.2f s after the first due time: the drain includes parking (raise -burst-lead or -million-lead)", r)
 		}
 	}
 	if len(rec.lat) == 0 {
@@ -149,11 +155,8 @@ func (s *Scenario) setBurst(start, at, ready time.Time, rec *recorder, shardOf, 
 	if b.DrainSeconds > 0 {
 		b.DrainRate = float64(len(rec.lat)) / b.DrainSeconds
 	}
-	lo, hi := rec.lat[0], rec.lat[0]
-	for _, d := range rec.lat {
-		lo, hi = min(lo, d), max(hi, d)
-	}
-	b.FirstMS, b.LastMS = float64(lo.Microseconds())/1000, float64(hi.Microseconds())/1000
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.FirstMS, b.LastMS = ms(rec.first.Sub(at)), ms(rec.last.Sub(at.Add(window)))
 	b.OutOfOrder = outOfOrder(rec.order, nil)
 	if shardOf != nil {
 		n := outOfOrder(rec.order, shardOf)
@@ -191,6 +194,65 @@ func benchShardOf(prefix string) func(int) int {
 	return func(i int) int { return store.ShardOf(msgID(prefix, i), 16) }
 }
 
+// kafkaToKafkaConfig: a Kafka ingest (topic in, consumer group bench-seq)
+// routed to a Kafka sink (topic out). The sink is the last item: a line
+// "    max_rate: N" appended belongs to it.
+func kafkaToKafkaConfig(e *env, kc *testenv.KafkaCluster, in, out, seq string) string {
+	brokers := strings.Join(kc.Brokers, `", "`)
+	return fmt.Sprintf(`
+redis: {addr: "%s", key_prefix: bench, shards: 16}
+admin: {listen: "%%ADMIN%%"}
+ingest:
+  - name: in
+    kafka: {brokers: ["%s"], topic: %s, group: bench-%s, start_offset: first}
+    route: {sink: kafka, destination: %s}
+sinks:
+  - name: kafka
+    kafka: {brokers: ["%s"]}
+`, e.redis.Addr, brokers, in, seq, out, brokers)
+}
+
+// readKafka records every record of topic (partitions 0..partitions-1, a
+// reader each, 10 ms MaxWait) in rec, as the message x-message-id due at
+// x-delaybridge-due-at, arrived at the consumer's receive time (recordTime:
+// at the record's timestamp). The returned function stops the readers and
+// waits for them.
+func readKafka(kc *testenv.KafkaCluster, topic string, partitions int, rec *recorder, recordTime bool) func() {
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for p := range partitions {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: kc.Brokers, Topic: topic, Partition: p, MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 10 * time.Millisecond})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			for {
+				m, err := r.ReadMessage(ctx)
+				if err != nil {
+					return
+				}
+				at := time.Now()
+				if recordTime {
+					at = m.Time
+				}
+				var id, dueS string
+				for _, h := range m.Headers {
+					switch strings.ToLower(h.Key) {
+					case envelope.HeaderMessageID:
+						id = string(h.Value)
+					case envelope.HeaderDueAt:
+						dueS = string(h.Value)
+					}
+				}
+				if due, err := time.Parse(time.RFC3339Nano, dueS); err == nil {
+					rec.record(id, at, due)
+				}
+			}
+		}()
+	}
+	return func() { stop(); wg.Wait() }
+}
+
 // runKafkaToKafka: records produced to a Kafka topic (kfake, in this
 // process) with x-delay (or, for a burst, x-deliver-at) and a key
 // (-burst-keys of them, murmur2-partitioned like the daemon's sink), delivered
@@ -206,52 +268,13 @@ func runKafkaToKafka(t *testing.T, e *env, l natsLoad, s *Scenario) {
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	d := startPairingDaemon(t, e, fmt.Sprintf(`
-redis: {addr: "%s", key_prefix: bench, shards: 16}
-admin: {listen: "%%ADMIN%%"}
-ingest:
-  - name: in
-    kafka: {brokers: ["%s"], topic: %s, group: bench-%s, start_offset: first}
-    route: {sink: kafka, destination: %s}
-sinks:
-  - name: kafka
-    kafka: {brokers: ["%s"]}
-`, e.redis.Addr, strings.Join(kc.Brokers, `", "`), in, seq, out, strings.Join(kc.Brokers, `", "`)), s)
+	d := startPairingDaemon(t, e, kafkaToKafkaConfig(e, kc, in, out, seq), s)
 	if d == nil {
 		return
 	}
 	s.DaemonReadySeconds = d.ready.Seconds()
 	rec := newRecorder(l.n, seq)
-	rctx, stopReaders := context.WithCancel(ctx)
-	var rwg sync.WaitGroup
-	for p := range 4 {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: kc.Brokers, Topic: out, Partition: p, MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 10 * time.Millisecond})
-		rwg.Add(1)
-		go func() {
-			defer rwg.Done()
-			defer r.Close()
-			for {
-				m, err := r.ReadMessage(rctx)
-				if err != nil {
-					return
-				}
-				now := time.Now()
-				var id, dueS string
-				for _, h := range m.Headers {
-					switch strings.ToLower(h.Key) {
-					case envelope.HeaderMessageID:
-						id = string(h.Value)
-					case envelope.HeaderDueAt:
-						dueS = string(h.Value)
-					}
-				}
-				if due, err := time.Parse(time.RFC3339Nano, dueS); err == nil {
-					rec.record(id, now, due)
-				}
-			}
-		}()
-	}
-	defer func() { stopReaders(); rwg.Wait() }()
+	defer readKafka(kc, out, 4, rec, false)()
 	parked := watchParked(t, d, l.n)
 	cpu := startCPU(d.proc.Pid, e.rdb)
 	w := &kafka.Writer{Addr: kafka.TCP(kc.Brokers...), Topic: in, RequiredAcks: kafka.RequireAll,
@@ -304,7 +327,7 @@ sinks:
 	if l.kind == "burst" {
 		// Four readers record concurrently: only a partition's order (so a
 		// key's) is the order of the sink topic.
-		s.setBurst(first, at, parkedAt, rec, nil, keyOf)
+		s.setBurst(first, at, 0, parkedAt, rec, nil, keyOf)
 		s.Burst.CPU = dcpu
 	}
 	s.finish(all)
@@ -318,12 +341,7 @@ func (r *Report) burstTargets(yes func(bool) *bool) {
 		if nat.Group != "burst" || nat.System != "NATS schedules" || nat.Burst == nil {
 			continue
 		}
-		var db *Scenario
-		for _, s := range r.Scenarios {
-			if s.Group == "burst" && s.Pairing == "NATS -> NATS" && s.System == "delaybridge" && s.Messages == nat.Messages && s.Burst != nil {
-				db = s
-			}
-		}
+		db := r.burstDaemonNATS(nat.Messages)
 		size := humanCount(float64(nat.Messages))
 		t := Target{Name: fmt.Sprintf("burst of %s due at one instant, NATS->NATS: drain rate vs native schedules", size), Goal: ">= 1.2x native, same run"}
 		t2 := Target{Name: fmt.Sprintf("burst of %s due at one instant, NATS->NATS: lateness of the last message vs native's last", size), Goal: "<= 0.5x native's, same run"}
@@ -337,6 +355,41 @@ func (r *Report) burstTargets(yes func(bool) *bool) {
 		}
 		r.Targets = append(r.Targets, t, t2)
 	}
+	for _, fl := range r.Scenarios {
+		if fl.Group != "burst" || fl.System != floorSystem || fl.Burst == nil {
+			continue
+		}
+		t := Target{Name: fmt.Sprintf("burst of %s due at one instant, NATS->NATS: drain rate vs the floor (the same messages published with PublishAsync to the sink stream)", humanCount(float64(fl.Messages))),
+			Goal: ">= 80% of the floor, same run"}
+		if db := r.burstDaemonNATS(fl.Messages); db != nil && fl.Burst.DrainRate > 0 && fl.Status == "ok" {
+			p := 100 * db.Burst.DrainRate / fl.Burst.DrainRate
+			t.Measured = fmt.Sprintf("%.0f vs %.0f msg/s = %.0f%% (last message +%.0f ms vs +%.0f ms)", db.Burst.DrainRate, fl.Burst.DrainRate, p, db.Burst.LastMS, fl.Burst.LastMS)
+			t.Met = yes(p >= 80 && db.Status == "ok")
+		}
+		r.Targets = append(r.Targets, t)
+	}
+}
+
+// burstDaemonNATS is the daemon's NATS -> NATS burst of n messages (the
+// last one measured), or nil.
+func (r *Report) burstDaemonNATS(n int) *Scenario {
+	var db *Scenario
+	for _, s := range r.Scenarios {
+		if s.Group == "burst" && s.Pairing == "NATS -> NATS" && s.System == "delaybridge" && s.Messages == n && s.Burst != nil {
+			db = s
+		}
+	}
+	return db
+}
+
+// burstFloor is the floor run of a burst of n messages, or nil.
+func (r *Report) burstFloor(n int) *Scenario {
+	for _, s := range r.Scenarios {
+		if s.Group == "burst" && s.System == floorSystem && s.Messages == n && s.Burst != nil && s.Burst.DrainRate > 0 {
+			return s
+		}
+	}
+	return nil
 }
 
 // burstMarkdown renders the burst section.
@@ -355,14 +408,20 @@ func (r *Report) burstMarkdown(w func(string, ...any)) {
 	w("parked: when the last one was parked (ingest ack floor / parked counter; native: last PubAck), seconds from T (negative: before T). ")
 	w("drain: n / (last stored - T); NATS: sink stream timestamps, Kafka: the consumer's receive time. Lateness (ms after T): first, p50, p99, last. ")
 	w("Out of order: messages that came out after one published later, overall / within a store shard (NATS: the sink stream's order) / within a Kafka key (a partition's order). All are due at the same instant, so due order holds whatever the order; these count the tie order.\n\n")
+	w("%s: the same messages as the daemon publishes (its headers and body), built beforehand and published with PublishAsync (16384 in flight, as the daemon's sink) to the same sink stream from T = the first publish, measured as the drain: the sink side's floor. ", floorSystem)
+	w("vs floor: drain msg/s as a share of the floor's of the same size, same run.\n\n")
 	w("CPU from T to the end of the drain: seconds used by the daemon / Redis / the benchmark process (nats-server or kfake, consumer) / other processes, of the CPUs x wall available.\n\n")
-	w("| pairing | system | msgs | lead s | parked s from T | drain s | drain msg/s | first ms | p50 ms | p99 ms | last ms | out of order: all / shard / key | CPU in the drain: daemon / Redis / harness / other of available | status |\n")
-	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
+	w("| pairing | system | msgs | lead s | parked s from T | drain s | drain msg/s | vs floor | first ms | p50 ms | p99 ms | last ms | out of order: all / shard / key | CPU in the drain: daemon / Redis / harness / other of available | status |\n")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
 	for _, s := range ss {
 		b := s.Burst
 		if b == nil {
-			w("| %s | %s | %d | - | - | - | - | - | - | - | - | - | - | %s |\n", s.Pairing, s.System, s.Messages, s.Status)
+			w("| %s | %s | %d | - | - | - | - | - | - | - | - | - | - | - | %s |\n", s.Pairing, s.System, s.Messages, s.Status)
 			continue
+		}
+		vs := "-"
+		if fl := r.burstFloor(s.Messages); fl != nil && s.Pairing == "NATS -> NATS" && b.DrainRate > 0 {
+			vs = fmt.Sprintf("%.0f%%", 100*b.DrainRate/fl.Burst.DrainRate)
 		}
 		ready := "-"
 		if b.ReadySeconds != nil {
@@ -383,7 +442,7 @@ func (r *Report) burstMarkdown(w func(string, ...any)) {
 		if c := b.CPU; c != nil {
 			cpu = fmt.Sprintf("%.2f / %.2f / %.2f / %.2f of %.2f", c.Daemon, c.Redis, c.Harness, c.Other, c.Available)
 		}
-		w("| %s | %s | %d | %.1f | %s | %.3f | %s | %s | %s | %s | %s | %d / %s / %s | %s | %s |\n", s.Pairing, s.System, s.Messages, b.LeadSeconds, ready,
-			b.DrainSeconds, f0(b.DrainRate), f1(b.FirstMS), p50, p99, f1(b.LastMS), b.OutOfOrder, shard, key, cpu, s.Status)
+		w("| %s | %s | %d | %.1f | %s | %.3f | %s | %s | %s | %s | %s | %s | %d / %s / %s | %s | %s |\n", s.Pairing, s.System, s.Messages, b.LeadSeconds, ready,
+			b.DrainSeconds, f0(b.DrainRate), vs, f1(b.FirstMS), p50, p99, f1(b.LastMS), b.OutOfOrder, shard, key, cpu, s.Status)
 	}
 }

@@ -61,13 +61,19 @@ func (e *env) redisVersion() string {
 // connect returns a new NATS connection and its JetStream context, closed at
 // the end of the test.
 func (e *env) connect(t *testing.T, name string) (*nats.Conn, jetstream.JetStream) {
+	return e.connectPending(t, name, 4096)
+}
+
+// connectPending is connect with at most pending asynchronous publishes in
+// flight.
+func (e *env) connectPending(t *testing.T, name string, pending int) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(e.nats.URL, nats.Name(name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096),
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(pending),
 		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { asyncPubErrs.Add(1) }))
 	if err != nil {
 		t.Fatal(err)
@@ -397,6 +403,17 @@ func redisCPU(rdb *redis.Client) float64 {
 	return infoFloat(info, "used_cpu_user") + infoFloat(info, "used_cpu_sys")
 }
 
+// flushAll empties the Redis at addr with a patient client: FLUSHALL of
+// millions of keys takes longer than a client's default 3 s read timeout.
+func flushAll(t *testing.T, addr string) {
+	t.Helper()
+	slow := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 10 * time.Minute})
+	defer slow.Close()
+	if err := slow.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+}
+
 func redisUsedMemory(t *testing.T, rdb *redis.Client) float64 {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "memory").Result()
@@ -457,6 +474,15 @@ func (c *cpuMeter) stop(s *Scenario) {
 	if f := redisForks(c.rdb) - c.forks0; f > 0 {
 		s.note("Redis forked %.0f time(s) during the run (AOF rewrite)", f)
 	}
+}
+
+// drain returns what the meter measured so far as a DrainCPU (the meter
+// goes on).
+func (c *cpuMeter) drain() *DrainCPU {
+	var s Scenario
+	c.stop(&s)
+	return &DrainCPU{Wall: s.WallSeconds, Available: float64(s.MachineCPUs) * s.WallSeconds, Daemon: max(s.DaemonCPUSeconds, 0),
+		Redis: s.RedisCPUSeconds, Harness: s.HarnessCPUSeconds, Other: s.OtherCPUSeconds}
 }
 
 // ---- load ----
@@ -652,7 +678,7 @@ func (r *recorder) fill(s *Scenario) {
 	s.Duplicates = r.dups
 	s.Missing = r.n - len(r.lat)
 	s.Lateness = summarize(r.lat)
-	if s.Kind == "max" || s.Kind == "burst" || len(r.lat) == 0 {
+	if s.Kind == "max" || s.Kind == "burst" || s.Kind == "million" || len(r.lat) == 0 {
 		return
 	}
 	// Worst lateness per second of due time: tells a steady tail from a

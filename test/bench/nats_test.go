@@ -22,6 +22,7 @@ import (
 
 // natsDaemonConfig: a JetStream ingest (stream DELAYED) routed to a
 // JetStream sink (stream FIRED). Everything else is the default a user gets.
+// The sink is the last item: a line "    max_rate: N" appended belongs to it.
 const natsDaemonConfig = `
 redis: {addr: "%s", key_prefix: bench, shards: 16}
 admin: {listen: "%%ADMIN%%"}
@@ -175,7 +176,7 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 		firstDue := t0.Add(spreadLead)
 		s.FireRate = float64(s.Received) / rec.last.Sub(firstDue).Seconds()
 	case l.kind == "burst":
-		s.setBurst(pr.first, burstAt, parkedAt, rec, benchShardOf(prefix), nil)
+		s.setBurst(pr.first, burstAt, 0, parkedAt, rec, benchShardOf(prefix), nil)
 		s.Burst.CPU = dcpu
 	}
 	s.finish(all)
@@ -262,6 +263,18 @@ func parkMessages(t *testing.T, st *store.Store, n, bodySize int, prefix string,
 		body[i] = byte(rnd.Uint32())
 	}
 	now := time.Now().Truncate(time.Millisecond)
+	parkEach(t, st, n, func(i int) *envelope.Message {
+		return &envelope.Message{
+			ID: fmt.Sprintf("%s-%07d", prefix, i+1), DueAt: dueOf(i).Truncate(time.Millisecond),
+			Sink: "out", Destination: "fired.bench", Ingest: "in", IngestedAt: now, Body: body,
+		}
+	})
+}
+
+// parkEach parks the n messages mk(0..n-1) directly with store.Park (the
+// daemon's scripts and layout) in batches of 4096 from two goroutines.
+func parkEach(t *testing.T, st *store.Store, n int, mk func(i int) *envelope.Message) {
+	t.Helper()
 	const batch, workers = 4096, 2
 	var (
 		wg       sync.WaitGroup
@@ -276,10 +289,7 @@ func parkMessages(t *testing.T, st *store.Store, n, bodySize int, prefix string,
 			for from := w * batch; from < n; from += workers * batch {
 				msgs = msgs[:0]
 				for i := from; i < min(from+batch, n); i++ {
-					msgs = append(msgs, &envelope.Message{
-						ID: fmt.Sprintf("%s-%07d", prefix, i+1), DueAt: dueOf(i).Truncate(time.Millisecond),
-						Sink: "out", Destination: "fired.bench", Ingest: "in", IngestedAt: now, Body: body,
-					})
+					msgs = append(msgs, mk(i))
 				}
 				if _, err := st.Park(context.Background(), msgs); err != nil {
 					mu.Lock()

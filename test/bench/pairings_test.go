@@ -262,35 +262,7 @@ sinks:
 		return
 	}
 	rec := newRecorder(l.n, seq)
-	rctx, stopReaders := context.WithCancel(ctx)
-	var rwg sync.WaitGroup
-	for p := range 4 {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: kc.Brokers, Topic: topic, Partition: p, MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 10 * time.Millisecond})
-		rwg.Add(1)
-		go func() {
-			defer rwg.Done()
-			defer r.Close()
-			for {
-				m, err := r.ReadMessage(rctx)
-				if err != nil {
-					return
-				}
-				var id, dueS string
-				for _, h := range m.Headers {
-					switch strings.ToLower(h.Key) {
-					case envelope.HeaderMessageID:
-						id = string(h.Value)
-					case envelope.HeaderDueAt:
-						dueS = string(h.Value)
-					}
-				}
-				if due, err := time.Parse(time.RFC3339Nano, dueS); err == nil {
-					rec.record(id, m.Time, due)
-				}
-			}
-		}()
-	}
-	defer func() { stopReaders(); rwg.Wait() }()
+	defer readKafka(kc, topic, 4, rec, true)()
 	parked := watchParked(t, d, l.n)
 	cpu := startCPU(d.proc.Pid, e.rdb)
 	if err := ch.Confirm(false); err != nil {

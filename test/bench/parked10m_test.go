@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -103,9 +102,13 @@ type Probe struct {
 type Timing struct {
 	Samples  int     `json:"samples"`
 	MedianMS float64 `json:"median_ms"`
+	P99MS    float64 `json:"p99_ms"`
 	MaxMS    float64 `json:"max_ms"`
 	MinMS    float64 `json:"min_ms"`
 	Bytes    int     `json:"response_bytes,omitempty"`
+	// Errors counts the requests that failed or did not answer 200 (not
+	// among the samples).
+	Errors int `json:"errors,omitempty"`
 }
 
 func timing(ds []time.Duration) *Timing {
@@ -115,7 +118,8 @@ func timing(ds []time.Duration) *Timing {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return &Timing{Samples: len(s), MedianMS: ms(s[len(s)/2]), MaxMS: ms(s[len(s)-1]), MinMS: ms(s[0])}
+	p99 := s[min(max(int(0.99*float64(len(s))+0.5)-1, 0), len(s)-1)] // as summarize
+	return &Timing{Samples: len(s), MedianMS: ms(s[len(s)/2]), P99MS: ms(p99), MaxMS: ms(s[len(s)-1]), MinMS: ms(s[0])}
 }
 
 // bigEnough checks that memory and disk hold bytes of data set (Redis's
@@ -158,7 +162,6 @@ func runParked10M(t *testing.T, e *env, rep *Report) {
 		return
 	}
 	be := &env{nats: e.nats, redis: r, rdb: r.Client(), bin: e.bin}
-	ctx := context.Background()
 
 	t.Log("== parked10m: the daemon's start and scrapes on an empty Redis")
 	big.Empty = be.probe(t)
@@ -184,14 +187,7 @@ func runParked10M(t *testing.T, e *env, rep *Report) {
 	}
 
 	if m := *flagBigKB; m > 0 {
-		// FLUSHALL of gigabytes takes longer than a client's default 3 s
-		// read timeout.
-		slow := redis.NewClient(&redis.Options{Addr: r.Addr, ReadTimeout: 10 * time.Minute})
-		err := slow.FlushAll(ctx).Err()
-		slow.Close()
-		if err != nil {
-			t.Fatalf("FLUSHALL: %v", err)
-		}
+		flushAll(t, r.Addr)   // gigabytes
 		rewriteAOF(t, be.rdb) // an empty base: the old data set's files go
 		t.Logf("== parked10m: parking %d messages of 1 KB", m)
 		p := be.parkPoint(t, m, 1024, "k")

@@ -51,6 +51,10 @@ type Scenario struct {
 	RedisCPUPer10k    float64 `json:"redis_cpu_seconds_per_10k"`
 	HarnessCPUSeconds float64 `json:"harness_cpu_seconds"` // this process: nats-server, load generator, consumer
 	HarnessCPUPer10k  float64 `json:"harness_cpu_seconds_per_10k"`
+	// DaemonRedisCPUMicrosPerMsg is (daemon + Redis CPU) / received, in
+	// CPU-microseconds per delivered message: the figure two builds are
+	// compared by (runs with a daemon only).
+	DaemonRedisCPUMicrosPerMsg float64 `json:"daemon_redis_cpu_us_per_msg,omitempty"`
 	// OtherCPUSeconds is what every other process of the machine used
 	// during the run (noise: other work on a shared machine); out of
 	// MachineCPUs * WallSeconds available.
@@ -62,8 +66,11 @@ type Scenario struct {
 
 	// DaemonReadySeconds is how long the daemon took from exec to /readyz.
 	DaemonReadySeconds float64 `json:"daemon_ready_seconds,omitempty"`
-	// Burst: the same-instant burst runs only.
+	// Burst: the same-instant burst runs only (and the million group's
+	// drains).
 	Burst *Burst `json:"burst,omitempty"`
+	// Million: the million group only.
+	Million *Million `json:"million,omitempty"`
 
 	// Scale-out runs (-only scale) only: the topology, and per daemon (in
 	// start order) its CPU seconds, peak RSS, messages parked by its ingest
@@ -123,6 +130,9 @@ func (s *Scenario) finish(all bool) {
 		s.DaemonCPUPer10k = s.DaemonCPUSeconds * per
 		s.RedisCPUPer10k = s.RedisCPUSeconds * per
 		s.HarnessCPUPer10k = s.HarnessCPUSeconds * per
+		if s.DaemonCPUSeconds > 0 {
+			s.DaemonRedisCPUMicrosPerMsg = (s.DaemonCPUSeconds + s.RedisCPUSeconds) * 1e6 / float64(s.Received)
+		}
 	}
 	if s.Status != "" {
 		return
@@ -165,8 +175,14 @@ func (r *Report) add(t *testing.T, s *Scenario) {
 	if s.Lateness != nil {
 		lat = fmt.Sprintf("p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms", s.Lateness.P50, s.Lateness.P99, s.Lateness.P999, s.Lateness.Max)
 	}
-	t.Logf("   %s: received %d/%d (dups %d), publish %.0f/s, parked %.0f/s, end-to-end %.0f/s; lateness %s; daemon CPU %.2fs/10k, RSS %.0f MB",
-		s.Status, s.Received, s.Messages, s.Duplicates, s.PublishRate, s.ParkRate, s.Throughput, lat, s.DaemonCPUPer10k, s.DaemonPeakRSSMB)
+	t.Logf("   %s: received %d/%d (dups %d), publish %.0f/s, parked %.0f/s, end-to-end %.0f/s; lateness %s; daemon CPU %.2fs/10k, daemon + Redis %.1f CPU-µs/msg, RSS %.0f MB",
+		s.Status, s.Received, s.Messages, s.Duplicates, s.PublishRate, s.ParkRate, s.Throughput, lat, s.DaemonCPUPer10k, s.DaemonRedisCPUMicrosPerMsg, s.DaemonPeakRSSMB)
+	if b := s.Burst; b != nil {
+		t.Logf("   drain from T: %.0f msg/s in %.3f s, first +%.1f ms, last +%.1f ms", b.DrainRate, b.DrainSeconds, b.FirstMS, b.LastMS)
+	}
+	if m := s.Million; m != nil {
+		t.Logf("   %s", m.summary(s))
+	}
 }
 
 func (r *Report) find(system, kind string, rate float64, parked bool) *Scenario {
@@ -254,9 +270,25 @@ func (r *Report) evaluateTargets() {
 	}
 	r.Targets = append(r.Targets, t)
 
+	// Issue 28.4: the CPU a delivered message costs at the maximum rate,
+	// compared across builds (-bin) by -cpu-baseline-us.
+	t = Target{Name: "daemon + Redis CPU per delivered message at the maximum rate, NATS->NATS", Goal: "-30% vs today's build (its figure: -cpu-baseline-us)"}
+	if db != nil && db.DaemonRedisCPUMicrosPerMsg > 0 {
+		x := db.DaemonRedisCPUMicrosPerMsg
+		t.Measured = fmt.Sprintf("%.1f CPU-µs/msg (daemon %.1f + Redis %.1f)", x, db.DaemonCPUSeconds*1e6/float64(db.Received), db.RedisCPUSeconds*1e6/float64(db.Received))
+		if base := *flagCPUBase; base > 0 {
+			t.Measured += fmt.Sprintf(" vs %.1f = %+.0f%%", base, 100*(x-base)/base)
+			t.Met = yes(x <= 0.7*base && db.Status == "ok")
+		} else {
+			t.Measured += "; not compared: no -cpu-baseline-us"
+		}
+	}
+	r.Targets = append(r.Targets, t)
+
 	r.burstTargets(yes)
 	r.parked10mTargets(yes)
 	r.featuresTargets(yes)
+	r.millionTargets(yes)
 }
 
 func f0(v float64) string {
@@ -275,6 +307,14 @@ func f2(v float64) string {
 
 func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
 
+// f1or is f1, or "-" for 0 (not measured).
+func f1or(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return f1(v)
+}
+
 // Markdown renders the report.
 func (r *Report) Markdown() string {
 	var b strings.Builder
@@ -289,8 +329,11 @@ func (r *Report) Markdown() string {
 	w("### Targets\n\n| target | goal | measured | met |\n|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		met := "not measured"
-		if t.Met != nil {
+		switch {
+		case t.Met != nil:
 			met = map[bool]string{true: "**yes**", false: "**no**"}[*t.Met]
+		case t.Measured != "":
+			met = "-" // measured, nothing to compare with
 		}
 		meas := t.Measured
 		if meas == "" {
@@ -328,14 +371,15 @@ func (r *Report) Markdown() string {
 	}
 
 	w("\n### CPU and memory\n\n")
-	w("CPU seconds per 10,000 messages (utime+stime from /proc, Redis from INFO cpu; \"harness\" is this process: embedded nats-server, load generator and consumer). Peak RSS is the daemon's VmHWM.\n\n")
-	w("| system | load | daemon CPU s/10k | Redis CPU s/10k | harness CPU s/10k | daemon peak RSS MB | wall s | CPU used: daemon / Redis / harness / other processes (s) |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+	w("CPU seconds per 10,000 messages (utime+stime from /proc, Redis from INFO cpu; \"harness\" is this process: embedded nats-server, load generator and consumer), over the whole run. ")
+	w("daemon + Redis CPU-µs per delivered message: (daemon + Redis CPU) / messages received, the figure to compare builds by (-bin). Peak RSS is the daemon's VmHWM.\n\n")
+	w("| system | load | daemon CPU s/10k | Redis CPU s/10k | daemon + Redis CPU-µs per delivered message | harness CPU s/10k | daemon peak RSS MB | wall s | CPU used: daemon / Redis / harness / other processes (s) |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range r.Scenarios {
 		if s.Status == "pending" || s.Setup != "" {
 			continue
 		}
-		w("| %s | %s | %s | %s | %s | %s | %.1f | %.1f / %.1f / %.1f / %.1f of %.0f |\n", s.System, s.groupLoad(), f2(s.DaemonCPUPer10k), f2(s.RedisCPUPer10k), f2(s.HarnessCPUPer10k), f0(s.DaemonPeakRSSMB), s.WallSeconds,
-			s.DaemonCPUSeconds, s.RedisCPUSeconds, s.HarnessCPUSeconds, s.OtherCPUSeconds, float64(s.MachineCPUs)*s.WallSeconds)
+		w("| %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f / %.1f / %.1f / %.1f of %.0f |\n", s.System, s.groupLoad(), f2(s.DaemonCPUPer10k), f2(s.RedisCPUPer10k), f1or(s.DaemonRedisCPUMicrosPerMsg),
+			f2(s.HarnessCPUPer10k), f0(s.DaemonPeakRSSMB), s.WallSeconds, s.DaemonCPUSeconds, s.RedisCPUSeconds, s.HarnessCPUSeconds, s.OtherCPUSeconds, float64(s.MachineCPUs)*s.WallSeconds)
 	}
 
 	if len(r.Memory) > 0 {
@@ -374,6 +418,7 @@ func (r *Report) Markdown() string {
 	r.burstMarkdown(w)
 	r.parked10mMarkdown(w)
 	r.featuresMarkdown(w)
+	r.millionMarkdown(w)
 	r.scaleMarkdown(w)
 
 	var notes []string
