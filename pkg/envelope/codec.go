@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -84,14 +85,29 @@ import (
 //	...     sealed       (the rest: Sealer.Seal of the private part, for
 //	                      AES-GCM 12 bytes nonce, ciphertext, 16 bytes tag)
 //
+// A sealed message with a group or a recurrence has flag bit 6 too (version
+// 3; written since issue 25): its group field holds the group's index
+// token (Codec.GroupIndex: a keyed hash, what pkg/store indexes the group
+// by), its recurrence (and missed_max) is left out of the clear part, and
+// the private part starts with them:
+//
+//	string  group                              (ext bit 1)
+//	...     recurrence, then uvarint missed_max (ext bit 2; flag bit 5)
+//	...     key, headers, properties, body as above
+//
+// Messages sealed before, with the group and the schedule in clear, still
+// open (testdata/sealed-v3.txt); `delaybridge reencrypt` writes them again
+// in this form.
+//
 // The additional authenticated data is uvarint len(ID), the ID, then every
 // stored byte before sealed (version through key ID): a sealed blob stored
 // under another ID, or with any routing field, flag or key ID changed, does
 // not open. The routing fields stay readable so that operators (inspect,
-// the dead list) see where a message goes even without its key; the sink,
-// destination, ingest and group names, the times, the schedule, the
-// priority, whether there is a Kafka key and the size of the private part
-// are visible in Redis.
+// the dead list) see where a message goes even without its key, and the
+// scripts can route, hold and index it: the sink, destination, ingest and
+// source names, the origin, the times, the priority, whether it has a
+// group and a schedule, whether there is a Kafka key and the size of the
+// private part are visible in Redis (docs/security.md lists them).
 //
 // A new field or another variant gets a new version byte or flag bit;
 // Decode refuses what it does not know instead of guessing.
@@ -106,8 +122,9 @@ const (
 	flagNullBody byte = 1 << 3 // version 3
 	flagSource   byte = 1 << 4 // version 3
 	flagMissed   byte = 1 << 5 // version 3
+	flagHidden   byte = 1 << 6 // version 3, with flagSealed: the group is its token, the schedule sealed
 	knownFlags        = flagKey | flagIngested | flagSealed
-	knownFlagsV3      = knownFlags | flagNullBody | flagSource | flagMissed
+	knownFlagsV3      = knownFlags | flagNullBody | flagSource | flagMissed | flagHidden
 
 	extPublished byte = 1 << 0
 	extGroup     byte = 1 << 1
@@ -151,9 +168,11 @@ func (sealedError) Error() string        { return "envelope: cannot open sealed 
 func (sealedError) Is(target error) bool { return target == ErrCorrupt }
 
 // Sealer encrypts and authenticates the private part of a stored message
-// (key, headers, body) with an AEAD. pkg/seal's Keyring implements it with
-// AES-256-GCM. Implementations must be safe for concurrent use and hold no
-// state that changes: rotating keys means a new Sealer.
+// (key, headers, body; group and schedule) with an AEAD, and hashes a
+// sealed message's group for its index with a key of its own. pkg/seal's
+// Keyring implements it with AES-256-GCM and HMAC-SHA-256.
+// Implementations must be safe for concurrent use and hold no state that
+// changes: rotating keys means a new Sealer.
 type Sealer interface {
 	// KeyID names the key Seal uses (the active key). It is stored with
 	// every sealed message, so an ID must always name the same key.
@@ -167,7 +186,59 @@ type Sealer interface {
 	// (keyID is not configured, authentication failed) and never shows
 	// anything of a key.
 	Open(dst []byte, keyID string, sealed, aad []byte) ([]byte, error)
+	// Hash returns a keyed hash of value (at least 16 bytes) under a key
+	// derived from the key keyID names, the same for the same value and
+	// key ID every time; false when keyID names no key. Without the key,
+	// the hash of a value cannot be computed, so it does not show what it
+	// hashes.
+	Hash(keyID string, value []byte) ([]byte, bool)
+	// KeyIDs returns the ID of every key it opens with.
+	KeyIDs() []string
 }
+
+// groupIndexMark starts a group's index token: a character that no group
+// can hold (CheckID refuses C0 controls), so that a token is never taken
+// for a group, nor a group a publisher names for another group's token.
+const groupIndexMark = "\x01"
+
+// GroupIndex is what pkg/store indexes a message of group under when c
+// encodes it (the group field of the stored form): with a Sealer the
+// group's token under the active key ("\x01" and 22 characters of
+// base64url, a keyed hash), else the group itself; "" for no group.
+func (c Codec) GroupIndex(group string) string {
+	if group == "" || c.Sealer == nil {
+		return group
+	}
+	return c.groupToken(c.Sealer.KeyID(), group)
+}
+
+// GroupIndexes is every form a message of group may be indexed under: the
+// group itself (a message stored in clear, before encryption) and its
+// token under each key of the Sealer (one sealed with an older key, not
+// yet re-encrypted), for finding a group's messages.
+func (c Codec) GroupIndexes(group string) []string {
+	forms := []string{group}
+	if c.Sealer != nil && group != "" {
+		for _, id := range c.Sealer.KeyIDs() {
+			if t := c.groupToken(id, group); t != "" {
+				forms = append(forms, t)
+			}
+		}
+	}
+	return forms
+}
+
+func (c Codec) groupToken(keyID, group string) string {
+	h, ok := c.Sealer.Hash(keyID, []byte(group))
+	if !ok || len(h) < groupTokenBytes {
+		return ""
+	}
+	return groupIndexMark + base64.RawURLEncoding.EncodeToString(h[:groupTokenBytes])
+}
+
+// groupTokenBytes is how much of the hash a token keeps: 128 bits, so
+// that two groups of one store never share a token.
+const groupTokenBytes = 16
 
 // Codec encodes and decodes stored messages. With a Sealer it seals what it
 // encodes and opens sealed messages; messages stored in clear (before
@@ -209,16 +280,20 @@ func (c Codec) Encode(dst []byte, m *Message) []byte {
 	}
 	ext := extFlags(m)
 	if c.Sealer == nil {
-		dst = appendRouting(dst, m, flags, ext)
-		return appendPrivate(dst, m, ext)
+		dst = appendRouting(dst, m, flags, ext, m.Group)
+		return appendPrivate(dst, m, flags, ext)
+	}
+	flags |= flagSealed
+	if m.Group != "" || m.Recur != nil {
+		flags |= flagHidden
 	}
 	// aad = uvarint len(ID), ID, then the stored bytes before the sealed part.
 	aad := make([]byte, 0, binary.MaxVarintLen64+len(m.ID)+routingSize(m)+binary.MaxVarintLen64+len(c.Sealer.KeyID()))
 	aad = appendString(aad, m.ID)
 	idLen := len(aad)
-	aad = appendRouting(aad, m, flags|flagSealed, ext)
+	aad = appendRouting(aad, m, flags, ext, c.GroupIndex(m.Group))
 	aad = appendString(aad, c.Sealer.KeyID())
-	private := appendPrivate(make([]byte, 0, privateSize(m)), m, ext)
+	private := appendPrivate(make([]byte, 0, privateSize(m)), m, flags, ext)
 	dst = slices.Grow(dst, len(aad)-idLen+len(private)+sealSlack)
 	dst = append(dst, aad[idLen:]...)
 	return c.Sealer.Seal(dst, private, aad)
@@ -268,7 +343,7 @@ func extFlags(m *Message) byte {
 // ext announce and m's published time.
 func version(m *Message, flags, ext byte) byte {
 	switch {
-	case flags&(flagNullBody|flagSource|flagMissed) != 0 || ext&extV3 != 0 || subMilli(m.PublishedAt) != 0:
+	case flags&(flagNullBody|flagSource|flagMissed|flagHidden) != 0 || ext&extV3 != 0 || subMilli(m.PublishedAt) != 0:
 		return codecV3
 	case ext != 0:
 		return codecV2
@@ -285,8 +360,9 @@ func subMilli(t time.Time) int64 {
 }
 
 // appendRouting appends the fields that stay in clear: version through the
-// recurrence.
-func appendRouting(dst []byte, m *Message, flags, ext byte) []byte {
+// recurrence, with group as the group field; with flagHidden, the
+// recurrence is left to appendPrivate.
+func appendRouting(dst []byte, m *Message, flags, ext byte, group string) []byte {
 	due := m.DueAt.UnixMilli()
 	ingested := int64(0)
 	if !m.IngestedAt.IsZero() {
@@ -321,8 +397,17 @@ func appendRouting(dst []byte, m *Message, flags, ext byte) []byte {
 		dst = binary.BigEndian.AppendUint64(dst, m.Origin.Print)
 	}
 	if ext&extGroup != 0 {
-		dst = appendString(dst, m.Group)
+		dst = appendString(dst, group)
 	}
+	if flags&flagHidden == 0 {
+		dst = appendSchedule(dst, m, flags, ext)
+	}
+	return dst
+}
+
+// appendSchedule appends the recurrence and its missed_max, when m has
+// them.
+func appendSchedule(dst []byte, m *Message, flags, ext byte) []byte {
 	if ext&extRecur != 0 {
 		dst = appendRecur(dst, m.Recur)
 		if flags&flagMissed != 0 {
@@ -357,9 +442,15 @@ func appendRecur(dst []byte, r *Recurrence) []byte {
 	return append(dst, byte(r.Missed))
 }
 
-// appendPrivate appends the fields a Sealer seals: key, headers,
-// properties, body.
-func appendPrivate(dst []byte, m *Message, ext byte) []byte {
+// appendPrivate appends the fields a Sealer seals: with flagHidden the
+// group and the recurrence, then key, headers, properties, body.
+func appendPrivate(dst []byte, m *Message, flags, ext byte) []byte {
+	if flags&flagHidden != 0 {
+		if ext&extGroup != 0 {
+			dst = appendString(dst, m.Group)
+		}
+		dst = appendSchedule(dst, m, flags, ext)
+	}
 	if m.Key != nil {
 		dst = appendString(dst, string(m.Key))
 	}
@@ -396,16 +487,25 @@ func routingSize(m *Message) int {
 	n := 3 + 4*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + len(m.Sink) + len(m.Destination) + len(m.Ingest) +
 		2*binary.MaxVarintLen64 + len(m.Origin.Log) + 8 + binary.MaxVarintLen64 + len(m.Source)
 	if m.Group != "" {
-		n += binary.MaxVarintLen64 + len(m.Group)
+		n += binary.MaxVarintLen64 + max(len(m.Group), len(groupIndexMark)+groupTokenChars)
 	}
-	if r := m.Recur; r != nil {
-		n += 8*binary.MaxVarintLen64 + 1 + len(r.Cron) + len(r.TimeZone)
-	}
-	return n
+	return n + scheduleSize(m)
 }
 
+// groupTokenChars is the length of a token's base64url part.
+var groupTokenChars = base64.RawURLEncoding.EncodedLen(groupTokenBytes)
+
+func scheduleSize(m *Message) int {
+	if r := m.Recur; r != nil {
+		return 9*binary.MaxVarintLen64 + 1 + len(r.Cron) + len(r.TimeZone)
+	}
+	return 0
+}
+
+// privateSize bounds the private part, the group and the schedule included
+// (sealed, they are part of it).
 func privateSize(m *Message) int {
-	n := binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64
+	n := binary.MaxVarintLen64 + len(m.Group) + scheduleSize(m) + binary.MaxVarintLen64 + len(m.Key) + binary.MaxVarintLen64
 	for _, h := range m.Headers {
 		n += 3*binary.MaxVarintLen64 + 1 + len(h.Key) + len(h.Value) + len(h.Native)
 	}
@@ -447,6 +547,9 @@ func (c Codec) decode(id string, b []byte, src string) (*Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if flags&flagHidden != 0 && flags&flagSealed == 0 {
+		return nil, fmt.Errorf("%w %q: a sealed group and schedule in a message stored in clear", ErrCorrupt, id)
+	}
 	if flags&flagSealed == 0 && c.RequireSealed {
 		return nil, fmt.Errorf("%w %q: stored in clear, but encryption.require_sealed is on", ErrSealed, id)
 	}
@@ -466,6 +569,12 @@ func (c Codec) decode(id string, b []byte, src string) (*Message, error) {
 			return nil, fmt.Errorf("%w %q: %w", ErrSealed, id, err)
 		}
 		d.b, d.src = plain, ""
+	}
+	if flags&flagHidden != 0 {
+		if ext&extGroup != 0 {
+			m.Group = d.string()
+		}
+		d.schedule(m, flags, ext)
 	}
 	if flags&flagKey != 0 {
 		m.Key = []byte(d.string())
@@ -567,19 +676,28 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 		m.Origin.Print = d.uint64()
 	}
 	if ext&extGroup != 0 {
-		m.Group = d.string()
+		m.Group = d.string() // with flagHidden its token, until the private part is read
 	}
-	if ext&extRecur != 0 {
-		m.Recur = d.recur()
-		if flags&flagMissed != 0 {
-			m.Recur.MissedMax = int(min(d.uvarint(), 1<<31))
-		}
-		m.Recur.Parked = m.IngestedAt // derived, not stored apart
+	if flags&flagHidden == 0 {
+		d.schedule(m, flags, ext)
 	}
 	if d.err != nil {
 		return nil, 0, 0, nil, fmt.Errorf("%w %q: %v", ErrCorrupt, id, d.err)
 	}
 	return m, flags, ext, d, nil
+}
+
+// schedule reads the recurrence and its missed_max (appendSchedule) into
+// m, when it has them.
+func (d *decoder) schedule(m *Message, flags, ext byte) {
+	if ext&extRecur == 0 {
+		return
+	}
+	m.Recur = d.recur()
+	if flags&flagMissed != 0 {
+		m.Recur.MissedMax = int(min(d.uvarint(), 1<<31))
+	}
+	m.Recur.Parked = m.IngestedAt // derived, not stored apart
 }
 
 // headers reads a header list (see the encoding), each with a native value

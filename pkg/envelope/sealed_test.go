@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +42,26 @@ func newGCMSealer(active string, ids ...string) *gcmSealer {
 }
 
 func (s *gcmSealer) KeyID() string { return s.active }
+
+// Hash is HMAC-SHA-256 keyed with the key ID itself: a fixed key per ID,
+// as the AEAD keys are.
+func (s *gcmSealer) Hash(keyID string, value []byte) ([]byte, bool) {
+	if _, ok := s.aeads[keyID]; !ok {
+		return nil, false
+	}
+	h := hmac.New(sha256.New, []byte("index "+keyID))
+	h.Write(value)
+	return h.Sum(nil), true
+}
+
+func (s *gcmSealer) KeyIDs() []string {
+	ids := make([]string, 0, len(s.aeads))
+	for id := range s.aeads {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
 
 func (s *gcmSealer) Seal(dst, plaintext, aad []byte) []byte {
 	n := len(dst)
@@ -99,7 +122,7 @@ func sealedRoundTrip(t testing.TB, c Codec, m *Message) []byte {
 }
 
 // privateLen is the length of the clear encoding of key, headers and body.
-func privateLen(m *Message) int { return len(appendPrivate(nil, m, extFlags(m))) }
+func privateLen(m *Message) int { return len(appendPrivate(nil, m, 0, extFlags(m))) }
 
 func TestSealedRoundTrip(t *testing.T) {
 	cases := map[string]func(*Message){
@@ -292,5 +315,123 @@ func checkReencodeSealed(t testing.TB, c Codec, m *Message) {
 	}
 	if _, err := c.Decode(m.ID+"x", enc); !errors.Is(err, ErrSealed) {
 		t.Fatalf("re-sealed message opens under another ID: %v", err)
+	}
+}
+
+// scheduledMessage is fullMessage with a group and a cron schedule.
+func scheduledMessage() *Message {
+	m := fullMessage()
+	m.Group = "GROUP-SECRET-cart-7"
+	m.Recur = &Recurrence{Cron: "17 9 * * 1-5", TimeZone: "America/New_York", Anchor: codecDue, Until: codecDue.Add(48 * time.Hour),
+		Count: 12, N: 2, Missed: MissedAll, MissedMax: 7, Parked: m.IngestedAt}
+	return m
+}
+
+// With encryption, a message's group and schedule are sealed with its
+// content (issue 25): the stored form holds the group's index token (a
+// keyed hash, the same for the same group and key), and nothing of the
+// cron, the zone, the interval, the end or the count; it opens to the same
+// message, with the active key and with a rotated keyring, and every
+// single-byte change of it is detected.
+func TestSealedHidesGroupAndSchedule(t *testing.T) {
+	every := scheduledMessage()
+	every.Recur = &Recurrence{Every: 1234567 * time.Millisecond, Anchor: codecDue, N: 1, Parked: every.IngestedAt}
+	for _, m := range []*Message{scheduledMessage(), every} {
+		enc := sealK1.Encode(nil, m)
+		if enc[0] != codecV3 || enc[1]&flagHidden == 0 {
+			t.Fatalf("version %d flags %#x, want version 3 with flag bit 6", enc[0], enc[1])
+		}
+		for _, s := range []string{"GROUP-SECRET", "17 9 * * 1-5", "America/New_York"} {
+			if bytes.Contains(enc, []byte(s)) {
+				t.Errorf("%q is in clear in the sealed encoding", s)
+			}
+		}
+		for _, v := range []int64{m.Recur.Every.Milliseconds(), m.Recur.Until.UnixMilli(), m.Recur.Anchor.UnixMilli()} {
+			if v != 0 && v != m.DueAt.UnixMilli() && bytes.Contains(enc, binary.AppendVarint(nil, v)) {
+				t.Errorf("the schedule's %d is in clear", v)
+			}
+		}
+		token := sealK1.GroupIndex(m.Group)
+		if !strings.HasPrefix(token, groupIndexMark) || len(token) != 23 || !bytes.Contains(enc, []byte(token)) {
+			t.Fatalf("group field is not the index token %q: % x", token, enc)
+		}
+		if token != sealK2.groupToken("k1", m.Group) || token == sealK2.GroupIndex(m.Group) || token == sealK1.GroupIndex("GROUP-SECRET-cart-8") {
+			t.Fatalf("a token is not one per group and key")
+		}
+		if forms := sealK2.GroupIndexes(m.Group); len(forms) != 3 || forms[0] != m.Group || !slicesContains(forms, token) {
+			t.Fatalf("GroupIndexes %q: want the group, and its token under k1 and k2", forms)
+		}
+		if n := EncodedSize(m) + binary.MaxVarintLen64 + len("k1") + sealSlack; len(enc) > n {
+			t.Fatalf("sealed encoding %d bytes over the documented bound %d", len(enc), n)
+		}
+		if id, sealed, err := SealedKeyID(enc); err != nil || !sealed || id != "k1" {
+			t.Fatalf("SealedKeyID = %q %v %v", id, sealed, err)
+		}
+		checkReencodeSealed(t, sealK1, m)
+		if got, err := sealK2.Decode(m.ID, enc); err != nil || diffMessages(m, got) != "" {
+			t.Fatalf("rotated keyring: %v %s", err, diffMessages(m, got))
+		}
+		for i := range enc {
+			b := append([]byte(nil), enc...)
+			b[i] ^= 0x01
+			if got, err := sealK1.Decode(m.ID, b); !errors.Is(err, ErrCorrupt) || got != nil {
+				t.Fatalf("byte %d changed: %v %+v", i, err, got)
+			}
+		}
+		// The flag on a message in clear is corrupt, not read as one.
+		plain := Encode(nil, m)
+		plain[1] |= flagHidden
+		if _, err := sealK1.Decode(m.ID, plain); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("flag bit 6 without bit 2: %v", err)
+		}
+	}
+	// Without a group or a schedule, a sealed message is written as before.
+	if enc := sealK1.Encode(nil, fullMessage()); enc[1]&flagHidden != 0 || enc[0] != codecV1 {
+		t.Errorf("a message without group or schedule: version %d flags %#x", enc[0], enc[1])
+	}
+	if sealK1.GroupIndex("") != "" || (Codec{}).GroupIndex("g") != "g" || len((Codec{}).GroupIndexes("g")) != 1 {
+		t.Errorf("GroupIndex without a group or without a Sealer")
+	}
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Messages sealed before issue 25 (group and schedule in clear) still open
+// to what they were, and sealing them again hides their group and schedule.
+func TestOpensSealedBlobsOfTheVersionBefore(t *testing.T) {
+	blobs := GoldenBlobs(t, "testdata/sealed-v3.txt")
+	for _, want := range GoldenMessages() {
+		b, ok := blobs[want.ID]
+		if !ok {
+			t.Fatalf("no blob for %s", want.ID)
+		}
+		if b[1]&flagSealed == 0 || b[1]&flagHidden != 0 {
+			t.Fatalf("%s: flags %#x, not a blob of the version before", want.ID, b[1])
+		}
+		got, err := sealK1.Decode(want.ID, b)
+		if err != nil {
+			t.Fatalf("%s: %v", want.ID, err)
+		}
+		if want.Recur != nil {
+			want.Recur.Parked = want.IngestedAt
+		}
+		if d := diffMessages(want, got); d != "" {
+			t.Errorf("%s: %s", want.ID, d)
+		}
+		again := sealK1.Encode(nil, got)
+		if hidden := again[1]&flagHidden != 0; hidden != (want.Group != "" || want.Recur != nil) {
+			t.Errorf("%s sealed again: flags %#x", want.ID, again[1])
+		}
+		if want.Group != "" && bytes.Contains(again, []byte(want.Group)) {
+			t.Errorf("%s sealed again keeps its group in clear", want.ID)
+		}
+		checkReencodeSealed(t, sealK1, got)
 	}
 }

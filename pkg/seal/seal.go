@@ -1,8 +1,11 @@
 // Package seal encrypts parked messages at rest: a Keyring of AES-256-GCM
 // keys, each with a constant ID, seals the private part of every message it
-// encodes (key, headers, body; see envelope.Codec) with its active key and
-// opens messages sealed with any of its keys, so keys can be rotated while
-// older messages are still parked.
+// encodes (key, headers, body, group and schedule; see envelope.Codec) with
+// its active key and opens messages sealed with any of its keys, so keys
+// can be rotated while older messages are still parked. It also hashes a
+// sealed message's group for the store's group index, with HMAC-SHA-256
+// under a key derived from each key (Hash), so that the index does not show
+// the group and a lookup of the group computes the same hash.
 //
 // Rotation, with several instances in two rollouts: (1) add the new key to
 // encryption.keys on every instance, active_key unchanged; (2) make it
@@ -22,7 +25,9 @@ package seal
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -55,6 +60,7 @@ type Key struct {
 type Keyring struct {
 	active string
 	aeads  map[string]cipher.AEAD
+	hashes map[string][]byte // key ID -> the key Hash uses (hashKey of its secret)
 }
 
 var _ envelope.Sealer = (*Keyring)(nil)
@@ -64,7 +70,7 @@ func New(active string, keys []Key) (*Keyring, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("seal: no keys")
 	}
-	k := &Keyring{active: active, aeads: make(map[string]cipher.AEAD, len(keys))}
+	k := &Keyring{active: active, aeads: make(map[string]cipher.AEAD, len(keys)), hashes: make(map[string][]byte, len(keys))}
 	for _, key := range keys {
 		if key.ID == "" {
 			return nil, errors.New("seal: a key has no ID")
@@ -84,6 +90,7 @@ func New(active string, keys []Key) (*Keyring, error) {
 			return nil, fmt.Errorf("seal: key %q: %w", key.ID, err)
 		}
 		k.aeads[key.ID] = aead
+		k.hashes[key.ID] = hashKey(key.Secret)
 	}
 	if _, ok := k.aeads[active]; !ok {
 		return nil, fmt.Errorf("seal: active key %q is not one of the keys", active)
@@ -144,6 +151,26 @@ func (k *Keyring) Seal(dst, plaintext, aad []byte) []byte {
 	nonce := dst[n:]
 	_, _ = rand.Read(nonce) // never fails (crypto/rand since Go 1.24)
 	return aead.Seal(dst, nonce, plaintext, aad)
+}
+
+// hashKey derives from a key's secret the key of its hashes, so that the
+// AES key itself is never used for anything but AES-GCM.
+func hashKey(secret []byte) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte("delaybridge group index v1"))
+	return h.Sum(nil)
+}
+
+// Hash returns HMAC-SHA-256 of value under the hash key of key keyID (32
+// bytes); false when keyID is not one of the keys.
+func (k *Keyring) Hash(keyID string, value []byte) ([]byte, bool) {
+	key, ok := k.hashes[keyID]
+	if !ok {
+		return nil, false
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(value)
+	return h.Sum(nil), true
 }
 
 // Open appends to dst the plaintext of sealed (nonce, ciphertext, tag) made

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -264,4 +266,30 @@ func TestConcurrentUse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Hash is HMAC-SHA-256 under a key derived from each key's secret (not the
+// AES key itself): the same for the same value and key ID, another for
+// another key or value, and none for a key ID the Keyring lacks.
+func TestHashForTheGroupIndex(t *testing.T) {
+	k := keyring(t, "k2", "k1", "k2")
+	h1, ok1 := k.Hash("k1", []byte("order-42"))
+	again, _ := k.Hash("k1", []byte("order-42"))
+	h2, ok2 := k.Hash("k2", []byte("order-42"))
+	other, _ := k.Hash("k1", []byte("order-43"))
+	if !ok1 || !ok2 || len(h1) != 32 || !bytes.Equal(h1, again) || bytes.Equal(h1, h2) || bytes.Equal(h1, other) {
+		t.Fatalf("hashes %x %x %x %x", h1, again, h2, other)
+	}
+	raw := hmac.New(sha256.New, key(1))
+	raw.Write([]byte("order-42"))
+	if bytes.Equal(raw.Sum(nil), h1) {
+		t.Fatalf("the hash is keyed with the AES key itself")
+	}
+	only1 := keyring(t, "k1", "k1")
+	if h, _ := only1.Hash("k1", []byte("order-42")); !bytes.Equal(h, h1) {
+		t.Fatalf("another Keyring with the same key hashes otherwise")
+	}
+	if _, ok := only1.Hash("k2", []byte("order-42")); ok {
+		t.Fatalf("a hash under a key the Keyring lacks")
+	}
 }

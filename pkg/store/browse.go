@@ -174,6 +174,14 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 		timeArg(q.DueAfter), timeArg(q.DueBefore), bands, 0, scan,
 		map[string]string{StateScheduled: "scheduled", StateInflight: "inflight"}[q.State],
 		q.Sink, q.Destination, q.Ingest, q.Group, boolArg(q.Recurring), browseGroupIndexMax}
+	if q.Group != "" {
+		// Every form the group is indexed under (encrypted: its token).
+		forms := s.codec.GroupIndexes(q.Group)
+		args[13] = forms[0]
+		for _, f := range forms[1:] {
+			args = append(args, f)
+		}
+	}
 	// A first round asks each shard for a share of the page, which fills it
 	// when the messages are spread over the shards as their IDs spread
 	// them. When it does not, and a shard stopped at its share, a second

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/redis/go-redis/v9"
@@ -11,6 +12,11 @@ import (
 // A group's messages live in every shard (a message's shard follows its
 // ID), each shard indexing its own in its groups set, so that parking,
 // firing and cancelling a message updates its group in the same script.
+// A message is indexed under the group field of its stored form: the group
+// itself, or with encryption the group's token under the key that sealed
+// it (envelope.Codec.GroupIndex), so that the index does not show the
+// group. A group is looked up under every form it may have
+// (Codec.GroupIndexes: in clear, and under each configured key).
 // Listing or cancelling a group runs one script per shard; a message parked
 // into the group on a shard while the group is being cancelled is parked
 // either before that shard's script (cancelled) or after (kept, delivered
@@ -31,27 +37,29 @@ func (s *Store) CancelGroup(ctx context.Context, group string) (int, error) {
 		return 0, fmt.Errorf("store.cancel_group: empty group")
 	}
 	total := 0
-	pending := make([]int, s.shards)
-	for i := range pending {
-		pending[i] = i
-	}
-	for len(pending) > 0 {
-		calls := make([]shardCall, len(pending))
-		for i, sh := range pending {
-			calls[i] = shardCall{shard: sh, args: []any{group, groupCancelBatch}}
+	for _, form := range s.codec.GroupIndexes(group) {
+		pending := make([]int, s.shards)
+		for i := range pending {
+			pending[i] = i
 		}
-		var again []int
-		for i, cmd := range s.runEach(ctx, "cancel_group", cancelGroupScript, calls) {
-			n, err := cmd.Int()
-			if err != nil {
-				return total, fmt.Errorf("store.cancel_group shard %d: %w", calls[i].shard, err)
+		for len(pending) > 0 {
+			calls := make([]shardCall, len(pending))
+			for i, sh := range pending {
+				calls[i] = shardCall{shard: sh, args: []any{form, groupCancelBatch}}
 			}
-			total += n
-			if n == groupCancelBatch {
-				again = append(again, calls[i].shard)
+			var again []int
+			for i, cmd := range s.runEach(ctx, "cancel_group", cancelGroupScript, calls) {
+				n, err := cmd.Int()
+				if err != nil {
+					return total, fmt.Errorf("store.cancel_group shard %d: %w", calls[i].shard, err)
+				}
+				total += n
+				if n == groupCancelBatch {
+					again = append(again, calls[i].shard)
+				}
 			}
+			pending = again
 		}
-		pending = again
 	}
 	return total, nil
 }
@@ -62,22 +70,29 @@ func (s *Store) GroupMembers(ctx context.Context, group string, limit int) ([]st
 	if group == "" {
 		return nil, fmt.Errorf("store.group_members: empty group")
 	}
-	lo, hi := "["+group+"\x00", "("+group+"\x01"
 	pipe := s.rdb.Pipeline()
-	cmds := make([]interface{ Val() []string }, s.shards)
-	for sh := 0; sh < s.shards; sh++ {
-		cmds[sh] = pipe.ZRangeByLex(ctx, s.keys.Groups(sh), redisRangeBy(lo, hi, limit))
+	type forms struct {
+		form string
+		cmd  interface{ Val() []string }
+	}
+	var cmds []forms
+	for _, form := range s.codec.GroupIndexes(group) {
+		lo, hi := "["+form+"\x00", "("+form+"\x01"
+		for sh := 0; sh < s.shards; sh++ {
+			cmds = append(cmds, forms{form, pipe.ZRangeByLex(ctx, s.keys.Groups(sh), redisRangeBy(lo, hi, limit))})
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("store.group_members: %w", err)
 	}
 	var ids []string
 	for _, c := range cmds {
-		for _, m := range c.Val() {
-			ids = append(ids, m[len(group)+1:])
+		for _, m := range c.cmd.Val() {
+			ids = append(ids, m[len(c.form)+1:])
 		}
 	}
 	sort.Strings(ids)
+	ids = slices.Compact(ids) // indexed in two forms for a moment (reencrypt)
 	if limit > 0 && len(ids) > limit {
 		ids = ids[:limit]
 	}

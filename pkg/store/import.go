@@ -309,7 +309,7 @@ func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
 		}
 		next = append(next, s.encode(meta.Replacement)...)
 	}
-	it.args = []any{m.ID, state, score, prio, blob, metaV, next, m.Group}
+	it.args = []any{m.ID, state, score, prio, blob, metaV, next, s.codec.GroupIndex(m.Group)}
 	it.size = len(blob) + len(next) + len(m.ID) + len(metaV)
 	return it, nil
 }

@@ -29,7 +29,7 @@ var ErrOverSeries = errors.New("store: a new recurring series past limits.max_se
 func (s *Store) RetryDeadAs(ctx context.Context, m *envelope.Message) error {
 	shard := s.ShardOf(m.ID)
 	n, err := s.run(ctx, "retry_dead_as", retryDeadAsScript, shard, s.seriesQuota,
-		m.ID, s.encode(m), ms(m.DueAt), min(int(m.Priority), MaxPriority), m.Group).Int()
+		m.ID, s.encode(m), ms(m.DueAt), min(int(m.Priority), MaxPriority), s.codec.GroupIndex(m.Group)).Int()
 	if err != nil {
 		return fmt.Errorf("store.retry_dead_as shard %d: %w", shard, err)
 	}

@@ -20,10 +20,14 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
 	for _, d := range ds {
 		mark := doneMark(d.Origin)
+		// The group as the active key indexes it; a message indexed in
+		// another form (sealed with an older key, or in clear) is taken out
+		// of the index by its stored form (groupdel).
+		group := s.codec.GroupIndex(d.Group)
 		if d.Next != nil {
-			args = append(args, d.ID, mark, d.Group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
+			args = append(args, d.ID, mark, group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
 		} else {
-			args = append(args, d.ID, mark, d.Group, "", "", "")
+			args = append(args, d.ID, mark, group, "", "", "")
 		}
 		keys = append(keys, s.keys.Done(l.Shard, d.ID, d.Origin.Log))
 	}

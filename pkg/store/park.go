@@ -72,7 +72,7 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 		if m.Redelivered {
 			redelivered = 1
 		}
-		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, m.Group, doneMark(m.Origin), redelivered}
+		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered}
 	})
 	for c := range calls {
 		for _, i := range index[c] {

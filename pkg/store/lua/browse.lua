@@ -12,9 +12,11 @@ ARGV[7] -> how many hold bands are in use
 ARGV[8] -> at most this many entries returned
 ARGV[9] -> at most this many entries examined (0: no bound)
 ARGV[10] -> state: "" any, "scheduled", "inflight"
-ARGV[11..14] -> sink, destination, ingest, group ("" any)
+ARGV[11..14] -> sink, destination, ingest, group ("" any; the group as
+           indexed, Codec.GroupIndexes' first form)
 ARGV[15] -> "1": recurring messages only
 ARGV[16] -> browseGroupIndexMax
+ARGV[17..] -> the group's other forms (its token under each key)
 returns -> {why, frontier time, frontier ID, examined, then per entry:
            position time, ID, state}; why is "done" when the shard has
            nothing more after the entries, else "limit" or "scan" (the
@@ -35,6 +37,13 @@ local fstate = ARGV[10]
 local fsink, fdest, fingest, fgroup = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 local frecur = ARGV[15] == '1'
 local groupmax = tonumber(ARGV[16])
+local fgroups = {} -- every form of the group, as stored in the blob and the index
+if fgroup ~= '' then
+  fgroups[#fgroups + 1] = fgroup
+  for i = 17, #ARGV do fgroups[#fgroups + 1] = ARGV[i] end
+end
+local ingroup = {}
+for _, g in ipairs(fgroups) do ingroup[g] = true end
 local needblob = fsink ~= '' or fdest ~= '' or fingest ~= '' or fgroup ~= '' or frecur
 local now = servertime()
 
@@ -72,7 +81,7 @@ local function keep(e, st)
   local ok, r = pcall(parseblob, blob)
   if not ok then return false end
   return (fsink == '' or r.sink == fsink) and (fdest == '' or r.dest == fdest) and
-    (fingest == '' or r.ingest == fingest) and (fgroup == '' or r.group == fgroup) and
+    (fingest == '' or r.ingest == fingest) and (fgroup == '' or ingroup[r.group]) and
     (not frecur or r.recur)
 end
 
@@ -99,15 +108,24 @@ end
 
 -- The group's index, when the shard holds few enough of its messages:
 -- every one is looked at, sorted, and the page taken from them.
-if fgroup ~= '' then
-  local glo, ghi = '[' .. fgroup .. '\0', '(' .. fgroup .. '\1'
-  if redis.call('ZLEXCOUNT', K.groups, glo, ghi) <= groupmax then
-    local cands = {}
-    local top = maxprio()
+local function grange(g) return '[' .. g .. '\0', '(' .. g .. '\1' end
+local ingroupindex = 0
+for _, g in ipairs(fgroups) do
+  local glo, ghi = grange(g)
+  ingroupindex = ingroupindex + redis.call('ZLEXCOUNT', K.groups, glo, ghi)
+end
+if fgroup ~= '' and ingroupindex <= groupmax then
+  local cands = {}
+  local top = maxprio()
+  local seen = {} -- an ID indexed in two forms for a moment (reencrypt) is listed once
+  for _, g in ipairs(fgroups) do
+    local glo, ghi = grange(g)
     for _, m in ipairs(redis.call('ZRANGEBYLEX', K.groups, glo, ghi)) do
-      local id = string.sub(m, #fgroup + 2)
+      local id = string.sub(m, #g + 2)
       local score
-      if mode == 'dead' then score = redis.call('ZSCORE', K.dead, id) else score = duescore(id, top) end
+      if seen[id] then score = false
+      elseif mode == 'dead' then score = redis.call('ZSCORE', K.dead, id) else score = duescore(id, top) end
+      seen[id] = true
       if score then
         score = tonumber(score)
         local base = 0
@@ -118,13 +136,13 @@ if fgroup ~= '' then
         end
       end
     end
-    table.sort(cands, function(a, b) return before(a.k, a.id, b.k, b.id) end)
-    for _, e in ipairs(cands) do
-      take(e)
-      if n >= limit then return finish('limit') end
-    end
-    return finish('done')
   end
+  table.sort(cands, function(a, b) return before(a.k, a.id, b.k, b.id) end)
+  for _, e in ipairs(cands) do
+    take(e)
+    if n >= limit then return finish('limit') end
+  end
+  return finish('done')
 end
 
 -- after returns the rank of the first entry of key after (abs, id): the
