@@ -30,16 +30,19 @@ import (
 // other member), so the connected instance parks them; its claims come back
 // to the other when their lease expires. Nothing is lost; every message is
 // delivered within partitionBound of its due time, wherever it was when the
-// cut began; at the end of the cut the broker says the daemons hold a tenth
-// or less of what they held at most during it; duplicates are at most what
-// was in flight at the cut (the claims held, and the ingest messages taken
-// and not yet acknowledged).
+// cut began; duplicates are at most what was in flight at the cut (the
+// claims held, and the ingest messages taken and not yet acknowledged).
 //
-// The scenario records, beside the usual figures, what the cut instance held
-// unparked during the cut (JetStream: the durable's NumAckPending; RabbitMQ:
-// the queue's unacknowledged messages; Kafka: the group's uncommitted
-// records; the connected instance acknowledges within milliseconds, so these
-// are the cut one's), and how many messages were later than the bound.
+// The scenario records, beside the usual figures, what the daemons held
+// unacknowledged during the cut (JetStream: the durable's NumAckPending;
+// RabbitMQ: the queue's unacknowledged messages; Kafka: the group's
+// uncommitted records), and how many messages were later than the bound.
+// The broker does not say which instance holds what: the connected one
+// acknowledges within milliseconds when the machine is quiet, so the count is
+// then the cut one's, but under a burst it holds hundreds itself for a
+// moment, so the count is reported, not asserted (the lateness is what
+// shows a hold). rabbitmqctl takes 1-3 s a reading here, so RabbitMQ gets
+// few samples.
 func TestPartitionOneOfTwoNATS(t *testing.T)     { testPartition(t, "nats") }
 func TestPartitionOneOfTwoKafka(t *testing.T)    { testPartition(t, "kafka") }
 func TestPartitionOneOfTwoRabbitMQ(t *testing.T) { testPartition(t, "rabbitmq") }
@@ -242,13 +245,6 @@ func testPartition(t *testing.T, kind string) {
 	}
 	if !bReady {
 		t.Errorf("the connected instance's /readyz was not 200 throughout the cut")
-	}
-	// What the broker says the daemons hold at the end of the cut is what
-	// the connected instance has in hand between two acknowledgements or
-	// commits: the cut one gave its share back.
-	if heldLast > heldMax/10 {
-		t.Errorf("at the end of the %v cut the daemons still held %d unacknowledged ingest messages (%s; at most %d, %v into the cut): "+
-			"the cut instance did not hand them back (issue 29.1)", cut, heldLast, w.heldWhat(), heldMax, dur(heldAt))
 	}
 	if len(over) > 0 {
 		t.Errorf("%d messages were published more than %v (partitionBound: lease %v or hand-back, + margin) after their due time, worst %v (first: %v); "+
