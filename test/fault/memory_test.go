@@ -47,7 +47,11 @@ func maxmemoryMB() int {
 func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	mm := maxmemoryMB()
 	w := newWorld(t, "redis-maxmemory-noeviction", options{redisArgs: []string{"--maxmemory", fmt.Sprintf("%dmb", mm), "--maxmemory-policy", "noeviction"}})
-	blockDue := scaledOutage(12*time.Second, 6*time.Second) // from the start of the fill to the block's due time
+	// From the start of the fill to the block's due time: the fill takes
+	// about 7.7 s here for 32 MB and 1.8 s for 8 MB, so Redis is full for
+	// 6.3 s and 5.2 s, and would still be for the 1.5 s asserted below on a
+	// machine twice and three times as slow.
+	blockDue := scaledOutage(14*time.Second, 7*time.Second)
 	w.res.Fault = fmt.Sprintf("Redis (maxmemory %d MB, noeviction) filled by parks of 4 KB messages all due %v after the fill began, while messages arrive and come due", mm, blockDue)
 	w.pub.body = func(id string) []byte {
 		if indexOf(id) >= blockFrom {
@@ -139,8 +143,8 @@ func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	if warnings == 0 {
 		t.Errorf("the daemon logged no warning that it cannot park because Redis is out of memory")
 	}
-	if fullFor < 2*time.Second {
-		t.Errorf("Redis was full for only %v: the fill took too long to test a full Redis", fullFor)
+	if fullFor < 1500*time.Millisecond {
+		t.Errorf("Redis was full for only %v: the fill took %v, too long to test a full Redis", fullFor, fullAt.Sub(fillStart))
 	}
 	if fired == 0 {
 		t.Errorf("nothing was delivered while Redis was full: parked messages must keep firing")
@@ -279,10 +283,15 @@ func TestRedisEvictionPolicy(t *testing.T) {
 	mem := w.memory()
 	w.logf("%d block messages published; Redis used_memory %d of %d, %d keys evicted", blockN, mem.used, mem.max, mem.evicted)
 	w.waitPublished(done)
-	w.settleAllowingLoss(30 * time.Second)
+	// Quiet within 30 s: Redis parks nothing more, the ingest is drained.
+	// A message neither delivered then nor parked is gone.
+	quiet := w.settleAllowingLoss(30 * time.Second)
 	mem = w.memory()
 	code, body = d.get("/readyz")
 	r := w.finish(true)
+	if !quiet {
+		w.res.note("not quiet within 30 s: some of the lost may still be parked")
+	}
 	said = linesWith(d.proc.Output(), "maxmemory-policy")
 	w.res.note("the daemon started and reported ready with maxmemory-policy %s; all it said, once at start: %s; /readyz at the end %d %s; "+
 		"filled with %d block messages of 4 KB: Redis evicted %d keys, %d of %d messages lost",
