@@ -40,6 +40,7 @@ const (
 	DefaultBackoffMultiplier = 2.0
 	DefaultBackoffJitter     = 0.2
 	DefaultDedupeWindow      = 2 * time.Minute
+	DefaultFireAhead         = 100 * time.Millisecond
 	DefaultMissed            = envelope.MissedOnce
 	DefaultMissedMax         = envelope.DefaultMissedMax
 
@@ -95,6 +96,10 @@ func (c *Config) ApplyDefaults() {
 	if s.DedupeWindow == nil {
 		w := Duration(DefaultDedupeWindow)
 		s.DedupeWindow = &w
+	}
+	if s.FireAhead == nil {
+		a := Duration(DefaultFireAhead)
+		s.FireAhead = &a
 	}
 
 	Default(&c.Limits.MaxDelay, Duration(DefaultMaxDelay))
@@ -302,6 +307,12 @@ func (c *Config) validateScheduler(p *Problems) {
 		p.Add("scheduler.dedupe_window", "%s is shorter than scheduler.lease %s: a crashed instance's messages are taken over only after the lease, and their re-reads may come later than the window; make it at least the lease, or 0 to turn it off", w, s.Lease)
 	case w.D() > MaxDedupeWindow:
 		p.Add("scheduler.dedupe_window", "%s is over %s: Redis keeps one key per delivered message for the whole window (see the README for its cost)", w, MaxDedupeWindow)
+	}
+	switch a := *s.FireAhead; {
+	case a < 0:
+		p.Add("scheduler.fire_ahead", "must not be negative (0 claims only what is due)")
+	case a > s.Lease/2 && !c.isUnread("scheduler.lease"):
+		p.Add("scheduler.fire_ahead", "%s is over half of scheduler.lease %s: a message claimed ahead is held under the lease until its due instant; make it shorter", a, s.Lease)
 	}
 }
 

@@ -32,6 +32,7 @@ type Metrics struct {
 	ScriptDuration   *prometheus.HistogramVec // script
 	ScriptErrors     *prometheus.CounterVec   // script
 	SchedulerWakeups *prometheus.CounterVec   // cause: timer|notify|batch
+	Ahead            *prometheus.CounterVec   // result: committed|revoked|given_back
 	SinkPaused       *prometheus.GaugeVec     // sink: 1 while paused
 	Held             *prometheus.CounterVec   // sink: messages held because the sink was down or paused
 	Deferred         *prometheus.CounterVec   // sink: messages that waited for a max_rate slot
@@ -79,6 +80,8 @@ func New() *Metrics {
 			"Redis script errors, by script.", "script"),
 		SchedulerWakeups: f.counterVec("delaybridge_scheduler_wakeups_total",
 			"Shard scheduler wake-ups, by cause: timer, notify (a sooner message was parked), batch (a full claim).", "cause"),
+		Ahead: f.counterVec("delaybridge_fire_ahead_total",
+			"Messages claimed ahead of their due time (scheduler.fire_ahead), by what the commit at the due instant did: committed (published), revoked (cancelled, replaced or rescheduled first), given_back (their sink blocked, or a stop).", "result"),
 		SinkPaused: f.gaugeVec("delaybridge_sink_paused",
 			"1 while the sink is paused (POST /v1/sinks/{name}/pause), for every instance.", "sink"),
 		Held: f.counterVec("delaybridge_sink_held_total",

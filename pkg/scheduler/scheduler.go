@@ -37,8 +37,8 @@ import (
 type Store interface {
 	Shards() int
 	ShardOf(id string) int
-	Claim(ctx context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error)
-	ClaimAfter(ctx context.Context, prev *store.Lease, ds []store.Done, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error)
+	ClaimAhead(ctx context.Context, shard int, prev *store.Lease, ds []store.Done, ask store.Ask) (*store.Lease, error)
+	Commit(ctx context.Context, l *store.Lease, commit, back []store.Claimed) (time.Time, []store.Committed, error)
 	Ack(ctx context.Context, l *store.Lease, ds []store.Done) (int, error)
 	Retry(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
 	MarkDead(ctx context.Context, l *store.Lease, fs []store.Failure) (int, error)
@@ -63,6 +63,9 @@ type Params struct {
 	PublishTimeout time.Duration // bound of one publish
 	MaxAttempts    int           // publishes before a message is dead
 	Backoff        Backoff       // between attempts
+	// Ahead, when positive, claims what falls due within it ahead of time
+	// and publishes it at its due instant after a commit (see loop).
+	Ahead time.Duration
 	// MaxLateness, when positive with LateDead, makes a message claimed
 	// more than this after its due time dead (reason "late") instead of
 	// published.
@@ -232,12 +235,21 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 // sleeps until the next due time less that offset, so that it wakes when the
 // message is due on Redis's clock, not a fraction of a millisecond plus a
 // round trip later.
+//
+// With Params.Ahead, a claim also takes what falls due within it, ahead of
+// time (store.Claimed.Ahead): the shard holds those (ahead.go) and, at each
+// one's due instant, commits it (store.Commit, a round trip of IDs only)
+// and publishes what the commit put in flight. Redis's work for a message
+// (finding it, reading and decoding it) is then done before its due
+// instant, and a cancel, replace, reschedule or pause that came first still
+// wins.
 func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	st := &s.shards[shard]
 	failing := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 	var tr Trace // this iteration's times, for Params.Trace
 	tr.Shard = shard
-	// The acks of the last batch, when they ride with the next claim.
+	// The acks of the last batches of one lease, when they ride with the
+	// next claim.
 	var acks []store.Done
 	var acksLease *store.Lease
 	var acksAt time.Time // when acksLease was claimed, on our clock
@@ -248,72 +260,123 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		})
 		acks = nil
 	}
+	// keep adds the acks of a fired batch of lease c (claimed at) to those
+	// waiting, which must be of the same lease.
+	keep := func(ds []store.Done, c *store.Lease, at time.Time) {
+		if len(ds) == 0 {
+			return
+		}
+		if len(acks) > 0 && acksLease.ExpiryMs != c.ExpiryMs {
+			flush(work)
+		}
+		if len(acks) == 0 {
+			acksLease, acksAt = c, at
+		}
+		acks = append(acks, ds...)
+	}
+	var held aheadQueue // claimed ahead, waiting for their due instant
+	var offset time.Duration
 	defer func() {
+		s.giveBack(work, &held) // what this instance held ahead is anybody's again at once
 		if len(acks) > 0 {
 			flush(work) // stopping: the last acks go out within the drain budget
 		}
 	}()
+	claimAt := s.p.Clock.Now() // when to claim next, on our clock
 	for ctx.Err() == nil {
-		st.planned.Store(awake)
-		sent := s.p.Clock.Now()
-		var c *store.Lease
-		var err error
-		if len(acks) > 0 {
-			c, err = s.p.Store.ClaimAfter(ctx, acksLease, acks, s.p.BatchSize, s.p.Lease, s.gate.blocked(sent))
-			if err != nil {
-				flush(work) // on its own, retried until done or the lease ends
-			}
-			acks = nil
-		} else {
-			c, err = s.p.Store.Claim(ctx, shard, s.p.BatchSize, s.p.Lease, s.gate.blocked(sent))
-		}
-		claimedAt := s.p.Clock.Now()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.setStoreErr(err)
-			wait := failing.Next()
-			s.log.Warn("claim failed; retrying", "shard", shard, "err", err, "retry_in", wait)
-			s.sleep(ctx, st, wait)
-			continue
-		}
-		if failing.Failing() {
-			s.setStoreErr(nil)
-			failing.Reset()
-		}
-		// Redis's clock minus ours.
-		offset := c.Now.Sub(sent.Add(claimedAt.Sub(sent) / 2))
-		tr.ClaimSent, tr.ClaimAnswered, tr.RedisNow, tr.Offset = sent, claimedAt, c.Now, offset
-		wakeAt := claimedAt.Add(s.p.MaxSleep)
-		if !c.Next.IsZero() {
-			wakeAt = earliest(wakeAt, c.Next.Add(-offset))
-		}
-		if n := len(c.Messages); n > 0 {
-			s.p.Metrics.ClaimBatchSize.Observe(float64(n))
-			var retryAt time.Time
-			acks, retryAt = s.fire(work, c, claimedAt, offset, &tr)
-			acksLease, acksAt = c, claimedAt
+		if at, ok := held.next(); ok && !at.Add(-offset).After(s.p.Clock.Now()) {
+			retryAt, err := s.commitDue(work, &held, &offset, &tr, keep)
 			if !retryAt.IsZero() {
-				wakeAt = earliest(wakeAt, retryAt)
+				claimAt = earliest(claimAt, retryAt)
 			}
-			if n == s.p.BatchSize {
-				s.p.Metrics.SchedulerWakeups.WithLabelValues("batch").Inc()
-				tr.Planned, tr.Woke = time.Time{}, time.Time{}
-				continue // more may be due: the acks ride with that claim
-			}
-			if len(acks) > 0 && wakeAt.Sub(s.p.Clock.Now()) > ackRide {
-				flush(work)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.setStoreErr(err)
+				wait := failing.Next()
+				s.log.Warn("cannot commit messages claimed ahead; retrying", "shard", shard, "err", err, "retry_in", wait)
+				s.sleep(ctx, st, wait)
+				continue
 			}
 		}
-		st.planned.Store(wakeAt.Add(offset).UnixMilli())
+		if !claimAt.After(s.p.Clock.Now()) {
+			st.planned.Store(awake)
+			ask := store.Ask{Max: s.p.BatchSize, Lease: s.p.Lease, Ahead: s.p.Ahead}
+			if held.len() >= aheadHeld*s.p.BatchSize {
+				ask.Ahead = 0 // holding enough: only what is due, until some is committed
+			}
+			sent := s.p.Clock.Now()
+			ask.Blocked = s.gate.blocked(sent)
+			ride := acks
+			if len(ride) > 0 && acksLease.Shard != shard {
+				ride = nil
+			}
+			c, err := s.p.Store.ClaimAhead(ctx, shard, acksLease, ride, ask)
+			if len(ride) > 0 {
+				if err != nil {
+					flush(work) // on its own, retried until done or the lease ends
+				}
+				acks = nil
+			}
+			claimedAt := s.p.Clock.Now()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.setStoreErr(err)
+				wait := failing.Next()
+				s.log.Warn("claim failed; retrying", "shard", shard, "err", err, "retry_in", wait)
+				s.sleep(ctx, st, wait)
+				claimAt = s.p.Clock.Now()
+				continue
+			}
+			if failing.Failing() {
+				s.setStoreErr(nil)
+				failing.Reset()
+			}
+			// Redis's clock minus ours.
+			offset = c.Now.Sub(sent.Add(claimedAt.Sub(sent) / 2))
+			tr.ClaimSent, tr.ClaimAnswered, tr.RedisNow, tr.Offset, tr.Committed = sent, claimedAt, c.Now, offset, false
+			claimAt = claimedAt.Add(s.p.MaxSleep)
+			if !c.Next.IsZero() {
+				claimAt = earliest(claimAt, c.Next.Add(-offset))
+			}
+			due := held.add(c)
+			if n := len(c.Messages); n > 0 {
+				s.p.Metrics.ClaimBatchSize.Observe(float64(n))
+				if len(due.Messages) > 0 {
+					ds, retryAt := s.fire(work, due, claimedAt, offset, &tr)
+					keep(ds, due, claimedAt)
+					if !retryAt.IsZero() {
+						claimAt = earliest(claimAt, retryAt)
+					}
+				}
+				if n == s.p.BatchSize {
+					s.p.Metrics.SchedulerWakeups.WithLabelValues("batch").Inc()
+					tr.Planned, tr.Woke = time.Time{}, time.Time{}
+					claimAt = s.p.Clock.Now()
+					continue // more may be due: the acks ride with that claim
+				}
+			}
+		}
+		wakeAt := claimAt
+		if at, ok := held.next(); ok {
+			wakeAt = earliest(wakeAt, at.Add(-offset))
+		}
+		if len(acks) > 0 && claimAt.Sub(s.p.Clock.Now()) > ackRide {
+			flush(work)
+		}
+		st.planned.Store(claimAt.Add(offset + s.p.Ahead).UnixMilli())
 		wait := wakeAt.Sub(s.p.Clock.Now())
 		if wait <= 0 {
 			tr.Planned, tr.Woke = time.Time{}, time.Time{}
 			continue
 		}
 		tr.Planned = wakeAt.Add(offset)
-		s.sleep(ctx, st, wait)
+		if s.sleep(ctx, st, wait) {
+			claimAt = s.p.Clock.Now() // a new message may be due before the plan
+		}
 		tr.Woke = s.p.Clock.Now()
 	}
 }
@@ -343,14 +406,18 @@ type Trace struct {
 	ClaimAnswered time.Time
 	RedisNow      time.Time // Redis's time in the claim
 	Offset        time.Duration
-	PublishSent   time.Time
-	Confirmed     time.Time
-	Sink          string
-	Due           []time.Time // due times of the batch's messages (Redis's clock)
+	// Committed: the batch was claimed ahead, and ClaimSent and
+	// ClaimAnswered are its commit's round trip at the due instant.
+	Committed   bool
+	PublishSent time.Time
+	Confirmed   time.Time
+	Sink        string
+	Due         []time.Time // due times of the batch's messages (Redis's clock)
 }
 
-// sleep waits for d, a Notify, or the end of ctx.
-func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) {
+// sleep waits for d, a Notify, or the end of ctx; it reports whether a
+// Notify woke it.
+func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) bool {
 	t := s.p.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -359,7 +426,9 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 		s.p.Metrics.SchedulerWakeups.WithLabelValues("timer").Inc()
 	case <-st.wake:
 		s.p.Metrics.SchedulerWakeups.WithLabelValues("notify").Inc()
+		return true
 	}
+	return false
 }
 
 // fire publishes a lease's messages and records the outcome of each in

@@ -176,13 +176,22 @@ func (f *fakeStore) Ack(_ context.Context, _ *store.Lease, ds []store.Done) (int
 	return len(ds), nil
 }
 
-func (f *fakeStore) ClaimAfter(ctx context.Context, prev *store.Lease, ds []store.Done, max int, lease time.Duration, blocked map[string]int) (*store.Lease, error) {
-	n, _ := f.Ack(ctx, prev, ds)
-	c, err := f.Claim(ctx, prev.Shard, max, lease, blocked)
+// ClaimAhead acks and claims; the model claims only what is due (claims
+// ahead are tested against Redis, in pkg/store and test/e2e).
+func (f *fakeStore) ClaimAhead(ctx context.Context, shard int, prev *store.Lease, ds []store.Done, ask store.Ask) (*store.Lease, error) {
+	n := 0
+	if len(ds) > 0 {
+		n, _ = f.Ack(ctx, prev, ds)
+	}
+	c, err := f.Claim(ctx, shard, ask.Max, ask.Lease, ask.Blocked)
 	if c != nil {
 		c.Acked = n
 	}
 	return c, err
+}
+
+func (f *fakeStore) Commit(context.Context, *store.Lease, []store.Claimed, []store.Claimed) (time.Time, []store.Committed, error) {
+	return time.Time{}, nil, errors.New("fakeStore: nothing is claimed ahead")
 }
 
 func (f *fakeStore) Hold(_ context.Context, _ *store.Lease, us []store.Unavailable) (int, error) {

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -20,13 +22,21 @@ var claimScript = loadScript("claim")
 // (lua/claimack.lua has its KEYS, ARGV and reply.)
 var claimAckScript = loadScript("claimack")
 
-// Claimed is one message taken by Claim.
+// Claimed is one message taken by a claim.
 type Claimed struct {
 	ID      string
 	Attempt int               // this publish attempt, from 1
 	Slotted bool              // it waited for a publish slot of its sink's max_rate (Defer)
 	Message *envelope.Message // nil when Err is set
 	Err     error             // the stored message could not be decoded
+
+	// Ahead is set for a message claimed ahead of its due time (Ask.Ahead):
+	// it is not in flight until Commit puts it there at its due instant, At
+	// (on Redis's clock). Until then a cancel, replace or reschedule takes
+	// it from the claim, and Commit says so.
+	Ahead bool
+	At    time.Time
+	was   string // Ahead: its due-set score before the claim (given back by Commit)
 }
 
 // Lease is what one claim on one shard took: its messages are held until
@@ -36,10 +46,14 @@ type Lease struct {
 	Shard int
 	// ExpiryMs is when the lease ends, Unix ms on Redis's clock. It also
 	// identifies the claim: a message held under it has the score
-	// ExpiryMs + leaseMark in its due set.
+	// ExpiryMs + leaseMark in its due set (ExpiryMs + aheadMark while it
+	// is claimed ahead).
 	ExpiryMs int64
 	Now      time.Time // Redis server time at the claim, to the microsecond
-	Next     time.Time // lowest score left in the shard (due time or lease expiry); zero when empty
+	// Next is when a claim may find something new in the shard (Redis's
+	// clock): its lowest score (a due time, a lease expiry), less the ahead
+	// window for a parked message; zero when the shard is empty.
+	Next     time.Time
 	Messages []Claimed
 	// Acked is how many messages of the previous lease ClaimAfter acked.
 	Acked int
@@ -48,47 +62,70 @@ type Lease struct {
 // Expiry is when the claimed messages become due again if not acked.
 func (l *Lease) Expiry() time.Time { return time.UnixMilli(l.ExpiryMs) }
 
-// ClaimAfter acks the messages ds of the shard's previous lease prev (as
-// Ack does) and then claims (as Claim does), in one round trip. On error
-// nothing is known of either: ack again.
-func (s *Store) ClaimAfter(ctx context.Context, prev *Lease, ds []Done, max int, lease time.Duration, blocked map[string]int) (*Lease, error) {
-	if len(ds) == 0 {
-		return s.Claim(ctx, prev.Shard, max, lease, blocked)
-	}
-	ackArgs, keys := s.ackArgs(prev, ds)
-	args := make([]any, 0, 1+len(ackArgs)+2+2*len(blocked))
-	args = append(args, 2+len(ackArgs))
-	args = append(args, ackArgs...)
-	args = append(args, max, lease.Milliseconds())
-	for sink, band := range blocked {
-		args = append(args, sink, band)
-	}
-	res, err := s.runKeys(ctx, "claim", claimAckScript, prev.Shard, keys, args...).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("store.claim shard %d: %w", prev.Shard, err)
-	}
-	return s.lease(prev.Shard, res)
+// Ask is what a claim takes.
+type Ask struct {
+	Max   int           // at most this many messages
+	Lease time.Duration // held for this long
+	// Ahead, when positive, also claims ahead, with what is left of Max,
+	// the parked messages that fall due within it (Claimed.Ahead). It is
+	// cut to less than Lease: a claim ahead whose lease ends is due again
+	// at the lease's expiry, which must come after its due time.
+	Ahead time.Duration
+	// Blocked are the sinks (name -> hold band index, see Bands) whose due
+	// messages are held instead of claimed.
+	Blocked map[string]int
 }
 
-// Claim takes up to max due messages of a shard and holds them for lease.
-// Due messages of the blocked sinks (name -> hold band index, see
-// Bands) are held instead of claimed.
-func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*Lease, error) {
-	args := make([]any, 0, 2+2*len(blocked))
-	args = append(args, max, lease.Milliseconds())
-	for sink, band := range blocked {
-		args = append(args, sink, band)
+// ClaimAhead acks the messages ds of the shard's previous lease prev (as
+// Ack does; none when ds is empty) and then claims what ask says, in one
+// round trip. On error nothing is known of either: ack again.
+func (s *Store) ClaimAhead(ctx context.Context, shard int, prev *Lease, ds []Done, ask Ask) (*Lease, error) {
+	claimArgs := make([]any, 0, 3+2*len(ask.Blocked))
+	claimArgs = append(claimArgs, ask.Max, ask.Lease.Milliseconds(), max(0, ask.Ahead.Milliseconds()))
+	for sink, band := range ask.Blocked {
+		claimArgs = append(claimArgs, sink, band)
 	}
-	res, err := s.run(ctx, "claim", claimScript, shard, args...).Slice()
+	var res []any
+	var err error
+	if len(ds) == 0 {
+		res, err = s.run(ctx, "claim", claimScript, shard, claimArgs...).Slice()
+	} else {
+		if prev.Shard != shard {
+			return nil, fmt.Errorf("store.claim shard %d: the acks are of shard %d", shard, prev.Shard)
+		}
+		ackArgs, keys := s.ackArgs(prev, ds)
+		args := make([]any, 0, 1+len(ackArgs)+len(claimArgs))
+		args = append(args, 2+len(ackArgs))
+		args = append(args, ackArgs...)
+		args = append(args, claimArgs...)
+		res, err = s.runKeys(ctx, "claim", claimAckScript, shard, keys, args...).Slice()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store.claim shard %d: %w", shard, err)
 	}
 	return s.lease(shard, res)
 }
 
+// ClaimAfter acks the messages ds of the shard's previous lease prev (as
+// Ack does) and then claims (as Claim does), in one round trip. On error
+// nothing is known of either: ack again.
+func (s *Store) ClaimAfter(ctx context.Context, prev *Lease, ds []Done, max int, lease time.Duration, blocked map[string]int) (*Lease, error) {
+	return s.ClaimAhead(ctx, prev.Shard, prev, ds, Ask{Max: max, Lease: lease, Blocked: blocked})
+}
+
+// Claim takes up to max due messages of a shard and holds them for lease.
+// Due messages of the blocked sinks (name -> hold band index, see
+// Bands) are held instead of claimed.
+func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*Lease, error) {
+	return s.ClaimAhead(ctx, shard, nil, nil, Ask{Max: max, Lease: lease, Blocked: blocked})
+}
+
+// claimFields is how many reply items each claimed message has.
+const claimFields = 5
+
 // lease reads a claim's reply.
 func (s *Store) lease(shard int, res []any) (*Lease, error) {
-	if len(res) < 4 || (len(res)-4)%4 != 0 {
+	if len(res) < 4 || (len(res)-4)%claimFields != 0 {
 		return nil, fmt.Errorf("store.claim shard %d: unexpected reply of %d items", shard, len(res))
 	}
 	c := &Lease{Shard: shard, Now: time.UnixMicro(toInt64(res[0])), ExpiryMs: toInt64(res[2])}
@@ -96,12 +133,68 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 		c.Next = time.UnixMilli(next)
 	}
 	c.Acked = int(toInt64(res[3]))
-	c.Messages = make([]Claimed, 0, (len(res)-4)/4)
-	for i := 4; i < len(res); i += 4 {
+	c.Messages = make([]Claimed, 0, (len(res)-4)/claimFields)
+	for i := 4; i < len(res); i += claimFields {
 		id, _ := toString(res[i])
-		blob, _ := toString(res[i+3])
+		was, _ := toString(res[i+3])
+		blob, _ := toString(res[i+4])
 		m, err := s.decode(id, blob)
-		c.Messages = append(c.Messages, Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Slotted: toInt64(res[i+2]) == 1, Message: m, Err: err})
+		cl := Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Slotted: toInt64(res[i+2]) == 1, Message: m, Err: err}
+		if was != "" {
+			score, perr := strconv.ParseFloat(was, 64)
+			if perr != nil {
+				return nil, fmt.Errorf("store.claim shard %d: unexpected score %q of %s", shard, was, id)
+			}
+			cl.Ahead, cl.At, cl.was = true, time.UnixMilli(int64(math.Ceil(score))), was
+		}
+		c.Messages = append(c.Messages, cl)
 	}
 	return c, nil
+}
+
+// commitScript puts in flight, at their due instant, messages a claim
+// took ahead, and gives back others. (lua/commit.lua has its KEYS, ARGV
+// and reply.)
+var commitScript = loadScript("commit")
+
+// Committed is what Commit did with one message claimed ahead.
+type Committed int
+
+// What Commit did with a message (lua/commit.lua's r).
+const (
+	// Gone: no longer the claim's (cancelled, replaced or rescheduled
+	// since, or the lease ended): publish nothing.
+	Gone Committed = 0
+	// InFlight: committed, in flight under the lease: publish it.
+	InFlight Committed = 1
+	// NotYet: not due yet on Redis's clock; still claimed ahead.
+	NotYet Committed = -1
+)
+
+// Commit puts the messages commit of lease l, claimed ahead, in flight if
+// they are still as the claim left them and due on Redis's clock, and gives
+// back the messages back of l (claimed ahead, not wanted any more) to
+// their scores before the claim. It returns Redis's time and what became
+// of each message of commit, in order.
+func (s *Store) Commit(ctx context.Context, l *Lease, commit, back []Claimed) (time.Time, []Committed, error) {
+	args := make([]any, 0, 2+2*len(commit)+2*len(back))
+	args = append(args, l.ExpiryMs, len(commit))
+	for _, c := range commit {
+		args = append(args, c.ID, c.At.UnixMilli())
+	}
+	for _, c := range back {
+		args = append(args, c.ID, c.was)
+	}
+	res, err := s.run(ctx, "commit", commitScript, l.Shard, args...).Slice()
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("store.commit shard %d: %w", l.Shard, err)
+	}
+	if len(res) != 2+len(commit) {
+		return time.Time{}, nil, fmt.Errorf("store.commit shard %d: unexpected reply of %d items", l.Shard, len(res))
+	}
+	out := make([]Committed, len(commit))
+	for i := range commit {
+		out[i] = Committed(toInt64(res[1+i]))
+	}
+	return time.UnixMicro(toInt64(res[0])), out, nil
 }

@@ -14,6 +14,12 @@
 //	                                      ack: removed ┘ (or the next
 //	                                      occurrence, or what waited, parked)
 //
+// A claim may also take, ahead of time, what falls due within a short window
+// (Ask.Ahead): such a message keeps its place among the parked ones (any
+// change to it is a change to a parked message, which takes it from the
+// claim), and Commit puts it in flight at its due instant if nothing changed
+// it since; see lua/claim.lua and lua/commit.lua.
+//
 // A lease that expires makes the message due again for any instance, so a
 // crashed daemon's claims are recovered without a coordinator. Ack, Retry
 // and MarkDead act only on messages still held under the Lease that Claim
@@ -25,8 +31,8 @@
 //
 //	park.go      Park and Reject: every path that parks (ingest, the admin
 //	             API, import) runs lua/park.lua
-//	claim.go     Claim and ClaimAfter: a lease's messages (lua/claim.lua,
-//	             lua/claimack.lua)
+//	claim.go     ClaimAhead (Claim, ClaimAfter) and Commit: a lease's
+//	             messages (lua/claim.lua, lua/claimack.lua, lua/commit.lua)
 //	outcome.go   what became of a lease's messages: Ack, Retry, MarkDead
 //	hold.go      a sink that is down holds its due messages: Hold, Release
 //	rate.go      a sink's max_rate: Slots, Defer

@@ -468,6 +468,8 @@ func (s *Store) exportOne(enc *json.Encoder, st *ExportStats, o ExportOptions, v
 			// In flight: due at its due time, the attempt under way counted.
 			next = m.DueAt.UnixMilli()
 			attempts++
+		} else if claimedAhead(score) {
+			next = m.DueAt.UnixMilli() // claimed ahead: not published yet
 		}
 		if next != m.DueAt.UnixMilli() {
 			rec.NextAt = envelope.FormatTime(time.UnixMilli(next))

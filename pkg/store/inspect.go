@@ -74,6 +74,10 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 			info.State = StateInflight
 			info.Attempts++ // the one under way
 		}
+		if claimedAhead(score) && info.Message != nil {
+			// claimed ahead by an instance: scheduled, at its due time
+			info.NextAt = info.Message.DueAt
+		}
 	default:
 		return nil, ErrNotFound // a pool entry in neither set: being removed
 	}

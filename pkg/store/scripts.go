@@ -174,10 +174,11 @@ local HOLDBAND = %d
 local MAXPRIO = %d
 local LEASE_MARK = %s
 local SLOT_MARK = %s
+local AHEAD_MARK = %s
 local FOLLOWS = %q
 local R = {KNOWN = %d, PARKED = %d, REPLACED = %d, DUPLICATE = %d, QUEUED = %d, NOTNEWER = %d, OVERSERIES = %d}
 local B = {V1 = %d, V2 = %d, V3 = %d, EXT_PUBLISHED = %d, EXT_GROUP = %d, EXT_RECUR = %d, EXT_ORIGIN = %d, EXT_PRINT = %d, FLAG_SOURCE = %d}
-`, HoldBand, MaxPriority, leaseMark, slotMark, followsMark,
+`, HoldBand, MaxPriority, leaseMark, slotMark, aheadMark, followsMark,
 	Known, Parked, Replaced, Duplicate, Queued, NotNewer, OverSeries,
 	envelope.StoredLayout.V1, envelope.StoredLayout.V2, envelope.StoredLayout.V3,
 	envelope.StoredLayout.ExtPublished, envelope.StoredLayout.ExtGroup, envelope.StoredLayout.ExtRecur,
@@ -185,17 +186,26 @@ local B = {V1 = %d, V2 = %d, V3 = %d, EXT_PUBLISHED = %d, EXT_GROUP = %d, EXT_RE
 
 // The marks a due-set score's fraction carries (due times are whole
 // milliseconds): a claim's lease expiry + leaseMark, a max_rate publish
-// slot + slotMark. As strings, the form both sides write them in.
+// slot + slotMark, a claim ahead of the due time (ClaimAhead) its lease
+// expiry + aheadMark. As strings, the form both sides write them in.
 const (
 	leaseMark = "0.5"
 	slotMark  = "0.25"
+	aheadMark = "0.75"
 )
 
 // leased reports whether a due-set score is a lease expiry (+ leaseMark),
 // as the scripts' leased does.
-func leased(score float64) bool {
-	mark, _ := strconv.ParseFloat(leaseMark, 64)
-	return score-math.Floor(score) == mark
+func leased(score float64) bool { return marked(score, leaseMark) }
+
+// claimedAhead reports whether a due-set score is a claim ahead of the due
+// time (+ aheadMark), as the scripts' ahead does: the message is not in
+// flight, its due time is the stored message's.
+func claimedAhead(score float64) bool { return marked(score, aheadMark) }
+
+func marked(score float64, mark string) bool {
+	m, _ := strconv.ParseFloat(mark, 64)
+	return score-math.Floor(score) == m
 }
 
 // scriptKeys returns the KEYS of sc on shard, its deployment-wide keys

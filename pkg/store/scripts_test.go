@@ -17,7 +17,7 @@ import (
 )
 
 // TestLuaSaysNothingTwice: what the Go side states (the hold band, the
-// lease and slot marks, the follower mark, the stored layout) is generated
+// lease, slot and ahead marks, the follower mark, the stored layout) is generated
 // into the scripts, never written in a Lua file again; blobs are read by
 // lib/blob.lua alone; keys are named, never indexed by number.
 func TestLuaSaysNothingTwice(t *testing.T) {
@@ -25,6 +25,7 @@ func TestLuaSaysNothingTwice(t *testing.T) {
 		"the hold band (HOLDBAND)":         regexp.MustCompile(strconv.FormatInt(HoldBand, 10)),
 		"the lease mark (LEASE_MARK)":      regexp.MustCompile(`[^0-9.]` + regexp.QuoteMeta(leaseMark) + `[^0-9]`),
 		"the slot mark (SLOT_MARK)":        regexp.MustCompile(`[^0-9.]` + regexp.QuoteMeta(slotMark) + `[^0-9]`),
+		"the ahead mark (AHEAD_MARK)":      regexp.MustCompile(`[^0-9.]` + regexp.QuoteMeta(aheadMark) + `[^0-9]`),
 		"the follower mark (FOLLOWS)":      regexp.MustCompile(`'` + followsMark + `'`),
 		"a KEYS index (name the key in K)": regexp.MustCompile(`KEYS\[[0-9]`),
 	}
@@ -71,7 +72,7 @@ func TestLuaReadsTheLayoutGoWrites(t *testing.T) {
 	}
 	probe := redis.NewScript(luaConstants + "local K = {}\nlocal NKEYS = 0\n" + string(lib) + `
 if ARGV[1] == 'constants' then
-  return {tostring(HOLDBAND), MAXPRIO, tostring(LEASE_MARK), tostring(SLOT_MARK), FOLLOWS}
+  return {tostring(HOLDBAND), MAXPRIO, tostring(LEASE_MARK), tostring(SLOT_MARK), tostring(AHEAD_MARK), FOLLOWS}
 end
 local r = parseblob(ARGV[1])
 return {r.due, r.pub, r.pubns, r.prio, r.sink, r.dest, r.ingest, r.log, r.pos, r.print, r.group, tostring(r.recur)}
@@ -82,7 +83,8 @@ return {r.due, r.pub, r.pubns, r.prio, r.sink, r.dest, r.ingest, r.log, r.pos, r
 	}
 	lm, _ := strconv.ParseFloat(leaseMark, 64)
 	sm, _ := strconv.ParseFloat(slotMark, 64)
-	want := []any{fmt.Sprintf("%.14g", float64(HoldBand)), int64(MaxPriority), fmt.Sprint(lm), fmt.Sprint(sm), followsMark}
+	am, _ := strconv.ParseFloat(aheadMark, 64)
+	want := []any{fmt.Sprintf("%.14g", float64(HoldBand)), int64(MaxPriority), fmt.Sprint(lm), fmt.Sprint(sm), fmt.Sprint(am), followsMark}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("constants in Lua %q, want %q", got, want)
 	}

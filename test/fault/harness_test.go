@@ -1002,14 +1002,19 @@ func (c *collector) snapshot() map[string][]copyAt {
 // Redis and ingest state
 
 // redisState is what Redis holds: parked messages (due set members, waiting
-// or in flight), those in flight (claimed under a lease not yet acked or
-// retried: a due score of lease expiry + 0.5, see store.Keys) and dead ones.
+// or in flight), those claimed (under a lease not yet acked or retried: a
+// due score with a fraction, see lib/due.lua: in flight, lease expiry +
+// 0.5; claimed ahead of the due time and not published yet, + 0.75; a
+// publish slot, + 0.25) and dead ones.
 type redisState struct {
 	parked, inflight, dead int
 	inflightIDs            []string
 	deadIDs                map[string]bool
 	leases                 map[string]int64 // in-flight ID -> lease expiry (Unix ms, Redis clock)
-	attempts               map[string]int   // in-flight ID -> attempt of the claim holding it
+	// attempts: in-flight ID -> the last attempt its holder may have
+	// published (the claim's; for a claim ahead, the one before: the
+	// holder publishes only after its commit, which makes it in flight).
+	attempts map[string]int
 }
 
 func readRedisState(ctx context.Context, rdb redis.UniversalClient) (redisState, error) {
@@ -1051,6 +1056,9 @@ func readRedisState(ctx context.Context, rdb redis.UniversalClient) (redisState,
 				s.inflightIDs = append(s.inflightIDs, id)
 				s.leases[id] = int64(z.Score)
 				s.attempts[id] = before + 1
+				if z.Score-math.Trunc(z.Score) == 0.75 {
+					s.attempts[id] = before // claimed ahead: not published by its holder
+				}
 			}
 		}
 	}

@@ -12,4 +12,4 @@ returns   the claim script's reply, with the acked count
 
 local c = tonumber(ARGV[1])
 local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, NKEYS)
-return claimdue(tonumber(ARGV[c]), tonumber(ARGV[c + 1]), ARGV, c + 2, acked)
+return claimdue(tonumber(ARGV[c]), tonumber(ARGV[c + 1]), tonumber(ARGV[c + 2]), ARGV, c + 3, acked)

@@ -3,11 +3,17 @@
 --! include: meta
 
 A parked message is in the due set of its priority with its due time (Unix
-ms) as its score; in flight, with its lease's expiry + LEASE_MARK; waiting
-for a max_rate slot, the slot + SLOT_MARK; held for its sink, in the sink's
-band: HOLDBAND * (1 + band) + its due time (see Keys in keys.go).
+ms) as its score; in flight, with its lease's expiry + LEASE_MARK; claimed
+ahead of its due time (not in flight: its due time is the stored message's,
+and a commit at that instant puts it in flight), with its lease's expiry +
+AHEAD_MARK; waiting for a max_rate slot, the slot + SLOT_MARK; held for its
+sink, in the sink's band: HOLDBAND * (1 + band) + its due time (see Keys in
+keys.go).
 ]]
 
+-- fmtscore formats a due-set score exactly (Lua's own number to string
+-- conversion keeps 14 digits, and a lease expiry with its mark needs 16).
+local function fmtscore(ms, mark) return string.format('%.2f', ms + mark) end
 -- zkey is the due set of priority p.
 local function zkey(p) return K.due[p] end
 -- maxprio is the highest priority whose due set exists, 0 when only the
@@ -22,6 +28,8 @@ end
 local function held(score) return tonumber(score) >= HOLDBAND end
 -- leased reports whether a due-set score is a lease expiry.
 local function leased(score) return tonumber(score) % 1 == LEASE_MARK end
+-- ahead reports whether a due-set score is a claim ahead of the due time.
+local function ahead(score) return tonumber(score) % 1 == AHEAD_MARK end
 -- slotted reports whether a due-set score is a max_rate slot.
 local function slotted(score) return tonumber(score) % 1 == SLOT_MARK end
 -- unschedule removes an ID from whichever due set holds it.

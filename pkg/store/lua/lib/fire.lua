@@ -4,10 +4,6 @@ path of the scheduler (claim, claimack and ack).
 --! include: time blob bulk meta due group life series
 ]]
 
--- fmtscore formats a due-set score exactly (Lua's own number to string
--- conversion keeps 14 digits, and a lease expiry with its mark needs 16).
-local function fmtscore(ms, mark) return string.format('%.2f', ms + mark) end
-
 -- acklease removes the delivered messages of a lease (the ack script):
 -- args[from .. to] are 6 values per message (ack.lua has them), the dedupe
 -- keys are KEYS[keybase + j].
@@ -58,15 +54,21 @@ local function acklease(expiry, window, args, from, to, keybase)
 end
 
 -- claimdue takes due messages and puts them in flight (the claim script):
--- max messages, for leasems; args[from..] are pairs of a blocked sink and
--- its hold band; acked is returned in the reply (claim.lua has its shape).
-local function claimdue(max, leasems, args, from, acked)
+-- max messages, for leasems; then, with what is left of max, the messages
+-- that fall due within aheadms, claimed ahead (see claim.lua); args[from..]
+-- are pairs of a blocked sink and its hold band; acked is returned in the
+-- reply (claim.lua has its shape).
+local function claimdue(max, leasems, aheadms, args, from, acked)
   local nowus = servertimeus()
   local now = math.floor(nowus / 1000)
   -- a lease is known by its expiry: never the one of the claim before
   local lease = math.max(now + leasems, tonumber(redis.call('GET', K.lease) or 0) + 1)
   redis.call('SET', K.lease, lease)
   local inflight = fmtscore(lease, LEASE_MARK)
+  local claimedahead = fmtscore(lease, AHEAD_MARK)
+  -- A claim ahead whose lease ended is due again for any instance: at its
+  -- expiry, which must come after the due time, or it would fire early.
+  aheadms = math.min(aheadms, leasems - 1)
   local left = max
   local holds = left * 4 -- bound of the messages held per call
   local blocked, anyblocked = {}, false
@@ -77,6 +79,52 @@ local function claimdue(max, leasems, args, from, acked)
   local anymeta = redis.call('EXISTS', K.meta) == 1
   local out = {nowus, -1, lease, acked}
   local top = maxprio()
+  -- take claims one entry of a due set of priority p (score: its score;
+  -- isahead: it falls due after now), or holds it for its blocked sink,
+  -- adding its new score to adds.
+  local function take(p, adds, id, score, blob, isahead)
+    local band = false
+    if anyblocked and blob then
+      local info = blobinfo(blob)
+      if blocked[info.sink] then band = blocked[info.sink] + info.due end
+    end
+    if not blob then
+      -- a due entry without a message (cannot happen through these scripts)
+      redis.call('ZREM', zkey(p), id)
+      redis.call('HDEL', K.meta, id)
+    elseif band then
+      adds[#adds + 1] = band
+      adds[#adds + 1] = id
+      holds = holds - 1
+    else
+      local a, r = 0, ''
+      if anymeta then
+        local ma, _, _, mr = meta(redis.call('HGET', K.meta, id))
+        a, r = ma, mr
+      end
+      if leased(score) then
+        a = a + 1 -- the claimer of the expired lease never finished it
+        setmeta(id, a, 0, p, r)
+        anymeta = true
+      end
+      local wasslotted = 0
+      if slotted(score) then wasslotted = 1 end
+      local was = ''
+      if isahead then
+        adds[#adds + 1] = claimedahead
+        was = score
+      else
+        adds[#adds + 1] = inflight
+      end
+      adds[#adds + 1] = id
+      out[#out + 1] = id
+      out[#out + 1] = a + 1
+      out[#out + 1] = wasslotted
+      out[#out + 1] = was
+      out[#out + 1] = blob
+      left = left - 1
+    end
+  end
   for p = top, 0, -1 do
     local key = zkey(p)
     while left > 0 and holds > 0 do
@@ -88,45 +136,31 @@ local function claimdue(max, leasems, args, from, acked)
       -- the new scores (lease or hold band) of this round, in one ZADD
       -- before the next round looks for due ones again
       local adds = {}
-      for i = 1, #due, 2 do
-        local id = due[i]
-        local blob = blobs[(i + 1) / 2]
-        local band = false
-        if anyblocked and blob then
-          local info = blobinfo(blob)
-          if blocked[info.sink] then band = blocked[info.sink] + info.due end
-        end
-        if not blob then
-          -- a due entry without a message (cannot happen through these scripts)
-          redis.call('ZREM', key, id)
-          redis.call('HDEL', K.meta, id)
-        elseif band then
-          adds[#adds + 1] = band
-          adds[#adds + 1] = id
-          holds = holds - 1
-        else
-          local a, r = 0, ''
-          if anymeta then
-            local ma, _, _, mr = meta(redis.call('HGET', K.meta, id))
-            a, r = ma, mr
-          end
-          if leased(due[i + 1]) then
-            a = a + 1 -- the claimer of the expired lease never finished it
-            setmeta(id, a, 0, p, r)
-            anymeta = true
-          end
-          local wasslotted = 0
-          if slotted(due[i + 1]) then wasslotted = 1 end
-          adds[#adds + 1] = inflight
-          adds[#adds + 1] = id
-          out[#out + 1] = id
-          out[#out + 1] = a + 1
-          out[#out + 1] = wasslotted
-          out[#out + 1] = blob
-          left = left - 1
+      for i = 1, #due, 2 do take(p, adds, due[i], due[i + 1], blobs[(i + 1) / 2], false) end
+      callmany('ZADD', key, adds)
+    end
+  end
+  -- Ahead: one look per due set at what falls due within aheadms. An entry
+  -- there that is in flight, or claimed ahead, is its claimer's until its
+  -- lease ends: left alone.
+  if aheadms > 0 then
+    for p = top, 0, -1 do
+      if left <= 0 or holds <= 0 then break end
+      local key = zkey(p)
+      local soon = redis.call('ZRANGEBYSCORE', key, '(' .. now, now + aheadms, 'WITHSCORES', 'LIMIT', 0, 2 * left)
+      local ids, scores = {}, {}
+      for i = 1, #soon, 2 do
+        if not leased(soon[i + 1]) and not ahead(soon[i + 1]) and #ids < left then
+          ids[#ids + 1] = soon[i]
+          scores[#scores + 1] = soon[i + 1]
         end
       end
-      callmany('ZADD', key, adds)
+      if #ids > 0 then
+        local blobs = hmget(K.pool, ids)
+        local adds = {}
+        for i = 1, #ids do take(p, adds, ids[i], scores[i], blobs[i], true) end
+        callmany('ZADD', key, adds)
+      end
     end
   end
   if holds <= 0 then
@@ -136,6 +170,9 @@ local function claimdue(max, leasems, args, from, acked)
       local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
       if first[2] and not held(first[2]) then
         local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
+        if s > now and not leased(first[2]) and not ahead(first[2]) then
+          s = math.max(now + 1, s - aheadms) -- claimed ahead from then
+        end
         if out[2] == -1 or s < out[2] then out[2] = s end
       end
     end

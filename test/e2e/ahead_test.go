@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// aheadSched claims 300 ms ahead: every change below comes after the claim.
+const aheadSched = ", fire_ahead: 300ms"
+
+// parkAt publishes n messages prefix-000.. due at the instant at, and waits
+// until the daemon has parked them all.
+func (e *natsEnv) parkAt(prefix string, n int, at time.Time) []string {
+	e.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		e.publish("delayed.ahead", []byte("v1"), envelope.HeaderDeliverAt, at.UTC().Format(time.RFC3339Nano),
+			envelope.HeaderMessageID, ids[i], envelope.HeaderDestination, "fired.ahead")
+	}
+	return ids
+}
+
+// waitParked waits until the daemon holds n messages.
+func (e *natsEnv) waitParked(n int64) {
+	e.t.Helper()
+	testenv.Eventually(e.t, 30*time.Second, func() bool { return e.d.stats().Parked == n }, "not every message parked")
+}
+
+// A cancel, a reschedule or a replace that the daemon answered before the
+// due instant wins over the claim ahead of it, 0-50 ms before: the message
+// is not published (the replaced version is not). What nobody touched is
+// published once, never early.
+func TestFireAheadHonoursWhatCameFirst(t *testing.T) {
+	e := newNATSEnv(t, aheadSched, "")
+	const n = 30
+	due := time.Now().Add(2500 * time.Millisecond).Truncate(time.Millisecond)
+	kept := e.parkAt("kept", n, due)
+	cancelled := e.parkAt("cancel", n, due)
+	moved := e.parkAt("move", n, due)
+	replaced := e.parkAt("replace", n, due)
+	e.waitParked(4 * n)
+	if time.Until(due) < 400*time.Millisecond {
+		t.Fatalf("parking took until %v before the due instant; the test needs the claim ahead first", time.Until(due))
+	}
+
+	type answer struct {
+		id   string
+		code int
+		at   time.Time
+	}
+	var (
+		mu      sync.Mutex
+		answers = map[string][]answer{}
+		wg      sync.WaitGroup
+	)
+	act := func(kind string, ids []string, do func(id string) int) {
+		for i, id := range ids {
+			at := due.Add(-time.Duration(i) * 50 * time.Millisecond / n) // 0-50 ms before
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-time.After(time.Until(at)) // the scenario's instant, not a synchronisation
+				code := do(id)
+				mu.Lock()
+				answers[kind] = append(answers[kind], answer{id, code, time.Now()})
+				mu.Unlock()
+			}()
+		}
+	}
+	act("cancel", cancelled, func(id string) int {
+		code, _ := e.d.do(http.MethodDelete, "/v1/messages/"+id, nil)
+		return code
+	})
+	act("move", moved, func(id string) int {
+		code, _ := e.d.send(http.MethodPatch, "/v1/messages/"+id, `{"delay":"1h"}`, nil)
+		return code
+	})
+	act("replace", replaced, func(id string) int {
+		code, _ := e.d.send(http.MethodPost, "/v1/messages", fmt.Sprintf(
+			`{"id":%q,"replace":true,"delay":"1h","sink":"out","destination":"fired.ahead","body":"v2"}`, id), nil)
+		return code
+	})
+	wg.Wait()
+	e.waitFired(30*time.Second, kept...)
+	// Whatever was still going to fire has fired by now: the kept ones did.
+	testenv.Eventually(t, 10*time.Second, func() bool { return time.Since(due) > time.Second })
+
+	won := 0
+	for kind, as := range answers {
+		for _, a := range as {
+			if !a.at.Before(due) || a.code >= 300 {
+				continue // answered at or after the instant: either may win
+			}
+			won++
+			for _, f := range e.firedCopies(a.id) {
+				if string(f.body) == "v1" {
+					t.Errorf("%s of %s answered %d at %v, %v before its due instant, but its first version was published",
+						kind, a.id, a.code, a.at.Format(time.RFC3339Nano), due.Sub(a.at))
+				}
+			}
+		}
+	}
+	if won == 0 {
+		t.Fatalf("no change was answered before the due instant (answers: %v): nothing was checked", answers)
+	}
+	for _, id := range kept {
+		copies := e.firedCopies(id)
+		if len(copies) != 1 {
+			t.Errorf("%s published %d times, want once", id, len(copies))
+			continue
+		}
+		if copies[0].at.Before(due) {
+			t.Errorf("%s published at %v, before its due instant %v", id, copies[0].at, due)
+		}
+	}
+	m := e.d.metrics()
+	committed, _ := metricValue(m, "delaybridge_fire_ahead_total", map[string]string{"result": "committed"})
+	revoked, _ := metricValue(m, "delaybridge_fire_ahead_total", map[string]string{"result": "revoked"})
+	if committed < n || revoked < 1 {
+		t.Fatalf("fire ahead: %v committed, %v revoked; want the kept ones committed ahead and the changed ones revoked", committed, revoked)
+	}
+	t.Logf("%d changes answered 0-50 ms before the due instant, all honoured; %v committed, %v revoked at the instant", won, committed, revoked)
+}
+
+// A pause answered just before a burst falls due holds the whole burst,
+// claimed ahead or not; the resume releases every message once.
+func TestFireAheadPauseJustBeforeABurst(t *testing.T) {
+	e := newNATSEnv(t, aheadSched, "")
+	const n = 1000
+	due := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	ids := e.parkAt("burst", n, due)
+	e.waitParked(n)
+	<-time.After(time.Until(due.Add(-30 * time.Millisecond))) // the scenario's instant
+	code, body := e.d.send(http.MethodPost, "/v1/sinks/out/pause", "", nil)
+	answered := time.Now()
+	if code != http.StatusOK {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	if !answered.Before(due) {
+		t.Fatalf("the pause was answered %v after the due instant; the scenario needs it before", answered.Sub(due))
+	}
+	// Nothing is published while paused: watch well past the instant.
+	testenv.Eventually(t, 10*time.Second, func() bool { return time.Since(due) > time.Second })
+	published := 0
+	for _, id := range ids {
+		published += len(e.firedCopies(id))
+	}
+	if published > 0 {
+		t.Fatalf("%d messages published after a pause answered %v before their due instant", published, due.Sub(answered))
+	}
+	if code, body := e.d.send(http.MethodPost, "/v1/sinks/out/resume", "", nil); code != http.StatusOK {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	e.waitFired(30*time.Second, ids...)
+	for _, id := range ids {
+		if c := len(e.firedCopies(id)); c != 1 {
+			t.Errorf("%s published %d times after the resume, want once", id, c)
+		}
+	}
+}
+
+// A daemon that stops while it holds messages claimed ahead gives them
+// back (the next one fires them on time, not a lease later); one killed
+// loses nothing: they come back when the lease ends, once each.
+func TestFireAheadStopAndKill(t *testing.T) {
+	for _, how := range []string{"stop", "kill"} {
+		t.Run(how, func(t *testing.T) {
+			e := newNATSEnv(t, ", fire_ahead: 1s, lease: 3s, publish_timeout: 2s", "")
+			const n = 200
+			due := time.Now().Add(2500 * time.Millisecond).Truncate(time.Millisecond)
+			ids := e.parkAt(how, n, due)
+			e.waitParked(n)
+			// The claim ahead happens at due-1s: wait until the daemon holds them.
+			testenv.Eventually(t, 10*time.Second, func() bool {
+				return e.heldAhead() == n
+			}, "the daemon did not claim the messages ahead")
+			if how == "stop" {
+				e.d.stop()
+				if got := e.heldAhead(); got != 0 {
+					t.Fatalf("%d messages still claimed ahead after a stop; want them given back", got)
+				}
+			} else {
+				e.d.proc.Kill()
+			}
+			e.d.start()
+			e.waitFired(30*time.Second, ids...)
+			var late time.Duration
+			for _, id := range ids {
+				copies := e.firedCopies(id)
+				if len(copies) != 1 {
+					t.Errorf("%s published %d times, want once", id, len(copies))
+					continue
+				}
+				late = max(late, copies[0].at.Sub(due))
+			}
+			if how == "stop" && late > 2*time.Second {
+				t.Errorf("after a stop the messages given back were up to %v late: as if left to the 3 s lease", late)
+			}
+			t.Logf("%s: worst lateness %v (lease 3s)", how, late)
+		})
+	}
+}
+
+// heldAhead counts the messages claimed ahead in Redis: due-set scores
+// with the ahead mark (.75).
+func (e *natsEnv) heldAhead() int {
+	e.t.Helper()
+	n := 0
+	keys, err := e.redis.Client().Keys(e.t.Context(), "e2e:*").Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, k := range keys {
+		if typ, _ := e.redis.Client().Type(e.t.Context(), k).Result(); typ != "zset" {
+			continue
+		}
+		zs, _ := e.redis.Client().ZRangeWithScores(e.t.Context(), k, 0, -1).Result()
+		for _, z := range zs {
+			if z.Score-float64(int64(z.Score)) == 0.75 {
+				n++
+			}
+		}
+	}
+	return n
+}
