@@ -25,8 +25,21 @@ type SystemClock struct{}
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
 
-// NewTimer returns a time.Timer.
-func (SystemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+// NewTimer returns a timer that fires after d: on Linux a timerfd, which
+// ends microseconds after d where Go's timer ends up to a millisecond late
+// (timer_linux.go); elsewhere a time.Timer.
+func (SystemClock) NewTimer(d time.Duration) Timer {
+	if !goTimers {
+		if t := newPreciseTimer(d); t != nil {
+			return t
+		}
+	}
+	return sysTimer{time.NewTimer(d)}
+}
+
+// goTimers makes SystemClock use Go's timers everywhere (set by tests, to
+// compare).
+var goTimers bool
 
 type sysTimer struct{ t *time.Timer }
 

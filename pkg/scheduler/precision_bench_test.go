@@ -33,9 +33,11 @@ import (
 // the lateness a consumer sees. It asserts nothing about timing (the
 // machine is shared); it prints the breakdown for docs/performance.md:
 //
-//	go test -tags bench -run TestPrecisionBreakdown -v ./pkg/scheduler/ -args -rate 1000 -seconds 10
+//	go test -tags bench -run TestPrecisionBreakdown -v ./pkg/scheduler/ -args -rate 1000 -seconds 10 [-ahead 0] [-go-timers]
 func TestPrecisionBreakdown(t *testing.T) {
 	rate, seconds := *benchRate, *benchSeconds
+	scheduler.UseGoTimers(*benchGoTimers)
+	defer scheduler.UseGoTimers(false)
 	ctx := context.Background()
 	rs := testenv.Redis(t)
 	st := store.New(rs.Client(), store.Options{Prefix: "p", Shards: config.DefaultShards})
@@ -95,7 +97,7 @@ func TestPrecisionBreakdown(t *testing.T) {
 	var tmu sync.Mutex
 	p := scheduler.Params{
 		Store: st, Sinks: map[string]sinks.Sink{"nats": sink}, Metrics: metrics.New(),
-		BatchSize: config.DefaultBatchSize, Lease: config.DefaultLease, MaxSleep: config.DefaultMaxSleep,
+		BatchSize: config.DefaultBatchSize, Lease: config.DefaultLease, MaxSleep: config.DefaultMaxSleep, Ahead: *benchAhead,
 		PublishTimeout: config.DefaultPublishTimeout, MaxAttempts: config.DefaultMaxAttempts, DrainTimeout: time.Second,
 		Backoff: scheduler.Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2},
 		Logger:  slog.New(slog.DiscardHandler),
@@ -130,14 +132,18 @@ func TestPrecisionBreakdown(t *testing.T) {
 	for _, tr := range traces {
 		for _, d := range tr.Due {
 			add("5 due -> confirmed (daemon)", tr.Confirmed.Add(tr.Offset).Sub(d))
-			add("1 due -> claim sent", tr.ClaimSent.Add(tr.Offset).Sub(d))
+			add("1 due -> claim or commit sent", tr.ClaimSent.Add(tr.Offset).Sub(d))
 		}
-		add("2 claim round trip", tr.ClaimAnswered.Sub(tr.ClaimSent))
-		add("3 claim answered -> publish sent", tr.PublishSent.Sub(tr.ClaimAnswered))
+		if tr.Committed {
+			add("2 commit round trip (claimed ahead)", tr.ClaimAnswered.Sub(tr.ClaimSent))
+		} else {
+			add("2 claim round trip (claimed due)", tr.ClaimAnswered.Sub(tr.ClaimSent))
+		}
+		add("3 claim or commit answered -> publish sent", tr.PublishSent.Sub(tr.ClaimAnswered))
 		add("4 publish -> PubAck", tr.Confirmed.Sub(tr.PublishSent))
 		if !tr.Planned.IsZero() {
 			add("0 timer: planned -> woke", tr.Woke.Add(tr.Offset).Sub(tr.Planned))
-			add("0b woke -> claim sent", tr.ClaimSent.Sub(tr.Woke))
+			add("0b woke -> claim or commit sent", tr.ClaimSent.Sub(tr.Woke))
 		}
 	}
 	mu.Lock()
@@ -170,8 +176,10 @@ func TestPrecisionBreakdown(t *testing.T) {
 }
 
 var (
-	benchRate    = flag.Float64("rate", 1000, "messages per second for TestPrecisionBreakdown")
-	benchSeconds = flag.Float64("seconds", 10, "seconds of messages for TestPrecisionBreakdown")
+	benchRate     = flag.Float64("rate", 1000, "messages per second for TestPrecisionBreakdown")
+	benchSeconds  = flag.Float64("seconds", 10, "seconds of messages for TestPrecisionBreakdown")
+	benchGoTimers = flag.Bool("go-timers", false, "Go's timers instead of timerfds (SystemClock) for TestPrecisionBreakdown")
+	benchAhead    = flag.Duration("ahead", config.DefaultFireAhead, "scheduler.fire_ahead for TestPrecisionBreakdown (0: claim when due)")
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

@@ -129,40 +129,50 @@ func TestFireAheadHonoursWhatCameFirst(t *testing.T) {
 	t.Logf("%d changes answered 0-50 ms before the due instant, all honoured; %v committed, %v revoked at the instant", won, committed, revoked)
 }
 
-// A pause answered just before a burst falls due holds the whole burst,
-// claimed ahead or not; the resume releases every message once.
+// A pause answered just before a burst falls due (after its claim ahead)
+// holds the whole burst; the resume releases every message once. A pause
+// the machine was too slow to answer before the instant proves nothing: the
+// burst is then released and the scenario run again (up to three times).
 func TestFireAheadPauseJustBeforeABurst(t *testing.T) {
 	e := newNATSEnv(t, aheadSched, "")
 	const n = 1000
-	due := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
-	ids := e.parkAt("burst", n, due)
-	e.waitParked(n)
-	<-time.After(time.Until(due.Add(-30 * time.Millisecond))) // the scenario's instant
-	code, body := e.d.send(http.MethodPost, "/v1/sinks/out/pause", "", nil)
-	answered := time.Now()
-	if code != http.StatusOK {
-		t.Fatalf("pause: %d %s", code, body)
-	}
-	if !answered.Before(due) {
-		t.Fatalf("the pause was answered %v after the due instant; the scenario needs it before", answered.Sub(due))
-	}
-	// Nothing is published while paused: watch well past the instant.
-	testenv.Eventually(t, 10*time.Second, func() bool { return time.Since(due) > time.Second })
-	published := 0
-	for _, id := range ids {
-		published += len(e.firedCopies(id))
-	}
-	if published > 0 {
-		t.Fatalf("%d messages published after a pause answered %v before their due instant", published, due.Sub(answered))
-	}
-	if code, body := e.d.send(http.MethodPost, "/v1/sinks/out/resume", "", nil); code != http.StatusOK {
-		t.Fatalf("resume: %d %s", code, body)
-	}
-	e.waitFired(30*time.Second, ids...)
-	for _, id := range ids {
-		if c := len(e.firedCopies(id)); c != 1 {
-			t.Errorf("%s published %d times after the resume, want once", id, c)
+	for try := 1; ; try++ {
+		due := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+		ids := e.parkAt(fmt.Sprintf("burst%d", try), n, due)
+		e.waitParked(n)
+		<-time.After(time.Until(due.Add(-250 * time.Millisecond))) // the scenario's instant, after the claim ahead
+		code, body := e.d.send(http.MethodPost, "/v1/sinks/out/pause", "", nil)
+		answered := time.Now()
+		if code != http.StatusOK {
+			t.Fatalf("pause: %d %s", code, body)
 		}
+		// Watch well past the instant.
+		testenv.Eventually(t, 10*time.Second, func() bool { return time.Since(due) > time.Second })
+		published := 0
+		for _, id := range ids {
+			published += len(e.firedCopies(id))
+		}
+		if code, body := e.d.send(http.MethodPost, "/v1/sinks/out/resume", "", nil); code != http.StatusOK {
+			t.Fatalf("resume: %d %s", code, body)
+		}
+		e.waitFired(30*time.Second, ids...)
+		for _, id := range ids {
+			if c := len(e.firedCopies(id)); c != 1 {
+				t.Errorf("%s published %d times after the resume, want once", id, c)
+			}
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 0 })
+		if !answered.Before(due) {
+			if try == 3 {
+				t.Fatalf("three times the pause was answered after the due instant (last: %v after): nothing was checked", answered.Sub(due))
+			}
+			t.Logf("try %d: the pause was answered %v after the due instant; again", try, answered.Sub(due))
+			continue
+		}
+		if published > 0 {
+			t.Fatalf("%d messages published after a pause answered %v before their due instant", published, due.Sub(answered))
+		}
+		return
 	}
 }
 
