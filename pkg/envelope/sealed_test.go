@@ -435,3 +435,35 @@ func TestOpensSealedBlobsOfTheVersionBefore(t *testing.T) {
 		checkReencodeSealed(t, sealK1, got)
 	}
 }
+
+// A reason stored beside a message (its dead reason, its last error) is
+// sealed with encryption on, bound to the message's ID: it quotes what the
+// message carried. One in clear reads as it is; one that cannot be opened
+// says so.
+func TestSealedReason(t *testing.T) {
+	const reason = `x-delay-cron "SECRET-CRON" is not a 5- or 6-field cron expression`
+	stored := sealK1.SealReason("order-42", reason)
+	if strings.Contains(stored, "SECRET") || !strings.HasPrefix(stored, reasonMark+"k1"+reasonMark) {
+		t.Fatalf("stored %q", stored)
+	}
+	for _, c := range []Codec{sealK1, sealK2} {
+		if got, err := c.OpenReason("order-42", stored); err != nil || got != reason {
+			t.Fatalf("opened %q %v", got, err)
+		}
+	}
+	if got, err := sealK1.OpenReason("order-42", "in clear"); err != nil || got != "in clear" {
+		t.Fatalf("a reason in clear: %q %v", got, err)
+	}
+	for name, c := range map[string]struct {
+		codec Codec
+		id    string
+	}{"other ID": {sealK1, "order-43"}, "unknown key": {onlyK2, "order-42"}, "no sealer": {Codec{}, "order-42"}} {
+		got, err := c.codec.OpenReason(c.id, stored)
+		if !errors.Is(err, ErrSealed) || !strings.Contains(got, `sealed with key "k1" and cannot be read`) || strings.Contains(got, "SECRET") {
+			t.Errorf("%s: %q %v", name, got, err)
+		}
+	}
+	if (Codec{}).SealReason("x", reason) != reason || sealK1.SealReason("x", "") != "" {
+		t.Errorf("SealReason without a Sealer, or of no reason")
+	}
+}

@@ -319,7 +319,7 @@ func (s *Store) readEntries(ctx context.Context, entries []browseEntry) ([]*Info
 		info.Message, info.Err = s.decode(e.id, blob)
 		var deadAt int64
 		if m, err := metas[i].Result(); err == nil {
-			info.Attempts, deadAt, info.Reason = parseMeta(m)
+			info.Attempts, deadAt, info.Reason = s.meta(e.id, m)
 		}
 		at := time.UnixMilli(int64(math.Floor(e.at)))
 		switch e.state {

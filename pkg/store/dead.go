@@ -68,7 +68,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*Info, error) {
 			info := &Info{ID: id, State: StateDead, Shard: c}
 			if m, ok := toString(res[i+1]); ok {
 				var deadAt int64
-				info.Attempts, deadAt, info.Reason = parseMeta(m)
+				info.Attempts, deadAt, info.Reason = s.meta(id, m)
 				info.DeadAt = time.UnixMilli(deadAt)
 			}
 			if blob, ok := toString(res[i+2]); ok {

@@ -454,7 +454,7 @@ func (s *Store) exportOne(enc *json.Encoder, st *ExportStats, o ExportOptions, v
 	}
 	rec := NewRecord(m)
 	rec.V, rec.ID = ExportVersion, Text(id)
-	attempts, _, reason := parseMeta(metaV)
+	attempts, _, reason := s.meta(id, metaV)
 	if inDead {
 		dead, _ := strconv.ParseFloat(deadScore, 64)
 		rec.State, rec.DeadAt, rec.Reason = StateDead, envelope.FormatTime(time.UnixMilli(int64(dead))), Text(reason)

@@ -298,9 +298,9 @@ func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
 	metaV := ""
 	if it.dead {
 		score, state = meta.DeadAt.UnixMilli(), "d"
-		metaV = fmt.Sprintf("%d|%d|%d|%s", meta.Attempts, score, prio, meta.Reason)
+		metaV = fmt.Sprintf("%d|%d|%d|%s", meta.Attempts, score, prio, s.codec.SealReason(m.ID, meta.Reason))
 	} else if meta.Attempts > 0 || meta.Reason != "" {
-		metaV = fmt.Sprintf("%d|0|%d|%s", meta.Attempts, prio, meta.Reason)
+		metaV = fmt.Sprintf("%d|0|%d|%s", meta.Attempts, prio, s.codec.SealReason(m.ID, meta.Reason))
 	}
 	var next []byte
 	if meta.Replacement != nil {

@@ -54,7 +54,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	info.Message, info.Err = s.decode(id, blob)
 	var deadAt int64
 	if m, ok := toString(res[3]); ok {
-		info.Attempts, deadAt, info.Reason = parseMeta(m)
+		info.Attempts, deadAt, info.Reason = s.meta(id, m)
 	}
 	dueScore, inDue := toString(res[1])
 	_, inDead := toString(res[2])

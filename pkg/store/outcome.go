@@ -77,7 +77,7 @@ func (s *Store) Retry(ctx context.Context, l *Lease, rs []RetryAt) (int, error) 
 	args := make([]any, 0, 3*len(rs)+1)
 	args = append(args, l.ExpiryMs)
 	for _, r := range rs {
-		args = append(args, r.ID, ms(r.At), r.Reason)
+		args = append(args, r.ID, ms(r.At), s.codec.SealReason(r.ID, r.Reason))
 	}
 	n, err := s.run(ctx, "retry", retryScript, l.Shard, args...).Int()
 	if err != nil {
@@ -104,7 +104,7 @@ func (s *Store) MarkDead(ctx context.Context, l *Lease, fs []Failure) (int, erro
 	args := make([]any, 0, 2*len(fs)+2)
 	args = append(args, l.ExpiryMs, s.maxDead)
 	for _, f := range fs {
-		args = append(args, f.ID, f.Reason)
+		args = append(args, f.ID, s.codec.SealReason(f.ID, f.Reason))
 	}
 	n, err := s.run(ctx, "dead", deadScript, l.Shard, args...).Int()
 	if err != nil {

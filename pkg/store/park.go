@@ -174,7 +174,7 @@ func (s *Store) Reject(ctx context.Context, rs []Rejected) ([]string, error) {
 			reasons[rs[i].Message] = rs[i].Reason
 		}
 		calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-			return []any{m.ID, s.encode(m), reasons[m], min(int(m.Priority), MaxPriority)}
+			return []any{m.ID, s.encode(m), s.codec.SealReason(m.ID, reasons[m]), min(int(m.Priority), MaxPriority)}
 		})
 		for c := range calls {
 			calls[c].args = append([]any{s.maxDead}, calls[c].args...)

@@ -163,3 +163,48 @@ func TestSealedGroupIndex(t *testing.T) {
 		t.Fatalf("index after the cancel: %q", index)
 	}
 }
+
+// A dead reason or last error is sealed with the message (it may quote a
+// header value): across a rotation it still reads, reencrypt seals it again
+// with the active key (one stored in clear before encryption too), and a
+// store with only the new key reads it then.
+func TestSealedReasonsAcrossRotation(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	now := time.Now()
+	clear := sealedStore(rdb, nil)
+	s1 := sealedStore(rdb, keyringOf(t, "k1", "k1"))
+	s12 := sealedStore(rdb, keyringOf(t, "k2", "k1", "k2"))
+	reason := func(id string) string { return `x-delay "REASON-SECRET-` + id + `" is not a delay` }
+	for id, s := range map[string]*store.Store{"r-clear": clear, "r-k1": s1, "r-k2": s12} {
+		if _, err := s.Reject(ctx, []store.Rejected{{Message: secretMsg(id, now), Reason: reason(id)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reasons := func(s *store.Store) map[string]string {
+		out := map[string]string{}
+		for _, id := range []string{"r-clear", "r-k1", "r-k2"} {
+			out[id] = inspect(t, s, id).Reason
+		}
+		return out
+	}
+	for id, got := range reasons(s12) {
+		if got != reason(id) {
+			t.Errorf("%s reads %q", id, got)
+		}
+	}
+	st, err := s12.Reencrypt(ctx, 10, nil)
+	if err != nil || st.Reasons != 2 || st.ReasonsFailed != 0 {
+		t.Fatalf("reencrypt %+v %v: want the reasons of r-clear and r-k1 sealed again", st, err)
+	}
+	for id, got := range reasons(sealedStore(rdb, keyringOf(t, "k2", "k2"))) {
+		if got != reason(id) {
+			t.Errorf("after reencrypt, %s reads %q with k2 alone", id, got)
+		}
+	}
+	for _, r := range readEverything(t, rdb) {
+		if strings.Contains(r.text, "REASON-SECRET") {
+			t.Errorf("%s %s holds a reason in clear: %q", r.key, r.what, r.text)
+		}
+	}
+}

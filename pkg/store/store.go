@@ -244,7 +244,17 @@ func ignoreNil(err error) error {
 	return err
 }
 
-// parseMeta decodes a meta value (see luaMeta).
+// meta decodes the meta value v of the message id (parseMeta), its reason
+// opened when it is sealed (envelope.Codec.OpenReason; one that cannot be
+// opened reads as a sentence that says why).
+func (s *Store) meta(id, v string) (attempts int, deadAt int64, reason string) {
+	attempts, deadAt, reason = parseMeta(v)
+	reason, _ = s.codec.OpenReason(id, reason)
+	return attempts, deadAt, reason
+}
+
+// parseMeta decodes a meta value (see luaMeta); its reason as stored
+// (sealed with encryption: Store.meta opens it).
 func parseMeta(v string) (attempts int, deadAt int64, reason string) {
 	p := strings.SplitN(v, "|", 4)
 	if len(p) != 4 {

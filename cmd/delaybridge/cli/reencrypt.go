@@ -38,8 +38,8 @@ restart them; (2) make it active_key everywhere and restart; (3) run reencrypt;
 				if err != nil {
 					return exit(1, err)
 				}
-				fmt.Fprintf(a.stdout, "re-encrypted %d (%d of them were in clear), already current %d, failed to decrypt %d, changed meanwhile %d\n",
-					st.Reencrypted, st.Plain, st.Current, st.Failed, st.Changed)
+				fmt.Fprintf(a.stdout, "re-encrypted %d (%d of them were in clear), already current %d, failed to decrypt %d, changed meanwhile %d; reasons sealed again %d, failed %d\n",
+					st.Reencrypted, st.Plain, st.Current, st.Failed, st.Changed, st.Reasons, st.ReasonsFailed)
 				if st.Failed > 0 {
 					return exit(1, fmt.Errorf("%d message(s) could not be decrypted with encryption.keys", st.Failed))
 				}
