@@ -84,7 +84,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if err := d.store.CheckShards(ctx); err != nil {
 		return nil, err
 	}
-	warnEviction(ctx, d.store.Client(), log)
+	if warning, err := d.store.CheckEviction(ctx); err != nil {
+		return nil, err
+	} else if warning != "" {
+		log.Warn("redis: " + warning)
+	}
 	localNow, schedClock, skew := localClock()
 	if skew != 0 {
 		log.Warn("faultinject: this process's clock is skewed on purpose", "skew", skew)
@@ -256,6 +260,9 @@ func (d *Daemon) Ready() error {
 		errs = append(errs, "redis: "+err.Error())
 	} else if err := d.sched.Ready(); err != nil {
 		errs = append(errs, "redis: "+err.Error())
+	} else if _, err := d.store.CheckEviction(ctx); err != nil {
+		// CONFIG SET can change it while we run.
+		errs = append(errs, "redis: "+err.Error())
 	}
 	for _, p := range d.pipes {
 		if err := p.Ready(); err != nil {
@@ -362,18 +369,6 @@ func (d *Daemon) closeAll(ctx context.Context) {
 	}
 	if d.stopTracing != nil {
 		_ = d.stopTracing(ctx)
-	}
-}
-
-// warnEviction warns when Redis may evict keys under memory pressure, which
-// would silently drop parked messages.
-func warnEviction(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
-	res, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
-	if err != nil {
-		return // CONFIG may be disabled (managed Redis); nothing to tell
-	}
-	if p := res["maxmemory-policy"]; p != "" && p != "noeviction" {
-		log.Warn("redis maxmemory-policy is not noeviction: under memory pressure Redis may delete parked messages; set maxmemory-policy noeviction", "policy", p)
 	}
 }
 

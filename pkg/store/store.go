@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 )
 
 // ErrNotFound is returned for an ID that is neither parked nor dead.
@@ -139,6 +140,44 @@ func (s *Store) CheckShards(ctx context.Context) error {
 	return nil
 }
 
+// ErrEvictionPolicy is returned by CheckEviction when Redis may delete
+// parked messages to make room.
+var ErrEvictionPolicy = errors.New("store: redis maxmemory-policy lets Redis delete parked messages")
+
+// CheckEviction reads every master's maxmemory-policy. An allkeys-* policy
+// lets Redis delete parked messages under memory pressure, silently: it is
+// an error. A volatile-* one can only evict keys with a time to live, the
+// dedupe keys, which costs duplicates (a re-read is parked again), not
+// messages: it is a warning. noeviction, or a Redis that refuses CONFIG (a
+// managed one), is fine.
+func (s *Store) CheckEviction(ctx context.Context) (warning string, err error) {
+	var mu sync.Mutex
+	check := func(ctx context.Context, c *redis.Client) error {
+		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			return nil // CONFIG may be disabled: nothing to tell
+		}
+		p := res["maxmemory-policy"]
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.HasPrefix(p, "allkeys-"):
+			return fmt.Errorf("%w: %s has maxmemory-policy %s; set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf)",
+				ErrEvictionPolicy, c.Options().Addr, p)
+		case strings.HasPrefix(p, "volatile-"):
+			warning = fmt.Sprintf("%s has maxmemory-policy %s: under memory pressure Redis may delete the dedupe keys (scheduler.dedupe_window), and re-read messages are then delivered twice; set maxmemory-policy noeviction", c.Options().Addr, p)
+		}
+		return nil
+	}
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		err = check(ctx, c)
+	}
+	return warning, err
+}
+
 // Ping checks the connection.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
@@ -160,7 +199,7 @@ func (s *Store) run(ctx context.Context, op string, sc *script, shard int, args 
 // (the dedupe keys of its messages).
 func (s *Store) runKeys(ctx context.Context, op string, sc *script, shard int, extra []string, args ...any) *redis.Cmd {
 	start := time.Now()
-	cmd := s.pick(sc).Run(ctx, s.rdb, s.keysOf(sc, shard, extra), args...)
+	cmd := s.eval(ctx, s.pick(sc), s.keysOf(sc, shard, extra), args...)
 	if s.observe != nil {
 		s.observe(op, time.Since(start), ignoreNil(cmd.Err()))
 	}
@@ -171,7 +210,7 @@ func (s *Store) runKeys(ctx context.Context, op string, sc *script, shard int, e
 // rate), given in its KEYS order.
 func (s *Store) runDeployment(ctx context.Context, op string, sc *script, keys []string, args ...any) *redis.Cmd {
 	start := time.Now()
-	cmd := s.pick(sc).Run(ctx, s.rdb, s.keys.scriptKeys(sc, 0, keys...), args...)
+	cmd := s.eval(ctx, s.pick(sc), s.keys.scriptKeys(sc, 0, keys...), args...)
 	if s.observe != nil {
 		s.observe(op, time.Since(start), ignoreNil(cmd.Err()))
 	}
@@ -204,14 +243,14 @@ type scriptShard struct {
 }
 
 // runEach runs one script per call in a single pipeline (one round trip on
-// a single Redis; one per node on a cluster). A call that hit NOSCRIPT (a
-// restarted or flushed Redis) is run again with the script's source.
+// a single Redis; one per node on a cluster). A call that hit NOSCRIPT or a
+// slot on the move (runAgain) is run again on its own.
 func (s *Store) runEach(ctx context.Context, op string, scr *script, calls []shardCall) []*redis.Cmd {
 	start := time.Now()
 	sc := s.pick(scr)
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 {
-		cmds[0] = sc.Run(ctx, s.rdb, s.keysOf(scr, calls[0].shard, calls[0].keys), calls[0].args...)
+		cmds[0] = s.eval(ctx, sc, s.keysOf(scr, calls[0].shard, calls[0].keys), calls[0].args...)
 	} else {
 		pipe := s.rdb.Pipeline()
 		for i, c := range calls {
@@ -219,8 +258,8 @@ func (s *Store) runEach(ctx context.Context, op string, scr *script, calls []sha
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		for i, c := range calls {
-			if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				cmds[i] = sc.Run(ctx, s.rdb, s.keysOf(scr, c.shard, c.keys), c.args...)
+			if err := cmds[i].Err(); err != nil && runAgain(err) {
+				cmds[i] = s.eval(ctx, sc, s.keysOf(scr, c.shard, c.keys), c.args...)
 			}
 		}
 	}
@@ -235,6 +274,42 @@ func (s *Store) runEach(ctx context.Context, op string, scr *script, calls []sha
 		s.observe(op, time.Since(start), err)
 	}
 	return cmds
+}
+
+// runAgain reports whether a script call of a pipeline is run again on its
+// own: the script was not loaded (a restarted or flushed Redis), or its
+// shard's slot was moving (TRYAGAIN) or has moved (MOVED, ASK: a pipeline
+// follows none of them; a call on its own follows them all).
+func runAgain(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.HasErrorPrefix(err, "NOSCRIPT") || redis.IsTryAgainError(err)
+}
+
+// tryAgainFor bounds how long a script is run again while Redis Cluster
+// answers TRYAGAIN: its shard's slot is being moved to another master
+// (resharding), and the keys it names are split between the two until the
+// move ends, which takes milliseconds to seconds.
+const tryAgainFor = 10 * time.Second
+
+// eval runs sc (loading it on NOSCRIPT, as Script.Run does), and runs it
+// again with back-off while Redis Cluster answers that its shard's slot is
+// moving or has moved (runAgain: the client follows a redirect only so
+// often, and a script loaded on the old master is not on the new one),
+// until it runs, ctx ends or tryAgainFor has passed: a move of the shard's
+// slot is not an error of the script.
+func (s *Store) eval(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	bo := lifecycle.Backoff{Min: 5 * time.Millisecond, Max: 200 * time.Millisecond}
+	deadline := time.Now().Add(tryAgainFor)
+	for {
+		cmd := sc.Run(ctx, s.rdb, keys, args...)
+		if err := cmd.Err(); err == nil || !runAgain(err) || time.Now().After(deadline) {
+			return cmd
+		}
+		if !bo.Wait(ctx, nil) {
+			return cmd
+		}
+	}
 }
 
 func ignoreNil(err error) error {
