@@ -1239,8 +1239,8 @@ func TestPostSharesTheIngestRules(t *testing.T) {
 			if r.status != http.StatusBadRequest {
 				t.Fatalf("POST: status %d, want 400: %s", r.status, r.body)
 			}
-			if got, want := r.errorText(t), ops.FieldNames(d.Reason); got != want {
-				t.Errorf("POST rejects with %q, the ingest with %q", got, d.Reason)
+			if got, want := r.errorText(t), ops.FieldNames(d.Err.Error()); got != want {
+				t.Errorf("POST rejects with %q, the ingest with %q", got, d.Err)
 			}
 		})
 	}

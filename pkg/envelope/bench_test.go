@@ -65,7 +65,7 @@ func BenchmarkParse(b *testing.B) {
 			for b.Loop() {
 				d := envelope.Parse(c.in, benchRoute, envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256}, benchNow, nil)
 				if d.Action != envelope.Park {
-					b.Fatalf("not parked: %s", d.Reason)
+					b.Fatalf("not parked: %v", d.Err)
 				}
 			}
 		})

@@ -123,7 +123,7 @@ func TestParseKafkaSchedulerTombstone(t *testing.T) {
 	in := &Incoming{Source: "schedules", Key: []byte("vid1-online"), Tombstone: true, Origin: Origin{Log: "schedules/0", Pos: 9}}
 	d := parseWith(t, in, schedRoute(DialectKafkaScheduler), testLimits)
 	if d.Action != Cancel || d.CancelID != "vid1-online" || !d.Tombstone {
-		t.Fatalf("tombstone: %v %q tombstone=%v (%s)", d.Action, d.CancelID, d.Tombstone, d.Reason)
+		t.Fatalf("tombstone: %v %q tombstone=%v (%s)", d.Action, d.CancelID, d.Tombstone, why(d))
 	}
 	// With the schedule's headers still on it (etf1 writes its tombstones
 	// so), and on an ingest that reads both dialects.
@@ -131,7 +131,7 @@ func TestParseKafkaSchedulerTombstone(t *testing.T) {
 	in.Body, in.Tombstone = nil, true
 	d = parseWith(t, in, schedRoute(DialectDelaybridge, DialectKafkaScheduler), testLimits)
 	if d.Action != Cancel || d.CancelID != "vid1-online" || !d.Tombstone {
-		t.Fatalf("tombstone with headers: %v %q (%s)", d.Action, d.CancelID, d.Reason)
+		t.Fatalf("tombstone with headers: %v %q (%s)", d.Action, d.CancelID, why(d))
 	}
 	// Without kafka-scheduler a record without a value is a message with
 	// an empty body, as before.
@@ -157,7 +157,7 @@ func TestParseKafkaSchedulerInvalid(t *testing.T) {
 		in     func(*Incoming)
 		route  *Route
 		reason string
-		code   string
+		code   Code
 	}
 	set := func(k, v string) func(*Incoming) {
 		return func(in *Incoming) {
@@ -216,8 +216,8 @@ func TestParseKafkaSchedulerInvalid(t *testing.T) {
 			}
 			d := parseWith(t, in, r, testLimits)
 			mustReject(t, d, c.reason)
-			if d.Code != c.code {
-				t.Fatalf("code %q, want %q", d.Code, c.code)
+			if CodeOf(d.Err) != c.code {
+				t.Fatalf("code %q, want %q", CodeOf(d.Err), c.code)
 			}
 			if d.Message.Replace {
 				t.Fatal("a rejected message asks to replace")
@@ -266,8 +266,8 @@ func TestParseReplaceHeader(t *testing.T) {
 	for _, v := range []string{"", "yes", "1", "t", "on"} {
 		d := parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1", HeaderReplace, v)})
 		mustReject(t, d, "x-delay-replace")
-		if d.Code != CodeInvalidReplace {
-			t.Errorf("x-delay-replace %q: code %q", v, d.Code)
+		if CodeOf(d.Err) != CodeInvalidReplace {
+			t.Errorf("x-delay-replace %q: code %q", v, CodeOf(d.Err))
 		}
 	}
 	if m := mustPark(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1")})); m.Replace {

@@ -43,8 +43,8 @@ func TestControlPlaneRefused(t *testing.T) {
 			r := c.route
 			r.Ingest, r.Sinks = "in", sinks
 			d := Parse(&c.in, &r, lim, now, nil)
-			if d.Action != Reject || d.Code != CodeReservedDestination {
-				t.Fatalf("%v %s %q, want a reject with %s", d.Action, d.Code, d.Reason, CodeReservedDestination)
+			if d.Action != Reject || CodeOf(d.Err) != CodeReservedDestination {
+				t.Fatalf("%v %s %q, want a reject with %s", d.Action, CodeOf(d.Err), why(d), CodeReservedDestination)
 			}
 		})
 	}
@@ -52,6 +52,6 @@ func TestControlPlaneRefused(t *testing.T) {
 	r := Route{Ingest: "in", Sinks: sinks, Sink: "nats", Destination: "x", AllowOverride: true, AllowedDestinations: []string{"$KV.orders.>"}}
 	d := Parse(&Incoming{Headers: hdrs(HeaderDelay, "1", HeaderDestination, "$KV.orders.k1")}, &r, lim, now, nil)
 	if d.Action != Park || d.Message.Destination != "$KV.orders.k1" {
-		t.Fatalf("$KV.orders.> named: %v %q", d.Action, d.Reason)
+		t.Fatalf("$KV.orders.> named: %v %q", d.Action, why(d))
 	}
 }

@@ -50,6 +50,15 @@ func genIDs() (func() string, *int) {
 	}, &n
 }
 
+// why is the reason of a rejected decision: its Err's words; "" for a
+// decision that is not a rejection.
+func why(d Decision) string {
+	if d.Err == nil {
+		return ""
+	}
+	return d.Err.Error()
+}
+
 // validTestID is an independent statement of what a valid message ID is:
 // non-empty, valid UTF-8, no C0 or C1 control character, DEL, bidi
 // embedding, override or isolate, at most max bytes.
@@ -73,7 +82,7 @@ func validTestID(id string, max int) bool {
 func checkDecision(t testing.TB, in *Incoming, lim Limits, now time.Time, d Decision) {
 	t.Helper()
 	if d.Message == nil {
-		t.Fatalf("%v decision without Message (reason %q)", d.Action, d.Reason)
+		t.Fatalf("%v decision without Message (reason %q)", d.Action, why(d))
 	}
 	m := d.Message
 	if max := lim.MaxIDBytes; !validTestID(m.ID, max) && !(m.ID == in.Origin.PositionID() && validTestID(m.ID, 0)) {
@@ -81,15 +90,15 @@ func checkDecision(t testing.TB, in *Incoming, lim Limits, now time.Time, d Deci
 	}
 	switch d.Action {
 	case Reject:
-		if d.Reason == "" {
+		if why(d) == "" {
 			t.Fatalf("Reject without Reason")
 		}
-		if !utf8.ValidString(d.Reason) {
-			t.Fatalf("Reason is not valid UTF-8: %q", d.Reason)
+		if !utf8.ValidString(why(d)) {
+			t.Fatalf("Reason is not valid UTF-8: %q", why(d))
 		}
-		for _, r := range d.Reason {
+		for _, r := range why(d) {
 			if r < 0x20 || r == 0x7f {
-				t.Fatalf("Reason contains control character %U: %q", r, d.Reason)
+				t.Fatalf("Reason contains control character %U: %q", r, why(d))
 			}
 		}
 		if lim.MaxPayloadBytes > 0 && len(m.Body) > lim.MaxPayloadBytes {
@@ -99,8 +108,8 @@ func checkDecision(t testing.TB, in *Incoming, lim Limits, now time.Time, d Deci
 			t.Fatalf("dead message keeps headers of %d bytes, over the limit %d", m.Headers.Size(), lim.MaxHeaderBytes)
 		}
 	case Park:
-		if d.Reason != "" {
-			t.Fatalf("Park with Reason %q", d.Reason)
+		if why(d) != "" {
+			t.Fatalf("Park with Reason %q", why(d))
 		}
 		if lim.MaxDelay > 0 && m.DueAt.Sub(now.Truncate(time.Millisecond)) > lim.MaxDelay {
 			t.Fatalf("parked due %v is more than max_delay %v after now %v", m.DueAt, lim.MaxDelay, now)
@@ -161,7 +170,7 @@ func parse(t testing.TB, in *Incoming) Decision {
 func mustPark(t testing.TB, d Decision) *Message {
 	t.Helper()
 	if d.Action != Park {
-		t.Fatalf("got %v (reason %q), want park", d.Action, d.Reason)
+		t.Fatalf("got %v (reason %q), want park", d.Action, why(d))
 	}
 	return d.Message
 }
@@ -171,8 +180,8 @@ func mustReject(t testing.TB, d Decision, reasonHas string) {
 	if d.Action != Reject {
 		t.Fatalf("got %v, want reject (reason containing %q)", d.Action, reasonHas)
 	}
-	if !strings.Contains(d.Reason, reasonHas) {
-		t.Fatalf("reason %q does not contain %q", d.Reason, reasonHas)
+	if !strings.Contains(why(d), reasonHas) {
+		t.Fatalf("reason %q does not contain %q", why(d), reasonHas)
 	}
 }
 
@@ -625,7 +634,7 @@ func TestParseIDsNearTheRefusedRanges(t *testing.T) {
 	for _, id := range []string{"\u05d4\u05d6\u05de\u05e0\u05d4-42", "\u0637\u0644\u0628-7", "a\u00a0b", "x\u2029y", "nbsp\u00a0", "\u2070", "~"} {
 		d := parse(t, &Incoming{Headers: hdrs(HeaderMessageID, id, HeaderDelay, "1000")})
 		if d.Action != Park || d.Message.ID != id {
-			t.Errorf("ID %q: %v %q (%s)", id, d.Action, d.Message.ID, d.Reason)
+			t.Errorf("ID %q: %v %q (%s)", id, d.Action, d.Message.ID, why(d))
 		}
 	}
 }
@@ -650,13 +659,13 @@ func TestParseHeaderError(t *testing.T) {
 	in := &Incoming{HeaderError: "nats: message could not decode headers", Body: []byte("b"), Origin: Origin{Log: "DELAYED", Pos: 7}}
 	d := parse(t, in)
 	mustReject(t, d, "headers could not be decoded: nats: message could not decode headers")
-	if d.Code != CodeUndecodableHeaders || d.Message.ID != "DELAYED/7" || string(d.Message.Body) != "b" {
-		t.Errorf("code %q, ID %q, body %q", d.Code, d.Message.ID, d.Message.Body)
+	if CodeOf(d.Err) != CodeUndecodableHeaders || d.Message.ID != "DELAYED/7" || string(d.Message.Body) != "b" {
+		t.Errorf("code %q, ID %q, body %q", CodeOf(d.Err), d.Message.ID, d.Message.Body)
 	}
 	// Even with a delay among the headers that could be read.
 	in = &Incoming{HeaderError: "bad", Headers: hdrs(HeaderDelay, "1000")}
-	if d := parse(t, in); d.Action != Reject || d.Code != CodeUndecodableHeaders {
-		t.Errorf("with a readable delay: %v %q", d.Action, d.Code)
+	if d := parse(t, in); d.Action != Reject || CodeOf(d.Err) != CodeUndecodableHeaders {
+		t.Errorf("with a readable delay: %v %q", d.Action, CodeOf(d.Err))
 	}
 }
 
@@ -749,7 +758,7 @@ func TestParseAllowedSinksAreNames(t *testing.T) {
 	r.Sinks = destination.Sinks{"kafka-eu": destination.Kafka, "rabbit": destination.RabbitMQ}.Lookup
 	d := parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000", HeaderSink, "kafka-eu")}, r, testLimits)
 	if d.Action != Park || d.Message.Sink != "kafka-eu" {
-		t.Errorf("allowed sink kafka-eu refused: %v %q", d.Action, d.Reason)
+		t.Errorf("allowed sink kafka-eu refused: %v %q", d.Action, why(d))
 	}
 	mustReject(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000", HeaderSink, "rabbit")}, r, testLimits), "allowed_sinks")
 }
@@ -772,7 +781,7 @@ func TestParseCancel(t *testing.T) {
 	}
 	d := parse(t, in)
 	if d.Action != Cancel {
-		t.Fatalf("got %v (%q), want cancel", d.Action, d.Reason)
+		t.Fatalf("got %v (%q), want cancel", d.Action, why(d))
 	}
 	if d.CancelID != "order-42" {
 		t.Fatalf("CancelID %q", d.CancelID)
@@ -780,18 +789,18 @@ func TestParseCancel(t *testing.T) {
 	if d.Message.ID != "ctl-1" {
 		t.Fatalf("control message ID %q", d.Message.ID)
 	}
-	if d.Reason != "" {
-		t.Fatalf("cancel with reason %q", d.Reason)
+	if why(d) != "" {
+		t.Fatalf("cancel with reason %q", why(d))
 	}
 	// A cancel needs no delay header, and no default delay.
 	d = parse(t, &Incoming{Headers: hdrs("x-delay-cancel", "t/0/5")})
 	if d.Action != Cancel || d.CancelID != "t/0/5" {
-		t.Fatalf("got %v %q %q", d.Action, d.CancelID, d.Reason)
+		t.Fatalf("got %v %q %q", d.Action, d.CancelID, why(d))
 	}
 	// The cancel target is taken as given (IDs are not trimmed anywhere).
 	d = parse(t, &Incoming{Headers: hdrs(HeaderCancel, " a b ")})
 	if d.Action != Cancel || d.CancelID != " a b " {
-		t.Fatalf("got %v %q %q", d.Action, d.CancelID, d.Reason)
+		t.Fatalf("got %v %q %q", d.Action, d.CancelID, why(d))
 	}
 }
 
@@ -806,8 +815,8 @@ func TestParseCancelInvalid(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := parse(t, &Incoming{Headers: hdrs(HeaderCancel, c.v)})
 			mustReject(t, d, c.reason)
-			if !strings.Contains(d.Reason, HeaderCancel) {
-				t.Fatalf("reason %q does not name %s", d.Reason, HeaderCancel)
+			if !strings.Contains(why(d), HeaderCancel) {
+				t.Fatalf("reason %q does not name %s", why(d), HeaderCancel)
 			}
 			if d.CancelID != "" {
 				t.Fatalf("rejected cancel with CancelID %q", d.CancelID)

@@ -168,8 +168,8 @@ func TestParseRecurring(t *testing.T) {
 		{hdrs(HeaderEvery, "1m", HeaderTimeZone, "UTC"), "applies to x-delay-cron only"},
 	} {
 		d := parseAt(c.h)
-		if d.Action != Reject || !strings.Contains(d.Reason, c.want) || d.Code != CodeInvalidSchedule {
-			t.Errorf("%v: %v %q (%s), want a rejection saying %q", c.h, d.Action, d.Reason, d.Code, c.want)
+		if d.Action != Reject || !strings.Contains(why(d), c.want) || CodeOf(d.Err) != CodeInvalidSchedule {
+			t.Errorf("%v: %v %q (%s), want a rejection saying %q", c.h, d.Action, why(d), CodeOf(d.Err), c.want)
 		}
 	}
 }
@@ -188,8 +188,8 @@ func TestParseGroups(t *testing.T) {
 		t.Fatalf("cancel group: %v %q", d.Action, d.Group)
 	}
 	for _, h := range []Headers{hdrs(HeaderDelay, "1s", HeaderGroup, ""), hdrs(HeaderCancelGroup, "a\x01b")} {
-		if d := parse(t, &Incoming{Headers: h}); d.Action != Reject || d.Code != CodeInvalidGroup {
-			t.Errorf("%v: %v %q, want a rejection", h, d.Action, d.Reason)
+		if d := parse(t, &Incoming{Headers: h}); d.Action != Reject || CodeOf(d.Err) != CodeInvalidGroup {
+			t.Errorf("%v: %v %q, want a rejection", h, d.Action, why(d))
 		}
 	}
 }

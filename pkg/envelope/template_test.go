@@ -110,7 +110,7 @@ func TestParseDestinationTemplate(t *testing.T) {
 		allowed  []string
 		want     string
 		reason   string // non-empty: reject with this in the reason
-		code     string
+		code     Code
 	}
 	cases := []tc{
 		{name: "source", route: "{source}", source: "orders.created", want: "orders.created"},
@@ -143,8 +143,8 @@ func TestParseDestinationTemplate(t *testing.T) {
 			d := parseWith(t, in, r, testLimits)
 			if c.reason != "" {
 				mustReject(t, d, c.reason)
-				if d.Code != c.code {
-					t.Fatalf("code %q, want %q", d.Code, c.code)
+				if CodeOf(d.Err) != c.code {
+					t.Fatalf("code %q, want %q", CodeOf(d.Err), c.code)
 				}
 				return
 			}

@@ -207,16 +207,17 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	return err
 }
 
-// ordered reports whether a message must see every park before it: a
-// cancel or group-cancel control message, a tombstone (a cancel on a
-// kafka-scheduler ingest), or a replacement from a broker without a log
+// ordered reports whether a message must see every park before it: one
+// Parse may read as a control message (envelope.MayControl: a cancel, a
+// group cancel, a tombstone), or a replacement from a broker without a log
 // (AMQP), of which the one parked later is the newer (envelope.Origin):
 // parked in read order, the later publish wins.
 func ordered(it item) bool {
-	_, cancel := it.in.Headers.Get(envelope.HeaderCancel)
-	_, group := it.in.Headers.Get(envelope.HeaderCancelGroup)
+	if envelope.MayControl(it.in) {
+		return true
+	}
 	_, replace := it.in.Headers.Get(envelope.HeaderReplace)
-	return cancel || group || it.in.Tombstone || (replace && it.in.Origin.Log == "")
+	return replace && it.in.Origin.Log == ""
 }
 
 func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
@@ -247,27 +248,34 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	var (
 		parks   []*envelope.Message
 		rejects []store.Rejected
-		codes   []string
+		codes   []envelope.Code
 	)
+	rejected := func(m *envelope.Message, err error) {
+		rejects = append(rejects, store.Rejected{Message: m, Reason: err.Error()})
+		codes = append(codes, envelope.CodeOf(err))
+	}
+	// flush parks what is pending, so that a control message sees every
+	// park before it in the batch.
+	flush := func() error {
+		over, err := pl.park(ctx, parks)
+		for _, m := range over {
+			rejected(m, envelope.ErrMaxSeries)
+		}
+		parks = parks[:0]
+		return err
+	}
 	for _, it := range batch {
 		d := envelope.Parse(it.in, pl.p.Route, pl.p.Limits, it.at, nil)
 		switch d.Action {
 		case envelope.Park:
 			parks = append(parks, d.Message)
 		case envelope.Reject:
-			rejects = append(rejects, store.Rejected{Message: d.Message, Reason: d.Reason})
-			codes = append(codes, d.Code)
+			rejected(d.Message, d.Err)
 		case envelope.Cancel:
-			over, err := pl.park(ctx, parks)
-			if err != nil {
+			if err := flush(); err != nil {
 				pl.nackAll(batch, err)
 				return
 			}
-			for _, m := range over {
-				rejects = append(rejects, store.Rejected{Message: m, Reason: envelope.ReasonMaxSeries})
-				codes = append(codes, envelope.CodeMaxSeries)
-			}
-			parks = parks[:0]
 			found, err := pl.cancel(ctx, d.CancelID)
 			if err != nil {
 				pl.nackAll(batch, err)
@@ -288,23 +296,14 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			}
 			// A cancel of an unknown ID is kept as dead: the ID may be wrong,
 			// the message may have fired already, or the cancel raced ahead.
-			rejects = append(rejects, store.Rejected{Message: d.Message,
-				Reason: fmt.Sprintf("%s: no message with ID %q is parked (unknown, already delivered, or not parked yet)", envelope.HeaderCancel, d.CancelID)})
-			codes = append(codes, envelope.CodeCancelUnknown)
+			rejected(d.Message, envelope.CancelUnknown(d.CancelID))
 		case envelope.CancelGroup:
-			// Like a cancel, it sees every park before it in the batch.
-			over, err := pl.park(ctx, parks)
-			if err != nil {
+			if err := flush(); err != nil {
 				pl.nackAll(batch, err)
 				return
 			}
-			for _, m := range over {
-				rejects = append(rejects, store.Rejected{Message: m, Reason: envelope.ReasonMaxSeries})
-				codes = append(codes, envelope.CodeMaxSeries)
-			}
-			parks = parks[:0]
 			var n int
-			err = pl.retry(ctx, "cancel_group", func() (err error) {
+			err := pl.retry(ctx, "cancel_group", func() (err error) {
 				n, err = pl.p.Store.CancelGroup(ctx, d.Group)
 				return err
 			})
@@ -316,14 +315,9 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			pl.log.Debug("group cancelled", "group", d.Group, "messages", n, "by", d.Message.ID)
 		}
 	}
-	over, err := pl.park(ctx, parks)
-	if err != nil {
+	if err := flush(); err != nil {
 		pl.nackAll(batch, err)
 		return
-	}
-	for _, m := range over {
-		rejects = append(rejects, store.Rejected{Message: m, Reason: envelope.ReasonMaxSeries})
-		codes = append(codes, envelope.CodeMaxSeries)
 	}
 	if err := pl.reject(ctx, rejects, codes); err != nil {
 		pl.nackAll(batch, err)
@@ -417,7 +411,7 @@ func (pl *Pipeline) cancel(ctx context.Context, id string) (found bool, err erro
 
 // reject keeps rejected messages as dead, and copies them to the dead-letter
 // sink when one is configured.
-func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes []string) error {
+func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes []envelope.Code) error {
 	if len(rejects) == 0 {
 		return nil
 	}
@@ -432,7 +426,7 @@ func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes 
 	letters := make([]sinks.Dead, len(rejects))
 	for i, r := range rejects {
 		pl.log.Warn("message rejected, kept as dead", "id", ids[i], "reason", r.Reason)
-		pl.p.Metrics.IngestRejected.WithLabelValues(pl.p.Name, codes[i]).Inc()
+		pl.p.Metrics.IngestRejected.WithLabelValues(pl.p.Name, string(codes[i])).Inc()
 		pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "rejected").Inc()
 		letters[i] = sinks.Dead{Message: r.Message, Reason: r.Reason}
 	}

@@ -232,11 +232,11 @@ func (s *Service) reingest(info *store.Info, req RetryRequest, now time.Time) (*
 	case envelope.Park:
 		return d.Message, nil
 	case envelope.Reject:
-		if req == (RetryRequest{}) && (d.Code == envelope.CodeInvalidRoute || d.Code == envelope.CodeInvalidDestination || d.Code == envelope.CodeReservedDestination) {
-			return nil, conflict("dead message %q is still refused by the rules of ingest %q: %s; retry it with a valid sink or destination (%s)",
-				info.ID, route.Ingest, d.Reason, retryWith)
+		if req == (RetryRequest{}) && (errors.Is(d.Err, envelope.CodeInvalidRoute) || errors.Is(d.Err, envelope.CodeInvalidDestination) || errors.Is(d.Err, envelope.CodeReservedDestination)) {
+			return nil, conflict("dead message %q is still refused by the rules of ingest %q: %v; retry it with a valid sink or destination (%s)",
+				info.ID, route.Ingest, d.Err, retryWith)
 		}
-		return nil, conflict("dead message %q is still refused by the rules of ingest %q: %s", info.ID, route.Ingest, d.Reason)
+		return nil, conflict("dead message %q is still refused by the rules of ingest %q: %v", info.ID, route.Ingest, d.Err)
 	}
 	return nil, conflict("dead message %q is a control message (%s): it is not parked; delete it", info.ID, d.Action)
 }

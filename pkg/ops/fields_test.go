@@ -14,12 +14,12 @@ import (
 func TestEveryRejectCodeNamesAField(t *testing.T) {
 	// The codes a request cannot meet: its headers are made by Post, it is
 	// never a control message, and it is in the delaybridge dialect.
-	notFromARequest := map[string]bool{
+	notFromARequest := map[envelope.Code]bool{
 		envelope.CodeUndecodableHeaders: true, envelope.CodeInvalidCancel: true, envelope.CodeCancelUnknown: true,
 		envelope.CodeInvalidEpoch: true, envelope.CodeInvalidScheduler: true,
 		envelope.CodeMaxSeries: true, // the store's answer (store.OverSeries): a conflict, not a field
 	}
-	special := map[string]bool{envelope.CodeOverMaxDelay: true, envelope.CodeInvalidRoute: true, envelope.CodeInvalidSchedule: true}
+	special := map[envelope.Code]bool{envelope.CodeOverMaxDelay: true, envelope.CodeInvalidRoute: true, envelope.CodeInvalidSchedule: true}
 	for _, code := range envelope.RejectCodes {
 		if notFromARequest[code] || special[code] {
 			continue
@@ -29,19 +29,19 @@ func TestEveryRejectCodeNamesAField(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		d     envelope.Decision
+		err   *envelope.Rejection
 		hasAt bool
 		want  string
 	}{
-		{envelope.Decision{Code: envelope.CodeOverMaxDelay}, true, "deliver_at"},
-		{envelope.Decision{Code: envelope.CodeOverMaxDelay}, false, "delay"},
-		{envelope.Decision{Code: envelope.CodeInvalidRoute, Reason: `sink "x" names no configured sink`}, false, "sink"},
-		{envelope.Decision{Code: envelope.CodeInvalidRoute, Reason: `destination "a b" is not valid`}, false, "destination"},
-		{envelope.Decision{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-cron "x" is not valid`}, false, "cron"},
-		{envelope.Decision{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-count "0" is not a whole number`}, false, "count"},
+		{&envelope.Rejection{Code: envelope.CodeOverMaxDelay}, true, "deliver_at"},
+		{&envelope.Rejection{Code: envelope.CodeOverMaxDelay}, false, "delay"},
+		{&envelope.Rejection{Code: envelope.CodeInvalidRoute, Reason: `sink "x" names no configured sink`}, false, "sink"},
+		{&envelope.Rejection{Code: envelope.CodeInvalidRoute, Reason: `destination "a b" is not valid`}, false, "destination"},
+		{&envelope.Rejection{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-cron "x" is not valid`}, false, "cron"},
+		{&envelope.Rejection{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-count "0" is not a whole number`}, false, "count"},
 	} {
-		if got := rejectField(c.d, c.hasAt); got != c.want {
-			t.Errorf("%s %q: field %q, want %q", c.d.Code, c.d.Reason, got, c.want)
+		if got := rejectField(c.err, c.hasAt); got != c.want {
+			t.Errorf("%s %q: field %q, want %q", c.err.Code, c.err.Reason, got, c.want)
 		}
 	}
 }

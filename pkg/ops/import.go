@@ -52,8 +52,8 @@ func (s *Service) Import(ctx context.Context, r io.Reader, o store.ImportOptions
 func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.Message, error) {
 	dead := meta.State == store.StateDead
 	if dead && meta.Attempts == 0 {
-		if code, reason := s.p.Limits.CheckSize(m.Body, m.Headers, m.Key); code != "" {
-			return nil, refused("%s (ingest keeps a rejected message without it)", recordFields.Replace(reason))
+		if err := s.p.Limits.CheckSize(m.Body, m.Headers, m.Key); err != nil {
+			return nil, refused("%s (ingest keeps a rejected message without it)", recordFields.Replace(err.Error()))
 		}
 		return m, nil
 	}
@@ -69,10 +69,10 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 	}
 	d := envelope.Parse(incoming(m, due), s.importRoute(m), s.p.Limits, s.now(), nil)
 	switch {
-	case d.Action == envelope.Reject && dead && retryChecks(d.Code):
+	case d.Action == envelope.Reject && dead && retryChecks(d.Err):
 		return m, nil
 	case d.Action == envelope.Reject:
-		return nil, refused("%s", recordFields.Replace(d.Reason))
+		return nil, refused("%s", recordFields.Replace(d.Err.Error()))
 	case d.Action != envelope.Park: // a control header, refused above
 		return nil, refused("ingest reads it as a %s, not a message to park", d.Action)
 	}
@@ -85,10 +85,10 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 }
 
 // retryChecks reports whether a retry of a dead message checks again what
-// a reject of this code is about (RetryDead: its sink and destination; its
-// due time is the retry's).
-func retryChecks(code string) bool {
-	switch code {
+// this rejection is about (RetryDead: its sink and destination; its due
+// time is the retry's).
+func retryChecks(err error) bool {
+	switch envelope.CodeOf(err) {
 	case envelope.CodeInvalidRoute, envelope.CodeInvalidDestination, envelope.CodeReservedDestination, envelope.CodeOverMaxDelay:
 		return true
 	}

@@ -98,7 +98,11 @@ func (s *Service) Post(ctx context.Context, req *PostRequest) (*PostedView, erro
 	route := &envelope.Route{Sink: strings.TrimSpace(req.Sink), Destination: req.Destination, Sinks: s.p.Destinations}
 	d := envelope.Parse(in, route, s.p.Limits, s.now(), nil)
 	if d.Action != envelope.Park {
-		return nil, invalid(rejectField(d, hasAt), "%s", FieldNames(d.Reason))
+		err := d.Err
+		if err == nil { // a control message: a request makes none
+			err = fmt.Errorf("ingest reads it as a %s, not a message to park", d.Action)
+		}
+		return nil, invalid(rejectField(err, hasAt), "%s", FieldNames(err.Error()))
 	}
 	m := d.Message
 	res, err := s.p.Store.Park(ctx, []*envelope.Message{m})

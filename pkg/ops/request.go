@@ -238,7 +238,7 @@ func FieldNames(reason string) string { return fieldNames.Replace(reason) }
 
 // fieldOfCode is the request field a reject code of envelope.Parse is
 // about; "" when it depends (see rejectField).
-var fieldOfCode = map[string]string{
+var fieldOfCode = map[envelope.Code]string{
 	envelope.CodeInvalidID:           "id",
 	envelope.CodePayloadTooLarge:     "body",
 	envelope.CodeHeadersTooLarge:     "headers",
@@ -254,28 +254,30 @@ var fieldOfCode = map[string]string{
 	envelope.CodeReservedDestination: "destination",
 }
 
-// rejectField names the request field a rejection of Parse is about.
-func rejectField(d envelope.Decision, hasAt bool) string {
-	switch d.Code {
+// rejectField names the request field a rejection of Parse (Decision.Err)
+// is about.
+func rejectField(err error, hasAt bool) string {
+	code, reason := envelope.CodeOf(err), err.Error()
+	switch code {
 	case envelope.CodeOverMaxDelay:
 		if hasAt {
 			return "deliver_at"
 		}
 		return "delay"
 	case envelope.CodeInvalidRoute:
-		if strings.Contains(d.Reason, "sink") && !strings.Contains(d.Reason, "destination") {
+		if strings.Contains(reason, "sink") && !strings.Contains(reason, "destination") {
 			return "sink"
 		}
 		return "destination"
 	case envelope.CodeInvalidSchedule:
 		for _, f := range fieldOf {
-			if strings.Contains(d.Reason, f.header) {
+			if strings.Contains(reason, f.header) {
 				return f.field
 			}
 		}
 		return "every"
 	}
-	if f := fieldOfCode[d.Code]; f != "" {
+	if f := fieldOfCode[code]; f != "" {
 		return f
 	}
 	return "body"

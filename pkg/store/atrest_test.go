@@ -98,7 +98,7 @@ func TestEncryptionAtRestShowsOnlyWhatSecurityMdLists(t *testing.T) {
 		t.Helper()
 		d := envelope.Parse(m, r, lim, now, nil)
 		if d.Action != want {
-			t.Fatalf("%v: %s %s, want %s", m.Headers, d.Action, d.Reason, want)
+			t.Fatalf("%v: %s %v, want %s", m.Headers, d.Action, d.Err, want)
 		}
 		return d
 	}
@@ -149,10 +149,10 @@ func TestEncryptionAtRestShowsOnlyWhatSecurityMdLists(t *testing.T) {
 	v2.PublishedAt = now.Add(-time.Second)
 	park(t, s, store.Queued, parse(route, v2, envelope.Park).Message)
 	rej := parse(route, in("rejected", "x-delay-cron", "HIDDEN-CRON * *", "x-delay-group", "HIDDEN-GROUP-rejected"), envelope.Reject)
-	if !strings.Contains(rej.Reason, "HIDDEN-CRON") {
-		t.Fatalf("the reason does not quote the cron: %s", rej.Reason)
+	if !strings.Contains(rej.Err.Error(), "HIDDEN-CRON") {
+		t.Fatalf("the reason does not quote the cron: %v", rej.Err)
 	}
-	if _, err := s.Reject(ctx, []store.Rejected{{Message: rej.Message, Reason: rej.Reason}}); err != nil {
+	if _, err := s.Reject(ctx, []store.Rejected{{Message: rej.Message, Reason: rej.Err.Error()}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -179,7 +179,7 @@ sinks:
 	if len(reasons) > 0 {
 		t.Errorf("not dead: %v", reasons)
 	}
-	if n, _ := metricValue(d.metrics(), "delaybridge_ingest_rejected_total", map[string]string{"reason": envelope.CodeInvalidDestination}); n != 3 {
+	if n, _ := metricValue(d.metrics(), "delaybridge_ingest_rejected_total", map[string]string{"reason": string(envelope.CodeInvalidDestination)}); n != 3 {
 		t.Errorf("ingest_rejected_total{reason=invalid_destination} = %v, want 3", n)
 	}
 }

@@ -64,7 +64,7 @@ func TestHeaderTypesAndPropertiesSurvive(t *testing.T) {
 	}
 	d := envelope.Parse(inc, &envelope.Route{Sink: "rabbit", Destination: out}, envelope.Limits{}, time.Now(), nil)
 	if d.Action != envelope.Park {
-		t.Fatalf("parse: %v %s", d.Action, d.Reason)
+		t.Fatalf("parse: %v %v", d.Action, d.Err)
 	}
 	ring, err := seal.New("k", []seal.Key{{ID: "k", Secret: bytes.Repeat([]byte{9}, seal.KeySize)}})
 	if err != nil {
