@@ -20,6 +20,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
@@ -132,8 +133,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		MaxSleep:       cfg.Scheduler.MaxSleep.D(),
 		PublishTimeout: cfg.Scheduler.PublishTimeout.D(),
 		MaxAttempts:    cfg.Scheduler.MaxAttempts,
-		Backoff: scheduler.Backoff{
-			Initial:    cfg.Scheduler.Backoff.Initial.D(),
+		Backoff: lifecycle.Backoff{
+			Min:        cfg.Scheduler.Backoff.Initial.D(),
 			Max:        cfg.Scheduler.Backoff.Max.D(),
 			Multiplier: cfg.Scheduler.Backoff.Multiplier,
 			Jitter:     cfg.Scheduler.Backoff.Jitter,

@@ -7,33 +7,64 @@ package lifecycle
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"time"
 )
 
-// Backoff is an exponential back-off with jitter: Min, doubling up to Max,
-// each wait spread over 75%-125% so that many clients do not retry in step.
-// The zero value waits 100ms to 5s. A Backoff is used by one goroutine.
+// Backoff is an exponential back-off with jitter: the wait after the nth
+// failure is Min * Multiplier^(n-1), capped at Max, then spread by ±Jitter
+// of itself (a fraction) so that what failed together does not retry in
+// step. A zero field takes its default: Min 100ms, Max 5s, Multiplier 2,
+// Jitter 0.25; the zero value waits 100ms to 5s, doubling, over 75%-125%.
+//
+// It has two uses. Delay computes the wait of a given attempt and keeps no
+// state: the scheduler's back-off between the publish attempts of a message
+// (scheduler.backoff), whose attempt count is stored with the message.
+// Next, Reset, Failing and Wait count the failures of an operation retried
+// in a loop (Redis unreachable, a broker restarting); so used, a Backoff
+// belongs to one goroutine.
 type Backoff struct {
-	Min, Max time.Duration
-	n        int
+	Min, Max   time.Duration
+	Multiplier float64
+	Jitter     float64
+	n          int
 }
 
-// Next returns the next wait.
-func (b *Backoff) Next() time.Duration {
-	lo, hi := b.Min, b.Max
+// Delay returns the wait after the given failed attempt (from 1); r is a
+// random number in [0, 1) that places it within the jitter.
+func (b Backoff) Delay(attempt int, r float64) time.Duration {
+	lo, hi, mult, jitter := b.Min, b.Max, b.Multiplier, b.Jitter
 	if lo <= 0 {
 		lo = 100 * time.Millisecond
 	}
 	if hi <= 0 {
 		hi = 5 * time.Second
 	}
-	d := lo << min(b.n, 16)
-	if d > hi || d <= 0 {
-		d = hi
+	if mult == 0 {
+		mult = 2
 	}
+	if jitter == 0 {
+		jitter = 0.25
+	}
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := float64(lo) * math.Pow(mult, float64(attempt-1))
+	if d > float64(hi) || math.IsInf(d, 0) || math.IsNaN(d) {
+		d = float64(hi)
+	}
+	d *= 1 + jitter*(2*r-1)
+	if d < 0 {
+		d = 0
+	}
+	return time.Duration(d)
+}
+
+// Next returns the next wait of the operation.
+func (b *Backoff) Next() time.Duration {
 	b.n++
-	return d*3/4 + rand.N(d/2+1)
+	return b.Delay(b.n, rand.Float64())
 }
 
 // Reset starts over at Min, after a success.

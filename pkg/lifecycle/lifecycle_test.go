@@ -36,6 +36,50 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+func TestBackoffDelay(t *testing.T) {
+	b := Backoff{Min: 100 * time.Millisecond, Max: time.Second, Multiplier: 3, Jitter: 0.5}
+	cases := []struct {
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{1, 0.5, 100 * time.Millisecond},
+		{2, 0.5, 300 * time.Millisecond},
+		{3, 0.5, 900 * time.Millisecond},
+		{4, 0.5, time.Second}, // capped
+		{100, 0.5, time.Second},
+		{1, 0, 50 * time.Millisecond},  // -50% jitter
+		{1, 1, 150 * time.Millisecond}, // +50% jitter
+		{0, 0.5, 100 * time.Millisecond},
+	}
+	for _, c := range cases {
+		if got := b.Delay(c.attempt, c.r); got != c.want {
+			t.Errorf("Delay(%d, %v) = %v, want %v", c.attempt, c.r, got, c.want)
+		}
+	}
+}
+
+// The zero fields take the defaults Next has always used: doubling from
+// 100ms to 5s, over 75%-125%.
+func TestBackoffDefaults(t *testing.T) {
+	var b Backoff
+	for _, c := range []struct {
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{1, 0.5, 100 * time.Millisecond},
+		{2, 0.5, 200 * time.Millisecond},
+		{7, 0.5, 5 * time.Second},
+		{1, 0, 75 * time.Millisecond},
+		{1, 1, 125 * time.Millisecond},
+	} {
+		if got := b.Delay(c.attempt, c.r); got != c.want {
+			t.Errorf("Delay(%d, %v) = %v, want %v", c.attempt, c.r, got, c.want)
+		}
+	}
+}
+
 func TestDrainContext(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	work, cancel := DrainContext(ctx, 50*time.Millisecond)

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -45,32 +44,5 @@ type sysTimer struct{ t *time.Timer }
 
 func (t sysTimer) C() <-chan time.Time { return t.t.C }
 func (t sysTimer) Stop() bool          { return t.t.Stop() }
-
-// Backoff is the delay before a failed publish is tried again:
-// Initial * Multiplier^(attempt-1), capped at Max, then spread by ±Jitter
-// (a fraction) so that messages that failed together do not retry together.
-type Backoff struct {
-	Initial    time.Duration
-	Max        time.Duration
-	Multiplier float64
-	Jitter     float64
-}
-
-// Delay returns the back-off after the given failed attempt (from 1); r is a
-// random number in [0, 1).
-func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(attempt-1))
-	if d > float64(b.Max) || math.IsInf(d, 0) || math.IsNaN(d) {
-		d = float64(b.Max)
-	}
-	d *= 1 + b.Jitter*(2*r-1)
-	if d < 0 {
-		d = 0
-	}
-	return time.Duration(d)
-}
 
 func defaultRand() float64 { return rand.Float64() }

@@ -21,6 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -99,7 +100,7 @@ func TestPrecisionBreakdown(t *testing.T) {
 		Store: st, Sinks: map[string]sinks.Sink{"nats": sink}, Metrics: metrics.New(),
 		BatchSize: config.DefaultBatchSize, Lease: config.DefaultLease, MaxSleep: config.DefaultMaxSleep, Ahead: *benchAhead,
 		PublishTimeout: config.DefaultPublishTimeout, MaxAttempts: config.DefaultMaxAttempts, DrainTimeout: time.Second,
-		Backoff: scheduler.Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2},
+		Backoff: lifecycle.Backoff{Min: time.Second, Max: time.Minute, Multiplier: 2},
 		Logger:  slog.New(slog.DiscardHandler),
 		Trace: func(tr scheduler.Trace) {
 			tmu.Lock()

@@ -57,12 +57,12 @@ type Params struct {
 
 	// The values of the scheduler: section (config.Scheduler), which has
 	// their defaults; New panics on a zero one.
-	BatchSize      int           // most messages per claim
-	Lease          time.Duration // how long a claim holds its messages
-	MaxSleep       time.Duration // longest sleep without a claim
-	PublishTimeout time.Duration // bound of one publish
-	MaxAttempts    int           // publishes before a message is dead
-	Backoff        Backoff       // between attempts
+	BatchSize      int               // most messages per claim
+	Lease          time.Duration     // how long a claim holds its messages
+	MaxSleep       time.Duration     // longest sleep without a claim
+	PublishTimeout time.Duration     // bound of one publish
+	MaxAttempts    int               // publishes before a message is dead
+	Backoff        lifecycle.Backoff // between attempts (its Delay)
 	// Ahead, when positive, claims what falls due within it ahead of time
 	// and publishes it at its due instant after a commit (see loop).
 	Ahead time.Duration
@@ -123,7 +123,7 @@ type shardState struct {
 // New returns a Scheduler; Run starts it.
 func New(p Params) *Scheduler {
 	if p.BatchSize <= 0 || p.Lease <= 0 || p.MaxSleep <= 0 || p.PublishTimeout <= 0 || p.MaxAttempts <= 0 ||
-		p.Backoff.Initial <= 0 || p.Backoff.Max <= 0 || p.Backoff.Multiplier < 1 || p.DrainTimeout <= 0 {
+		p.Backoff.Min <= 0 || p.Backoff.Max <= 0 || p.Backoff.Multiplier < 1 || p.DrainTimeout <= 0 {
 		panic(fmt.Sprintf("scheduler.New: a required value is missing (config.ApplyDefaults gives them all): %+v", p))
 	}
 	if p.Clock == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -422,7 +423,7 @@ func TestFullBatchClaimsAgainAtOnce(t *testing.T) {
 func TestFailedPublishBacksOffThenDies(t *testing.T) {
 	boom := sinks.Rejected(errors.New("unroutable")) // the broker attributes it to the message: it counts
 	h := start(t, Params{MaxAttempts: 3, MaxSleep: time.Hour,
-		Backoff: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
+		Backoff: lifecycle.Backoff{Min: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
 		h.sink.fail = func(sinks.Outgoing) error { return boom }
 		h.store.park("m", h.clock.Now(), "s")
 	})
@@ -506,29 +507,6 @@ func TestUnknownSinkIsRetried(t *testing.T) {
 	}
 }
 
-func TestBackoffDelay(t *testing.T) {
-	b := Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 3, Jitter: 0.5}
-	cases := []struct {
-		attempt int
-		r       float64
-		want    time.Duration
-	}{
-		{1, 0.5, 100 * time.Millisecond},
-		{2, 0.5, 300 * time.Millisecond},
-		{3, 0.5, 900 * time.Millisecond},
-		{4, 0.5, time.Second}, // capped
-		{100, 0.5, time.Second},
-		{1, 0, 50 * time.Millisecond},  // -50% jitter
-		{1, 1, 150 * time.Millisecond}, // +50% jitter
-		{0, 0.5, 100 * time.Millisecond},
-	}
-	for _, c := range cases {
-		if got := b.Delay(c.attempt, c.r); got != c.want {
-			t.Errorf("Delay(%d, %v) = %v, want %v", c.attempt, c.r, got, c.want)
-		}
-	}
-}
-
 func TestLatePolicyDeadAndDeadLetterCopies(t *testing.T) {
 	dlq := &fakeSink{}
 	h := start(t, Params{MaxLateness: time.Minute, LateDead: true,
@@ -565,7 +543,7 @@ func TestLatePolicyDeadAndDeadLetterCopies(t *testing.T) {
 // Retry times are due scores, so they are in Redis's clock, whatever the
 // skew of the daemon's.
 func TestRetryTimesAreInRedisTime(t *testing.T) {
-	h := start(t, Params{MaxAttempts: 5, Backoff: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
+	h := start(t, Params{MaxAttempts: 5, Backoff: lifecycle.Backoff{Min: time.Second, Max: time.Minute, Multiplier: 2}}, func(h *harness) {
 		h.store.skew = 10 * time.Minute
 		h.sink.fail = func(sinks.Outgoing) error { return sinks.Rejected(errors.New("unroutable")) }
 		h.store.park("m", h.clock.Now(), "s")
@@ -583,7 +561,7 @@ func withDefaults(p *Params) {
 	config.Default(&p.MaxSleep, config.DefaultMaxSleep)
 	config.Default(&p.PublishTimeout, config.DefaultPublishTimeout)
 	config.Default(&p.MaxAttempts, config.DefaultMaxAttempts)
-	config.Default(&p.Backoff, Backoff{Initial: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax,
+	config.Default(&p.Backoff, lifecycle.Backoff{Min: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax,
 		Multiplier: config.DefaultBackoffMultiplier, Jitter: config.DefaultBackoffJitter})
 	config.Default(&p.DrainTimeout, config.DefaultShutdownTimeout)
 }
@@ -718,7 +696,7 @@ func TestMaxRateDefers(t *testing.T) {
 func TestStallingDestination(t *testing.T) {
 	stalled := fmt.Errorf("nats sink s: no PubAck: %w", context.DeadlineExceeded)
 	h := start(t, Params{MaxAttempts: 4, MaxSleep: time.Hour,
-		Backoff: Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}}, func(h *harness) {
+		Backoff: lifecycle.Backoff{Min: time.Second, Max: time.Second, Multiplier: 1}}, func(h *harness) {
 		h.sink.fail = func(m sinks.Outgoing) error {
 			if m.Destination == "stuck" {
 				return stalled
