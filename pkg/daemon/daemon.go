@@ -49,7 +49,7 @@ type Daemon struct {
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
 	admin         *admin.Server
-	clock         *redisClock
+	clock         *store.Clock
 	rates         *rateMeter // what this instance publishes per sink, for /v1/sinks
 }
 
@@ -94,11 +94,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if skew != 0 {
 		log.Warn("faultinject: this process's clock is skewed on purpose", "skew", skew)
 	}
-	d.clock = &redisClock{local: localNow}
-	if err := d.clock.measure(ctx, d.store); err != nil {
+	d.clock = store.NewClock(d.store, localNow)
+	if err := d.clock.Measure(ctx); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	if off := time.Duration(d.clock.offset.Load()); off > time.Second || off < -time.Second {
+	if off := d.clock.Offset(); off > time.Second || off < -time.Second {
 		log.Warn("this machine's clock differs from redis's; due times follow redis's clock", "offset", off.Round(time.Millisecond))
 	}
 
@@ -308,7 +308,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer schedWG.Done()
-		d.clock.run(schedCtx, d.store, d.log)
+		d.clock.Run(schedCtx, d.log)
 	}()
 
 	errc := make(chan error, len(d.pipes))

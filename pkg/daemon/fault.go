@@ -11,10 +11,10 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
 )
 
-// localClock is this process's own clock: the one redisClock corrects to
+// localClock is this process's own clock: the one store.Clock corrects to
 // Redis's, and the scheduler's (its timers, back-offs and sink back-offs).
 // It is the wall clock. A binary built with the tag faultinject can read a
-// skewed one instead (localclock_faultinject.go), for the fault suite; skew
+// skewed one instead (fault_faultinject.go), for the fault suite; skew
 // is then how far it is off.
 func localClock() (now func() time.Time, sched scheduler.Clock, skew time.Duration) {
 	return time.Now, scheduler.SystemClock{}, 0

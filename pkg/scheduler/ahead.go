@@ -123,7 +123,7 @@ func (s *Scheduler) commitDue(ctx context.Context, h *aheadQueue, offset *time.D
 			h.insert(c, ms) // a commit is idempotent: tried again
 			continue
 		}
-		*offset = redisNow.Sub(sent.Add(answered.Sub(sent) / 2))
+		*offset = store.Offset(sent, redisNow, answered)
 		s.p.Metrics.Ahead.WithLabelValues("given_back").Add(float64(len(back)))
 		fire := *c
 		fire.Now, fire.Messages = redisNow, nil

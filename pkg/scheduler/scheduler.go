@@ -335,8 +335,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				s.setStoreErr(nil)
 				failing.Reset()
 			}
-			// Redis's clock minus ours.
-			offset = c.Now.Sub(sent.Add(claimedAt.Sub(sent) / 2))
+			offset = store.Offset(sent, c.Now, claimedAt)
 			tr.ClaimSent, tr.ClaimAnswered, tr.RedisNow, tr.Offset, tr.Committed = sent, claimedAt, c.Now, offset, false
 			claimAt = claimedAt.Add(s.p.MaxSleep)
 			if !c.Next.IsZero() {

@@ -40,6 +40,8 @@
 //	             name, their includes (lua/lib/), the Go constants they use
 //	keys.go      every key name
 //	store.go     the Store and running scripts
+//	clock.go     Redis's clock: Offset, and Clock for whoever has no claim
+//	             at hand
 //
 // and the operator's tools beside it:
 //

@@ -375,20 +375,6 @@ func (s *Store) decode(id string, blob string) (*envelope.Message, error) {
 	return s.codec.DecodeString(id, blob)
 }
 
-// ClockOffset measures Redis's clock minus this process's: what to add to
-// time.Now() to read the clock every instance shares (the due times and the
-// claims are in Redis time). It assumes the TIME reply is taken halfway
-// through the round trip; the error is at most half of it.
-func (s *Store) ClockOffset(ctx context.Context) (time.Duration, error) {
-	before := time.Now()
-	t, err := s.rdb.Time(ctx).Result()
-	after := time.Now()
-	if err != nil {
-		return 0, fmt.Errorf("store.clock_offset: %w", err)
-	}
-	return t.Sub(before.Add(after.Sub(before) / 2)), nil
-}
-
 // Unreachable reports whether err says this process cannot reach Redis (a
 // refused, reset or timed-out connection, a pool that cannot connect) as
 // opposed to Redis answering with an error (full, loading, a failover, a
