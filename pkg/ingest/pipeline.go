@@ -455,6 +455,7 @@ func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Du
 		if pl.cut.Load() {
 			return errHandedBack // another batch handed the work back meanwhile
 		}
+		start := time.Now()
 		err := op()
 		if err == nil {
 			if attempt > 1 {
@@ -464,12 +465,18 @@ func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Du
 			return nil
 		}
 		pl.redisErr.Store(&err)
+		// The cut is counted from the start of the first attempt that
+		// failed: an attempt against an address that does not answer fails
+		// only after the client's timeouts, which may exceed HandBackAfter.
 		if !store.Unreachable(err) {
 			cutSince = time.Time{}
-		} else if cutSince.IsZero() {
-			cutSince = time.Now()
-		} else if time.Since(cutSince) >= pl.p.HandBackAfter && pl.handBack(ctx, err) {
-			return errHandedBack
+		} else {
+			if cutSince.IsZero() {
+				cutSince = start
+			}
+			if time.Since(cutSince) >= pl.p.HandBackAfter && pl.handBack(ctx, err) {
+				return errHandedBack
+			}
 		}
 		if attempt == 1 || attempt%20 == 0 {
 			pl.log.Warn("cannot park; retrying (ingest paused, nothing acknowledged)", "op", what, "attempt", attempt, "err", err)
