@@ -50,7 +50,7 @@ type Daemon struct {
 	sched         *scheduler.Scheduler
 	admin         *admin.Server
 	clock         *store.Clock
-	rates         *rateMeter // what this instance publishes per sink, for /v1/sinks
+	rates         *metrics.RateMeter // what this instance publishes per sink, for /v1/sinks
 }
 
 // New connects to Redis and every broker and prepares the components. It
@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	})
 
 	limits := Limits(cfg)
-	roomToPark := newCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory)
+	roomToPark := store.NewCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory)
 	for i := range cfg.Ingest {
 		ic := &cfg.Ingest[i]
 		src, err := brokers.OpenSource(ctx, ic, log)
@@ -177,12 +177,27 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		}))
 	}
 
-	d.metrics.Registry.MustRegister(newCollector(d))
+	state := metrics.State{Store: d.store, MaxRedisMemory: cfg.Limits.MaxRedisMemory}
+	for i, p := range d.pipes {
+		in := metrics.Component{Name: cfg.Ingest[i].Name, Paused: p.Paused}
+		if r, ok := d.sources[i].(ingest.Ready); ok {
+			in.Ready = r.Ready
+		}
+		state.Ingests = append(state.Ingests, in)
+	}
+	for name, s := range d.sinks {
+		sk := metrics.Component{Name: name}
+		if r, ok := s.(sinks.Ready); ok {
+			sk.Ready = r.Ready
+		}
+		state.Sinks = append(state.Sinks, sk)
+	}
+	d.metrics.Registry.MustRegister(metrics.NewStateCollector(state))
 	sinkNames := make([]string, 0, len(cfg.Sinks))
 	for _, sc := range cfg.Sinks {
 		sinkNames = append(sinkNames, sc.Name)
 	}
-	d.rates = newRateMeter(d.metrics.Published, sinkNames)
+	d.rates = metrics.NewRateMeter(d.metrics.Published, sinkNames)
 
 	if cfg.Admin.Listen != "" {
 		adminTLS, err := tlsutil.Server(cfg.Admin.TLS)
@@ -238,7 +253,7 @@ func (d *Daemon) sinkStatuses() []admin.SinkStatus {
 	var out []admin.SinkStatus
 	for _, st := range d.sched.Sinks() {
 		out = append(out, admin.SinkStatus{Name: st.Name, Known: true, Ready: st.Ready, Paused: st.Paused, Blocked: st.Blocked,
-			Rate: d.rates.rate(st.Name), MaxRate: rates[st.Name]})
+			Rate: d.rates.Rate(st.Name), MaxRate: rates[st.Name]})
 	}
 	return out
 }
@@ -297,7 +312,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	go d.rates.run(runCtx)
+	go d.rates.Run(runCtx)
 
 	var schedWG sync.WaitGroup
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,5 +1,9 @@
 // Package metrics defines delaybridge's Prometheus metrics. Every metric
 // is named delaybridge_*; the README lists them with their labels.
+//
+//	metrics.go  the event metrics (counters, histograms): Metrics
+//	state.go    the gauges of state, read at scrape time: NewStateCollector
+//	rates.go    the publish rate per sink that GET /v1/sinks shows: RateMeter
 package metrics
 
 import (
@@ -11,7 +15,7 @@ import (
 
 // Metrics holds every event metric (counters and histograms). Gauges of
 // state (parked, due, dead, connection up) are computed at scrape time by
-// the daemon's collector. Create one per process with New; tests create
+// the state collector (NewStateCollector). Create one per process with New; tests create
 // their own.
 type Metrics struct {
 	Registry *prometheus.Registry

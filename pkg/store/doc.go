@@ -42,6 +42,8 @@
 //	store.go     the Store and running scripts
 //	clock.go     Redis's clock: Offset, and Clock for whoever has no claim
 //	             at hand
+//	capacity.go  the ingest's gate at limits.max_parked_messages and
+//	             max_redis_memory (NewCapacity); Redis's INFO memory
 //
 // and the operator's tools beside it:
 //

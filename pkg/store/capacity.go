@@ -1,4 +1,4 @@
-package daemon
+package store
 
 import (
 	"context"
@@ -9,19 +9,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// capacity checks limits.max_parked_messages and max_redis_memory for the
-// ingest pipelines. The parked count is measured at most every quarter
-// second and counted up by what this process parks in between, so a busy
-// pipeline costs Redis a few reads a second, not one per batch; it is
-// measured again at once when the count says the limit is near. A batch is
-// let through while the count is under the limit, so the limit can be passed
-// by at most one batch per instance.
+// capacity is the gate of NewCapacity. The parked count (Stats) and
+// Redis's memory are measured at most every quarter second, and the count
+// is counted up by what this process lets through in between, so a busy
+// pipeline costs Redis a few reads a second, not one per batch; the count is
+// measured again at once when it says the limit is near.
 type capacity struct {
-	store     *store.Store
+	store     *Store
 	maxParked int64
 	maxMemory int64
 	ttl       time.Duration
@@ -32,7 +28,17 @@ type capacity struct {
 	memErr     error
 }
 
-func newCapacity(s *store.Store, maxParked, maxMemory int64) func(context.Context, int) error {
+// NewCapacity returns the gate that holds parking back at
+// limits.max_parked_messages (maxParked: messages parked in the store) and
+// limits.max_redis_memory (maxMemory: Redis's used_memory), or nil when
+// neither is set. The ingest pipelines call it before parking a batch of n
+// messages (ingest.PipelineParams.Capacity): nil lets the batch through; an
+// error says which limit is reached, or that it cannot be read, and the
+// pipeline waits, reading nothing more, and asks again. All pipelines of a
+// process share one gate; it is safe for concurrent use. A batch is let
+// through while the count is under the limit, so the limit can be passed by
+// at most one batch per instance.
+func NewCapacity(s *Store, maxParked, maxMemory int64) func(context.Context, int) error {
 	if maxParked <= 0 && maxMemory <= 0 {
 		return nil
 	}
@@ -54,7 +60,7 @@ func (c *capacity) check(ctx context.Context, n int) error {
 	}
 	if c.maxMemory > 0 && stale {
 		c.memErr = nil
-		used, err := usedMemory(ctx, c.store.Client())
+		used, err := usedMemory(ctx, c.store.rdb)
 		switch {
 		case err != nil:
 			c.memErr = err
@@ -79,25 +85,29 @@ func (c *capacity) check(ctx context.Context, n int) error {
 // the masters'.
 func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 	m, err := redisMemory(ctx, rdb)
-	return m.used, err
+	return m.Used, err
 }
 
-// memory is what INFO memory says about a Redis node.
-type memory struct {
-	used      int64 // used_memory
-	maxmemory int64 // maxmemory; 0 when Redis has no limit
+// Memory is what INFO memory says about a Redis node.
+type Memory struct {
+	Used      int64 // used_memory
+	MaxMemory int64 // maxmemory; 0 when Redis has no limit
 }
 
-// redisMemory reads INFO memory; on a cluster, that of the master using the
-// most memory.
-func redisMemory(ctx context.Context, rdb redis.UniversalClient) (memory, error) {
+// Memory reads Redis's INFO memory; on a cluster, that of the master using
+// the most memory.
+func (s *Store) Memory(ctx context.Context) (Memory, error) {
+	return redisMemory(ctx, s.rdb)
+}
+
+func redisMemory(ctx context.Context, rdb redis.UniversalClient) (Memory, error) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		var mu sync.Mutex
-		var most memory
+		var most Memory
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			m, err := redisMemory(ctx, c)
 			mu.Lock()
-			if m.used > most.used {
+			if m.Used > most.Used {
 				most = m
 			}
 			mu.Unlock()
@@ -107,9 +117,9 @@ func redisMemory(ctx context.Context, rdb redis.UniversalClient) (memory, error)
 	}
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
-		return memory{}, fmt.Errorf("redis INFO memory: %w", err)
+		return Memory{}, fmt.Errorf("redis INFO memory: %w", err)
 	}
-	var m memory
+	var m Memory
 	var found bool
 	for _, line := range strings.Split(info, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -118,16 +128,16 @@ func redisMemory(ctx context.Context, rdb redis.UniversalClient) (memory, error)
 		}
 		switch k {
 		case "used_memory":
-			if m.used, err = strconv.ParseInt(v, 10, 64); err != nil {
-				return memory{}, fmt.Errorf("redis INFO memory: used_memory: %w", err)
+			if m.Used, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return Memory{}, fmt.Errorf("redis INFO memory: used_memory: %w", err)
 			}
 			found = true
 		case "maxmemory":
-			m.maxmemory, _ = strconv.ParseInt(v, 10, 64) // absent or odd: no limit known
+			m.MaxMemory, _ = strconv.ParseInt(v, 10, 64) // absent or odd: no limit known
 		}
 	}
 	if !found {
-		return memory{}, fmt.Errorf("redis INFO memory has no used_memory")
+		return Memory{}, fmt.Errorf("redis INFO memory has no used_memory")
 	}
 	return m, nil
 }

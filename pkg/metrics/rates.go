@@ -1,4 +1,4 @@
-package daemon
+package metrics
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// rateMeter keeps, per sink, the messages this instance published over the
-// last rateWindow, from the sink_published_total counter sampled every
-// second: the rate GET /v1/sinks shows. It reads process memory only.
-type rateMeter struct {
+// RateMeter keeps, per sink, the messages this instance published over the
+// last rateWindow (10 s), from the delaybridge_sink_published_total counter
+// sampled every second: the rate GET /v1/sinks shows. It reads process
+// memory only. Rate is safe for concurrent use with Run.
+type RateMeter struct {
 	counter *prometheus.CounterVec
 	names   []string
 
@@ -30,12 +31,14 @@ const (
 	rateWindow = 10 * time.Second
 )
 
-func newRateMeter(counter *prometheus.CounterVec, names []string) *rateMeter {
-	return &rateMeter{counter: counter, names: names}
+// NewRateMeter returns the meter of counter (Metrics.Published) for the
+// sinks names; Run samples it.
+func NewRateMeter(counter *prometheus.CounterVec, names []string) *RateMeter {
+	return &RateMeter{counter: counter, names: names}
 }
 
-// run samples every second until ctx ends.
-func (r *rateMeter) run(ctx context.Context) {
+// Run samples every second until ctx ends.
+func (r *RateMeter) Run(ctx context.Context) {
 	t := time.NewTicker(rateEvery)
 	defer t.Stop()
 	r.sample(time.Now())
@@ -49,7 +52,7 @@ func (r *rateMeter) run(ctx context.Context) {
 	}
 }
 
-func (r *rateMeter) sample(now time.Time) {
+func (r *RateMeter) sample(now time.Time) {
 	s := rateSample{at: now, counts: make(map[string]float64, len(r.names))}
 	for _, name := range r.names {
 		c, err := r.counter.GetMetricWithLabelValues(name)
@@ -69,9 +72,9 @@ func (r *rateMeter) sample(now time.Time) {
 	}
 }
 
-// rate returns the sink's messages/s between the oldest and the newest
+// Rate returns the sink's messages/s between the oldest and the newest
 // sample (0 before two samples).
-func (r *rateMeter) rate(name string) float64 {
+func (r *RateMeter) Rate(name string) float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.samples) < 2 {

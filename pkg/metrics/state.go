@@ -1,4 +1,4 @@
-package daemon
+package metrics
 
 import (
 	"context"
@@ -7,25 +7,46 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/delaybridge/delaybridge/pkg/ingest"
-	"github.com/delaybridge/delaybridge/pkg/sinks"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// collector computes the gauges that describe state rather than events, at
-// scrape time: what Redis holds (one pipelined round trip over all shards),
-// how much memory Redis uses (INFO memory, one more round trip), whether
-// each connection is up and whether each ingest is paused. Nothing is polled
-// between scrapes.
-type collector struct {
-	d                                *Daemon
+// State is what the state collector reads at each scrape.
+type State struct {
+	Store          *store.Store
+	MaxRedisMemory int64 // limits.max_redis_memory; 0 when unset
+	Ingests        []Component
+	Sinks          []Component
+}
+
+// Component is an ingest or a sink as the state collector sees it.
+type Component struct {
+	Name string
+	// Ready reports whether its connection is up (nil: it cannot tell, up).
+	Ready func() error
+	// Paused, of an ingest, returns an error while it waits before parking.
+	Paused func() error
+}
+
+// NewStateCollector returns the collector of the gauges that describe
+// state rather than events, computed at scrape time: what Redis holds (one
+// pipelined round trip over all shards), how much memory Redis uses (INFO
+// memory, one more round trip), whether each connection is up and whether
+// each ingest is paused. Nothing is polled between scrapes. Register it
+// with Metrics.Registry.
+func NewStateCollector(s State) prometheus.Collector {
+	return newStateCollector(s)
+}
+
+type stateCollector struct {
+	s                                State
 	up, parked, due, dead, oldestAge *prometheus.Desc
 	paused, memUsed, memLimit        *prometheus.Desc
 	forecast, held, series           *prometheus.Desc
 }
 
-func newCollector(d *Daemon) *collector {
-	return &collector{
-		d: d,
+func newStateCollector(s State) *stateCollector {
+	return &stateCollector{
+		s: s,
 		up: prometheus.NewDesc("delaybridge_connection_up",
 			"1 when the connection is up, 0 when it is down.", []string{"kind", "name"}, nil),
 		parked: prometheus.NewDesc("delaybridge_parked_messages",
@@ -51,16 +72,16 @@ func newCollector(d *Daemon) *collector {
 	}
 }
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held, c.series} {
 		ch <- d
 	}
 }
 
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := c.d.store.Stats(ctx)
+	st, err := c.s.Store.Stats(ctx)
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(err == nil), "redis", "redis")
 	if err == nil {
 		for _, sh := range st.Shards {
@@ -83,31 +104,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(st.Held))
 	}
-	if mem, err := redisMemory(ctx, c.d.store.Client()); err == nil {
-		ch <- prometheus.MustNewConstMetric(c.memUsed, prometheus.GaugeValue, float64(mem.used))
-		if mem.maxmemory > 0 {
-			ch <- prometheus.MustNewConstMetric(c.memLimit, prometheus.GaugeValue, float64(mem.maxmemory), "maxmemory")
+	if mem, err := c.s.Store.Memory(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.memUsed, prometheus.GaugeValue, float64(mem.Used))
+		if mem.MaxMemory > 0 {
+			ch <- prometheus.MustNewConstMetric(c.memLimit, prometheus.GaugeValue, float64(mem.MaxMemory), "maxmemory")
 		}
 	}
-	if limit := c.d.cfg.Limits.MaxRedisMemory; limit > 0 {
+	if limit := c.s.MaxRedisMemory; limit > 0 {
 		ch <- prometheus.MustNewConstMetric(c.memLimit, prometheus.GaugeValue, float64(limit), "max_redis_memory")
 	}
-	for i, p := range c.d.pipes {
-		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, boolValue(p.Paused() != nil), c.d.cfg.Ingest[i].Name)
+	for _, in := range c.s.Ingests {
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, boolValue(in.Paused != nil && in.Paused() != nil), in.Name)
 	}
-	for i, src := range c.d.sources {
-		up := true
-		if r, ok := src.(ingest.Ready); ok {
-			up = r.Ready() == nil
-		}
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(up), "ingest", c.d.cfg.Ingest[i].Name)
+	for _, in := range c.s.Ingests {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(in.Ready == nil || in.Ready() == nil), "ingest", in.Name)
 	}
-	for name, s := range c.d.sinks {
-		up := true
-		if r, ok := s.(sinks.Ready); ok {
-			up = r.Ready() == nil
-		}
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(up), "sink", name)
+	for _, sk := range c.s.Sinks {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(sk.Ready == nil || sk.Ready() == nil), "sink", sk.Name)
 	}
 }
 

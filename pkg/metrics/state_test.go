@@ -1,0 +1,53 @@
+package metrics_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+func TestStateCollector(t *testing.T) {
+	r := testenv.Redis(t)
+	st := store.New(r.Client(), store.Options{Prefix: "t", Shards: 2, MaxDead: 10})
+	m := metrics.New()
+	m.Registry.MustRegister(metrics.NewStateCollector(metrics.State{
+		Store:          st,
+		MaxRedisMemory: 1 << 30,
+		Ingests:        []metrics.Component{{Name: "in", Paused: func() error { return errors.New("full") }}},
+		Sinks:          []metrics.Component{{Name: "down", Ready: func() error { return errors.New("down") }}, {Name: "up"}},
+	}))
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range mt.GetLabel() {
+				key += " " + l.GetValue()
+			}
+			got[key] = mt.GetGauge().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"delaybridge_connection_up redis redis":                 1,
+		"delaybridge_connection_up ingest in":                   1,
+		"delaybridge_connection_up sink down":                   0,
+		"delaybridge_connection_up sink up":                     1,
+		"delaybridge_ingest_paused in":                          1,
+		"delaybridge_parked_messages 0":                         0,
+		"delaybridge_parked_messages 1":                         0,
+		"delaybridge_redis_memory_limit_bytes max_redis_memory": 1 << 30,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
+		}
+	}
+	if got["delaybridge_redis_memory_used_bytes"] <= 0 {
+		t.Errorf("redis memory used: %v", got["delaybridge_redis_memory_used_bytes"])
+	}
+}
