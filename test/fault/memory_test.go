@@ -30,9 +30,10 @@ func maxmemoryMB() int {
 }
 
 // TestRedisMaxmemoryNoeviction fills Redis (maxmemory 32 MB, 8 MB at a
-// smaller -scale, maxmemory-policy noeviction) with the daemon's own parks: while the
-// steady traffic goes on, a block of 4 KB messages all due at one instant
-// (release, after the full period) is published until Redis refuses a park.
+// smaller -scale, maxmemory-policy noeviction): keys of the test's own take
+// three quarters of it, the daemon's own parks the rest: while the steady
+// traffic goes on, a block of 4 KB messages all due at one instant (release,
+// after the full period) is published until Redis refuses a park.
 // Until release, Redis stays full: the messages of the traffic that fire
 // free a little room (a small message's pool entry, less its dedupe key),
 // and parks take only that. At release the block fires and frees the room.
@@ -74,6 +75,11 @@ func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	done := w.pub.stream(w.ctx, 0, n, rate)
 	w.hold(pre, "traffic before the fill (scenario parameter)")
 
+	// The test's own keys take the first three quarters of maxmemory, so
+	// that the daemon's parks fill only the last quarter: its fill is then a
+	// quarter as long, and a loaded machine still fills Redis before the
+	// block comes due. They are deleted once the block has fired.
+	fillers := w.preFill(mm << 20 * 3 / 4)
 	fillStart := time.Now()
 	release := fillStart.Add(blockDue)
 	full := func() bool {
@@ -123,6 +129,9 @@ func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	}) {
 		resumedAfter = time.Since(release)
 	}
+	if err := w.rdb.Del(context.Background(), fillers...).Err(); err != nil {
+		t.Errorf("deleting the filler keys: %v", err)
+	}
 	w.waitPublished(done)
 	w.settle(settleFor)
 	out := d.proc.Output()
@@ -161,6 +170,24 @@ func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	if resumedAfter < 0 {
 		t.Errorf("the ingest did not resume within 30 s of the block's due time")
 	}
+}
+
+// preFill writes keys of its own (fault:filler:N, 256 KB each) until Redis
+// uses at least `until` bytes, and returns their names.
+func (w *world) preFill(until int) []string {
+	w.t.Helper()
+	ctx := context.Background()
+	value := bytes.Repeat([]byte{'f'}, 256<<10)
+	var keys []string
+	for w.memory().used < int64(until) {
+		k := fmt.Sprintf("fault:filler:%d", len(keys))
+		if err := w.rdb.Set(ctx, k, value, 0).Err(); err != nil {
+			w.t.Fatalf("writing filler key %s: %v", k, err)
+		}
+		keys = append(keys, k)
+	}
+	w.logf("%d filler keys of 256 KB written: used_memory %d", len(keys), w.memory().used)
+	return keys
 }
 
 // blockFrom is the first ID index of the block messages that fill Redis,

@@ -223,9 +223,14 @@ func sentinelMasterAddr(c *redis.Client) (string, error) {
 // (within the send's round trip), nothing is published before it, and
 // nothing later than the usual bound.
 func TestClockSkew(t *testing.T) {
+	// A daemon that used its own clock would be 5 min off; the bounds are a
+	// tenth of that, so that no load on the machine (a due time is the
+	// ingest's moment, up to a confirm's latency before the send is
+	// confirmed; the firing is as late as the CPUs let it be) passes for a
+	// leak, and no leak passes for load.
 	const (
-		skew    = 5 * time.Minute
-		maxLate = 2 * time.Second // the usual bound on this machine, with room for its noise
+		skew  = 5 * time.Minute
+		bound = skew / 10
 	)
 	w := newWorld(t, "clock-skew-5m", options{})
 	w.res.Fault = "three daemons share Redis and the ingest: one with the right clock, one 5 min ahead, one 5 min behind (faultinject build); a quarter of the messages POSTed to each skewed one"
@@ -271,18 +276,18 @@ func TestClockSkew(t *testing.T) {
 			k = 1
 		}
 		worst[k] = max(worst[k], d)
-		if d > 2*time.Second {
+		if d > bound {
 			off++
 		}
 	}
 	w.res.note("the skewed daemons measured their offset to Redis (-5m, +5m) and said so at start; named due time minus (send confirmed + delay): at most %v through the ingest, %v through POST on the skewed daemons",
 		dur(worst[0]), dur(worst[1]))
 	if off > 0 {
-		t.Errorf("%d messages got a due time more than 2 s away from their send time plus delay: a daemon's own clock leaked into it", off)
+		t.Errorf("%d messages got a due time more than %v away from their send time plus delay: a daemon's own clock leaked into it", off, bound)
 	}
 	r := w.finish(false)
-	if r.MaxLate > maxLate {
-		t.Errorf("a message was published %v after its due time, more than %v", r.MaxLate, maxLate)
+	if r.MaxLate > bound {
+		t.Errorf("a message was published %v after its due time, more than %v: a daemon's own clock leaked into when it fires", r.MaxLate, bound)
 	}
 }
 
