@@ -51,10 +51,10 @@ type PipelineParams struct {
 	// DeadLetter, when set, gets a copy of every rejected message.
 	DeadLetter *sinks.DeadLetter
 
-	// Capacity, when set, returns an error while Redis is full (limits.
-	// max_parked_messages, max_redis_memory): the pipeline then waits before
-	// parking, reading and acknowledging nothing, as during an outage.
-	// It is told how many messages are about to be parked.
+	// Capacity, when set (store.NewCapacity), returns an error while Redis
+	// is full (limits.max_parked_messages, max_redis_memory): the pipeline
+	// then waits before parking, reading and acknowledging nothing, as
+	// during an outage. It is told how many messages are about to be parked.
 	Capacity func(ctx context.Context, n int) error
 
 	// HandBackAfter is how long parking may fail because this process
