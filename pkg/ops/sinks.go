@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 )
@@ -106,7 +107,7 @@ func (s *Service) sinkViews(ctx context.Context, statuses []SinkStatus) ([]SinkV
 		}
 		if ss.Known {
 			ready := ss.Ready == nil && (!ss.Blocked || ss.Paused)
-			rate := ss.Rate
+			rate := math.Round(ss.Rate*100) / 100 // a rate of messages/s, not a float's last digits
 			v.Ready, v.Rate = &ready, &rate
 			if ss.Ready != nil {
 				v.Error = ss.Ready.Error()

@@ -301,6 +301,7 @@ DUE counts the sink's due messages held while it is paused or down.`,
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tSTATUS\tREADY\tPAUSED\tDUE\tRATE/S\tMAX RATE/S\tERROR")
+				unknown := false
 				for _, v := range views {
 					ready, rate := "?", "?"
 					if v.Ready != nil {
@@ -314,8 +315,15 @@ DUE counts the sink's due messages held while it is paused or down.`,
 						maxRate = strconv.FormatFloat(v.MaxRate, 'f', -1, 64)
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%s\n", show(v.Name), v.Status, ready, v.Paused, v.Due, rate, maxRate, show(v.Error))
+					unknown = unknown || v.Status == "unknown"
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if unknown {
+					fmt.Fprintln(a.stdout, "unknown, ?: read from Redis, which does not know whether a daemon reaches the sink or how fast it publishes; ask a running daemon with --admin URL")
+				}
+				return nil
 			})
 		},
 	}
@@ -338,7 +346,7 @@ DUE counts the sink's due messages held while it is paused or down.`,
 					if err != nil {
 						return failed(err)
 					}
-					fmt.Fprintf(a.stdout, "%s %s for every instance (%d due messages held)\n", done, show(v.Name), v.Due)
+					fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d)\n", done, show(v.Name), v.Due)
 					return nil
 				})
 			},
