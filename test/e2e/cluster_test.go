@@ -20,6 +20,7 @@ import (
 // 16 shards spread over the masters, every script stays in one slot, and a
 // master restarted mid-run (its slots unavailable meanwhile) loses nothing.
 func TestRedisClusterEndToEnd(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	cluster := testenv.RedisCluster(t, 3)
 	ns := testenv.NATS(t)
 	nc, err := nats.Connect(ns.URL)

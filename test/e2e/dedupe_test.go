@@ -36,6 +36,7 @@ var (
 //
 //	go test -count=1 -run TestDedupeWindowMemory -v ./test/e2e/ -args -dedupe-n 120000
 func TestDedupeWindowMemory(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	n := *flagDedupeN
 	const warm = 200
 	var delta [2]float64

@@ -69,6 +69,7 @@ func checkSealedWith(t *testing.T, rdb *redis.Client, keyID string, ids []string
 // fires the messages parked under k1; a message sealed with a key the daemon
 // does not have becomes dead with the reason.
 func TestEncryptionEndToEnd(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	k1 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
 	k2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
 	k2File := filepath.Join(t.TempDir(), "k2")

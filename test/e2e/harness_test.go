@@ -24,6 +24,12 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
+// Parallel tests. A test that starts servers of its own only (testenv.Redis,
+// NATS, Kafka: not the package's one RabbitMQ node), changes no process
+// state (os.Setenv) and asserts no timing bound that the other tests' load
+// could break calls t.Parallel(): they run together after the others, so
+// that the package takes less than the sum of its tests' waits.
+
 // daemon is a delaybridge process under test.
 type daemon struct {
 	t       *testing.T

@@ -31,6 +31,7 @@ const debianPython = "/usr/bin/python3"
 // (python3-confluent-kafka), read back by each. Before, a null value came
 // out empty, an empty key null and a null header value "".
 func TestKafkaNullsRoundTrip(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	kc := testenv.Kafka(t, testenv.WithTopic("nulls-in", 1), testenv.WithTopic("nulls-out", 1))
 	rs := testenv.Redis(t)
 	d := startDaemon(t, fmt.Sprintf(`

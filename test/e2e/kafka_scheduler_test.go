@@ -54,6 +54,7 @@ type triggered struct {
 // The replace step needs the store side of replace (Message.Replace honoured
 // by store.Park).
 func TestKafkaSchedulerDialect(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	kc := testenv.Kafka(t, testenv.WithTopic("schedules", 3), testenv.WithTopic("online-videos", 1))
 	rs := testenv.Redis(t)
 	d := startDaemon(t, fmt.Sprintf(`

@@ -35,6 +35,7 @@ import (
 // their lease), not by the commit interval. With it off, every re-read of a
 // delivered record is parked and delivered again.
 func TestKafkaIngestSurvivesKill9(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	var report []string
 	for _, window := range []string{"2m", "0"} {
 		t.Run("dedupe_window="+window, func(t *testing.T) {

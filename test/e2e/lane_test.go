@@ -27,6 +27,7 @@ import (
 // behind them fires. validate warns about a route that lets publishers
 // choose any destination.
 func TestDestinationsStayInTheirLane(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	ns, rs := testenv.NATS(t), testenv.Redis(t)
 	kc := testenv.Kafka(t, testenv.WithTopic("lane-sched", 1))
 	nc, err := nats.Connect(ns.URL)

@@ -151,6 +151,7 @@ sinks:
 // side is reported side by side (not asserted beyond sanity: the machine is
 // shared).
 func TestMigrateNATSSchedules(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	native, bridge := newScheduleSides(t)
 	sides := []*scheduleSide{native, bridge}
 
@@ -223,6 +224,7 @@ func TestMigrateNATSSchedules(t *testing.T) {
 // x-delay-cancel. A sentinel due after all of them proves what did not fire.
 // The replace step needs the store side of replace.
 func TestMigrateNATSSchedulesReplaceAndCancel(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	native, bridge := newScheduleSides(t)
 	base := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
 	for _, side := range []*scheduleSide{native, bridge} {

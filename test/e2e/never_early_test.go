@@ -27,6 +27,7 @@ import (
 //
 //	go test -count=20 -run TestNeverEarly ./test/e2e/
 func TestNeverEarly(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	const n = 500
 	e := newNATSEnv(t, "", "")
 	nc, err := nats.Connect(e.nats.URL)

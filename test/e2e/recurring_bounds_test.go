@@ -24,6 +24,7 @@ import (
 //     with the reason, and delaybridge_recurring_series shows the count;
 //   - route.recurring: false refuses recurring messages with the reason.
 func TestRecurringSchedulesHaveBounds(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	ns, rs := testenv.NATS(t), testenv.Redis(t)
 	nc, err := nats.Connect(ns.URL)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // after the last one nothing of it stays in Redis. Duplicates may only be the
 // occurrence in flight at a kill.
 func TestRecurringSurvivesKill9(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	const count = 12
 	// The route's missed policy is all for this test: every occurrence fires.
 	e := newNATSEnvMissed(t, ", lease: 1s, publish_timeout: 500ms", "all")
