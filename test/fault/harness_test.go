@@ -155,6 +155,13 @@ type world struct {
 
 func newWorld(t *testing.T, name string, o options) *world {
 	t.Helper()
+	// Each world has servers of its own but the test binary's one RabbitMQ
+	// node, which some scenarios stop: those run alone, the others side by
+	// side up to -test.parallel (make fault-ci; make fault runs one at a time,
+	// so that its table measures each scenario on its own).
+	if o.sink != "rabbitmq" && !o.rabbitIn {
+		t.Parallel()
+	}
 	if o.fsync == "" {
 		o.fsync = "always"
 	}
@@ -277,7 +284,7 @@ func (w *world) stopSink() {
 	case w.out != nil:
 		w.out.Shutdown()
 	case w.rabbit != nil:
-		w.rabbit.Stop(w.t)
+		w.rabbit.Terminate(w.t)
 	case w.sinkKafka != nil:
 		w.sinkKafka.Close()
 	}
