@@ -418,13 +418,13 @@ func TestDashboard(t *testing.T) {
 	poll(t, ctx, "dead-lane gone from the list", `!document.querySelector('#dead-rows tr[data-id="dead-lane"]')`)
 	phase("dead message retried to another destination")
 
-	// Delete asks for a second click.
-	deleteBtn := chromedp.CSS(`#dead-rows tr[data-id="dead-delete"] button.delete`)
-	run(t, "delete dead-delete", ctx,
-		chromedp.Click(deleteBtn),
-		chromedp.WaitVisible(chromedp.CSS(`#dead-rows tr[data-id="dead-delete"] button.delete.armed`)),
-		chromedp.Click(deleteBtn),
-	)
+	// Delete asks for a second click. The clicks find and click the
+	// button in one step: the list may be drawn again between a lookup of
+	// a node and a click on it (not while the button is armed).
+	deleteBtn := `#dead-rows tr[data-id="dead-delete"] button.delete`
+	clickNow(t, ctx, "delete dead-delete", deleteBtn)
+	poll(t, ctx, "delete armed", fmt.Sprintf(`!!document.querySelector('%s.armed')`, deleteBtn))
+	clickNow(t, ctx, "confirm delete dead-delete", deleteBtn)
 	poll(t, ctx, "deleted row gone", `!document.querySelector('#dead-rows tr[data-id="dead-delete"]')`)
 	if code, _ := e.do(http.MethodGet, "/v1/dead/dead-delete", nil); code != http.StatusNotFound {
 		t.Errorf("GET /v1/dead/dead-delete after delete: %d, want 404", code)
@@ -615,6 +615,13 @@ func run(t *testing.T, what string, ctx context.Context, steps ...chromedp.Actio
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// clickNow clicks the element that the CSS selector finds, looking it up
+// and clicking it in one script, as soon as there is one (30 s).
+func clickNow(t *testing.T, ctx context.Context, what, selector string) {
+	t.Helper()
+	poll(t, ctx, what, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()`, selector))
 }
 
 // poll waits until the JavaScript expression is truthy on the page (30 s

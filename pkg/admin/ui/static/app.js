@@ -67,6 +67,12 @@
     return b;
   }
 
+  // armedIn reports whether a button under the element of that id waits for
+  // its second click (armConfirm): a list re-rendered then would lose it.
+  function armedIn(id) {
+    return $(id).querySelector('button.armed') !== null;
+  }
+
   // armConfirm makes a button ask for a second click within 4 s before it
   // runs action (for destructive actions, without a modal dialog).
   function armConfirm(b, confirmLabel, action) {
@@ -805,6 +811,7 @@
     $('recurring-note').textContent = !cursor ? (found.length ? `${found.length} series` : '')
       : found.length >= RECURRING_LIMIT ? `the first ${RECURRING_LIMIT} to fire`
         : `${found.length} series among the first ${fmtInt(examined)} parked messages to fire; more may follow`;
+    if (armedIn('recurring-rows')) return; // an end of series waits for its second click
     $('recurring-rows').replaceChildren(...found.map((m) => {
       const r = m.recurrence || {};
       const next = el('td', 'when', fromNow(r.next_at || m.due_at));
@@ -905,7 +912,9 @@
     $('dead-empty').hidden = list.length > 0;
     $('dead-table').hidden = list.length === 0;
     const sig = JSON.stringify(list.map((d) => [d.id, d.reason, d.dead_at, d.attempts]));
-    if (sig !== deadSig) {
+    // A delete waiting for its second click keeps its row: a new list
+    // would drop the armed button under the user's pointer.
+    if (sig !== deadSig && !armedIn('dead-rows')) {
       deadSig = sig;
       $('dead-rows').replaceChildren(...list.map(deadRow));
     }
