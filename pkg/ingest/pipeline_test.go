@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,4 +394,46 @@ func TestCancelSeesEveryEarlierPark(t *testing.T) {
 	if st.Parked != 0 || st.Dead != 0 {
 		t.Fatalf("parked %d, dead %d: a cancel missed the park before it", st.Parked, st.Dead)
 	}
+}
+
+// timingOutStore is a Redis that does not answer: each park fails after
+// `after` with a timeout, as a client does against an address that drops
+// its packets. (A delay injected into a fake, not a wait.)
+type timingOutStore struct {
+	ingest.Store
+	after    time.Duration
+	attempts atomic.Int32
+}
+
+func (s *timingOutStore) Park(ctx context.Context, _ []*envelope.Message) ([]store.ParkResult, error) {
+	s.attempts.Add(1)
+	select {
+	case <-time.After(s.after):
+	case <-ctx.Done():
+	}
+	return nil, fmt.Errorf("store.park: read tcp: i/o timeout: %w", context.DeadlineExceeded)
+}
+
+// The cut is counted from the start of the first park that failed: when
+// each attempt fails only after a timeout longer than HandBackAfter, the
+// first failure hands the work back (b6c57c1; before, it took a second
+// failure, and a loaded instance held its batch for a whole cut).
+func TestHandBackAfterOneSlowFailure(t *testing.T) {
+	var (
+		rel *releasingSource
+		st  *timingOutStore
+	)
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		rel = newReleasingSource(e.src)
+		e.source = rel
+		e.handBackAfter = 200 * time.Millisecond
+		st = &timingOutStore{Store: e.store, after: 600 * time.Millisecond}
+		return st
+	})
+	e.src.send("m", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { r, _ := rel.counts(); return r == 1 }, "the source was not released")
+	if n := st.attempts.Load(); n != 1 {
+		t.Fatalf("released after %d park attempts; want after the first, which took longer than HandBackAfter", n)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { err, ok := e.src.result("m"); return ok && err != nil }, "m not returned to the broker")
 }
