@@ -234,6 +234,7 @@ func TestFireAheadStopAndKill(t *testing.T) {
 				e.d.proc.Kill()
 			}
 			e.d.start()
+			ready := time.Now()
 			e.waitFired(30*time.Second, ids...)
 			var late time.Duration
 			for _, id := range ids {
@@ -244,8 +245,16 @@ func TestFireAheadStopAndKill(t *testing.T) {
 				}
 				late = max(late, copies[0].at.Sub(due))
 			}
+			// Given back, they fire once the next daemon runs; left to the
+			// lease, not before due+2s (claimed from due-1s, lease 3s). A
+			// restart slower than due+1s cannot tell the two apart (the
+			// check above that nothing is held is the one that holds then).
 			if how == "stop" && late > 2*time.Second {
-				t.Errorf("after a stop the messages given back were up to %v late: as if left to the 3 s lease", late)
+				if ready.Before(due.Add(time.Second)) {
+					t.Errorf("after a stop the messages given back were up to %v late: as if left to the 3 s lease", late)
+				} else {
+					t.Logf("the restart was ready %v after the due instant: too slow to tell a give-back from the lease by lateness", ready.Sub(due))
+				}
 			}
 			t.Logf("%s: worst lateness %v (lease 3s)", how, late)
 		})
