@@ -214,7 +214,9 @@ func TestFireAheadStopAndKill(t *testing.T) {
 			// fire them before they were seen held, checked nothing: again.
 			for try := 1; ; try++ {
 				e = newNATSEnv(t, ", fire_ahead: 1s, lease: 3s, publish_timeout: 2s", "")
-				due = time.Now().Add(2500 * time.Millisecond).Truncate(time.Millisecond)
+				// 4 s ahead: parking 200 and the claim ahead from due-1s fit in
+				// it beside make test's other jobs (2.5 s did not, 3 of 3).
+				due = time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
 				ids = e.parkAt(fmt.Sprintf("%s-%d", how, try), n, due)
 				e.waitParked(n)
 				if testenv.Poll(time.Until(due), func() bool { return e.heldAhead() == n }) {
@@ -223,7 +225,7 @@ func TestFireAheadStopAndKill(t *testing.T) {
 				if try == 3 {
 					t.Fatalf("three times the daemon was not seen holding all %d messages claimed ahead before their due instant: nothing was checked", n)
 				}
-				t.Logf("try %d: the %d messages were not all seen claimed ahead before their due instant; again", try, n)
+				t.Logf("try %d: the %d messages were not all seen claimed ahead before their due instant (%d were); again", try, n, e.heldAhead())
 			}
 			if how == "stop" {
 				e.d.stop()
