@@ -28,6 +28,7 @@ type fakeClock struct {
 	now     time.Time
 	pending []*fakeTimer
 	timers  chan time.Duration
+	created int // timers made so far: a fakeTimer's seq is its rank
 }
 
 func newFakeClock() *fakeClock {
@@ -42,7 +43,8 @@ func (c *fakeClock) Now() time.Time {
 
 func (c *fakeClock) NewTimer(d time.Duration) Timer {
 	c.mu.Lock()
-	t := &fakeTimer{c: make(chan time.Time, 1), at: c.now.Add(d), clock: c}
+	c.created++
+	t := &fakeTimer{c: make(chan time.Time, 1), at: c.now.Add(d), clock: c, seq: c.created}
 	c.pending = append(c.pending, t)
 	c.mu.Unlock()
 	c.timers <- d
@@ -69,6 +71,27 @@ type fakeTimer struct {
 	c     chan time.Time
 	at    time.Time
 	clock *fakeClock
+	seq   int
+}
+
+// made is how many timers have been made so far.
+func (c *fakeClock) made() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.created
+}
+
+// waiting reports whether a timer made after the first `since` is pending
+// and ends within d of now, so that Advance(d) fires it.
+func (c *fakeClock) waiting(since int, d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.pending {
+		if t.seq > since && !t.at.After(c.now.Add(d)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }
@@ -105,6 +128,10 @@ type fakeStore struct {
 	postponed chan store.RetryAt
 	dead      chan store.Failure
 	claims    chan int // messages per claim
+	// settledAt is the fake clock's count of timers made (fakeClock.made)
+	// at the last Ack, Postpone or Retry: the shard's sleep after it is a
+	// timer made later.
+	settledAt int
 }
 
 func newFakeStore(c *fakeClock) *fakeStore {
@@ -172,6 +199,7 @@ func (f *fakeStore) Ack(_ context.Context, _ *store.Lease, ds []store.Done) (int
 			f.scores[d.ID] = d.Next.DueAt
 			f.msgs[d.ID] = d.Next
 		}
+		f.settledAt = f.clock.made()
 		f.acked <- d.ID
 	}
 	return len(ds), nil
@@ -221,6 +249,7 @@ func (f *fakeStore) Postpone(_ context.Context, _ *store.Lease, rs []store.Retry
 	for _, r := range rs {
 		f.scores[r.ID] = r.At
 		f.attempt[r.ID]-- // not counted: the next claim is the same attempt
+		f.settledAt = f.clock.made()
 		f.postponed <- r
 	}
 	return len(rs), nil
@@ -268,6 +297,7 @@ func (f *fakeStore) Retry(_ context.Context, _ *store.Lease, rs []store.RetryAt)
 	defer f.mu.Unlock()
 	for _, r := range rs {
 		f.scores[r.ID] = r.At
+		f.settledAt = f.clock.made()
 		f.retried <- r
 	}
 	return len(rs), nil
@@ -756,13 +786,25 @@ func TestStallingDestination(t *testing.T) {
 	}
 }
 
-// sleepsUntil waits until the shard goes to sleep for at most d (the time
-// of a retry), so that advancing the clock by d wakes it.
+// sleepsUntil waits until the shard, after the store's last settle call,
+// goes to sleep for at most d (the time of a retry), so that advancing the
+// clock by d wakes it. A sleep from before that call does not count: the
+// shard may have left it already and not yet begun the next, which an
+// Advance made meanwhile would not wake (it failed so beside make test's
+// other jobs).
 func sleepsUntil(t *testing.T, h *harness, d time.Duration) {
 	t.Helper()
-	for {
-		if got := recv(t, h.clock.timers, "the shard's sleep"); got <= d {
-			return
+	h.store.mu.Lock()
+	since := h.store.settledAt
+	h.store.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.clock.waiting(since, d) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shard did not go to sleep for at most %v within 5s", d)
+		}
+		select {
+		case <-h.clock.timers: // read, so that NewTimer never blocks on a full channel
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
