@@ -49,10 +49,9 @@ func TestRedisMaxmemoryNoeviction(t *testing.T) {
 	mm := maxmemoryMB()
 	w := newWorld(t, "redis-maxmemory-noeviction", options{redisArgs: []string{"--maxmemory", fmt.Sprintf("%dmb", mm), "--maxmemory-policy", "noeviction"}})
 	// From the start of the fill to the block's due time. The daemon's parks
-	// fill the last megabyte (below) in a fraction of a second on a quiet
-	// machine and within 2 s beside make test and a busy core, so Redis is
-	// full for the 1.5 s asserted below with seconds to spare; the full
-	// -scale keeps its longer full period.
+	// fill the last megabyte (below) in 0.2 s on a quiet machine and 0.4 s
+	// with both cores busy, so Redis is full for the 1.5 s asserted below
+	// with seconds to spare; the full -scale keeps its longer full period.
 	blockDue := 7 * time.Second
 	if *flagScale >= 1 {
 		blockDue = 18 * time.Second
