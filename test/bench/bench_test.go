@@ -46,6 +46,7 @@ var (
 	flagMemBody = flag.String("mem-bodies", "100,1024", "body sizes (bytes) of the Redis memory figure")
 	flagPprof   = flag.String("pprof", "", "directory: save a 5 s CPU profile of the daemon (admin.pprof) during each maximum-rate NATS run (cpu-<load>.pprof)")
 	flagBin     = flag.String("bin", "", "run this daemon binary instead of building one from the checkout (to compare builds scenario by scenario)")
+	flagNATSCfg = flag.String("nats-config", "", "YAML added to the daemon's config in the NATS runs that set none of their own (nats, parked), e.g. 'scheduler: {fire_ahead: 0s}': to compare a setting run by run")
 	flagPerf    = flag.String("perf", "", "directory: record the daemon and redis-server with `perf record -g` during each maximum-rate run (perf-<load>.data)")
 	flagCPUBase = flag.Float64("cpu-baseline-us", 0, "daemon + Redis CPU-µs per delivered message of the maximum-rate NATS run measured with another build (e.g. today's, run with -bin): the CPU target compares with it; 0: reported, not compared")
 )
@@ -83,7 +84,7 @@ func TestBench(t *testing.T) {
 			"parked10m": *flagBigN, "parked10m_window": flagBigWindow.String(), "parked10m_1k": *flagBigKB, "parked10m_burst": *flagBigBurst, "parked10m_repeat": *flagBigRepeat,
 			"features_repeat": *flagFeatRepeat, "features_baseline_bin": *flagFeatBin,
 			"million": *flagMillion, "million_lead": flagMillionLead.String(), "million_max_rate": *flagMillionRate, "million_rated_n": *flagMillionRatedN,
-			"million_stats_every": flagMillionPoll.String(), "million_pairings": *flagMillionPairs, "cpu_baseline_us": *flagCPUBase,
+			"million_stats_every": flagMillionPoll.String(), "million_pairings": *flagMillionPairs, "cpu_baseline_us": *flagCPUBase, "nats_config": *flagNATSCfg,
 			"scale_rate": *flagScaleRate, "scale_n": *flagScaleN, "scale_setups": *flagScaleSetups, "scale_loads": *flagScaleLoads, "scale_repeat": *flagScaleRepeats,
 		},
 	}

@@ -58,6 +58,9 @@ func dueAtHeader(h nats.Header) (time.Time, bool) {
 func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 	s := &Scenario{Pairing: "NATS -> NATS", System: "delaybridge", Group: l.group, Load: l.name(), Kind: l.kind,
 		Messages: l.n, TargetRate: l.rate, Delay: l.delay.String(), BodyBytes: *flagBody, ParkedBefore: max(l.preParked, l.kept)}
+	if l.cfg == "" && *flagNATSCfg != "" {
+		s.System += " (" + strings.TrimSpace(*flagNATSCfg) + ")"
+	}
 	if l.variant != "" {
 		s.System += " (" + l.variant + ")"
 	}
@@ -102,7 +105,11 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 	if bin == "" {
 		bin = e.bin
 	}
-	d, out := e.startDaemonBin(t, bin, fmt.Sprintf(natsDaemonConfig, e.redis.Addr, e.nats.URL, e.nats.URL)+l.cfg)
+	cfg := l.cfg
+	if cfg == "" {
+		cfg = *flagNATSCfg
+	}
+	d, out := e.startDaemonBin(t, bin, fmt.Sprintf(natsDaemonConfig, e.redis.Addr, e.nats.URL, e.nats.URL)+cfg)
 	if d == nil {
 		s.Status = "failed"
 		s.note("daemon exited at start: %s", lastBytes(out, 500))
