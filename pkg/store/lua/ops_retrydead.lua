@@ -18,7 +18,7 @@ returns   1 if it was dead and is scheduled now; 0 if it was not dead
 
 local id = ARGV[2]
 if not redis.call('ZSCORE', K.dead, id) then return 0 end
-if overseries(tonumber(ARGV[1]), id, blobinfo(ARGV[3])) then return R.OVERSERIES end
+if overseries(tonumber(ARGV[1]), id, recurs(ARGV[3])) then return R.OVERSERIES end
 redis.call('ZREM', K.dead, id)
 redis.call('HDEL', K.meta, id)
 groupdel(blobinfo(redis.call('HGET', K.pool, id)).group, id)

@@ -35,12 +35,12 @@ for i = 2, #ARGV, 8 do
   local r = R.KNOWN
   if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
     r = R.DUPLICATE
-  elseif redis.call('HEXISTS', K.pool, id) == 0 and overseries(quota, id, blobinfo(blob)) then
+  elseif quota > 0 and recurs(blob) and redis.call('HEXISTS', K.pool, id) == 0 and overseries(quota, id, true) then
     r = R.OVERSERIES
   elseif redis.call('HSETNX', K.pool, id, blob) == 1 then
     redis.call('ZADD', zkey(prio), due, id)
     groupadd(group, id)
-    if blobinfo(blob).recur then redis.call('SADD', K.series, id) end
+    if recurs(blob) then redis.call('SADD', K.series, id) end
     r = R.PARKED
   elseif ARGV[i + 4] == '1' then
     local old = blobinfo(redis.call('HGET', K.pool, id))

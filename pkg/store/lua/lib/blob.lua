@@ -69,6 +69,14 @@ local function parseblob(s)
   return r
 end
 
+-- recurs reports whether a stored message recurs, from its version and
+-- ext byte alone: what every park asks of every message, without the
+-- table parseblob builds (it was a tenth of Redis's work per message).
+local function recurs(s)
+  local ver, ext = string.byte(s, 1), string.byte(s, 3)
+  return (ver == B.V2 or ver == B.V3) and ext ~= nil and bit(ext, B.EXT_RECUR)
+end
+
 -- blobinfo is parseblob that never fails: an unreadable blob (or none) has
 -- no sink and no group (it is never held, and in no group).
 local function blobinfo(s)

@@ -25,10 +25,10 @@ local function seriesgone(ids)
   end
 end
 -- overseries states limits.max_series, for every script that can make a
--- live series (park, the retry of a dead message): a message (its
--- blobinfo) that would make id a series of the shard, which it is not yet,
--- is refused when the shard holds quota series already (0: no bound).
-local function overseries(quota, id, info)
-  return quota > 0 and info.recur and redis.call('SISMEMBER', K.series, id) == 0
+-- live series (park, the retry of a dead message): a message that recurs
+-- (recur) and would make id a series of the shard, which it is not yet, is
+-- refused when the shard holds quota series already (0: no bound).
+local function overseries(quota, id, recur)
+  return quota > 0 and recur and redis.call('SISMEMBER', K.series, id) == 0
     and redis.call('SCARD', K.series) >= quota
 end
