@@ -281,6 +281,29 @@ func TestKafkaProduceGroupConsumeRestart(t *testing.T) {
 	}
 }
 
+// AddUser creates a user that can log in, and a second call with another
+// password changes it (its one rabbitmqctl eval takes either path).
+func TestRabbitMQAddUserTwice(t *testing.T) {
+	rb := testenv.RabbitMQ(t)
+	user := fmt.Sprintf("testenv-%d", time.Now().UnixNano())
+	url := func(pw string) string { return fmt.Sprintf("amqp://%s:%s@127.0.0.1:%d/", user, pw, rb.Port) }
+	rb.AddUser(t, user, "first 'pw\"") // quotes reach the node as bytes
+	conn, err := amqp.Dial(url("first%20%27pw%22"))
+	if err != nil {
+		t.Fatalf("log in as the new user: %v", err)
+	}
+	conn.Close()
+	rb.AddUser(t, user, "second")
+	if conn, err = amqp.Dial(url("second")); err != nil {
+		t.Fatalf("log in with the changed password: %v", err)
+	}
+	conn.Close()
+	if conn, err := amqp.Dial(url("first%20%27pw%22")); err == nil {
+		conn.Close()
+		t.Fatal("the old password still logs in after the second AddUser")
+	}
+}
+
 func TestRabbitMQDurableQueueSurvivesRestart(t *testing.T) {
 	start := time.Now()
 	rb := testenv.RabbitMQ(t)

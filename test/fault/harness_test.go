@@ -276,7 +276,7 @@ func newWorld(t *testing.T, name string, o options) *world {
 const sentinelMaster = "faultmaster"
 
 // stopSink stops the sink's broker: the NATS server shut down, the RabbitMQ
-// node stopped (rabbitmqctl stop), the kfake cluster closed (its state
+// node stopped (SIGTERM, as a service manager does), the kfake cluster closed (its state
 // saved). Clients see their connections closed and cannot connect.
 func (w *world) stopSink() {
 	w.t.Helper()
@@ -284,7 +284,7 @@ func (w *world) stopSink() {
 	case w.out != nil:
 		w.out.Shutdown()
 	case w.rabbit != nil:
-		w.rabbit.Terminate(w.t)
+		w.rabbit.Stop(w.t)
 	case w.sinkKafka != nil:
 		w.sinkKafka.Close()
 	}
