@@ -18,6 +18,12 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
+// The tests of the *_auth_test.go files run in parallel (t.Parallel): each
+// has users, queues and proxies of its own, and Go runs them after the
+// sequential tests, among which those that restart the shared node. Most of
+// their time is waiting: RabbitMQ answers a failed login after 3 s, and each
+// rabbitmqctl call boots a VM.
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -75,6 +81,7 @@ func tlsURL(node *testenv.RabbitNode, userinfo string) string {
 // connects; a wrong CA, a wrong server name, the system roots, TLS to the
 // plain port and plain AMQP to the TLS port fail saying what to check.
 func TestDialTLS(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	ca := config.TLS{Enabled: true, CAFile: node.Certs.CAFile}
 
@@ -136,6 +143,7 @@ func TestDialTLS(t *testing.T) {
 // password fails with an error that says what to check and never contains
 // the password.
 func TestDialCredentials(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	user, password := "db-"+randHex(4), "pw-"+randHex(12)
 	node.AddUser(t, user, password)
@@ -190,6 +198,7 @@ func TestDialCredentials(t *testing.T) {
 // the URL says; without a client certificate, or with one from a CA the
 // broker does not trust, it fails saying what to check.
 func TestDialExternal(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	cn := node.ExternalUser(t)
 	withCert := config.TLS{Enabled: true, CAFile: node.Certs.CAFile, CertFile: node.Certs.ClientCert, KeyFile: node.Certs.ClientKey}
@@ -240,6 +249,7 @@ func TestDialExternal(t *testing.T) {
 
 // A refused connection says where and what to check.
 func TestDialRefused(t *testing.T) {
+	t.Parallel()
 	port := testenv.FreePort(t) // reserved, nothing listens
 	_, err := dial(t, fmt.Sprintf("amqps://u:secret-pw@127.0.0.1:%d/", port), Auth{})
 	mustFail(t, err, []string{"secret-pw"}, "connection refused", fmt.Sprintf("nothing accepts connections at 127.0.0.1:%d", port))
@@ -248,6 +258,7 @@ func TestDialRefused(t *testing.T) {
 // DialConfig never puts a password into an error, even for a URL that does
 // not parse.
 func TestDialConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, u := range []string{"amqp://u:p%zzsecret@h/", "http://u:secret@h/", "amqp://u:sec ret@h/"} {
 		_, _, err := DialConfig(u, Auth{})
 		if err == nil || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "sec ret") {

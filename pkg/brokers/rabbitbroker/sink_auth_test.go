@@ -50,6 +50,7 @@ func publishes(t *testing.T, node *testenv.RabbitNode, url string, auth rabbitbr
 // The sink over amqps: the right CA works; a wrong CA fails at New, saying
 // to check tls.ca_file.
 func TestSinkAuthTLS(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	ca := config.TLS{Enabled: true, CAFile: node.Certs.CAFile}
 	t.Run("right CA", func(t *testing.T) {
@@ -71,6 +72,7 @@ func TestSinkAuthTLS(t *testing.T) {
 // Username and password override the URL's; a wrong password fails at New
 // with an error without it that says what to check.
 func TestSinkAuthCredentials(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	user, password := "sink-"+randHex(4), "pw-"+randHex(12)
 	node.AddUser(t, user, password)
@@ -98,6 +100,7 @@ func TestSinkAuthCredentials(t *testing.T) {
 // credentials); without a client certificate the broker refuses, and the
 // error says to check it.
 func TestSinkAuthExternal(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	node.ExternalUser(t)
 	url := fmt.Sprintf("amqps://guest:url-pw@127.0.0.1:%d/", node.TLSPort)
@@ -119,6 +122,7 @@ func TestSinkAuthExternal(t *testing.T) {
 // so and why; the sink recovers when the broker is back. A proxy in front of
 // the TLS listener plays the broker going away.
 func TestSinkAuthReadyRefused(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	node.ExternalUser(t)
 	p := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", node.TLSPort))

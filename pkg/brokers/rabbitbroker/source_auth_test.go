@@ -88,6 +88,7 @@ func wantErr(t *testing.T, err error, secrets []string, want ...string) {
 // The ingest and Send over amqps: the right CA works; a wrong CA fails at
 // New and in Send, saying to check tls.ca_file.
 func TestSourceAuthTLS(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	ca := config.TLS{Enabled: true, CAFile: node.Certs.CAFile}
 	t.Run("right CA", func(t *testing.T) {
@@ -110,6 +111,7 @@ func TestSourceAuthTLS(t *testing.T) {
 // Username and password override the URL's for the ingest and Send; a wrong
 // password fails with an error without it that says what to check.
 func TestSourceAuthCredentials(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	user, password := "ingest-"+randHex(4), "pw-"+randHex(12)
 	node.AddUser(t, user, password)
@@ -146,6 +148,7 @@ func TestSourceAuthCredentials(t *testing.T) {
 // (whatever the URL's credentials); without a client certificate the broker
 // refuses, and the error says to check it.
 func TestSourceAuthExternal(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	node.ExternalUser(t)
 	url := fmt.Sprintf("amqps://guest:url-pw@127.0.0.1:%d/", node.TLSPort)
@@ -173,6 +176,7 @@ func TestSourceAuthExternal(t *testing.T) {
 // it recovers when the broker is back. A proxy in front of the TLS listener
 // plays the broker going away.
 func TestSourceAuthReadyRefused(t *testing.T) {
+	t.Parallel()
 	node := testenv.RabbitMQ(t)
 	user, password := "ready-"+randHex(4), "pw-"+randHex(12)
 	node.AddUser(t, user, password)
