@@ -671,6 +671,11 @@ func decodeRoutingFrom(id string, b []byte, src string) (*Message, byte, byte, *
 	if ext&extOrigin != 0 {
 		m.Origin.Log = d.string()
 		m.Origin.Pos = d.uvarint()
+		if m.Origin.Log == "" && d.err == nil {
+			// Encode writes an origin only with its log: a position
+			// without one would be lost by the next write.
+			d.err = errors.New("an origin position without its log")
+		}
 	}
 	if ext&extPrint != 0 {
 		m.Origin.Print = d.uint64()

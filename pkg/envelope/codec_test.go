@@ -265,6 +265,16 @@ func TestDecodeIDIsTheKey(t *testing.T) {
 
 func TestDecodeCorrupt(t *testing.T) {
 	valid := Encode(nil, fullMessage())
+	// An origin with its log emptied and its position kept (the fuzzer's
+	// FuzzDecode/011c9a53fd6c43fe was one, sealed).
+	withOrigin := fullMessage()
+	withOrigin.Origin = Origin{Log: "Q", Pos: 48}
+	noLog := Encode(nil, withOrigin)
+	at := bytes.Index(noLog, []byte{1, 'Q', 48})
+	if at < 0 {
+		t.Fatal("the origin's log and position are not in the encoding")
+	}
+	noLog = append(append(append([]byte(nil), noLog[:at]...), 0, 48), noLog[at+3:]...)
 	cases := []struct {
 		name string
 		b    []byte
@@ -288,6 +298,7 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"max header count", append([]byte{1, 0, 0, 0, 0, 0, 0, 0}, binary.AppendUvarint(nil, 1<<64-1)...), "header count"},
 		{"header count past the end", []byte{1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0}, ""},
 		{"key flag without key", []byte{1, 1, 0, 0, 0, 0, 0, 0}, ""},
+		{"origin position without its log", noLog, "origin position without its log"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
