@@ -176,9 +176,13 @@ func explain(err error, rawURL string, a Auth) error {
 		hint = fmt.Sprintf("%s does not answer in AMQP 0-9-1: check the url's port and whether it expects TLS (amqps:// with tls)", where)
 	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
 		hint = fmt.Sprintf("no answer from %s in time: check the url's host and port, firewalls, and whether the port expects TLS (amqps://)", where)
-	case (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, amqp.ErrClosed)) && secure:
+	case (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, amqp.ErrClosed) || errors.Is(err, net.ErrClosed)) && secure:
 		// With TLS 1.3 a broker that rejects the client certificate may
-		// close the connection before its alert is read.
+		// close the connection before its alert is read; or amqp091-go's
+		// reader reads the alert and closes the connection while the
+		// protocol header is being written, and the write's "use of
+		// closed network connection" is what Dial returns.
 		hint = fmt.Sprintf("%s closed the connection during the handshake: check tls.cert_file and tls.key_file (a client certificate signed by a CA the broker trusts; the broker may require one), and that the port is the broker's TLS port", where)
 	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, amqp.ErrClosed):
 		hint = fmt.Sprintf("%s closed the connection during the handshake: check that it is an AMQP port and whether it expects TLS (amqps:// with tls)", where)

@@ -3,6 +3,10 @@ package rabbitbroker
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -27,5 +31,25 @@ func TestState(t *testing.T) {
 	s.Down(nil)
 	if s.Err() == nil {
 		t.Error("Down(nil): ready")
+	}
+}
+
+// A broker that rejects the client certificate after a TLS 1.3 handshake
+// closes the connection, and which error Dial returns depends on who reads
+// or writes first: each gets the hint about the client certificate.
+// (TestDialExternal sees whichever one the machine's timing gives.)
+func TestExplainTLSClosedAfterHandshake(t *testing.T) {
+	const url = "amqps://127.0.0.1:5671/"
+	for _, cause := range []error{
+		io.EOF,
+		&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET},
+		&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE},
+		amqp.ErrClosed,
+		&net.OpError{Op: "write", Net: "tcp", Err: net.ErrClosed}, // "use of closed network connection"
+	} {
+		got := explain(cause, url, Auth{External: true}).Error()
+		if !strings.Contains(got, "check tls.cert_file and tls.key_file") || !errors.Is(explain(cause, url, Auth{}), cause) {
+			t.Errorf("%v: %s", cause, got)
+		}
 	}
 }
