@@ -452,8 +452,9 @@ func (r *RabbitNode) ExternalUser(t testing.TB) string {
 }
 
 // addUser is an Erlang expression that creates user N with password P, acting
-// user A, and is ok, or exists when the user exists (RabbitMQ 3.10 throws
-// {error, {user_already_exists, N}}).
+// user A, and is ok, or exists when the user exists: RabbitMQ 3.10 raises that
+// rather than returning it (seen: a bare case on the result failed); the
+// clauses take each form it could have.
 const addUser = "try rabbit_auth_backend_internal:add_user(N, P, A) of\n" +
 	"  ok -> ok;\n" +
 	"  {error, {user_already_exists, _}} -> exists\n" +

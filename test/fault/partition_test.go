@@ -194,9 +194,11 @@ func testPartition(t *testing.T, kind string) {
 
 	// Lateness from the send: the sink's time minus the due time the
 	// publisher asked for (its confirm + x-delay, or the burst's
-	// x-deliver-at, or the confirm when that is later). Not the due time the daemon named: a RabbitMQ message
-	// (no broker timestamp) is named a due time when it is read, so one handed
-	// back and read again by the other instance would be named a later one.
+	// x-deliver-at, or the confirm when that is later), or minus the due
+	// time the daemon named, whichever is worse; not the named one alone: a
+	// RabbitMQ message (no broker timestamp) is named a due time when it is
+	// read, so one handed back and read again by the other instance would be
+	// named a later one.
 	sentMap, order, _ := w.pub.snapshot()
 	copies := w.col.snapshot()
 	burstIDs := map[string]bool{}
