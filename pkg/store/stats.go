@@ -75,11 +75,17 @@ var statsScript = loadScript("stats")
 // shard in one pipeline. The pipeline is not a transaction: under load the
 // counts of different shards are read a few microseconds apart.
 func (s *Store) Stats(ctx context.Context) (*Stats, error) {
-	now, err := s.rdb.Time(ctx).Result()
+	// The clock and the bands in one round trip: under a drain each round
+	// trip waits behind the claims' scripts.
+	pipe := s.rdb.Pipeline()
+	timeCmd := pipe.Time(ctx)
+	bandsCmd := pipe.HGet(ctx, s.keys.Sinks(), "bands")
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	now, err := timeCmd.Result()
 	if err != nil {
 		return nil, fmt.Errorf("store.stats: %w", err)
 	}
-	bands, err := s.rdb.HGet(ctx, s.keys.Sinks(), "bands").Int()
+	bands, err := bandsCmd.Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store.stats: %w", err)
 	}

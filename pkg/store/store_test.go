@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -298,38 +300,43 @@ func TestDeadRetentionCap(t *testing.T) {
 	}
 }
 
+// TestStats counts on one Redis and on a Cluster, where the clock (TIME,
+// keyless) and the bands (the sinks hash) come from a pipeline over
+// several nodes.
 func TestStats(t *testing.T) {
-	ctx := context.Background()
-	s := newStore(t, 4)
-	now := time.Now()
-	var msgs []*envelope.Message
-	for i := 0; i < 10; i++ {
-		due := now.Add(time.Hour)
-		if i < 3 {
-			due = now.Add(-time.Minute)
+	onSingleAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := store.New(rdb, store.Options{Prefix: "t", Shards: 4, MaxDead: 1000})
+		now := time.Now()
+		var msgs []*envelope.Message
+		for i := 0; i < 10; i++ {
+			due := now.Add(time.Hour)
+			if i < 3 {
+				due = now.Add(-time.Minute)
+			}
+			msgs = append(msgs, msg(fmt.Sprintf("s%d", i), due))
 		}
-		msgs = append(msgs, msg(fmt.Sprintf("s%d", i), due))
-	}
-	if _, err := s.Park(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Parked != 10 || st.Due != 3 || st.Dead != 0 || len(st.Shards) != 4 {
-		t.Fatalf("stats = %+v", st)
-	}
-	var sum int64
-	for _, sh := range st.Shards {
-		sum += sh.Parked
-	}
-	if sum != 10 {
-		t.Fatalf("per-shard parked sums to %d", sum)
-	}
-	if st.OldestDue.IsZero() || st.OldestDue.After(now) {
-		t.Fatalf("oldest due %v", st.OldestDue)
-	}
+		if _, err := s.Park(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Parked != 10 || st.Due != 3 || st.Dead != 0 || len(st.Shards) != 4 {
+			t.Fatalf("stats = %+v", st)
+		}
+		var sum int64
+		for _, sh := range st.Shards {
+			sum += sh.Parked
+		}
+		if sum != 10 {
+			t.Fatalf("per-shard parked sums to %d", sum)
+		}
+		if st.OldestDue.IsZero() || st.OldestDue.After(now) {
+			t.Fatalf("oldest due %v", st.OldestDue)
+		}
+	})
 }
 
 // TestStatsDueIn checks the due-time buckets: each parked message counts in
