@@ -147,9 +147,9 @@ type Scheduler struct {
 	DedupeWindow *Duration `yaml:"dedupe_window"`
 	// FireAhead is how far ahead of their due time messages are claimed
 	// (found, read and decoded), to be published at the due instant after
-	// a commit that lets whatever came first (a cancel, replace,
-	// reschedule or pause) win. Unset: 100ms; 0 claims only what is due;
-	// less than half the lease.
+	// a commit just before it that lets whatever came first (a cancel,
+	// replace, reschedule or pause) win. Unset: 100ms; 0 claims only what
+	// is due; less than half the lease.
 	FireAhead *Duration `yaml:"fire_ahead"`
 }
 

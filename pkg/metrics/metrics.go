@@ -85,7 +85,7 @@ func New() *Metrics {
 		SchedulerWakeups: f.counterVec("delaybridge_scheduler_wakeups_total",
 			"Shard scheduler wake-ups, by cause: timer, notify (a sooner message was parked), batch (a full claim).", "cause"),
 		Ahead: f.counterVec("delaybridge_fire_ahead_total",
-			"Messages claimed ahead of their due time (scheduler.fire_ahead), by what the commit at the due instant did: committed (published), revoked (cancelled, replaced or rescheduled first), given_back (their sink blocked, or a stop).", "result"),
+			"Messages claimed ahead of their due time (scheduler.fire_ahead), by what the commit just before the due instant did: committed (published), revoked (cancelled, replaced or rescheduled first), given_back (their sink blocked, or a stop).", "result"),
 		SinkPaused: f.gaugeVec("delaybridge_sink_paused",
 			"1 while the sink is paused (POST /v1/sinks/{name}/pause), for every instance.", "sink"),
 		Held: f.counterVec("delaybridge_sink_held_total",

@@ -59,12 +59,7 @@ func (h *aheadQueue) insert(c *store.Lease, ms []store.Claimed) {
 	for _, m := range ms {
 		h.q = append(h.q, heldMsg{lease: c, m: m})
 	}
-	slices.SortStableFunc(h.q, func(a, b heldMsg) int {
-		if c := a.m.At.Compare(b.m.At); c != 0 {
-			return c
-		}
-		return priorityOf(b.m) - priorityOf(a.m)
-	})
+	byInstant(h.q)
 }
 
 func priorityOf(m store.Claimed) int {
@@ -90,17 +85,26 @@ func (h *aheadQueue) take(redisNow time.Time) map[*store.Lease][]store.Claimed {
 	return out
 }
 
-// commitDue commits the held messages due now (on Redis's clock as the
-// shard estimates it: offset) and fires those the commit put in flight,
-// handing their acks to keep. A message whose sink the gate blocks now is
-// given back instead (the next claim holds it for its sink), and one Redis
-// says is not due yet goes back in the queue. It returns the earliest time
-// (our clock) a message was parked again for, and updates the offset from
-// the commit's Redis time. On error what it took is back in the queue.
-func (s *Scheduler) commitDue(ctx context.Context, h *aheadQueue, offset *time.Duration, tr *Trace,
-	keep func(ds []store.Done, c *store.Lease, at time.Time)) (retryAt time.Time, err error) {
+// commitDue commits the held messages due within store.CommitLead (on
+// Redis's clock as the shard estimates it: offset) and publishes those the
+// commit put in flight, each at its due instant, handing their acks to
+// keep. A message whose sink the gate blocks now is given back instead (the
+// next claim holds it for its sink), and one Redis says is not due yet goes
+// back in the queue. It returns the earliest time (our clock) a message was
+// parked again for, whether a Notify came while it waited for an instant,
+// and updates the offset from the commit's Redis time. On error what it
+// took is back in the queue.
+//
+// Never early: a message is published when floor says its instant has
+// come on Redis's clock, not by the offset, an estimate that may be off by
+// half a round trip either way.
+func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue, offset *time.Duration, floor *redisFloor, tr *Trace,
+	keep func(ds []store.Done, c *store.Lease, at time.Time)) (retryAt time.Time, notified bool, err error) {
 	woke := s.p.Clock.Now()
-	for c, ms := range h.take(woke.Add(*offset)) {
+	var committed []heldMsg // in flight now, each published at its instant
+	var answered time.Time
+	nowOf := map[*store.Lease]time.Time{} // Redis's time in each lease's commit
+	for c, ms := range h.take(woke.Add(*offset + store.CommitLead)) {
 		if err != nil {
 			h.insert(c, ms) // after a failed commit: the next try
 			continue
@@ -118,20 +122,19 @@ func (s *Scheduler) commitDue(ctx context.Context, h *aheadQueue, offset *time.D
 		var redisNow time.Time
 		var res []store.Committed
 		redisNow, res, err = s.p.Store.Commit(ctx, c, commit, back)
-		answered := s.p.Clock.Now()
+		answered = s.p.Clock.Now()
 		if err != nil {
 			h.insert(c, ms) // a commit is idempotent: tried again
 			continue
 		}
-		*offset = store.Offset(sent, redisNow, answered)
+		*offset, nowOf[c] = store.Offset(sent, redisNow, answered), redisNow
+		floor.observe(redisNow, sent, answered)
 		s.p.Metrics.Ahead.WithLabelValues("given_back").Add(float64(len(back)))
-		fire := *c
-		fire.Now, fire.Messages = redisNow, nil
 		var notYet []store.Claimed
 		for i, r := range res {
 			switch r {
 			case store.InFlight:
-				fire.Messages = append(fire.Messages, commit[i])
+				committed = append(committed, heldMsg{lease: c, m: commit[i]})
 			case store.NotYet:
 				notYet = append(notYet, commit[i])
 			default:
@@ -139,18 +142,89 @@ func (s *Scheduler) commitDue(ctx context.Context, h *aheadQueue, offset *time.D
 			}
 		}
 		h.insert(c, notYet)
-		if len(fire.Messages) == 0 {
-			continue
-		}
-		s.p.Metrics.Ahead.WithLabelValues("committed").Add(float64(len(fire.Messages)))
 		tr.ClaimSent, tr.ClaimAnswered, tr.RedisNow, tr.Offset, tr.Committed = sent, answered, redisNow, *offset, true
-		ds, again := s.fire(ctx, &fire, answered, *offset, tr)
-		keep(ds, &fire, answered)
-		if !again.IsZero() && (retryAt.IsZero() || again.Before(retryAt)) {
-			retryAt = again
+	}
+	s.p.Metrics.Ahead.WithLabelValues("committed").Add(float64(len(committed)))
+	byInstant(committed)
+	for i := 0; i < len(committed); {
+		at := committed[i].m.At
+		if s.sleepUntil(ctx, st, floor.local(at)) {
+			notified = true
+		}
+		if s.p.Clock.Now().Before(floor.local(at)) {
+			// Stopped past the drain budget before the instant: in flight,
+			// the lease brings them back.
+			break
+		}
+		leases := map[*store.Lease]*store.Lease{}
+		var order []*store.Lease
+		for ; i < len(committed) && committed[i].m.At.Equal(at); i++ {
+			hm := committed[i]
+			fire := leases[hm.lease]
+			if fire == nil {
+				fire = new(store.Lease)
+				*fire = *hm.lease
+				fire.Now, fire.Messages = latest(nowOf[hm.lease], at), nil
+				leases[hm.lease] = fire
+				order = append(order, fire)
+			}
+			fire.Messages = append(fire.Messages, hm.m)
+		}
+		for _, fire := range order {
+			ds, again := s.fire(ctx, fire, answered, *offset, tr)
+			keep(ds, fire, answered)
+			if !again.IsZero() && (retryAt.IsZero() || again.Before(retryAt)) {
+				retryAt = again
+			}
 		}
 	}
-	return retryAt, err
+	return retryAt, notified, err
+}
+
+// redisFloor is the latest time Redis's clock is known to have reached, as
+// an instant of ours: Redis read its clock as r in a reply that came at a
+// (our clock, monotonic), so its clock reads at least r + (t - a) at our
+// t, less what the two clocks may drift apart meanwhile. Of the replies
+// seen, it keeps the one that says most; one that contradicts it (Redis
+// read a time earlier than the floor for when the command was sent: its
+// clock was set back, or the shard moved to another Redis) starts it
+// again. It is the shard loop's alone.
+type redisFloor struct {
+	r, a time.Time
+}
+
+// maxDrift is how far apart two clocks may run, each slewed by NTP at most
+// 500 ppm (Linux's limit), per unit of time.
+const maxDrift = 1e-3
+
+// observe takes Redis's time r from a command sent at sent whose reply
+// came at a.
+func (f *redisFloor) observe(r, sent, a time.Time) {
+	if f.a.IsZero() || r.Before(f.at(sent)) || !r.Before(f.at(a)) {
+		f.r, f.a = r, a
+	}
+}
+
+// at is the floor at our t, on Redis's clock.
+func (f *redisFloor) at(t time.Time) time.Time {
+	return f.r.Add(time.Duration(float64(t.Sub(f.a)) * (1 - maxDrift)))
+}
+
+// local returns the instant of ours from which Redis's clock has reached
+// at, for certain.
+func (f *redisFloor) local(at time.Time) time.Time {
+	return f.a.Add(time.Duration(float64(at.Sub(f.r)) / (1 - maxDrift)))
+}
+
+// byInstant orders messages by their due instant, then highest priority
+// first, as the queue does.
+func byInstant(ms []heldMsg) {
+	slices.SortStableFunc(ms, func(a, b heldMsg) int {
+		if c := a.m.At.Compare(b.m.At); c != 0 {
+			return c
+		}
+		return priorityOf(b.m) - priorityOf(a.m)
+	})
 }
 
 // giveBack returns everything held ahead to Redis (a stop): due again at

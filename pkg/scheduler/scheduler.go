@@ -237,12 +237,13 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 // round trip later.
 //
 // With Params.Ahead, a claim also takes what falls due within it, ahead of
-// time (store.Claimed.Ahead): the shard holds those (ahead.go) and, at each
-// one's due instant, commits it (store.Commit, a round trip of IDs only)
-// and publishes what the commit put in flight. Redis's work for a message
-// (finding it, reading and decoding it) is then done before its due
-// instant, and a cancel, replace, reschedule or pause that came first still
-// wins.
+// time (store.Claimed.Ahead): the shard holds those (ahead.go) and,
+// store.CommitLead before each one's due instant, commits it (store.Commit,
+// a round trip of IDs only), then publishes what the commit put in flight
+// at the instant. Redis's work for a message (finding it, reading and
+// decoding it, and the commit) is then done before its due instant, and a
+// cancel, replace, reschedule or pause that came first still wins: one
+// that meets a message committed ahead is answered after its instant.
 func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	st := &s.shards[shard]
 	failing := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
@@ -276,6 +277,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	}
 	var held aheadQueue // claimed ahead, waiting for their due instant
 	var offset time.Duration
+	var floor redisFloor // never early: when an instant has come on Redis's clock
 	defer func() {
 		s.giveBack(work, &held) // what this instance held ahead is anybody's again at once
 		if len(acks) > 0 {
@@ -284,10 +286,13 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	}()
 	claimAt := s.p.Clock.Now() // when to claim next, on our clock
 	for ctx.Err() == nil {
-		if at, ok := held.next(); ok && !at.Add(-offset).After(s.p.Clock.Now()) {
-			retryAt, err := s.commitDue(work, &held, &offset, &tr, keep)
+		if at, ok := held.next(); ok && !at.Add(-offset-store.CommitLead).After(s.p.Clock.Now()) {
+			retryAt, notified, err := s.commitDue(work, st, &held, &offset, &floor, &tr, keep)
 			if !retryAt.IsZero() {
 				claimAt = earliest(claimAt, retryAt)
+			}
+			if notified {
+				claimAt = s.p.Clock.Now() // a new message may be due before the plan
 			}
 			if err != nil {
 				if ctx.Err() != nil {
@@ -336,6 +341,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				failing.Reset()
 			}
 			offset = store.Offset(sent, c.Now, claimedAt)
+			floor.observe(c.Now, sent, claimedAt)
 			tr.ClaimSent, tr.ClaimAnswered, tr.RedisNow, tr.Offset, tr.Committed = sent, claimedAt, c.Now, offset, false
 			claimAt = claimedAt.Add(s.p.MaxSleep)
 			if !c.Next.IsZero() {
@@ -361,7 +367,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		wakeAt := claimAt
 		if at, ok := held.next(); ok {
-			wakeAt = earliest(wakeAt, at.Add(-offset))
+			wakeAt = earliest(wakeAt, at.Add(-offset-store.CommitLead))
 		}
 		if len(acks) > 0 && claimAt.Sub(s.p.Clock.Now()) > ackRide {
 			flush(work)
@@ -392,6 +398,13 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // Trace is the timeline of one publish of a claimed batch to one sink,
 // given to Params.Trace to find where the time between a due time and its
 // confirmation goes. Times are on the scheduler's clock but Planned and
@@ -406,12 +419,28 @@ type Trace struct {
 	RedisNow      time.Time // Redis's time in the claim
 	Offset        time.Duration
 	// Committed: the batch was claimed ahead, and ClaimSent and
-	// ClaimAnswered are its commit's round trip at the due instant.
+	// ClaimAnswered are its commit's round trip, store.CommitLead before
+	// the due instant.
 	Committed   bool
 	PublishSent time.Time
 	Confirmed   time.Time
 	Sink        string
 	Due         []time.Time // due times of the batch's messages (Redis's clock)
+}
+
+// sleepUntil waits until our clock reads t, or ctx ends: a Notify does not
+// end it, and it reports whether one came.
+func (s *Scheduler) sleepUntil(ctx context.Context, st *shardState, t time.Time) (notified bool) {
+	for ctx.Err() == nil {
+		d := t.Sub(s.p.Clock.Now())
+		if d <= 0 {
+			break
+		}
+		if s.sleep(ctx, st, d) {
+			notified = true
+		}
+	}
+	return notified
 }
 
 // sleep waits for d, a Notify, or the end of ctx; it reports whether a

@@ -31,9 +31,9 @@ type Claimed struct {
 	Err     error             // the stored message could not be decoded
 
 	// Ahead is set for a message claimed ahead of its due time (Ask.Ahead):
-	// it is not in flight until Commit puts it there at its due instant, At
-	// (on Redis's clock). Until then a cancel, replace or reschedule takes
-	// it from the claim, and Commit says so.
+	// it is not in flight until Commit puts it there just before its due
+	// instant, At (on Redis's clock; CommitLead). Until then a cancel,
+	// replace or reschedule takes it from the claim, and Commit says so.
 	Ahead bool
 	At    time.Time
 	was   string // Ahead: its due-set score before the claim (given back by Commit)
@@ -152,10 +152,35 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 	return c, nil
 }
 
-// commitScript puts in flight, at their due instant, messages a claim
-// took ahead, and gives back others. (lua/commit.lua has its KEYS, ARGV
+// commitScript puts in flight, just before their due instant, messages a
+// claim took ahead, and gives back others. (lua/commit.lua has its KEYS, ARGV
 // and reply.)
 var commitScript = loadScript("commit")
+
+// CommitLead is how long before its due instant (on Redis's clock) Commit
+// puts a message claimed ahead in flight: the commit's round trip is then
+// made before the instant, and the scheduler publishes at the instant
+// itself. A message committed ahead is in flight with its due instant still
+// to come, and every change that meets one waits for that instant: a
+// cancel, a reschedule or a replacement is answered (a replacement parked)
+// after it, never before, so that whatever was answered before a due
+// instant still wins over the message (see Firing).
+const CommitLead = 2 * time.Millisecond
+
+// afterCommitLead waits CommitLead, for a change that met a message in
+// flight, which a commit may have put there up to CommitLead before its
+// due instant: the change is answered after that instant, since Redis ran
+// its script before the reply came.
+func afterCommitLead(ctx context.Context) error {
+	t := time.NewTimer(CommitLead)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // Committed is what Commit did with one message claimed ahead.
 type Committed int
@@ -167,12 +192,14 @@ const (
 	Gone Committed = 0
 	// InFlight: committed, in flight under the lease: publish it.
 	InFlight Committed = 1
-	// NotYet: not due yet on Redis's clock; still claimed ahead.
+	// NotYet: not due within CommitLead on Redis's clock; still claimed
+	// ahead.
 	NotYet Committed = -1
 )
 
 // Commit puts the messages commit of lease l, claimed ahead, in flight if
-// they are still as the claim left them and due on Redis's clock, and gives
+// they are still as the claim left them and due within CommitLead on
+// Redis's clock (the caller publishes none before its instant), and gives
 // back the messages back of l (claimed ahead, not wanted any more) to
 // their scores before the claim. It returns Redis's time and what became
 // of each message of commit, in order.

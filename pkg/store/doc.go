@@ -17,8 +17,10 @@
 // A claim may also take, ahead of time, what falls due within a short window
 // (Ask.Ahead): such a message keeps its place among the parked ones (any
 // change to it is a change to a parked message, which takes it from the
-// claim), and Commit puts it in flight at its due instant if nothing changed
-// it since; see lua/claim.lua and lua/commit.lua.
+// claim), and Commit puts it in flight just before its due instant
+// (CommitLead) if nothing changed it since; a change that meets it in
+// flight then is answered after the instant. See lua/claim.lua and
+// lua/commit.lua.
 //
 // A lease that expires makes the message due again for any instance, so a
 // crashed daemon's claims are recovered without a coordinator. Ack, Retry

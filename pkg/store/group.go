@@ -31,12 +31,12 @@ var cancelGroupScript = loadScript("cancelgroup")
 
 // CancelGroup cancels every parked, in-flight and dead message of a group
 // and returns how many. As with Cancel, a message already in flight may
-// still be published once.
+// still be published once, and CancelGroup returns after its due instant.
 func (s *Store) CancelGroup(ctx context.Context, group string) (int, error) {
 	if group == "" {
 		return 0, fmt.Errorf("store.cancel_group: empty group")
 	}
-	total := 0
+	total, inflight := 0, false
 	for _, form := range s.codec.GroupIndexes(group) {
 		pending := make([]int, s.shards)
 		for i := range pending {
@@ -49,17 +49,25 @@ func (s *Store) CancelGroup(ctx context.Context, group string) (int, error) {
 			}
 			var again []int
 			for i, cmd := range s.runEach(ctx, "cancel_group", cancelGroupScript, calls) {
-				n, err := cmd.Int()
+				res, err := cmd.Int64Slice()
+				if err == nil && len(res) != 2 {
+					err = fmt.Errorf("unexpected reply of %d items", len(res))
+				}
 				if err != nil {
 					return total, fmt.Errorf("store.cancel_group shard %d: %w", calls[i].shard, err)
 				}
+				n := int(res[0])
 				total += n
+				inflight = inflight || res[1] == 1
 				if n == groupCancelBatch {
 					again = append(again, calls[i].shard)
 				}
 			}
 			pending = again
 		}
+	}
+	if inflight {
+		return total, afterCommitLead(ctx)
 	}
 	return total, nil
 }

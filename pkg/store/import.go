@@ -337,6 +337,7 @@ func (s *Store) importBatch(ctx context.Context, replace bool, items []importIte
 		calls[c].args = append(calls[c].args, it.args...)
 		index[c] = append(index[c], i)
 	}
+	inflight := false
 	for c, cmd := range s.runEach(ctx, "import", importScript, calls) {
 		res, err := cmd.Int64Slice()
 		if err != nil {
@@ -350,8 +351,9 @@ func (s *Store) importBatch(ctx context.Context, replace bool, items []importIte
 			case 0:
 				st.Known++
 				continue
-			case 2:
+			case 2, 3:
 				st.Replaced++
+				inflight = inflight || v == 3
 			default:
 				st.Imported++
 			}
@@ -359,6 +361,9 @@ func (s *Store) importBatch(ctx context.Context, replace bool, items []importIte
 				st.Dead++
 			}
 		}
+	}
+	if inflight {
+		return afterCommitLead(ctx)
 	}
 	return nil
 }

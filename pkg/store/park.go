@@ -19,14 +19,18 @@ type ParkResult int
 
 // Park results.
 const (
-	Known        ParkResult = 0 // the ID is already parked, in flight or dead: nothing changed (idempotent ingest)
-	Parked       ParkResult = 1
-	Replaced     ParkResult = 2 // Message.Replace and newer: it replaced the parked (or dead) message
-	Duplicate    ParkResult = 3 // a re-read of the message of that ID delivered within the dedupe window (envelope.Origin)
-	Queued       ParkResult = 4 // waits behind the version in flight: a newer replacement, parked when that one is done; or a new message of its ID, parked when it is delivered
-	NotNewer     ParkResult = 5 // Message.Replace but not newer than the parked one, which stays (envelope.Origin)
-	OverSeries   ParkResult = 6 // a new recurring series past limits.max_series: not parked (the caller rejects it)
-	maxParkValue            = OverSeries
+	Known      ParkResult = 0 // the ID is already parked, in flight or dead: nothing changed (idempotent ingest)
+	Parked     ParkResult = 1
+	Replaced   ParkResult = 2 // Message.Replace and newer: it replaced the parked (or dead) message
+	Duplicate  ParkResult = 3 // a re-read of the message of that ID delivered within the dedupe window (envelope.Origin)
+	Queued     ParkResult = 4 // waits behind the version in flight: a newer replacement, parked when that one is done; or a new message of its ID, parked when it is delivered
+	NotNewer   ParkResult = 5 // Message.Replace but not newer than the parked one, which stays (envelope.Origin)
+	OverSeries ParkResult = 6 // a new recurring series past limits.max_series: not parked (the caller rejects it)
+	// firing is Park's own: a replacement of the version in flight, not
+	// written yet, since that version may be committed ahead of its due
+	// instant; Park parks it again after CommitLead, then Queued.
+	firing       ParkResult = 7
+	maxParkValue            = firing
 )
 
 // Accepted reports whether the message is now in Redis as sent (parked,
@@ -58,9 +62,41 @@ func (r ParkResult) String() string {
 // contract's idempotent ingest), unless it has Replace and is a newer
 // version than the known one. A re-read of a message delivered within the
 // dedupe window is not parked again; any other message with that ID is
-// (envelope.Origin says which is which). On error nothing can be assumed
-// about which messages were parked; parking them again is safe.
+// (envelope.Origin says which is which). A replacement of a version in
+// flight is parked after that version's due instant (CommitLead), so that
+// it waits behind it only when it came after the instant. On error nothing
+// can be assumed about which messages were parked; parking them again is
+// safe.
 func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResult, error) {
+	res, err := s.park(ctx, msgs, false)
+	if err != nil {
+		return nil, err
+	}
+	var again []*envelope.Message
+	var at []int
+	for i, r := range res {
+		if r == firing {
+			again, at = append(again, msgs[i]), append(at, i)
+		}
+	}
+	if len(again) == 0 {
+		return res, nil
+	}
+	if err := afterCommitLead(ctx); err != nil {
+		return nil, fmt.Errorf("store.park: %w", err)
+	}
+	after, err := s.park(ctx, again, true)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		res[i] = after[j]
+	}
+	return res, nil
+}
+
+// park runs lua/park.lua for msgs; queue is its ARGV[2].
+func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) ([]ParkResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -79,8 +115,12 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 			calls[c].keys = append(calls[c].keys, s.keys.Done(calls[c].shard, msgs[i].ID, msgs[i].Origin.Log))
 		}
 	}
+	q := 0
+	if queue {
+		q = 1
+	}
 	for c := range calls {
-		calls[c].args = append([]any{s.seriesQuota}, calls[c].args...)
+		calls[c].args = append([]any{s.seriesQuota, q}, calls[c].args...)
 	}
 	cmds := s.runEach(ctx, "park", parkScript, calls)
 	res := make([]ParkResult, len(msgs))
@@ -93,7 +133,7 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 			return nil, fmt.Errorf("store.park shard %d: %d results for %d messages", calls[c].shard, len(vals), len(index[c]))
 		}
 		for j, v := range vals {
-			if v < 0 || v > int64(maxParkValue) {
+			if v < 0 || v > int64(maxParkValue) || (queue && ParkResult(v) == firing) {
 				return nil, fmt.Errorf("store.park shard %d: unexpected result %d", calls[c].shard, v)
 			}
 			res[index[c][j]] = ParkResult(v)

@@ -25,7 +25,8 @@ var rescheduleScript = loadScript("reschedule")
 // it now), and returns the due time set. With ifDueAt non-zero it only does
 // so when the message's due time is ifDueAt (ErrDueAtMismatch otherwise). It
 // returns ErrNotFound for an unknown or dead message, ErrInFlight for one
-// being published. A message held for its sink stays held, at its new time.
+// being published (after its due instant: CommitLead). A message held for
+// its sink stays held, at its new time.
 func (s *Store) Reschedule(ctx context.Context, id string, due, ifDueAt time.Time) (time.Time, error) {
 	shard := s.ShardOf(id)
 	for range 10 { // a message changed between the read and the write: read again
@@ -65,6 +66,9 @@ func (s *Store) Reschedule(ctx context.Context, id string, due, ifDueAt time.Tim
 		case 0:
 			return time.Time{}, ErrNotFound
 		case -1:
+			if err := afterCommitLead(ctx); err != nil {
+				return time.Time{}, err
+			}
 			return time.Time{}, ErrInFlight
 		}
 	}

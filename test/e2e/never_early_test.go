@@ -20,9 +20,10 @@ import (
 // (time.Now().Round(0), the wall clock without Go's monotonic reading) in
 // the callback of a core NATS subscription in this process, on the same
 // machine and clock as Redis. The due time is rounded up to the next
-// millisecond at ingest, and the claim takes only what is due by Redis's
-// clock truncated to the millisecond, so nothing is early by even a
-// fraction of one. (Issue 14 measured 3 of 3,000 up to 0.3 ms early before
+// millisecond at ingest, and a message claimed ahead and committed before
+// its instant (store.CommitLead) is published once the shard's floor of
+// Redis's clock (scheduler.redisFloor, from its round trips) has reached
+// it, so nothing is early by even a fraction of one. (Issue 14 measured 3 of 3,000 up to 0.3 ms early before
 // the rounding.) The issue asks for 20 runs in a row:
 //
 //	go test -count=20 -run TestNeverEarly ./test/e2e/

@@ -1,5 +1,6 @@
---[[ commit: at their due instant, puts in flight the messages a claim took
-ahead of their due time (claim.lua) that are still as the claim left them,
+--[[ commit: just before their due instant (COMMIT_LEAD_US, Go's CommitLead),
+puts in flight the messages a claim took ahead of their due time (claim.lua)
+that are still as the claim left them,
 and gives back those the claimer no longer holds for (it stops; their sink
 was blocked meanwhile). A message that was cancelled, replaced or
 rescheduled after the claim has another score, or none: it is not
@@ -17,8 +18,11 @@ returns   {now, r1, ..., rn, given}: now, Redis server time (Unix µs);
           r 1: committed, in flight under the lease (also when it was
           already: a commit is idempotent); 0: not the claim's
           any more (changed, removed, or its lease ended: publish nothing);
-          -1: not due yet on Redis's clock (still claimed ahead: commit
-          it again at its instant); given: how many were given back
+          -1: not due within COMMIT_LEAD_US on Redis's clock (still
+          claimed ahead: commit it again later); given: how many were given
+          back
+A message committed is in flight before its due instant: whoever changes it
+before that instant waits for it (firing, lib/due.lua).
 ]]
 
 local nowus = servertimeus()
@@ -36,7 +40,7 @@ for i = 3, 2 + 2 * n, 2 do
   if score and tonumber(score) == expiry + LEASE_MARK then
     r = 1 -- committed already (a commit whose reply was lost, sent again)
   elseif score and tonumber(score) == mine and expiry > now then
-    if due <= now then
+    if due * 1000 <= nowus + COMMIT_LEAD_US then
       redis.call('ZADD', zkey(p), 'XX', inflight, id)
       r = 1
     else

@@ -11,7 +11,9 @@ ARGV[2..] per message 8 values: ID, state ("s" scheduled, "d" dead), score
           the value of next waiting for the version in flight ('' none),
           group ('' none)
 returns   one integer per message: 1 imported; 0 the ID is known (parked, in
-          flight or dead) and nothing changed; 2 replaced the known one
+          flight or dead) and nothing changed; 2 replaced the known one; 3
+          replaced the known one in flight, perhaps committed ahead of its
+          due instant (the caller answers CommitLead later)
 ]]
 
 local replace = ARGV[1] == '1'
@@ -24,10 +26,12 @@ for i = 2, #ARGV, 8 do
   else
     local old = redis.call('HGET', K.pool, id)
     if old then
+      local was = duescore(id)
       unschedule(id)
       redis.call('ZREM', K.dead, id)
       forget(id, old)
       r = 2
+      if was and leased(was) then r = 3 end
     end
     redis.call('HSET', K.pool, id, blob)
   end

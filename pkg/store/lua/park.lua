@@ -6,7 +6,11 @@ to when they are newer. Run by Store.Park for every path that parks
 
 KEYS    the shard's keys above, then per message its dedupe key (Keys.Done)
 ARGV[1] the shard's share of limits.max_series (0: no bound)
-ARGV[2..] per message 8 values: ID, due time (Unix ms), priority (0-9),
+ARGV[2] 1: a replacement of the version in flight waits behind it
+        (QUEUED); 0: it is not written (FIRING): that version may be
+        committed ahead of its due instant (commit.lua), and the caller
+        parks the replacement again CommitLead later, after the instant
+ARGV[3..] per message 8 values: ID, due time (Unix ms), priority (0-9),
         encoded message, replace (1 or 0), group ('' none), what a delivery
         of it leaves in its dedupe key (doneMark: its position in its log or
         its content print, '' none), redelivered (1: its broker says it
@@ -18,16 +22,18 @@ returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         dedupe window; QUEUED, waits behind the version in flight (a
         replacement, or a new message of that ID: a follower, Keys.Next);
         NOTNEWER than the one parked, which stays; OVERSERIES, a new
-        recurring series past the shard's share of limits.max_series
+        recurring series past the shard's share of limits.max_series;
+        FIRING (ARGV[2])
 
 What a re-read is and which version is newer is stated by reread and
 newer (lib/identity.lua), here and nowhere else.
 ]]
 
 local quota = tonumber(ARGV[1])
+local queue = ARGV[2] == '1'
 local out = {}
 local j = 0
-for i = 2, #ARGV, 8 do
+for i = 3, #ARGV, 8 do
   j = j + 1
   local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
   local group = ARGV[i + 5]
@@ -47,6 +53,8 @@ for i = 2, #ARGV, 8 do
     local score, p = duescore(id)
     if not newer(blobinfo(blob), old) then
       r = R.NOTNEWER
+    elseif score and leased(score) and not queue then
+      r = R.FIRING
     elseif score and leased(score) then
       redis.call('HSET', K.next, id, blob)
       r = R.QUEUED

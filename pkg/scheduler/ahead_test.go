@@ -1,0 +1,61 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+)
+
+// The floor of Redis's clock never runs ahead of it, whatever the round
+// trips it saw: replies with Redis's reading at any point of their round
+// trip, a clock that runs slower than ours by the drift allowed, one set
+// back, and another Redis (a shard moved).
+func TestRedisFloorNeverAhead(t *testing.T) {
+	base := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) // our clock
+	type reply struct {
+		sent, read, answered time.Duration // our clock, from base
+	}
+	cases := []struct {
+		name    string
+		offset  time.Duration // Redis's clock minus ours at base
+		rate    float64       // Redis's clock runs at this rate of ours
+		replies []reply
+	}{
+		{"read at once", 3 * time.Millisecond, 1, []reply{{0, 0, 400 * time.Microsecond}, {time.Millisecond, 1001 * time.Microsecond, 1300 * time.Microsecond}}},
+		{"read at the end", -5 * time.Millisecond, 1, []reply{{0, 400 * time.Microsecond, 400 * time.Microsecond}, {time.Millisecond, 1300 * time.Microsecond, 1300 * time.Microsecond}}},
+		{"slower by the drift", 0, 1 - maxDrift, []reply{{0, 10 * time.Microsecond, 20 * time.Microsecond}, {time.Second, time.Second + 10*time.Microsecond, time.Second + 20*time.Microsecond}}},
+	}
+	for _, c := range cases {
+		redisAt := func(d time.Duration) time.Time {
+			return base.Add(c.offset).Add(time.Duration(float64(d) * c.rate))
+		}
+		var f redisFloor
+		for _, r := range c.replies {
+			f.observe(redisAt(r.read), base.Add(r.sent), base.Add(r.answered))
+			for _, ahead := range []time.Duration{0, 100 * time.Microsecond, 2 * time.Millisecond, time.Second} {
+				due := redisAt(r.answered).Add(ahead)
+				at := f.local(due) // when we would publish
+				if got := redisAt(at.Sub(base)); got.Before(due) {
+					t.Errorf("%s: due %v, published at Redis's %v: %v early", c.name, due, got, due.Sub(got))
+				}
+			}
+		}
+	}
+
+	// A Redis whose clock is behind the floor (set back, or another one):
+	// the floor starts again from it.
+	var f redisFloor
+	f.observe(base, base.Add(-time.Millisecond), base)
+	back := base.Add(-time.Second) // read after we sent at base+1ms
+	f.observe(back, base.Add(time.Millisecond), base.Add(2*time.Millisecond))
+	if got := f.local(back.Add(time.Millisecond)); got.Before(base.Add(3 * time.Millisecond)) {
+		t.Errorf("after Redis's clock went back a second, a message due 1 ms after its reading is published at %v, before our %v", got, base.Add(3*time.Millisecond))
+	}
+	// One that says less than the floor leaves it: the floor is the most
+	// any reply says.
+	var g redisFloor
+	g.observe(base, base.Add(-100*time.Microsecond), base)
+	g.observe(base.Add(time.Millisecond), base.Add(500*time.Microsecond), base.Add(1500*time.Microsecond))
+	if got, want := g.local(base.Add(2*time.Millisecond)), base.Add(2*time.Millisecond); got.Sub(want) > 10*time.Microsecond {
+		t.Errorf("the floor took the reply that says less: a message due at our +2ms (Redis's clock = ours) is published at +%v", got.Sub(base))
+	}
+}
