@@ -56,8 +56,16 @@ lint: ## gofmt and go vet
 
 unit: unit-root unit-deploy ## all tests against real servers, with the race detector (and the deploy/ module's, without)
 
+# The daemon of the tests that run one (testenv.Build), built with -race
+# once for every test binary instead of once in each (five linked their
+# own, 6-7 CPU-s each); testenv.PrebuiltEnv says how they are found.
+TESTBIN  := $(CURDIR)/bin/test
+
 unit-root:
-	$(GO) test -race -count=1 -timeout 20m -p 3 $(SLOW) $(PKGS)
+	@mkdir -p $(TESTBIN)
+	$(GO) build -race -o $(TESTBIN)/delaybridge-race ./cmd/delaybridge & p=$$!; \
+	  $(GO) build -race -tags faultinject -o $(TESTBIN)/delaybridge-race-faultinject ./cmd/delaybridge && wait $$p
+	DELAYBRIDGE_TEST_BIN=$(TESTBIN) $(GO) test -race -count=1 -timeout 20m -p 3 $(SLOW) $(PKGS)
 
 # Without -race: deploy/'s tests parse files one at a time (no goroutines of
 # their own), and its race build of Kubernetes' and compose's packages cost
@@ -65,11 +73,19 @@ unit-root:
 unit-deploy:
 	cd $(DEPLOY) && $(GO) test -count=1 -timeout 10m ./...
 
+# The fuzz targets, one test binary for all of them (go test -fuzz linked
+# one for each, 6 CPU-s a link); run in the package's directory, with the
+# corpus cache go test would give it.
+FUZZ     := FuzzParse FuzzParseDialects FuzzDecode FuzzCodecRoundTrip
+
 fuzz: ## each fuzz target for FUZZTIME (default 60000 executions, ~10 s)
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseDialects$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
-	$(GO) test -run '^$$' -fuzz '^FuzzCodecRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/envelope/
+	@mkdir -p $(TESTBIN)
+	$(GO) test -c -fuzz . -o $(TESTBIN)/envelope.fuzz ./pkg/envelope/
+	cd pkg/envelope && for f in $(FUZZ); do \
+	  echo "fuzz $$f"; \
+	  $(TESTBIN)/envelope.fuzz -test.run '^$$' -test.fuzz "^$$f$$" -test.fuzztime $(FUZZTIME) -test.timeout 10m \
+	    -test.fuzzcachedir "$$($(GO) env GOCACHE)/fuzz/$$($(GO) list .)" || exit 1; \
+	done
 
 bench: ## end-to-end benchmark of the real binary (~20 min): table to docs/performance.md, numbers to test/bench/bench.json
 	$(GO) test -tags bench -run TestBench -timeout 60m -v ./test/bench/ -args -out bench.json -doc $(CURDIR)/docs/performance.md $(BENCHFLAGS)

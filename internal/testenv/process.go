@@ -119,7 +119,34 @@ func buildOnce(t testing.TB, pkg string, tags []string) string {
 	return b.path
 }
 
+// PrebuiltEnv names a directory of daemons built before the tests, which
+// Build uses instead of building its own: make test builds the race ones
+// once for every test binary of the root module (a race link is 6-7 CPU-s,
+// and five test binaries each linked their own). A binary is taken only
+// under the name prebuiltName gives (race or not, its tags); any other is
+// built as usual. The tests trust it to be built from the sources they
+// test: only the Makefile sets it.
+const PrebuiltEnv = "DELAYBRIDGE_TEST_BIN"
+
+// prebuiltName is the file name of ./cmd/delaybridge built with tags,
+// with -race when race, in PrebuiltEnv's directory.
+func prebuiltName(race bool, tags []string) string {
+	name := "delaybridge"
+	if race {
+		name += "-race"
+	}
+	for _, tag := range tags {
+		name += "-" + tag
+	}
+	return name
+}
+
 func build(pkg string, tags []string) (string, error) {
+	if dir := os.Getenv(PrebuiltEnv); dir != "" && pkg == "./cmd/delaybridge" {
+		if p := filepath.Join(dir, prebuiltName(raceEnabled, tags)); fileExists(p) {
+			return p, nil
+		}
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
