@@ -587,6 +587,35 @@ func TestFollowerOfAMessageInFlight(t *testing.T) {
 	}
 }
 
+// TestRereadOfAnOlderVersionWhileTheNewerIsInFlight: the original of a
+// replacement read again (a JetStream redelivery past ack_wait) while the
+// replacement is in flight is a re-read, not a new message of the ID: a
+// log is read in order, and it sits before the version in flight. Before,
+// it followed the replacement and fired after it (64 of 1,000 pairs of
+// TestReplacementInTheSameMillisecondWins with make test's load).
+func TestRereadOfAnOlderVersionWhileTheNewerIsInFlight(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	v := func(body string, pos uint64, replace bool) *envelope.Message {
+		m := msg("order", time.Now().Add(-time.Second))
+		m.Body, m.Origin, m.Replace = []byte(body), envelope.Origin{Log: "ORDERS", Pos: pos}, replace
+		return m
+	}
+	park(t, s, store.Parked, v("original", 1, false))
+	park(t, s, store.Replaced, v("replacement", 2, true))
+	c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	park(t, s, store.Known, v("original", 1, false)) // read again
+	if n, err := s.Ack(ctx, c, []store.Done{{ID: "order", Origin: c.Messages[0].Message.Origin}}); err != nil || n != 1 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	if info, err := s.Inspect(ctx, "order"); err == nil {
+		t.Fatalf("after the replacement's ack %q is %s: the original read again follows it", info.Message.Body, info.State)
+	}
+}
+
 // TestMaxSeries: limits.max_series bounds the live recurring series (a
 // shard's share each): a new series past it is OverSeries and not parked;
 // a series leaves the count when it ends, is cancelled or dies, and the

@@ -76,10 +76,11 @@ for i = 3, #ARGV, 8 do
     end
   else
     -- Known: a re-read of the message parked, or, while it is in flight
-    -- (delivered, perhaps, and not acked yet), a new message of its ID,
-    -- which follows it: parked once that one is delivered.
+    -- (delivered, perhaps, and not acked yet), a new message of its ID
+    -- (not one read before it), which follows it: parked once that one is
+    -- delivered.
     local score = duescore(id)
-    if score and leased(score) and not sameorigin(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)))
+    if score and leased(score) and not readbefore(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)))
         and redis.call('HSETNX', K.next, id, FOLLOWS .. blob) == 1 then
       r = R.QUEUED
     end

@@ -27,11 +27,12 @@ local function newer(a, b)
   end
   return true
 end
--- sameorigin reports whether two messages (blobinfo) were read from the
--- same place: the same log position, or without a log the same content
--- print (a re-read of the one, not a new message).
-local function sameorigin(a, b)
-  if a.log ~= '' then return a.log == b.log and a.pos == b.pos end
+-- readbefore reports whether message a (blobinfo) was read before b or is
+-- b read again, so that it is no new message of b's ID: from b's log at
+-- b's position or an earlier one (a log is read in order), or without a
+-- log with b's content print.
+local function readbefore(a, b)
+  if a.log ~= '' then return a.log == b.log and a.pos <= b.pos end
   return a.print ~= '' and a.print == b.print
 end
 -- follows reports whether a value of next (Keys.Next) is a follower, a new
