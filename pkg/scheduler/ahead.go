@@ -85,7 +85,7 @@ func (h *aheadQueue) take(redisNow time.Time) map[*store.Lease][]store.Claimed {
 	return out
 }
 
-// commitDue commits the held messages due within store.CommitLead (on
+// commitDue commits the held messages due within the store's commit lead (on
 // Redis's clock as the shard estimates it: offset) and publishes those the
 // commit put in flight, each at its due instant, handing their acks to
 // keep. A message whose sink the gate blocks now is given back instead (the
@@ -104,7 +104,7 @@ func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue
 	var committed []heldMsg // in flight now, each published at its instant
 	var answered time.Time
 	nowOf := map[*store.Lease]time.Time{} // Redis's time in each lease's commit
-	for c, ms := range h.take(woke.Add(*offset + store.CommitLead)) {
+	for c, ms := range h.take(woke.Add(*offset + s.p.Store.CommitLead())) {
 		if err != nil {
 			h.insert(c, ms) // after a failed commit: the next try
 			continue

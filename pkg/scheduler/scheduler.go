@@ -39,6 +39,7 @@ type Store interface {
 	ShardOf(id string) int
 	ClaimAhead(ctx context.Context, shard int, prev *store.Lease, ds []store.Done, ask store.Ask) (*store.Lease, error)
 	Commit(ctx context.Context, l *store.Lease, commit, back []store.Claimed) (time.Time, []store.Committed, error)
+	CommitLead() time.Duration
 	Ack(ctx context.Context, l *store.Lease, ds []store.Done) (int, error)
 	Retry(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
 	MarkDead(ctx context.Context, l *store.Lease, fs []store.Failure) (int, error)
@@ -238,7 +239,7 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 //
 // With Params.Ahead, a claim also takes what falls due within it, ahead of
 // time (store.Claimed.Ahead): the shard holds those (ahead.go) and,
-// store.CommitLead before each one's due instant, commits it (store.Commit,
+// the store's commit lead before each one's due instant, commits it (store.Commit,
 // a round trip of IDs only), then publishes what the commit put in flight
 // at the instant. Redis's work for a message (finding it, reading and
 // decoding it, and the commit) is then done before its due instant, and a
@@ -286,7 +287,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	}()
 	claimAt := s.p.Clock.Now() // when to claim next, on our clock
 	for ctx.Err() == nil {
-		if at, ok := held.next(); ok && !at.Add(-offset-store.CommitLead).After(s.p.Clock.Now()) {
+		if at, ok := held.next(); ok && !at.Add(-offset-s.p.Store.CommitLead()).After(s.p.Clock.Now()) {
 			retryAt, notified, err := s.commitDue(work, st, &held, &offset, &floor, &tr, keep)
 			if !retryAt.IsZero() {
 				claimAt = earliest(claimAt, retryAt)
@@ -367,7 +368,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		wakeAt := claimAt
 		if at, ok := held.next(); ok {
-			wakeAt = earliest(wakeAt, at.Add(-offset-store.CommitLead))
+			wakeAt = earliest(wakeAt, at.Add(-offset-s.p.Store.CommitLead()))
 		}
 		if len(acks) > 0 && claimAt.Sub(s.p.Clock.Now()) > ackRide {
 			flush(work)
@@ -419,7 +420,7 @@ type Trace struct {
 	RedisNow      time.Time // Redis's time in the claim
 	Offset        time.Duration
 	// Committed: the batch was claimed ahead, and ClaimSent and
-	// ClaimAnswered are its commit's round trip, store.CommitLead before
+	// ClaimAnswered are its commit's round trip, the store's commit lead before
 	// the due instant.
 	Committed   bool
 	PublishSent time.Time

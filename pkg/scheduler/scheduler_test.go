@@ -223,6 +223,8 @@ func (f *fakeStore) Commit(context.Context, *store.Lease, []store.Claimed, []sto
 	return time.Time{}, nil, errors.New("fakeStore: nothing is claimed ahead")
 }
 
+func (f *fakeStore) CommitLead() time.Duration { return store.DefaultCommitLead }
+
 func (f *fakeStore) Hold(_ context.Context, _ *store.Lease, us []store.Unavailable) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -23,7 +23,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	case 0:
 		return ErrNotFound
 	case 2:
-		return afterCommitLead(ctx)
+		return s.afterCommitLead(ctx)
 	}
 	return nil
 }

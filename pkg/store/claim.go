@@ -32,7 +32,7 @@ type Claimed struct {
 
 	// Ahead is set for a message claimed ahead of its due time (Ask.Ahead):
 	// it is not in flight until Commit puts it there just before its due
-	// instant, At (on Redis's clock; CommitLead). Until then a cancel,
+	// instant, At (on Redis's clock; Options.CommitLead). Until then a cancel,
 	// replace or reschedule takes it from the claim, and Commit says so.
 	Ahead bool
 	At    time.Time
@@ -157,22 +157,27 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 // and reply.)
 var commitScript = loadScript("commit")
 
-// CommitLead is how long before its due instant (on Redis's clock) Commit
-// puts a message claimed ahead in flight: the commit's round trip is then
-// made before the instant, and the scheduler publishes at the instant
-// itself. A message committed ahead is in flight with its due instant still
-// to come, and every change that meets one waits for that instant: a
-// cancel, a reschedule or a replacement is answered (a replacement parked)
-// after it, never before, so that whatever was answered before a due
-// instant still wins over the message (see Firing).
-const CommitLead = 2 * time.Millisecond
+// DefaultCommitLead is how long before its due instant (on Redis's clock)
+// Commit puts a message claimed ahead in flight (Options.CommitLead): the
+// commit's round trip is then made before the instant, and the scheduler
+// publishes at the instant itself. A message committed ahead is in flight
+// with its due instant still to come, and every change that meets a
+// message in flight waits for that instant: a cancel, a reschedule or a
+// replacement is answered (a replacement parked) after it, never before,
+// so that whatever was answered before a due instant still wins over the
+// message.
+const DefaultCommitLead = 2 * time.Millisecond
+
+// CommitLead is how long before its due instant Commit puts a message
+// claimed ahead in flight (Options.CommitLead).
+func (s *Store) CommitLead() time.Duration { return s.commitLead }
 
 // afterCommitLead waits CommitLead, for a change that met a message in
 // flight, which a commit may have put there up to CommitLead before its
 // due instant: the change is answered after that instant, since Redis ran
 // its script before the reply came.
-func afterCommitLead(ctx context.Context) error {
-	t := time.NewTimer(CommitLead)
+func (s *Store) afterCommitLead(ctx context.Context) error {
+	t := time.NewTimer(s.commitLead)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -192,20 +197,20 @@ const (
 	Gone Committed = 0
 	// InFlight: committed, in flight under the lease: publish it.
 	InFlight Committed = 1
-	// NotYet: not due within CommitLead on Redis's clock; still claimed
-	// ahead.
+	// NotYet: not due within the commit lead on Redis's clock; still
+	// claimed ahead.
 	NotYet Committed = -1
 )
 
 // Commit puts the messages commit of lease l, claimed ahead, in flight if
-// they are still as the claim left them and due within CommitLead on
+// they are still as the claim left them and due within the commit lead on
 // Redis's clock (the caller publishes none before its instant), and gives
 // back the messages back of l (claimed ahead, not wanted any more) to
 // their scores before the claim. It returns Redis's time and what became
 // of each message of commit, in order.
 func (s *Store) Commit(ctx context.Context, l *Lease, commit, back []Claimed) (time.Time, []Committed, error) {
-	args := make([]any, 0, 2+2*len(commit)+2*len(back))
-	args = append(args, l.ExpiryMs, len(commit))
+	args := make([]any, 0, 3+2*len(commit)+2*len(back))
+	args = append(args, l.ExpiryMs, s.commitLead.Microseconds(), len(commit))
 	for _, c := range commit {
 		args = append(args, c.ID, c.At.UnixMilli())
 	}

@@ -67,7 +67,7 @@ func (s *Store) CancelGroup(ctx context.Context, group string) (int, error) {
 		}
 	}
 	if inflight {
-		return total, afterCommitLead(ctx)
+		return total, s.afterCommitLead(ctx)
 	}
 	return total, nil
 }

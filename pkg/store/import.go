@@ -363,7 +363,7 @@ func (s *Store) importBatch(ctx context.Context, replace bool, items []importIte
 		}
 	}
 	if inflight {
-		return afterCommitLead(ctx)
+		return s.afterCommitLead(ctx)
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ func (s *Store) Park(ctx context.Context, msgs []*envelope.Message) ([]ParkResul
 	if len(again) == 0 {
 		return res, nil
 	}
-	if err := afterCommitLead(ctx); err != nil {
+	if err := s.afterCommitLead(ctx); err != nil {
 		return nil, fmt.Errorf("store.park: %w", err)
 	}
 	after, err := s.park(ctx, again, true)

@@ -66,7 +66,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, due, ifDueAt time.Tim
 		case 0:
 			return time.Time{}, ErrNotFound
 		case -1:
-			if err := afterCommitLead(ctx); err != nil {
+			if err := s.afterCommitLead(ctx); err != nil {
 				return time.Time{}, err
 			}
 			return time.Time{}, ErrInFlight

@@ -38,6 +38,7 @@ type Store struct {
 	seriesQuota int64
 	dedupe      time.Duration
 	noFlags     bool // the Redis cannot read script flags (before 7.0, miniredis)
+	commitLead  time.Duration
 	observe     func(op string, d time.Duration, err error)
 	codec       envelope.Codec
 	cursor      cursorCache // the deployment's cursor key (browse.go)
@@ -76,6 +77,11 @@ type Options struct {
 	// RequireSealed refuses messages found in clear (envelope.Codec).
 	RequireSealed bool
 
+	// CommitLead is how long before its due instant Commit puts a message
+	// claimed ahead in flight; zero: DefaultCommitLead, which is what a
+	// deployment runs with (a test takes a longer one to act inside it).
+	CommitLead time.Duration
+
 	// NoScriptFlags is for a Redis that cannot read Lua script flags (Redis
 	// before 7.0, and miniredis in `delaybridge dev`): the firing scripts run
 	// without allow-oom, so at maxmemory firing stops with ingest. See
@@ -96,7 +102,10 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		perShard = (o.MaxDead + o.Shards - 1) / o.Shards
 	}
 	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, dedupe: o.DedupeWindow, observe: o.Observe,
-		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags}
+		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags, commitLead: o.CommitLead}
+	if s.commitLead <= 0 {
+		s.commitLead = DefaultCommitLead
+	}
 	if o.MaxSeries > 0 {
 		s.seriesQuota = (o.MaxSeries + int64(o.Shards) - 1) / int64(o.Shards)
 	}
