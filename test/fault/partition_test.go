@@ -43,6 +43,14 @@ import (
 // moment, so the count is reported, not asserted (the lateness is what
 // shows a hold). rabbitmqctl takes 1-3 s a reading here, so RabbitMQ gets
 // few samples.
+
+// readinessFailures is when an orchestrator takes an instance out: this
+// many /readyz answers in a row not 200 (failureThreshold of the
+// readinessProbe in deploy/kubernetes/deployment.yaml). One slow answer
+// (a Redis PING past /readyz's 1 s on a machine running make test's other
+// jobs) is not an instance that went unready.
+const readinessFailures = 3
+
 func TestPartitionOneOfTwoNATS(t *testing.T)     { testPartition(t, "nats") }
 func TestPartitionOneOfTwoKafka(t *testing.T)    { testPartition(t, "kafka") }
 func TestPartitionOneOfTwoRabbitMQ(t *testing.T) { testPartition(t, "rabbitmq") }
@@ -146,7 +154,8 @@ func testPartition(t *testing.T, kind string) {
 		heldAt            time.Duration      // when heldMax was seen, from the cut
 		releasedAt        time.Duration = -1 // when the held count fell to a tenth of its max, from the cut
 		samples           []string
-		aNotReady, bReady               = false, true
+		aNotReady, bReady = false, true
+		bFailing          int                // /readyz answers of the connected instance not 200 in a row
 		soleOwner         time.Duration = -1 // Kafka: when one member owned every partition
 	)
 	end := began.Add(cut)
@@ -173,8 +182,11 @@ func testPartition(t *testing.T, kind string) {
 			aNotReady = true
 		}
 		if code, body := b.get("/readyz"); code != http.StatusOK {
-			bReady = false
-			w.logf("the connected daemon not ready during the cut: %d %s", code, body)
+			bFailing++
+			bReady = bReady && bFailing < readinessFailures
+			w.logf("the connected daemon not ready during the cut (%d in a row): %d %s", bFailing, code, body)
+		} else {
+			bFailing = 0
 		}
 		if kind == "kafka" && soleOwner < 0 {
 			if m, err := w.kafkaAssignment(); err == nil && len(m) == 1 {
@@ -246,17 +258,17 @@ func testPartition(t *testing.T, kind string) {
 		released = dur(releasedAt) + " into the cut"
 	}
 	w.res.note("%d claims in flight at the cut; the cut instance held unparked (%s): max %d (%v into the cut), a tenth of that or less %s, %d at its end; samples %s; "+
-		"cut instance /readyz 503: %v, connected instance ready throughout: %v%s; "+
+		"cut instance /readyz 503: %v, connected instance ready throughout (never %d probes in a row not 200): %v%s; "+
 		"lateness (columns) from the send (publisher's confirm + x-delay, or x-deliver-at), the worse of that and the named due time; "+
 		"%d messages later than the bound %v (the later of the lease and twice the hand-back delay, + margin), worst %v; dup bound = claims in flight + max held",
-		st.inflight, w.heldWhat(), heldMax, dur(heldAt), released, heldLast, strings.Join(samples, ", "), aNotReady, bReady, owner,
+		st.inflight, w.heldWhat(), heldMax, dur(heldAt), released, heldLast, strings.Join(samples, ", "), aNotReady, readinessFailures, bReady, owner,
 		len(over), bound, dur(r.MaxLate))
 	w.logf("lateness from the send: p50 %v p99 %v max %v; %d later than %v", r.P50Late, r.P99Late, r.MaxLate, len(over), bound)
 	if !aNotReady {
 		t.Errorf("the cut instance's /readyz never said 503 during the cut")
 	}
 	if !bReady {
-		t.Errorf("the connected instance's /readyz was not 200 throughout the cut")
+		t.Errorf("the connected instance's /readyz was not 200 %d times in a row during the cut: an orchestrator would take it out", readinessFailures)
 	}
 	if len(over) > 0 {
 		t.Errorf("%d messages were published more than %v (partitionBound: lease %v or hand-back, + margin) after their due time, worst %v (first: %v); "+
