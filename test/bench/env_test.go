@@ -430,7 +430,67 @@ type cpuMeter struct {
 	rdb                           *redis.Client
 	daemon0, redis0, self0, busy0 float64
 	forks0                        float64
+	cmds0                         map[string]redisCmd
 	wall0                         time.Time
+}
+
+// redisCmd is a command's line of INFO commandstats.
+type redisCmd struct{ calls, usec float64 }
+
+// redisCmds returns INFO commandstats by command.
+func redisCmds(rdb *redis.Client) map[string]redisCmd {
+	info, _ := rdb.Info(context.Background(), "commandstats").Result()
+	out := map[string]redisCmd{}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		var c redisCmd
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				c.calls = x
+			case "usec":
+				c.usec = x
+			}
+		}
+		out[name] = c
+	}
+	return out
+}
+
+// cmdNote says where Redis's time went between two readings of
+// commandstats, per message: the commands that took most, with their calls
+// (the time inside commands only; Redis's own I/O, AOF and expiry are the
+// rest of its CPU).
+func cmdNote(before, after map[string]redisCmd, messages int) string {
+	type row struct {
+		name        string
+		calls, usec float64
+	}
+	var rows []row
+	var total float64
+	for name, a := range after {
+		b := before[name]
+		if r := (row{name, a.calls - b.calls, a.usec - b.usec}); r.calls > 0 {
+			rows = append(rows, r)
+			total += r.usec
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].usec > rows[j].usec })
+	n := float64(max(messages, 1))
+	parts := []string{fmt.Sprintf("in commands %.1f us/msg", total/n)}
+	for i, r := range rows {
+		if i == 5 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f us/msg (%.2f calls/msg, %.1f us each)", r.name, r.usec/n, r.calls/n, r.usec/r.calls))
+	}
+	return "Redis commandstats: " + strings.Join(parts, ", ")
 }
 
 func redisForks(rdb *redis.Client) float64 {
@@ -439,7 +499,8 @@ func redisForks(rdb *redis.Client) float64 {
 }
 
 func startCPU(pid int, rdb *redis.Client) *cpuMeter {
-	return &cpuMeter{pid: pid, rdb: rdb, daemon0: procCPU(pid), redis0: redisCPU(rdb), self0: procCPU(0), busy0: machineBusy(), forks0: redisForks(rdb), wall0: time.Now()}
+	return &cpuMeter{pid: pid, rdb: rdb, daemon0: procCPU(pid), redis0: redisCPU(rdb), self0: procCPU(0), busy0: machineBusy(), forks0: redisForks(rdb),
+		cmds0: redisCmds(rdb), wall0: time.Now()}
 }
 
 // machineBusy returns the CPU seconds all CPUs spent not idle since boot
@@ -473,6 +534,9 @@ func (c *cpuMeter) stop(s *Scenario) {
 	s.MachineCPUs = runtime.NumCPU()
 	if f := redisForks(c.rdb) - c.forks0; f > 0 {
 		s.note("Redis forked %.0f time(s) during the run (AOF rewrite)", f)
+	}
+	if s.Messages > 0 {
+		s.note("%s", cmdNote(c.cmds0, redisCmds(c.rdb), s.Messages))
 	}
 }
 
