@@ -51,8 +51,9 @@ type Lease struct {
 	ExpiryMs int64
 	Now      time.Time // Redis server time at the claim, to the microsecond
 	// Next is when a claim may find something new in the shard (Redis's
-	// clock): its lowest score (a due time, a lease expiry), less the ahead
-	// window for a parked message; zero when the shard is empty.
+	// clock): its lowest score (a due time, a lease expiry), less half the
+	// ahead window for a parked message (lua/claim.lua says why); zero when
+	// the shard is empty.
 	Next     time.Time
 	Messages []Claimed
 	// Acked is how many messages of the previous lease ClaimAfter acked.

@@ -464,26 +464,27 @@ func redisCmds(rdb *redis.Client) map[string]redisCmd {
 }
 
 // cmdNote says where Redis's time went between two readings of
-// commandstats, per message: the commands that took most, with their calls
-// (the time inside commands only; Redis's own I/O, AOF and expiry are the
-// rest of its CPU).
+// commandstats, per message: in scripts (EVALSHA, with the commands they
+// run), and the commands that took most, run by a script or not (Redis's
+// own I/O, AOF and expiry are the rest of its CPU).
 func cmdNote(before, after map[string]redisCmd, messages int) string {
 	type row struct {
 		name        string
 		calls, usec float64
 	}
 	var rows []row
-	var total float64
 	for name, a := range after {
 		b := before[name]
-		if r := (row{name, a.calls - b.calls, a.usec - b.usec}); r.calls > 0 {
+		if r := (row{name, a.calls - b.calls, a.usec - b.usec}); r.calls > 0 && name != "evalsha" {
 			rows = append(rows, r)
-			total += r.usec
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].usec > rows[j].usec })
 	n := float64(max(messages, 1))
-	parts := []string{fmt.Sprintf("in commands %.1f us/msg", total/n)}
+	ev := after["evalsha"]
+	ev.calls -= before["evalsha"].calls
+	ev.usec -= before["evalsha"].usec
+	parts := []string{fmt.Sprintf("scripts %.1f us/msg (%.2f calls/msg, %.1f us each)", ev.usec/n, ev.calls/n, ev.usec/max(ev.calls, 1))}
 	for i, r := range rows {
 		if i == 5 {
 			break

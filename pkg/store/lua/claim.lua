@@ -14,8 +14,10 @@ returns   {now, next, expiry, acked, id1, attempt1, slotted1, ahead1, message1, 
           now: Redis server time (Unix µs), the clock every instance shares
           (a message is due when its score is at most now in ms);
           next: when a claim may find something new (Unix ms): the lowest
-          score left in the due sets (held ones aside), less the ahead
-          window for a parked message; -1 when none is left, now when the
+          score left in the due sets (held ones aside), less half the
+          ahead window for a parked message (a claim then takes at least
+          half a window of messages ahead, not one at each step of a
+          steady stream); -1 when none is left, now when the
           script stopped holding before it was done (claim again at once);
           expiry: when this claim's lease ends (now + lease ms, and after
           the shard's previous lease), which identifies the claim;

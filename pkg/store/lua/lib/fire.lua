@@ -171,7 +171,7 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       if first[2] and not held(first[2]) then
         local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
         if s > now and not leased(first[2]) and not ahead(first[2]) then
-          s = math.max(now + 1, s - aheadms) -- claimed ahead from then
+          s = math.max(now + 1, s - math.ceil(aheadms / 2)) -- claimed ahead from then
         end
         if out[2] == -1 or s < out[2] then out[2] = s end
       end
