@@ -44,7 +44,7 @@ var (
 	flagParked  = flag.Int("parked", 2_000_000, "far-future messages parked before the 'parked' rerun of the maximum-rate run")
 	flagMemN    = flag.Int("mem-n", 1_000_000, "messages parked per body size for the Redis memory figure")
 	flagMemBody = flag.String("mem-bodies", "100,1024", "body sizes (bytes) of the Redis memory figure")
-	flagPprof   = flag.String("pprof", "", "directory: save a 5 s CPU profile of the daemon (admin.pprof) during each maximum-rate NATS run (cpu-<load>.pprof)")
+	flagPprof   = flag.String("pprof", "", "directory: save a 5 s CPU profile of the daemon (admin.pprof) during each maximum-rate, fixed-rate and burst NATS run (cpu-<load>.pprof)")
 	flagBin     = flag.String("bin", "", "run this daemon binary instead of building one from the checkout (to compare builds scenario by scenario)")
 	flagNATSCfg = flag.String("nats-config", "", "YAML added to the daemon's config in the NATS runs that set none of their own (nats, parked), e.g. 'scheduler: {fire_ahead: 0s}': to compare a setting run by run")
 	flagPerf    = flag.String("perf", "", "directory: record the daemon and redis-server with `perf record -g` during each maximum-rate run (perf-<load>.data)")

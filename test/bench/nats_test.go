@@ -121,7 +121,7 @@ func (e *env) runDaemonNATS(t *testing.T, l natsLoad) *Scenario {
 	cc := consumeFired(t, jsc, "FIRED", "fired.>", rec, dueAtHeader)
 	parked := watchAckFloor(t, jsc, "DELAYED", "delaybridge", uint64(l.n))
 	stopPerf := func() {}
-	if l.kind == "max" || l.kind == "burst" {
+	if l.kind != "spread" {
 		name := fmt.Sprintf("nats-%s-parked%d", l.kind, max(l.preParked, l.kept))
 		if l.variant != "" { // the features runs: one profile per variant
 			name += "-" + strings.Map(func(r rune) rune {
