@@ -238,13 +238,14 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 // round trip later.
 //
 // With Params.Ahead, a claim also takes what falls due within it, ahead of
-// time (store.Claimed.Ahead): the shard holds those (ahead.go) and,
-// the store's commit lead before each one's due instant, commits it (store.Commit,
-// a round trip of IDs only), then publishes what the commit put in flight
-// at the instant. Redis's work for a message (finding it, reading and
-// decoding it, and the commit) is then done before its due instant, and a
-// cancel, replace, reschedule or pause that came first still wins: one
-// that meets a message committed ahead is answered after its instant.
+// time (store.Claimed.Ahead): the shard holds those (ahead.go) and, the
+// store's commit lead before each one's due instant, commits it
+// (store.Commit, a round trip of IDs only), then publishes what the commit
+// put in flight at the instant. Redis's work for a message (finding it,
+// reading and decoding it, and the commit) is then done before its due
+// instant, and a cancel, replace, reschedule or pause that came first
+// still wins: one that meets a message committed ahead is answered after
+// its instant.
 func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	st := &s.shards[shard]
 	failing := lifecycle.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
@@ -420,8 +421,8 @@ type Trace struct {
 	RedisNow      time.Time // Redis's time in the claim
 	Offset        time.Duration
 	// Committed: the batch was claimed ahead, and ClaimSent and
-	// ClaimAnswered are its commit's round trip, the store's commit lead before
-	// the due instant.
+	// ClaimAnswered are its commit's round trip, the store's commit lead
+	// before the due instant.
 	Committed   bool
 	PublishSent time.Time
 	Confirmed   time.Time

@@ -41,7 +41,7 @@ A parked message due within the ahead window is claimed ahead: re-scored
 to the lease expiry + AHEAD_MARK. It is not in flight: every script that
 changes a parked message (cancel, replace, reschedule) changes it as it
 would a parked one, which takes it from the claim; commit.lua puts what is
-left of the claim in flight at the due instant.
+left of the claim in flight just before the due instant.
 ]]
 
 return claimdue(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, 0)

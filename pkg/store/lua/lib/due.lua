@@ -5,8 +5,8 @@
 A parked message is in the due set of its priority with its due time (Unix
 ms) as its score; in flight, with its lease's expiry + LEASE_MARK; claimed
 ahead of its due time (not in flight: its due time is the stored message's,
-and a commit at that instant puts it in flight), with its lease's expiry +
-AHEAD_MARK; waiting for a max_rate slot, the slot + SLOT_MARK; held for its
+and a commit just before that instant puts it in flight), with its lease's
+expiry + AHEAD_MARK; waiting for a max_rate slot, the slot + SLOT_MARK; held for its
 sink, in the sink's band: HOLDBAND * (1 + band) + its due time (see Keys in
 keys.go).
 ]]
