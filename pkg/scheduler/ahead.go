@@ -87,8 +87,8 @@ func (h *aheadQueue) take(redisNow time.Time) map[*store.Lease][]store.Claimed {
 
 // commitDue commits the held messages due within the store's commit lead (on
 // Redis's clock as the shard estimates it: offset) and publishes those the
-// commit put in flight, each at its due instant, handing their acks to
-// keep. A message whose sink the gate blocks now is given back instead (the
+// commit put in flight, each at its due instant (all whose instant has come
+// in one publish), handing their acks to keep. A message whose sink the gate blocks now is given back instead (the
 // next claim holds it for its sink), and one Redis says is not due yet goes
 // back in the queue. It returns the earliest time (our clock) a message was
 // parked again for, whether a Notify came while it waited for an instant,
@@ -147,27 +147,30 @@ func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue
 	s.p.Metrics.Ahead.WithLabelValues("committed").Add(float64(len(committed)))
 	byInstant(committed)
 	for i := 0; i < len(committed); {
-		at := committed[i].m.At
-		if s.sleepUntil(ctx, st, floor.local(at)) {
+		if s.sleepUntil(ctx, st, floor.local(committed[i].m.At)) {
 			notified = true
 		}
-		if s.p.Clock.Now().Before(floor.local(at)) {
+		now := s.p.Clock.Now()
+		if now.Before(floor.local(committed[i].m.At)) {
 			// Stopped past the drain budget before the instant: in flight,
 			// the lease brings them back.
 			break
 		}
+		// Everything whose instant has come goes out in one publish (a
+		// shard behind its instants catches up in batches).
 		leases := map[*store.Lease]*store.Lease{}
 		var order []*store.Lease
-		for ; i < len(committed) && committed[i].m.At.Equal(at); i++ {
+		for ; i < len(committed) && !now.Before(floor.local(committed[i].m.At)); i++ {
 			hm := committed[i]
 			fire := leases[hm.lease]
 			if fire == nil {
 				fire = new(store.Lease)
 				*fire = *hm.lease
-				fire.Now, fire.Messages = latest(nowOf[hm.lease], at), nil
+				fire.Messages = nil
 				leases[hm.lease] = fire
 				order = append(order, fire)
 			}
+			fire.Now = latest(nowOf[hm.lease], hm.m.At)
 			fire.Messages = append(fire.Messages, hm.m)
 		}
 		for _, fire := range order {
