@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -25,8 +24,11 @@ import (
 // root is the repository's root directory.
 func root(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := filepath.Abs(filepath.Join("..", "..")) // go test runs in the package's directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func read(t *testing.T, rel string) string {

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -40,8 +39,11 @@ var update = flag.Bool("update", false, "rewrite the generated sections of docs/
 // repoRoot is the module's root directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	dir, err := filepath.Abs(filepath.Join("..", "..", "..")) // go test runs in the package's directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func TestReferenceIsTheCode(t *testing.T) {
