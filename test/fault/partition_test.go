@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,10 +77,14 @@ const partitionAckWait = 30 * time.Second
 //   - 1 s (the Redis read_timeout): the cut instance learns of the cut at its
 //     next Redis call; one under way when the cut began fails after at most
 //     read_timeout (here the proxy closes the connection, so at once);
-//   - 750 ms for the hand-back itself and the redelivery: the source is
-//     released (JetStream stops its pull and naks, AMQP closes the channel),
-//     the broker delivers the messages to the other instance, which parks
-//     them (measured: what was held is gone within 0.5 s of the release);
+//   - the hand-back itself and the redelivery: the source is released
+//     (JetStream stops its pull and naks, AMQP closes the channel), the
+//     broker delivers the messages to the other instance, which parks them:
+//     750 ms (measured: what was held is gone within 0.5 s of the release),
+//     or, when longer, the time the connected instance takes to park
+//     max_in_flight messages at half the two instances' rate in the probe
+//     (parkRate): make test runs this beside other packages' tests on two
+//     cores, where one instance parks a few hundred a second;
 //   - 250 ms (scheduler.max_sleep): the connected instance's shard loop sees
 //     an expired lease, or a message another instance parked, at its next
 //     wake-up;
@@ -92,8 +98,12 @@ const partitionAckWait = 30 * time.Second
 //     ones being handed back; then the other member sees the rebalance at its
 //     next heartbeat (200 ms here), joins and syncs (1 s, measured under
 //     0.5 s here), and takes the partitions from their committed offsets.
-func partitionBound(kind string) time.Duration {
-	b := max(lease, 2*ingest.DefaultHandBackAfter) + time.Second + 750*time.Millisecond + 250*time.Millisecond + time.Second
+//
+// probe is what the two instances parked per second before the cut
+// (parkRate).
+func partitionBound(kind string, probe float64) time.Duration {
+	handOver := max(750*time.Millisecond, time.Duration(float64(maxInFlight)/(probe/2)*float64(time.Second)))
+	b := max(lease, 2*ingest.DefaultHandBackAfter) + time.Second + handOver + 250*time.Millisecond + time.Second
 	if kind == "kafka" {
 		b += 3*time.Second + time.Second
 	}
@@ -109,14 +119,6 @@ func testPartition(t *testing.T, kind string) {
 		o.rabbitIn = true
 	}
 	w := newWorld(t, "partition-one-of-two-"+kind, o)
-	bound := partitionBound(kind)
-	// Longer than the bound by a second or more at any scale, so that a cut
-	// instance that keeps what it holds for the whole cut is caught: a
-	// message it read as the cut began with a delay under a second (a fifth
-	// of them are) is then later than the bound.
-	cut := scaledOutage(12*time.Second, (bound+2*time.Second-1)/time.Second*time.Second)
-	w.res.Fault = fmt.Sprintf("two daemons share Redis and a %s ingest; one cut off from Redis %v (TCP proxy; lease %v) while claiming a burst, messages arriving throughout",
-		ingestKinds[kind], cut, lease)
 	a := w.startDaemon() // through the proxy: the one that is cut off
 	b := w.startDaemonDirect()
 	if kind == "kafka" {
@@ -128,19 +130,39 @@ func testPartition(t *testing.T, kind string) {
 		m, _ := w.kafkaAssignment()
 		w.logf("the group's partitions by member: %v", m)
 	}
+	// The guarantee is that the connected instance takes the cut one's
+	// work, which it can only do with the CPU for it: what the machine
+	// gives the two now is measured, and the traffic is the suite's rate or
+	// a quarter of the measured one, whichever is less (make test with the
+	// other core busy once gave them so little that the ingest was
+	// max_in_flight behind before the cut, and the connected one, alone
+	// after it, fell seconds behind: 1,213 messages later than the bound).
+	probe := w.parkRate(0, a, b)
+	bound := partitionBound(kind, probe)
+	streamRate := min(rate, max(50, int(probe/4)))
+	// Longer than the bound by a second or more at any scale, so that a cut
+	// instance that keeps what it holds for the whole cut is caught: a
+	// message it read as the cut began with a delay under a second (a fifth
+	// of them are) is then later than the bound.
+	cut := scaledOutage(12*time.Second, (bound+2*time.Second-1)/time.Second*time.Second)
+	w.res.Fault = fmt.Sprintf("two daemons share Redis and a %s ingest; one cut off from Redis %v (TCP proxy; lease %v) while claiming a burst, messages arriving throughout (%d/s)",
+		ingestKinds[kind], cut, lease, streamRate)
 	// The burst's due time, after it is all published, is the traffic
 	// before the cut: kafka-go produces a record at a time here, and
 	// RabbitMQ confirms them one at a time, at 500-1,700 a second beside
-	// the stream (up to 2 s for the burst); JetStream in 0.15-0.3 s.
+	// the stream (up to 2 s for the burst); JetStream in 0.15-0.3 s; and
+	// no sooner than 1.5 times the burst at the probe's rate.
 	lead := 2500 * time.Millisecond
 	if kind != "nats" {
 		lead = 5 * time.Second
 	}
+	lead = max(lead, time.Duration(1.5*burstSize/probe*float64(time.Second)))
 	// Messages arrive from the start to a second after the cut ends.
-	n := rate * int((lead+cut+time.Second)/time.Second)
-	done := w.pub.stream(w.ctx, 0, n, rate)
-	at := w.burst(n, lead)
-	w.atBurst(at, n)
+	from := probeSize
+	n := streamRate * int((lead+cut+time.Second)/time.Second)
+	done := w.pub.stream(w.ctx, from, from+n, streamRate)
+	at := w.burst(from+n, lead)
+	w.atBurst(at, from+n)
 	began := time.Now()
 	w.proxy.Down(t)
 	st := w.redisState() // the test's own client reaches Redis directly
@@ -214,7 +236,7 @@ func testPartition(t *testing.T, kind string) {
 	sentMap, order, _ := w.pub.snapshot()
 	copies := w.col.snapshot()
 	burstIDs := map[string]bool{}
-	for _, id := range w.pub.idRange(n, n+burstSize) {
+	for _, id := range w.pub.idRange(from+n, from+n+burstSize) {
 		burstIDs[id] = true
 	}
 	var late []time.Duration
@@ -275,6 +297,49 @@ func testPartition(t *testing.T, kind string) {
 			"the cut instance held up to %d ingest messages unparked (%s)",
 			len(over), bound, lease, r.MaxLate, first(over, 5), heldMax, w.heldWhat())
 	}
+}
+
+// probeSize is how many messages, due at once, measure what the daemons
+// park per second (parkRate).
+const probeSize = 1000
+
+// probePublishers is how many goroutines publish the probe.
+const probePublishers = 8
+
+// parkRate publishes messages [from, from+probeSize), due at once, from
+// probePublishers goroutines (one publisher waiting for each confirm
+// measured the publisher: 205-414/s here with the other core busy), and
+// returns how many of them the daemons ds parked per second, from the first
+// publish to the last park (delaybridge_ingest_messages_total{result=
+// "parked"} summed over them): what the machine gives them at this moment.
+func (w *world) parkRate(from int, ds ...*daemon) float64 {
+	w.t.Helper()
+	parked := func() float64 {
+		var sum float64
+		for _, d := range ds {
+			sum += max(0, d.metric("delaybridge_ingest_messages_total", `result="parked"`))
+		}
+		return sum
+	}
+	base := parked()
+	began := time.Now()
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range probePublishers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < probeSize && w.ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				w.pub.publish(w.ctx, from+i, began)
+			}
+		})
+	}
+	wg.Wait()
+	if !await(time.Minute, func() bool { return parked() >= base+probeSize }) {
+		w.t.Fatalf("probe: the daemons parked %v of %d messages in a minute", parked()-base, probeSize)
+	}
+	took := time.Since(began)
+	r := probeSize / took.Seconds()
+	w.logf("probe: the daemons parked %d messages due at once, published by %d goroutines, in %v (%.0f/s)", probeSize, probePublishers, dur(took), r)
+	return r
 }
 
 // later is the later of a and b.
