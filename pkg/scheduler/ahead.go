@@ -88,9 +88,9 @@ func (h *aheadQueue) take(redisNow time.Time) map[*store.Lease][]store.Claimed {
 // commitDue commits the held messages due within the store's commit lead (on
 // Redis's clock as the shard estimates it: offset) and publishes those the
 // commit put in flight, each at its due instant (all whose instant has come
-// in one publish), handing their acks to keep. A message whose sink the gate blocks now is given back instead (the
-// next claim holds it for its sink), and one Redis says is not due yet goes
-// back in the queue. It returns the earliest time (our clock) a message was
+// in one publish), handing their acks to keep. A message whose sink the
+// gate blocks now is given back instead (the next claim holds it for its
+// sink), and one Redis says is not due yet goes back in the queue. It returns the earliest time (our clock) a message was
 // parked again for, whether a Notify came while it waited for an instant,
 // and updates the offset from the commit's Redis time. On error what it
 // took is back in the queue.
