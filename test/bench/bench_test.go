@@ -29,7 +29,7 @@ import (
 )
 
 var (
-	flagOut   = flag.String("out", "bench.json", "write every number as JSON to this file (relative to test/bench/ unless absolute); empty: do not write")
+	flagOut   = flag.String("out", "", "write every number as JSON to this file (relative to test/bench/ unless absolute; make bench: bench.json); empty: do not write, so that a partial run leaves make bench's file alone")
 	flagDoc   = flag.String("doc", "", "markdown file whose generated section (between bench markers) is replaced, e.g. docs/performance.md; empty: do not write")
 	flagOnly  = flag.String("only", "", "comma-separated scenario groups to run (mem, raw, native, nats, parked, kafka-rabbit, rabbit-kafka, burst, parked10m, features, million, scale); empty: all")
 	flagN     = flag.Int("n", 200_000, "messages of the maximum-rate runs (published as fast as possible)")
