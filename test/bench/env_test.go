@@ -5,6 +5,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -81,16 +82,31 @@ func (e *env) connectPending(t *testing.T, name string, pending int) (*nats.Conn
 	return nc, js
 }
 
+// errCodeStreamStoreFailed is nats-server's JSStreamStoreFailedF, which
+// nats.go does not name.
+const errCodeStreamStoreFailed jetstream.ErrorCode = 10049
+
 // freshStream deletes stream name if it exists and creates it anew.
+//
+// A stream of the same name deleted a moment before may still be removing
+// its files: the server then refuses the new one ("error creating store for
+// stream", err_code 10049, once in a make bench run, the SCHED stream of
+// native schedules' second run), so that is tried again for up to 10 s.
 func freshStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
 	t.Helper()
 	ctx := context.Background()
 	_ = js.DeleteStream(ctx, cfg.Name)
-	s, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		t.Fatalf("create stream %s: %v", cfg.Name, err)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		s, err := js.CreateStream(ctx, cfg)
+		if err == nil {
+			return s
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeStreamStoreFailed || time.Now().After(deadline) {
+			t.Fatalf("create stream %s: %v", cfg.Name, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the server's deletion is not observable: poll
 	}
-	return s
 }
 
 // ---- the daemon ----
