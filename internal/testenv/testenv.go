@@ -141,6 +141,17 @@ func tail(path string, n int64) string {
 	return string(buf)
 }
 
+// ModuleRoot is the module's root directory, the one holding go.mod above
+// the test's working directory (its package's directory).
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // moduleRoot walks up from the working directory to the directory holding go.mod.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()

@@ -90,10 +90,11 @@ func (h *aheadQueue) take(redisNow time.Time) map[*store.Lease][]store.Claimed {
 // commit put in flight, each at its due instant (all whose instant has come
 // in one publish), handing their acks to keep. A message whose sink the
 // gate blocks now is given back instead (the next claim holds it for its
-// sink), and one Redis says is not due yet goes back in the queue. It returns the earliest time (our clock) a message was
-// parked again for, whether a Notify came while it waited for an instant,
-// and updates the offset from the commit's Redis time. On error what it
-// took is back in the queue.
+// sink), and one Redis says is not due yet goes back in the queue. It
+// returns the earliest time (our clock) a message was parked again for,
+// whether a Notify came while it waited for an instant, and updates the
+// offset from the commit's Redis time. On error what it took is back in
+// the queue.
 //
 // Never early: a message is published when floor says its instant has
 // come on Redis's clock, not by the offset, an estimate that may be off by

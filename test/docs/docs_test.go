@@ -19,17 +19,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // root is the repository's root directory.
-func root(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..")) // go test runs in the package's directory
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+func root(t *testing.T) string { return testenv.ModuleRoot(t) }
 
 func read(t *testing.T, rel string) string {
 	t.Helper()

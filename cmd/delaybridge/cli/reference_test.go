@@ -31,20 +31,14 @@ import (
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated sections of docs/reference.md")
 
 // repoRoot is the module's root directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "..")) // go test runs in the package's directory
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+func repoRoot(t *testing.T) string { return testenv.ModuleRoot(t) }
 
 func TestReferenceIsTheCode(t *testing.T) {
 	root := repoRoot(t)
