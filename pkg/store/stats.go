@@ -2,11 +2,8 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ShardStats counts one shard.
@@ -72,40 +69,26 @@ type Stats struct {
 var statsScript = loadScript("stats")
 
 // Stats counts parked, due and dead messages per shard, one script per
-// shard in one pipeline. The pipeline is not a transaction: under load the
-// counts of different shards are read a few microseconds apart.
+// shard in one pipeline: one round trip, as under a drain each waits behind
+// the claims' scripts. Each shard is counted at Redis's time when its script
+// runs; the pipeline is not a transaction, and under load the shards are
+// counted a few microseconds apart (Stats.Now is the last of those times).
 func (s *Store) Stats(ctx context.Context) (*Stats, error) {
-	// The clock and the bands in one round trip: under a drain each round
-	// trip waits behind the claims' scripts.
-	pipe := s.rdb.Pipeline()
-	timeCmd := pipe.Time(ctx)
-	bandsCmd := pipe.HGet(ctx, s.keys.Sinks(), "bands")
-	_, _ = pipe.Exec(ctx) // errors are read per command below
-	now, err := timeCmd.Result()
-	if err != nil {
-		return nil, fmt.Errorf("store.stats: %w", err)
-	}
-	bands, err := bandsCmd.Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("store.stats: %w", err)
-	}
-	nowMs := now.UnixMilli()
-	args := []any{nowMs}
+	args := make([]any, 0, len(bucketBounds))
 	for _, b := range bucketBounds {
-		args = append(args, nowMs+b.Milliseconds())
+		args = append(args, b.Milliseconds())
 	}
-	args = append(args, bands)
 	calls := make([]shardCall, s.shards)
 	for i := range calls {
 		calls[i] = shardCall{shard: i, args: args}
 	}
-	st := &Stats{Now: now, Shards: make([]ShardStats, s.shards)}
+	st := &Stats{Shards: make([]ShardStats, s.shards)}
 	for i, cmd := range s.runEach(ctx, "stats", statsScript, calls) {
 		res, err := cmd.Int64Slice()
 		if err != nil {
 			return nil, fmt.Errorf("store.stats shard %d: %w", i, err)
 		}
-		if len(res) != 12 {
+		if len(res) != 13 {
 			return nil, fmt.Errorf("store.stats shard %d: unexpected reply of %d items", i, len(res))
 		}
 		ss := ShardStats{Shard: i, Parked: res[0], Due: res[1], Dead: res[2]}
@@ -120,6 +103,9 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		st.Dead += ss.Dead
 		st.Held += res[4]
 		st.Series += res[11]
+		if now := time.UnixMilli(res[12]); now.After(st.Now) {
+			st.Now = now
+		}
 		st.Shards[i] = ss
 		b := res[5:]
 		st.DueIn.Overdue += b[0]

@@ -1,22 +1,24 @@
---[[ stats: counts one shard.
+--[[ stats: counts one shard at Redis's time, read here: the whole count
+is one round trip, which matters when it waits behind a drain's scripts.
 --! keys: dead series
---! include: due
+--! include: time due
 
-ARGV[1]    now (Unix ms, Redis time, the same for every shard)
-ARGV[2..5] upper bounds of the buckets after overdue (1m, 5m, 1h, 24h)
-ARGV[6]    how many hold bands are in use
+ARGV[1..4] upper bounds of the buckets after overdue (1m, 5m, 1h, 24h), in ms
+           after now
 returns    {parked, due, dead, oldest due or -1, held, then the six buckets:
-           overdue, 1m, 5m, 1h, 24h, later, then the live recurring series}
+           overdue, 1m, 5m, 1h, 24h, later, then the live recurring series,
+           then now (Unix ms)}
 ]]
 
-local now = tonumber(ARGV[1])
-local out = {0, 0, redis.call('ZCARD', K.dead), -1, 0, 0, 0, 0, 0, 0, 0, redis.call('SCARD', K.series)}
-local bands = tonumber(ARGV[6])
+local now = servertime()
+local out = {0, 0, redis.call('ZCARD', K.dead), -1, 0, 0, 0, 0, 0, 0, 0, redis.call('SCARD', K.series), now}
 for p = 0, maxprio() do
   local key = zkey(p)
   local n = redis.call('ZCARD', key)
   if n > 0 then
     out[1] = out[1] + n
+    -- The hold bands this set has messages in: its highest score's.
+    local bands = math.max(0, math.floor(tonumber(redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')[2]) / HOLDBAND))
     for b = 0, bands do
       local base = 0
       if b > 0 then base = HOLDBAND * b end
@@ -32,9 +34,9 @@ for p = 0, maxprio() do
         if out[4] == -1 or score < out[4] then out[4] = score end
       end
       local lo = base + now
-      for i = 2, 5 do
-        local hi = base + tonumber(ARGV[i])
-        out[5 + i] = out[5 + i] + redis.call('ZCOUNT', key, '(' .. lo, hi)
+      for i = 1, 4 do
+        local hi = base + now + tonumber(ARGV[i])
+        out[6 + i] = out[6 + i] + redis.call('ZCOUNT', key, '(' .. lo, hi)
         lo = hi
       end
       out[11] = out[11] + redis.call('ZCOUNT', key, '(' .. lo, '(' .. top)
