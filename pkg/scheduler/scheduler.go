@@ -38,6 +38,9 @@ type Store interface {
 	Shards() int
 	ShardOf(id string) int
 	ClaimAhead(ctx context.Context, shard int, prev *store.Lease, ds []store.Done, ask store.Ask) (*store.Lease, error)
+	// Node names the Redis node that serves the shard now ("" when there
+	// is one), for claimsPerNode.
+	Node(ctx context.Context, shard int) string
 	Commit(ctx context.Context, l *store.Lease, commit, back []store.Claimed) (time.Time, []store.Committed, error)
 	CommitLead() time.Duration
 	Ack(ctx context.Context, l *store.Lease, ds []store.Done) (int, error)
@@ -109,7 +112,8 @@ type Scheduler struct {
 	detached sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
 
 	mu       sync.Mutex
-	storeErr error // last claim failure, for readiness
+	storeErr error                    // last claim failure, for readiness
+	claims   map[string]chan struct{} // claimsPerNode's tokens by node
 }
 
 // awake is shardState.planned while a shard is claiming: any Notify wakes
@@ -136,7 +140,8 @@ func New(p Params) *Scheduler {
 	if p.Logger == nil {
 		p.Logger = slog.Default()
 	}
-	s := &Scheduler{p: p, log: p.Logger.With("component", "scheduler"), shards: make([]shardState, p.Store.Shards())}
+	s := &Scheduler{p: p, log: p.Logger.With("component", "scheduler"), shards: make([]shardState, p.Store.Shards()),
+		claims: map[string]chan struct{}{}}
 	for i := range s.shards {
 		s.shards[i].wake = make(chan struct{}, 1)
 		s.shards[i].planned.Store(awake)
@@ -309,6 +314,10 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		if !claimAt.After(s.p.Clock.Now()) {
 			st.planned.Store(awake)
+			done, ok := s.claimTurn(ctx, shard)
+			if !ok {
+				return
+			}
 			ask := store.Ask{Max: s.p.BatchSize, Lease: s.p.Lease, Ahead: s.p.Ahead}
 			if held.len() >= aheadHeld*s.p.BatchSize {
 				ask.Ahead = 0 // holding enough: only what is due, until some is committed
@@ -320,6 +329,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				ride = nil
 			}
 			c, err := s.p.Store.ClaimAhead(ctx, shard, acksLease, ride, ask)
+			done()
 			if len(ride) > 0 {
 				if err != nil {
 					flush(work) // on its own, retried until done or the lease ends
@@ -385,6 +395,35 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			claimAt = s.p.Clock.Now() // a new message may be due before the plan
 		}
 		tr.Woke = s.p.Clock.Now()
+	}
+}
+
+// claimsPerNode is how many shards of an instance claim from one Redis
+// node at once. A claim of a full batch with its acks riding runs in Redis
+// for a few milliseconds, and Redis runs what waits in turn: with sixteen
+// shards claiming at once in a drain, a commit due at its instant or a
+// GET /v1/stats waited behind up to sixteen of them. Two keep Redis busy
+// while the other shards publish (docs/performance.md, "A million due
+// within one second", has the figures). Commits, acks on their own and
+// the other calls do not wait for a turn.
+const claimsPerNode = 2
+
+// claimTurn waits until the shard may claim (claimsPerNode); done gives
+// the turn back. ok is false when ctx ended first.
+func (s *Scheduler) claimTurn(ctx context.Context, shard int) (done func(), ok bool) {
+	node := s.p.Store.Node(ctx, shard)
+	s.mu.Lock()
+	turns := s.claims[node]
+	if turns == nil {
+		turns = make(chan struct{}, claimsPerNode)
+		s.claims[node] = turns
+	}
+	s.mu.Unlock()
+	select {
+	case turns <- struct{}{}:
+		return func() { <-turns }, true
+	case <-ctx.Done():
+		return nil, false
 	}
 }
 

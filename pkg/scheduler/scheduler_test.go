@@ -219,6 +219,8 @@ func (f *fakeStore) ClaimAhead(ctx context.Context, shard int, prev *store.Lease
 	return c, err
 }
 
+func (f *fakeStore) Node(context.Context, int) string { return "" }
+
 func (f *fakeStore) Commit(context.Context, *store.Lease, []store.Claimed, []store.Claimed) (time.Time, []store.Committed, error) {
 	return time.Time{}, nil, errors.New("fakeStore: nothing is claimed ahead")
 }
@@ -809,4 +811,56 @@ func sleepsUntil(t *testing.T, h *harness, d time.Duration) {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// nodeStore spreads the fake's shards over named Redis nodes.
+type nodeStore struct {
+	*fakeStore
+	nodes []string // by shard
+}
+
+func (n nodeStore) Shards() int                              { return len(n.nodes) }
+func (n nodeStore) Node(_ context.Context, shard int) string { return n.nodes[shard] }
+
+// At most claimsPerNode shards claim from one Redis node at once, and a
+// node's turns are its own: a full node does not stop a claim from another.
+func TestClaimsTakeTurnsPerNode(t *testing.T) {
+	p := Params{Store: nodeStore{newFakeStore(newFakeClock()), []string{"a", "a", "a", "b"}}}
+	withDefaults(&p)
+	s := New(p)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	var dones []func()
+	for range claimsPerNode {
+		done, ok := s.claimTurn(context.Background(), 0)
+		if !ok {
+			t.Fatal("a turn of a free node was refused")
+		}
+		dones = append(dones, done)
+	}
+	// The node is full: a claim waits, here until its context ends. (With
+	// a free turn select would pick either case: 20 tries.)
+	for range 20 {
+		if _, ok := s.claimTurn(ended, 1); ok {
+			t.Fatalf("shard 1 got a turn while %d shards of its node claimed", claimsPerNode)
+		}
+	}
+	done, ok := s.claimTurn(context.Background(), 3)
+	if !ok {
+		t.Fatal("node b's shard waited for node a's turns")
+	}
+	done()
+	dones[0]()
+	turned := make(chan bool)
+	go func() {
+		done, ok := s.claimTurn(context.Background(), 2)
+		if ok {
+			done()
+		}
+		turned <- ok
+	}()
+	if !recv(t, turned, "a turn given back") {
+		t.Fatal("a turn given back was not taken")
+	}
+	dones[1]()
 }

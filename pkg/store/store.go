@@ -251,6 +251,22 @@ type scriptShard struct {
 	shard int
 }
 
+// Node names the Redis node that serves a shard now: on a cluster its
+// master's address, as the client's view of the slots has it (a slot that
+// moves takes its shard to another node); "" on a single Redis or
+// Sentinel's master, and when the cluster's slots cannot be read.
+func (s *Store) Node(ctx context.Context, shard int) string {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	c, err := cc.MasterForKey(ctx, s.keys.Lease(shard))
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
+}
+
 // runEach runs one script per call in a single pipeline (one round trip on
 // a single Redis; one per node on a cluster). A call that hit NOSCRIPT or a
 // slot on the move (runAgain) is run again on its own.

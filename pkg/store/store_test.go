@@ -300,9 +300,8 @@ func TestDeadRetentionCap(t *testing.T) {
 	}
 }
 
-// TestStats counts on one Redis and on a Cluster, where the clock (TIME,
-// keyless) and the bands (the sinks hash) come from a pipeline over
-// several nodes.
+// TestStats counts on one Redis and on a Cluster, where each shard's
+// script reads the clock of its own node.
 func TestStats(t *testing.T) {
 	onSingleAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -335,6 +334,41 @@ func TestStats(t *testing.T) {
 		}
 		if st.OldestDue.IsZero() || st.OldestDue.After(now) {
 			t.Fatalf("oldest due %v", st.OldestDue)
+		}
+	})
+}
+
+// Node names the node that holds a shard's keys: its own keys answer
+// there, not with a MOVED; "" on one Redis.
+func TestNodeHoldsTheShard(t *testing.T) {
+	onSingleAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := store.New(rdb, store.Options{Prefix: "t", Shards: 4, MaxDead: 1000})
+		_, cluster := rdb.(*redis.ClusterClient)
+		nodes := map[string]bool{}
+		for i := range 40 {
+			id := fmt.Sprintf("n%d", i)
+			if _, err := s.Park(ctx, []*envelope.Message{msg(id, time.Now().Add(time.Hour))}); err != nil {
+				t.Fatal(err)
+			}
+			shard := s.ShardOf(id)
+			node := s.Node(ctx, shard)
+			if !cluster {
+				if node != "" {
+					t.Fatalf("Node(%d) = %q on one Redis, want \"\"", shard, node)
+				}
+				continue
+			}
+			nodes[node] = true
+			c := redis.NewClient(&redis.Options{Addr: node})
+			n, err := c.HExists(ctx, s.Keys().Pool(shard), id).Result()
+			_ = c.Close()
+			if err != nil || !n {
+				t.Fatalf("shard %d's pool on Node(%d) = %q: %v, %v", shard, shard, node, n, err)
+			}
+		}
+		if cluster && len(nodes) < 2 {
+			t.Fatalf("4 shards on a 3-node cluster landed on %d node(s): %v", len(nodes), nodes)
 		}
 	})
 }
