@@ -147,16 +147,48 @@ var _ ingest.Releaser = (*Source)(nil)
 // would come back only after the ack wait), for the caller to give back
 // with its AckFunc (a Nak, delivered to another instance at once); then
 // Read blocks until Resume. Core NATS has nothing to give back.
-func (s *Source) Release(context.Context) error {
+//
+// It returns when the server has the unsubscribe (or ctx ends first):
+// the iterator drains from a goroutine of its own, and until the server
+// has its UNSUB a pull request of ours still takes new messages, which a
+// released Source must leave to the others (seen on a busy machine: one
+// message published after Release came to it).
+func (s *Source) Release(ctx context.Context) error {
 	s.iterMu.Lock()
-	defer s.iterMu.Unlock()
 	if s.released || s.sub != nil {
+		s.iterMu.Unlock()
 		return nil
 	}
-	s.iter.Drain()
+	iter := s.iter
+	iter.Drain()
 	s.released, s.resume = true, make(chan struct{})
+	s.iterMu.Unlock()
 	s.log.Info("jetstream ingest released: pulling stopped until redis is back")
-	return nil
+	return unsubscribed(ctx, iter)
+}
+
+// unsubscribed waits until a drained iterator's subscription is gone,
+// which nats.go's drain makes so only once the server answered the flush
+// after its UNSUB. The iterator's own type says so (Closed, of nats.go's
+// pull subscription); one that cannot is not waited for.
+func unsubscribed(ctx context.Context, iter jetstream.MessagesContext) error {
+	c, ok := iter.(interface{ Closed() <-chan struct{} })
+	if !ok {
+		return nil
+	}
+	// Closed's channel is closed by the call that finds the subscription
+	// gone, not when it goes: ask again until it is.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.Closed():
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream ingest: release: the server has not confirmed the unsubscribe: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // Resume pulls again after Release.

@@ -252,3 +252,41 @@ func TestSourceUndecodableHeaders(t *testing.T) {
 		})
 	}
 }
+
+// Release returns when the server has the iterator's unsubscribe: until
+// then a pull request of the released Source still takes new messages
+// (a busy make test saw one published after Release read by it). Right
+// after Release the server must know no subscription of its pull inbox.
+func TestReleaseReturnsUnsubscribed(t *testing.T) {
+	ns := testenv.NATS(t)
+	pub := publisher(t, ns.URL)
+	js, err := jetstream.New(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		src := open(t, natsbroker.SourceParams{Name: "rel", URL: ns.URL, Subject: subject("rel"), Stream: "REL", Durable: "delaybridge", AckWait: ackWait})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := js.Publish(ctx, subject("rel"), []byte("before")); err != nil {
+			t.Fatal(err)
+		}
+		_, ack, err := src.Read(ctx) // the pull is running
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ack(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		subs := ns.Server.NumSubscriptions()
+		if err := src.(ingest.Releaser).Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if after := ns.Server.NumSubscriptions(); after >= subs {
+			t.Fatalf("round %d: the server has %d subscriptions after Release, %d before: the pull inbox is still subscribed, and takes what is published next", i, after, subs)
+		}
+		if err := src.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+}
