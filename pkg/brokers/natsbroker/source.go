@@ -148,11 +148,12 @@ var _ ingest.Releaser = (*Source)(nil)
 // with its AckFunc (a Nak, delivered to another instance at once); then
 // Read blocks until Resume. Core NATS has nothing to give back.
 //
-// It returns when the server has the unsubscribe (or ctx ends first):
-// the iterator drains from a goroutine of its own, and until the server
-// has its UNSUB a pull request of ours still takes new messages, which a
-// released Source must leave to the others (seen on a busy machine: one
-// message published after Release came to it).
+// It returns when the server has the unsubscribe (or after
+// unsubscribeWait, or when ctx ends): the iterator drains from a goroutine
+// of its own, and until the server has its UNSUB a pull request of ours
+// still takes new messages, which a released Source must leave to the
+// others (seen on a busy machine: one message published after Release
+// came to it).
 func (s *Source) Release(ctx context.Context) error {
 	s.iterMu.Lock()
 	if s.released || s.sub != nil {
@@ -164,8 +165,15 @@ func (s *Source) Release(ctx context.Context) error {
 	s.released, s.resume = true, make(chan struct{})
 	s.iterMu.Unlock()
 	s.log.Info("jetstream ingest released: pulling stopped until redis is back")
+	ctx, cancel := context.WithTimeout(ctx, unsubscribeWait)
+	defer cancel()
 	return unsubscribed(ctx, iter)
 }
+
+// unsubscribeWait bounds Release's wait for the server: one round trip
+// when it is there; a server that has not answered in a second is away,
+// and what a pull request of ours took then comes back after the ack wait.
+const unsubscribeWait = time.Second
 
 // unsubscribed waits until a drained iterator's subscription is gone,
 // which nats.go's drain makes so only once the server answered the flush
