@@ -68,13 +68,20 @@ func open(t *testing.T, cfg natsbroker.SourceParams) ingest.Source {
 	return src
 }
 
-func TestSourceConformanceJetStream(t *testing.T) {
+// jetStreamServer starts a NATS server with JetStream and connects a
+// publisher's JetStream client to it.
+func jetStreamServer(t *testing.T) (*testenv.NATSServer, jetstream.JetStream) {
+	t.Helper()
 	ns := testenv.NATS(t)
-	pub := publisher(t, ns.URL)
-	js, err := jetstream.New(pub)
+	js, err := jetstream.New(publisher(t, ns.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ns, js
+}
+
+func TestSourceConformanceJetStream(t *testing.T) {
+	ns, js := jetStreamServer(t)
 	ingesttest.Run(t, ingesttest.Harness{
 		Open: func(t *testing.T, key string) ingest.Source {
 			return open(t, natsbroker.SourceParams{
@@ -258,12 +265,7 @@ func TestSourceUndecodableHeaders(t *testing.T) {
 // (a busy make test saw one published after Release read by it). Right
 // after Release the server must know no subscription of its pull inbox.
 func TestReleaseReturnsUnsubscribed(t *testing.T) {
-	ns := testenv.NATS(t)
-	pub := publisher(t, ns.URL)
-	js, err := jetstream.New(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, js := jetStreamServer(t)
 	for i := range 10 {
 		src := open(t, natsbroker.SourceParams{Name: "rel", URL: ns.URL, Subject: subject("rel"), Stream: "REL", Durable: "delaybridge", AckWait: ackWait})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
