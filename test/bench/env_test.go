@@ -96,17 +96,17 @@ func freshStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConfi
 	t.Helper()
 	ctx := context.Background()
 	_ = js.DeleteStream(ctx, cfg.Name)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		s, err := js.CreateStream(ctx, cfg)
-		if err == nil {
-			return s
-		}
+	var s jetstream.Stream
+	var err error
+	testenv.Poll(10*time.Second, func() bool { // the server's deletion is not observable: poll
+		s, err = js.CreateStream(ctx, cfg)
 		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeStreamStoreFailed || time.Now().After(deadline) {
-			t.Fatalf("create stream %s: %v", cfg.Name, err)
-		}
-		time.Sleep(50 * time.Millisecond) // the server's deletion is not observable: poll
+		return err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeStreamStoreFailed
+	})
+	if err != nil {
+		t.Fatalf("create stream %s: %v", cfg.Name, err)
 	}
+	return s
 }
 
 // ---- the daemon ----
