@@ -79,18 +79,21 @@ unit-root:
 unit-deploy:
 	cd $(DEPLOY) && $(GO) test -count=1 -timeout 10m ./...
 
-# The fuzz targets, one test binary for all of them (go test -fuzz linked
-# one for each, 6 CPU-s a link); run in the package's directory, with the
-# corpus cache go test would give it.
-FUZZ     := FuzzParse FuzzParseDialects FuzzDecode FuzzCodecRoundTrip
+# The fuzz targets, as package:target, one test binary per package (go test
+# -fuzz linked one per target, 6 CPU-s a link); each runs in its package's
+# directory, with the corpus cache go test would give it.
+FUZZ     := envelope:FuzzParse envelope:FuzzParseDialects envelope:FuzzDecode envelope:FuzzCodecRoundTrip \
+            jsonlimit:FuzzCheck admin:FuzzDecodeJSON
 
 fuzz: ## each fuzz target for FUZZTIME (default 60000 executions, ~10 s)
 	@mkdir -p $(TESTBIN)
-	$(GO) test -c -fuzz . -o $(TESTBIN)/envelope.fuzz ./pkg/envelope/
-	cd pkg/envelope && for f in $(FUZZ); do \
-	  echo "fuzz $$f"; \
-	  $(TESTBIN)/envelope.fuzz -test.run '^$$' -test.fuzz "^$$f$$" -test.fuzztime $(FUZZTIME) -test.timeout 10m \
-	    -test.fuzzcachedir "$$($(GO) env GOCACHE)/fuzz/$$($(GO) list .)" || exit 1; \
+	@for p in $(sort $(foreach f,$(FUZZ),$(firstword $(subst :, ,$(f))))); do \
+	  $(GO) test -c -fuzz . -o $(TESTBIN)/$$p.fuzz ./pkg/$$p/ || exit 1; \
+	done
+	@for f in $(FUZZ); do p=$${f%%:*}; t=$${f#*:}; \
+	  echo "fuzz $$p $$t"; \
+	  (cd pkg/$$p && $(TESTBIN)/$$p.fuzz -test.run '^$$' -test.fuzz "^$$t$$" -test.fuzztime $(FUZZTIME) -test.timeout 10m \
+	    -test.fuzzcachedir "$$($(GO) env GOCACHE)/fuzz/$$($(GO) list .)") || exit 1; \
 	done
 
 bench: ## end-to-end benchmark of the real binary (~20 min): table to docs/performance.md, numbers to test/bench/bench.json

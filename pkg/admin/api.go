@@ -14,6 +14,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 	"github.com/delaybridge/delaybridge/pkg/ops"
 )
 
@@ -38,6 +39,8 @@ type ErrorBody struct {
 	// DueAt is the message's due time, for the 409 of a reschedule whose
 	// if_due_at no longer holds.
 	DueAt string `json:"due_at,omitempty" doc:"With an if_due_at that no longer holds (409): the message's due time now."`
+	// Code names a refusal a program may branch on, where it has one.
+	Code string `json:"code,omitempty" doc:"The refusal's name, where it has one: too_deep (400: a body nested deeper than 64 levels)."`
 
 	status int
 }
@@ -78,6 +81,9 @@ func newHumaError(status int, msg string, errs ...error) huma.StatusError {
 			continue
 		}
 		e.Field, e.Message = detailSentence(d)
+		if code, _, ok := strings.Cut(e.Message, ": "); ok && code == jsonlimit.Code {
+			e.Code = code
+		}
 		break // the first is enough to act on
 	}
 	switch {

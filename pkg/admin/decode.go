@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 )
 
 // unmarshalJSON is how the API reads a JSON body (the Unmarshal of its
@@ -36,13 +38,21 @@ func marshalJSON(w io.Writer, v any) error { return EncodeJSON(w, v, "") }
 //   - the body is valid UTF-8 and its strings hold no lone UTF-16
 //     surrogate escape (encoding/json replaces both with U+FFFD; binary
 //     data belongs in base64 fields);
-//   - nothing follows the object (the operation bounds its size).
+//   - nothing follows the object (the operation bounds its size);
+//   - objects and arrays nest at most jsonlimit.MaxDepth deep, checked in
+//     one pass before anything is decoded (the refusal's reason begins
+//     with the code too_deep).
 //
+// Its memory is linear in the body's size: the path of a field is only
+// put together for a reason.
 // It returns 0 and "" when dst was filled, else the status and the reason
 // to answer. Every operation that takes JSON reads it so.
 func decodeJSON(raw []byte, dst any) (int, string) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return http.StatusBadRequest, "empty request body: send a JSON object"
+	}
+	if err := jsonlimit.Check(raw, jsonlimit.MaxDepth); err != nil {
+		return http.StatusBadRequest, jsonlimit.Code + ": " + err.Error()
 	}
 	if !utf8.Valid(raw) {
 		i := invalidUTF8At(raw)
@@ -51,7 +61,7 @@ func decodeJSON(raw []byte, dst any) (int, string) {
 	t := reflect.TypeOf(dst).Elem()
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber() // a number is only skipped here: no float64 range error
-	if reason := checkValue(dec, t, ""); reason != "" {
+	if reason := checkValue(dec, t, nil); reason != "" {
 		return http.StatusBadRequest, reason
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -70,9 +80,9 @@ func decodeJSON(raw []byte, dst any) (int, string) {
 
 // checkValue reads one JSON value from dec, checking the keys of every
 // object in it: against t's json fields when t is a struct, for duplicates
-// always. at is the value's path for reasons ("" for the body, then
-// "headers", "headers.x-a").
-func checkValue(dec *json.Decoder, t reflect.Type, at string) string {
+// always. at is the value's path (nil for the body), which a reason shows
+// as "headers.x-a" or "tags[2]".
+func checkValue(dec *json.Decoder, t reflect.Type, at fieldPath) string {
 	tok, err := dec.Token()
 	if err != nil {
 		return syntaxReason(err)
@@ -80,7 +90,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, at string) string {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if at == "" && tok != json.Delim('{') {
+	if at == nil && tok != json.Delim('{') {
 		return "the request body must be a JSON object"
 	}
 	switch tok {
@@ -96,9 +106,9 @@ func checkValue(dec *json.Decoder, t reflect.Type, at string) string {
 				return syntaxReason(err)
 			}
 			key := k.(string) // the decoder only returns string keys in an object
-			path := joinPath(at, key)
+			path := append(at, pathStep{key: key, index: -1})
 			if seen[key] {
-				return fmt.Sprintf("%s is given twice; give each field once", quotePath(path))
+				return fmt.Sprintf("%s is given twice; give each field once", path)
 			}
 			seen[key] = true
 			var sub reflect.Type
@@ -125,7 +135,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, at string) string {
 			elem = t.Elem()
 		}
 		for i := 0; dec.More(); i++ {
-			if reason := checkValue(dec, elem, fmt.Sprintf("%s[%d]", at, i)); reason != "" {
+			if reason := checkValue(dec, elem, append(at, pathStep{index: i})); reason != "" {
 				return reason
 			}
 		}
@@ -134,6 +144,38 @@ func checkValue(dec *json.Decoder, t reflect.Type, at string) string {
 		}
 	}
 	return ""
+}
+
+// fieldPath is where a value is in the body: a step per object key or
+// array index, put into words only for a reason.
+type fieldPath []pathStep
+
+type pathStep struct {
+	key   string
+	index int // -1 for a key
+}
+
+// maxQuoted bounds what a reason quotes of the request (a field name, a
+// value): an error answer never echoes more than a few hundred bytes.
+const maxQuoted = 64
+
+// String is the path as a reason names it: field "headers.x-a".
+func (p fieldPath) String() string {
+	var b strings.Builder
+	for _, s := range p {
+		switch {
+		case s.index >= 0:
+			fmt.Fprintf(&b, "[%d]", s.index)
+		case b.Len() > 0:
+			b.WriteString("." + jsonlimit.Clip(s.key, maxQuoted))
+		default:
+			b.WriteString(jsonlimit.Clip(s.key, maxQuoted))
+		}
+		if b.Len() > 3*maxQuoted {
+			break
+		}
+	}
+	return fmt.Sprintf("field %q", jsonlimit.Clip(b.String(), 3*maxQuoted))
 }
 
 // syntaxReason is the reason for a token error: the body was not empty, so
@@ -173,19 +215,10 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-func joinPath(at, key string) string {
-	if at == "" {
-		return key
-	}
-	return at + "." + key
-}
-
-func quotePath(p string) string { return fmt.Sprintf("field %q", p) }
-
 // unknownField names the field and the known ones; a name that differs
 // from a known one only in case says so, as encoding/json would have taken
 // it silently.
-func unknownField(path, key string, fields map[string]reflect.Type) string {
+func unknownField(path fieldPath, key string, fields map[string]reflect.Type) string {
 	known := make([]string, 0, len(fields))
 	for k := range fields {
 		known = append(known, k)
@@ -193,10 +226,10 @@ func unknownField(path, key string, fields map[string]reflect.Type) string {
 	slices.Sort(known)
 	for _, k := range known {
 		if strings.EqualFold(k, key) {
-			return fmt.Sprintf("unknown %s: field names are case-sensitive; did you mean %q?", quotePath(path), k)
+			return fmt.Sprintf("unknown %s: field names are case-sensitive; did you mean %q?", path, k)
 		}
 	}
-	return fmt.Sprintf("unknown %s; known: %s", quotePath(path), strings.Join(known, ", "))
+	return fmt.Sprintf("unknown %s; known: %s", path, strings.Join(known, ", "))
 }
 
 // invalidUTF8At returns the offset of the first byte of b that is not
@@ -278,7 +311,8 @@ func decodeError(err error) (int, string) {
 		if typ.Field == "" {
 			return http.StatusBadRequest, "the request body must be a JSON object"
 		}
-		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.String()), typ.Value)
+		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", jsonlimit.Clip(typ.Field, maxQuoted), jsonKind(typ.Type.String()),
+			jsonlimit.Clip(typ.Value, maxQuoted))
 	}
 	return http.StatusBadRequest, fmt.Sprintf("the request body cannot be read: %v", err)
 }

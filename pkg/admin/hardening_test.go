@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -412,5 +414,78 @@ func TestRedactAddresses(t *testing.T) {
 		if got := redactAddresses(in); got != want {
 			t.Errorf("redactAddresses(%q)\n = %q\nwant %q", in, got, want)
 		}
+	}
+}
+
+// TestNestedBodiesRefused: a body nested past jsonlimit.MaxDepth is a 400
+// too_deep on every route that reads one, at a cost in memory linear in
+// its size (the decoder once built a path per level, quadratic in the
+// depth: a 40 KB body of nested arrays took gigabytes), and the answer
+// quotes none of it.
+func TestNestedBodiesRefused(t *testing.T) {
+	e := newEnv(t, withToken(testToken), withLimits(envelope.Limits{MaxDelay: time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 200}))
+	nest := func(depth int) string {
+		return `{"delay":1,"headers":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`
+	}
+	routes := []struct{ method, path string }{
+		{"POST", "/v1/messages"}, {"PATCH", "/v1/messages/m-1"}, {"POST", "/v1/dead/m-1/retry"},
+	}
+	for _, rt := range routes {
+		for _, depth := range []int{65, 20_000} {
+			t.Run(fmt.Sprintf("%s %s depth %d", rt.method, rt.path, depth), func(t *testing.T) {
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				r := e.do(rt.method, rt.path, nest(depth))
+				runtime.ReadMemStats(&after)
+				if r.status != http.StatusBadRequest {
+					t.Fatalf("%d, want 400: %.300s", r.status, r.body)
+				}
+				if code, _ := r.json(t)["code"].(string); code != "too_deep" {
+					t.Errorf("code %q, want too_deep: %s", code, r.body)
+				}
+				if len(r.body) > 1024 {
+					t.Errorf("the answer is %d bytes", len(r.body))
+				}
+				// The server runs in this process: what it allocated for
+				// the request, with the client's copies, stays within a
+				// small multiple of the body.
+				if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+					t.Errorf("the request allocated %d MB", grew>>20)
+				}
+			})
+		}
+	}
+	// At the limit it is decoded as usual: the headers field refuses an
+	// array, naming the field.
+	r := e.do("POST", "/v1/messages", `{"delay":1,"sink":"rabbit","destination":"q","body":"x","headers":`+
+		strings.Repeat("[", jsonlimit.MaxDepth-1)+strings.Repeat("]", jsonlimit.MaxDepth-1)+`}`)
+	if r.status != http.StatusBadRequest || r.json(t)["code"] != nil {
+		t.Fatalf("at the limit: %d %s", r.status, r.body)
+	}
+	if parked, _ := e.counts(); parked != 0 {
+		t.Fatalf("a refused request parked a message")
+	}
+}
+
+// TestErrorsQuoteLittle: an unknown field name, a wrong value or a path of
+// any length is quoted in a few dozen bytes, never echoed whole.
+func TestErrorsQuoteLittle(t *testing.T) {
+	e := newEnv(t, withToken(testToken))
+	long := strings.Repeat("k", 60_000)
+	for name, body := range map[string]string{
+		"unknown field":      `{"` + long + `":1}`,
+		"repeated header":    `{"delay":1,"headers":{"` + long + `":"1","` + long + `":"2"}}`,
+		"long number":        `{"delay":"x","priority":` + strings.Repeat("9", 60_000) + `}`,
+		"deep unknown field": `{"delay":1,"headers":{"a":{"` + long + `":1}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := e.do("POST", "/v1/messages", body)
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("%d, want 400: %.300s", r.status, r.body)
+			}
+			if len(r.body) > 1024 || strings.Contains(string(r.body), strings.Repeat("k", 257)) {
+				t.Errorf("the answer is %d bytes: %.300s", len(r.body), r.body)
+			}
+		})
 	}
 }

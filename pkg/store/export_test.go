@@ -381,6 +381,8 @@ func TestImportBadLines(t *testing.T) {
 		{fmt.Sprintf(valid, strings.Repeat("x", 300), "b2s="), strings.Repeat("x", 300), "over limits.max_id_bytes 256"},
 		{strings.Replace(fmt.Sprintf(valid, "unknown-field", "b2s="), `"v":1,`, `"v":1,"colour":"red",`, 1), "unknown-field", `unknown field "colour"`},
 		{strings.Replace(fmt.Sprintf(valid, "v2", "b2s="), `"v":1,`, `"v":2,`, 1), "v2", "written by a newer delaybridge"},
+		{strings.Replace(fmt.Sprintf(valid, "deep", "b2s="), `"v":1,`, `"v":1,"headers":{"a":`+strings.Repeat("[", 70)+strings.Repeat("]", 70)+`},`, 1),
+			"deep", "too_deep: the JSON document nests objects and arrays deeper than 64 levels"},
 	}
 	// good-1, bad..., good-2, "", good-3: line numbers 1, 2..8, 9, 10, 11.
 	file := []string{lines[1]}

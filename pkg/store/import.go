@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 )
 
 // importScript writes imported messages, each whole or not at all: its
@@ -270,6 +271,9 @@ func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool,
 // importItem parses and validates one line, and has o.Admit apply the
 // rules of ingest to its messages.
 func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
+	if err := jsonlimit.Check(line, jsonlimit.MaxDepth); err != nil {
+		return importItem{}, fmt.Errorf("%s: %w", jsonlimit.Code, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	var rec Record
