@@ -66,6 +66,18 @@ type Releaser interface {
 	Resume(ctx context.Context) error
 }
 
+// AckConfirmer is implemented by sources whose broker answers nothing to
+// an ack (AMQP) and flags a redelivery alike whether the delivery was
+// acked and the ack lost, or returned by some other consumer: the store
+// remembers each message such a source parks (its content print) as a
+// possible re-read until the broker is seen to process its ack.
+// ConfirmAcks returns once the broker has processed every ack given
+// before it (nil), or an error when that cannot be known; the pipeline
+// calls it after the acks of a batch, then has the store forget them.
+type AckConfirmer interface {
+	ConfirmAcks(ctx context.Context) error
+}
+
 // Ready is implemented by sources that know whether they are connected.
 // Ready returns nil when connected, else an error saying why not.
 type Ready interface {

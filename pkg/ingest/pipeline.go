@@ -23,6 +23,9 @@ type Store interface {
 	Reject(ctx context.Context, rs []store.Rejected) ([]string, error)
 	Cancel(ctx context.Context, id string) error
 	CancelGroup(ctx context.Context, group string) (int, error)
+	// AcksConfirmed forgets the re-read marks of messages whose acks the
+	// broker processed (AckConfirmer).
+	AcksConfirmed(ctx context.Context, msgs []*envelope.Message) error
 	// Ping checks that Redis answers (after a hand-back: see HandBackAfter).
 	Ping(ctx context.Context) error
 }
@@ -254,9 +257,11 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		rejects = append(rejects, store.Rejected{Message: m, Reason: err.Error()})
 		codes = append(codes, envelope.CodeOf(err))
 	}
+	var marked []*envelope.Message // parked: their re-read marks go once their acks are confirmed
 	// flush parks what is pending, so that a control message sees every
 	// park before it in the batch.
 	flush := func() error {
+		marked = append(marked, parks...)
 		over, err := pl.park(ctx, parks)
 		for _, m := range over {
 			rejected(m, envelope.ErrMaxSeries)
@@ -327,6 +332,26 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	defer cancel()
 	for _, it := range batch {
 		pl.acknowledge(ackCtx, it.ack, nil)
+	}
+	pl.confirmAcks(ackCtx, marked)
+}
+
+// confirmAcks, for a source whose acks the broker does not answer
+// (AckConfirmer), waits until the broker processed the acks just given and
+// has the store forget the re-read marks of msgs, the messages parked: a
+// redelivery of the same content after that is a new message. When that
+// cannot be known, the marks stay until the dedupe window ends.
+func (pl *Pipeline) confirmAcks(ctx context.Context, msgs []*envelope.Message) {
+	c, ok := pl.p.Source.(AckConfirmer)
+	if !ok || len(msgs) == 0 {
+		return
+	}
+	if err := c.ConfirmAcks(ctx); err != nil {
+		pl.log.Debug("acks not confirmed: a redelivery of their messages within the dedupe window is taken for a re-read", "err", err)
+		return
+	}
+	if err := pl.p.Store.AcksConfirmed(ctx, msgs); err != nil {
+		pl.log.Debug("cannot forget the re-read marks of confirmed acks; they end with the dedupe window", "err", err)
 	}
 }
 

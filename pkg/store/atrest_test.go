@@ -83,7 +83,8 @@ func TestEncryptionAtRestShowsOnlyWhatSecurityMdLists(t *testing.T) {
 	now := time.Now().Truncate(time.Millisecond)
 	route := &envelope.Route{Ingest: "orders-in", Sink: "nats-out", Destination: "fired.orders", AllowOverride: true, AllowedSinks: []string{"nats-out", "blocked"}}
 	templated := &envelope.Route{Ingest: "orders-in", Sink: "nats-out", Destination: "fired.{header.x-tenant}", AllowedDestinations: []string{"fired.*"}}
-	lim := envelope.Limits{MaxDelay: 24 * time.Hour}
+	// A week: the cron below (weekdays) is up to three days away on a weekend.
+	lim := envelope.Limits{MaxDelay: 7 * 24 * time.Hour}
 	// in is an ingested message with a secret body, key and header of its
 	// own (HIDDEN-<id>), and the headers kv.
 	in := func(id string, kv ...string) *envelope.Incoming {

@@ -85,6 +85,28 @@ func TestDedupeWindow(t *testing.T) {
 	if err := s.Cancel(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
+	// Once the broker is seen to process the ack (AcksConfirmed), a
+	// redelivery of the same content is a new publish that some other
+	// consumer returned (nack with requeue): parked, not a duplicate.
+	deliver(at("b", amqp, false))
+	if err := s.AcksConfirmed(ctx, []*envelope.Message{at("b", amqp, false)}); err != nil {
+		t.Fatal(err)
+	}
+	park(t, s, store.Parked, at("b", amqp, true))
+	// ... and while that one is in flight, a redelivery of a delivery not
+	// confirmed yet waits as one more message of its ID only when it is new.
+	c, err := s.Claim(ctx, s.ShardOf("b"), 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	park(t, s, store.Duplicate, at("b", amqp, true))
+	if err := s.AcksConfirmed(ctx, []*envelope.Message{at("b", amqp, false)}); err != nil {
+		t.Fatal(err)
+	}
+	park(t, s, store.Queued, at("b", amqp, true))
+	if err := s.Cancel(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
 	// Nothing to compare (the admin API, core NATS): always new.
 	deliver(at("n", envelope.Origin{}, false))
 	park(t, s, store.Parked, at("n", envelope.Origin{}, true))
@@ -99,7 +121,7 @@ func TestDedupeWindow(t *testing.T) {
 
 	off := store.New(r.Client(), store.Options{Prefix: "off", Shards: 2})
 	park(t, off, store.Parked, at("x", kafka, false))
-	c, _ := off.Claim(ctx, off.ShardOf("x"), 10, time.Minute, nil)
+	c, _ = off.Claim(ctx, off.ShardOf("x"), 10, time.Minute, nil)
 	if _, err := off.Ack(ctx, c, []store.Done{{ID: "x", Origin: kafka}}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,10 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 	keys := make([]string, 0, len(ds))
 	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
 	for _, d := range ds {
-		mark := doneMark(d.Origin)
+		mark := ""
+		if d.Origin.Log != "" { // without a log, park left the mark (AcksConfirmed)
+			mark = doneMark(d.Origin)
+		}
 		// The group as the active key indexes it; a message indexed in
 		// another form (sealed with an older key, or in clear) is taken out
 		// of the index by its stored form (groupdel).

@@ -120,7 +120,7 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 		q = 1
 	}
 	for c := range calls {
-		calls[c].args = append([]any{s.seriesQuota, q}, calls[c].args...)
+		calls[c].args = append([]any{s.seriesQuota, q, s.dedupe.Milliseconds()}, calls[c].args...)
 	}
 	cmds := s.runEach(ctx, "park", parkScript, calls)
 	res := make([]ParkResult, len(msgs))
@@ -142,11 +142,13 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 	return res, nil
 }
 
-// doneMark is what the dedupe window remembers of a delivered message, in
-// its key (Keys.Done, which names its log): its position in the log, or
-// without a log its content print as a signed integer; "" when neither is
-// known (a message of the admin API, of core NATS), which nothing can
-// re-read. Both are integers, which Redis stores in the key's object.
+// doneMark is what the dedupe window remembers of a message, in its key
+// (Keys.Done, which names its log): of a delivered message its position in
+// the log; of a message without a log (AMQP) its content print as a signed
+// integer, from its park until its ack is confirmed (AcksConfirmed); ""
+// when neither is known (a message of the admin API, of core NATS), which
+// nothing can re-read. Both are integers, which Redis stores in the key's
+// object.
 func doneMark(o envelope.Origin) string {
 	switch {
 	case o.Log != "":
@@ -155,6 +157,29 @@ func doneMark(o envelope.Origin) string {
 		return strconv.FormatInt(int64(o.Print), 10)
 	}
 	return ""
+}
+
+// AcksConfirmed forgets the marks park left for msgs read without a log
+// (AMQP), whose acks the broker has now processed: a redelivery of the
+// same content from now on is a new message, not a re-read (the contract's
+// "Re-reads on RabbitMQ"). Messages with a log, or without a print, have
+// no mark and are passed over.
+func (s *Store) AcksConfirmed(ctx context.Context, msgs []*envelope.Message) error {
+	pipe := s.rdb.Pipeline()
+	n := 0
+	for _, m := range msgs {
+		if m.Origin.Log == "" && m.Origin.Print != 0 {
+			pipe.Del(ctx, s.keys.Done(s.ShardOf(m.ID), m.ID, ""))
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store.acks_confirmed: %w", err)
+	}
+	return nil
 }
 
 // groupByShard builds one call per shard from msgs; index[c][j] is the

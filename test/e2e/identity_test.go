@@ -305,6 +305,47 @@ func TestRereadAfterKill9IsADuplicate(t *testing.T) {
 	}
 }
 
+// TestRabbitRedeliveryOfANewPublishFires: a message fires; the same job is
+// published again (same ID, same body), and the broker delivers it flagged
+// redelivered because another consumer returned it (a nack with requeue):
+// this daemon never parked that delivery, so it is a new message and
+// fires again. Before, its content matched the delivered one's and it was
+// acknowledged as a duplicate, never fired. A genuine re-read is
+// TestRereadAfterKill9IsADuplicate.
+func TestRabbitRedeliveryOfANewPublishFires(t *testing.T) {
+	e := newIdentityEnv(t, "")
+	const id = "rabbit-job"
+	e.publish("rabbit", id, "job", "20")
+	e.waitFired(30*time.Second, map[string]int{"rabbit " + id: 1})
+	e.d.stop() // the next delivery goes to another consumer first
+
+	e.publish("rabbit", id, "job", "20")
+	var d amqp.Delivery
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var ok bool
+		var err error
+		d, ok, err = e.ch.Get(e.queue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}, "the second publish never reached the queue")
+	if err := d.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ch.QueueDeclarePassive(e.queue, true, false, false, false, nil); err != nil { // a synchronous method: the nack is processed
+		t.Fatal(err)
+	}
+	e.d.start()
+	got := e.waitFired(30*time.Second, map[string]int{"rabbit " + id: 2})
+	if b := strings.Join(got["rabbit "+id], ","); b != "job,job" {
+		t.Errorf("fired %s, want job,job", b)
+	}
+	if n := e.ingested("rabbit", "duplicate"); n != 0 {
+		t.Errorf("%v messages taken for duplicates", n)
+	}
+}
+
 // TestReplacementInTheSameMillisecondWins: 1,000 originals each followed at
 // once by its x-delay-replace replacement (most pairs in the same
 // millisecond), on every ingest: only the replacement fires, every time.

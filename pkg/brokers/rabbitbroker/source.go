@@ -58,6 +58,11 @@ type Source struct {
 	released bool          // Release was called, Resume not yet: no new sessions
 	resume   chan struct{} // closed by Resume; made by Release
 	acks     sync.WaitGroup
+	// acked is the session of the acks sent since the last ConfirmAcks;
+	// lostAcks says that some of them went out on a session that ended
+	// since, so that nobody can tell whether the broker processed them.
+	acked    *session
+	lostAcks bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -66,6 +71,45 @@ type Source struct {
 var _ ingest.Source = (*Source)(nil)
 var _ ingest.Ready = (*Source)(nil)
 var _ ingest.Releaser = (*Source)(nil)
+var _ ingest.AckConfirmer = (*Source)(nil)
+
+// ConfirmAcks returns once the broker has processed every ack sent before
+// it: AMQP has no reply to basic.ack, so it sends a synchronous method on
+// the channel the acks went out on (basic.qos, answered by qos-ok), which
+// the broker answers after everything sent before it on that channel. It
+// returns an error when that channel has closed since, or closes before
+// the answer: the broker may not have processed them, and delivers those
+// messages again with redelivered set (re-reads, see ingest.AckConfirmer).
+func (s *Source) ConfirmAcks(ctx context.Context) error {
+	s.mu.Lock()
+	sess, lost := s.acked, s.lostAcks
+	s.acked, s.lostAcks = nil, false
+	s.mu.Unlock()
+	if lost {
+		return fmt.Errorf("rabbitmq ingest %s: acks went out on a channel that closed before the broker was seen to process them", s.cfg.Name)
+	}
+	if sess == nil {
+		return nil
+	}
+	if err := wait(ctx, func() error { return sess.ch.Qos(s.cfg.Prefetch, 0, false) }); err != nil {
+		return fmt.Errorf("rabbitmq ingest %s: confirm acks: %w", s.cfg.Name, err)
+	}
+	return nil
+}
+
+// ackSent records an ack sent on sess, for ConfirmAcks.
+func (s *Source) ackSent(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acked != nil && s.acked != sess {
+		select {
+		case <-s.acked.dead:
+			s.lostAcks = true
+		default:
+		}
+	}
+	s.acked = sess
+}
 
 // Release closes the consuming channel, so that the broker requeues every
 // delivery not acknowledged yet (those Read returned and those the channel
@@ -402,6 +446,9 @@ func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
 		var err error
 		if handleErr == nil {
 			err = sess.ch.Ack(tag, false)
+			if err == nil {
+				s.ackSent(sess)
+			}
 		} else {
 			err = sess.ch.Nack(tag, false, true)
 		}

@@ -409,3 +409,39 @@ func TestSourceConcurrentAcks(t *testing.T) {
 	closeSource(t, s)
 	testenv.Eventually(t, 10*time.Second, func() bool { return a.ready(q) == 0 }, "all acked")
 }
+
+// ConfirmAcks returns nil once the broker answered a synchronous method
+// sent after the acks on their channel; when that channel closed before,
+// it says it cannot know.
+func TestSourceConfirmAcks(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	q := unique(t)
+	s := newSource(t, node.URL, q, 10)
+	a := newAdmin(t, node.URL)
+	ctx := context.Background()
+	if err := s.ConfirmAcks(ctx); err != nil {
+		t.Fatalf("nothing acked: %v", err)
+	}
+	a.publishIDs(q, "a", "b")
+	for range 2 {
+		_, ack := read(t, s)
+		if err := ack(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.ConfirmAcks(ctx); err != nil {
+		t.Fatalf("ConfirmAcks: %v", err)
+	}
+
+	a.publishIDs(q, "c")
+	_, ack := read(t, s)
+	if err := ack(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx); err != nil { // the channel closes
+		t.Fatal(err)
+	}
+	if err := s.ConfirmAcks(ctx); err == nil {
+		t.Fatal("ConfirmAcks after the channel closed: nil, want an error")
+	}
+}

@@ -10,11 +10,12 @@ ARGV[2] 1: a replacement of the version in flight waits behind it
         (QUEUED); 0: it is not written (FIRING): that version may be
         committed ahead of its due instant (commit.lua), and the caller
         parks the replacement again CommitLead later, after the instant
-ARGV[3..] per message 8 values: ID, due time (Unix ms), priority (0-9),
-        encoded message, replace (1 or 0), group ('' none), what a delivery
-        of it leaves in its dedupe key (doneMark: its position in its log or
-        its content print, '' none), redelivered (1: its broker says it
-        delivered it before)
+ARGV[3] the dedupe window in ms (scheduler.dedupe_window; 0: off)
+ARGV[4..] per message 8 values: ID, due time (Unix ms), priority (0-9),
+        encoded message, replace (1 or 0), group ('' none), its mark
+        (doneMark: its position in its log, or without a log its content
+        print; '' none), redelivered (1: its broker says it delivered it
+        before)
 returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         (parked, in flight or dead: a re-read, or one more message while
         another waits) and nothing changed; REPLACED the parked or dead one;
@@ -26,14 +27,19 @@ returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         FIRING (ARGV[2])
 
 What a re-read is and which version is newer is stated by reread and
-newer (lib/identity.lua), here and nowhere else.
+newer (lib/identity.lua), here and nowhere else. A message without a log
+(AMQP) leaves its mark in its dedupe key here, at park: until the broker is
+seen to process its ack (Store.AcksConfirmed deletes the key) or the window
+ends, a redelivery of it is a re-read; a delivery of another with the same
+content after that is new.
 ]]
 
 local quota = tonumber(ARGV[1])
 local queue = ARGV[2] == '1'
+local window = tonumber(ARGV[3])
 local out = {}
 local j = 0
-for i = 3, #ARGV, 8 do
+for i = 4, #ARGV, 8 do
   j = j + 1
   local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
   local group = ARGV[i + 5]
@@ -80,10 +86,13 @@ for i = 3, #ARGV, 8 do
     -- (not one read before it), which follows it: parked once that one is
     -- delivered.
     local score = duescore(id)
-    if score and leased(score) and not readbefore(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)))
+    if score and leased(score) and not readbefore(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)), ARGV[i + 7], window > 0)
         and redis.call('HSETNX', K.next, id, FOLLOWS .. blob) == 1 then
       r = R.QUEUED
     end
+  end
+  if window > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and blobinfo(blob).log == '' then
+    redis.call('SET', KEYS[NKEYS + j], ARGV[i + 6], 'PX', window)
   end
   out[#out + 1] = r
 end

@@ -7,10 +7,12 @@ here once; every path that parks a message goes through the park script.
 
 -- reread reports whether a message (its blob; mark, its position in its
 -- log or its content print, '' none; redelivered '1' when its broker says
--- so) is a re-read of the delivered message that done remembers, from the
--- key of the same ID and log (Keys.Done): with a log, at the same or an
--- earlier position (a log is read in order, so that position was read
--- before); without one, redelivered with the same content. Any other
+-- so) is a re-read of the message that done remembers, from the key of the
+-- same ID and log (Keys.Done): with a log, the delivered message's
+-- position, and a re-read is at the same or an earlier one (a log is read
+-- in order, so that position was read before); without one (AMQP), the
+-- content of a delivery parked whose ack the broker has not been seen to
+-- process, and a re-read is redelivered with that content. Any other
 -- message is new.
 local function reread(done, blob, mark, redelivered)
   if mark == '' then return false end
@@ -27,13 +29,15 @@ local function newer(a, b)
   end
   return true
 end
--- readbefore reports whether message a (blobinfo) was read before b or is
--- b read again, so that it is no new message of b's ID: from b's log at
--- b's position or an earlier one (a log is read in order), or without a
--- log with b's content print.
-local function readbefore(a, b)
+-- readbefore reports whether message a (blobinfo; redelivered '1' when
+-- its broker says so) was read before b or is b read again, so that it is
+-- no new message of b's ID: from b's log at b's position or an earlier one
+-- (a log is read in order). Without a log, marked says whether the dedupe
+-- window keeps marks (reread has then decided already: a is new); without
+-- marks, a redelivery with b's content print is taken for b read again.
+local function readbefore(a, b, redelivered, marked)
   if a.log ~= '' then return a.log == b.log and a.pos <= b.pos end
-  return a.print ~= '' and a.print == b.print
+  return not marked and redelivered == '1' and a.print ~= '' and a.print == b.print
 end
 -- follows reports whether a value of next (Keys.Next) is a follower, a new
 -- message of the ID that came while its version was in flight (FOLLOWS and
