@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -42,11 +43,15 @@ type ErrorBody struct {
 	// Code names a refusal a program may branch on, where it has one.
 	Code string `json:"code,omitempty" doc:"The refusal's name, where it has one: too_deep (400: a body nested deeper than 64 levels)."`
 
-	status int
+	status  int
+	headers http.Header // Retry-After of a 409 that passes
 }
 
 func (e *ErrorBody) Error() string  { return e.Message }
 func (e *ErrorBody) GetStatus() int { return e.status }
+
+// GetHeaders implements huma.HeadersError.
+func (e *ErrorBody) GetHeaders() http.Header { return e.headers }
 
 // ContentType implements huma.ContentTypeFilter: errors are
 // application/json like every other answer.
@@ -125,6 +130,9 @@ func failure(ctx context.Context, err error) error {
 	var oe *ops.Error
 	if errors.As(err, &oe) {
 		e.Message, e.Field, e.DueAt = oe.Reason, oe.Field, oe.DueAt
+		if oe.RetryAfter > 0 {
+			e.headers = http.Header{"Retry-After": {strconv.Itoa(int(math.Ceil(oe.RetryAfter.Seconds())))}}
+		}
 		switch {
 		case errors.Is(oe, ops.ErrNotFound):
 			e.status = http.StatusNotFound

@@ -575,6 +575,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do(e, a("POST", "/v1/messages/unknown/fire", "", 404))
 	c.do(e, a("POST", "/v1/messages/%01/fire", "", 400))
 	c.do(e, refused(a("POST", "/v1/messages//fire", "", 404)))
+	if r := c.do(e, a("DELETE", "/v1/messages/A", "", 409)); r.header.Get("Retry-After") != "1" { // in flight: it may be published
+		t.Errorf("409 of a cancel in flight: Retry-After %q, want 1", r.header.Get("Retry-After"))
+	}
 	c.do(e, a("DELETE", "/v1/messages/E", "", 204))
 	c.do(e, a("DELETE", "/v1/messages/E", "", 404))
 	c.do(e, a("DELETE", "/v1/messages/%01", "", 400))

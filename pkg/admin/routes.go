@@ -99,8 +99,10 @@ var (
 	opPatchMessage = op{id: "rescheduleMessage", method: patch, path: "/v1/messages/{id}", tag: "messages", status: 200, errors: []int{409, 413, failed}, body: bodySmall,
 		summary: "Gives a scheduled message a new due time; if_due_at compares and sets.",
 		desc:    "409 in flight, dead, or if_due_at no longer the message's due time (then with due_at)."}
-	opCancelMessage = op{id: "cancelMessage", method: del, path: "/v1/messages/{id}", tag: "messages", status: 204, errors: []int{failed},
-		summary: "Cancels a parked message (or deletes a dead one). One already in flight may still be published once."}
+	opCancelMessage = op{id: "cancelMessage", method: del, path: "/v1/messages/{id}", tag: "messages", status: 204, errors: []int{409, failed},
+		summary: "Cancels a parked message (or deletes a dead one): 204 means it will not be published.",
+		desc: "409 with Retry-After for a message being published (claimed, its publish started or about to start): " +
+			"if that publish fails, it is scheduled again and a cancel then succeeds; once delivered it is 404."}
 	opFireMessage = op{id: "fireMessage", method: post, path: "/v1/messages/{id}/fire", tag: "messages", status: 204, errors: []int{409, failed}, ownMethodOnly: true,
 		summary: "Makes a scheduled message due now; 409 in flight or dead.",
 		desc:    "A message held for its sink stays held, due now: it fires when the sink takes messages again."}

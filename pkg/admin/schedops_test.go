@@ -343,7 +343,7 @@ func TestInspectRecurrenceGroupHeld(t *testing.T) {
 	if _, err := e.store.Claim(context.Background(), e.store.ShardOf("held"), 10, time.Minute, map[string]int{"rabbit": states["rabbit"].Band}); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.do("GET", "/v1/messages/held", ""); r.json(t)["held"] != true || r.json(t)["state"] != "scheduled" {
+	if r := e.do("GET", "/v1/messages/held", ""); r.json(t)["held"] != true || r.json(t)["state"] != "held" {
 		t.Fatalf("held: %s", r.body)
 	}
 }

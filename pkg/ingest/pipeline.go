@@ -22,7 +22,7 @@ type Store interface {
 	Park(ctx context.Context, msgs []*envelope.Message) ([]store.ParkResult, error)
 	Reject(ctx context.Context, rs []store.Rejected) ([]string, error)
 	Cancel(ctx context.Context, id string) error
-	CancelGroup(ctx context.Context, group string) (int, error)
+	CancelGroup(ctx context.Context, group string) (cancelled, inflight int, err error)
 	// AcksConfirmed forgets the re-read marks of messages whose acks the
 	// broker processed (AckConfirmer).
 	AcksConfirmed(ctx context.Context, msgs []*envelope.Message) error
@@ -281,7 +281,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 				pl.nackAll(batch, err)
 				return
 			}
-			found, err := pl.cancel(ctx, d.CancelID)
+			found, late, err := pl.cancel(ctx, d.CancelID)
 			if err != nil {
 				pl.nackAll(batch, err)
 				return
@@ -289,6 +289,14 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			if found {
 				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled").Inc()
 				pl.log.Debug("message cancelled", "id", d.CancelID, "by", d.Message.ID)
+				continue
+			}
+			if late {
+				// Being published: a cancel cannot stop it (the contract's
+				// "Cancel means never published"), and it is no mistake of
+				// the publisher's to keep as dead.
+				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancel_late").Inc()
+				pl.log.Info("cancel came while the message was being published; it may be delivered", "id", d.CancelID, "by", d.Message.ID)
 				continue
 			}
 			if d.Tombstone {
@@ -307,9 +315,9 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 				pl.nackAll(batch, err)
 				return
 			}
-			var n int
+			var n, late int
 			err := pl.retry(ctx, "cancel_group", func() (err error) {
-				n, err = pl.p.Store.CancelGroup(ctx, d.Group)
+				n, late, err = pl.p.Store.CancelGroup(ctx, d.Group)
 				return err
 			})
 			if err != nil {
@@ -317,7 +325,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 				return
 			}
 			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled_group").Inc()
-			pl.log.Debug("group cancelled", "group", d.Group, "messages", n, "by", d.Message.ID)
+			pl.log.Debug("group cancelled", "group", d.Group, "messages", n, "in_flight_left", late, "by", d.Message.ID)
 		}
 	}
 	if err := flush(); err != nil {
@@ -421,17 +429,18 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (over []
 	return over, nil
 }
 
-// cancel cancels a parked message; found is false for an unknown ID.
-func (pl *Pipeline) cancel(ctx context.Context, id string) (found bool, err error) {
+// cancel cancels a parked message; found is false for an unknown ID, late
+// true for one being published (not cancelled).
+func (pl *Pipeline) cancel(ctx context.Context, id string) (found, late bool, err error) {
 	err = pl.retry(ctx, "cancel", func() error {
 		err := pl.p.Store.Cancel(ctx, id)
-		found = err == nil
-		if errors.Is(err, store.ErrNotFound) {
+		found, late = err == nil, errors.Is(err, store.ErrInFlight)
+		if errors.Is(err, store.ErrNotFound) || late {
 			return nil
 		}
 		return err
 	})
-	return found, err
+	return found, late, err
 }
 
 // reject keeps rejected messages as dead, and copies them to the dead-letter

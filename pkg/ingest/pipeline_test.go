@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
@@ -80,6 +82,7 @@ type pipelineEnv struct {
 	store *store.Store
 	src   *chanSource
 	pl    *ingest.Pipeline
+	m     *metrics.Metrics
 	stop  context.CancelFunc
 	done  chan error
 
@@ -97,7 +100,7 @@ func startPipeline(t *testing.T, drain time.Duration) *pipelineEnv {
 func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipelineEnv) ingest.Store) *pipelineEnv {
 	t.Helper()
 	r := testenv.Redis(t, testenv.WithAppendFsync("always"))
-	e := &pipelineEnv{redis: r, store: store.New(r.Client(), store.Options{Prefix: "p", Shards: 4}), src: newChanSource()}
+	e := &pipelineEnv{redis: r, store: store.New(r.Client(), store.Options{Prefix: "p", Shards: 4}), src: newChanSource(), m: metrics.New()}
 	var st ingest.Store = e.store
 	if setup != nil {
 		st = setup(e)
@@ -116,7 +119,7 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 		MaxInFlight:   config.DefaultMaxInFlight,
 		DrainTimeout:  drain,
 		HandBackAfter: e.handBackAfter,
-		Metrics:       metrics.New(),
+		Metrics:       e.m,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
@@ -180,6 +183,35 @@ func TestRejectedAndCancelsAreSettled(t *testing.T) {
 	}
 	if _, err := e.store.Inspect(ctx, "c1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a cancel message was parked: %v", err)
+	}
+}
+
+// A cancel that comes while its message is being published cannot stop it:
+// the control message is acknowledged and counted cancel_late, and the
+// message is neither cancelled nor kept as dead (the contract's "Cancel
+// means never published").
+func TestCancelOfAMessageInFlightIsLate(t *testing.T) {
+	e := startPipeline(t, 5*time.Second)
+	ctx := context.Background()
+	e.src.send("busy", "x-delay", "0")
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := e.src.result("busy"); return ok })
+	c, err := e.store.Claim(ctx, e.store.ShardOf("busy"), 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	e.src.send("c1", "x-delay-cancel", "busy")
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := e.src.result("c1"); return ok })
+	if err, _ := e.src.result("c1"); err != nil {
+		t.Fatalf("the late cancel was not acknowledged: %v", err)
+	}
+	if info, err := e.store.Inspect(ctx, "busy"); err != nil || info.State != store.StateInflight {
+		t.Fatalf("busy after a late cancel: %+v %v, want in flight", info, err)
+	}
+	if _, err := e.store.Inspect(ctx, "c1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the late cancel was kept: %v", err)
+	}
+	if n := testutil.ToFloat64(e.m.IngestMessages.WithLabelValues("test", "cancel_late")); n != 1 {
+		t.Fatalf("cancel_late %v, want 1", n)
 	}
 }
 

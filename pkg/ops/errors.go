@@ -3,6 +3,7 @@ package ops
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The kinds of Error, for errors.Is. A front end turns each into its own
@@ -33,6 +34,9 @@ type Error struct {
 	// DueAt is, for the ErrConflict of a reschedule whose if_due_at no
 	// longer holds, the due time the message has now.
 	DueAt string
+	// RetryAfter is, for an ErrConflict that passes (a message being
+	// published is settled within moments), when to try again.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string        { return e.Reason }
@@ -65,11 +69,18 @@ func noGroup(key string) *Error {
 	return notFound("no message is filed under group %q (x-delay-group)", key)
 }
 
-// inFlight refuses a change (what: "rescheduled", "fired") to a message
-// being published.
+// inFlightRetry is when to try a change again that met a message being
+// published: by then its publish is usually settled (delivered: gone;
+// failed: scheduled again, and the change goes through).
+const inFlightRetry = time.Second
+
+// inFlight refuses a change (what: "rescheduled", "fired", "cancelled") to
+// a message being published.
 func inFlight(id, what string) *Error {
-	return conflict("message %q is being published now and cannot be %s; "+
+	e := conflict("message %q is being published now and cannot be %s; "+
 		"if the publish fails it is scheduled again and can be %s then", id, what, what)
+	e.RetryAfter = inFlightRetry
+	return e
 }
 
 // isDead refuses a change to a dead message.

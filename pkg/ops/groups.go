@@ -28,18 +28,18 @@ func (s *Service) Group(ctx context.Context, key string, q ListQuery) (*GroupVie
 	return &GroupView{Group: key, Count: n, ListView: *v}, nil
 }
 
-// CancelGroup cancels every message of a group. A message already in
-// flight may still be published once, as with a cancel by ID.
+// CancelGroup cancels every scheduled and dead message of a group; those
+// in flight are left, and counted (as Cancel refuses one).
 func (s *Service) CancelGroup(ctx context.Context, key string) (*CancelGroupView, error) {
 	if err := checkID("key", "the group", key); err != nil {
 		return nil, err
 	}
-	n, err := s.p.Store.CancelGroup(ctx, key)
+	n, inflight, err := s.p.Store.CancelGroup(ctx, key)
 	switch {
 	case err != nil:
 		return nil, err
-	case n == 0:
+	case n == 0 && inflight == 0:
 		return nil, noGroup(key)
 	}
-	return &CancelGroupView{Group: key, Cancelled: n}, nil
+	return &CancelGroupView{Group: key, Cancelled: n, InFlight: inflight}, nil
 }

@@ -41,14 +41,18 @@ func (s *Service) inspect(ctx context.Context, id string, content, deadOnly bool
 	return &v, nil
 }
 
-// Cancel deletes a parked or dead message.
+// Cancel deletes a parked or dead message, so that it is never published;
+// a message being published is refused (ErrConflict, with RetryAfter).
 func (s *Service) Cancel(ctx context.Context, id string) error {
 	if err := checkID("id", "the message ID", id); err != nil {
 		return err
 	}
 	err := s.p.Store.Cancel(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return noMessage(id)
+	case errors.Is(err, store.ErrInFlight):
+		return inFlight(id, "cancelled")
 	}
 	return err
 }

@@ -122,10 +122,10 @@ func (q ListQuery) browse() (store.BrowseQuery, *Error) {
 	bq := store.BrowseQuery{Sink: q.Sink, Destination: q.Destination, Ingest: q.Ingest, Group: q.Group,
 		Recurring: q.Recurring, Cursor: q.Cursor}
 	switch q.State {
-	case "", store.StateScheduled, store.StateInflight, store.StateDead:
+	case "", store.StateScheduled, store.StateHeld, store.StateInflight, store.StateDead:
 		bq.State = q.State
 	default:
-		return bq, invalid("state", "state %q: give scheduled, inflight or dead (none: scheduled and inflight)", q.State)
+		return bq, invalid("state", "state %q: give scheduled, held, inflight or dead (none: scheduled, held and inflight)", q.State)
 	}
 	var err *Error
 	if bq.DueAfter, err = timeField("due_after", q.DueAfter); err != nil {

@@ -18,7 +18,7 @@ import (
 // `delaybridge inspect` show it.
 type MessageView struct {
 	ID          string `json:"id"`
-	State       string `json:"state" enum:"scheduled,inflight,dead"`
+	State       string `json:"state" enum:"scheduled,held,inflight,dead"`
 	DueAt       string `json:"due_at"` // "" when the stored message cannot be decoded
 	Sink        string `json:"sink"`
 	Destination string `json:"destination"`
@@ -85,7 +85,7 @@ func NewMessageView(info *store.Info, withContent bool) MessageView {
 	if m.Recur != nil {
 		v.Recurrence = NewRecurrenceView(m.Recur, m.DueAt)
 	}
-	if info.State == store.StateInflight || (info.State == store.StateScheduled && !info.NextAt.Equal(m.DueAt)) {
+	if info.State == store.StateInflight || ((info.State == store.StateScheduled || info.State == store.StateHeld) && !info.NextAt.Equal(m.DueAt)) {
 		v.NextAttemptAt = formatTime(info.NextAt)
 	}
 	if !withContent {
@@ -181,6 +181,9 @@ type GroupView struct {
 type CancelGroupView struct {
 	Group     string `json:"group"`
 	Cancelled int    `json:"cancelled"`
+	// InFlight counts the messages of the group being published, which
+	// were not cancelled (each may still be delivered).
+	InFlight int `json:"inflight"`
 }
 
 // StatsView is GET /v1/stats (and `delaybridge stats --json`).

@@ -183,7 +183,7 @@ func BenchmarkCancelGroup(b *testing.B) {
 			}
 			b.StartTimer()
 		}
-		if n, err := s.CancelGroup(ctx, "big"); err != nil || n != len(group) {
+		if n, _, err := s.CancelGroup(ctx, "big"); err != nil || n != len(group) {
 			b.Fatalf("cancel: %d %v", n, err)
 		}
 	}

@@ -71,9 +71,9 @@ var ErrBadCursor = errors.New("store: invalid cursor")
 
 // BrowseQuery selects messages to list.
 type BrowseQuery struct {
-	// State is "" for every parked message (scheduled and in flight),
-	// StateScheduled, StateInflight, or StateDead (the dead messages, by
-	// time of death).
+	// State is "" for every parked message (scheduled, held and in
+	// flight), StateScheduled, StateHeld, StateInflight, or StateDead (the
+	// dead messages, by time of death).
 	State string
 	// DueAfter and DueBefore bound the position time: at or after
 	// DueAfter, strictly before DueBefore; zero is unbounded. For dead
@@ -92,7 +92,7 @@ type BrowseQuery struct {
 
 // filtered reports whether the query needs the entries examined one by one.
 func (q *BrowseQuery) filtered() bool {
-	return q.State == StateScheduled || q.State == StateInflight || q.Sink != "" || q.Destination != "" ||
+	return q.State == StateScheduled || q.State == StateHeld || q.State == StateInflight || q.Sink != "" || q.Destination != "" ||
 		q.Ingest != "" || q.Group != "" || q.Recurring
 }
 
@@ -137,7 +137,7 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 	}
 	mode := byte('p')
 	switch q.State {
-	case "", StateScheduled, StateInflight:
+	case "", StateScheduled, StateHeld, StateInflight:
 	case StateDead:
 		mode = 'd'
 	default:
@@ -172,7 +172,7 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 	}
 	args := []any{map[byte]string{'p': "parked", 'd': "dead"}[mode], boolArg(hasCursor), formatAt(curAt), curID,
 		timeArg(q.DueAfter), timeArg(q.DueBefore), bands, 0, scan,
-		map[string]string{StateScheduled: "scheduled", StateInflight: "inflight"}[q.State],
+		map[string]string{StateScheduled: "scheduled", StateHeld: "held", StateInflight: "inflight"}[q.State],
 		q.Sink, q.Destination, q.Ingest, q.Group, boolArg(q.Recurring), browseGroupIndexMax}
 	if q.Group != "" {
 		// Every form the group is indexed under (encrypted: its token).
@@ -332,7 +332,7 @@ func (s *Store) readEntries(ctx context.Context, entries []browseEntry) ([]*Info
 			info.State, info.NextAt = StateInflight, at
 			info.Attempts++ // the one under way, as Inspect counts it
 		case 'h':
-			info.State, info.NextAt, info.Held = StateScheduled, at, true
+			info.State, info.NextAt, info.Held = StateHeld, at, true
 		default:
 			info.State, info.NextAt = StateScheduled, at
 		}

@@ -73,7 +73,7 @@ func oracle(t *testing.T, s *store.Store, dead bool) []oracleEntry {
 					e.state = store.StateDead
 				case held:
 					e.at = math.Mod(z.Score, float64(store.HoldBand))
-					e.state, e.held = store.StateScheduled, true
+					e.state, e.held = store.StateHeld, true
 				case math.Mod(z.Score, 1) == 0.5 && z.Score > float64(now.UnixMilli()):
 					e.state = store.StateInflight
 				default:

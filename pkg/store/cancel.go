@@ -5,14 +5,17 @@ import (
 	"fmt"
 )
 
-// cancelScript forgets a message, whatever its state.
+// cancelScript forgets a parked or dead message, and leaves one in flight.
 // (lua/cancel.lua has its KEYS, ARGV and reply.)
 var cancelScript = loadScript("cancel")
 
-// Cancel deletes a parked or dead message. It returns ErrNotFound for an
-// unknown ID. A message already in flight may still be published once: the
-// publish was under way when it was cancelled, and Cancel returns after its
-// due instant (CommitLead).
+// Cancel deletes a parked or dead message: when it returns nil, the
+// message will not be published. It returns ErrNotFound for an unknown ID
+// (never parked, cancelled, or delivered already) and ErrInFlight for a
+// message being published under a lease (its publish may be under way:
+// cancel again once it is settled; a failed publish makes it scheduled
+// again). A message claimed ahead is not in flight until the commit just
+// before its due instant, and Cancel takes it from the claim.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	shard := s.ShardOf(id)
 	n, err := s.run(ctx, "cancel", cancelScript, shard, id).Int()
@@ -23,7 +26,7 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	case 0:
 		return ErrNotFound
 	case 2:
-		return s.afterCommitLead(ctx)
+		return ErrInFlight
 	}
 	return nil
 }

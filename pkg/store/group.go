@@ -29,15 +29,15 @@ const groupCancelBatch = 1000
 // (lua/cancelgroup.lua has its KEYS, ARGV and reply.)
 var cancelGroupScript = loadScript("cancelgroup")
 
-// CancelGroup cancels every parked, in-flight and dead message of a group
-// and returns how many. As with Cancel, a message already in flight may
-// still be published once, and CancelGroup returns after its due instant.
-func (s *Store) CancelGroup(ctx context.Context, group string) (int, error) {
+// CancelGroup cancels every parked and dead message of a group, and
+// returns how many it cancelled and how many it left because they are in
+// flight (being published: see Cancel).
+func (s *Store) CancelGroup(ctx context.Context, group string) (cancelled, inflight int, err error) {
 	if group == "" {
-		return 0, fmt.Errorf("store.cancel_group: empty group")
+		return 0, 0, fmt.Errorf("store.cancel_group: empty group")
 	}
-	total, inflight := 0, false
 	for _, form := range s.codec.GroupIndexes(group) {
+		skip := make(map[int]int, s.shards) // shard -> entries in flight passed over
 		pending := make([]int, s.shards)
 		for i := range pending {
 			pending[i] = i
@@ -45,31 +45,28 @@ func (s *Store) CancelGroup(ctx context.Context, group string) (int, error) {
 		for len(pending) > 0 {
 			calls := make([]shardCall, len(pending))
 			for i, sh := range pending {
-				calls[i] = shardCall{shard: sh, args: []any{form, groupCancelBatch}}
+				calls[i] = shardCall{shard: sh, args: []any{form, skip[sh], groupCancelBatch}}
 			}
 			var again []int
 			for i, cmd := range s.runEach(ctx, "cancel_group", cancelGroupScript, calls) {
 				res, err := cmd.Int64Slice()
-				if err == nil && len(res) != 2 {
+				if err == nil && len(res) != 3 {
 					err = fmt.Errorf("unexpected reply of %d items", len(res))
 				}
 				if err != nil {
-					return total, fmt.Errorf("store.cancel_group shard %d: %w", calls[i].shard, err)
+					return cancelled, inflight, fmt.Errorf("store.cancel_group shard %d: %w", calls[i].shard, err)
 				}
-				n := int(res[0])
-				total += n
-				inflight = inflight || res[1] == 1
-				if n == groupCancelBatch {
+				cancelled += int(res[0])
+				inflight += int(res[1])
+				skip[calls[i].shard] += int(res[1])
+				if res[2] == groupCancelBatch {
 					again = append(again, calls[i].shard)
 				}
 			}
 			pending = again
 		}
 	}
-	if inflight {
-		return total, s.afterCommitLead(ctx)
-	}
-	return total, nil
+	return cancelled, inflight, nil
 }
 
 // GroupMembers returns the IDs of a group's messages, sorted, at most limit

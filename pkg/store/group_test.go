@@ -100,7 +100,7 @@ func TestCancelGroupRacesParks(t *testing.T) {
 			}
 		})
 		<-started
-		n, err := s.CancelGroup(ctx, group)
+		n, _, err := s.CancelGroup(ctx, group)
 		close(stop)
 		wg.Wait()
 		if err != nil {
@@ -187,7 +187,7 @@ func TestCancelGroupTiming(t *testing.T) {
 				msgs = msgs[:0]
 			}
 			start := time.Now()
-			n, err := s.CancelGroup(ctx, "big")
+			n, _, err := s.CancelGroup(ctx, "big")
 			d := time.Since(start)
 			if err != nil || n != 10_000 {
 				t.Fatalf("cancel: %d %v", n, err)

@@ -12,6 +12,7 @@ import (
 // State of a known message.
 const (
 	StateScheduled = "scheduled" // waiting for its due time (or its next attempt)
+	StateHeld      = "held"      // due or not, waiting for its sink, which is paused or down
 	StateInflight  = "inflight"  // claimed by an instance, being published
 	StateDead      = "dead"      // given up on, kept with a reason
 )
@@ -24,7 +25,7 @@ type Info struct {
 	Err         error             // the stored message could not be decoded
 	Attempts    int               // publish attempts so far
 	NextAt      time.Time         // scheduled: next attempt; inflight: lease expiry
-	Held        bool              // scheduled, and held because its sink is down or paused
+	Held        bool              // State is StateHeld
 	DeadAt      time.Time         // dead: when it died
 	Reason      string            // dead: why; scheduled after a failure: the last error
 	Shard       int
@@ -67,7 +68,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 		info.NextAt = time.UnixMilli(int64(score))
 		info.State = StateScheduled
 		if held, due := Held(score); held {
-			info.Held, info.NextAt = true, due
+			info.State, info.Held, info.NextAt = StateHeld, true, due
 			break
 		}
 		if leased(score) && score > float64(now) { // a lease not yet expired

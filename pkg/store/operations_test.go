@@ -104,7 +104,13 @@ func TestDedupeWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	park(t, s, store.Queued, at("b", amqp, true))
-	if err := s.Cancel(ctx, "b"); err != nil {
+	if err := s.Cancel(ctx, "b"); !errors.Is(err, store.ErrInFlight) {
+		t.Fatalf("cancel of a message in flight: %v, want ErrInFlight", err)
+	}
+	if n, err := s.Ack(ctx, c, []store.Done{{ID: "b"}}); err != nil || n != 1 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	if err := s.Cancel(ctx, "b"); err != nil { // the one that waited, parked now
 		t.Fatal(err)
 	}
 	// Nothing to compare (the admin API, core NATS): always new.
@@ -253,7 +259,7 @@ func TestHoldAndRelease(t *testing.T) {
 		}
 	}
 	info := inspect(t, s, "d0")
-	if info.State != store.StateScheduled || !info.Held || !info.NextAt.Equal(msgs[0].DueAt) {
+	if info.State != store.StateHeld || !info.Held || !info.NextAt.Equal(msgs[0].DueAt) {
 		t.Fatalf("held message: %+v", info)
 	}
 	st, err := s.Stats(ctx)
@@ -416,7 +422,7 @@ func TestGroups(t *testing.T) {
 	if ids, _ := s.GroupMembers(ctx, "order-42", 0); len(ids) != 39 {
 		t.Fatalf("after a cancel: %d members", len(ids))
 	}
-	n, err := s.CancelGroup(ctx, "order-42")
+	n, _, err := s.CancelGroup(ctx, "order-42")
 	if err != nil || n != 39 {
 		t.Fatalf("cancel group: %d %v", n, err)
 	}

@@ -156,7 +156,7 @@ func TestSealedGroupIndex(t *testing.T) {
 		t.Fatalf("k1-cron after reencrypt: %+v %v", info, err)
 	}
 	// Cancelled by its name (DELETE /v1/groups/{key}, x-delay-cancel-group).
-	if n, err := s2.CancelGroup(ctx, group); err != nil || n != 4 {
+	if n, _, err := s2.CancelGroup(ctx, group); err != nil || n != 4 {
 		t.Fatalf("CancelGroup = %d %v, want 4", n, err)
 	}
 	if index := groupIndex(t, s2); len(index) != 0 {

@@ -50,7 +50,7 @@ func TestIDsAndGroupsAreSharedByEveryIngest(t *testing.T) {
 	if d.Action != envelope.CancelGroup {
 		t.Fatalf("cancel-group: %+v", d)
 	}
-	if n, err := s.CancelGroup(ctx, d.Group); err != nil || n != 1 {
+	if n, _, err := s.CancelGroup(ctx, d.Group); err != nil || n != 1 {
 		t.Fatalf("tenant-b cancelled %d of tenant-a's group (%v), want order-3", n, err)
 	}
 	if _, err := s.Inspect(ctx, "order-3"); !errors.Is(err, store.ErrNotFound) {

@@ -63,7 +63,7 @@ func (a *app) cancelCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "cancel ID",
 		Example: `  delaybridge cancel -c config.yaml order-42`,
-		Short:   "Cancel a parked message (or delete a dead one); exit 1 if unknown",
+		Short:   "Cancel a parked message (or delete a dead one) so that it is never published; exit 1 if unknown or being published",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkIDs(args...); err != nil {

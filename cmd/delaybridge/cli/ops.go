@@ -271,6 +271,9 @@ while it is cancelled is either cancelled or kept whole.`,
 					return failed(err)
 				}
 				fmt.Fprintf(a.stdout, "cancelled %d messages of group %s\n", v.Cancelled, show(key))
+				if v.InFlight > 0 {
+					fmt.Fprintf(a.stdout, "%d more being published now were not cancelled (each may be delivered)\n", v.InFlight)
+				}
 				return nil
 			})
 		},

@@ -11,7 +11,7 @@ ARGV[5], ARGV[6] -> the position range: lowest (inclusive) and bound
 ARGV[7] -> how many hold bands are in use
 ARGV[8] -> at most this many entries returned
 ARGV[9] -> at most this many entries examined (0: no bound)
-ARGV[10] -> state: "" any, "scheduled", "inflight"
+ARGV[10] -> state: "" any, "scheduled", "held", "inflight"
 ARGV[11..14] -> sink, destination, ingest, group ("" any; the group as
            indexed, Codec.GroupIndexes' first form)
 ARGV[15] -> "1": recurring messages only
@@ -74,7 +74,8 @@ local function state(e)
 end
 local function keep(e, st)
   if fstate == 'inflight' and st ~= 'i' then return false end
-  if fstate == 'scheduled' and st ~= 's' and st ~= 'h' then return false end
+  if fstate == 'scheduled' and st ~= 's' then return false end
+  if fstate == 'held' and st ~= 'h' then return false end
   if not needblob then return true end
   local blob = redis.call('HGET', K.pool, e.id)
   if not blob then return false end

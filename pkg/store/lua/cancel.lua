@@ -1,19 +1,21 @@
---[[ cancel: forgets a message, whatever its state.
+--[[ cancel: forgets a parked or dead message; one in flight under a lease
+that has not expired is left alone, since its publish may be under way.
 --! keys: pool dead
 --! firing
---! include: due life
+--! include: time due life
 
 ARGV[1]   message ID
-returns   0 unknown; 1 forgotten; 2 forgotten in flight, perhaps committed
-          ahead of its due instant (the caller answers CommitLead later)
+returns   0 unknown; 1 forgotten (parked, claimed ahead and not committed,
+          under a lease that expired, or dead: it will not be published);
+          2 in flight: nothing changed (it may be published)
 ]]
 
 local id = ARGV[1]
 local blob = redis.call('HGET', K.pool, id)
 if not blob then return 0 end
 local score = duescore(id)
+if score and leased(score) and tonumber(score) > servertime() then return 2 end
 unschedule(id)
 redis.call('ZREM', K.dead, id)
 forget(id, blob)
-if score and leased(score) then return 2 end
 return 1

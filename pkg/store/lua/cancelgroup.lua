@@ -1,26 +1,33 @@
---[[ cancelgroup: cancels up to ARGV[2] messages of a group in one shard.
+--[[ cancelgroup: cancels up to ARGV[3] messages of a group in one shard,
+leaving those in flight (as cancel does).
 --! keys: pool dead groups
 --! firing
---! include: due life
+--! include: time due life
 
 ARGV[1]   the group
-ARGV[2]   at most this many
-returns   {how many were cancelled, 1 if one was in flight (perhaps
-          committed ahead of its due instant: the caller answers CommitLead
-          later) or 0}
+ARGV[2]   how many index entries to pass over first (the ones in flight
+          that the calls before left)
+ARGV[3]   at most this many entries
+returns   {how many were cancelled, how many are in flight and left,
+          how many entries were read}
 ]]
 
 local lo, hi = '[' .. ARGV[1] .. '\0', '(' .. ARGV[1] .. '\1'
-local members = redis.call('ZRANGEBYLEX', K.groups, lo, hi, 'LIMIT', 0, tonumber(ARGV[2]))
+local members = redis.call('ZRANGEBYLEX', K.groups, lo, hi, 'LIMIT', tonumber(ARGV[2]), tonumber(ARGV[3]))
 local prefix = #ARGV[1] + 2
-local inflight = 0
+local now = servertime()
+local cancelled, inflight = 0, 0
 for _, m in ipairs(members) do
   local id = string.sub(m, prefix)
   local score = duescore(id)
-  if score and leased(score) then inflight = 1 end
-  unschedule(id)
-  redis.call('ZREM', K.dead, id)
-  forget(id, redis.call('HGET', K.pool, id))
-  redis.call('ZREM', K.groups, m) -- an index entry without its message goes too
+  if score and leased(score) and tonumber(score) > now then
+    inflight = inflight + 1
+  else
+    unschedule(id)
+    redis.call('ZREM', K.dead, id)
+    forget(id, redis.call('HGET', K.pool, id))
+    redis.call('ZREM', K.groups, m) -- an index entry without its message goes too
+    cancelled = cancelled + 1
+  end
 end
-return {#members, inflight}
+return {cancelled, inflight, #members}

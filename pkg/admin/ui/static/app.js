@@ -1045,7 +1045,7 @@
     $('lookup-json').hidden = !view;
     const cancel = $('lookup-cancel');
     cancel.hidden = !view;
-    const scheduled = Boolean(view) && state === 'scheduled';
+    const scheduled = Boolean(view) && (state === 'scheduled' || state === 'held');
     $('lookup-fire').hidden = !scheduled;
     $('reschedule-form').hidden = !scheduled;
     renderFacts(view);
@@ -1069,6 +1069,8 @@
         return v.next_attempt_at
           ? `Scheduled; next attempt ${fromNow(v.next_attempt_at)}, at ${v.next_attempt_at} (due ${v.due_at}).`
           : `Scheduled, due ${fromNow(v.due_at)}, at ${v.due_at}.`;
+      case 'held':
+        return `Held: its sink is paused or down; it fires at ${v.next_attempt_at || v.due_at} once the sink takes messages again, or at once when that time has passed.`;
       case 'inflight':
         return `Being published; retried at ${v.next_attempt_at} if the sink does not confirm.`;
       case 'dead':
