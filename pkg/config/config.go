@@ -124,6 +124,12 @@ type Scheduler struct {
 	// Lease is how long a claimed message is held before any instance may
 	// take it again; it bounds failover time after a crash.
 	Lease Duration `yaml:"lease"`
+	// LeaseMargin is how much of its lease a claimed message must have
+	// left, by the instance's monotonic clock, for its publish to start;
+	// past that it is put back and claimed again first, so that a process
+	// paused past its lease publishes nothing that was cancelled or taken
+	// over meanwhile. Unset: a fifth of the lease.
+	LeaseMargin Duration `yaml:"lease_margin"`
 	// MaxSleep bounds how long a shard sleeps without looking at Redis, so
 	// that messages parked by other instances are seen.
 	MaxSleep Duration `yaml:"max_sleep"`

@@ -29,8 +29,11 @@ const (
 	DefaultLogLevel    = "info"
 	DefaultLogFormat   = "text"
 
-	DefaultBatchSize         = 256
-	DefaultLease             = 30 * time.Second
+	DefaultBatchSize = 256
+	DefaultLease     = 30 * time.Second
+	// DefaultLeaseMarginShare: scheduler.lease_margin is by default the
+	// lease divided by it (DefaultLeaseMargin).
+	DefaultLeaseMarginShare  = 5
 	DefaultMaxSleep          = time.Second
 	DefaultPublishTimeout    = 10 * time.Second
 	DefaultMaxAttempts       = 10
@@ -66,6 +69,9 @@ const (
 	MaxSinkRate     = 1_000_000
 )
 
+// DefaultLeaseMargin is scheduler.lease_margin's default for a lease.
+func DefaultLeaseMargin(lease time.Duration) time.Duration { return lease / DefaultLeaseMarginShare }
+
 // ApplyDefaults fills every unset field with its default.
 func (c *Config) ApplyDefaults() {
 	Default(&c.Redis.KeyPrefix, DefaultKeyPrefix)
@@ -85,6 +91,7 @@ func (c *Config) ApplyDefaults() {
 	s := &c.Scheduler
 	Default(&s.BatchSize, DefaultBatchSize)
 	Default(&s.Lease, Duration(DefaultLease))
+	Default(&s.LeaseMargin, Duration(DefaultLeaseMargin(s.Lease.D())))
 	Default(&s.MaxSleep, Duration(DefaultMaxSleep))
 	Default(&s.PublishTimeout, Duration(DefaultPublishTimeout))
 	Default(&s.MaxAttempts, DefaultMaxAttempts)
@@ -273,6 +280,10 @@ func (c *Config) validateScheduler(p *Problems) {
 		p.Add("scheduler.batch_size", "%d is not between 1 and 10000", s.BatchSize)
 	}
 	p.Positive("scheduler.lease", int64(s.Lease))
+	p.Positive("scheduler.lease_margin", int64(s.LeaseMargin))
+	if s.LeaseMargin >= s.Lease && !c.isUnread("scheduler.lease") {
+		p.Add("scheduler.lease_margin", "%s must be shorter than scheduler.lease %s: a publish starts only with this much of its lease left", s.LeaseMargin, s.Lease)
+	}
 	p.Positive("scheduler.max_sleep", int64(s.MaxSleep))
 	p.Positive("scheduler.publish_timeout", int64(s.PublishTimeout))
 	if s.PublishTimeout >= s.Lease && !c.isUnread("scheduler.lease") {

@@ -41,6 +41,7 @@ type Metrics struct {
 	Held             *prometheus.CounterVec   // sink: messages held because the sink was down or paused
 	Deferred         *prometheus.CounterVec   // sink: messages that waited for a max_rate slot
 	Skipped          prometheus.Counter       // occurrences of recurring messages passed over (route.missed skip)
+	Fenced           prometheus.Counter       // claimed messages not published: their lease was nearly over
 }
 
 // New creates and registers every collector on a new registry, with the Go
@@ -94,6 +95,8 @@ func New() *Metrics {
 			"Messages that waited for a publish slot of their sink's max_rate.", "sink"),
 		Skipped: f.counter("delaybridge_recurring_skipped_total",
 			"Occurrences of recurring messages passed over after downtime (route.missed: skip)."),
+		Fenced: f.counter("delaybridge_lease_fenced_total",
+			"Claimed messages put back unpublished because less than scheduler.lease_margin of their lease was left (the process was paused or starved): claimed again before any publish."),
 	}
 }
 

@@ -20,9 +20,12 @@ type heldMsg struct {
 }
 
 // aheadQueue is what a shard holds claimed ahead, in the order it falls
-// due (Claimed.At), then highest priority first. It is the shard loop's
-// alone.
-type aheadQueue struct{ q []heldMsg }
+// due (Claimed.At), then highest priority first, with the fence of each
+// claim (Scheduler.fence). It is the shard loop's alone.
+type aheadQueue struct {
+	q      []heldMsg
+	fences map[*store.Lease]time.Time
+}
 
 func (h *aheadQueue) len() int { return len(h.q) }
 
@@ -34,9 +37,10 @@ func (h *aheadQueue) next() (time.Time, bool) {
 	return h.q[0].m.At, true
 }
 
-// add takes the messages of claim c that were claimed ahead into the queue
-// and returns a lease of the others, those claimed due (in flight now).
-func (h *aheadQueue) add(c *store.Lease) *store.Lease {
+// add takes the messages of claim c (fenced at fence) that were claimed
+// ahead into the queue and returns a lease of the others, those claimed
+// due (in flight now).
+func (h *aheadQueue) add(c *store.Lease, fence time.Time) *store.Lease {
 	due := *c
 	due.Messages = nil
 	var ahead []store.Claimed
@@ -47,8 +51,26 @@ func (h *aheadQueue) add(c *store.Lease) *store.Lease {
 			due.Messages = append(due.Messages, m)
 		}
 	}
+	if len(ahead) > 0 {
+		if h.fences == nil {
+			h.fences = map[*store.Lease]time.Time{}
+		}
+		h.fences[c] = fence
+	}
 	h.insert(c, ahead)
 	return &due
+}
+
+// fence is the fence of claim c; pruneFences forgets those of the claims
+// that have nothing left in the queue.
+func (h *aheadQueue) fence(c *store.Lease) time.Time { return h.fences[c] }
+
+func (h *aheadQueue) pruneFences() {
+	for c := range h.fences {
+		if !slices.ContainsFunc(h.q, func(hm heldMsg) bool { return hm.lease == c }) {
+			delete(h.fences, c)
+		}
+	}
 }
 
 // insert queues messages ms of claim c.
@@ -160,6 +182,7 @@ func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue
 		// Everything whose instant has come goes out in one publish (a
 		// shard behind its instants catches up in batches).
 		leases := map[*store.Lease]*store.Lease{}
+		fences := map[*store.Lease]time.Time{}
 		var order []*store.Lease
 		for ; i < len(committed) && !now.Before(floor.local(committed[i].m.At)); i++ {
 			hm := committed[i]
@@ -169,19 +192,21 @@ func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue
 				*fire = *hm.lease
 				fire.Messages = nil
 				leases[hm.lease] = fire
+				fences[fire] = h.fence(hm.lease)
 				order = append(order, fire)
 			}
 			fire.Now = latest(nowOf[hm.lease], hm.m.At)
 			fire.Messages = append(fire.Messages, hm.m)
 		}
 		for _, fire := range order {
-			ds, again := s.fire(ctx, fire, answered, *offset, tr)
+			ds, again := s.fire(ctx, fire, answered, fences[fire], *offset, tr)
 			keep(ds, fire, answered)
 			if !again.IsZero() && (retryAt.IsZero() || again.Before(retryAt)) {
 				retryAt = again
 			}
 		}
 	}
+	h.pruneFences()
 	return retryAt, notified, err
 }
 

@@ -63,6 +63,7 @@ type Params struct {
 	// their defaults; New panics on a zero one.
 	BatchSize      int               // most messages per claim
 	Lease          time.Duration     // how long a claim holds its messages
+	LeaseMargin    time.Duration     // a publish starts only with this much of its lease left (fence)
 	MaxSleep       time.Duration     // longest sleep without a claim
 	PublishTimeout time.Duration     // bound of one publish
 	MaxAttempts    int               // publishes before a message is dead
@@ -127,7 +128,7 @@ type shardState struct {
 
 // New returns a Scheduler; Run starts it.
 func New(p Params) *Scheduler {
-	if p.BatchSize <= 0 || p.Lease <= 0 || p.MaxSleep <= 0 || p.PublishTimeout <= 0 || p.MaxAttempts <= 0 ||
+	if p.BatchSize <= 0 || p.Lease <= 0 || p.LeaseMargin <= 0 || p.LeaseMargin >= p.Lease || p.MaxSleep <= 0 || p.PublishTimeout <= 0 || p.MaxAttempts <= 0 ||
 		p.Backoff.Min <= 0 || p.Backoff.Max <= 0 || p.Backoff.Multiplier < 1 || p.DrainTimeout <= 0 {
 		panic(fmt.Sprintf("scheduler.New: a required value is missing (config.ApplyDefaults gives them all): %+v", p))
 	}
@@ -352,6 +353,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				s.setStoreErr(nil)
 				failing.Reset()
 			}
+			fence := s.fence(c, sent)
 			offset = store.Offset(sent, c.Now, claimedAt)
 			floor.observe(c.Now, sent, claimedAt)
 			tr.ClaimSent, tr.ClaimAnswered, tr.RedisNow, tr.Offset, tr.Committed = sent, claimedAt, c.Now, offset, false
@@ -359,11 +361,11 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			if !c.Next.IsZero() {
 				claimAt = earliest(claimAt, c.Next.Add(-offset))
 			}
-			due := held.add(c)
+			due := held.add(c, fence)
 			if n := len(c.Messages); n > 0 {
 				s.p.Metrics.ClaimBatchSize.Observe(float64(n))
 				if len(due.Messages) > 0 {
-					ds, retryAt := s.fire(work, due, claimedAt, offset, &tr)
+					ds, retryAt := s.fire(work, due, claimedAt, fence, offset, &tr)
 					keep(ds, due, claimedAt)
 					if !retryAt.IsZero() {
 						claimAt = earliest(claimAt, retryAt)
@@ -397,6 +399,21 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		tr.Woke = s.p.Clock.Now()
 	}
 }
+
+// fence is the instant, on our clock, from which the messages of lease c
+// (claimed when our clock read sent) are not published any more: the
+// lease's length (its expiry less Redis's time at the claim, which came
+// after sent) less LeaseMargin, counted from sent. Our clock is monotonic:
+// a process paused (SIGSTOP, a long GC or VM stall) past it finds its
+// lease nearly over, or over and taken by another instance, and claims its
+// messages again rather than publishing what may have been cancelled,
+// rescheduled or published by the other meanwhile.
+func (s *Scheduler) fence(c *store.Lease, sent time.Time) time.Time {
+	return sent.Add(c.Expiry().Sub(c.Now) - s.p.LeaseMargin)
+}
+
+// errFenced is a publish not started because the lease was nearly over.
+var errFenced = errors.New("not published: less than scheduler.lease_margin of the lease was left (this process was paused or starved); claimed again first")
 
 // claimsPerNode is how many shards of an instance claim from one Redis
 // node at once. A claim of a full batch with its acks riding runs in Redis
@@ -509,7 +526,7 @@ func (s *Scheduler) sleep(ctx context.Context, st *shardState, d time.Duration) 
 // the caller writes them, alone or with its next claim. The messages to a
 // destination that stalled (stalls) are published apart (detach), and
 // settle and ack on their own.
-func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, tr *Trace) (acks []store.Done, retryAt time.Time) {
+func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt, fence time.Time, toRedis time.Duration, tr *Trace) (acks []store.Done, retryAt time.Time) {
 	errs := make([]error, len(c.Messages))
 	skipped := make([]bool, len(c.Messages))
 	groups := map[string][]int{}
@@ -542,7 +559,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		}
 	}
 	if len(apart) > 0 {
-		s.detach(ctx, c, claimedAt, toRedis, tr, apart)
+		s.detach(ctx, c, claimedAt, fence, toRedis, tr, apart)
 	}
 	// Each sink's publish runs on its own; one that outlasts a few times
 	// the sink's usual publish is left to settle on its own (detached), so
@@ -557,7 +574,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 		p := &publishing{idx: idx, done: make(chan struct{})}
 		running = append(running, p)
 		go func() {
-			s.publish(ctx, name, c, idx, errs, toRedis, &trace)
+			s.publish(ctx, name, c, idx, errs, fence, toRedis, &trace)
 			if !p.state.CompareAndSwap(publishRunning, publishDone) {
 				// Detached meanwhile: settle and ack here.
 				s.settleApart(ctx, c, claimedAt, toRedis, idx, errs, skipped)
@@ -610,7 +627,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt time.Tim
 // stalled, apart from the others: in the background, so that the shard
 // goes on; they settle and are acked on their own, under their lease. Run
 // waits for them when it stops.
-func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, tr *Trace, idx []int) {
+func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt, fence time.Time, toRedis time.Duration, tr *Trace, idx []int) {
 	bySink := map[string][]int{}
 	for _, i := range idx {
 		name := c.Messages[i].Message.Sink
@@ -626,7 +643,7 @@ func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt time.T
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.publish(ctx, name, c, idx, errs, toRedis, &trace)
+				s.publish(ctx, name, c, idx, errs, fence, toRedis, &trace)
 			}()
 		}
 		wg.Wait()
@@ -673,6 +690,7 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 		holds     []store.Unavailable
 		letters   []sinks.Dead
 		late      int
+		fenced    int
 	)
 	earliest := func(at time.Time) {
 		if retryAt.IsZero() || at.Before(retryAt) {
@@ -696,6 +714,12 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			if !skipped[i] {
 				s.gate.delivered(sink)
 			}
+		case errors.Is(err, errFenced):
+			// Not published: due again at once, for whoever claims it
+			// first (this instance too), its attempt not counted.
+			postpones = append(postpones, store.RetryAt{ID: m.ID, At: m.Message.DueAt, Reason: err.Error()})
+			earliest(now)
+			fenced++
 		case postponed(err):
 			// A destination that stalled while its sink answered: not the
 			// sink's fault (no hold) and, the first times, not counted.
@@ -726,6 +750,11 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
 			s.log.Debug("publish failed; will retry", "id", m.ID, "sink", sink, "attempt", m.Attempt, "at", at, "err", err)
 		}
+	}
+	if fenced > 0 {
+		s.p.Metrics.Fenced.Add(float64(fenced))
+		s.log.Warn("claimed messages not published: their lease was nearly over (this process was paused or starved); they are claimed again",
+			"shard", c.Shard, "messages", fenced, "lease_margin", s.p.LeaseMargin)
 	}
 	if len(deads) > 0 {
 		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads) - late))
@@ -841,8 +870,15 @@ func (e *lateError) Error() string {
 
 // publish sends the messages idx of a claim to one sink and records the
 // results in errs. toRedis turns our clock into Redis's, the clock of the
-// due times, for the lateness.
-func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error, toRedis time.Duration, tr *Trace) {
+// due times, for the lateness. From fence on it publishes nothing
+// (errFenced): the lease may be over, and the messages another's.
+func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error, fence time.Time, toRedis time.Duration, tr *Trace) {
+	if !s.p.Clock.Now().Before(fence) {
+		for _, i := range idx {
+			errs[i] = errFenced
+		}
+		return
+	}
 	out := make([]sinks.Outgoing, len(idx))
 	var spans []tracing.Span
 	if s.p.Tracer != nil {
@@ -854,11 +890,26 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 			spans[j] = s.p.Tracer.StartFire(ctx, out[j].Message, out[j].Attempt)
 		}
 	}
-	pctx, cancel := context.WithTimeout(ctx, s.p.PublishTimeout)
+	// The publish ends with the lease at the latest: a sink sends nothing
+	// more once its context has ended (a process paused in the middle of a
+	// batch sends none of the rest when it resumes past the lease).
 	start := s.p.Clock.Now()
+	leaseEnd := fence.Add(s.p.LeaseMargin)
+	timeout, byLease := s.p.PublishTimeout, false
+	if left := leaseEnd.Sub(start); left < timeout {
+		timeout, byLease = left, true
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	res := s.p.Sinks[name].Publish(pctx, out)
 	cancel()
 	done := s.p.Clock.Now()
+	if byLease && !done.Before(leaseEnd) {
+		for j, err := range res {
+			if err != nil {
+				res[j] = errFenced // not sent, or not confirmed within the lease: claimed again, not counted
+			}
+		}
+	}
 	s.p.Metrics.PublishDuration.WithLabelValues(name).Observe(done.Sub(start).Seconds())
 	if s.p.Trace != nil {
 		t := *tr

@@ -132,6 +132,10 @@ type fakeStore struct {
 	// at the last Ack, Postpone or Retry: the shard's sleep after it is a
 	// timer made later.
 	settledAt int
+	// stall, when set, is how long the next claim that takes a message
+	// keeps the claimer (a process paused between its claim and its
+	// publish): the clock moves on by it before the claim returns.
+	stall time.Duration
 }
 
 func newFakeStore(c *fakeClock) *fakeStore {
@@ -185,6 +189,10 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 		if c.Next.IsZero() || s.Before(c.Next) {
 			c.Next = s
 		}
+	}
+	if f.stall > 0 && len(c.Messages) > 0 {
+		f.clock.Advance(f.stall)
+		f.stall = 0
 	}
 	f.claims <- len(c.Messages)
 	return c, nil
@@ -589,9 +597,44 @@ func TestRetryTimesAreInRedisTime(t *testing.T) {
 }
 
 // withDefaults fills the zero fields of p with the configuration's defaults.
+// A lease is a fence: a claimer that comes back from a pause with less
+// than LeaseMargin of its lease left (here: past it) publishes nothing of
+// it; the message is put back at its due time, its attempt not counted,
+// and published once the next claim takes it.
+func TestPausePastTheLeasePublishesNothing(t *testing.T) {
+	for _, stall := range []time.Duration{config.DefaultLease, config.DefaultLease - config.DefaultLeaseMargin(config.DefaultLease)} {
+		t.Run(stall.String(), func(t *testing.T) {
+			h := start(t, Params{MaxSleep: time.Minute}, func(h *harness) {
+				h.store.park("m", h.clock.Now(), "s")
+				h.store.stall = stall
+			})
+			recv(t, h.store.claims, "the stalled claim")
+			r := recv(t, h.store.postponed, "the fenced message put back")
+			if r.ID != "m" || !strings.Contains(r.Reason, "lease_margin") {
+				t.Fatalf("put back %+v", r)
+			}
+			if id := recv(t, h.store.acked, "ack after the next claim"); id != "m" {
+				t.Fatalf("acked %s", id)
+			}
+			if len(h.sink.published) != 1 || h.sink.published[0].Attempt != 1 {
+				t.Fatalf("published %+v, want once, as attempt 1", h.sink.published)
+			}
+		})
+	}
+	// A pause that leaves more than the margin publishes at once.
+	h := start(t, Params{MaxSleep: time.Minute}, func(h *harness) {
+		h.store.park("m", h.clock.Now(), "s")
+		h.store.stall = config.DefaultLease - config.DefaultLeaseMargin(config.DefaultLease) - time.Millisecond
+	})
+	if id := recv(t, h.store.acked, "ack"); id != "m" || len(h.store.postponed) != 0 {
+		t.Fatalf("acked %s, %d put back", id, len(h.store.postponed))
+	}
+}
+
 func withDefaults(p *Params) {
 	config.Default(&p.BatchSize, config.DefaultBatchSize)
 	config.Default(&p.Lease, config.DefaultLease)
+	config.Default(&p.LeaseMargin, config.DefaultLeaseMargin(p.Lease))
 	config.Default(&p.MaxSleep, config.DefaultMaxSleep)
 	config.Default(&p.PublishTimeout, config.DefaultPublishTimeout)
 	config.Default(&p.MaxAttempts, config.DefaultMaxAttempts)

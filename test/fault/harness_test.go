@@ -569,6 +569,18 @@ func (d *daemon) term(timeout time.Duration) (int, time.Duration) {
 	return code, time.Since(began)
 }
 
+// del sends DELETE to an admin path and returns the status.
+func (d *daemon) del(path string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	req, _ := http.NewRequest(http.MethodDelete, d.admin+path, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 func (d *daemon) get(path string) (int, string) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(d.admin + path)
@@ -646,6 +658,17 @@ type publisher struct {
 	// refused by the sink), with how: they are left out of what must be
 	// delivered (snapshot's order) and must end in Redis's dead set.
 	doomed map[string]string
+	// cancelled are the IDs a scenario cancelled (answered 204), with the
+	// time of the answer: left out of what must be delivered, and never
+	// published after it.
+	cancelled map[string]time.Time
+}
+
+// cancel records that the daemon answered a cancel of id with 204 at at.
+func (p *publisher) cancel(id string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cancelled[id] = at
 }
 
 // doom marks an ID as meant to die, before it is published.
@@ -722,7 +745,7 @@ func newNATSPublisher(t *testing.T, name, url string) *publisher {
 }
 
 func newPublisher(t *testing.T, name string) *publisher {
-	return &publisher{t: t, name: name, sent: map[string]sent{}, resent: map[string]bool{}, doomed: map[string]string{}}
+	return &publisher{t: t, name: name, sent: map[string]sent{}, resent: map[string]bool{}, doomed: map[string]string{}, cancelled: map[string]time.Time{}}
 }
 
 // delayOf is the message's delay, 0-5 s, from the seed.
@@ -842,11 +865,24 @@ func (p *publisher) snapshot() (map[string]sent, []string, int) {
 	}
 	order := make([]string, 0, len(p.order))
 	for _, id := range p.order {
-		if _, ok := p.doomed[id]; !ok {
+		_, doomed := p.doomed[id]
+		_, cancelled := p.cancelled[id]
+		if !doomed && !cancelled {
 			order = append(order, id)
 		}
 	}
 	return m, order, p.retries
+}
+
+// cancelledAt returns the cancelled IDs with the time of their 204.
+func (p *publisher) cancelledAt() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]time.Time, len(p.cancelled))
+	for id, at := range p.cancelled {
+		m[id] = at
+	}
+	return m
 }
 
 // ---------------------------------------------------------------------------
@@ -1270,6 +1306,15 @@ func (w *world) finish(allowLoss bool) *result {
 			deliveredDoomed++
 		default:
 			lost = append(lost, id)
+		}
+	}
+	// A message whose cancel was answered 204 is never published after
+	// the answer (the contract's "Cancel means never published").
+	for id, at := range w.pub.cancelledAt() {
+		for _, c := range copies[id] {
+			if !c.at.Before(at) {
+				w.t.Errorf("%s was published at %v, after its cancel was answered 204 at %v", id, c.at.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+			}
 		}
 	}
 	if n := w.col.redeliveredCount(); n > 0 {

@@ -4,12 +4,15 @@ package fault
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // Every scenario publishes its messages at a steady rate (about 10 s of
@@ -573,6 +576,80 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 	}
 	if retaken < len(orphaned) {
 		t.Errorf("only %d of the dead daemon's %d claims were published by the survivor", retaken, len(orphaned))
+	}
+	w.finish(false)
+}
+
+// TestPausedPastLeaseCancelled: two daemons on one Redis; one is frozen
+// (SIGSTOP) while it holds claims of a burst, past their 2 s lease, and
+// those messages are cancelled meanwhile (store.Cancel, what DELETE
+// /v1/messages/{id} runs: 204, since their lease expired), then both are
+// thawed (SIGCONT). Guarantee: a lease is a fence: the thawed daemon
+// publishes none of what was cancelled (it puts back what it held, its
+// lease nearly over), and everything else is delivered. Before, a thawed
+// daemon published 175 and 231 cancelled messages in two runs.
+func TestPausedPastLeaseCancelled(t *testing.T) {
+	w := newWorld(t, "paused-past-lease-cancelled", options{})
+	w.res.Fault = "two daemons; one SIGSTOPped while it holds claims, past their 2 s lease; the other cancels them; then SIGCONT"
+	a := w.startDaemon()
+	b := w.startDaemon()
+	n := scaled(perScenario)
+	done := w.pub.stream(w.ctx, 0, n, rate)
+	w.hold(w.randDur(2*time.Second, 4*time.Second), "traffic before the fault (scenario parameter)")
+	// As in TestTwoDaemonsOneKilled: b is paused while the burst comes due,
+	// so that a claims it, and a is frozen the moment its claims show.
+	b.proc.Signal(syscall.SIGSTOP)
+	frozen := false
+	for try := 0; try < 3 && !frozen; try++ {
+		at := w.burst(n+try*burstSize, 1500*time.Millisecond)
+		if !w.atBurst(at, n+try*burstSize) {
+			continue
+		}
+		a.proc.Signal(syscall.SIGSTOP)
+		if frozen = w.redisState().inflight > 0; !frozen {
+			a.proc.Signal(syscall.SIGCONT)
+			w.logf("the daemon settled the burst before it was frozen; another burst")
+		}
+	}
+	thaw := func() {
+		a.proc.Signal(syscall.SIGCONT)
+		b.proc.Signal(syscall.SIGCONT)
+	}
+	if !frozen {
+		thaw()
+		t.Fatal("three bursts were settled before the daemon could be frozen holding claims: nothing was tested")
+	}
+	rs := w.redisState()
+	var lease int64
+	for _, id := range rs.inflightIDs {
+		lease = max(lease, rs.leases[id])
+	}
+	w.holdUntil(time.UnixMilli(lease).Add(200*time.Millisecond), "past the frozen daemon's leases (scenario parameter)")
+	st := store.New(w.rdb, store.Options{Prefix: keyPrefix, Shards: shards})
+	cancelled, refused := 0, 0
+	for _, id := range rs.inflightIDs {
+		switch err := st.Cancel(context.Background(), id); {
+		case err == nil:
+			w.pub.cancel(id, time.Now())
+			cancelled++
+		case errors.Is(err, store.ErrInFlight):
+			refused++
+		default:
+			t.Errorf("cancel of %s: %v", id, err)
+		}
+	}
+	w.logf("the frozen daemon held %d claims; %d cancelled past their lease, %d refused as in flight", rs.inflight, cancelled, refused)
+	thaw()
+	w.waitPublished(done)
+	w.settle(settleFor)
+	w.res.DupBound = rs.inflight
+	w.res.note("the frozen daemon held %d claims past their lease; %d of them were cancelled meanwhile, none published after; the thawed daemon put back %0.f unpublished (lease_fenced_total)",
+		rs.inflight, cancelled, a.metric("delaybridge_lease_fenced_total"))
+	if refused > 0 {
+		t.Errorf("%d cancels past the lease were refused as in flight", refused)
+	}
+	if cancelled == 0 {
+		t.Errorf("none of the %d claims of the frozen daemon could be cancelled: nothing was tested", rs.inflight)
 	}
 	w.finish(false)
 }

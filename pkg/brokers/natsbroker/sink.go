@@ -78,6 +78,10 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		if errs[i] != nil {
 			continue
 		}
+		if err := ctx.Err(); err != nil { // the caller's time is up: send nothing more
+			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err)
+			continue
+		}
 		futures[i], errs[i] = s.js.PublishMsgAsync(nm)
 		errs[i] = s.publishErr(errs[i])
 	}
@@ -109,7 +113,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 
 func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
 	for i, nm := range nmsgs {
-		if errs[i] == nil {
+		switch {
+		case errs[i] != nil:
+		case ctx.Err() != nil: // the caller's time is up: send nothing more
+			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, ctx.Err())
+		default:
 			errs[i] = s.publishErr(s.nc.PublishMsg(nm))
 		}
 	}
