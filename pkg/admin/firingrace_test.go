@@ -70,7 +70,7 @@ func TestRescheduleRacesFiring(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sched := scheduler.New(scheduler.Params{
 		Store: st, Sinks: map[string]sinks.Sink{"out": sink},
-		BatchSize: 32, Lease: 30 * time.Second, MaxSleep: 50 * time.Millisecond, PublishTimeout: 5 * time.Second,
+		BatchSize: 32, Lease: 30 * time.Second, LeaseMargin: 6 * time.Second, MaxSleep: 50 * time.Millisecond, PublishTimeout: 5 * time.Second,
 		MaxAttempts: 5, Backoff: lifecycle.Backoff{Min: 100 * time.Millisecond, Max: time.Second, Multiplier: 2},
 		DrainTimeout: 5 * time.Second, Metrics: metrics.New(), Logger: log,
 	})

@@ -5,10 +5,13 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +54,10 @@ type Daemon struct {
 	admin         *admin.Server
 	clock         *store.Clock
 	rates         *metrics.RateMeter // what this instance publishes per sink, for /v1/sinks
+	// refused is why this daemon does not run: Redis holds a layout this
+	// build does not know (store.ErrLayoutUnknown). It then only answers
+	// /healthz and, with the reason, 503 to everything else, until stopped.
+	refused error
 }
 
 // New connects to Redis and every broker and prepares the components. It
@@ -81,6 +88,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	d.store, err = OpenStore(ctx, cfg, d.metrics.ObserveScript)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := d.store.CheckLayout(ctx, true); errors.Is(err, store.ErrLayoutUnknown) {
+		log.Error("not running: "+err.Error(), "redis_key", d.store.Keys().Config())
+		d.refused = err
+		return d, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if err := d.store.CheckShards(ctx); err != nil {
 		return nil, err
@@ -303,6 +317,9 @@ func (d *Daemon) Ready() error {
 // what was read, finishes the publishes under way, commits, closes every
 // connection and returns nil. An error means a component failed for good.
 func (d *Daemon) Run(ctx context.Context) error {
+	if d.refused != nil {
+		return d.runRefused(ctx)
+	}
 	if d.admin != nil {
 		if err := d.admin.Start(); err != nil {
 			d.closeAll(context.Background())
@@ -366,6 +383,49 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// runRefused serves what a daemon that does not run can say, on
+// admin.listen, until ctx ends: /healthz 200 (the process runs), and 503
+// with the reason to everything else, /readyz included.
+func (d *Daemon) runRefused(ctx context.Context) error {
+	defer d.closeAll(context.Background())
+	if d.cfg.Admin.Listen == "" {
+		<-ctx.Done()
+		return nil
+	}
+	tlsCfg, err := tlsutil.Server(d.cfg.Admin.TLS)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "not running: " + d.refused.Error()})
+	})
+	srv := &http.Server{Handler: mux, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", d.cfg.Admin.Listen)
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	d.log.Info("admin server listening, answering 503: not running", "addr", ln.Addr().String())
+	if tlsCfg != nil {
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
 }
 
 // closeAll closes every connection that is open.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -619,4 +620,44 @@ func acks(ids ...string) []store.Done {
 		ds[i] = store.Done{ID: id}
 	}
 	return ds
+}
+
+// The layout is recorded on a new store (and on one written before layouts
+// were recorded, as layout 1); a layout this build does not know is an
+// error that names it, and nothing is recorded over it.
+func TestLayoutRecorded(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	rdb := r.Client()
+	fresh := store.New(rdb, store.Options{Prefix: "fresh", Shards: 4})
+	if l, err := fresh.CheckLayout(ctx, false); err != nil || l != store.LayoutNew {
+		t.Fatalf("reading an empty store: %d %v", l, err)
+	}
+	if n, _ := rdb.Exists(ctx, fresh.Keys().Config()).Result(); n != 0 {
+		t.Fatal("a read recorded a layout")
+	}
+	if l, err := fresh.CheckLayout(ctx, true); err != nil || l != store.LayoutNew {
+		t.Fatalf("a new store: %d %v", l, err)
+	}
+	if v, _ := rdb.HGet(ctx, fresh.Keys().Config(), "layout").Result(); v != strconv.Itoa(store.LayoutNew) {
+		t.Fatalf("recorded %q", v)
+	}
+
+	old := store.New(rdb, store.Options{Prefix: "old", Shards: 4})
+	if err := old.CheckShards(ctx); err != nil { // what the earlier releases wrote
+		t.Fatal(err)
+	}
+	if l, err := old.CheckLayout(ctx, true); err != nil || l != store.Layout1 {
+		t.Fatalf("a store of an earlier release: %d %v", l, err)
+	}
+
+	newer := store.New(rdb, store.Options{Prefix: "newer", Shards: 4})
+	rdb.HSet(ctx, newer.Keys().Config(), "shards", 4, "layout", store.LayoutNewest+1)
+	_, err := newer.CheckLayout(ctx, true)
+	if !errors.Is(err, store.ErrLayoutUnknown) || !strings.Contains(err.Error(), "migrate down") {
+		t.Fatalf("a newer layout: %v", err)
+	}
+	if v, _ := rdb.HGet(ctx, newer.Keys().Config(), "layout").Result(); v != strconv.Itoa(store.LayoutNewest+1) {
+		t.Fatalf("the newer layout was overwritten: %q", v)
+	}
 }

@@ -38,12 +38,27 @@ func (a *app) withOps(cmd *cobra.Command, f func(ctx context.Context, o ops.Oper
 	if err != nil {
 		return err
 	}
-	s, err := daemon.OpenStore(ctx, cfg, nil)
+	s, err := openStore(ctx, cfg)
 	if err != nil {
-		return exit(1, err)
+		return err
 	}
 	defer s.Client().Close()
 	return f(ctx, service(cfg, s))
+}
+
+// openStore connects to the Redis of cfg and refuses a layout this build
+// does not know (store.CheckLayout; nothing recorded: a command reads or
+// changes messages, it does not start a store).
+func openStore(ctx context.Context, cfg *config.Config) (*store.Store, error) {
+	s, err := daemon.OpenStore(ctx, cfg, nil)
+	if err != nil {
+		return nil, exit(1, err)
+	}
+	if _, err := s.CheckLayout(ctx, false); err != nil {
+		_ = s.Client().Close()
+		return nil, exit(1, err)
+	}
+	return s, nil
 }
 
 // service is the operations on the Redis of cfg, with its limits, sinks
@@ -88,9 +103,9 @@ func (a *app) withStore(cmd *cobra.Command, f func(ctx context.Context, s *store
 	}
 	ctx, stop := signalCtx(cmd)
 	defer stop()
-	s, err := daemon.OpenStore(ctx, cfg, nil)
+	s, err := openStore(ctx, cfg)
 	if err != nil {
-		return exit(1, err)
+		return err
 	}
 	defer s.Client().Close()
 	return f(ctx, s)

@@ -159,6 +159,11 @@ line was bad.`,
 				return err
 			}
 			return a.withStore(cmd, func(ctx context.Context, s *store.Store) error {
+				// An import may be the first writer of a store: it records
+				// the layout it writes, as a daemon's start does.
+				if _, err := s.CheckLayout(ctx, true); err != nil {
+					return exit(1, err)
+				}
 				if err := s.CheckShards(ctx); err != nil {
 					return exit(1, err)
 				}

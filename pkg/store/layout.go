@@ -1,0 +1,72 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The layout is what the store's keys are and what they hold (keys.go,
+// docs/store.md). Redis records the one it holds in the deployment's config
+// hash (Keys.Config, field "layout"), so that a build meets a layout it does
+// not know with an error instead of guessing: reading a layout as another
+// one loses messages (a build of one layout took the messages of the next
+// one for corrupt and kept them as dead).
+const (
+	// Layout1 is the layout of the first releases ("Version 1.0"): a
+	// store they wrote records no layout; the first build that records
+	// one finds the shard count there and records 1.
+	Layout1 = 1
+	// LayoutNewest is the newest layout this build knows.
+	LayoutNewest = Layout1
+	// LayoutNew is the layout this build gives a store that holds nothing
+	// yet.
+	LayoutNew = Layout1
+)
+
+// ErrLayoutUnknown is returned by CheckLayout when Redis holds a layout this
+// build does not know (written by a newer delaybridge).
+var ErrLayoutUnknown = errors.New("store: redis holds a layout this build does not know")
+
+// layoutScript reads the layout Redis records and records it where none
+// is: Layout1 for a store written before layouts were recorded (it has the
+// shard count: CheckShards), else the one given for a new store.
+//
+//	KEYS[1] -> the deployment's config hash (Keys.Config)
+//	ARGV[1] -> the layout of a new store; "" records nothing
+//	returns -> the layout, "" when none is recorded and ARGV[1] is ""
+var layoutScript = redis.NewScript(`
+local l = redis.call('HGET', KEYS[1], 'layout')
+if l then return l end
+if redis.call('HEXISTS', KEYS[1], 'shards') == 1 then l = '1' else l = ARGV[1] end
+if l ~= '' and ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'layout', l) end
+return l
+`)
+
+// CheckLayout returns the layout Redis holds, recording LayoutNew on a
+// store that holds nothing yet when record is set (a daemon's start; a
+// command that only reads does not). A layout this build does not know is
+// ErrLayoutUnknown, with what to do.
+func (s *Store) CheckLayout(ctx context.Context, record bool) (int, error) {
+	arg := ""
+	if record {
+		arg = strconv.Itoa(LayoutNew)
+	}
+	v, err := layoutScript.Run(ctx, s.rdb, []string{s.keys.Config()}, arg).Text()
+	if err != nil {
+		return 0, fmt.Errorf("store: read the layout from %s: %w", s.keys.Config(), err)
+	}
+	if v == "" {
+		return LayoutNew, nil // nothing stored: any layout reads it
+	}
+	l, err := strconv.Atoi(v)
+	if err != nil || l < Layout1 || l > LayoutNewest {
+		return l, fmt.Errorf("%w: %s says layout %q, and this build knows layouts %d to %d; run the delaybridge that wrote it "+
+			"(or a newer one), or move the store back to a layout this build knows with that build's `delaybridge migrate down` "+
+			"(docs/store.md, \"Upgrades and rollbacks\")", ErrLayoutUnknown, s.keys.Config(), v, Layout1, LayoutNewest)
+	}
+	return l, nil
+}
