@@ -65,6 +65,7 @@ func (l *Lease) Expiry() time.Time { return time.UnixMilli(l.ExpiryMs) }
 
 // Ask is what a claim takes.
 type Ask struct {
+	Shard int           // of this shard (Round; ClaimAhead takes it as an argument)
 	Max   int           // at most this many messages
 	Lease time.Duration // held for this long
 	// Ahead, when positive, also claims ahead, with what is left of Max,
@@ -81,11 +82,7 @@ type Ask struct {
 // Ack does; none when ds is empty) and then claims what ask says, in one
 // round trip. On error nothing is known of either: ack again.
 func (s *Store) ClaimAhead(ctx context.Context, shard int, prev *Lease, ds []Done, ask Ask) (*Lease, error) {
-	claimArgs := make([]any, 0, 3+2*len(ask.Blocked))
-	claimArgs = append(claimArgs, ask.Max, ask.Lease.Milliseconds(), max(0, ask.Ahead.Milliseconds()))
-	for sink, band := range ask.Blocked {
-		claimArgs = append(claimArgs, sink, band)
-	}
+	claimArgs := claimArgs(ask)
 	var res []any
 	var err error
 	if len(ds) == 0 {
@@ -119,6 +116,16 @@ func (s *Store) ClaimAfter(ctx context.Context, prev *Lease, ds []Done, max int,
 // Bands) are held instead of claimed.
 func (s *Store) Claim(ctx context.Context, shard, max int, lease time.Duration, blocked map[string]int) (*Lease, error) {
 	return s.ClaimAhead(ctx, shard, nil, nil, Ask{Max: max, Lease: lease, Blocked: blocked})
+}
+
+// claimArgs are claimScript's arguments for a.
+func claimArgs(a Ask) []any {
+	args := make([]any, 0, 3+2*len(a.Blocked))
+	args = append(args, a.Max, a.Lease.Milliseconds(), max(0, a.Ahead.Milliseconds()))
+	for sink, band := range a.Blocked {
+		args = append(args, sink, band)
+	}
+	return args
 }
 
 // claimFields is how many reply items each claimed message has.
@@ -210,6 +217,12 @@ const (
 // their scores before the claim. It returns Redis's time and what became
 // of each message of commit, in order.
 func (s *Store) Commit(ctx context.Context, l *Lease, commit, back []Claimed) (time.Time, []Committed, error) {
+	res, err := s.run(ctx, "commit", commitScript, l.Shard, s.commitArgs(l, commit, back)...).Slice()
+	return committed(l.Shard, len(commit), res, err)
+}
+
+// commitArgs are commitScript's arguments.
+func (s *Store) commitArgs(l *Lease, commit, back []Claimed) []any {
 	args := make([]any, 0, 3+2*len(commit)+2*len(back))
 	args = append(args, l.ExpiryMs, s.commitLead.Microseconds(), len(commit))
 	for _, c := range commit {
@@ -218,15 +231,19 @@ func (s *Store) Commit(ctx context.Context, l *Lease, commit, back []Claimed) (t
 	for _, c := range back {
 		args = append(args, c.ID, c.was)
 	}
-	res, err := s.run(ctx, "commit", commitScript, l.Shard, args...).Slice()
+	return args
+}
+
+// committed reads commitScript's reply for n messages to commit.
+func committed(shard, n int, res []any, err error) (time.Time, []Committed, error) {
 	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("store.commit shard %d: %w", l.Shard, err)
+		return time.Time{}, nil, fmt.Errorf("store.commit shard %d: %w", shard, err)
 	}
-	if len(res) != 2+len(commit) {
-		return time.Time{}, nil, fmt.Errorf("store.commit shard %d: unexpected reply of %d items", l.Shard, len(res))
+	if len(res) != 2+n {
+		return time.Time{}, nil, fmt.Errorf("store.commit shard %d: unexpected reply of %d items", shard, len(res))
 	}
-	out := make([]Committed, len(commit))
-	for i := range commit {
+	out := make([]Committed, n)
+	for i := range out {
 		out[i] = Committed(toInt64(res[1+i]))
 	}
 	return time.UnixMicro(toInt64(res[0])), out, nil

@@ -32,6 +32,7 @@ type Store struct {
 	rdb        redis.UniversalClient
 	keys       Keys
 	scriptKeys sync.Map // scriptShard -> the KEYS of a script on a shard, built once
+	loaded     sync.Map // *redis.Script -> true once loaded (runCalls)
 	shards     int
 	maxDead    int // dead messages kept per shard
 	// seriesQuota is each shard's share of limits.max_series (0: no bound)
@@ -232,6 +233,56 @@ type shardCall struct {
 	args  []any
 }
 
+// call is a shardCall of a script, for runCalls.
+type call struct {
+	sc *script
+	shardCall
+}
+
+// runCalls runs calls of any scripts in one pipeline (one round trip on a
+// single Redis; one per node on a cluster), in order, as runEach does for
+// one script.
+func (s *Store) runCalls(ctx context.Context, op string, calls []call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	if len(calls) == 0 {
+		return cmds
+	}
+	start := time.Now()
+	if len(calls) == 1 {
+		c := calls[0]
+		cmds[0] = s.eval(ctx, s.pick(c.sc), s.keysOf(c.sc, c.shard, c.keys), c.args...)
+	} else {
+		// Loaded first: a call that meets NOSCRIPT runs again after the
+		// pipeline, out of its order (a settlement after the claim that
+		// was to see it); that costs a round, not a message, and happens
+		// only after Redis forgot the scripts (a restart, a new master).
+		for _, c := range calls {
+			s.load(ctx, c.sc)
+		}
+		pipe := s.rdb.Pipeline()
+		for i, c := range calls {
+			cmds[i] = s.pick(c.sc).EvalSha(ctx, pipe, s.keysOf(c.sc, c.shard, c.keys), c.args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		for i, c := range calls {
+			if err := cmds[i].Err(); err != nil && runAgain(err) {
+				cmds[i] = s.eval(ctx, s.pick(c.sc), s.keysOf(c.sc, c.shard, c.keys), c.args...)
+			}
+		}
+	}
+	if s.observe != nil {
+		var err error
+		for _, c := range cmds {
+			if e := ignoreNil(c.Err()); e != nil {
+				err = e
+				break
+			}
+		}
+		s.observe(op, time.Since(start), err)
+	}
+	return cmds
+}
+
 // keysOf returns the KEYS of a call of sc on shard, built once per script
 // and shard.
 func (s *Store) keysOf(sc *script, shard int, extra []string) []string {
@@ -299,6 +350,17 @@ func (s *Store) runEach(ctx context.Context, op string, scr *script, calls []sha
 		s.observe(op, time.Since(start), err)
 	}
 	return cmds
+}
+
+// load loads sc into Redis (every master of a cluster) once per Store.
+func (s *Store) load(ctx context.Context, sc *script) {
+	rs := s.pick(sc)
+	if _, done := s.loaded.Load(rs); done {
+		return
+	}
+	if rs.Load(ctx, s.rdb).Err() == nil {
+		s.loaded.Store(rs, true)
+	}
 }
 
 // runAgain reports whether a script call of a pipeline is run again on its

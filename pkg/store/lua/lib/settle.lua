@@ -1,0 +1,80 @@
+--[[ settle: what became of a lease's messages besides their acks (fire.lua's
+acklease): retried, dead, or put back without counting an attempt. Each
+acts only on a message still held under the lease (claimedby), so that an
+instance that lost its lease cannot undo the work of the one that took
+the message over.
+--! keys: pool dead next series
+--! include: time due meta life identity
+]]
+
+-- retrylease puts messages of the lease that ends at expiry back in their
+-- due set for their next attempt: args[from .. to] are triples (ID, next
+-- attempt time in Unix ms, last error). A replacement that waited for one
+-- takes its place instead (a follower waits on). It returns how many.
+local function retrylease(expiry, args, from, to)
+  local top = maxprio()
+  local n = 0
+  for i = from, to, 3 do
+    local id = args[i]
+    local ok, p, a = claimedattempts(id, expiry, top)
+    if ok then
+      local waiting = redis.call('HGET', K.next, id)
+      if waiting and not follows(waiting) then
+        redis.call('ZREM', zkey(p), id)
+        forget(id, redis.call('HGET', K.pool, id))
+        promote(id, waiting)
+      else
+        redis.call('ZADD', zkey(p), args[i + 1], id)
+        setmeta(id, a + 1, 0, p, args[i + 2])
+      end
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- deadlease moves messages of the lease to the dead set: args[from .. to]
+-- are pairs (ID, reason); maxdead bounds the dead messages of the shard
+-- (the oldest beyond are deleted). What waited for one takes its place
+-- instead. It returns how many.
+local function deadlease(expiry, maxdead, args, from, to)
+  local now = servertime()
+  local top = maxprio()
+  local n = 0
+  for i = from, to, 2 do
+    local id = args[i]
+    local ok, p, a = claimedattempts(id, expiry, top)
+    if ok then
+      redis.call('ZREM', zkey(p), id)
+      local waiting = redis.call('HGET', K.next, id)
+      if waiting then
+        forget(id, redis.call('HGET', K.pool, id))
+        promote(id, waiting)
+      else
+        redis.call('ZADD', K.dead, now, id)
+        setmeta(id, a + 1, now, p, args[i + 1])
+        redis.call('SREM', K.series, id) -- a dead series is not a live one
+      end
+      n = n + 1
+    end
+  end
+  if n > 0 then trimdead(maxdead) end
+  return n
+end
+
+-- putbacklease puts messages of the lease back at the scores given, their
+-- attempt not counted: args[from .. to] are pairs (ID, score). A hold
+-- parks one in its sink's hold band, a defer at its publish slot, a
+-- postpone at a later due time. It returns how many.
+local function putbacklease(expiry, args, from, to)
+  local top = maxprio()
+  local n = 0
+  for i = from, to, 2 do
+    local ok, p = claimedby(args[i], expiry, top)
+    if ok then
+      redis.call('ZADD', zkey(p), args[i + 1], args[i])
+      n = n + 1
+    end
+  end
+  return n
+end

@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// settleScript writes every outcome of a lease's batch in one call.
+// (lua/settle.lua has its KEYS, ARGV and reply.)
+var settleScript = loadScript("settle")
+
+// Settlement is every outcome of messages of one lease that a publish
+// decided: the scheduler hands them to Settle (or Round) together, one
+// script call per lease. Each outcome acts only on a message still held
+// under the lease.
+type Settlement struct {
+	Lease *Lease
+	Done  []Done        // delivered (or, recurring, moved on to the next occurrence)
+	Retry []RetryAt     // failed: published again at At, the attempt counted
+	Dead  []Failure     // given up on, kept as dead with the reason
+	Hold  []Unavailable // the sink could not take them: held for it, not counted
+	Defer []Slot        // waiting for a publish slot of the sink's max_rate, not counted
+	// Postpone puts messages back at At without counting the attempt (a
+	// destination that stalled, a lease nearly over).
+	Postpone []RetryAt
+}
+
+// Len is how many outcomes s holds.
+func (st *Settlement) Len() int {
+	return len(st.Done) + len(st.Retry) + len(st.Dead) + len(st.Hold) + len(st.Defer) + len(st.Postpone)
+}
+
+// Settled is how many outcomes of a Settlement were written: the messages
+// still held under the lease.
+type Settled struct {
+	Acked, Retried, Dead, PutBack int
+}
+
+// settleCall is the script call of st.
+func (s *Store) settleCall(st *Settlement) shardCall {
+	l := st.Lease
+	acks, keys := s.ackArgs(l, st.Done)
+	acks = acks[2:] // ackArgs starts with the expiry and the window
+	back := len(st.Hold) + len(st.Defer) + len(st.Postpone)
+	args := make([]any, 0, 7+len(acks)+3*len(st.Retry)+2*len(st.Dead)+2*back)
+	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds(), s.maxDead, len(st.Done), len(st.Retry), len(st.Dead), back)
+	args = append(args, acks...)
+	for _, r := range st.Retry {
+		args = append(args, r.ID, ms(r.At), s.codec.SealReason(r.ID, r.Reason))
+	}
+	for _, f := range st.Dead {
+		args = append(args, f.ID, s.codec.SealReason(f.ID, f.Reason))
+	}
+	for _, u := range st.Hold {
+		args = append(args, u.ID, heldScore(u.Band, u.DueAt))
+	}
+	for _, sl := range st.Defer {
+		args = append(args, sl.ID, strconv.FormatInt(ms(sl.At), 10)+strings.TrimPrefix(slotMark, "0"))
+	}
+	for _, r := range st.Postpone {
+		args = append(args, r.ID, ms(r.At))
+	}
+	return shardCall{shard: l.Shard, keys: keys, args: args}
+}
+
+// settled reads a settle script's reply.
+func settled(shard int, v []int64, err error) (Settled, error) {
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("unexpected reply of %d items", len(v))
+	}
+	if err != nil {
+		return Settled{}, fmt.Errorf("store.settle shard %d: %w", shard, err)
+	}
+	return Settled{Acked: int(v[0]), Retried: int(v[1]), Dead: int(v[2]), PutBack: int(v[3])}, nil
+}
+
+// Settle writes the settlements, one script call each, in one pipeline
+// (one round trip on a single Redis). It returns what each wrote, or an
+// error per settlement: one that failed wrote nothing and may be given
+// again.
+func (s *Store) Settle(ctx context.Context, sts []Settlement) ([]Settled, []error) {
+	calls := make([]call, len(sts))
+	for i := range sts {
+		c := s.settleCall(&sts[i])
+		calls[i] = call{sc: settleScript, shardCall: c}
+	}
+	out := make([]Settled, len(sts))
+	errs := make([]error, len(sts))
+	for i, cmd := range s.runCalls(ctx, "settle", calls) {
+		v, err := cmd.Int64Slice()
+		out[i], errs[i] = settled(sts[i].Lease.Shard, v, err)
+	}
+	return out, errs
+}
+
+// Round is one round trip of the scheduler: what it settles, commits and
+// claims, on any shards, in one pipeline. Round fills the results in;
+// each part fails or succeeds on its own (its error says), and a part that
+// failed changed nothing of Redis and may be tried again.
+type Round struct {
+	Settle []Settlement
+	Commit []CommitAsk
+	Claim  []Ask
+
+	Settled   []Settled
+	SettleErr []error
+	Committed []CommitResult
+	Leases    []*Lease // per Claim, nil when its error is set
+	ClaimErr  []error
+}
+
+// CommitAsk is a Commit of one lease: put in flight the messages Commit
+// names (claimed ahead, due within the commit lead) and give back the
+// messages Back (claimed ahead, not wanted any more).
+type CommitAsk struct {
+	Lease        *Lease
+	Commit, Back []Claimed
+}
+
+// CommitResult is what a CommitAsk did: Redis's time, and what became of
+// each message of Commit, in order.
+type CommitResult struct {
+	Now time.Time
+	Res []Committed
+	Err error
+}
+
+// Round runs r's settlements, commits and claims in one pipeline, in that
+// order (so that a shard's settlement is written before its claim looks
+// at it), and fills in the results.
+func (s *Store) Round(ctx context.Context, r *Round) {
+	calls := make([]call, 0, len(r.Settle)+len(r.Commit)+len(r.Claim))
+	for i := range r.Settle {
+		calls = append(calls, call{sc: settleScript, shardCall: s.settleCall(&r.Settle[i])})
+	}
+	for _, c := range r.Commit {
+		calls = append(calls, call{sc: commitScript, shardCall: shardCall{shard: c.Lease.Shard, args: s.commitArgs(c.Lease, c.Commit, c.Back)}})
+	}
+	for _, a := range r.Claim {
+		calls = append(calls, call{sc: claimScript, shardCall: shardCall{shard: a.Shard, args: claimArgs(a)}})
+	}
+	cmds := s.runCalls(ctx, "round", calls)
+	r.Settled, r.SettleErr = make([]Settled, len(r.Settle)), make([]error, len(r.Settle))
+	for i := range r.Settle {
+		v, err := cmds[i].Int64Slice()
+		r.Settled[i], r.SettleErr[i] = settled(r.Settle[i].Lease.Shard, v, err)
+	}
+	cmds = cmds[len(r.Settle):]
+	r.Committed = make([]CommitResult, len(r.Commit))
+	for i, c := range r.Commit {
+		res, err := cmds[i].Slice()
+		now, out, err := committed(c.Lease.Shard, len(c.Commit), res, err)
+		r.Committed[i] = CommitResult{Now: now, Res: out, Err: err}
+	}
+	cmds = cmds[len(r.Commit):]
+	r.Leases, r.ClaimErr = make([]*Lease, len(r.Claim)), make([]error, len(r.Claim))
+	for i, a := range r.Claim {
+		res, err := cmds[i].Slice()
+		if err != nil {
+			r.ClaimErr[i] = fmt.Errorf("store.claim shard %d: %w", a.Shard, err)
+			continue
+		}
+		r.Leases[i], r.ClaimErr[i] = s.lease(a.Shard, res)
+	}
+}
