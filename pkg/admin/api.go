@@ -109,7 +109,7 @@ func detailSentence(d *huma.ErrorDetail) (field, reason string) {
 	case "body":
 		return name, d.Message // decodeJSON's reason names the field itself
 	case "query", "path":
-		value := fmt.Sprint(d.Value)
+		name, value := clipped(name), clipped(fmt.Sprint(d.Value))
 		switch d.Message {
 		case "invalid integer":
 			return name, fmt.Sprintf("%s=%q is not an integer", name, value)

@@ -319,24 +319,26 @@ func pathValue(w http.ResponseWriter, p *itemPath, escaped string) (string, bool
 	return v, true
 }
 
-// checkQuery refuses an unknown or repeated query parameter of an
-// operation that reads known ones, so that a misspelt filter does not list
-// everything.
+// checkQuery refuses an unknown, repeated or empty query parameter of an
+// operation that reads known ones, so that a misspelt filter, or one given
+// empty (?group=), does not list or purge everything.
 func checkQuery(w http.ResponseWriter, r *http.Request, known []string) bool {
 	for k, vs := range r.URL.Query() {
 		reason := ""
 		switch {
 		case !slices.Contains(known, k):
-			reason = fmt.Sprintf("unknown query parameter %q; known: %s", k, strings.Join(known, ", "))
+			reason = fmt.Sprintf("unknown query parameter %q; known: %s", clipped(k), strings.Join(known, ", "))
 		case len(vs) > 1:
 			reason = fmt.Sprintf("query parameter %q is given %d times; give it once", k, len(vs))
+		case vs[0] == "":
+			reason = ops.EmptyFilter(k).Error()
 		default:
 			continue
 		}
 		if rec, ok := w.(*recorder); ok {
 			rec.errMsg = reason
 		}
-		writeJSON(w, http.StatusBadRequest, &ErrorBody{Message: reason, Field: k})
+		writeJSON(w, http.StatusBadRequest, &ErrorBody{Message: reason, Field: clipped(k)})
 		return false
 	}
 	return true

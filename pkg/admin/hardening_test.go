@@ -489,3 +489,128 @@ func TestErrorsQuoteLittle(t *testing.T) {
 		})
 	}
 }
+
+// TestLongIDsRefusedUnechoed: an ID or group key in a path longer than
+// limits.max_id_bytes is a 400 on every route that takes one, and no
+// answer echoes it: a 100 KB ID once came back whole in a 102 KB 404.
+// Other answers that name what was sent (an unknown sink, path, method or
+// query parameter, a parameter's value) quote a few dozen bytes of it.
+func TestLongIDsRefusedUnechoed(t *testing.T) {
+	e := newEnv(t, withToken(testToken), withLimits(envelope.Limits{MaxDelay: time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256}))
+	long := strings.Repeat("i", 100<<10)
+	smallAnswer := func(t *testing.T, r response) {
+		t.Helper()
+		if len(r.body) >= 1024 || strings.Contains(string(r.body), strings.Repeat("i", 257)) {
+			t.Errorf("the answer is %d bytes: %.300s", len(r.body), r.body)
+		}
+	}
+	for _, rt := range []struct{ method, path, body string }{
+		{"GET", "/v1/messages/" + long, ""},
+		{"PATCH", "/v1/messages/" + long, `{"delay":1000}`},
+		{"DELETE", "/v1/messages/" + long, ""},
+		{"POST", "/v1/messages/" + long + "/fire", ""},
+		{"GET", "/v1/dead/" + long, ""},
+		{"DELETE", "/v1/dead/" + long, ""},
+		{"POST", "/v1/dead/" + long + "/retry", `{}`},
+		{"GET", "/v1/groups/" + long, ""},
+		{"DELETE", "/v1/groups/" + long, ""},
+	} {
+		t.Run(rt.method+" "+strings.Replace(rt.path, long, "{100 KB}", 1), func(t *testing.T) {
+			r := e.do(rt.method, rt.path, rt.body)
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("%d, want 400: %.300s", r.status, r.body)
+			}
+			if got := r.errorText(t); !strings.Contains(got, "limits.max_id_bytes") {
+				t.Errorf("the reason does not name the limit: %q", got)
+			}
+			smallAnswer(t, r)
+		})
+	}
+	// At the limit an ID is looked up as usual, and its 404 quotes little.
+	atLimit := strings.Repeat("i", 256)
+	for _, path := range []string{"/v1/messages/" + atLimit, "/v1/dead/" + atLimit, "/v1/groups/" + atLimit} {
+		r := e.do("GET", path, "")
+		if r.status != http.StatusNotFound {
+			t.Fatalf("GET %s...: %d, want 404: %.300s", path[:20], r.status, r.body)
+		}
+		smallAnswer(t, r)
+	}
+	for name, rt := range map[string]struct{ method, path string }{
+		"unknown sink":            {"GET", "/v1/sinks/" + long},
+		"unknown path":            {"GET", "/v2/" + long},
+		"method not allowed":      {"PUT", "/v1/messages/" + long},
+		"unknown query parameter": {"GET", "/v1/messages?" + long + "=1"},
+		"limit not an integer":    {"GET", "/v1/dead?limit=" + long},
+		"state":                   {"GET", "/v1/messages?state=" + long},
+		"group filter":            {"GET", "/v1/messages?group=" + long},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := e.do(rt.method, rt.path, "")
+			if r.status < 400 {
+				t.Fatalf("%d, want an error: %.300s", r.status, r.body)
+			}
+			smallAnswer(t, r)
+		})
+	}
+}
+
+// TestEmptyFiltersRefused: a filter given empty (?group=) or malformed is
+// a 400 naming it on the dead list, the purge and the listings, never "no
+// filter": DELETE /v1/dead?group= once purged every dead message.
+func TestEmptyFiltersRefused(t *testing.T) {
+	e := newEnv(t, withToken(testToken), withLimits(envelope.Limits{MaxDelay: time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256}))
+	stateFixture(t, e) // three dead messages
+	dead := func() int64 {
+		t.Helper()
+		st, err := e.store.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Dead
+	}
+	var requests []string
+	for _, p := range []string{"sink", "destination", "ingest", "group", "dead_after", "dead_before"} {
+		for _, v := range []string{"=", ""} { // ?group= and ?group
+			requests = append(requests, "DELETE /v1/dead?"+p+v, "GET /v1/dead?"+p+v)
+		}
+		requests = append(requests, "DELETE /v1/dead?ingest=orders-in&"+p+"=")
+	}
+	for _, p := range []string{"sink", "destination", "ingest", "group", "state", "due_after", "due_before", "cursor", "limit", "recurring", "body"} {
+		requests = append(requests, "GET /v1/messages?"+p+"=")
+	}
+	for _, p := range []string{"sink", "destination", "ingest", "state", "cursor", "limit"} {
+		requests = append(requests, "GET /v1/groups/g?"+p+"=")
+	}
+	requests = append(requests, "GET /v1/dead?limit=", "GET /v1/messages/A?body=")
+	// Malformed: blank, a control character, a group over max_id_bytes.
+	for _, q := range []string{"sink=%20", "destination=%09", "ingest=a%00b", "group=g%E2%80%AE", "group=" + strings.Repeat("g", 257), "dead_after=soon"} {
+		requests = append(requests, "DELETE /v1/dead?"+q, "GET /v1/dead?"+q)
+	}
+	for _, q := range []string{"sink=%20", "group=%01", "group=" + strings.Repeat("g", 257)} {
+		requests = append(requests, "GET /v1/messages?"+q)
+	}
+	for _, req := range requests {
+		method, path, _ := strings.Cut(req, " ")
+		r := e.do(method, path, "")
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400: %.300s", req, r.status, r.body)
+			continue
+		}
+		if field, _ := r.json(t)["field"].(string); field == "" || !strings.Contains(path, field) {
+			t.Errorf("%s: the answer names the field %q: %s", req, field, r.body)
+		}
+	}
+	if n := dead(); n != 3 {
+		t.Fatalf("%d dead messages left after refused purges, want 3", n)
+	}
+	// A filter with a value still selects, and no filter purges every one.
+	e.expect(e.do("DELETE", "/v1/dead?group=none", ""), 200)
+	if n := dead(); n != 3 {
+		t.Fatalf("a purge of group none left %d, want 3", n)
+	}
+	r := e.do("DELETE", "/v1/dead", "")
+	e.expect(r, 200)
+	if n := dead(); n != 0 || r.json(t)["deleted"] != 3.0 {
+		t.Fatalf("a purge without filters: %s, %d left", r.body, n)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 )
 
 // writeJSON answers v as JSON with status.
@@ -72,6 +73,11 @@ func writeError(w http.ResponseWriter, status int, reason string) {
 	writeJSON(w, status, &ErrorBody{Message: reason})
 }
 
+// clipped is what an error answer quotes of a value the client sent (a
+// path, a parameter's name or value): at most 64 bytes, so that no answer
+// grows with the request (pkg/ops quotes IDs and filters alike).
+func clipped(v string) string { return jsonlimit.Clip(v, 64) }
+
 // noContent answers 204.
 func noContent(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
 
@@ -106,7 +112,7 @@ func (m methods) allow() []string {
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow []string) {
 	list := strings.Join(allow, ", ")
 	w.Header().Set("Allow", list)
-	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, r.URL.EscapedPath(), list))
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; allowed: %s", clipped(r.Method), clipped(r.URL.EscapedPath()), list))
 }
 
 // recorder remembers the status and error reason of an answer for the

@@ -410,7 +410,7 @@ func (rt *router) finish() {
 		return strings.Compare(b.suffix, a.suffix) // "" last
 	})
 	rt.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", r.URL.EscapedPath()))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", clipped(r.URL.EscapedPath())))
 	})
 }
 

@@ -21,6 +21,9 @@ func (s *Service) ListDead(ctx context.Context, q DeadQuery) ([]DeadView, error)
 			return nil, invalid("limit", "limit %d: give an integer from 1 to %d", limit, MaxDeadLimit)
 		}
 	}
+	if _, verr := s.deadBrowse(q.DeadFilter); verr != nil {
+		return nil, verr
+	}
 	var infos []*store.Info
 	if !q.any() {
 		var err error
@@ -52,7 +55,7 @@ func (s *Service) ListDead(ctx context.Context, q DeadQuery) ([]DeadView, error)
 // eachDead calls f with each page of the dead messages f selects, oldest
 // first.
 func (s *Service) eachDead(ctx context.Context, f DeadFilter, each func(page []*store.Info) error) error {
-	bq, verr := f.browse()
+	bq, verr := s.deadBrowse(f)
 	if verr != nil {
 		return verr
 	}
@@ -74,7 +77,7 @@ func (s *Service) eachDead(ctx context.Context, f DeadFilter, each func(page []*
 // DeleteDead deletes a dead message; a message that is not dead is left
 // alone.
 func (s *Service) DeleteDead(ctx context.Context, id string) error {
-	if err := checkID("id", "the message ID", id); err != nil {
+	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
 	err := s.p.Store.DeleteDead(ctx, id)
@@ -86,6 +89,9 @@ func (s *Service) DeleteDead(ctx context.Context, id string) error {
 
 // PurgeDead deletes every dead message the filter selects.
 func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (*PurgedView, error) {
+	if _, verr := s.deadBrowse(f); verr != nil {
+		return nil, verr
+	}
 	if !f.any() {
 		n, err := s.p.Store.PurgeDead(ctx)
 		if err != nil {
@@ -133,7 +139,7 @@ func (s *Service) PurgeDead(ctx context.Context, f DeadFilter) (*PurgedView, err
 // limits.max_series it is refused as a new series posted is (ErrConflict
 // with envelope.ReasonMaxSeries) and stays dead.
 func (s *Service) RetryDead(ctx context.Context, id string, req RetryRequest) error {
-	if err := checkID("id", "the message ID", id); err != nil {
+	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
 	info, err := s.p.Store.Inspect(ctx, id)
@@ -143,7 +149,7 @@ func (s *Service) RetryDead(ctx context.Context, id string, req RetryRequest) er
 	case err != nil:
 		return err
 	case info.Message == nil:
-		return conflict("dead message %q cannot be read (%v), so it cannot be retried; delete it", id, info.Err)
+		return conflict("dead message %s cannot be read (%v), so it cannot be retried; delete it", quote(id), info.Err)
 	}
 	now := s.now()
 	var m *envelope.Message
@@ -233,12 +239,12 @@ func (s *Service) reingest(info *store.Info, req RetryRequest, now time.Time) (*
 		return d.Message, nil
 	case envelope.Reject:
 		if req == (RetryRequest{}) && (errors.Is(d.Err, envelope.CodeInvalidRoute) || errors.Is(d.Err, envelope.CodeInvalidDestination) || errors.Is(d.Err, envelope.CodeReservedDestination)) {
-			return nil, conflict("dead message %q is still refused by the rules of ingest %q: %v; retry it with a valid sink or destination (%s)",
-				info.ID, route.Ingest, d.Err, retryWith)
+			return nil, conflict("dead message %s is still refused by the rules of ingest %q: %v; retry it with a valid sink or destination (%s)",
+				quote(info.ID), route.Ingest, d.Err, retryWith)
 		}
-		return nil, conflict("dead message %q is still refused by the rules of ingest %q: %v", info.ID, route.Ingest, d.Err)
+		return nil, conflict("dead message %s is still refused by the rules of ingest %q: %v", quote(info.ID), route.Ingest, d.Err)
 	}
-	return nil, conflict("dead message %q is a control message (%s): it is not parked; delete it", info.ID, d.Action)
+	return nil, conflict("dead message %s is a control message (%s): it is not parked; delete it", quote(info.ID), d.Action)
 }
 
 // retryWith says how to give a retry a sink or destination.
@@ -278,13 +284,13 @@ func (s *Service) resend(info *store.Info, req RetryRequest) (*envelope.Message,
 	syntax, ok := s.syntax(m.Sink)
 	switch {
 	case !ok:
-		return nil, conflict("dead message %q died for its sink %q, which is not configured: retry it with a sink (%s)", info.ID, m.Sink, retryWith)
+		return nil, conflict("dead message %s died for its sink %s, which is not configured: retry it with a sink (%s)", quote(info.ID), quote(m.Sink), retryWith)
 	case syntax.Check(m.Destination, route.AllowedDestinations, false) != nil:
-		return nil, conflict("dead message %q died for its destination: %v; retry it with a valid one (%s)",
-			info.ID, syntax.Check(m.Destination, route.AllowedDestinations, false), retryWith)
+		return nil, conflict("dead message %s died for its destination: %v; retry it with a valid one (%s)",
+			quote(info.ID), syntax.Check(m.Destination, route.AllowedDestinations, false), retryWith)
 	case brokerRefused(info.Reason):
-		return nil, conflict("dead message %q died because the broker refused its destination (%s): retry it with a sink or destination "+
-			"(%s; the same one again once the broker takes it)", info.ID, info.Reason, retryWith)
+		return nil, conflict("dead message %s died because the broker refused its destination (%s): retry it with a sink or destination "+
+			"(%s; the same one again once the broker takes it)", quote(info.ID), info.Reason, retryWith)
 	}
 	return &m, nil
 }
@@ -300,11 +306,11 @@ func (s *Service) checkGiven(req RetryRequest, sink, dest string, route *envelop
 		if req.Sink == "" {
 			field = "destination" // the message's own sink, which only a new one can replace
 		}
-		return invalid(field, "sink %q names no configured sink", sink)
+		return invalid(field, "sink %s names no configured sink", quote(sink))
 	}
 	chosen := req.Destination != "" && req.Destination != route.Destination
 	if err := syntax.Check(dest, route.AllowedDestinations, chosen); err != nil {
-		return invalid("destination", "destination %q: %v", dest, err)
+		return invalid("destination", "destination %s: %v", quote(dest), err)
 	}
 	return nil
 }

@@ -3,7 +3,10 @@ package ops
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 )
 
 // The kinds of Error, for errors.Is. A front end turns each into its own
@@ -54,19 +57,28 @@ func invalid(field, format string, args ...any) *Error {
 	return &Error{Kind: ErrInvalid, Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// quoteMax bounds what a sentence quotes of a value it was given (an ID, a
+// group, a filter, a name): an answer never echoes more of its input, so
+// that its size does not grow with what was sent.
+const quoteMax = 64
+
+// quote is v quoted for a sentence as %q quotes it,
+// cut to quoteMax bytes with "..." where it was cut.
+func quote(v string) string { return strconv.Quote(jsonlimit.Clip(v, quoteMax)) }
+
 // The sentences of what is not found, and of changes refused for a
 // message's state.
 
 func noMessage(id string) *Error {
-	return notFound("no message with ID %q (never parked, already delivered, or cancelled)", id)
+	return notFound("no message with ID %s (never parked, already delivered, or cancelled)", quote(id))
 }
 
 func noDeadMessage(id string) *Error {
-	return notFound("no dead message with ID %q", id)
+	return notFound("no dead message with ID %s", quote(id))
 }
 
 func noGroup(key string) *Error {
-	return notFound("no message is filed under group %q (x-delay-group)", key)
+	return notFound("no message is filed under group %s (x-delay-group)", quote(key))
 }
 
 // inFlightRetry is when to try a change again that met a message being
@@ -77,14 +89,14 @@ const inFlightRetry = time.Second
 // inFlight refuses a change (what: "rescheduled", "fired", "cancelled") to
 // a message being published.
 func inFlight(id, what string) *Error {
-	e := conflict("message %q is being published now and cannot be %s; "+
-		"if the publish fails it is scheduled again and can be %s then", id, what, what)
+	e := conflict("message %s is being published now and cannot be %s; "+
+		"if the publish fails it is scheduled again and can be %s then", quote(id), what, what)
 	e.RetryAfter = inFlightRetry
 	return e
 }
 
 // isDead refuses a change to a dead message.
 func isDead(id, what string) *Error {
-	return conflict("message %q is dead and cannot be %s; retry it (POST /v1/dead/{id}/retry, "+
-		"`delaybridge dead retry`) to schedule it again, due now", id, what)
+	return conflict("message %s is dead and cannot be %s; retry it (POST /v1/dead/{id}/retry, "+
+		"`delaybridge dead retry`) to schedule it again, due now", quote(id), what)
 }

@@ -6,7 +6,7 @@ import "context"
 // in flight and dead) and a page of its messages in the order they fire,
 // as List lists them with the group's filter.
 func (s *Service) Group(ctx context.Context, key string, q ListQuery) (*GroupView, error) {
-	if err := checkID("key", "the group", key); err != nil {
+	if err := s.checkID("key", "the group", key); err != nil {
 		return nil, err
 	}
 	n, err := s.p.Store.GroupSize(ctx, key)
@@ -17,7 +17,7 @@ func (s *Service) Group(ctx context.Context, key string, q ListQuery) (*GroupVie
 		return nil, noGroup(key)
 	}
 	q.Group = key
-	bq, verr := q.browse()
+	bq, verr := s.listBrowse(q)
 	if verr != nil {
 		return nil, verr
 	}
@@ -31,7 +31,7 @@ func (s *Service) Group(ctx context.Context, key string, q ListQuery) (*GroupVie
 // CancelGroup cancels every scheduled and dead message of a group; those
 // in flight are left, and counted (as Cancel refuses one).
 func (s *Service) CancelGroup(ctx context.Context, key string) (*CancelGroupView, error) {
-	if err := checkID("key", "the group", key); err != nil {
+	if err := s.checkID("key", "the group", key); err != nil {
 		return nil, err
 	}
 	n, inflight, err := s.p.Store.CancelGroup(ctx, key)

@@ -25,7 +25,7 @@ func (s *Service) InspectDead(ctx context.Context, id string, content bool) (*Me
 }
 
 func (s *Service) inspect(ctx context.Context, id string, content, deadOnly bool) (*MessageView, error) {
-	if err := checkID("id", "the message ID", id); err != nil {
+	if err := s.checkID("id", "the message ID", id); err != nil {
 		return nil, err
 	}
 	info, err := s.p.Store.Inspect(ctx, id)
@@ -44,7 +44,7 @@ func (s *Service) inspect(ctx context.Context, id string, content, deadOnly bool
 // Cancel deletes a parked or dead message, so that it is never published;
 // a message being published is refused (ErrConflict, with RetryAfter).
 func (s *Service) Cancel(ctx context.Context, id string) error {
-	if err := checkID("id", "the message ID", id); err != nil {
+	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
 	err := s.p.Store.Cancel(ctx, id)
@@ -69,7 +69,7 @@ func (s *Service) Stats(ctx context.Context) (*StatsView, error) {
 
 // List returns a page of messages in the order they fire.
 func (s *Service) List(ctx context.Context, q ListQuery) (*ListView, error) {
-	bq, verr := q.browse()
+	bq, verr := s.listBrowse(q)
 	if verr != nil {
 		return nil, verr
 	}
@@ -207,7 +207,7 @@ func (req *PostRequest) incoming() (in *envelope.Incoming, hasAt bool, _ *Error)
 		// Header lookups are case-insensitive: two spellings of one name
 		// would let a filter read one and a consumer the other.
 		if prev, ok := spelled[strings.ToLower(k)]; ok {
-			return nil, false, invalid("headers", "headers: %q and %q name the same header (names are case-insensitive); give it once", prev, k)
+			return nil, false, invalid("headers", "headers: %s and %s name the same header (names are case-insensitive); give it once", quote(prev), quote(k))
 		}
 		spelled[strings.ToLower(k)] = k
 		add(k, v)
@@ -235,12 +235,12 @@ func checkHeader(k, v string) *Error {
 	case k == "":
 		return invalid("headers", "headers: a header name is empty")
 	case envelope.IsControlHeader(k):
-		return invalid("headers", "headers: %q is a control header and cannot be forwarded; use the request's fields "+
-			"(delay, deliver_at, sink, destination, id, priority, group, replace, every, cron, timezone, until, count)", k)
+		return invalid("headers", "headers: %s is a control header and cannot be forwarded; use the request's fields "+
+			"(delay, deliver_at, sink, destination, id, priority, group, replace, every, cron, timezone, until, count)", quote(k))
 	case strings.ContainsFunc(k, func(c rune) bool { return c <= ' ' || c == ':' || c == 0x7f }):
-		return invalid("headers", "headers: name %q contains a space, colon or control character", k)
+		return invalid("headers", "headers: name %s contains a space, colon or control character", quote(k))
 	case strings.ContainsAny(v, "\x00\r\n"):
-		return invalid("headers", "headers: the value of %q contains a NUL, CR or LF character", k)
+		return invalid("headers", "headers: the value of %s contains a NUL, CR or LF character", quote(k))
 	}
 	return nil
 }
@@ -248,7 +248,7 @@ func checkHeader(k, v string) *Error {
 // Reschedule gives a scheduled message a new due time: 404 unknown; 409
 // in flight, dead, or if_due_at not the message's due time.
 func (s *Service) Reschedule(ctx context.Context, id string, req RescheduleRequest) (*RescheduleView, error) {
-	if err := checkID("id", "the message ID", id); err != nil {
+	if err := s.checkID("id", "the message ID", id); err != nil {
 		return nil, err
 	}
 	delay, hasDelay, verr := req.Delay.text("delay")
@@ -334,7 +334,7 @@ func newDueTime(delay, deliverAt string, hasDelay, hasAt bool, now time.Time, li
 
 // Fire makes a scheduled message due now.
 func (s *Service) Fire(ctx context.Context, id string) error {
-	if err := checkID("id", "the message ID", id); err != nil {
+	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
 	if err := s.p.Store.Fire(ctx, id); err != nil {

@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -118,14 +120,17 @@ type ListQuery struct {
 }
 
 // browse checks q and returns the store's query.
-func (q ListQuery) browse() (store.BrowseQuery, *Error) {
+func (s *Service) listBrowse(q ListQuery) (store.BrowseQuery, *Error) {
 	bq := store.BrowseQuery{Sink: q.Sink, Destination: q.Destination, Ingest: q.Ingest, Group: q.Group,
 		Recurring: q.Recurring, Cursor: q.Cursor}
+	if err := s.checkFilters(q.Sink, q.Destination, q.Ingest, q.Group); err != nil {
+		return bq, err
+	}
 	switch q.State {
 	case "", store.StateScheduled, store.StateHeld, store.StateInflight, store.StateDead:
 		bq.State = q.State
 	default:
-		return bq, invalid("state", "state %q: give scheduled, held, inflight or dead (none: scheduled, held and inflight)", q.State)
+		return bq, invalid("state", "state %s: give scheduled, held, inflight or dead (none: scheduled, held and inflight)", quote(q.State))
 	}
 	var err *Error
 	if bq.DueAfter, err = timeField("due_after", q.DueAfter); err != nil {
@@ -152,7 +157,10 @@ const (
 // DeadFilter selects dead messages (GET and DELETE /v1/dead, `delaybridge
 // dead list` and `dead purge`): a field that is not empty must equal the
 // message's; DeadAfter and DeadBefore bound the time of death (RFC 3339 or
-// epoch milliseconds; at or after, strictly before).
+// epoch milliseconds; at or after, strictly before). An empty field is no
+// filter: a front end that can tell a filter given empty from one left
+// out refuses the former (EmptyFilter), so that it never selects every
+// dead message.
 type DeadFilter struct {
 	Sink, Destination, Ingest, Group string
 	DeadAfter, DeadBefore            string
@@ -161,11 +169,14 @@ type DeadFilter struct {
 // any reports whether the filter selects fewer than every dead message.
 func (f DeadFilter) any() bool { return f != DeadFilter{} }
 
-// browse checks f and returns the store's query of the dead messages it
-// selects.
-func (f DeadFilter) browse() (store.BrowseQuery, *Error) {
+// deadBrowse checks f and returns the store's query of the dead messages
+// it selects.
+func (s *Service) deadBrowse(f DeadFilter) (store.BrowseQuery, *Error) {
 	bq := store.BrowseQuery{State: store.StateDead, Sink: f.Sink, Destination: f.Destination, Ingest: f.Ingest,
 		Group: f.Group, Limit: store.MaxBrowseLimit}
+	if err := s.checkFilters(f.Sink, f.Destination, f.Ingest, f.Group); err != nil {
+		return bq, err
+	}
 	var err *Error
 	if bq.DueAfter, err = timeField("dead_after", f.DeadAfter); err != nil {
 		return bq, err
@@ -195,9 +206,40 @@ func timeField(field, v string) (time.Time, *Error) {
 	return t, nil
 }
 
-// checkID refuses an ID (or a group key: what) that no message can have.
-func checkID(field, what, v string) *Error {
-	if reason := envelope.CheckID(what+" "+strconv.QuoteToASCII(v), v, 0); reason != "" {
+// EmptyFilter is the refusal of a filter (or another parameter) given with
+// an empty value, name as the front end spells it ("group", "--group"):
+// read as no filter it would select every message, which an empty value
+// never means. The admin API refuses every query parameter given empty,
+// the command line every filter flag.
+func EmptyFilter(name string) error {
+	return invalid(strings.TrimLeft(name, "-"), "%s is given empty: give it a value, or leave it out (an empty filter is never read as \"every message\")", name)
+}
+
+// checkFilters refuses a filter value that no message can have: a sink,
+// destination or ingest that is blank, not UTF-8 or holds a control
+// character, and a group that checkID refuses. An empty one is no filter.
+func (s *Service) checkFilters(sink, dest, ingest, group string) *Error {
+	for _, f := range []struct{ field, v string }{{"sink", sink}, {"destination", dest}, {"ingest", ingest}} {
+		switch {
+		case f.v == "":
+		case strings.TrimSpace(f.v) == "":
+			return invalid(f.field, "%s %s is blank: give a name, or leave %s out to select every message", f.field, quote(f.v), f.field)
+		case !utf8.ValidString(f.v) || strings.ContainsFunc(f.v, envelope.IsDeceptive):
+			return invalid(f.field, "%s %s is not UTF-8 or holds a control character: no message has it", f.field, quote(f.v))
+		}
+	}
+	if group != "" {
+		return s.checkID("group", "the group", group)
+	}
+	return nil
+}
+
+// checkID refuses an ID (or a group key: what) that no message can have:
+// empty, not UTF-8, with a deceptive character, or longer than
+// limits.max_id_bytes. The reason quotes at most quoteMax bytes of it.
+func (s *Service) checkID(field, what, v string) *Error {
+	name := what + " " + strconv.QuoteToASCII(jsonlimit.Clip(v, quoteMax))
+	if reason := envelope.CheckID(name, v, s.p.Limits.MaxIDBytes); reason != "" {
 		return invalid(field, "%s", reason)
 	}
 	return nil

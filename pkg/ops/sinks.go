@@ -64,7 +64,7 @@ func (s *Service) sink(name string) (SinkStatus, error) {
 		for j, ss := range statuses {
 			known[j] = ss.Name
 		}
-		return SinkStatus{}, notFound("no sink %q is configured; the sinks are: %s", name, strings.Join(known, ", "))
+		return SinkStatus{}, notFound("no sink %s is configured; the sinks are: %s", quote(name), strings.Join(known, ", "))
 	}
 	return statuses[i], nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/admin"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 	"github.com/delaybridge/delaybridge/pkg/ops"
 )
 
@@ -27,7 +28,7 @@ func show(s string) string { return envelope.DisplayID(s) }
 // message can have (envelope.CheckID: the rule of every other path).
 func checkIDs(ids ...string) error {
 	for _, id := range ids {
-		if reason := envelope.CheckID("the ID "+strconv.QuoteToASCII(id), id, 0); reason != "" {
+		if reason := envelope.CheckID("the ID "+strconv.QuoteToASCII(jsonlimit.Clip(id, 64)), id, 0); reason != "" {
 			return exit(2, errors.New(reason))
 		}
 	}
@@ -142,6 +143,9 @@ func (a *app) deadCmd() *cobra.Command {
 		Short: "List dead messages with their reasons, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := emptyFilters(cmd); err != nil {
+				return err
+			}
 			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
 				views, err := o.ListDead(ctx, ops.DeadQuery{DeadFilter: listF.f, Limit: &limit})
 				if err != nil {
@@ -177,6 +181,9 @@ valid destination) is retried only with --sink or --destination naming a valid o
 			if err := checkIDs(args...); err != nil {
 				return err
 			}
+			if err := emptyFilters(cmd); err != nil {
+				return err
+			}
 			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
 				var refused error
 				for _, id := range args {
@@ -206,6 +213,9 @@ valid destination) is retried only with --sink or --destination naming a valid o
 		Short: "Delete every dead message (or those the filters select), in one request",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := emptyFilters(cmd); err != nil {
+				return err
+			}
 			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
 				v, err := o.PurgeDead(ctx, purgeF.f)
 				if err != nil {

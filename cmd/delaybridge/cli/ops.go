@@ -9,9 +9,11 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/delaybridge/delaybridge/pkg/admin"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -44,6 +46,19 @@ func (f *listFlags) register(cmd *cobra.Command, group bool) {
 	if !group {
 		fl.BoolVar(&f.body, "body", false, "include key, headers and body (through --admin: only when the daemon has admin.token)")
 	}
+}
+
+// emptyFilters refuses a string flag of cmd's own given an empty value
+// (--group ""): read as no filter it would select every message
+// (ops.EmptyFilter), exit 2 as any invalid request.
+func emptyFilters(cmd *cobra.Command) error {
+	var err error
+	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if err == nil && f.Changed && f.Value.Type() == "string" && f.Value.String() == "" {
+			err = failed(ops.EmptyFilter("--" + f.Name))
+		}
+	})
+	return err
 }
 
 // query builds the listing's query from the flags (group set by the
@@ -131,6 +146,9 @@ empty, and still continue (--cursor, or --all).`,
   delaybridge list --admin http://127.0.0.1:7070 --state dead --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := emptyFilters(cmd); err != nil {
+				return err
+			}
 			q := f.query()
 			q.Group = group
 			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
@@ -230,8 +248,11 @@ func (a *app) groupsCmd() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if reason := envelope.CheckID("the group "+strconv.QuoteToASCII(key), key, 0); reason != "" {
+			if reason := envelope.CheckID("the group "+strconv.QuoteToASCII(jsonlimit.Clip(key, 64)), key, 0); reason != "" {
 				return exit(2, errors.New(reason))
+			}
+			if err := emptyFilters(cmd); err != nil {
+				return err
 			}
 			q := f.query()
 			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {
@@ -262,7 +283,7 @@ while it is cancelled is either cancelled or kept whole.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if reason := envelope.CheckID("the group "+strconv.QuoteToASCII(key), key, 0); reason != "" {
+			if reason := envelope.CheckID("the group "+strconv.QuoteToASCII(jsonlimit.Clip(key, 64)), key, 0); reason != "" {
 				return exit(2, errors.New(reason))
 			}
 			return a.withOps(cmd, func(ctx context.Context, o ops.Operations) error {

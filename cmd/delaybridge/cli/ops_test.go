@@ -278,3 +278,61 @@ sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
 		})
 	}
 }
+
+// TestEmptyFilterFlagsRefused: a filter flag given empty (--group "") or
+// malformed is exit 2 naming it, both ways, and purges nothing: `dead
+// purge --group ""` once deleted every dead message.
+func TestEmptyFilterFlagsRefused(t *testing.T) {
+	r := testenv.Redis(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+redis: {addr: "%s", key_prefix: empty, shards: 4}
+sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
+`, r.Addr))
+	st := store.New(r.Client(), store.Options{Prefix: "empty", Shards: 4})
+	srv := admin.New(admin.Params{Listen: "127.0.0.1:0", Token: "tok", Ops: ops.New(ops.Params{Store: st})})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	ctx := context.Background()
+	for _, id := range []string{"x", "y"} {
+		rm := &envelope.Message{ID: id, DueAt: time.Now().Truncate(time.Millisecond), Sink: "out", Destination: "d", Ingest: "in", Group: "g"}
+		if _, err := st.Reject(ctx, []store.Rejected{{Message: rm, Reason: "x-delay is empty"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for way, flags := range map[string][]string{"redis": {"-c", cfg}, "api": {"--admin", "http://" + srv.Addr(), "--token", "tok"}} {
+		t.Run(way, func(t *testing.T) {
+			cmd := func(args ...string) (int, string, string) { return run(t, append(args, flags...)...) }
+			var calls [][]string
+			for _, f := range []string{"--sink", "--destination", "--ingest", "--group", "--dead-after", "--dead-before"} {
+				calls = append(calls, []string{"dead", "purge", f, ""}, []string{"dead", "purge", "--ingest", "in", f + "="}, []string{"dead", "list", f, ""})
+			}
+			for _, f := range []string{"--sink", "--destination", "--ingest", "--group", "--state", "--due-after", "--due-before", "--cursor"} {
+				calls = append(calls, []string{"list", f, ""})
+			}
+			calls = append(calls,
+				[]string{"groups", "show", "g", "--sink", ""},
+				[]string{"dead", "retry", "x", "--destination", ""},
+				[]string{"dead", "purge", "--sink", " "},
+				[]string{"dead", "purge", "--group", "g\x01"},
+				[]string{"list", "--ingest", "a\x00b"},
+			)
+			for _, c := range calls {
+				code, out, errOut := cmd(c...)
+				var name string // the last flag of the call, the one at fault
+				for _, a := range c {
+					if strings.HasPrefix(a, "--") {
+						name = strings.TrimSuffix(strings.TrimPrefix(a, "--"), "=")
+					}
+				}
+				if code != 2 || !strings.Contains(errOut, name) {
+					t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 naming %s", c, code, out, errOut, name)
+				}
+			}
+			if s, err := st.Stats(ctx); err != nil || s.Dead != 2 {
+				t.Fatalf("after refused purges: %d dead, want 2 (%v)", s.Dead, err)
+			}
+		})
+	}
+}

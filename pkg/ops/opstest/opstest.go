@@ -224,6 +224,8 @@ var cases = []struct {
 	{"RescheduleAndFire", rescheduleAndFire},
 	{"Stats", stats},
 	{"DeadListDeletePurge", deadListDeletePurge},
+	{"MalformedFiltersRefused", malformedFiltersRefused},
+	{"LongIDsRefused", longIDsRefused},
 	{"RetryDiedAtIngest", retryDiedAtIngest},
 	{"RetryDiedAtSink", retryDiedAtSink},
 	{"RetryPastMaxSeries", retryPastMaxSeries},
@@ -507,6 +509,87 @@ func deadListDeletePurge(e *env) {
 	if st, _ := e.store.Stats(e.ctx); p.Deleted != 1 || st.Dead != 0 || st.Parked != 1 {
 		e.t.Errorf("purge all deleted %d, stats %+v", p.Deleted, st)
 	}
+}
+
+// malformedFiltersRefused: a filter value no message can have (blank, a
+// control character, a group over limits.max_id_bytes) is ErrInvalid
+// naming the filter, for the dead list, the purge and the listing, and
+// never read as no filter: nothing is purged.
+func malformedFiltersRefused(e *env) {
+	now := time.Now()
+	for _, id := range []string{"d1", "d2", "d3"} {
+		e.reject(msg(id, now), "reason")
+	}
+	for _, c := range []struct {
+		field string
+		f     ops.DeadFilter
+	}{
+		{"sink", ops.DeadFilter{Sink: " "}},
+		{"destination", ops.DeadFilter{Destination: "\t"}},
+		{"ingest", ops.DeadFilter{Ingest: "a\x00b"}},
+		{"group", ops.DeadFilter{Group: "g\u202e"}},
+		{"group", ops.DeadFilter{Group: strings.Repeat("g", Limits.MaxIDBytes+1)}},
+		{"group", ops.DeadFilter{Group: "ok", DeadAfter: "soon"}},
+	} {
+		field := c.field
+		if c.f.DeadAfter != "" {
+			field = "dead_after"
+		}
+		_, err := e.ops.PurgeDead(e.ctx, c.f)
+		oe := e.refused(fmt.Sprintf("purge with %+v", c.f), err, ops.ErrInvalid, field)
+		if len(oe.Reason) > 300 {
+			e.t.Errorf("purge with a %s filter: the reason is %d bytes", field, len(oe.Reason))
+		}
+		_, err = e.ops.ListDead(e.ctx, ops.DeadQuery{DeadFilter: c.f})
+		e.refused(fmt.Sprintf("dead list with %+v", c.f), err, ops.ErrInvalid, field)
+		if c.f.DeadAfter == "" {
+			_, err = e.ops.List(e.ctx, ops.ListQuery{Sink: c.f.Sink, Destination: c.f.Destination, Ingest: c.f.Ingest, Group: c.f.Group})
+			e.refused(fmt.Sprintf("list with %+v", c.f), err, ops.ErrInvalid, field)
+		}
+	}
+	if st, _ := e.store.Stats(e.ctx); st.Dead != 3 {
+		e.t.Errorf("a refused purge deleted: %d dead left, want 3", st.Dead)
+	}
+	if err := ops.EmptyFilter("--group"); !errors.Is(err, ops.ErrInvalid) || !strings.Contains(err.Error(), "--group is given empty") {
+		e.t.Errorf("EmptyFilter: %v", err)
+	}
+}
+
+// longIDsRefused: an ID or a group key longer than limits.max_id_bytes is
+// ErrInvalid naming the limit on every operation that takes one, and no
+// sentence quotes more than a few dozen bytes of an ID.
+func longIDsRefused(e *env) {
+	long := strings.Repeat("i", 100<<10)
+	short := func(what string, err error, kind error) {
+		e.t.Helper()
+		oe := e.refused(what, err, kind, "")
+		if len(oe.Reason) > 256 || strings.Contains(oe.Reason, strings.Repeat("i", 65)) {
+			e.t.Errorf("%s: the reason is %d bytes: %.100s", what, len(oe.Reason), oe.Reason)
+		}
+		if kind == ops.ErrInvalid && !strings.Contains(oe.Reason, "limits.max_id_bytes") {
+			e.t.Errorf("%s: %q does not name limits.max_id_bytes", what, oe.Reason)
+		}
+	}
+	_, err := e.ops.Inspect(e.ctx, long, false)
+	short("inspect", err, ops.ErrInvalid)
+	_, err = e.ops.InspectDead(e.ctx, long, false)
+	short("inspect dead", err, ops.ErrInvalid)
+	short("cancel", e.ops.Cancel(e.ctx, long), ops.ErrInvalid)
+	short("fire", e.ops.Fire(e.ctx, long), ops.ErrInvalid)
+	_, err = e.ops.Reschedule(e.ctx, long, ops.RescheduleRequest{Delay: scalar("1h")})
+	short("reschedule", err, ops.ErrInvalid)
+	short("delete dead", e.ops.DeleteDead(e.ctx, long), ops.ErrInvalid)
+	short("retry dead", e.ops.RetryDead(e.ctx, long, ops.RetryRequest{}), ops.ErrInvalid)
+	_, err = e.ops.Group(e.ctx, long, ops.ListQuery{})
+	short("group", err, ops.ErrInvalid)
+	_, err = e.ops.CancelGroup(e.ctx, long)
+	short("cancel group", err, ops.ErrInvalid)
+	// At the limit: looked up, and not found in a short sentence.
+	atLimit := strings.Repeat("i", Limits.MaxIDBytes)
+	_, err = e.ops.Inspect(e.ctx, atLimit, false)
+	short("inspect at the limit", err, ops.ErrNotFound)
+	_, err = e.ops.Group(e.ctx, atLimit, ops.ListQuery{})
+	short("group at the limit", err, ops.ErrNotFound)
 }
 
 // retryDiedAtIngest: a message rejected at ingest is read again as its
