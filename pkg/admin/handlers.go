@@ -120,8 +120,9 @@ type SinkParam struct {
 
 // health is the answer of the probes.
 type health struct {
-	Status string `json:"status" enum:"ok,ready,not ready"`
-	Error  string `json:"error,omitempty" doc:"Why it is not ready."`
+	Status   string   `json:"status" enum:"ok,ready,not ready"`
+	Error    string   `json:"error,omitempty" doc:"Why it is not ready."`
+	Warnings []string `json:"warnings,omitempty" doc:"What an operator should fix that does not stop the daemon, ready or not: a Redis that keeps nothing on disk."`
 }
 
 type readyOutput struct {
@@ -139,16 +140,26 @@ func (s *Server) healthz(ctx context.Context, _ *struct{}) (*body[health], error
 func (s *Server) readyz(ctx context.Context, in *struct {
 	Authorization string `header:"Authorization" hidden:"true"`
 }) (*readyOutput, error) {
+	redact := s.p.Token == "" || s.bearerHeader(in.Authorization) != tokenValid
+	var warnings []string
+	if s.p.Warnings != nil {
+		for _, w := range s.p.Warnings() {
+			if redact {
+				w = redactAddresses(w)
+			}
+			warnings = append(warnings, w)
+		}
+	}
 	if s.p.Ready != nil {
 		if err := s.p.Ready(); err != nil {
 			reason := err.Error()
-			if s.p.Token == "" || s.bearerHeader(in.Authorization) != tokenValid {
+			if redact {
 				reason = redactAddresses(reason)
 			}
-			return &readyOutput{Status: http.StatusServiceUnavailable, Body: health{Status: "not ready", Error: reason}}, nil
+			return &readyOutput{Status: http.StatusServiceUnavailable, Body: health{Status: "not ready", Error: reason, Warnings: warnings}}, nil
 		}
 	}
-	return &readyOutput{Status: http.StatusOK, Body: health{Status: "ready"}}, nil
+	return &readyOutput{Status: http.StatusOK, Body: health{Status: "ready", Warnings: warnings}}, nil
 }
 
 // content refuses a message's content when no token is configured.

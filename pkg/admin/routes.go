@@ -83,7 +83,8 @@ var (
 		summary: "200 while the process runs."}
 	opReadyz = op{id: "readyz", method: get, path: "/readyz", tag: "probes", status: 200, errors: []int{503}, bodyOn: []int{503}, tokenOptional: true,
 		summary: "200 once Redis and every ingest and sink are connected, else 503 with the reason.",
-		desc:    "Needs no token; with a valid token the reason names the addresses of Redis and the brokers."}
+		desc: "Needs no token; with a valid token the reason names the addresses of Redis and the brokers. " +
+			"Warnings, ready or not, list what does not stop the daemon but should be fixed: a Redis master that keeps nothing on disk."}
 
 	opListMessages = op{id: "listMessages", method: get, path: "/v1/messages", tag: "messages", status: 200, errors: []int{bad, noToken, failed},
 		summary: "A page of messages in the order they fire, across every shard.",
@@ -107,7 +108,8 @@ var (
 		summary: "Makes a scheduled message due now; 409 in flight or dead.",
 		desc:    "A message held for its sink stays held, due now: it fires when the sink takes messages again."}
 	opStats = op{id: "stats", method: get, path: "/v1/stats", tag: "stats", status: 200, errors: []int{failed},
-		summary: "How many messages are parked, due and dead, per shard and by when they come due."}
+		summary: "How many messages are parked, due and dead, per shard and by when they come due.",
+		desc:    "redis_persistence says whether Redis keeps them across its restart (AOF, RDB snapshots), with a warning when it keeps nothing."}
 	opListDead = op{id: "listDead", method: get, path: "/v1/dead", tag: "dead", status: 200, errors: []int{bad, failed},
 		summary: "The newest dead messages the filters select, with their reason, newest first."}
 	opPurgeDead = op{id: "purgeDead", method: del, path: "/v1/dead", tag: "dead", status: 200, errors: []int{bad, failed},

@@ -91,6 +91,11 @@ type Params struct {
 	// by /readyz with 503. nil means always ready.
 	Ready func() error
 
+	// Warnings are what /readyz lists under "warnings", ready or not:
+	// what an operator should fix that does not stop the daemon (a Redis
+	// that keeps nothing on disk). nil: none.
+	Warnings func() []string
+
 	// Metrics is served on /metrics; nil serves 404 there.
 	Metrics *metrics.Metrics
 

@@ -20,6 +20,13 @@ import (
 // OpenStore connects to the Redis of cfg and checks that it answers. With an
 // encryption section, the store seals what it stores with its keys.
 func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, time.Duration, error)) (*store.Store, error) {
+	return openStore(ctx, cfg, observe, nil)
+}
+
+// openStore is OpenStore with the client's OnConnect, called on every new
+// connection to Redis (nil: none).
+func openStore(ctx context.Context, cfg *config.Config, observe func(string, time.Duration, error),
+	onConnect func(context.Context, *redis.Conn) error) (*store.Store, error) {
 	rc := cfg.Redis
 	var sealer envelope.Sealer // stays a nil interface when encryption is off
 	if cfg.Encryption != nil {
@@ -48,6 +55,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 			WriteTimeout:     rc.WriteTimeout.D(),
 			PoolSize:         rc.PoolSize,
 			TLSConfig:        tlsCfg,
+			OnConnect:        onConnect,
 		})
 	case rc.Cluster:
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{
@@ -59,6 +67,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 			WriteTimeout: rc.WriteTimeout.D(),
 			PoolSize:     rc.PoolSize,
 			TLSConfig:    tlsCfg,
+			OnConnect:    onConnect,
 		})
 	default:
 		rdb = redis.NewClient(&redis.Options{
@@ -71,6 +80,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 			WriteTimeout: rc.WriteTimeout.D(),
 			PoolSize:     rc.PoolSize,
 			TLSConfig:    tlsCfg,
+			OnConnect:    onConnect,
 		})
 	}
 	pctx, cancel := context.WithTimeout(ctx, rc.DialTimeout.D()+time.Second)

@@ -54,6 +54,7 @@ type Daemon struct {
 	admin         *admin.Server
 	clock         *store.Clock
 	rates         *metrics.RateMeter // what this instance publishes per sink, for /v1/sinks
+	persistence   *persistenceWatch  // what Redis keeps on disk
 	// refused is why this daemon does not run: Redis holds a layout this
 	// build does not know (store.ErrLayoutUnknown). It then only answers
 	// /healthz and, with the reason, 503 to everything else, until stopped.
@@ -85,10 +86,22 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		return nil, err
 	}
 
-	d.store, err = OpenStore(ctx, cfg, d.metrics.ObserveScript)
+	sentinelMaster := ""
+	if len(cfg.Redis.SentinelAddrs) > 0 {
+		sentinelMaster = redisAddr(cfg.Redis)
+	}
+	d.persistence = newPersistenceWatch(sentinelMaster, log)
+	observe := func(op string, took time.Duration, err error) {
+		d.metrics.ObserveScript(op, took, err)
+		if unreachable(err) {
+			d.persistence.disconnected()
+		}
+	}
+	d.store, err = openStore(ctx, cfg, observe, d.persistence.connected)
 	if err != nil {
 		return nil, err
 	}
+	d.persistence.rdb = d.store.Client()
 	if _, err := d.store.CheckLayout(ctx, true); errors.Is(err, store.ErrLayoutUnknown) {
 		log.Error("not running: "+err.Error(), "redis_key", d.store.Keys().Config())
 		d.refused = err
@@ -104,6 +117,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	} else if warning != "" {
 		log.Warn("redis: " + warning)
 	}
+	d.persistence.check(ctx)
 	localNow, schedClock, skew := localClock()
 	if skew != 0 {
 		log.Warn("faultinject: this process's clock is skewed on purpose", "skew", skew)
@@ -192,7 +206,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		}))
 	}
 
-	state := metrics.State{Store: d.store, MaxRedisMemory: cfg.Limits.MaxRedisMemory}
+	state := metrics.State{Store: d.store, MaxRedisMemory: cfg.Limits.MaxRedisMemory, Persistence: d.persistence.kinds}
 	for i, p := range d.pipes {
 		in := metrics.Component{Name: cfg.Ingest[i].Name, Paused: p.Paused}
 		if r, ok := d.sources[i].(ingest.Ready); ok {
@@ -237,12 +251,14 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 				Sinks:        d.sinkStatuses,
 				Refresh:      d.sched.Refresh,
 				Notify:       d.sched.Notify,
+				Persistence:  d.persistence.view,
 				Now:          d.clock.Now,
 				Logger:       log,
 			}),
-			Ready:   d.Ready,
-			Metrics: d.metrics,
-			Logger:  log,
+			Ready:    d.Ready,
+			Warnings: d.persistence.warnings,
+			Metrics:  d.metrics,
+			Logger:   log,
 		})
 	}
 	return d, nil
@@ -288,6 +304,7 @@ func (d *Daemon) Ready() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := d.store.Ping(ctx); err != nil {
+		d.persistence.disconnected()
 		errs = append(errs, "redis: "+err.Error())
 	} else if err := d.sched.Ready(); err != nil {
 		errs = append(errs, "redis: "+err.Error())
@@ -331,6 +348,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stop()
 
 	go d.rates.Run(runCtx)
+	go d.persistence.run(runCtx)
 
 	var schedWG sync.WaitGroup
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))

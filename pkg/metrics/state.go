@@ -16,6 +16,10 @@ type State struct {
 	MaxRedisMemory int64 // limits.max_redis_memory; 0 when unset
 	Ingests        []Component
 	Sinks          []Component
+	// Persistence reports whether every Redis master has AOF and whether
+	// every one takes RDB snapshots, as the daemon read them last; nil
+	// when unknown (CONFIG refused, not read yet). nil func: not reported.
+	Persistence func() (aof, rdb *bool)
 }
 
 // Component is an ingest or a sink as the state collector sees it.
@@ -42,6 +46,7 @@ type stateCollector struct {
 	up, parked, due, dead, oldestAge *prometheus.Desc
 	paused, memUsed, memLimit        *prometheus.Desc
 	forecast, held, series           *prometheus.Desc
+	persistence                      *prometheus.Desc
 }
 
 func newStateCollector(s State) *stateCollector {
@@ -65,6 +70,8 @@ func newStateCollector(s State) *stateCollector {
 			"Live recurring series (parked or in flight, not dead) of the whole store; limits.max_series bounds them.", nil, nil),
 		held: prometheus.NewDesc("delaybridge_held_messages",
 			"Parked messages held because their sink is paused or down; they fire when it takes messages again.", nil, nil),
+		persistence: prometheus.NewDesc("delaybridge_redis_persistence",
+			"1 when every Redis master keeps what it holds on disk this way, by kind: aof (appendonly yes), rdb (a save rule); 0 when one does not. Absent when unknown (CONFIG refused). With both 0, a restart of Redis loses every parked message.", []string{"kind"}, nil),
 		memUsed: prometheus.NewDesc("delaybridge_redis_memory_used_bytes",
 			"Redis INFO used_memory; on a cluster, the master that uses the most.", nil, nil),
 		memLimit: prometheus.NewDesc("delaybridge_redis_memory_limit_bytes",
@@ -73,7 +80,7 @@ func newStateCollector(s State) *stateCollector {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held, c.series} {
+	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held, c.series, c.persistence} {
 		ch <- d
 	}
 }
@@ -108,6 +115,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.memUsed, prometheus.GaugeValue, float64(mem.Used))
 		if mem.MaxMemory > 0 {
 			ch <- prometheus.MustNewConstMetric(c.memLimit, prometheus.GaugeValue, float64(mem.MaxMemory), "maxmemory")
+		}
+	}
+	if c.s.Persistence != nil {
+		aof, rdb := c.s.Persistence()
+		for kind, on := range map[string]*bool{"aof": aof, "rdb": rdb} {
+			if on != nil {
+				ch <- prometheus.MustNewConstMetric(c.persistence, prometheus.GaugeValue, boolValue(*on), kind)
+			}
 		}
 	}
 	if limit := c.s.MaxRedisMemory; limit > 0 {

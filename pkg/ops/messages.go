@@ -64,6 +64,9 @@ func (s *Service) Stats(ctx context.Context) (*StatsView, error) {
 		return nil, err
 	}
 	v := NewStatsView(st)
+	if s.p.Persistence != nil {
+		v.RedisPersistence = s.p.Persistence(ctx)
+	}
 	return &v, nil
 }
 

@@ -126,6 +126,11 @@ type Params struct {
 	// within scheduler.max_sleep). It is called concurrently.
 	Notify func(id string, due time.Time)
 
+	// Persistence returns what Redis keeps on disk, for Stats
+	// (StatsView.RedisPersistence); nil leaves it out. The daemon's returns
+	// what it read last; the command line's reads it.
+	Persistence func(ctx context.Context) *PersistenceView
+
 	// Now is the clock new messages count their delay from and retries
 	// are due at: the daemon's reads Redis's clock. Default time.Now.
 	Now func() time.Time

@@ -206,6 +206,34 @@ type StatsView struct {
 	// Held counts the parked messages held for a sink that is paused or
 	// down (by their due times, they are in due_in and forecast too).
 	Held int64 `json:"held"`
+	// RedisPersistence is what Redis keeps on disk, as the daemon read it
+	// last; absent where nothing read it.
+	RedisPersistence *PersistenceView `json:"redis_persistence,omitempty" doc:"What Redis keeps on disk, as the daemon read it last (at start, each reconnect and every minute); absent where nothing read it."`
+}
+
+// PersistenceView is whether what Redis holds survives a restart of Redis
+// (GET /v1/stats "redis_persistence"): its persistence settings as the
+// daemon read them (CONFIG GET appendonly and save) at its start, at each
+// reconnect and every minute, on every master of a Redis Cluster and on the
+// master that Sentinel names. A Redis with neither AOF nor RDB snapshots
+// loses every parked message when it restarts.
+type PersistenceView struct {
+	// AOF is true when every master appends each write to its append-only
+	// file (appendonly yes); null when unknown.
+	AOF *bool `json:"aof" nullable:"true" doc:"Every master has appendonly yes; null when unknown."`
+	// RDB is true when every master takes snapshots (save has a rule);
+	// null when unknown.
+	RDB *bool `json:"rdb" nullable:"true" doc:"Every master has a save rule (RDB snapshots); null when unknown."`
+	// Warning is set when a master keeps neither: it names the masters and
+	// what to set (appendonly yes, appendfsync everysec). The daemon logs
+	// it at WARN and /readyz lists it among its warnings.
+	Warning string `json:"warning,omitempty" doc:"Set when a master keeps neither AOF nor RDB (a restart of Redis loses its parked messages): the masters and what to set."`
+	// Unknown says why the settings could not be read: a managed Redis
+	// may refuse CONFIG (then AOF and RDB are null), or Redis was not
+	// reachable at the last try.
+	Unknown string `json:"unknown,omitempty" doc:"Why the settings are unknown: a master refused CONFIG GET (managed Redis services do), or they were not read yet."`
+	// CheckedAt is when they were last read successfully; "" if never.
+	CheckedAt string `json:"checked_at,omitempty" doc:"When they were last read."`
 }
 
 // NewStatsView converts store stats.
