@@ -86,11 +86,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		return nil, err
 	}
 
-	sentinelMaster := ""
-	if len(cfg.Redis.SentinelAddrs) > 0 {
-		sentinelMaster = redisAddr(cfg.Redis)
-	}
-	d.persistence = newPersistenceWatch(sentinelMaster, log)
+	d.persistence = newPersistenceWatch(PersistenceName(cfg.Redis), log)
 	observe := func(op string, took time.Duration, err error) {
 		d.metrics.ObserveScript(op, took, err)
 		if unreachable(err) {

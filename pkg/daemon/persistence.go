@@ -26,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ops"
 )
@@ -61,6 +62,16 @@ func (m MasterPersistence) None() bool { return m.Err == nil && !m.AOF && !m.RDB
 type Persistence struct {
 	Masters []MasterPersistence // by address
 	At      time.Time           // when it was read
+}
+
+// PersistenceName is what ReadPersistence calls the master of a Sentinel
+// configuration (the one it reaches has no address of its own in the
+// client); "" for the others, whose masters are named by address.
+func PersistenceName(rc config.Redis) string {
+	if len(rc.SentinelAddrs) == 0 {
+		return ""
+	}
+	return redisAddr(rc)
 }
 
 // ReadPersistence reads CONFIG GET appendonly, CONFIG GET save and INFO

@@ -74,10 +74,11 @@ type env struct {
 func newEnv(t *testing.T) *env { return newEnvToken(t, adminToken, "info") }
 
 // newEnvToken starts the daemon with admin.token token ("": none) and
-// log.level level (debug logs every admin request with its status).
-func newEnvToken(t *testing.T, token, level string) *env {
+// log.level level (debug logs every admin request with its status), on a
+// Redis started with the options.
+func newEnvToken(t *testing.T, token, level string, redisOpts ...testenv.RedisOption) *env {
 	t.Helper()
-	rs, ns := testenv.Redis(t), testenv.NATS(t)
+	rs, ns := testenv.Redis(t, redisOpts...), testenv.NATS(t)
 	nc, err := nats.Connect(ns.URL)
 	if err != nil {
 		t.Fatal(err)

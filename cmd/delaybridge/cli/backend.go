@@ -79,6 +79,13 @@ func service(cfg *config.Config, s *store.Store) *ops.Service {
 		Destinations: daemon.SinkDestinations(cfg),
 		Routes:       func(name string) (*envelope.Route, bool) { r, ok := routes[name]; return r, ok },
 		Sinks:        func() []ops.SinkStatus { return sinks },
+		Persistence: func(ctx context.Context) *ops.PersistenceView {
+			p, err := daemon.ReadPersistence(ctx, s.Client(), daemon.PersistenceName(cfg.Redis))
+			if err != nil {
+				return &ops.PersistenceView{Unknown: err.Error()}
+			}
+			return p.View()
+		},
 	})
 }
 

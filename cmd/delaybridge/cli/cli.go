@@ -224,12 +224,22 @@ func (a *app) runCmd() *cobra.Command {
 }
 
 func (a *app) validateCmd() *cobra.Command {
-	return &cobra.Command{
-		Use: "validate [-c FILE | FILE]",
+	var live bool
+	cmd := &cobra.Command{
+		Use: "validate [-c FILE | FILE] [--live]",
 		Example: `  delaybridge validate -c config.yaml && echo ok
-  delaybridge validate config.yaml`,
+  delaybridge validate config.yaml
+  delaybridge validate --live -c config.yaml          # and ask its Redis`,
 		Short: "Check the configuration file; print every problem with its field path, in the order of the file",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Check the configuration file; print every problem with its field path, in the order of the file.
+
+With --live it then connects to the configured Redis, as the daemon would, and reports what the
+daemon would say of it: whether it answers and holds a layout this build knows, and its eviction
+policy (exit 1 where the daemon would not run: unreachable, an unknown layout, an allkeys-*
+policy); and its persistence on each master, with a warning when one keeps neither AOF nor RDB
+snapshots (a restart of Redis then loses every parked message; exit 0). A Redis that refuses
+CONFIG is reported as unknown. The brokers are not contacted.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := a.configPath
 			if len(args) == 1 {
@@ -256,9 +266,48 @@ func (a *app) validateCmd() *cobra.Command {
 				fmt.Fprintln(a.stderr, "warning:", w)
 			}
 			fmt.Fprintf(a.stdout, "%s is valid\n", path)
+			if live {
+				return a.validateLive(cmd, cfg)
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&live, "live", false, "also connect to the configured Redis and report its layout, eviction policy and persistence")
+	return cmd
+}
+
+// validateLive reports what the daemon would find in the Redis of cfg:
+// whether it runs there (exit 1 if not), and its persistence (a warning
+// when a master keeps nothing on disk).
+func (a *app) validateLive(cmd *cobra.Command, cfg *config.Config) error {
+	ctx, stop := signalCtx(cmd)
+	defer stop()
+	s, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Client().Close()
+	warning, err := s.CheckEviction(ctx)
+	if err != nil {
+		return exit(1, err)
+	}
+	if warning != "" {
+		fmt.Fprintln(a.stderr, "warning: redis:", warning)
+	}
+	p, err := daemon.ReadPersistence(ctx, s.Client(), daemon.PersistenceName(cfg.Redis))
+	if err != nil {
+		return exit(1, err)
+	}
+	for _, line := range p.Describe() {
+		fmt.Fprintln(a.stdout, line)
+	}
+	if w := p.Warning(); w != "" {
+		fmt.Fprintln(a.stderr, "warning: redis:", w)
+	}
+	if u := p.Unknown(); u != "" {
+		fmt.Fprintln(a.stderr, "note: redis:", u)
+	}
+	return nil
 }
 
 // count writes n with the noun, in the plural unless n is 1: "1 problem",

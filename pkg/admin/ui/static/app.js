@@ -8,7 +8,9 @@
 // died for its own), delete and delete all, the sinks with pause and resume,
 // parked messages page by page with filters, the recurring schedules, and
 // shows a message (with reschedule, fire now and cancel) or a group (with
-// cancel). Every call is a route of the admin API (GET /openapi.json).
+// cancel). Above the cards it shows the warning of a Redis that keeps
+// nothing on disk (redis_persistence in GET /v1/stats). Every call is a
+// route of the admin API (GET /openapi.json).
 //
 // Times are shown in one format: the API's (RFC 3339, UTC, milliseconds),
 // with how far from now they are.
@@ -581,6 +583,16 @@
     renderDueIn(st.due_in);
     renderShards(st.shards || []);
     $('due-note').textContent = st.held > 0 ? `${fmtInt(st.held)} held for paused or down sinks` : 'by due time';
+    renderPersistence(st.redis_persistence);
+  }
+
+  // renderPersistence shows the warning of a Redis that keeps nothing on
+  // disk (every parked message is lost when it restarts) above the cards.
+  function renderPersistence(p) {
+    const warning = p && p.warning ? 'Redis: ' + shown(p.warning) : '';
+    const banner = $('redis-warning');
+    if (banner.textContent !== warning) banner.textContent = warning;
+    banner.hidden = warning === '';
   }
 
   // ---- sinks ----
