@@ -202,7 +202,7 @@ func (scalarSchema) Schema(huma.Registry) *huma.Schema {
 // shares.
 const apiDescription = `The admin HTTP API of delaybridge, on admin.listen (HTTPS with admin.tls).
 
-- When admin.token is set, every /v1/ and /debug/ request needs ` + "`Authorization: Bearer <token>`" + ` (401 otherwise); /healthz, /readyz, /metrics, /openapi.json and the dashboard never do.
+- When admin.token is set, every /v1/ and /debug/ request needs ` + "`Authorization: Bearer <token>`" + ` (401 otherwise); /healthz, /readyz, /metrics, /openapi.json and the dashboard's page never do (the page then asks for the token, or takes it from the fragment of the link that opened it: /#token=<token>).
 - Every answer is JSON except /metrics, the dashboard, pprof and the empty 204s; every error is ` + "`{\"error\": \"<reason>\"}`" + ` with Content-Type application/json, and a 400 names the field at fault in ` + "`field`" + `.
 - Every request must name an allowed Host (admin.allowed_hosts; on loopback by default localhost, 127.0.0.1, ::1), else 403. A state-changing request (POST, PATCH, DELETE) from a page of another origin is 403, and one with a body that is not Content-Type: application/json is 415.
 - JSON bodies are read strictly: exact field names, no unknown field, no key twice, valid UTF-8 without lone surrogates, one object. An unknown or repeated query parameter is refused.

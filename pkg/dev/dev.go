@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,7 +170,8 @@ func Run(ctx context.Context, o Options) error {
 delaybridge dev is running.
   NATS (JetStream)  %s   ingest: subject delayed.> (stream DELAYED); fired messages: fired.> (stream FIRED)
   Redis             %s
-  admin API         %s   dashboard: open it in a browser and give the admin token
+  admin API         %s
+  dashboard         %s   (open it in a browser: the link carries the admin token)
   admin token       %s   (in %s)
   config            %s
 
@@ -180,7 +182,7 @@ From another terminal, in this directory:
   curl -s -H "$AUTH" $DB/v1/stats
 
 Fired messages appear below. Ctrl-C stops everything.
-`, natsURL, redisAddr, adminURL, token, filepath.Join(show, TokenFile), filepath.Join(show, ConfigFile),
+`, natsURL, redisAddr, adminURL, DashboardLink(adminURL, token), token, filepath.Join(show, TokenFile), filepath.Join(show, ConfigFile),
 		filepath.Join(show, EnvFile),
 		o.SelfPath, filepath.Join(show, ConfigFile), o.SelfPath, filepath.Join(show, ConfigFile),
 		time.Now().Add(time.Minute).UTC().Format(time.RFC3339))
@@ -195,6 +197,15 @@ Fired messages appear below. Ctrl-C stops everything.
 		}
 	}
 	return <-runErr
+}
+
+// DashboardLink is the link that opens the dashboard of the admin API at
+// adminURL with its token: the token rides in the fragment, which a browser
+// never sends to the server; the page keeps it for the tab's session and
+// takes it out of the address bar.
+func DashboardLink(adminURL, token string) string {
+	// Encoded as the page decodes it (decodeURIComponent): a space as %20.
+	return strings.TrimRight(adminURL, "/") + "/#token=" + strings.ReplaceAll(url.QueryEscape(token), "+", "%20")
 }
 
 // configTemplate is the dev configuration: the at-least-once set-up the

@@ -6,9 +6,12 @@
 // The page holds no data itself: its script polls /metrics and the /v1/ API
 // of the server that served it (by relative URLs, so it also works behind a
 // reverse proxy under a path prefix). When /v1/ answers 401 the page asks for
-// the admin token and keeps it in the tab's sessionStorage; it is sent only as
-// "Authorization: Bearer", never in a URL or a cookie. The page itself needs
-// no token: it is the same for everyone.
+// the admin token in a dialog, unless the link that opened it carried one in
+// its fragment (/#token=<token>, which browsers never send to the server; the
+// script removes it from the address bar at once). Either way the token is
+// kept in the tab's sessionStorage and sent only as "Authorization: Bearer",
+// never in a URL or a cookie. The page itself is served without a token (it
+// is the same for everyone), but shows no data until it has one.
 package ui
 
 import (

@@ -19,8 +19,10 @@
 // textContent or as an attribute value: nothing here builds HTML from strings.
 // IDs and reasons are shown through shown(), which writes control characters
 // and bidirectional overrides as \uXXXX, so that one ID cannot look like
-// another. The admin token is kept in sessionStorage and sent only as a
-// bearer header; every request is same-origin, and one with a body is JSON.
+// another. The admin token is given in a dialog or in the link to the page
+// (/#token=<token>, taken out of the address bar at once), kept in
+// sessionStorage and sent only as a bearer header; every request is
+// same-origin, and one with a body is JSON.
 (() => {
   'use strict';
 
@@ -247,23 +249,55 @@
     $('token-input').focus();
   }
 
-  $('token-form').addEventListener('submit', (ev) => {
-    ev.preventDefault();
-    const value = $('token-input').value.trim();
-    if (!value) return;
+  // useToken keeps the token for the tab's session and unlocks the page;
+  // false when the browser keeps nothing for it (the dialog says so).
+  function useToken(value) {
     try {
       sessionStorage.setItem(TOKEN_KEY, value);
     } catch {
       const err = $('token-error');
       err.textContent = 'This browser does not allow sessionStorage for this page, so the token cannot be kept.';
       err.hidden = false;
-      return;
+      return false;
     }
     $('token-input').value = '';
     $('token-dialog').hidden = true;
     $('forget-token').hidden = false;
     locked = false;
-    refreshNow(true);
+    return true;
+  }
+
+  $('token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const value = $('token-input').value.trim();
+    if (value && useToken(value)) refreshNow(true);
+  });
+
+  // tokenFromLink takes the token from a link to the page, /#token=<token>
+  // (what `delaybridge dev` prints): a URL's fragment is never sent to the
+  // server. It keeps the token as the dialog does and removes it from the
+  // address bar and the tab's history (history.replaceState), so that it is
+  // neither bookmarked nor shown. It returns whether the link had a token.
+  function tokenFromLink() {
+    const parts = location.hash.replace(/^#/, '').split('&').filter((p) => p !== '');
+    const i = parts.findIndex((p) => p.startsWith('token='));
+    if (i < 0) return false;
+    let value = '';
+    try {
+      value = decodeURIComponent(parts[i].slice('token='.length)).trim();
+    } catch {
+      // not URL-encoded properly: taken as it is
+      value = parts[i].slice('token='.length).trim();
+    }
+    parts.splice(i, 1);
+    const rest = parts.length ? '#' + parts.join('&') : '';
+    history.replaceState(history.state, '', location.pathname + location.search + rest);
+    return value !== '' && useToken(value);
+  }
+
+  // A link with another token opened in this tab changes only the fragment.
+  window.addEventListener('hashchange', () => {
+    if (tokenFromLink()) refreshNow(true);
   });
 
   $('forget-token').addEventListener('click', () => lock(''));
@@ -1237,6 +1271,7 @@
 
   buildDueIn();
   browse.query = browseFilters();
+  tokenFromLink();
   $('forget-token').hidden = !storedToken();
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
