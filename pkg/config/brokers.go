@@ -24,6 +24,12 @@ type IngestBroker interface {
 	// Validate adds every problem of the block to p, each under a path
 	// that starts with at (e.g. "ingest[0].nats").
 	Validate(in *Ingest, at string, p *Problems)
+	// Consumes returns the parts of the namespace of sink (a sink block of
+	// any broker) that this ingest reads: a message published there comes
+	// back to it, a loop. nil for a sink of another broker. Config's
+	// SinkDestinations reserves them (destination.Reserved, with Prefix,
+	// Pattern and Example set).
+	Consumes(sink SinkBroker) []destination.Reserved
 }
 
 // SinkBroker is the broker block of a sink, as IngestBroker is of an

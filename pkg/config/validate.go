@@ -422,14 +422,73 @@ func (c *Config) routeSyntaxes(r *Route) []destination.Syntax {
 }
 
 // SinkDestinations returns the destination syntax of the sink named name;
-// false when no sink of that name has a broker block.
+// false when no sink of that name has a broker block. It is the one place
+// that says where a sink never publishes unless a route names it: its
+// broker's reserved parts (SinkBroker.Destinations) and every part of its
+// namespace an ingest of this configuration consumes (a loop). Every path
+// that decides a destination uses it: ingest and import (the routes),
+// the admin API and dead retries (ops), the scheduler before it publishes
+// (daemon.DestinationGuard), and validate.
 func (c *Config) SinkDestinations(name string) (destination.Syntax, bool) {
 	for i := range c.Sinks {
-		if c.Sinks[i].Name == name && c.Sinks[i].Broker != nil {
-			return c.Sinks[i].Broker.Destinations(), true
+		s := &c.Sinks[i]
+		if s.Name == name && s.Broker != nil {
+			syn := s.Broker.Destinations()
+			for _, l := range c.loops(s) {
+				syn = syn.Reserve(l.part)
+			}
+			return syn, true
 		}
 	}
 	return destination.Syntax{}, false
+}
+
+// loop is a part of a sink's namespace that an ingest consumes.
+type loop struct {
+	ingest string
+	part   destination.Reserved
+}
+
+// loops are the parts of the namespace of sink s that the ingests consume
+// (IngestBroker.Consumes).
+func (c *Config) loops(s *Sink) []loop {
+	var out []loop
+	for j := range c.Ingest {
+		in := &c.Ingest[j]
+		if in.Broker == nil {
+			continue
+		}
+		for _, r := range in.Broker.Consumes(s.Broker) {
+			r.What = fmt.Sprintf("what ingest %s consumes: a message published there would come back to it (a loop)", in.Name)
+			out = append(out, loop{ingest: in.Name, part: r})
+		}
+	}
+	return out
+}
+
+// Refused lists, for each sink, the parts of its namespace no message
+// reaches unless a route's allowed_destinations names them literally
+// (SinkDestinations): what `delaybridge validate` prints, one line a sink.
+func (c *Config) Refused() []string {
+	var out []string
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		if s.Broker == nil {
+			continue
+		}
+		syn := s.Broker.Destinations()
+		var parts []string
+		for _, r := range syn.Reserved {
+			parts = append(parts, r.String())
+		}
+		for _, l := range c.loops(s) {
+			parts = append(parts, fmt.Sprintf("%s (ingest %s reads it)", l.part, l.ingest))
+		}
+		if len(parts) > 0 {
+			out = append(out, fmt.Sprintf("sink %s (%ss): %s", s.Name, syn.Noun, strings.Join(parts, ", ")))
+		}
+	}
+	return out
 }
 
 // Warnings are what a valid configuration opens that its author may not

@@ -1,8 +1,10 @@
 // Package destination holds the one set of rules for where delaybridge may
 // publish a message: each sink broker's destination syntax (what a valid
-// NATS subject, Kafka topic or RabbitMQ routing key is), the names of the
-// brokers' control planes that a publisher never reaches (NATS `$...` and
-// `_INBOX.` subjects, Kafka `__...` topics), and the patterns of
+// NATS subject, Kafka topic or RabbitMQ routing key is), the parts of the
+// brokers' namespaces that a message never reaches unless its route names
+// them (Reserved: NATS `$...` and `_INBOX.` subjects; Kafka `_...` topics
+// and Kafka Connect's; RabbitMQ's `amq.` queues and exchanges; and what this
+// daemon itself consumes, a loop), and the patterns of
 // route.allowed_destinations, written in the sink broker's own wildcards.
 //
 // Every path that decides a destination calls Syntax.Check: ingest
@@ -17,6 +19,8 @@ package destination
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -28,9 +32,12 @@ var (
 	// control character, a wildcard in a NATS subject, a character Kafka
 	// refuses in a topic, too long).
 	ErrInvalid = errors.New("invalid destination")
-	// ErrReserved: a broker's control plane (JetStream, KV and system API
-	// subjects, inboxes, Kafka's internal topics) that no pattern of
-	// route.allowed_destinations names literally.
+	// ErrReserved: a part of the broker's namespace a message never reaches
+	// (a control plane: JetStream, KV and system API subjects, inboxes,
+	// Kafka's internal and Connect topics, RabbitMQ's amq. names; or a
+	// source this daemon consumes) that no pattern of
+	// route.allowed_destinations names literally. Its reason begins with
+	// ReservedCode.
 	ErrReserved = errors.New("reserved destination")
 	// ErrNotAllowed: the publisher chose a destination that matches no
 	// pattern of route.allowed_destinations.
@@ -48,19 +55,57 @@ type Error struct {
 func (e *Error) Error() string        { return e.Reason }
 func (e *Error) Is(target error) bool { return target == e.Kind }
 
-// Reserved is a destination prefix of a broker's control plane.
+// ReservedCode names the refusal of a reserved destination: the reason
+// of an ErrReserved begins with it, and so does the reason a message dead
+// for it keeps (envelope.CodeDestinationReserved is the same word).
+const ReservedCode = "destination_reserved"
+
+// Reserved is a part of a broker's namespace that a message never reaches
+// unless a pattern of its route names it literally: every destination
+// that begins with Prefix and, when Pattern is set, matches Pattern too.
+// A pattern names it literally when it begins with Prefix itself, and
+// with a literal token where Prefix is empty (a wildcard does not open it:
+// `>` never reaches `$JS.API`, `#` no key of amq.topic).
 type Reserved struct {
-	Prefix  string
-	What    string // what lives there, for the reason
-	Example string // a pattern that names the prefix, for the reason
+	Prefix string
+	// Pattern, in the broker's wildcards, narrows the part to the
+	// destinations it matches ("" for every one with Prefix): a topic this
+	// daemon consumes (`orders-in`), the subjects of a NATS ingest
+	// (`delayed.>`), the keys a RabbitMQ binding routes to its queue.
+	Pattern string
+	What    string // what lives there, for the reason and `validate`
+	Example string // a pattern that names it, for the reason
+}
+
+// String is the part as `validate` lists it: its pattern, its prefix, or
+// every destination and why.
+func (r Reserved) String() string {
+	switch {
+	case r.Pattern != "":
+		return strconv.Quote(r.Pattern)
+	case r.Prefix == "":
+		return "every one (" + r.What + ")"
+	}
+	return "beginning with " + strconv.Quote(r.Prefix)
+}
+
+// contains reports whether dest is in the part r of the namespace of s.
+func (s Syntax) contains(r Reserved, dest string) bool {
+	return strings.HasPrefix(dest, r.Prefix) && (r.Pattern == "" || s.Match(r.Pattern, dest))
+}
+
+// Reserve returns s with more reserved parts.
+func (s Syntax) Reserve(rs ...Reserved) Syntax {
+	s.Reserved = append(append([]Reserved{}, s.Reserved...), rs...)
+	return s
 }
 
 // Syntax is how one broker names the destinations a sink publishes to.
 type Syntax struct {
 	// Noun names a destination of this broker in reasons ("NATS subject").
 	Noun string
-	// Reserved are the control-plane prefixes a message never reaches
-	// unless a pattern of the route names the prefix literally.
+	// Reserved are the parts of the namespace a message never reaches
+	// unless a pattern of the route names them literally.
 	Reserved []Reserved
 
 	// kind selects the wildcards of patterns and the validity rules.
@@ -89,17 +134,45 @@ var (
 	// is any run of characters.
 	Kafka = Syntax{Noun: "Kafka topic", kind: kindKafka, Reserved: []Reserved{
 		{Prefix: "__", What: "Kafka's internal topics (__consumer_offsets, __transaction_state)", Example: "__audit-*"},
+		{Prefix: "_", What: "the topics of Kafka's tools (Schema Registry's _schemas, Confluent's _confluent-*)", Example: "_audit-*"},
+		connect("configs"), connect("offsets"), connect("status"),
 	}}
 	// RabbitMQ: routing keys of at most 255 bytes, dot-separated words; in a
 	// pattern `*` is one word and `#` zero or more words (topic-exchange
-	// rules).
-	RabbitMQ = Syntax{Noun: "RabbitMQ routing key", kind: kindRabbitMQ}
+	// rules). This is a sink on the default exchange, where a routing key
+	// is a queue name; RabbitMQOn is the syntax of a sink on an exchange.
+	RabbitMQ = Syntax{Noun: "RabbitMQ routing key", kind: kindRabbitMQ, Reserved: []Reserved{
+		{Prefix: "amq.", What: "on the default exchange, a queue RabbitMQ names itself (amq.gen-*: another client's, amq.rabbitmq.reply-to.*: an RPC reply)",
+			Example: "amq.rabbitmq.reply-to.#"},
+	}}
 
 	// Generic is for a sink whose broker is not known (a test's route): the
-	// checks every broker shares, and every broker's reserved prefixes.
+	// checks every broker shares, and every broker's reserved parts.
 	Generic = Syntax{Noun: "destination", kind: kindGeneric,
-		Reserved: append(append([]Reserved{}, NATS.Reserved...), Kafka.Reserved...)}
+		Reserved: slices.Concat(NATS.Reserved, Kafka.Reserved, RabbitMQ.Reserved)}
 )
+
+// connect is a default topic of Kafka Connect's distributed workers.
+func connect(what string) Reserved {
+	name := "connect-" + what
+	return Reserved{Prefix: name, Pattern: name, What: "a topic of Kafka Connect's workers (their " + what + ")", Example: name}
+}
+
+// RabbitMQOn is the syntax of a RabbitMQ sink publishing on exchange: on
+// the default exchange (""), RabbitMQ; on one of RabbitMQ's own exchanges
+// (amq.topic, amq.direct...: what its plugins and other clients use), every
+// routing key is reserved, and a route lists the ones it may publish there.
+func RabbitMQOn(exchange string) Syntax {
+	if exchange == "" {
+		return RabbitMQ
+	}
+	s := RabbitMQ
+	s.Reserved = nil
+	if strings.HasPrefix(exchange, "amq.") {
+		s.Reserved = []Reserved{{What: fmt.Sprintf("the sink publishes on %q, one of RabbitMQ's own exchanges (amq.*)", exchange), Example: "orders.#"}}
+	}
+	return s
+}
 
 // Wildcards are the characters that are wildcards in some broker's patterns
 // (`*`, `>`, `#`): a template placeholder never expands to one.
@@ -112,22 +185,34 @@ const Separator = "."
 // of this syntax, under the route's allowed patterns; else an *Error.
 // chosen says whether the publisher chose (part of) dest: a header, or a
 // template placeholder; only then must dest match one of allowed (when
-// allowed is not empty). A reserved prefix needs a matching pattern that
-// names the prefix literally (e.g. "$KV.orders.>"), whoever chose dest.
+// allowed is not empty). A reserved part needs a matching pattern that
+// names it literally (e.g. "$KV.orders.>"), whoever chose dest.
 func (s Syntax) Check(dest string, allowed []string, chosen bool) error {
 	if why := s.invalid(dest); why != "" {
 		return &Error{Kind: ErrInvalid, Dest: dest, Reason: why}
 	}
 	for _, r := range s.Reserved {
-		if !strings.HasPrefix(dest, r.Prefix) {
+		if !s.contains(r, dest) || s.namedLiterally(r.Prefix, dest, allowed) {
 			continue
 		}
-		if !s.namedLiterally(r.Prefix, dest, allowed) {
-			return &Error{Kind: ErrReserved, Dest: dest, Reason: fmt.Sprintf(
-				"%s %q begins with %q, %s: delaybridge never publishes there unless a pattern of route.allowed_destinations names %q literally (e.g. %q)",
-				s.Noun, Printable(dest), r.Prefix, r.What, r.Prefix, r.Example)}
+		var where string
+		switch {
+		case r.Pattern != "":
+			where = fmt.Sprintf("is in %q, %s", r.Pattern, r.What)
+		case r.Prefix != "":
+			where = fmt.Sprintf("begins with %q, %s", r.Prefix, r.What)
+		default:
+			where = "is reserved: " + r.What
 		}
-		return nil // allowed by a pattern of the route
+		name := r.Prefix
+		if name == "" {
+			name = "it"
+		} else {
+			name = strconv.Quote(name)
+		}
+		return &Error{Kind: ErrReserved, Dest: dest, Reason: fmt.Sprintf(
+			"%s: %s %q %s: delaybridge never publishes there unless a pattern of route.allowed_destinations names %s literally (e.g. %q)",
+			ReservedCode, s.Noun, Printable(dest), where, name, r.Example)}
 	}
 	if chosen && len(allowed) > 0 && !s.MatchAny(allowed, dest) {
 		return &Error{Kind: ErrNotAllowed, Dest: dest, Reason: fmt.Sprintf(
@@ -136,9 +221,13 @@ func (s Syntax) Check(dest string, allowed []string, chosen bool) error {
 	return nil
 }
 
+// namedLiterally reports whether a pattern of allowed that matches dest
+// begins with prefix; for a part without a prefix (every key of a RabbitMQ
+// exchange of its own, a source of the form `*.in`), with a literal token:
+// a bare wildcard (`#`, `*`, `>`) never opens a reserved part.
 func (s Syntax) namedLiterally(prefix, dest string, allowed []string) bool {
 	for _, p := range allowed {
-		if strings.HasPrefix(p, prefix) && s.Match(p, dest) {
+		if strings.HasPrefix(p, prefix) && (prefix != "" || s.Consumed(p).Prefix != "") && s.Match(p, dest) {
 			return true
 		}
 	}
@@ -167,6 +256,29 @@ func (s Syntax) Match(pattern, dest string) bool {
 		return topicMatch(strings.Split(pattern, Separator), strings.Split(dest, Separator))
 	}
 	return subjectMatch(strings.Split(pattern, Separator), strings.Split(dest, Separator))
+}
+
+// Consumed is the part of this broker's namespace that a pattern of its
+// own wildcards reads (an ingest's subject, topic, queue or binding key):
+// a Reserved with Pattern and Example the pattern and Prefix its literal
+// beginning, up to its first wildcard (Kafka: `*`; NATS and RabbitMQ: a
+// wildcard token). What is left to the caller.
+func (s Syntax) Consumed(pattern string) Reserved {
+	prefix := pattern
+	if s.kind == kindKafka {
+		prefix, _, _ = strings.Cut(pattern, "*")
+	} else {
+		var lit []string
+		for _, t := range strings.Split(pattern, Separator) {
+			if t == "*" || t == ">" || t == "#" {
+				lit = append(lit, "") // ends the literal part with a separator
+				break
+			}
+			lit = append(lit, t)
+		}
+		prefix = strings.Join(lit, Separator)
+	}
+	return Reserved{Prefix: prefix, Pattern: pattern, Example: pattern}
 }
 
 // CheckPattern returns why pattern is not a pattern of this syntax, or "":

@@ -84,6 +84,29 @@ func TestCheck(t *testing.T) {
 		{name: "rabbit too long", s: RabbitMQ, dest: strings.Repeat("a", 256), want: ErrInvalid},
 		{name: "rabbit pattern", s: RabbitMQ, dest: "orders.eu.late", allowed: []string{"orders.#"}, chosen: true},
 		{name: "generic refuses every control plane", s: Generic, dest: "__x", want: ErrReserved},
+		// Fourth round: what a publisher may not reach.
+		{name: "schema registry", s: Kafka, dest: "_schemas", allowed: []string{"*"}, chosen: true, want: ErrReserved, reason: ReservedCode + ": "},
+		{name: "confluent", s: Kafka, dest: "_confluent-metrics", allowed: []string{"*"}, chosen: true, want: ErrReserved},
+		{name: "schemas by the route's own destination", s: Kafka, dest: "_schemas", want: ErrReserved},
+		{name: "schemas named", s: Kafka, dest: "_schemas", allowed: []string{"_schemas"}, chosen: true},
+		{name: "_ named does not open __", s: Kafka, dest: "__consumer_offsets", allowed: []string{"_*"}, chosen: true, want: ErrReserved},
+		{name: "connect configs", s: Kafka, dest: "connect-configs", allowed: []string{"connect-*"}, chosen: true, want: ErrReserved, reason: `is in "connect-configs"`},
+		{name: "connect offsets", s: Kafka, dest: "connect-offsets", allowed: []string{"*"}, chosen: true, want: ErrReserved},
+		{name: "connect status", s: Kafka, dest: "connect-status", want: ErrReserved},
+		{name: "connect status named", s: Kafka, dest: "connect-status", allowed: []string{"connect-status"}, chosen: true},
+		{name: "another connect topic", s: Kafka, dest: "connect-orders", allowed: []string{"connect-*"}, chosen: true},
+		{name: "reply-to on the default exchange", s: RabbitMQ, dest: "amq.rabbitmq.reply-to.g1h2AA==.x", allowed: []string{"#"}, chosen: true, want: ErrReserved},
+		{name: "server-named queue", s: RabbitMQ, dest: "amq.gen-JzTY20BRgKO-HjmUJj0wLg", want: ErrReserved, reason: `begins with "amq."`},
+		{name: "reply-to named", s: RabbitMQ, dest: "amq.rabbitmq.reply-to.g1h2AA==.x", allowed: []string{"amq.rabbitmq.reply-to.#"}, chosen: true},
+		{name: "amq. key on an exchange of its own", s: RabbitMQOn("events"), dest: "amq.gen-x"},
+		{name: "amq.topic exchange", s: RabbitMQOn("amq.topic"), dest: "orders.late", want: ErrReserved, reason: "amq.topic"},
+		{name: "amq.topic exchange, key named", s: RabbitMQOn("amq.topic"), dest: "orders.late", allowed: []string{"orders.#"}},
+		{name: "amq.topic exchange, # does not open it", s: RabbitMQOn("amq.topic"), dest: "orders.late", allowed: []string{"#"}, chosen: true, want: ErrReserved},
+		{name: "loop: the ingest's subject", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed.orders", allowed: []string{">"}, chosen: true, want: ErrReserved, reason: `is in "delayed.>"`},
+		{name: "loop: named", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed.orders", allowed: []string{"delayed.orders"}, chosen: true},
+		{name: "loop: beside the ingest's subject", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed", allowed: []string{">"}, chosen: true},
+		{name: "loop: a Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in", want: ErrReserved},
+		{name: "loop: another Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in-2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.s.Check(c.dest, c.allowed, c.chosen)
@@ -100,6 +123,24 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("Check(%q): %#v is not an *Error naming the destination", c.dest, err)
 			}
 		})
+	}
+}
+
+func TestConsumed(t *testing.T) {
+	for _, c := range []struct {
+		s               Syntax
+		pattern, prefix string
+	}{
+		{NATS, "delayed.>", "delayed."},
+		{NATS, "delayed.*.in", "delayed."},
+		{NATS, "*.in", ""},
+		{NATS, "in", "in"},
+		{RabbitMQ, "orders.#", "orders."},
+		{Kafka, "orders-in", "orders-in"},
+	} {
+		if r := c.s.Consumed(c.pattern); r.Prefix != c.prefix || r.Pattern != c.pattern {
+			t.Errorf("%s.Consumed(%q) = %+v, want prefix %q", c.s.Noun, c.pattern, r, c.prefix)
+		}
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // who may choose a destination reached the JetStream API with the daemon's
 // own credentials, through a header, a forwarding template and a
 // kafka-scheduler record. Each of those is now dead at ingest with
-// reserved_destination, whatever allowed_destinations says short of naming
+// destination_reserved, whatever allowed_destinations says short of naming
 // the prefix.
 func TestControlPlaneRefused(t *testing.T) {
 	sinks := destination.Sinks{"nats": destination.NATS, "kafka": destination.Kafka, "rabbit": destination.RabbitMQ}.Lookup
@@ -43,8 +43,8 @@ func TestControlPlaneRefused(t *testing.T) {
 			r := c.route
 			r.Ingest, r.Sinks = "in", sinks
 			d := Parse(&c.in, &r, lim, now, nil)
-			if d.Action != Reject || CodeOf(d.Err) != CodeReservedDestination {
-				t.Fatalf("%v %s %q, want a reject with %s", d.Action, CodeOf(d.Err), why(d), CodeReservedDestination)
+			if d.Action != Reject || CodeOf(d.Err) != CodeDestinationReserved {
+				t.Fatalf("%v %s %q, want a reject with %s", d.Action, CodeOf(d.Err), why(d), CodeDestinationReserved)
 			}
 		})
 	}

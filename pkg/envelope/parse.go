@@ -437,7 +437,7 @@ func (p *parser) route(msg *Message, rd dialectReader) error {
 		case errors.Is(err, destination.ErrNotAllowed):
 			return rejectf(CodeInvalidRoute, "%s %q matches no pattern of route.allowed_destinations", from, printable(final))
 		case errors.Is(err, destination.ErrReserved):
-			return rejectf(CodeReservedDestination, "%v", err)
+			return rejectf(CodeDestinationReserved, "%v", err)
 		case templated:
 			return rejectf(CodeInvalidDestination, "%s %q expands to an invalid destination: %v", from, printable(raw), err)
 		case hasDest:

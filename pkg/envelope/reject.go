@@ -36,7 +36,7 @@ const (
 	CodeInvalidGroup       Code = "invalid_group"
 
 	CodeInvalidDestination  Code = "invalid_destination"      // a template that does not expand to a valid destination
-	CodeReservedDestination Code = "reserved_destination"     // a broker's control plane (destination.ErrReserved)
+	CodeDestinationReserved Code = "destination_reserved"     // a reserved part of a broker's namespace (destination.ErrReserved; = destination.ReservedCode)
 	CodeMaxSeries           Code = "max_series"               // a new series past limits.max_series (ErrMaxSeries)
 	CodeInvalidReplace      Code = "invalid_replace"          // x-delay-replace neither true nor false
 	CodeInvalidEpoch        Code = "invalid_scheduler_epoch"  // kafka-scheduler: scheduler-epoch missing or not Unix seconds
@@ -49,7 +49,7 @@ var RejectCodes = []Code{
 	CodeInvalidCancel, CodeBothDelays, CodeInvalidDelay, CodeInvalidDeliverAt,
 	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
 	CodeInvalidSchedule, CodeInvalidGroup,
-	CodeInvalidDestination, CodeReservedDestination, CodeInvalidReplace, CodeInvalidEpoch, CodeInvalidScheduler,
+	CodeInvalidDestination, CodeDestinationReserved, CodeInvalidReplace, CodeInvalidEpoch, CodeInvalidScheduler,
 	CodeMaxSeries,
 }
 

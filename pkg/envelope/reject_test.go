@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/delaybridge/delaybridge/pkg/destination"
 )
 
 // TestRejectCodesListsEveryCode binds the hand-kept RejectCodes to the Code
@@ -63,5 +65,12 @@ func TestRejectCodesListsEveryCode(t *testing.T) {
 		if !slices.Contains(declared, c) {
 			t.Errorf("RejectCodes lists %q, which reject.go does not declare as a Code constant", c)
 		}
+	}
+}
+
+// The reason of a reserved destination and its reject code are one word.
+func TestDestinationReservedIsOneWord(t *testing.T) {
+	if string(CodeDestinationReserved) != destination.ReservedCode {
+		t.Fatalf("CodeDestinationReserved %q, destination.ReservedCode %q", CodeDestinationReserved, destination.ReservedCode)
 	}
 }

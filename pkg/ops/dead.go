@@ -238,7 +238,7 @@ func (s *Service) reingest(info *store.Info, req RetryRequest, now time.Time) (*
 	case envelope.Park:
 		return d.Message, nil
 	case envelope.Reject:
-		if req == (RetryRequest{}) && (errors.Is(d.Err, envelope.CodeInvalidRoute) || errors.Is(d.Err, envelope.CodeInvalidDestination) || errors.Is(d.Err, envelope.CodeReservedDestination)) {
+		if req == (RetryRequest{}) && (errors.Is(d.Err, envelope.CodeInvalidRoute) || errors.Is(d.Err, envelope.CodeInvalidDestination) || errors.Is(d.Err, envelope.CodeDestinationReserved)) {
 			return nil, conflict("dead message %s is still refused by the rules of ingest %q: %v; retry it with a valid sink or destination (%s)",
 				quote(info.ID), route.Ingest, d.Err, retryWith)
 		}

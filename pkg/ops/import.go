@@ -89,7 +89,7 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 // time is the retry's).
 func retryChecks(err error) bool {
 	switch envelope.CodeOf(err) {
-	case envelope.CodeInvalidRoute, envelope.CodeInvalidDestination, envelope.CodeReservedDestination, envelope.CodeOverMaxDelay:
+	case envelope.CodeInvalidRoute, envelope.CodeInvalidDestination, envelope.CodeDestinationReserved, envelope.CodeOverMaxDelay:
 		return true
 	}
 	return false

@@ -293,7 +293,7 @@ var fieldOfCode = map[envelope.Code]string{
 	envelope.CodeInvalidGroup:        "group",
 	envelope.CodeInvalidReplace:      "replace",
 	envelope.CodeInvalidDestination:  "destination",
-	envelope.CodeReservedDestination: "destination",
+	envelope.CodeDestinationReserved: "destination",
 }
 
 // rejectField names the request field a rejection of Parse (Decision.Err)

@@ -21,7 +21,9 @@ import (
 // forwarding template and a kafka-scheduler record each asked the NATS sink
 // to publish to $JS.API.STREAM.DELETE.* and .PURGE.*, which deleted and
 // purged streams with the daemon's own credentials. Now each such message
-// is dead at ingest with reserved_destination, the streams keep their
+// (and, since issue 40, one to Kafka's _schemas or connect-offsets, or to
+// a subject or topic this daemon consumes: a loop) is dead at ingest with
+// destination_reserved, the streams keep their
 // messages, a "*" pattern opens nothing of the control plane, a pattern
 // that names $KV literally reaches the KV bucket, and an ordinary message
 // behind them fires. validate warns about a route that lets publishers
@@ -118,15 +120,21 @@ sinks:
 	pub("lane.o.x", "o-delete", "x-delay-destination", "$JS.API.STREAM.DELETE.VICTIM")
 	pub("lane.o.x", "o-purge", "x-delay-destination", "$JS.API.STREAM.PURGE.V2")
 	pub("lane.o.x", "o-inbox", "x-delay-destination", "_INBOX.abc")
+	pub("lane.o.x", "o-loop", "x-delay-destination", "lane.f.loop")
 	pub("lane.f.x.$JS.API.STREAM.DELETE.VICTIM", "f-delete")
 	pub("lane.f.x.$KV.orders.k1", "f-kv")
 	w := &kafka.Writer{Addr: kafka.TCP(kc.Brokers...), Topic: "lane-sched", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
-	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("s-delete"), Value: []byte("s"), Headers: []kafka.Header{
-		{Key: "scheduler-epoch", Value: []byte(fmt.Sprint(time.Now().Unix()))},
-		{Key: "scheduler-target-topic", Value: []byte("$JS.API.STREAM.DELETE.X")},
-		{Key: "x-delay-sink", Value: []byte("nats")},
-	}}); err != nil {
+	record := func(id, target string, headers ...kafka.Header) kafka.Message {
+		return kafka.Message{Key: []byte(id), Value: []byte("s"), Headers: append([]kafka.Header{
+			{Key: "scheduler-epoch", Value: []byte(fmt.Sprint(time.Now().Unix()))},
+			{Key: "scheduler-target-topic", Value: []byte(target)},
+		}, headers...)}
+	}
+	if err := w.WriteMessages(ctx,
+		record("s-delete", "$JS.API.STREAM.DELETE.X", kafka.Header{Key: "x-delay-sink", Value: []byte("nats")}),
+		record("s-schemas", "_schemas"), record("s-connect", "connect-offsets"), record("s-loop", "lane-sched"),
+	); err != nil {
 		t.Fatal(err)
 	}
 	pub("lane.o.x", "o-ok")
@@ -145,7 +153,9 @@ sinks:
 	}, "$KV.orders.k1, named literally by a pattern, was not written")
 
 	want := map[string]string{"o-delete": `"$JS.API.STREAM.DELETE.VICTIM" begins with "$"`, "o-purge": `begins with "$"`,
-		"o-inbox": `begins with "_INBOX."`, "f-delete": `begins with "$"`, "s-delete": `begins with "$"`}
+		"o-inbox": `begins with "_INBOX."`, "f-delete": `begins with "$"`, "s-delete": `begins with "$"`,
+		"o-loop": `"lane.f.loop" is in "lane.f.>", what ingest forward consumes`, "s-schemas": `"_schemas" begins with "_"`,
+		"s-connect": `"connect-offsets" is in "connect-offsets"`, "s-loop": `"lane-sched" is in "lane-sched", what ingest sched consumes`}
 	testenv.Eventually(t, 30*time.Second, func() bool { return len(d.dead()) >= len(want) }, "the refused messages are not all dead")
 	got := map[string]string{}
 	for _, m := range d.dead() {
@@ -156,8 +166,13 @@ sinks:
 			t.Errorf("dead %s: reason %q, want it to contain %q", id, got[id], reason)
 		}
 	}
-	if n, _ := metricValue(d.metrics(), "delaybridge_ingest_rejected_total", map[string]string{"reason": "reserved_destination"}); n != float64(len(want)) {
-		t.Errorf("delaybridge_ingest_rejected_total{reason=reserved_destination} = %v, want %d", n, len(want))
+	for id := range want {
+		if !strings.HasPrefix(got[id], "destination_reserved: ") {
+			t.Errorf("dead %s: reason %q does not begin with destination_reserved", id, got[id])
+		}
+	}
+	if n, _ := metricValue(d.metrics(), "delaybridge_ingest_rejected_total", map[string]string{"reason": "destination_reserved"}); n != float64(len(want)) {
+		t.Errorf("delaybridge_ingest_rejected_total{reason=destination_reserved} = %v, want %d", n, len(want))
 	}
 	for _, name := range victims {
 		s, err := js.Stream(ctx, name)

@@ -265,6 +265,12 @@ CONFIG is reported as unknown. The brokers are not contacted.`,
 			for _, w := range cfg.Warnings() {
 				fmt.Fprintln(a.stderr, "warning:", w)
 			}
+			if refused := cfg.Refused(); len(refused) > 0 {
+				fmt.Fprintln(a.stderr, "refused destinations (dead with destination_reserved) unless a pattern of the route's allowed_destinations names them literally, see docs/security.md:")
+				for _, r := range refused {
+					fmt.Fprintln(a.stderr, "  "+r)
+				}
+			}
 			fmt.Fprintf(a.stdout, "%s is valid\n", path)
 			if live {
 				return a.validateLive(cmd, cfg)

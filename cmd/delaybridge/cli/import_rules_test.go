@@ -133,7 +133,7 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 	}
 	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error=skip")
 	for _, want := range []string{
-		`line 2: refused by the rules of ingest: NATS subject "$KV.orders.42" begins with "$"`,
+		`line 2: refused by the rules of ingest: destination_reserved: NATS subject "$KV.orders.42" begins with "$"`,
 		`line 4: refused by the rules of ingest: sink "gone" names no configured sink`,
 		"imported 5 (2 dead), replaced 0, skipped 0 known, 2 bad line(s): lines 2, 4",
 	} {

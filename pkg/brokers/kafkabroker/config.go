@@ -112,6 +112,15 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 	p.Positive(at+".commit_interval", int64(c.CommitInterval))
 }
 
+// Consumes returns the topic the ingest reads, on a Kafka sink: a message
+// published there would be ingested again.
+func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
+	if _, ok := sink.(*SinkConfig); !ok || c.Topic == "" {
+		return nil
+	}
+	return []destination.Reserved{destination.Kafka.Consumed(c.Topic)}
+}
+
 // params translates the block into the Source's parameters.
 func (c *IngestConfig) params(in *config.Ingest) (SourceParams, error) {
 	tlsCfg, mech, err := ClientAuth(c.Auth)

@@ -86,6 +86,15 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 	}
 }
 
+// Consumes returns the subjects the ingest reads, on a NATS sink: a
+// message published there would be ingested again.
+func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
+	if _, ok := sink.(*SinkConfig); !ok || c.Subject == "" {
+		return nil
+	}
+	return []destination.Reserved{destination.NATS.Consumed(c.Subject)}
+}
+
 // Open connects the ingest's Source.
 func (c *IngestConfig) Open(ctx context.Context, in *config.Ingest, log *slog.Logger) (ingest.Source, error) {
 	opts, err := AuthOptions(c.Auth)

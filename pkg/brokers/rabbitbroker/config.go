@@ -117,6 +117,32 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 	}
 }
 
+// Consumes returns what reaches the ingest's queue through a RabbitMQ
+// sink: on the default exchange, the queue's name; on an exchange a
+// binding binds the queue to, the routing keys of the binding (every one
+// on a fanout or headers exchange). A message published there would be
+// ingested again.
+func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
+	sc, ok := sink.(*SinkConfig)
+	if !ok || c.Queue == "" {
+		return nil
+	}
+	if sc.Exchange == "" {
+		return []destination.Reserved{{Prefix: c.Queue, Pattern: c.Queue, Example: c.Queue}}
+	}
+	var out []destination.Reserved
+	for _, b := range c.Bindings {
+		switch {
+		case b.Exchange != sc.Exchange:
+		case b.ExchangeType == amqp.ExchangeFanout || b.ExchangeType == amqp.ExchangeHeaders:
+			out = append(out, destination.Reserved{Example: "orders.#"}) // the binding's key is not read: every key
+		case b.RoutingKey != "":
+			out = append(out, destination.RabbitMQ.Consumed(b.RoutingKey))
+		}
+	}
+	return out
+}
+
 func (c *IngestConfig) params(in *config.Ingest) SourceParams {
 	return SourceParams{Name: in.Name, URL: c.URL, Queue: c.Queue, Prefetch: c.Prefetch, Auth: c.Auth, Bindings: c.Bindings}
 }
@@ -134,8 +160,9 @@ func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Pub
 // Kind returns "rabbitmq".
 func (*SinkConfig) Kind() string { return Kind }
 
-// Destinations returns destination.RabbitMQ: the syntax of what the sink publishes to.
-func (*SinkConfig) Destinations() destination.Syntax { return destination.RabbitMQ }
+// Destinations returns the syntax of the routing keys the sink publishes
+// on its exchange (destination.RabbitMQOn).
+func (c *SinkConfig) Destinations() destination.Syntax { return destination.RabbitMQOn(c.Exchange) }
 
 // Opens says what a route that lets publishers choose any routing key
 // opens: on the default exchange, every queue.
