@@ -103,16 +103,22 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = helmEnv(t)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// helmEnv is the environment helm runs in: its state directories in a temp
+// dir and no kubeconfig.
+func helmEnv(t *testing.T) []string {
+	home := t.TempDir()
+	return append(os.Environ(),
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"),
 		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"), // never a real cluster
 	)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 // helmSetup is one way to install the chart: a chart directory and values.
@@ -132,9 +138,23 @@ func thisChart(*testing.T) string { return chartDir }
 // repository machinery).
 func exampleApp(t *testing.T) string {
 	dir := filepath.Join(t.TempDir(), "orders-app")
-	copyTree(t, exampleAppDir, dir)
+	copyApp(t, dir)
 	copyTree(t, chartDir, filepath.Join(dir, "charts", chartName))
 	return dir
+}
+
+// copyApp copies the example application's chart to dir without what a
+// `helm dependency build` left in the checkout (its charts/ and
+// Chart.lock, which deploy/README.md tells a reader to make): the tests put
+// the chart as it is in charts/ themselves.
+func copyApp(t *testing.T, dir string) {
+	t.Helper()
+	copyTree(t, exampleAppDir, dir)
+	for _, built := range []string{"charts", "Chart.lock"} {
+		if err := os.RemoveAll(filepath.Join(dir, built)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func copyTree(t *testing.T, from, to string) {
@@ -814,7 +834,7 @@ func TestHelmBrokenChart(t *testing.T) {
 					return dir
 				}
 				app := filepath.Join(t.TempDir(), "orders-app")
-				copyTree(t, exampleAppDir, app)
+				copyApp(t, app)
 				copyTree(t, dir, filepath.Join(app, "charts", chartName))
 				return app
 			}
@@ -835,5 +855,120 @@ func TestHelmBrokenChart(t *testing.T) {
 			}
 			t.Errorf("%s broken (%s): no problem mentions %q; got %q", c.file, c.name, c.want, ps)
 		})
+	}
+}
+
+// readmeHelmMarker introduces the block of deploy/README.md that
+// TestHelmREADMECommands runs.
+const readmeHelmMarker = "<!-- deploy/helm_test.go (TestHelmREADMECommands) runs every line of the next block as printed -->"
+
+// readmeHelmCommands returns the commands of the block after
+// readmeHelmMarker in deploy/README.md, a line each (a line ending in "\\"
+// continues on the next).
+func readmeHelmCommands(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(data), readmeHelmMarker+"\n")
+	if !ok {
+		t.Fatalf("deploy/README.md has no line %q before the commands that check the charts", readmeHelmMarker)
+	}
+	block, ok := strings.CutPrefix(after, "```sh\n")
+	if !ok {
+		t.Fatal("deploy/README.md: the line after the marker of the Helm commands does not open a ```sh block")
+	}
+	block, _, ok = strings.Cut(block, "```")
+	if !ok {
+		t.Fatal("deploy/README.md: the block of the Helm commands does not end")
+	}
+	var cmds []string
+	cont := ""
+	for _, line := range strings.Split(block, "\n") {
+		line = cont + strings.TrimSpace(line)
+		cont = ""
+		if l, ok := strings.CutSuffix(line, "\\"); ok {
+			cont = l
+			continue
+		}
+		if line != "" && !strings.HasPrefix(line, "#") {
+			cmds = append(cmds, line)
+		}
+	}
+	return cmds
+}
+
+// TestHelmREADMECommands runs the commands that deploy/README.md gives to
+// check the charts without a cluster, as printed, from a copy of the
+// repository's deploy/helm (helm dependency build writes into it), with the
+// helm of make deps first on PATH: each must succeed (issue 43, point 4).
+// Every chart under deploy/helm must be linted and rendered there, each
+// time with --kube-version: the helm here is stamped with Kubernetes 1.37,
+// a plain `go install` assumes 1.20, and only the flag makes the two check
+// the same.
+func TestHelmREADMECommands(t *testing.T) {
+	cmds := readmeHelmCommands(t)
+	bin, err := helmBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	copyTree(t, helmDir, filepath.Join(root, "deploy", helmDir))
+	for _, built := range []string{"charts", "Chart.lock"} { // what a dependency build left in the checkout
+		if err := os.RemoveAll(filepath.Join(root, "deploy", exampleAppDir, built)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(helmEnv(t), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	var charts []string
+	err = filepath.WalkDir(helmDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "Chart.yaml" && !strings.Contains(filepath.ToSlash(p), "/charts/") {
+			charts = append(charts, filepath.ToSlash(filepath.Join("deploy", filepath.Dir(p))))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	linted, rendered := map[string]bool{}, map[string]bool{}
+	for _, c := range cmds {
+		f := strings.Fields(c)
+		if len(f) < 3 || f[0] != "helm" {
+			t.Errorf("deploy/README.md: %q is not a helm command: the block holds only the commands that check the charts", c)
+			continue
+		}
+		switch f[1] {
+		case "lint", "template":
+			if !slices.Contains(f, "--kube-version") {
+				t.Errorf("deploy/README.md: %q has no --kube-version: with a helm from a plain go install it checks against Kubernetes 1.20", c)
+			}
+			checked := rendered
+			if f[1] == "lint" {
+				checked = linted
+			}
+			for _, ch := range charts {
+				if slices.Contains(f, ch) {
+					checked[ch] = true
+				}
+			}
+		}
+		cmd := exec.Command("bash", "-c", c)
+		cmd.Dir, cmd.Env = root, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("deploy/README.md: %s\nfails: %v\n%s", c, err, out)
+			continue
+		}
+		t.Logf("%s: ok (%d bytes of output)", c, len(out))
+	}
+	if len(charts) < 2 {
+		t.Fatalf("found %d charts under %s: %q", len(charts), helmDir, charts)
+	}
+	for _, ch := range charts {
+		if !linted[ch] || !rendered[ch] {
+			t.Errorf("deploy/README.md: the chart %s is not both linted and rendered (lint %v, template %v)", ch, linted[ch], rendered[ch])
+		}
 	}
 }
