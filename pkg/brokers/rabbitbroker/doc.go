@@ -47,6 +47,15 @@
 // same connection. Publishes whose confirm is lost with a channel fail, and
 // the scheduler publishes them again (consumers drop duplicates by ID).
 //
+// A close the broker sends for a publish (541 INTERNAL_ERROR for a routing
+// key amq.rabbitmq.reply-to.* that names no live consumer, 406 for an
+// expiration that is not a number) is that message's fault: the publishes
+// it cut off are published again apart, on a connection of their own,
+// halving the group the broker closes again down to the message that does
+// it, which fails Rejected (an attempt); the others are confirmed as if
+// nothing happened, and the sink reconnects at once without being down
+// (quarantine.go).
+//
 // # Connection
 //
 // The connection code is what the RabbitMQ ingest and sink share: dialing

@@ -137,12 +137,17 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 		reason = errors.New("channel closed")
 	}
 	reason = describe(cfg, reason)
+	if attributable(reason) {
+		// The broker closed it for a publish: the pending ones, and those
+		// not sent yet, are suspects (quarantine.go).
+		reason = &closedError{err: reason}
+	}
 	p.mu.Lock()
 	p.err = reason
 	for tag, e := range p.pending {
 		err := fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason)
-		if Code(reason) == amqp.AccessRefused {
-			err = sinks.Rejected(err) // not authorized for that destination
+		if Code(reason) == amqp.AccessRefused && !suspect(reason) {
+			err = sinks.Rejected(err) // not authorized for that exchange
 		}
 		p.resolve(e, err)
 		delete(p.pending, tag)

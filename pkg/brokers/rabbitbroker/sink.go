@@ -56,8 +56,12 @@ type Sink struct {
 	mu      sync.Mutex
 	conn    *amqp.Connection // nil while disconnected
 	pool    [poolSize]*pubChan
-	blocked error // the broker blocked the connection (resource alarm)
+	blocked error         // the broker blocked the connection (resource alarm)
+	up      chan struct{} // closed while connected
+	quick   bool          // reconnecting at once: the broker closed the connection for a publish
 	next    atomic.Uint32
+
+	quarantine quarantine // suspects and poisoned destinations (quarantine.go)
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -77,6 +81,7 @@ func NewSink(ctx context.Context, cfg SinkParams, log *slog.Logger) (*Sink, erro
 		log:   log.With("sink", cfg.Name),
 		state: NewState(),
 		done:  make(chan struct{}),
+		up:    make(chan struct{}),
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {
@@ -103,7 +108,8 @@ func (s *Sink) connect(ctx context.Context) (*amqp.Connection, error) {
 		}
 	}
 	s.mu.Lock()
-	s.conn, s.pool, s.blocked = conn, pool, nil
+	s.conn, s.pool, s.blocked, s.quick = conn, pool, nil, false
+	close(s.up)
 	s.mu.Unlock()
 	s.state.Up()
 	return conn, nil
@@ -150,13 +156,28 @@ func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 		if ctx.Err() != nil {
 			return
 		}
+		quick := attributable(err)
 		s.mu.Lock()
 		s.conn = nil
 		s.pool = [poolSize]*pubChan{}
+		s.up = make(chan struct{})
+		s.quick = quick
 		s.mu.Unlock()
+		_ = conn.CloseDeadline(time.Now().Add(time.Second))
+		if quick {
+			// The broker is there and closed the connection for a
+			// publish (its messages are published apart: isolate): the
+			// sink is not down, and publishes wait for it to reconnect.
+			s.log.Warn("rabbitmq sink connection closed by the broker for a publish; reconnecting at once", "err", err)
+			if conn, err = s.connect(ctx); err == nil {
+				continue
+			}
+			s.mu.Lock()
+			s.quick = false
+			s.mu.Unlock()
+		}
 		s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", err))
 		s.log.Warn("rabbitmq sink disconnected; reconnecting", "err", err)
-		_ = conn.CloseDeadline(time.Now().Add(time.Second))
 		for {
 			if !bo.Wait(ctx, nil) {
 				return
@@ -211,6 +232,18 @@ func (s *Sink) watch(ctx context.Context, conn *amqp.Connection) error {
 			continue
 		case i = <-died:
 			close(stopWatch)
+			if conn.IsClosed() {
+				// The connection went with it: say why it did.
+				t := time.NewTimer(time.Second)
+				select {
+				case e := <-connDown:
+					t.Stop()
+					return CloseReason(e, "connection")
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+			}
 		}
 		s.log.Warn("rabbitmq sink channel closed by the broker; reopening", "err", pool[i].err)
 		p, err := s.openChan(conn)
@@ -264,28 +297,101 @@ func (s *Sink) pick() *pubChan {
 // confirms. A message that cannot be expressed in AMQP (routing key or
 // header name over 255 bytes) fails permanently; everything else that fails
 // is retried by the scheduler.
+//
+// When the broker closes the channel or the connection for a publish
+// (attributable), the publishes it cut off are published again apart
+// (isolate): the message that made the broker close it fails Rejected,
+// the others are confirmed as usual. A message to a destination that did
+// so lately is published apart only.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	errs := make([]error, len(msgs))
 	pubs := make([]amqp.Publishing, len(msgs))
+	now := time.Now()
+	var apart []int // to a poisoned destination: published in the quarantine only
 	for i, m := range msgs {
 		pubs[i], errs[i] = toAMQP(m, s.user)
 		if errs[i] != nil {
 			errs[i] = fmt.Errorf("rabbitmq sink %s: %w", s.cfg.Name, errs[i])
+		} else if s.quarantine.poisoned(m.Destination, now) {
+			apart = append(apart, i)
+			errs[i] = &closedError{err: fmt.Errorf("rabbitmq sink %s: routing key %q made the broker close a channel lately: published apart", s.cfg.Name, m.Destination)}
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, err))
 	}
-	p := s.pick()
-	if p == nil {
-		err := s.state.Err()
-		if err == nil {
-			err = errors.New("no open channel")
+	if len(apart) < len(msgs) {
+		p := s.pick()
+		if p == nil {
+			p = s.awaitReconnect(ctx)
 		}
-		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected: %w", s.cfg.Name, err))
+		if p == nil {
+			err := s.state.Err()
+			if closed := s.closedByBroker(); closed != nil {
+				err = closed // being reopened: published in the quarantine meanwhile
+			} else if err == nil {
+				err = errors.New("no open channel")
+			}
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = fmt.Errorf("rabbitmq sink %s: not connected: %w", s.cfg.Name, err)
+				}
+			}
+		} else {
+			p.publish(ctx, s.cfg, msgs, pubs, errs)
+		}
 	}
-	p.publish(ctx, s.cfg, msgs, pubs, errs)
+	var suspects []int
+	for i, err := range errs {
+		if suspect(err) {
+			suspects = append(suspects, i)
+		}
+	}
+	if len(suspects) > 0 {
+		s.isolate(ctx, msgs, pubs, errs, suspects)
+	}
 	return errs
+}
+
+// closedByBroker is the closedError of a channel of the pool that the
+// broker closed for a publish, before supervise saw the connection go.
+func (s *Sink) closedByBroker() error {
+	s.mu.Lock()
+	pool := s.pool
+	s.mu.Unlock()
+	for _, p := range pool {
+		if p == nil || !p.isDead() {
+			continue
+		}
+		p.mu.Lock()
+		err := p.err
+		p.mu.Unlock()
+		if suspect(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitReconnect waits, when the broker closed the connection for a
+// publish and the sink reconnects at once, for a channel of the new
+// connection (at most quickReconnect, or until ctx ends); nil otherwise.
+func (s *Sink) awaitReconnect(ctx context.Context) *pubChan {
+	s.mu.Lock()
+	up, quick := s.up, s.quick
+	s.mu.Unlock()
+	if !quick {
+		return nil
+	}
+	t := time.NewTimer(quickReconnect)
+	defer t.Stop()
+	select {
+	case <-up:
+		return s.pick()
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 // Ready returns nil while connected and not blocked by the broker.
@@ -306,6 +412,7 @@ func (s *Sink) Ready() error {
 func (s *Sink) Close() error {
 	s.stop()
 	<-s.done
+	s.closeQuarantine()
 	s.mu.Lock()
 	conn := s.conn
 	s.conn = nil

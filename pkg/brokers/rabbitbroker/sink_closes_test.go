@@ -1,0 +1,196 @@
+package rabbitbroker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// lockedBuffer is a log destination a test reads while the sink writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// replyTo is a routing key on the default exchange that names no live
+// reply consumer: RabbitMQ closes the publishing connection (541
+// INTERNAL_ERROR) when it reads its publish.
+const replyTo = "amq.rabbitmq.reply-to.g1h2AA==.x"
+
+// TestChannelCloseIsTheMessagesFault: a publish that the broker answers by
+// closing the connection (issue 40, item 2) fails Rejected, that message's
+// fault (an attempt), never as the sink being unavailable: the messages
+// published with it, in its batch and in batches beside it, are confirmed
+// and arrive, Ready never says the sink is down, and the next publishes
+// to that routing key do not close the sink's connection again.
+func TestChannelCloseIsTheMessagesFault(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	q := a.queue(unique(t))
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := rabbitbroker.NewSink(ctx, rabbitbroker.SinkParams{Name: "r", URL: node.URL, Mandatory: true},
+		slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	// Ready, sampled all along: the sink is never down.
+	var notReady atomic.Value
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if err := s.Ready(); err != nil {
+				notReady.CompareAndSwap(nil, err.Error())
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+
+	want := map[string]bool{}
+	round := func(r int) {
+		t.Helper()
+		// One batch with the bad key among good ones, and batches of good
+		// ones beside it on the other channels.
+		var mixed []sinks.Outgoing
+		for i := range 20 {
+			mixed = append(mixed, msg(fmt.Sprintf("r%d-m%d", r, i), q))
+			if i == 10 {
+				mixed = append(mixed, msg(fmt.Sprintf("r%d-bad", r), replyTo))
+			}
+		}
+		var wg sync.WaitGroup
+		beside := make([][]error, 3)
+		for b := range beside {
+			msgs := batch(fmt.Sprintf("r%d-b%d", r, b), q, 50)
+			for _, m := range msgs {
+				want[m.ID] = true
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				beside[b] = publish(t, s, msgs)
+			}()
+		}
+		errs := publish(t, s, mixed)
+		wg.Wait()
+		for b, errs := range beside {
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("round %d: message %d of the batch %d beside the bad one: %v", r, i, b, err)
+				}
+			}
+		}
+		for i, m := range mixed {
+			err := errs[i]
+			if m.Destination == replyTo {
+				if !sinks.IsRejected(err) || sinks.IsPermanent(err) || !strings.Contains(err.Error(), "INTERNAL_ERROR") || !strings.Contains(err.Error(), replyTo) {
+					t.Errorf("round %d: the message to %s: %v, want a Rejected error (an attempt) naming the key and 541 INTERNAL_ERROR", r, replyTo, err)
+				}
+				continue
+			}
+			want[m.ID] = true
+			if err != nil {
+				t.Errorf("round %d: message %s of the bad one's batch: %v", r, m.ID, err)
+			}
+		}
+	}
+	round(1)
+	round(2) // its next attempt, published apart
+	round(3)
+	close(stop)
+	<-sampled
+	if v := notReady.Load(); v != nil {
+		t.Errorf("Ready said the sink was down: %v", v)
+	}
+
+	// Every good message arrived (a message cut off by the close may arrive
+	// twice: at least once).
+	got := map[string]bool{}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		for {
+			d, ok, err := a.ch.Get(q, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got[d.MessageId] = true
+		}
+		return len(got) >= len(want)
+	}, "every good message in %s", q)
+	for id := range want {
+		if !got[id] {
+			t.Errorf("%s did not arrive", id)
+		}
+	}
+	// The broker closed the sink's connection once: the next attempts went
+	// to the quarantine only.
+	if n := strings.Count(logs.String(), "connection closed by the broker for a publish"); n != 1 {
+		t.Errorf("the sink's connection was closed %d times, want 1:\n%s", n, logs)
+	}
+	noErrors(t, publish(t, s, batch("after", q, 10)))
+}
+
+// A publish the broker answers by closing only its channel (406
+// PRECONDITION_FAILED for an expiration that is not a number, a property
+// kept from the ingest) is that message's fault too: the messages of its
+// batch are confirmed, and the other channels never notice.
+func TestChannelOnlyCloseIsTheMessagesFault(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	q := a.queue(unique(t))
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
+	msgs := batch("m", q, 20)
+	bad := msg("bad-expiration", q)
+	bad.Properties = envelope.Headers{{Key: rabbitbroker.PropExpiration, Value: "soon"}}
+	msgs = append(msgs[:10], append([]sinks.Outgoing{bad}, msgs[10:]...)...)
+	errs := publish(t, s, msgs)
+	for i, m := range msgs {
+		switch {
+		case m.ID == bad.ID:
+			if !sinks.IsRejected(errs[i]) || !strings.Contains(errs[i].Error(), "PRECONDITION_FAILED") {
+				t.Errorf("the message with a bad expiration: %v, want Rejected with 406 PRECONDITION_FAILED", errs[i])
+			}
+		case errs[i] != nil:
+			t.Errorf("message %s of its batch: %v", m.ID, errs[i])
+		}
+	}
+	if err := s.Ready(); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.ready(q) >= 20 }, "the 20 good messages in %s", q)
+	noErrors(t, publish(t, s, batch("after", q, 10)))
+}
