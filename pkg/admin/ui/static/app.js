@@ -218,7 +218,9 @@
     const res = await fetch(path, init);
     if (res.status === 401) {
       const reason = await errorText(res);
-      lock(token ? 'The token was rejected: ' + reason : '');
+      // A request sent with a token that was replaced meanwhile (a link
+      // with another one, the dialog) says nothing of the new one.
+      if (storedToken() === token) lock(token ? 'The token was rejected: ' + reason : '');
       throw new HttpError(401, reason);
     }
     if (!res.ok) throw new HttpError(res.status, await errorText(res));
