@@ -38,13 +38,19 @@ import (
 //	<prefix>:{N}:series set    the IDs of the shard's live recurring series
 //	                           (parked or in flight, not dead), bounded by
 //	                           its share of limits.max_series
+//	<prefix>:{N}:seen:<B> hash "<L>:<log>:<ID>" -> mark, for
+//	                           scheduler.dedupe_window W: what re-reads are
+//	                           told by, in bucket B = (time in Unix ms) / W,
+//	                           which expires whole about two windows after it
+//	                           began: a delivered message of that ID read from
+//	                           log (L bytes long; "" without one) and its
+//	                           position in the log; without a log (AMQP), the
+//	                           content print of a delivery parked and not yet
+//	                           confirmed acked (see envelope.Origin)
 //	<prefix>:{N}:done:<L>:<log>:<ID>
-//	                           integer with a TTL: a delivered message of that
-//	                           ID read from log (L bytes long; "" without one),
-//	                           for scheduler.dedupe_window: its position in the
-//	                           log, or without a log its content print (see
-//	                           envelope.Origin); an integer, so that Redis keeps
-//	                           it without a string of its own
+//	                           the same as one string with a TTL, as builds
+//	                           before the seen buckets wrote it: read, never
+//	                           written, until the last ones expire
 //
 // and for the whole deployment:
 //
@@ -108,10 +114,23 @@ func (k Keys) Lease(shard int) string { return k.shardKey(shard, "lease") }
 // Series is the set of a shard's live recurring series.
 func (k Keys) Series(shard int) string { return k.shardKey(shard, "series") }
 
-// Done is the key that remembers a delivered message of ID id read from
-// log (envelope.Origin.Log, "" for none) for the dedupe window.
+// Done is the key an earlier build wrote to remember a delivered message
+// of ID id read from log (envelope.Origin.Log, "" for none) for the
+// dedupe window; this one reads it until it expires, and writes Seen.
 func (k Keys) Done(shard int, id, log string) string {
 	return k.shardKey(shard, "done:"+strconv.Itoa(len(log))+":"+log+":"+id)
+}
+
+// Seen is bucket b of the dedupe window of a shard: the marks of the
+// messages that came in that window's span of time (Store.seen).
+func (k Keys) Seen(shard int, b int64) string {
+	return k.shardKey(shard, "seen:"+strconv.FormatInt(b, 10))
+}
+
+// SeenField is the field of a message of ID id read from log in a Seen
+// bucket.
+func SeenField(id, log string) string {
+	return strconv.Itoa(len(log)) + ":" + log + ":" + id
 }
 
 // Config is the deployment-wide settings hash.

@@ -15,9 +15,9 @@ var ackScript = loadScript("ack")
 
 // ackArgs are ackScript's arguments and extra keys for ds of lease l.
 func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
-	args := make([]any, 0, 6*len(ds)+2)
-	keys := make([]string, 0, len(ds))
-	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds())
+	args := make([]any, 0, 7*len(ds)+2)
+	b := s.seen(time.Now())
+	args = append(args, l.ExpiryMs, b.expireAt)
 	for _, d := range ds {
 		mark := ""
 		if d.Origin.Log != "" { // without a log, park left the mark (AcksConfirmed)
@@ -27,14 +27,14 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 		// another form (sealed with an older key, or in clear) is taken out
 		// of the index by its stored form (groupdel).
 		group := s.codec.GroupIndex(d.Group)
+		field := SeenField(d.ID, d.Origin.Log)
 		if d.Next != nil {
-			args = append(args, d.ID, mark, group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
+			args = append(args, d.ID, mark, field, group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
 		} else {
-			args = append(args, d.ID, mark, group, "", "", "")
+			args = append(args, d.ID, mark, field, group, "", "", "")
 		}
-		keys = append(keys, s.keys.Done(l.Shard, d.ID, d.Origin.Log))
 	}
-	return args, keys
+	return args, []string{s.keys.Seen(l.Shard, b.cur)}
 }
 
 // Done is a message a sink confirmed, for Ack.

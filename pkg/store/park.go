@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -108,9 +109,15 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 		if m.Redelivered {
 			redelivered = 1
 		}
-		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered}
+		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered,
+			SeenField(m.ID, m.Origin.Log)}
 	})
+	now := time.Now()
+	var seenAt int64
 	for c := range calls {
+		b := s.seen(now)
+		seenAt = b.expireAt
+		calls[c].keys = append(calls[c].keys, s.keys.Seen(calls[c].shard, b.cur), s.keys.Seen(calls[c].shard, b.cur-1), s.keys.Seen(calls[c].shard, b.cur+1))
 		for _, i := range index[c] {
 			calls[c].keys = append(calls[c].keys, s.keys.Done(calls[c].shard, msgs[i].ID, msgs[i].Origin.Log))
 		}
@@ -120,7 +127,7 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 		q = 1
 	}
 	for c := range calls {
-		calls[c].args = append([]any{s.seriesQuota, q, s.dedupe.Milliseconds()}, calls[c].args...)
+		calls[c].args = append([]any{s.seriesQuota, q, seenAt}, calls[c].args...)
 	}
 	cmds := s.runEach(ctx, "park", parkScript, calls)
 	res := make([]ParkResult, len(msgs))
@@ -159,17 +166,46 @@ func doneMark(o envelope.Origin) string {
 	return ""
 }
 
+// seenBuckets are the buckets of the dedupe window at a time: the current
+// one, which marks go into, and when it expires (Unix ms; 0 when the
+// window is off). The ones before and after it are read too, so that the
+// marks of instances whose clocks are ahead or behind are found.
+type seenBuckets struct {
+	cur      int64
+	expireAt int64
+}
+
+// seen returns the dedupe window's buckets at now. A mark is written into
+// the bucket of its time and read while that bucket or the next one is
+// current: it is remembered for at least the window, at most two; a
+// bucket expires whole a window after that, for the instances behind.
+func (s *Store) seen(now time.Time) seenBuckets {
+	w := s.dedupe.Milliseconds()
+	if w <= 0 {
+		return seenBuckets{}
+	}
+	b := now.UnixMilli() / w
+	return seenBuckets{cur: b, expireAt: (b + 3) * w}
+}
+
 // AcksConfirmed forgets the marks park left for msgs read without a log
 // (AMQP), whose acks the broker has now processed: a redelivery of the
 // same content from now on is a new message, not a re-read (the contract's
 // "Re-reads on RabbitMQ"). Messages with a log, or without a print, have
 // no mark and are passed over.
 func (s *Store) AcksConfirmed(ctx context.Context, msgs []*envelope.Message) error {
+	if s.dedupe <= 0 {
+		return nil
+	}
 	pipe := s.rdb.Pipeline()
+	b := s.seen(time.Now())
 	n := 0
 	for _, m := range msgs {
 		if m.Origin.Log == "" && m.Origin.Print != 0 {
-			pipe.Del(ctx, s.keys.Done(s.ShardOf(m.ID), m.ID, ""))
+			shard, f := s.ShardOf(m.ID), SeenField(m.ID, "")
+			for _, k := range []int64{b.cur - 1, b.cur, b.cur + 1} {
+				pipe.HDel(ctx, s.keys.Seen(shard, k), f)
+			}
 			n++
 		}
 	}

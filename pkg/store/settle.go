@@ -42,12 +42,11 @@ type Settled struct {
 // settleCall is the script call of st.
 func (s *Store) settleCall(st *Settlement) shardCall {
 	l := st.Lease
-	acks, keys := s.ackArgs(l, st.Done)
-	acks = acks[2:] // ackArgs starts with the expiry and the window
+	acks, keys := s.ackArgs(l, st.Done) // the expiry and when the window's bucket expires, then the acks
 	back := len(st.Hold) + len(st.Defer) + len(st.Postpone)
 	args := make([]any, 0, 7+len(acks)+3*len(st.Retry)+2*len(st.Dead)+2*back)
-	args = append(args, l.ExpiryMs, s.dedupe.Milliseconds(), s.maxDead, len(st.Done), len(st.Retry), len(st.Dead), back)
-	args = append(args, acks...)
+	args = append(args, acks[0], acks[1], s.maxDead, len(st.Done), len(st.Retry), len(st.Dead), back)
+	args = append(args, acks[2:]...)
 	for _, r := range st.Retry {
 		args = append(args, r.ID, ms(r.At), s.codec.SealReason(r.ID, r.Reason))
 	}

@@ -3,13 +3,15 @@ occurrence (recurring), or what waited for them (a replacement, a follower).
 --! firing
 --! include: fire
 
-KEYS      the shard's keys, then the dedupe key (Keys.Done) of each message
+KEYS      the shard's keys, then the dedupe window's current bucket
+          (Keys.Seen)
 ARGV[1]   the lease's expiry (Lease.ExpiryMs)
-ARGV[2]   dedupe window in ms (0: off)
-ARGV[3..] per message 6 values: ID, what the dedupe window remembers of it
-          (doneMark, '' nothing), group ('' none), then for a recurring
-          message the next occurrence: due time (Unix ms), priority, encoded
-          message; '' '' '' when the series ends or the message does not recur
+ARGV[2]   when that bucket expires (Unix ms; 0: the dedupe window is off)
+ARGV[3..] per message 7 values: ID, what the dedupe window remembers of it
+          (doneMark, '' nothing), its field in the bucket (seenField),
+          group ('' none), then for a recurring message the next
+          occurrence: due time (Unix ms), priority, encoded message; '' ''
+          '' when the series ends or the message does not recur
 returns   how many were removed or moved on; a message no longer held under
           the lease (it expired and another claim took the message, or it
           was cancelled) is left alone
@@ -18,4 +20,4 @@ The caller passes each message's group, so that the common ack reads no
 blob; next (something waiting) is looked at only when it exists.
 ]]
 
-return acklease(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, #ARGV, NKEYS)
+return acklease(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV, 3, #ARGV, KEYS[NKEYS + 1])

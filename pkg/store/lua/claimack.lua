@@ -3,7 +3,7 @@ the ack of a batch travels with the next claim.
 --! firing
 --! include: fire
 
-KEYS      the shard's keys, then the dedupe key of each acked message
+KEYS      the shard's keys, then the dedupe window's current bucket
 ARGV[1]   c, the index of the claim's arguments
 ARGV[2..c-1] the ack script's arguments
 ARGV[c..] the claim script's arguments
@@ -11,5 +11,5 @@ returns   the claim script's reply, with the acked count
 ]]
 
 local c = tonumber(ARGV[1])
-local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, NKEYS)
+local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, KEYS[NKEYS + 1])
 return claimdue(tonumber(ARGV[c]), tonumber(ARGV[c + 1]), tonumber(ARGV[c + 2]), ARGV, c + 3, acked)

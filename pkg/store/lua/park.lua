@@ -2,20 +2,24 @@
 to when they are newer. Run by Store.Park for every path that parks
 (ingest, the admin API, import).
 --! keys: pool meta dead next series
---! include: blob due group identity life series
+--! include: blob bulk due group identity life series
 
-KEYS    the shard's keys above, then per message its dedupe key (Keys.Done)
+KEYS    the shard's keys above, then the dedupe window's buckets (Keys.Seen):
+        the current one (written), the one before and the one after (read
+        too: instances' clocks differ), then per message the dedupe key an
+        earlier build wrote (Keys.Done, read only)
 ARGV[1] the shard's share of limits.max_series (0: no bound)
 ARGV[2] 1: a replacement of the version in flight waits behind it
         (QUEUED); 0: it is not written (FIRING): that version may be
         committed ahead of its due instant (commit.lua), and the caller
         parks the replacement again CommitLead later, after the instant
-ARGV[3] the dedupe window in ms (scheduler.dedupe_window; 0: off)
-ARGV[4..] per message 8 values: ID, due time (Unix ms), priority (0-9),
+ARGV[3] when the current bucket expires (Unix ms; 0: the dedupe window,
+        scheduler.dedupe_window, is off)
+ARGV[4..] per message 9 values: ID, due time (Unix ms), priority (0-9),
         encoded message, replace (1 or 0), group ('' none), its mark
         (doneMark: its position in its log, or without a log its content
         print; '' none), redelivered (1: its broker says it delivered it
-        before)
+        before), its field in the buckets (seenField)
 returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         (parked, in flight or dead: a re-read, or one more message while
         another waits) and nothing changed; REPLACED the parked or dead one;
@@ -36,14 +40,19 @@ content after that is new.
 
 local quota = tonumber(ARGV[1])
 local queue = ARGV[2] == '1'
-local window = tonumber(ARGV[3])
-local out = {}
+local seenat = tonumber(ARGV[3])
+local cur, prev, nxt = KEYS[NKEYS + 1], KEYS[NKEYS + 2], KEYS[NKEYS + 3]
+local out, marks = {}, {}
 local j = 0
-for i = 4, #ARGV, 8 do
+for i = 4, #ARGV, 9 do
   j = j + 1
   local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local group = ARGV[i + 5]
-  local done = redis.call('GET', KEYS[NKEYS + j])
+  local group, field = ARGV[i + 5], ARGV[i + 8]
+  local done = false
+  if seenat > 0 and ARGV[i + 6] ~= '' then
+    done = redis.call('HGET', cur, field) or redis.call('HGET', prev, field) or redis.call('HGET', nxt, field)
+      or redis.call('GET', KEYS[NKEYS + 3 + j])
+  end
   local r = R.KNOWN
   if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
     r = R.DUPLICATE
@@ -86,14 +95,19 @@ for i = 4, #ARGV, 8 do
     -- (not one read before it), which follows it: parked once that one is
     -- delivered.
     local score = duescore(id)
-    if score and leased(score) and not readbefore(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)), ARGV[i + 7], window > 0)
+    if score and leased(score) and not readbefore(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)), ARGV[i + 7], seenat > 0)
         and redis.call('HSETNX', K.next, id, FOLLOWS .. blob) == 1 then
       r = R.QUEUED
     end
   end
-  if window > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and blobinfo(blob).log == '' then
-    redis.call('SET', KEYS[NKEYS + j], ARGV[i + 6], 'PX', window)
+  if seenat > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and blobinfo(blob).log == '' then
+    marks[#marks + 1] = field
+    marks[#marks + 1] = ARGV[i + 6]
   end
   out[#out + 1] = r
+end
+if #marks > 0 then
+  callmany('HSET', cur, marks)
+  redis.call('PEXPIREAT', cur, seenat)
 end
 return out

@@ -5,37 +5,39 @@ path of the scheduler (claim, claimack and ack).
 ]]
 
 -- acklease removes the delivered messages of a lease (the ack script):
--- args[from .. to] are 6 values per message (ack.lua has them), the dedupe
--- keys are KEYS[keybase + j].
+-- args[from .. to] are 7 values per message (ack.lua has them); what the
+-- dedupe window remembers of them goes into the hash seen (Keys.Seen, the
+-- window's current bucket), which expires whole at seenat (Unix ms; 0:
+-- the window is off).
 --
 -- The common message (delivered, not recurring, nothing waiting) is removed
 -- with the others at the end, one ZREM per due set and one HDEL per hash
 -- for the lease, not three calls each.
-local function acklease(expiry, window, args, from, to, keybase)
+local function acklease(expiry, seenat, args, from, to, seen)
   local top = maxprio()
   local anynext = redis.call('EXISTS', K.next) == 1
-  local n, j = 0, 0
-  local gone, zgone = {}, {}
-  for i = from, to, 6 do
-    j = j + 1
-    local id, group = args[i], args[i + 2]
+  local n = 0
+  local gone, zgone, marks = {}, {}, {}
+  for i = from, to, 7 do
+    local id, group = args[i], args[i + 3]
     local ok, p = claimedby(id, expiry, top)
     if ok then
-      if window > 0 and args[i + 1] ~= '' then
-        redis.call('SET', KEYS[keybase + j], args[i + 1], 'PX', window)
+      if seenat > 0 and args[i + 1] ~= '' then
+        marks[#marks + 1] = args[i + 2]
+        marks[#marks + 1] = args[i + 1]
       end
       local waiting = anynext and redis.call('HGET', K.next, id)
       if waiting then
         redis.call('ZREM', zkey(p), id)
         forget(id, redis.call('HGET', K.pool, id))
         promote(id, waiting)
-      elseif args[i + 3] ~= '' then
-        local nxt = args[i + 5]
+      elseif args[i + 4] ~= '' then
+        local nxt = args[i + 6]
         redis.call('ZREM', zkey(p), id)
         groupdel(group, id)
         redis.call('HDEL', K.meta, id)
         redis.call('HSET', K.pool, id, nxt)
-        redis.call('ZADD', zkey(tonumber(args[i + 4])), args[i + 3], id)
+        redis.call('ZADD', zkey(tonumber(args[i + 5])), args[i + 4], id)
         groupadd(blobinfo(nxt).group, id)
       else
         gone[#gone + 1] = id
@@ -50,6 +52,10 @@ local function acklease(expiry, window, args, from, to, keybase)
   callmany('HDEL', K.pool, gone)
   callmany('HDEL', K.meta, gone)
   seriesgone(gone) -- a series that ended
+  if #marks > 0 then
+    callmany('HSET', seen, marks)
+    redis.call('PEXPIREAT', seen, seenat)
+  end
   return n
 end
 
