@@ -614,3 +614,26 @@ func TestEmptyFiltersRefused(t *testing.T) {
 		t.Fatalf("a purge without filters: %s, %d left", r.body, n)
 	}
 }
+
+// POST /v1/messages with the ID of an ingest's message is refused (409
+// id_taken), and the ingest's message stays as it was: the API is a source
+// of its own.
+func TestPostOfAnotherSourcesIDRefused(t *testing.T) {
+	e := newEnv(t, withToken(testToken))
+	m := &envelope.Message{ID: "order-7", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Ingest: "orders",
+		Sink: "rabbit", Destination: "q", Body: []byte("theirs")}
+	if _, err := e.store.Park(context.Background(), []*envelope.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{`{"id":"order-7","delay":1000,"sink":"rabbit","destination":"q","body":"mine"}`,
+		`{"id":"order-7","replace":true,"delay":1000,"sink":"rabbit","destination":"q","body":"mine"}`} {
+		r := e.do("POST", "/v1/messages", body)
+		if r.status != http.StatusConflict || !strings.Contains(r.errorText(t), "id_taken") {
+			t.Fatalf("%s: %d %s", body, r.status, r.body)
+		}
+	}
+	info, err := e.store.Inspect(context.Background(), "order-7")
+	if err != nil || string(info.Message.Body) != "theirs" {
+		t.Fatalf("order-7: %+v %v", info, err)
+	}
+}

@@ -14,9 +14,9 @@ type Code string
 
 func (c Code) Error() string { return string(c) }
 
-// Reject codes. Parse sets every one of them but CodeCancelUnknown and
-// CodeMaxSeries, which the ingest pipeline sets from what the store
-// answers (CancelUnknown, ErrMaxSeries).
+// Reject codes. Parse sets every one of them but CodeCancelUnknown,
+// CodeMaxSeries and CodeIDTaken, which the ingest pipeline sets from what
+// the store answers (CancelUnknown, ErrMaxSeries, ErrIDTaken).
 const (
 	CodeUndecodableHeaders Code = "undecodable_headers"
 	CodeInvalidID          Code = "invalid_id"
@@ -38,6 +38,7 @@ const (
 	CodeInvalidDestination  Code = "invalid_destination"      // a template that does not expand to a valid destination
 	CodeDestinationReserved Code = "destination_reserved"     // a reserved part of a broker's namespace (destination.ErrReserved; = destination.ReservedCode)
 	CodeMaxSeries           Code = "max_series"               // a new series past limits.max_series (ErrMaxSeries)
+	CodeIDTaken             Code = "id_taken"                 // an ID known as another source's message (ErrIDTaken)
 	CodeInvalidReplace      Code = "invalid_replace"          // x-delay-replace neither true nor false
 	CodeInvalidEpoch        Code = "invalid_scheduler_epoch"  // kafka-scheduler: scheduler-epoch missing or not Unix seconds
 	CodeInvalidScheduler    Code = "invalid_scheduler_record" // kafka-scheduler: no key, mixed dialects, a header of the other dialect
@@ -50,7 +51,7 @@ var RejectCodes = []Code{
 	CodeNoDelay, CodeOverMaxDelay, CodeInvalidPriority, CodeInvalidRoute, CodeCancelUnknown,
 	CodeInvalidSchedule, CodeInvalidGroup,
 	CodeInvalidDestination, CodeDestinationReserved, CodeInvalidReplace, CodeInvalidEpoch, CodeInvalidScheduler,
-	CodeMaxSeries,
+	CodeMaxSeries, CodeIDTaken,
 }
 
 // Rejection is why a message is rejected (Decision.Err): its Code, and the
@@ -90,6 +91,15 @@ const ReasonMaxSeries = "the store holds as many live recurring series as limits
 // ErrMaxSeries rejects a new recurring series that the store refused for
 // limits.max_series (store.OverSeries).
 var ErrMaxSeries error = &Rejection{Code: CodeMaxSeries, Reason: ReasonMaxSeries}
+
+// ReasonIDTaken is the reason of a message whose ID is known as a message
+// of another source (another ingest, or the admin API).
+const ReasonIDTaken = "id_taken: the message ID is known as a message of another ingest (or of the admin API); " +
+	"a publisher cannot replace or drop another's message by reusing its ID: give this message an ID of its own"
+
+// ErrIDTaken rejects a message whose ID the store knows as another
+// source's message (store.IDTaken).
+var ErrIDTaken error = &Rejection{Code: CodeIDTaken, Reason: ReasonIDTaken}
 
 // CancelUnknown rejects a cancel (x-delay-cancel) of id, which is not
 // parked: the ID may be wrong, the message may have fired already, or the

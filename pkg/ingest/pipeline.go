@@ -262,9 +262,9 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	// park before it in the batch.
 	flush := func() error {
 		marked = append(marked, parks...)
-		over, err := pl.park(ctx, parks)
-		for _, m := range over {
-			rejected(m, envelope.ErrMaxSeries)
+		refused, err := pl.park(ctx, parks)
+		for _, r := range refused {
+			rejected(r.m, r.err)
 		}
 		parks = parks[:0]
 		return err
@@ -363,10 +363,17 @@ func (pl *Pipeline) confirmAcks(ctx context.Context, msgs []*envelope.Message) {
 	}
 }
 
+// refusal is a message the store refused to park, and why (a Rejection).
+type refusal struct {
+	m   *envelope.Message
+	err error
+}
+
 // park parks msgs in one round trip (retrying while Redis is down) and tells
-// the scheduler about the new ones. It returns the new recurring series it
-// could not park for limits.max_series, to reject.
-func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (over []*envelope.Message, err error) {
+// the scheduler about the new ones. It returns what the store refused, to
+// reject: new recurring series past limits.max_series, and messages whose
+// ID is another source's.
+func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (refused []refusal, err error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -415,7 +422,9 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (over []
 			counts[3]++
 			pl.log.Debug("replacement not newer than the parked message, ignored", "id", m.ID)
 		case store.OverSeries:
-			over = append(over, m)
+			refused = append(refused, refusal{m, envelope.ErrMaxSeries})
+		case store.IDTaken:
+			refused = append(refused, refusal{m, envelope.ErrIDTaken})
 		default: // Known, Duplicate
 			counts[2]++
 			pl.log.Debug("message already parked or delivered, ignored", "id", m.ID, "result", r)
@@ -426,7 +435,7 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (over []
 			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, result).Add(float64(counts[i]))
 		}
 	}
-	return over, nil
+	return refused, nil
 }
 
 // cancel cancels a parked message; found is false for an unknown ID, late

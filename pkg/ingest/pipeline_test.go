@@ -469,3 +469,41 @@ func TestHandBackAfterOneSlowFailure(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { err, ok := e.src.result("m"); return ok && err != nil }, "m not returned to the broker")
 }
+
+// A message whose ID is another ingest's message is not dropped as a
+// duplicate, nor replaces it (x-delay-replace): it is kept as dead
+// (id_taken, under an ID of its own) and counted, and the other's message
+// is untouched.
+func TestIDTakenIsDeadNotDropped(t *testing.T) {
+	e := startPipeline(t, 5*time.Second)
+	ctx := context.Background()
+	theirs := &envelope.Message{ID: "order-9", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Ingest: "other",
+		Sink: "s", Destination: "d", Body: []byte("theirs")}
+	if _, err := e.store.Park(ctx, []*envelope.Message{theirs}); err != nil {
+		t.Fatal(err)
+	}
+	e.src.send("order-9", "x-delay", "1m", "x-delay-replace", "true")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return testutil.ToFloat64(e.m.IngestRejected.WithLabelValues("test", "id_taken")) == 1
+	}, "the squatting message was not rejected as id_taken")
+	if err, ok := e.src.result("order-9"); !ok || err != nil {
+		t.Fatalf("the squatting message was not acknowledged: %v %v", ok, err)
+	}
+	info, err := e.store.Inspect(ctx, "order-9")
+	if err != nil || string(info.Message.Body) != "theirs" || info.State != store.StateScheduled {
+		t.Fatalf("order-9 after the squat: %+v %v", info, err)
+	}
+	page, err := e.store.Browse(ctx, store.BrowseQuery{State: store.StateDead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range page.Messages {
+		if strings.Contains(d.Reason, "id_taken") && strings.Contains(d.Reason, `"order-9"`) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d dead messages name id_taken and order-9, want 1: %+v", n, page.Messages)
+	}
+}

@@ -18,6 +18,7 @@ func TestEveryRejectCodeNamesAField(t *testing.T) {
 		envelope.CodeUndecodableHeaders: true, envelope.CodeInvalidCancel: true, envelope.CodeCancelUnknown: true,
 		envelope.CodeInvalidEpoch: true, envelope.CodeInvalidScheduler: true,
 		envelope.CodeMaxSeries: true, // the store's answer (store.OverSeries): a conflict, not a field
+		envelope.CodeIDTaken:   true, // the store's answer (store.IDTaken): a conflict too
 	}
 	special := map[envelope.Code]bool{envelope.CodeOverMaxDelay: true, envelope.CodeInvalidRoute: true, envelope.CodeInvalidSchedule: true}
 	for _, code := range envelope.RejectCodes {

@@ -116,8 +116,11 @@ func (s *Service) Post(ctx context.Context, req *PostRequest) (*PostedView, erro
 	if err != nil {
 		return nil, fmt.Errorf("park %q: %w", m.ID, err)
 	}
-	if res[0] == store.OverSeries {
+	switch res[0] {
+	case store.OverSeries:
 		return nil, conflict("%s", envelope.ReasonMaxSeries)
+	case store.IDTaken:
+		return nil, conflict("%s", envelope.ReasonIDTaken)
 	}
 	if res[0].Accepted() {
 		s.notify(m.ID, m.DueAt)

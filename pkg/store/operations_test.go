@@ -783,3 +783,25 @@ func TestRetryDeadAsMaxSeries(t *testing.T) {
 	}
 	count(2)
 }
+
+// An ID known as another source's message (another ingest, or the admin
+// API) is neither a duplicate of it nor its to replace: IDTaken, and the
+// known message is left as it was.
+func TestIDTakenAcrossSources(t *testing.T) {
+	s := newStore(t, 2)
+	due := time.Now().Add(time.Hour)
+	of := func(ingest, body string, replace bool) *envelope.Message {
+		m := msg("order-1", due)
+		m.Ingest, m.Body, m.Replace = ingest, []byte(body), replace
+		return m
+	}
+	park(t, s, store.Parked, of("orders", "v1", false))
+	park(t, s, store.IDTaken, of("payments", "squat", false))
+	park(t, s, store.IDTaken, of("payments", "squat", true))
+	park(t, s, store.IDTaken, of("", "by the API", true))
+	park(t, s, store.Known, of("orders", "v1 again", false))
+	park(t, s, store.Replaced, of("orders", "v2", true))
+	if got := string(inspect(t, s, "order-1").Message.Body); got != "v2" {
+		t.Fatalf("body %q, want v2: only the same ingest replaces", got)
+	}
+}

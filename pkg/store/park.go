@@ -30,8 +30,13 @@ const (
 	// firing is Park's own: a replacement of the version in flight, not
 	// written yet, since that version may be committed ahead of its due
 	// instant; Park parks it again after CommitLead, then Queued.
-	firing       ParkResult = 7
-	maxParkValue            = firing
+	firing ParkResult = 7
+	// IDTaken: the ID is known (parked, in flight or dead) as a message of
+	// another source (another ingest, or the admin API, Message.Ingest ""):
+	// nothing changed, and the caller rejects this one (id_taken), since a
+	// publisher may not drop or replace another's message by reusing its ID.
+	IDTaken      ParkResult = 8
+	maxParkValue            = IDTaken
 )
 
 // Accepted reports whether the message is now in Redis as sent (parked,
@@ -54,6 +59,8 @@ func (r ParkResult) String() string {
 		return "not_newer"
 	case OverSeries:
 		return "over_max_series"
+	case IDTaken:
+		return "id_taken"
 	}
 	return "unknown"
 }

@@ -176,10 +176,10 @@ local LEASE_MARK = %s
 local SLOT_MARK = %s
 local AHEAD_MARK = %s
 local FOLLOWS = %q
-local R = {KNOWN = %d, PARKED = %d, REPLACED = %d, DUPLICATE = %d, QUEUED = %d, NOTNEWER = %d, OVERSERIES = %d, FIRING = %d}
+local R = {KNOWN = %d, PARKED = %d, REPLACED = %d, DUPLICATE = %d, QUEUED = %d, NOTNEWER = %d, OVERSERIES = %d, FIRING = %d, IDTAKEN = %d}
 local B = {V1 = %d, V2 = %d, V3 = %d, EXT_PUBLISHED = %d, EXT_GROUP = %d, EXT_RECUR = %d, EXT_ORIGIN = %d, EXT_PRINT = %d, FLAG_SOURCE = %d}
 `, HoldBand, MaxPriority, leaseMark, slotMark, aheadMark, followsMark,
-	Known, Parked, Replaced, Duplicate, Queued, NotNewer, OverSeries, firing,
+	Known, Parked, Replaced, Duplicate, Queued, NotNewer, OverSeries, firing, IDTaken,
 	envelope.StoredLayout.V1, envelope.StoredLayout.V2, envelope.StoredLayout.V3,
 	envelope.StoredLayout.ExtPublished, envelope.StoredLayout.ExtGroup, envelope.StoredLayout.ExtRecur,
 	envelope.StoredLayout.ExtOrigin, envelope.StoredLayout.ExtPrint, envelope.StoredLayout.FlagSource)

@@ -12,11 +12,11 @@ import (
 
 // Message IDs and group keys are one space per store (redis.key_prefix),
 // shared by every ingest, as docs/security.md ("The shared ID space")
-// says: a publisher on one ingest replaces another ingest's message by
-// its ID (x-delay-replace), cancels it (x-delay-cancel) and cancels its
-// group (x-delay-cancel-group); a store of another key prefix is out of
-// reach. This test holds the page to what delaybridge does: if ingests get
-// ID spaces of their own, it fails, and the page must say so.
+// says: a publisher on one ingest cannot replace another ingest's message
+// by its ID (x-delay-replace: IDTaken), but cancels it (x-delay-cancel)
+// and cancels its group (x-delay-cancel-group); a store of another key
+// prefix is out of reach. This test holds the page to what delaybridge
+// does: if that changes, it fails, and the page must say so.
 func TestIDsAndGroupsAreSharedByEveryIngest(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, 4)
@@ -37,10 +37,10 @@ func TestIDsAndGroupsAreSharedByEveryIngest(t *testing.T) {
 			park(t, st, store.Parked, parse("tenant-a", now.Add(-time.Minute), "x-message-id", id, "x-delay", "1h", "x-delay-group", "cart-1").Message)
 		}
 	}
-	// From the other ingest: a newer version of order-1, a cancel of
-	// order-2, a cancel of the group cart-1.
-	park(t, s, store.Replaced, parse("tenant-b", now, "x-message-id", "order-1", "x-delay", "1h", "x-delay-replace", "true").Message)
-	if got := inspect(t, s, "order-1").Message; got.Ingest != "tenant-b" || got.Destination != "fired.tenant-b" {
+	// From the other ingest: a newer version of order-1 (refused), a
+	// cancel of order-2, a cancel of the group cart-1.
+	park(t, s, store.IDTaken, parse("tenant-b", now, "x-message-id", "order-1", "x-delay", "1h", "x-delay-replace", "true").Message)
+	if got := inspect(t, s, "order-1").Message; got.Ingest != "tenant-a" || got.Destination != "fired.tenant-a" {
 		t.Fatalf("order-1 after tenant-b's replace: %+v", got)
 	}
 	if d := parse("tenant-b", now, "x-delay-cancel", "order-2"); d.Action != envelope.Cancel || s.Cancel(ctx, d.CancelID) != nil {
@@ -50,11 +50,13 @@ func TestIDsAndGroupsAreSharedByEveryIngest(t *testing.T) {
 	if d.Action != envelope.CancelGroup {
 		t.Fatalf("cancel-group: %+v", d)
 	}
-	if n, _, err := s.CancelGroup(ctx, d.Group); err != nil || n != 1 {
-		t.Fatalf("tenant-b cancelled %d of tenant-a's group (%v), want order-3", n, err)
+	if n, _, err := s.CancelGroup(ctx, d.Group); err != nil || n != 2 {
+		t.Fatalf("tenant-b cancelled %d of tenant-a's group (%v), want order-1 and order-3", n, err)
 	}
-	if _, err := s.Inspect(ctx, "order-3"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("order-3: %v", err)
+	for _, id := range []string{"order-1", "order-3"} {
+		if _, err := s.Inspect(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s: %v", id, err)
+		}
 	}
 	// Another key prefix is another ID space: untouched.
 	for _, id := range []string{"order-1", "order-2", "order-3"} {

@@ -28,7 +28,8 @@ returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         replacement, or a new message of that ID: a follower, Keys.Next);
         NOTNEWER than the one parked, which stays; OVERSERIES, a new
         recurring series past the shard's share of limits.max_series;
-        FIRING (ARGV[2])
+        FIRING (ARGV[2]); IDTAKEN, the ID is known as a message of another
+        source (an ingest, or the admin API): nothing changed
 
 What a re-read is and which version is newer is stated by reread and
 newer (lib/identity.lua), here and nowhere else. A message without a log
@@ -63,6 +64,8 @@ for i = 4, #ARGV, 9 do
     groupadd(group, id)
     if recurs(blob) then redis.call('SADD', K.series, id) end
     r = R.PARKED
+  elseif blobinfo(redis.call('HGET', K.pool, id)).ingest ~= blobinfo(blob).ingest then
+    r = R.IDTAKEN -- another source's: neither a re-read of it nor its to replace
   elseif ARGV[i + 4] == '1' then
     local old = blobinfo(redis.call('HGET', K.pool, id))
     local score, p = duescore(id)
