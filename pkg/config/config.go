@@ -182,6 +182,10 @@ type Limits struct {
 	// MaxSeries bounds the live recurring series of the whole store; past
 	// it a new series is rejected with the reason.
 	MaxSeries int64 `yaml:"max_series"`
+	// MinInterval is the shortest time between two occurrences of a
+	// recurring message (x-delay-every, and the closest occurrences of an
+	// x-delay-cron); a shorter schedule is rejected with the reason.
+	MinInterval Duration `yaml:"min_interval"`
 }
 
 // Dead configures what is kept of messages that are rejected or undeliverable.

@@ -52,6 +52,7 @@ const (
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultMaxIDBytes      = 256
 	DefaultMaxSeries       = 100_000
+	DefaultMinInterval     = envelope.MinEvery
 
 	DefaultDeadMaxMessages = 100_000
 
@@ -114,6 +115,7 @@ func (c *Config) ApplyDefaults() {
 	Default(&c.Limits.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	Default(&c.Limits.MaxIDBytes, DefaultMaxIDBytes)
 	Default(&c.Limits.MaxSeries, DefaultMaxSeries)
+	Default(&c.Limits.MinInterval, Duration(DefaultMinInterval))
 
 	Default(&c.Dead.MaxMessages, DefaultDeadMaxMessages)
 	Default(&c.ShutdownTimeout, Duration(DefaultShutdownTimeout))
@@ -186,6 +188,9 @@ func (c *Config) Validate() error {
 	p.Positive("limits.max_payload_bytes", int64(c.Limits.MaxPayloadBytes))
 	p.Positive("limits.max_header_bytes", int64(c.Limits.MaxHeaderBytes))
 	p.Positive("limits.max_id_bytes", int64(c.Limits.MaxIDBytes))
+	if c.Limits.MinInterval.D() < envelope.MinEvery {
+		p.Add("limits.min_interval", "%s is shorter than %s, the shortest a recurring message may repeat", c.Limits.MinInterval, envelope.MinEvery)
+	}
 	p.Positive("limits.max_series", c.Limits.MaxSeries)
 	if c.Limits.MaxParkedMessages < 0 {
 		p.Add("limits.max_parked_messages", "must not be negative (0: no limit)")

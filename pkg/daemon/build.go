@@ -124,6 +124,7 @@ func Limits(cfg *config.Config) envelope.Limits {
 		MaxPayloadBytes: cfg.Limits.MaxPayloadBytes,
 		MaxHeaderBytes:  cfg.Limits.MaxHeaderBytes,
 		MaxIDBytes:      cfg.Limits.MaxIDBytes,
+		MinInterval:     cfg.Limits.MinInterval.D(),
 	}
 }
 

@@ -118,7 +118,7 @@ func (delaybridgeReader) due(p *parser) (due time.Time, err error) {
 		}
 		due = t
 	}
-	r, first, reason := recurrence(p.in.Headers, base, due, hasDelay || hasAt, p.r, p.now)
+	r, first, reason := recurrence(p.in.Headers, base, due, hasDelay || hasAt, p.r, p.now, p.lim.MinInterval)
 	switch {
 	case reason != "":
 		return time.Time{}, rejectf(CodeInvalidSchedule, "%s", reason)

@@ -110,6 +110,9 @@ type Limits struct {
 	MaxPayloadBytes int           // body size
 	MaxHeaderBytes  int           // sum of header key and value sizes
 	MaxIDBytes      int           // message ID size
+	// MinInterval is the shortest time between two occurrences of a
+	// recurring message (limits.min_interval); 0: MinEvery.
+	MinInterval time.Duration
 }
 
 // Action is what to do with an ingested message.

@@ -79,7 +79,9 @@ func ParseMissed(s string) (Missed, error) {
 	return 0, fmt.Errorf("%q is not one of %s", s, strings.Join(missedNames[:], ", "))
 }
 
-// MinEvery is the shortest x-delay-every.
+// MinEvery is the shortest x-delay-every that can be allowed
+// (limits.min_interval's default and floor): one occurrence per second of
+// a series is what a cron of six fields can ask for.
 const MinEvery = time.Second
 
 // maxWalk bounds how many occurrences of a cron schedule are walked to
@@ -360,7 +362,8 @@ func (r *Recurrence) String() string {
 // of occurrence 1: the time x-delay or x-deliver-at gave (hasDue), else the
 // schedule's first time after base (the publish time). The reason says
 // what is wrong, for a rejection.
-func recurrence(h Headers, base, due time.Time, hasDue bool, route *Route, parked time.Time) (r *Recurrence, first time.Time, reason string) {
+func recurrence(h Headers, base, due time.Time, hasDue bool, route *Route, parked time.Time, minInterval time.Duration) (r *Recurrence, first time.Time, reason string) {
+	minInterval = max(minInterval, MinEvery)
 	every, hasEvery := h.Get(HeaderEvery)
 	spec, hasCron := h.Get(HeaderCron)
 	zone, hasZone := h.Get(HeaderTimeZone)
@@ -383,8 +386,8 @@ func recurrence(h Headers, base, due time.Time, hasDue bool, route *Route, parke
 		switch {
 		case err != nil:
 			return nil, first, fmt.Sprintf("%s %q is not a duration (1s, 5m, 1h30m)", HeaderEvery, printable(every))
-		case d < MinEvery:
-			return nil, first, fmt.Sprintf("%s %q is shorter than %s", HeaderEvery, printable(every), MinEvery)
+		case d < minInterval:
+			return nil, first, fmt.Sprintf("%s %q is shorter than limits.min_interval %s", HeaderEvery, printable(every), minInterval)
 		case d%time.Millisecond != 0:
 			return nil, first, fmt.Sprintf("%s %q is not a whole number of milliseconds", HeaderEvery, printable(every))
 		}
@@ -430,12 +433,40 @@ func recurrence(h Headers, base, due time.Time, hasDue bool, route *Route, parke
 			return nil, first, fmt.Sprintf("%s %q never fires", HeaderCron, printable(spec))
 		}
 	}
+	if r.Cron != "" {
+		if gap := r.shortestGap(base); gap < minInterval {
+			return nil, first, fmt.Sprintf("%s %q fires %s apart, more often than limits.min_interval %s allows", HeaderCron, printable(spec), gap, minInterval)
+		}
+	}
 	first = ceilMillis(first)
 	if !r.Until.IsZero() && first.After(r.Until) {
 		return nil, first, fmt.Sprintf("%s %s is before the first occurrence %s", HeaderUntil, FormatTime(r.Until), FormatTime(first))
 	}
 	r.Anchor = first
 	return r, first, ""
+}
+
+// cronGapSample is how many occurrences of a cron shortestGap looks at: a
+// schedule's gaps repeat within a day or a week of occurrences, and a
+// schedule that fires more often than limits.min_interval does so within
+// its first ones.
+const cronGapSample = 64
+
+// shortestGap is the shortest time between two of the first
+// cronGapSample occurrences of a cron schedule after base; a day when it
+// fires less than twice in them.
+func (r *Recurrence) shortestGap(base time.Time) time.Duration {
+	gap := 24 * time.Hour
+	prev := r.after(base)
+	for i := 1; i < cronGapSample && !prev.IsZero(); i++ {
+		next := r.after(prev)
+		if next.IsZero() {
+			break
+		}
+		gap = min(gap, next.Sub(prev))
+		prev = next
+	}
+	return gap
 }
 
 // ceilMillis rounds t up to a whole millisecond: a due time is never

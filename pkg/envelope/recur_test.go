@@ -150,8 +150,8 @@ func TestParseRecurring(t *testing.T) {
 		h    Headers
 		want string
 	}{
-		{hdrs(HeaderEvery, "0s"), "shorter than 1s"},
-		{hdrs(HeaderEvery, "500ms"), "shorter than 1s"},
+		{hdrs(HeaderEvery, "0s"), "shorter than limits.min_interval 1s"},
+		{hdrs(HeaderEvery, "500ms"), "shorter than limits.min_interval 1s"},
 		{hdrs(HeaderEvery, "soon"), "not a duration"},
 		{hdrs(HeaderCron, "0 0 30 2 *"), "never fires"},
 		{hdrs(HeaderCron, "61 * * * *"), "not a 5- or 6-field cron"},
@@ -292,4 +292,31 @@ func TestMissedNames(t *testing.T) {
 	if got := Missed(MissedSkip + 1).String(); got != "Missed(3)" {
 		t.Errorf("an unknown policy's String: %q", got)
 	}
+}
+
+// limits.min_interval bounds how often a series may fire: an every or a
+// cron whose closest occurrences come sooner is rejected, naming it; its
+// floor is MinEvery, whatever the limit says.
+func TestParseRecurringMinInterval(t *testing.T) {
+	pub := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	lim := testLimits
+	lim.MinInterval = time.Minute
+	parseAt := func(l Limits, h Headers) Decision {
+		return Parse(&Incoming{Headers: h, PublishedAt: pub}, testRoute(), l, pub, nil)
+	}
+	for _, h := range []Headers{
+		hdrs(HeaderEvery, "30s"),
+		hdrs(HeaderEvery, "59999ms"),
+		hdrs(HeaderCron, "*/10 * * * * *"), // every 10 s
+		hdrs(HeaderCron, "0,30 * * * * *"), // 30 s apart
+	} {
+		mustReject(t, parseAt(lim, h), "limits.min_interval 1m0s")
+	}
+	for _, h := range []Headers{hdrs(HeaderEvery, "1m"), hdrs(HeaderCron, "0 0,1 9 * * *"), hdrs(HeaderCron, "@hourly")} {
+		mustPark(t, parseAt(lim, h))
+	}
+	// Below MinEvery no limit goes: a zero or smaller limit is MinEvery.
+	lim.MinInterval = time.Millisecond
+	mustReject(t, parseAt(lim, hdrs(HeaderEvery, "500ms")), "limits.min_interval 1s")
+	mustPark(t, parseAt(lim, hdrs(HeaderCron, "* * * * * *")))
 }
