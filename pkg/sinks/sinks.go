@@ -47,6 +47,17 @@ type Ready interface {
 	Ready() error
 }
 
+// Prober is implemented by sinks that can ask their broker, without
+// publishing a message, whether it answers now. Probe returns nil when the
+// broker answered before ctx ended, else why not. The scheduler asks it
+// when a publish timed out while nothing else of the sink was confirmed
+// lately, to tell a destination that never answers from a broker that
+// does not (docs/operations.md, "A destination that never answers"). It
+// may be called concurrently with Publish.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
 // PermanentError marks a publish failure that retrying cannot fix (a
 // message the broker can never accept): the message goes dead at once.
 type PermanentError struct{ Err error }
