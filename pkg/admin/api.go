@@ -140,6 +140,8 @@ func failure(ctx context.Context, err error) error {
 			e.status = http.StatusConflict
 		case errors.Is(oe, ops.ErrInvalid):
 			e.status = http.StatusBadRequest
+		case errors.Is(oe, ops.ErrUnavailable):
+			e.status = http.StatusServiceUnavailable
 		}
 	}
 	var pe *ErrorBody // refused by the API itself (403 without a token)

@@ -25,6 +25,7 @@ import (
 	"runtime/trace"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -431,10 +432,17 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{Name: "kafka", Known: true, Ready: errors.New("dial tcp: connection refused"), Blocked: true},
 		{Name: "eu west/1%", Known: false},
 	}}
+	var storeFull atomic.Bool
 	e := newEnv(t, withToken(testToken), withListen("127.0.0.1:7070"),
 		withLimits(envelope.Limits{MaxPayloadBytes: 4096, MaxHeaderBytes: 4096}),
 		func(p *Params, o *ops.Params, _ *redis.Options) {
 			o.Sinks, o.Refresh, p.Pprof = sinks.get, sinks.refresh, true
+			o.Capacity = func(context.Context, int) error {
+				if storeFull.Load() {
+					return fmt.Errorf("%w: 10 messages parked, limits.max_parked_messages is 10: waiting for firing to make room", store.ErrFull)
+				}
+				return nil
+			}
 		})
 	sinks.store = e.store
 	stateFixture(t, e) // inflight A B; dead C R job/retry; due D E; in an hour F G
@@ -505,6 +513,13 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do(e, a("POST", "/v1/messages", full, 201)) // duplicate
 	c.do(e, a("POST", "/v1/messages", `{"deliver_at":"2030-01-01T00:00:00Z","sink":"kafka","destination":"t","body_base64":"/wA=","id":null}`, 201))
 	c.do(e, a("POST", "/v1/messages", `{"delay":5000,"sink":"rabbit","destination":"q","body":""}`, 201))
+	c.do(e, a("POST", "/v1/messages", `{"id":"F","delay":5000,"sink":"rabbit","destination":"q","body":"squat"}`, 409)) // an ingest's ID: id_taken
+	storeFull.Store(true)
+	if r := c.do(e, a("POST", "/v1/messages", `{"delay":5000,"sink":"rabbit","destination":"q","body":"x"}`, 503)); r.header.Get("Retry-After") != "1" ||
+		!strings.Contains(string(r.body), "max_parked_messages") {
+		t.Errorf("POST at the store's limit: Retry-After %q, %s", r.header.Get("Retry-After"), r.body)
+	}
+	storeFull.Store(false)
 	c.do(e, refused(a("POST", "/v1/messages", `{"delay":"1h","sink":"rabbit","destination":"q","body":"b","nope":1}`, 400)))
 	c.do(e, refused(a("POST", "/v1/messages", `{"delay":"1h","destination":"q","body":"b"}`, 400)))
 	c.do(e, refused(a("POST", "/v1/messages", `{"delay":"1h","sink":"rabbit","destination":"q","body":"b","priority":10}`, 400)))

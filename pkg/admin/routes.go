@@ -90,7 +90,7 @@ var (
 		summary: "A page of messages in the order they fire, across every shard.",
 		desc: "Filters on sink, destination, ingest, group or recurring examine a bounded number of messages per page " +
 			"(10 x limit): a page may then be short, even empty, and still have a next_cursor."}
-	opPostMessage = op{id: "postMessage", method: post, path: "/v1/messages", tag: "messages", status: 201, errors: []int{bad, 413, failed}, body: bodyMessage,
+	opPostMessage = op{id: "postMessage", method: post, path: "/v1/messages", tag: "messages", status: 201, errors: []int{bad, 409, 413, failed, 503}, body: bodyMessage,
 		summary: "Schedules a message without a broker, through the rules of an ingested one.",
 		desc: "Each field is what a control header says on an ingest (delay: x-delay, group: x-delay-group, every: x-delay-every...); " +
 			"the request becomes an incoming message and goes through the ingest rules (limits, destination checks, templates, schedules). " +

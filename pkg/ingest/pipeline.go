@@ -87,8 +87,9 @@ var errHandedBack = errors.New("this instance cannot reach redis: the message is
 type Pipeline struct {
 	p        PipelineParams
 	log      *slog.Logger
-	redisErr atomic.Pointer[error] // last Redis failure while parking; nil when fine
+	redisErr atomic.Pointer[error] // last Redis failure while parking, or why the waiting room fills; nil when fine
 	cut      atomic.Bool           // handed back: Redis unreachable (handBack)
+	room     *waitingRoom          // what waits for the store to have room (room.go)
 }
 
 // parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
@@ -119,7 +120,7 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.HandBackAfter <= 0 {
 		p.HandBackAfter = DefaultHandBackAfter
 	}
-	return &Pipeline{p: p, log: p.Logger.With("ingest", p.Name)}
+	return &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), room: newWaitingRoom(p.MaxInFlight)}
 }
 
 // Ready returns nil when the source is connected and parking works.
@@ -139,9 +140,14 @@ func (pl *Pipeline) Ready() error {
 }
 
 // Paused returns why the pipeline waits before parking (a limit is reached
-// or Redis refuses parks), or nil while parking works. While it waits it
-// reads and acknowledges nothing: the broker keeps the messages.
+// or Redis refuses parks), or nil while parking works. While Redis refuses
+// parks it reads and acknowledges nothing: the broker keeps the messages;
+// while the store is full it parks nothing and goes on reading, so that
+// cancels go through (room.go).
 func (pl *Pipeline) Paused() error {
+	if err := pl.room.waitingErr(); err != nil {
+		return err
+	}
 	if e := pl.redisErr.Load(); e != nil {
 		return *e
 	}
@@ -170,6 +176,13 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	// Work on messages already read survives ctx, bounded by DrainTimeout.
 	work, cancelWork := lifecycle.DrainContext(ctx, pl.p.DrainTimeout)
 	defer cancelWork()
+
+	roomDone := make(chan struct{})
+	go func() {
+		defer close(roomDone)
+		pl.parkRoom(work)
+	}()
+	defer func() { cancelWork(); <-roomDone }()
 
 	workers := make(chan struct{}, parkWorkers)
 	var running sync.WaitGroup
@@ -258,32 +271,79 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		codes = append(codes, envelope.CodeOf(err))
 	}
 	var marked []*envelope.Message // parked: their re-read marks go once their acks are confirmed
+	var parkAt []int                // the batch index of each of parks
+	held := map[int]bool{}          // batch indexes that went to the waiting room
 	// flush parks what is pending, so that a control message sees every
-	// park before it in the batch.
+	// park before it in the batch; while the store is full, it puts them
+	// in the waiting room instead (room.go).
 	flush := func() error {
+		if len(parks) == 0 {
+			return nil
+		}
+		full, why := pl.roomFull(ctx, len(parks))
+		switch {
+		case full:
+			ws := make([]waiting, len(parks))
+			for j, m := range parks {
+				ws[j] = waiting{m: m, it: batch[parkAt[j]]}
+				held[parkAt[j]] = true
+			}
+			parks, parkAt = parks[:0], parkAt[:0]
+			if !pl.room.add(ctx, ws, why) {
+				return ctx.Err()
+			}
+			return nil
+		case why != nil: // the limits cannot be read: wait for them, as for any Redis failure
+			marked = append(marked, parks...)
+			refused, err := pl.park(ctx, parks)
+			for _, r := range refused {
+				rejected(r.m, r.err)
+			}
+			parks, parkAt = parks[:0], parkAt[:0]
+			return err
+		}
 		marked = append(marked, parks...)
-		refused, err := pl.park(ctx, parks)
+		refused, err := pl.parkChecked(ctx, parks)
 		for _, r := range refused {
 			rejected(r.m, r.err)
 		}
-		parks = parks[:0]
+		parks, parkAt = parks[:0], parkAt[:0]
 		return err
 	}
-	for _, it := range batch {
+	// nackAll gives back what the batch holds but for what waits in the
+	// room (parked later, or cancelled there).
+	nackAll := func(err error) {
+		var rest []item
+		for i, it := range batch {
+			if !held[i] {
+				rest = append(rest, it)
+			}
+		}
+		pl.nackAll(rest, err)
+	}
+	for bi, it := range batch {
 		d := envelope.Parse(it.in, pl.p.Route, pl.p.Limits, it.at, nil)
 		switch d.Action {
 		case envelope.Park:
 			parks = append(parks, d.Message)
+			parkAt = append(parkAt, bi)
 		case envelope.Reject:
 			rejected(d.Message, d.Err)
 		case envelope.Cancel:
 			if err := flush(); err != nil {
-				pl.nackAll(batch, err)
+				nackAll(err)
 				return
+			}
+			if w, ok := pl.room.takeID(d.CancelID); ok {
+				// Cancelled before it was parked: it never will be.
+				pl.acknowledge(context.Background(), w.it.ack, nil)
+				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled").Inc()
+				pl.log.Debug("message cancelled while it waited for room", "id", d.CancelID, "by", d.Message.ID)
+				continue
 			}
 			found, late, err := pl.cancel(ctx, d.CancelID)
 			if err != nil {
-				pl.nackAll(batch, err)
+				nackAll(err)
 				return
 			}
 			if found {
@@ -312,8 +372,11 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			rejected(d.Message, envelope.CancelUnknown(d.CancelID))
 		case envelope.CancelGroup:
 			if err := flush(); err != nil {
-				pl.nackAll(batch, err)
+				nackAll(err)
 				return
+			}
+			for _, w := range pl.room.takeGroup(d.Group) {
+				pl.acknowledge(context.Background(), w.it.ack, nil) // cancelled before it was parked
 			}
 			var n, late int
 			err := pl.retry(ctx, "cancel_group", func() (err error) {
@@ -321,7 +384,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 				return err
 			})
 			if err != nil {
-				pl.nackAll(batch, err)
+				nackAll(err)
 				return
 			}
 			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled_group").Inc()
@@ -329,17 +392,19 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		}
 	}
 	if err := flush(); err != nil {
-		pl.nackAll(batch, err)
+		nackAll(err)
 		return
 	}
 	if err := pl.reject(ctx, rejects, codes); err != nil {
-		pl.nackAll(batch, err)
+		nackAll(err)
 		return
 	}
 	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	for _, it := range batch {
-		pl.acknowledge(ackCtx, it.ack, nil)
+	for i, it := range batch {
+		if !held[i] {
+			pl.acknowledge(ackCtx, it.ack, nil)
+		}
 	}
 	pl.confirmAcks(ackCtx, marked)
 }
@@ -383,6 +448,11 @@ func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (refused
 			return nil, err
 		}
 	}
+	return pl.parkChecked(ctx, msgs)
+}
+
+// parkChecked is park once the capacity let msgs through.
+func (pl *Pipeline) parkChecked(ctx context.Context, msgs []*envelope.Message) (refused []refusal, err error) {
 	var spans []tracing.Span
 	if pl.p.Tracer != nil {
 		spans = make([]tracing.Span, len(msgs))

@@ -89,6 +89,7 @@ type pipelineEnv struct {
 	// Set by a setup function, before the pipeline starts.
 	source        ingest.Source // instead of src
 	handBackAfter time.Duration
+	capacity      func(context.Context, int) error
 }
 
 func startPipeline(t *testing.T, drain time.Duration) *pipelineEnv {
@@ -119,6 +120,7 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 		MaxInFlight:   config.DefaultMaxInFlight,
 		DrainTimeout:  drain,
 		HandBackAfter: e.handBackAfter,
+		Capacity:      e.capacity,
 		Metrics:       e.m,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -506,4 +508,63 @@ func TestIDTakenIsDeadNotDropped(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d dead messages name id_taken and order-9, want 1: %+v", n, page.Messages)
 	}
+}
+
+// While the store is full (limits.max_parked_messages, max_redis_memory),
+// the messages to park wait in the room, unacknowledged, and reading goes
+// on: a cancel behind them goes through at once, whether its message
+// waits in the room (it is never parked) or is parked already, and so
+// does a group cancel; once there is room, what waits is parked in order.
+func TestCancelsGoThroughWhileFull(t *testing.T) {
+	var full atomic.Bool
+	full.Store(true)
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.capacity = func(context.Context, int) error {
+			if full.Load() {
+				return fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
+			}
+			return nil
+		}
+		return e.store
+	})
+	ctx := context.Background()
+	parked := &envelope.Message{ID: "parked", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Ingest: "test", Sink: "s", Destination: "d", Body: []byte("b")}
+	if _, err := e.store.Park(ctx, []*envelope.Message{parked}); err != nil {
+		t.Fatal(err)
+	}
+	e.src.send("waits", "x-delay", "1h")
+	e.src.send("cancelled-waiting", "x-delay", "1h")
+	e.src.send("grouped", "x-delay", "1h", "x-delay-group", "g1")
+	e.src.send("c1", "x-delay-cancel", "cancelled-waiting")
+	e.src.send("c2", "x-delay-cancel", "parked")
+	e.src.send("c3", "x-delay-cancel-group", "g1")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, ok := e.src.result("c3")
+		return ok
+	}, "the cancels behind the waiting messages were not handled")
+	for _, id := range []string{"c1", "c2", "c3", "cancelled-waiting", "grouped"} {
+		if err, ok := e.src.result(id); !ok || err != nil {
+			t.Errorf("%s: settled %v %v, want acknowledged", id, ok, err)
+		}
+	}
+	if _, ok := e.src.result("waits"); ok {
+		t.Fatal("a message waiting for room was acknowledged before it was parked")
+	}
+	if e.pl.Ready() == nil {
+		t.Error("Ready says nothing while messages wait for room")
+	}
+	for _, id := range []string{"parked", "cancelled-waiting", "grouped", "waits"} {
+		if _, err := e.store.Inspect(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s is in the store: %v", id, err)
+		}
+	}
+	full.Store(false)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		err, ok := e.src.result("waits")
+		return ok && err == nil
+	}, "the waiting message was not parked once there was room")
+	if info, err := e.store.Inspect(ctx, "waits"); err != nil || info.State != store.StateScheduled {
+		t.Fatalf("waits: %+v %v", info, err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return e.pl.Ready() == nil }, "still not ready once the room emptied")
 }

@@ -22,13 +22,16 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInvalid: a field of the request cannot be used.
 	ErrInvalid = errors.New("invalid")
+	// ErrUnavailable: the store cannot take the change now (a limit is
+	// reached); it passes (Error.RetryAfter).
+	ErrUnavailable = errors.New("unavailable")
 )
 
 // Error is what an operation refuses with: its kind, the sentence an
 // operator reads (written here once, for every front end) and, for some
 // kinds, what the front end needs beyond it.
 type Error struct {
-	Kind   error  // ErrNotFound, ErrConflict or ErrInvalid
+	Kind   error  // ErrNotFound, ErrConflict, ErrInvalid or ErrUnavailable
 	Reason string // the sentence, which names what to do
 	// Field is, for ErrInvalid, the request field or parameter at fault
 	// (a JSON field or query parameter name of the admin API: "delay",

@@ -57,6 +57,11 @@ func (s *Service) Cancel(ctx context.Context, id string) error {
 	return err
 }
 
+// fullRetry is when to try a POST again that met a store at its limits:
+// the gate measures again every quarter second, and room comes back as
+// messages fire.
+const fullRetry = time.Second
+
 // Stats counts the messages.
 func (s *Service) Stats(ctx context.Context) (*StatsView, error) {
 	st, err := s.p.Store.Stats(ctx)
@@ -112,6 +117,13 @@ func (s *Service) Post(ctx context.Context, req *PostRequest) (*PostedView, erro
 		return nil, invalid(rejectField(err, hasAt), "%s", FieldNames(err.Error()))
 	}
 	m := d.Message
+	if s.p.Capacity != nil {
+		if err := s.p.Capacity(ctx, 1); errors.Is(err, store.ErrFull) {
+			return nil, &Error{Kind: ErrUnavailable, Reason: strings.TrimPrefix(err.Error(), store.ErrFull.Error()+": "), RetryAfter: fullRetry}
+		} else if err != nil {
+			return nil, fmt.Errorf("park %q: %w", m.ID, err)
+		}
+	}
 	res, err := s.p.Store.Park(ctx, []*envelope.Message{m})
 	if err != nil {
 		return nil, fmt.Errorf("park %q: %w", m.ID, err)

@@ -131,6 +131,12 @@ type Params struct {
 	// what it read last; the command line's reads it.
 	Persistence func(ctx context.Context) *PersistenceView
 
+	// Capacity is the gate of limits.max_parked_messages and
+	// max_redis_memory (store.NewCapacity) that POST /v1/messages meets as
+	// ingest does: while it answers store.ErrFull, Post refuses
+	// (ErrUnavailable, with RetryAfter). nil: no limit.
+	Capacity func(ctx context.Context, n int) error
+
 	// Now is the clock new messages count their delay from and retries
 	// are due at: the daemon's reads Redis's clock. Default time.Now.
 	Now func() time.Time

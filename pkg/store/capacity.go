@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -65,7 +66,7 @@ func (c *capacity) check(ctx context.Context, n int) error {
 		case err != nil:
 			c.memErr = err
 		case used >= c.maxMemory:
-			c.memErr = fmt.Errorf("redis uses %d bytes, limits.max_redis_memory is %d: waiting for firing to make room", used, c.maxMemory)
+			c.memErr = fmt.Errorf("%w: redis uses %d bytes, limits.max_redis_memory is %d: waiting for firing to make room", ErrFull, used, c.maxMemory)
 		}
 	}
 	if stale {
@@ -75,11 +76,15 @@ func (c *capacity) check(ctx context.Context, n int) error {
 		return c.memErr
 	}
 	if c.maxParked > 0 && c.parked >= c.maxParked {
-		return fmt.Errorf("%d messages parked, limits.max_parked_messages is %d: waiting for firing to make room", c.parked, c.maxParked)
+		return fmt.Errorf("%w: %d messages parked, limits.max_parked_messages is %d: waiting for firing to make room", ErrFull, c.parked, c.maxParked)
 	}
 	c.parked += int64(n)
 	return nil
 }
+
+// ErrFull is the error of NewCapacity's gate when a limit is reached (as
+// opposed to Redis failing to answer): room comes back as messages fire.
+var ErrFull = errors.New("store: full")
 
 // usedMemory is INFO memory's used_memory; on a cluster, the largest of
 // the masters'.

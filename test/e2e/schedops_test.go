@@ -152,7 +152,7 @@ func TestRecurringEndToEnd(t *testing.T) {
 		"cron-and-tz":  {"x-delay-cron", "0 9 * * *", "x-delay-timezone", "Mars/Olympus"},
 	}
 	reasons := map[string]string{
-		"cron-never": "never fires", "every-0s": "shorter than 1s", "count-0": "at least 1", "count-neg": "at least 1",
+		"cron-never": "never fires", "every-0s": "shorter than limits.min_interval 1s", "count-0": "at least 1", "count-neg": "at least 1",
 		"until-before": "before the first occurrence", "cron-and-tz": "not an IANA time zone",
 	}
 	for id, h := range bad {

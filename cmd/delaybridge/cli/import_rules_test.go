@@ -65,7 +65,7 @@ func TestImportRefusesWhatIngestRefuses(t *testing.T) {
 		edit func(map[string]string)
 		want string
 	}{
-		{"every 1ms", recurrence(`"every":"1ms"`), `"recurrence.every" "1ms" is shorter than 1s`},
+		{"every 1ms", recurrence(`"every":"1ms"`), `"recurrence.every" "1ms" is shorter than limits.min_interval 1s`},
 		{"cron that does not parse", recurrence(`"cron":"61 * * * *"`), `"recurrence.cron" "61 * * * *" is not a 5- or 6-field cron expression`},
 		{"zone Local", recurrence(`"cron":"0 9 * * *","timezone":"Local"`), `"recurrence.timezone" "Local" is not an IANA time zone`},
 		{"destination with CR LF", func(f map[string]string) { f["destination"] = q("fired.x\r\nPUB evil 1") },

@@ -353,7 +353,7 @@ func postInvalid(e *env) {
 		{"reserved destination", func(r *ops.PostRequest) { r.Sink, r.Destination = "nats", "$JS.API.STREAM.DELETE.X" }, "destination", []string{"$"}},
 		{"priority", func(r *ops.PostRequest) { r.Priority = intp(10) }, "priority", []string{"priority"}},
 		{"group", func(r *ops.PostRequest) { r.Group = strp("a\tb") }, "group", []string{"control character"}},
-		{"every too short", func(r *ops.PostRequest) { r.Delay, r.Every = nil, "10ms" }, "every", []string{"every", "shorter than 1s"}},
+		{"every too short", func(r *ops.PostRequest) { r.Delay, r.Every = nil, "10ms" }, "every", []string{"every", "shorter than limits.min_interval 1s"}},
 		{"cron", func(r *ops.PostRequest) { r.Cron = "every day" }, "cron", []string{"cron"}},
 		{"timezone", func(r *ops.PostRequest) { r.Cron, r.TimeZone = "@daily", "Mars/Olympus" }, "timezone", []string{"IANA"}},
 		{"control header", func(r *ops.PostRequest) { r.Headers = map[string]string{"X-Delay": "5"} }, "headers", []string{"control header"}},

@@ -1,0 +1,231 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// The waiting room holds the messages to park that were read while the
+// store is at its limits (limits.max_parked_messages, max_redis_memory:
+// PipelineParams.Capacity answers store.ErrFull): not parked and not yet
+// acknowledged, in the order they came. Reading goes on, so that what
+// frees room is not stuck behind them: a cancel (x-delay-cancel, a
+// kafka-scheduler tombstone) of a message in the room takes it out, and a
+// cancel of a parked one or of a group goes to the store at once (the
+// contract's "Room for everyone"). While the room holds messages, every
+// new one to park joins it, so that they are parked in the order they
+// came; parkRoom parks them as room comes back. The room holds at most
+// MaxInFlight messages: past that, handle waits, and reading with it.
+type waitingRoom struct {
+	// mu guards items, and is held while parkRoom parks what it took, so
+	// that a cancel that does not find its message in the room finds it
+	// parked.
+	mu    sync.Mutex
+	items []waiting
+	space *sync.Cond // signalled when items leave
+	wake  chan struct{}
+	max   int
+	err   error // why the room fills (the capacity's answer)
+}
+
+// waiting is a message in the room and the item it was read as.
+type waiting struct {
+	m  *envelope.Message
+	it item
+}
+
+func newWaitingRoom(max int) *waitingRoom {
+	r := &waitingRoom{wake: make(chan struct{}, 1), max: max}
+	r.space = sync.NewCond(&r.mu)
+	return r
+}
+
+// waitingErr says why messages wait, nil when none does.
+func (r *waitingRoom) waitingErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.items) == 0 {
+		return nil
+	}
+	if r.err == nil {
+		return fmt.Errorf("%d messages wait for the store to have room", len(r.items))
+	}
+	return fmt.Errorf("%d messages wait for the store to have room: %w", len(r.items), r.err)
+}
+
+// len is how many messages wait.
+func (r *waitingRoom) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.items)
+}
+
+// add puts ws in the room, waiting while it is full (or until ctx ends:
+// then it reports false and adds nothing).
+func (r *waitingRoom) add(ctx context.Context, ws []waiting, why error) bool {
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.space.Broadcast()
+		r.mu.Unlock()
+	})
+	defer stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.items)+len(ws) > max(r.max, len(ws)) && ctx.Err() == nil {
+		r.space.Wait()
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	r.items = append(r.items, ws...)
+	r.err = why
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// takeID takes the waiting message of ID id out of the room, if one
+// waits.
+func (r *waitingRoom) takeID(id string) (waiting, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, w := range r.items {
+		if w.m.ID == id {
+			r.items = append(r.items[:i], r.items[i+1:]...)
+			r.space.Broadcast()
+			return w, true
+		}
+	}
+	return waiting{}, false
+}
+
+// takeGroup takes the waiting messages of a group out of the room.
+func (r *waitingRoom) takeGroup(group string) []waiting {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []waiting
+	keep := r.items[:0]
+	for _, w := range r.items {
+		if w.m.Group == group {
+			out = append(out, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	r.items = keep
+	if len(out) > 0 {
+		r.space.Broadcast()
+	}
+	return out
+}
+
+// roomFull reports whether msgs go to the waiting room: it holds messages
+// already, or the store answers that it is full.
+func (pl *Pipeline) roomFull(ctx context.Context, n int) (bool, error) {
+	if pl.p.Capacity == nil {
+		return false, nil
+	}
+	if pl.room.len() > 0 {
+		return true, nil
+	}
+	err := pl.p.Capacity(ctx, n)
+	if errors.Is(err, store.ErrFull) {
+		return true, err
+	}
+	return false, err
+}
+
+// parkRoom parks what waits in the room, in order, a batch at a time, as
+// the store has room for it, and acknowledges it; until ctx ends, when
+// what still waits is given back to the broker.
+func (pl *Pipeline) parkRoom(ctx context.Context) {
+	defer func() {
+		r := pl.room
+		r.mu.Lock()
+		left := r.items
+		r.items = nil
+		r.space.Broadcast()
+		r.mu.Unlock()
+		if len(left) > 0 {
+			batch := make([]item, len(left))
+			for i, w := range left {
+				batch[i] = w.it
+			}
+			pl.nackAll(batch, errors.New("stopping: the store had no room for it; the broker delivers it again"))
+		}
+	}()
+	tick := time.NewTicker(roomPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-pl.room.wake:
+		}
+		for pl.parkRoomBatch(ctx) {
+		}
+	}
+}
+
+// roomPoll is how often the waiting room asks whether the store has room
+// again (the capacity gate measures every quarter second).
+const roomPoll = 250 * time.Millisecond
+
+// parkRoomBatch parks the first batch of the room if the store has room
+// for it, and reports whether it did (and more may follow).
+func (pl *Pipeline) parkRoomBatch(ctx context.Context) bool {
+	r := pl.room
+	r.mu.Lock()
+	n := min(len(r.items), parkBatch)
+	if n == 0 {
+		r.mu.Unlock()
+		return false
+	}
+	if err := pl.p.Capacity(ctx, n); err != nil {
+		r.err = err
+		r.mu.Unlock()
+		return false
+	}
+	ws := append([]waiting(nil), r.items[:n]...)
+	msgs := make([]*envelope.Message, n)
+	for i, w := range ws {
+		msgs[i] = w.m
+	}
+	refused, err := pl.parkChecked(ctx, msgs)
+	if err == nil {
+		r.items = r.items[n:]
+		r.space.Broadcast()
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return false // Redis failed: tried again at the next poll
+	}
+	var rejects []store.Rejected
+	var codes []envelope.Code
+	for _, rf := range refused {
+		rejects = append(rejects, store.Rejected{Message: rf.m, Reason: rf.err.Error()})
+		codes = append(codes, envelope.CodeOf(rf.err))
+	}
+	rejectErr := pl.reject(ctx, rejects, codes)
+	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	for _, w := range ws {
+		var err error
+		if rejectErr != nil && slices.ContainsFunc(refused, func(rf refusal) bool { return rf.m == w.m }) {
+			err = rejectErr // not kept as dead: the broker delivers it again
+		}
+		pl.acknowledge(ackCtx, w.it.ack, err)
+	}
+	pl.confirmAcks(ackCtx, msgs)
+	return true
+}
