@@ -71,7 +71,7 @@ func TestRescheduleRacesFiring(t *testing.T) {
 	sched := scheduler.New(scheduler.Params{
 		Store: st, Sinks: map[string]sinks.Sink{"out": sink},
 		BatchSize: 32, Lease: 30 * time.Second, LeaseMargin: 6 * time.Second, MaxSleep: 50 * time.Millisecond, PublishTimeout: 5 * time.Second,
-		MaxAttempts: 5, Backoff: lifecycle.Backoff{Min: 100 * time.Millisecond, Max: time.Second, Multiplier: 2},
+		MaxAttempts: 5, RepeatInterval: time.Second, Backoff: lifecycle.Backoff{Min: 100 * time.Millisecond, Max: time.Second, Multiplier: 2},
 		DrainTimeout: 5 * time.Second, Metrics: metrics.New(), Logger: log,
 	})
 	srv := New(Params{Ops: ops.New(ops.Params{Store: st, Notify: sched.Notify, Limits: envelope.Limits{MaxDelay: time.Hour}, Logger: log}), Logger: log})

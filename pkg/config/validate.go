@@ -28,6 +28,8 @@ const (
 	DefaultAdminListen = "127.0.0.1:7070"
 	DefaultLogLevel    = "info"
 	DefaultLogFormat   = "text"
+	// DefaultLogRepeatInterval is log.repeat_interval's.
+	DefaultLogRepeatInterval = 10 * time.Second
 
 	DefaultBatchSize = 256
 	DefaultLease     = 30 * time.Second
@@ -84,6 +86,7 @@ func (c *Config) ApplyDefaults() {
 	Default(&c.Admin.Listen, DefaultAdminListen)
 	Default(&c.Log.Level, DefaultLogLevel)
 	Default(&c.Log.Format, DefaultLogFormat)
+	Default(&c.Log.RepeatInterval, Duration(DefaultLogRepeatInterval))
 	if c.Tracing.SampleRatio == nil {
 		one := 1.0
 		c.Tracing.SampleRatio = &one
@@ -180,6 +183,7 @@ func (c *Config) Validate() error {
 	default:
 		p.Add("log.format", "%q is not one of text, json", c.Log.Format)
 	}
+	p.Positive("log.repeat_interval", int64(c.Log.RepeatInterval))
 	if r := *c.Tracing.SampleRatio; r < 0 || r > 1 {
 		p.Add("tracing.sample_ratio", "%g is not between 0 and 1", r)
 	}

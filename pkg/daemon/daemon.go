@@ -158,6 +158,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		MaxSleep:       cfg.Scheduler.MaxSleep.D(),
 		PublishTimeout: cfg.Scheduler.PublishTimeout.D(),
 		MaxAttempts:    cfg.Scheduler.MaxAttempts,
+		RepeatInterval: cfg.Log.RepeatInterval.D(),
 		Backoff: lifecycle.Backoff{
 			Min:        cfg.Scheduler.Backoff.Initial.D(),
 			Max:        cfg.Scheduler.Backoff.Max.D(),

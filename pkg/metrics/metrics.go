@@ -26,7 +26,7 @@ type Metrics struct {
 	ParkDuration   prometheus.Histogram
 
 	Published        *prometheus.CounterVec   // sink
-	PublishErrors    *prometheus.CounterVec   // sink
+	PublishErrors    *prometheus.CounterVec   // sink, reason: a sinks.Reason
 	PublishDuration  *prometheus.HistogramVec // sink
 	FireLateness     *prometheus.HistogramVec // sink
 	Retries          *prometheus.CounterVec   // sink
@@ -65,7 +65,7 @@ func New() *Metrics {
 		Published: f.counterVec("delaybridge_sink_published_total",
 			"Messages confirmed by a sink.", "sink"),
 		PublishErrors: f.counterVec("delaybridge_sink_publish_errors_total",
-			"Failed publish attempts.", "sink"),
+			"Failed publish attempts, by reason: unroutable, not_found, too_large, unauthorized, invalid, timeout, unavailable, rejected, other.", "sink", "reason"),
 		PublishDuration: f.histogramVec("delaybridge_sink_publish_duration_seconds",
 			"Time for a sink to confirm one batch.", latency, "sink"),
 		FireLateness: f.histogramVec("delaybridge_fire_lateness_seconds",

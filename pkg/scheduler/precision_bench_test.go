@@ -99,7 +99,7 @@ func TestPrecisionBreakdown(t *testing.T) {
 	p := scheduler.Params{
 		Store: st, Sinks: map[string]sinks.Sink{"nats": sink}, Metrics: metrics.New(),
 		BatchSize: config.DefaultBatchSize, Lease: config.DefaultLease, LeaseMargin: config.DefaultLeaseMargin(config.DefaultLease), MaxSleep: config.DefaultMaxSleep, Ahead: *benchAhead,
-		PublishTimeout: config.DefaultPublishTimeout, MaxAttempts: config.DefaultMaxAttempts, DrainTimeout: time.Second,
+		PublishTimeout: config.DefaultPublishTimeout, MaxAttempts: config.DefaultMaxAttempts, RepeatInterval: config.DefaultLogRepeatInterval, DrainTimeout: time.Second,
 		Backoff: lifecycle.Backoff{Min: time.Second, Max: time.Minute, Multiplier: 2},
 		Logger:  slog.New(slog.DiscardHandler),
 		Trace: func(tr scheduler.Trace) {

@@ -68,6 +68,10 @@ type Params struct {
 	PublishTimeout time.Duration     // bound of one publish
 	MaxAttempts    int               // publishes before a message is dead
 	Backoff        lifecycle.Backoff // between attempts (its Delay)
+	// RepeatInterval (log.repeat_interval, required) is how often at most
+	// a failed publish, a dead message or a stalled destination is logged
+	// per sink and destination; the repeats are counted (failures).
+	RepeatInterval time.Duration
 	// Ahead, when positive, claims what falls due within it ahead of time
 	// and publishes it at its due instant after a commit (see loop).
 	Ahead time.Duration
@@ -110,6 +114,7 @@ type Scheduler struct {
 
 	stalls   *stalls
 	pace     *pace
+	failures *failures
 	detached sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
 
 	mu       sync.Mutex
@@ -128,7 +133,7 @@ type shardState struct {
 
 // New returns a Scheduler; Run starts it.
 func New(p Params) *Scheduler {
-	if p.BatchSize <= 0 || p.Lease <= 0 || p.LeaseMargin <= 0 || p.LeaseMargin >= p.Lease || p.MaxSleep <= 0 || p.PublishTimeout <= 0 || p.MaxAttempts <= 0 ||
+	if p.BatchSize <= 0 || p.Lease <= 0 || p.LeaseMargin <= 0 || p.LeaseMargin >= p.Lease || p.MaxSleep <= 0 || p.PublishTimeout <= 0 || p.MaxAttempts <= 0 || p.RepeatInterval <= 0 ||
 		p.Backoff.Min <= 0 || p.Backoff.Max <= 0 || p.Backoff.Multiplier < 1 || p.DrainTimeout <= 0 {
 		panic(fmt.Sprintf("scheduler.New: a required value is missing (config.ApplyDefaults gives them all): %+v", p))
 	}
@@ -150,6 +155,7 @@ func New(p Params) *Scheduler {
 	s.gate = newGate(p.Store, p.Sinks, len(s.shards), p.BatchSize, s.log, p.Metrics, s.wakeAll)
 	s.stalls = newStalls(p.PublishTimeout)
 	s.pace = newPace()
+	s.failures = newFailures(p.RepeatInterval, s.log, p.Metrics)
 	return s
 }
 
@@ -203,6 +209,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		s.refreshLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.failures.run(ctx, s.p.Clock)
 	}()
 	for i := range s.shards {
 		wg.Add(1)
@@ -700,9 +711,9 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 	for _, i := range idx {
 		m := c.Messages[i]
 		err := errs[i]
-		sink := ""
+		sink, dest := "", ""
 		if m.Message != nil {
-			sink = m.Message.Sink
+			sink, dest = m.Message.Sink, m.Message.Destination
 		}
 		switch {
 		case err == nil:
@@ -727,7 +738,7 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
 			earliest(at)
 			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
-			s.log.Warn("destination did not answer; publishing it again later, apart from the others", "id", m.ID, "sink", sink, "err", err)
+			s.failures.warn(now, "destination did not answer; publishing it again later, apart from the others", sink, dest, "id", m.ID, "err", err)
 		case sinks.IsUnavailable(err) && !errors.As(err, new(*lateError)):
 			holds = append(holds, store.Unavailable{ID: m.ID, Band: s.gate.band(sink), DueAt: m.Message.DueAt})
 			s.gate.unavailable(sink, now, err)
@@ -742,7 +753,7 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			if errors.As(err, new(*lateError)) {
 				late++
 			}
-			s.log.Warn("message is dead", "id", m.ID, "sink", sink, "attempts", m.Attempt, "reason", reason)
+			s.failures.warn(now, "message is dead", sink, dest, "id", m.ID, "attempts", m.Attempt, "reason", reason)
 		default:
 			at := now.Add(s.p.Backoff.Delay(m.Attempt, s.p.Rand()))
 			retries = append(retries, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
@@ -929,7 +940,8 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 	}
 	s.stalls.observe(name, start, dests, res)
 	s.pace.observe(name, done.Sub(start), res)
-	var ok, failed int
+	s.failures.published(name, dests, res, done)
+	var ok int
 	lateness := s.p.Metrics.FireLateness.WithLabelValues(name) // looked up once per batch
 	for j, i := range idx {
 		err := res[j]
@@ -940,14 +952,9 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 		if err == nil {
 			ok++
 			lateness.Observe(done.Add(toRedis).Sub(out[j].DueAt).Seconds())
-		} else {
-			failed++
 		}
 	}
 	s.p.Metrics.Published.WithLabelValues(name).Add(float64(ok))
-	if failed > 0 {
-		s.p.Metrics.PublishErrors.WithLabelValues(name).Add(float64(failed))
-	}
 }
 
 // record writes the outcome of a lease's publishes to Redis (op: an ack, a

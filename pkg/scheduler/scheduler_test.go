@@ -638,6 +638,7 @@ func withDefaults(p *Params) {
 	config.Default(&p.MaxSleep, config.DefaultMaxSleep)
 	config.Default(&p.PublishTimeout, config.DefaultPublishTimeout)
 	config.Default(&p.MaxAttempts, config.DefaultMaxAttempts)
+	config.Default(&p.RepeatInterval, config.DefaultLogRepeatInterval)
 	config.Default(&p.Backoff, lifecycle.Backoff{Min: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax,
 		Multiplier: config.DefaultBackoffMultiplier, Jitter: config.DefaultBackoffJitter})
 	config.Default(&p.DrainTimeout, config.DefaultShutdownTimeout)

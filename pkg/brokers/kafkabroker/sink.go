@@ -143,12 +143,12 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	now := time.Now()
 	for i, m := range msgs {
 		if err := validTopic(m.Destination); err != nil {
-			errs[i] = sinks.Permanent(fmt.Errorf("kafka sink %s: %w", s.cfg.Name, err))
+			errs[i] = sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("kafka sink %s: %w", s.cfg.Name, err)))
 			continue
 		}
 		kms[i] = toKafka(m, now)
 		if n := recordSize(&kms[i]); n > MaxMessageBytes {
-			errs[i] = sinks.Permanent(fmt.Errorf("kafka sink %s: message of about %d bytes exceeds the limit of %d bytes", s.cfg.Name, n, MaxMessageBytes))
+			errs[i] = sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes exceeds the limit of %d bytes", s.cfg.Name, n, MaxMessageBytes)))
 			continue
 		}
 		byTopic[m.Destination] = append(byTopic[m.Destination], i)
@@ -233,13 +233,13 @@ func (s *Sink) classify(topic string, err error) error {
 	if errors.As(err, &ke) {
 		switch ke {
 		case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge:
-			return sinks.Permanent(fmt.Errorf("kafka sink %s: topic %q refuses the message as too large (its max.message.bytes): %w", s.cfg.Name, topic, err))
+			return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: topic %q refuses the message as too large (its max.message.bytes): %w", s.cfg.Name, topic, err)))
 		case kafka.InvalidTopic, kafka.InvalidRecord:
-			return sinks.Permanent(fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, err))
+			return sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, err)))
 		case kafka.UnknownTopicOrPartition:
-			return sinks.Rejected(fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried): %w", s.cfg.Name, topic, err))
+			return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried): %w", s.cfg.Name, topic, err)))
 		case kafka.TopicAuthorizationFailed:
-			return sinks.Rejected(fmt.Errorf("kafka sink %s: not authorized to produce to topic %q: %w", s.cfg.Name, topic, err))
+			return sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, fmt.Errorf("kafka sink %s: not authorized to produce to topic %q: %w", s.cfg.Name, topic, err)))
 		}
 	}
 	// A refused SASL exchange or client certificate reaches the writer as a

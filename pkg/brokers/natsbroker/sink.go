@@ -135,7 +135,11 @@ func (s *Sink) publishErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadHeaderMsg):
-		return sinks.Permanent(fmt.Errorf("nats sink %s: %w", s.cfg.Name, err))
+		r := sinks.ReasonTooLarge
+		if errors.Is(err, nats.ErrBadHeaderMsg) {
+			r = sinks.ReasonInvalid
+		}
+		return sinks.Permanent(sinks.Because(r, fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)))
 	case errors.Is(err, nats.ErrReconnectBufExceeded):
 		// No reconnect buffer (NewSink): the connection is down.
 		return fmt.Errorf("nats sink %s: not connected, reconnecting: %w", s.cfg.Name, err)
@@ -147,17 +151,30 @@ func (s *Sink) publishErr(err error) error {
 func (s *Sink) classify(err error) error {
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
-		return sinks.Rejected(fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err))
+		return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)))
 	case errors.Is(err, nats.ErrPermissionViolation):
-		return sinks.Rejected(fmt.Errorf("nats sink %s: not authorized to publish to this subject: %w", s.cfg.Name, err))
+		return sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, fmt.Errorf("nats sink %s: not authorized to publish to this subject: %w", s.cfg.Name, err)))
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 {
 		// The stream refused this message (e.g. too large for it, or a
 		// header it does not allow): the message's fault.
-		return sinks.Rejected(fmt.Errorf("nats sink %s: %w", s.cfg.Name, err))
+		return sinks.Rejected(sinks.Because(apiReason(apiErr), fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)))
 	}
 	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
+}
+
+// apiReason names a JetStream API error that refused a message.
+func apiReason(e *jetstream.APIError) sinks.Reason {
+	switch {
+	case e.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return sinks.ReasonTooLarge
+	case e.ErrorCode == jetstream.JSErrCodeStreamNotFound || e.Code == 404:
+		return sinks.ReasonNotFound
+	case e.Code == 401 || e.Code == 403:
+		return sinks.ReasonUnauthorized
+	}
+	return sinks.ReasonRejected
 }
 
 // toNATS builds the NATS message. NATS headers are text lines, so a header
@@ -165,7 +182,7 @@ func (s *Sink) classify(err error) error {
 // properties follow as headers (sinks.PropertyHeaders).
 func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") {
-		return nil, sinks.Permanent(fmt.Errorf("%q is not a NATS subject to publish to", m.Destination))
+		return nil, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("%q is not a NATS subject to publish to", m.Destination)))
 	}
 	nm := nats.NewMsg(m.Destination)
 	nm.Data = m.Body
@@ -174,7 +191,7 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 			continue // an earlier hop's ID field: set to this message's below
 		}
 		if reason := headerProblem(h); reason != "" {
-			return nil, sinks.Permanent(fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason))
+			return nil, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason)))
 		}
 		nm.Header.Add(h.Key, h.Value)
 	}

@@ -147,7 +147,7 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 	for tag, e := range p.pending {
 		err := fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason)
 		if Code(reason) == amqp.AccessRefused && !suspect(reason) {
-			err = sinks.Rejected(err) // not authorized for that exchange
+			err = sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, err)) // not authorized for that exchange
 		}
 		p.resolve(e, err)
 		delete(p.pending, tag)
@@ -160,9 +160,9 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 func describe(cfg SinkParams, err error) error {
 	switch Code(err) {
 	case amqp.NotFound:
-		return fmt.Errorf("exchange %q not found (declare it, or fix the sink's exchange): %w", cfg.Exchange, err)
+		return sinks.Because(sinks.ReasonNotFound, fmt.Errorf("exchange %q not found (declare it, or fix the sink's exchange): %w", cfg.Exchange, err))
 	case amqp.AccessRefused:
-		return fmt.Errorf("access refused (check the user's permissions on the exchange): %w", err)
+		return sinks.Because(sinks.ReasonUnauthorized, fmt.Errorf("access refused (check the user's permissions on the exchange): %w", err))
 	}
 	return err
 }
@@ -204,8 +204,8 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 		} else {
 			p.returned[e.key] = ri
 		}
-		err = sinks.Rejected(fmt.Errorf("rabbitmq sink %s: %w: exchange %q has no queue bound for routing key %q (returned %d %s)",
-			cfg.Name, ErrUnroutable, e.key.exchange, e.key.routingKey, ri.code, ri.text))
+		err = sinks.Rejected(sinks.Because(sinks.ReasonUnroutable, fmt.Errorf("rabbitmq sink %s: %w: exchange %q has no queue bound for routing key %q (returned %d %s)",
+			cfg.Name, ErrUnroutable, e.key.exchange, e.key.routingKey, ri.code, ri.text)))
 	} else if !c.Ack {
 		err = fmt.Errorf("rabbitmq sink %s: the broker nacked the publish (internal error in the queue)", cfg.Name)
 	}
@@ -341,13 +341,13 @@ func (p *pubChan) deadErr(cfg SinkParams) error {
 // out as properties (user_id only when it is user, the sink's login).
 func toAMQP(m sinks.Outgoing, user string) (amqp.Publishing, error) {
 	if len(m.Destination) > 255 {
-		return amqp.Publishing{}, sinks.Permanent(fmt.Errorf("routing key %.40q... is longer than 255 bytes", m.Destination))
+		return amqp.Publishing{}, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("routing key %.40q... is longer than 255 bytes", m.Destination)))
 	}
 	hs := m.OutHeaders(m.Attempt)
 	table := make(amqp.Table, len(hs))
 	for _, h := range hs {
 		if len(h.Key) > 255 {
-			return amqp.Publishing{}, sinks.Permanent(fmt.Errorf("header name %.40q... is longer than 255 bytes (AMQP limit)", h.Key))
+			return amqp.Publishing{}, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("header name %.40q... is longer than 255 bytes (AMQP limit)", h.Key)))
 		}
 		if _, dup := table[h.Key]; dup {
 			continue // duplicate (Kafka) header: the first wins, as in Headers.Get

@@ -66,6 +66,20 @@ func attributable(err error) bool {
 	return true
 }
 
+// closeReason names the close of a channel or connection the broker
+// answered a publish with: 403 is the destination's permission, 404 a
+// name that does not exist (a reply-to queue), the rest (541...) a
+// refusal.
+func closeReason(err error) sinks.Reason {
+	switch Code(err) {
+	case amqp.AccessRefused:
+		return sinks.ReasonUnauthorized
+	case amqp.NotFound:
+		return sinks.ReasonNotFound
+	}
+	return sinks.ReasonRejected
+}
+
 const (
 	// poisonTTL is how long a destination whose publish made the broker
 	// close the channel or connection is published in the quarantine only.
@@ -249,8 +263,8 @@ func (s *Sink) bisect(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Pu
 		s.log.Warn("rabbitmq sink: the broker closes the channel or connection when this message is published; "+
 			"it fails (an attempt) and is published apart from the others", "id", msgs[i].ID, "exchange", s.cfg.Exchange,
 			"routing_key", msgs[i].Destination, "err", why)
-		errs[i] = sinks.Rejected(fmt.Errorf("rabbitmq sink %s: the broker closed the channel when the message was published to routing key %q on exchange %q: %w",
-			s.cfg.Name, msgs[i].Destination, s.cfg.Exchange, why))
+		errs[i] = sinks.Rejected(sinks.Because(closeReason(why), fmt.Errorf("rabbitmq sink %s: the broker closed the channel when the message was published to routing key %q on exchange %q: %w",
+			s.cfg.Name, msgs[i].Destination, s.cfg.Exchange, why)))
 		return append(culprits, i)
 	case len(left) == 1:
 		return s.bisect(ctx, msgs, pubs, errs, left, budget, culprits)

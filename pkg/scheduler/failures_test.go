@@ -1,0 +1,91 @@
+package scheduler
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// logBuffer is a bytes.Buffer safe for a logger and a test at once.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the lines that contain every one of subs.
+func (l *logBuffer) lines(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A flood of failed publishes to one destination is one WARN line per
+// log.repeat_interval, with the broker's reason; the failures it kept quiet
+// are counted in a line once the interval ended, and every failure is
+// counted in delaybridge_sink_publish_errors_total{sink,reason}. A message
+// that goes dead in the flood is likewise one line. The interval is on the
+// injected clock.
+func TestFailedPublishesAreLoggedOncePerDestinationPerInterval(t *testing.T) {
+	const n = 300
+	var logs logBuffer
+	unroutable := sinks.Rejected(sinks.Because(sinks.ReasonUnroutable, errors.New(`exchange "" has no queue bound for routing key "dest" (returned 312 NO_ROUTE)`)))
+	h := start(t, Params{MaxAttempts: 1, RepeatInterval: 10 * time.Second, MaxSleep: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func(h *harness) {
+		h.sink.fail = func(sinks.Outgoing) error { return unroutable }
+		for i := range n {
+			h.store.park(fmt.Sprintf("m%d", i), h.clock.Now(), "s")
+		}
+	})
+	for range n {
+		recv(t, h.store.dead, "dead")
+	}
+	if got := testutil.ToFloat64(h.sched.p.Metrics.PublishErrors.WithLabelValues("s", "unroutable")); got != n {
+		t.Errorf("delaybridge_sink_publish_errors_total{sink=s,reason=unroutable} = %v, want %d", got, n)
+	}
+	failed := logs.lines("level=WARN", `msg="publish failed"`)
+	if len(failed) != 1 || !strings.Contains(failed[0], "sink=s") || !strings.Contains(failed[0], "destination=dest") ||
+		!strings.Contains(failed[0], "reason=unroutable") || !strings.Contains(failed[0], "NO_ROUTE") {
+		t.Fatalf("want one WARN with the sink, the destination, the reason and the broker's words for %d failed publishes; the log:\n%s", n, logs.String())
+	}
+	if dead := logs.lines("level=WARN", `msg="message is dead"`); len(dead) != 1 {
+		t.Fatalf("%d WARN lines for %d dead messages to one destination, want 1; the log:\n%s", len(dead), n, logs.String())
+	}
+
+	h.clock.Advance(10 * time.Second) // the interval ends: the count of the others is said
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		return len(logs.lines("level=WARN", `msg="publish failed (repeats)"`, "destination=dest", fmt.Sprintf("not_logged=%d", n-1))) == 1 &&
+			len(logs.lines("level=WARN", `msg="message is dead (repeats)"`, fmt.Sprintf("not_logged=%d", n-1))) == 1
+	}, "no line with the %d failures not logged after the interval; the log:\n%s", n-1, &logs)
+}
