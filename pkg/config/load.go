@@ -25,13 +25,63 @@ type Problem struct {
 
 	line, col int  // where in the file, for the order of the list (0: not in the file)
 	unread    bool // the value at Path could not be read and is taken as absent
+	// shown is Path as String shows it, each entry of a list that has a
+	// name with its name: "ingest[1] (orders-in).route.sink" (see named).
+	shown string
 }
 
 func (p Problem) String() string {
-	if p.Path == "" {
+	switch {
+	case p.Path == "":
 		return p.Msg
+	case p.shown != "":
+		return p.shown + ": " + p.Msg
 	}
 	return p.Path + ": " + p.Msg
+}
+
+// named sets each problem's shown path: every list entry of its path
+// whose name nameOf knows ("" when none) is followed by that name in
+// parentheses, so that "ingest[1].route.sink" reads
+// "ingest[1] (orders-in).route.sink". Path stays the plain path.
+func (ps Problems) named(nameOf func(entry string) string) Problems {
+	for i := range ps {
+		p := ps[i].Path
+		var b strings.Builder
+		for {
+			end := strings.IndexByte(p, ']')
+			if end < 0 {
+				break
+			}
+			b.WriteString(p[:end+1])
+			if name := nameOf(ps[i].Path[:len(ps[i].Path)-len(p)+end+1]); name != "" {
+				b.WriteString(" (" + name + ")")
+			}
+			p = p[end+1:]
+		}
+		if b.Len() > 0 {
+			b.WriteString(p)
+			ps[i].shown = b.String()
+		}
+	}
+	return ps
+}
+
+// entryNames is named's nameOf on a file: the value of the name key of the
+// list entry at that path, when it is a mapping with one.
+func entryNames(pos map[string]*yaml.Node) func(string) string {
+	return func(entry string) string {
+		n, ok := pos[entry]
+		if !ok || n.Kind != yaml.MappingNode {
+			return ""
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k, v := n.Content[i], n.Content[i+1]; k.Value == "name" && v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
+				return v.Value
+			}
+		}
+		return ""
+	}
 }
 
 // Problems is every problem found; it is the error Load returns for an
@@ -117,7 +167,7 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 		} else {
 			probs.Add("", "%s", err)
 		}
-		return nil, inFileOrder(probs, pos)
+		return nil, inFileOrder(probs, pos).named(entryNames(pos))
 	}
 	cfg.unread = map[string]bool{}
 	for _, p := range structural {
@@ -138,7 +188,7 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	}
 	cfg.unread = nil
 	if len(probs) > 0 {
-		return nil, inFileOrder(probs, pos)
+		return nil, inFileOrder(probs, pos).named(entryNames(pos))
 	}
 	return &cfg, nil
 }
@@ -350,7 +400,12 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 			p := join(path, k)
 			ft, ok := fields[k]
 			if !ok {
-				probs.addAt(n.Content[i], p, "unknown key (known keys here: %s)", strings.Join(sortedKeys(fields), ", "))
+				known := sortedKeys(fields)
+				if guess := closest(k, known); guess != "" {
+					probs.addAt(n.Content[i], p, "unknown key; did you mean %s? (known keys here: %s)", guess, strings.Join(known, ", "))
+				} else {
+					probs.addAt(n.Content[i], p, "unknown key (known keys here: %s)", strings.Join(known, ", "))
+				}
 				continue
 			}
 			if seen[k] {
@@ -408,6 +463,47 @@ func sortedKeys(m map[string]reflect.Type) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// closest returns the known key a misspelt key most likely meant: the
+// nearest by edit distance (a swap of two neighbours counts as one edit),
+// at most 2 edits and at most a third of the key's length, the first in
+// order on a tie; "" when none is that near.
+func closest(key string, known []string) string {
+	best, bestD := "", 0
+	for _, k := range known {
+		d := editDistance(strings.ToLower(key), k)
+		if d <= 2 && 3*d <= len(key) && (best == "" || d < bestD) {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// insertions, deletions, substitutions and swaps of adjacent bytes.
+func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 func join(path, key string) string {

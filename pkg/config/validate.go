@@ -228,7 +228,7 @@ func (c *Config) Validate() error {
 		c.Encryption.validate(&p, c)
 	}
 	if len(p) > 0 {
-		return p
+		return p.named(c.entryName)
 	}
 	return nil
 }
@@ -534,7 +534,27 @@ func (c *Config) Warnings() Problems {
 		w.Add(at+".allowed_destinations", "not set, and %s: %s. List the destinations the publishers may use (patterns in the sink broker's wildcards)",
 			who, strings.Join(opens, "; "))
 	}
-	return w
+	return w.named(c.entryName)
+}
+
+// entryName is Problems.named's nameOf on a read configuration: the name
+// of the ingest or sink at that path ("ingest[1]", "sinks[0]").
+func (c *Config) entryName(entry string) string {
+	var i int
+	switch {
+	case scanEntry(entry, "ingest[%d]", &i) && i < len(c.Ingest):
+		return c.Ingest[i].Name
+	case scanEntry(entry, "sinks[%d]", &i) && i < len(c.Sinks):
+		return c.Sinks[i].Name
+	}
+	return ""
+}
+
+// scanEntry reads the index of entry, a list entry's path in format (one
+// %d), into i.
+func scanEntry(entry, format string, i *int) bool {
+	n, err := fmt.Sscanf(entry, format, i)
+	return err == nil && n == 1 && fmt.Sprintf(format, *i) == entry && *i >= 0
 }
 
 func hasPlaceholder(dest string) bool {

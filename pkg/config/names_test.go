@@ -1,0 +1,69 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/delaybridge/delaybridge/pkg/config"
+)
+
+// A problem in a list entry that has a name says which one by its name as
+// well as its index (issue 43, point 7): "ingest[1] (orders-in).route.sink",
+// where "ingest[1]" alone sent the reader counting entries. A misspelt key
+// gets the key it most likely meant. Problem.Path stays the plain path.
+func TestProblemsNameTheEntryAndGuessTheKey(t *testing.T) {
+	_, err := config.Parse([]byte(`
+redis: {addr: "127.0.0.1:6379"}
+log: {level: info, repeat_intervall: 5s}
+colour: red
+ingest:
+  - name: payments-in
+    nats: {url: "nats://127.0.0.1:4222", subject: "pay.>", stream: PAY}
+    route: {sink: out, destination: pay.out}
+  - name: orders-in
+    nats: {url: "nats://127.0.0.1:4222", subject: "orders.>", stream: ORDERS}
+    route: {sink: nope, destination: orders.out}
+sinks:
+  - name: out
+    rabbitmq: {url: "amqp://127.0.0.1:5672/", exchnage: x}
+`), noEnv)
+	var ps config.Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("err = %v, want Problems", err)
+	}
+	text := err.Error()
+	for _, want := range []string{
+		`ingest[1] (orders-in).route.sink: "nope" names no sink`,
+		`log.repeat_intervall: unknown key; did you mean repeat_interval? (known keys here: format, level, repeat_interval)`,
+		`sinks[0] (out).rabbitmq.exchnage: unknown key; did you mean exchange?`,
+		`colour: unknown key (known keys here:`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in:\n%s", want, text)
+		}
+	}
+	paths := map[string]bool{}
+	for _, p := range ps {
+		paths[p.Path] = true
+	}
+	if !paths["ingest[1].route.sink"] || !paths["sinks[0].rabbitmq.exchnage"] {
+		t.Errorf("Problem.Path is not the plain path: %q", ps)
+	}
+
+	// The warnings of a valid file name their ingest too.
+	cfg, err := config.Parse([]byte(`
+redis: {addr: "127.0.0.1:6379"}
+ingest:
+  - name: orders-in
+    nats: {url: "nats://127.0.0.1:4222", subject: "orders.>", stream: ORDERS}
+    route: {sink: out, destination: fired.orders, allow_override: true}
+sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
+`), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0].String(), "ingest[0] (orders-in).route.allowed_destinations: not set") {
+		t.Errorf("warnings: %q", w)
+	}
+}
