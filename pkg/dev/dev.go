@@ -51,7 +51,7 @@ const (
 const (
 	ConfigFile = "config.yaml" // the configuration the daemon runs with
 	TokenFile  = "admin-token" // admin.token, made once
-	EnvFile    = "env"         // `. .delaybridge-dev/env` sets DB, AUTH and DELAYBRIDGE_ADMIN_TOKEN
+	EnvFile    = "env"         // `. .delaybridge-dev/env` sets DB, AUTH, DELAYBRIDGE_ADMIN and DELAYBRIDGE_ADMIN_TOKEN
 )
 
 // Options of a dev run.
@@ -176,7 +176,7 @@ delaybridge dev is running.
   config            %s
 
 From another terminal, in this directory:
-  . %s      # sets DB (the admin URL), DELAYBRIDGE_ADMIN_TOKEN, and AUTH for curl
+  . %s      # sets DB and DELAYBRIDGE_ADMIN (the admin URL), DELAYBRIDGE_ADMIN_TOKEN, and AUTH for curl
   %s send -c %s --ingest dev --delay 10s "hello again"
   %s send -c %s --ingest dev --at %s --header x-delay-destination=fired.reminders "a reminder"
   curl -s -H "$AUTH" $DB/v1/stats
@@ -266,14 +266,16 @@ func adminToken(path string) (string, error) {
 	return token, nil
 }
 
-// writeEnv writes the shell file that points curl and the CLI at this
-// run's admin API.
+// writeEnv writes the shell file that points curl (DB, AUTH) and the CLI
+// (DELAYBRIDGE_ADMIN and DELAYBRIDGE_ADMIN_TOKEN, the defaults of --admin
+// and --token) at this run's admin API.
 func writeEnv(path, adminURL, token string) error {
 	text := fmt.Sprintf(`# Written by delaybridge dev: source it (. %s) to talk to its admin API.
 export DB=%s
+export DELAYBRIDGE_ADMIN=%s
 export DELAYBRIDGE_ADMIN_TOKEN=%s
 export AUTH="Authorization: Bearer $DELAYBRIDGE_ADMIN_TOKEN"
-`, path, adminURL, token)
+`, path, adminURL, adminURL, token)
 	return os.WriteFile(path, []byte(text), 0o600)
 }
 

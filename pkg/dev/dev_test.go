@@ -102,7 +102,7 @@ func TestDevWithRedisServerWarnsOfNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	token, _ := os.ReadFile(filepath.Join(dir, TokenFile))
-	for _, want := range []string{"export DB=http://127.0.0.1:", "export DELAYBRIDGE_ADMIN_TOKEN=" + strings.TrimSpace(string(token)), `export AUTH="Authorization: Bearer $DELAYBRIDGE_ADMIN_TOKEN"`} {
+	for _, want := range []string{"export DB=http://127.0.0.1:", "export DELAYBRIDGE_ADMIN=http://127.0.0.1:", "export DELAYBRIDGE_ADMIN_TOKEN=" + strings.TrimSpace(string(token)), `export AUTH="Authorization: Bearer $DELAYBRIDGE_ADMIN_TOKEN"`} {
 		if len(token) < 16 || !strings.Contains(string(env), want) {
 			t.Errorf("the env file lacks %q:\n%s", want, env)
 		}

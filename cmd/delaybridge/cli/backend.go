@@ -24,10 +24,16 @@ import (
 // --config (ops.Service). Both give the same answers and refuse with the
 // same sentences; through Redis, a change is seen by the daemons within
 // scheduler.max_sleep and a pause within their refresh (the same interval).
+// A flag on the command line wins over the other's environment variable:
+// `-c FILE` acts on Redis even where DELAYBRIDGE_ADMIN is set (as
+// `. .delaybridge-dev/env` sets it).
 func (a *app) withOps(cmd *cobra.Command, f func(ctx context.Context, o ops.Operations) error) error {
 	ctx, stop := signalCtx(cmd)
 	defer stop()
-	if a.adminURL != "" {
+	if a.configPath == "" && a.adminURL == "" {
+		return exit(2, errNoTarget)
+	}
+	if a.adminURL != "" && (cmd.Flags().Changed("admin") || !cmd.Flags().Changed("config")) {
 		u, err := url.Parse(strings.TrimRight(a.adminURL, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return exit(2, fmt.Errorf("--admin %q: give the admin server's URL, e.g. http://127.0.0.1:7070", a.adminURL))
@@ -45,6 +51,12 @@ func (a *app) withOps(cmd *cobra.Command, f func(ctx context.Context, o ops.Oper
 	defer s.Client().Close()
 	return f(ctx, service(cfg, s))
 }
+
+// errNoTarget is the error of a command that acts on parked messages given
+// neither where they are nor a daemon to ask.
+var errNoTarget = errors.New("no configuration and no daemon to ask: give --admin URL (or set DELAYBRIDGE_ADMIN; " +
+	"`. .delaybridge-dev/env` sets it for delaybridge dev) to act through a running daemon's admin API, " +
+	"or --config FILE (or -c, or set DELAYBRIDGE_CONFIG) to act on its Redis")
 
 // openStore connects to the Redis of cfg and refuses a layout this build
 // does not know (store.CheckLayout; nothing recorded: a command reads or

@@ -29,7 +29,7 @@ func (a *app) devCmd() *cobra.Command {
 in-process one that keeps nothing) and the daemon, with the configuration it writes to
 --dir/config.yaml, and prints every message that fires. It stops on Ctrl-C or SIGTERM, and when
 the process that started it goes away (go run killed by its PID, a closed terminal), taking its
-redis-server with it. --dir/env sets DB, AUTH and DELAYBRIDGE_ADMIN_TOKEN for curl and the CLI.`,
+redis-server with it. --dir/env sets DB, AUTH, DELAYBRIDGE_ADMIN and DELAYBRIDGE_ADMIN_TOKEN for curl and the CLI.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			parent := os.Getppid() // first: dev ends when this process goes (go run killed by its PID)

@@ -190,8 +190,9 @@ valid destination) is retried only with --sink or --destination naming a valid o
 					err := o.RetryDead(ctx, id, to)
 					switch {
 					case errors.Is(err, ops.ErrNotFound), errors.Is(err, ops.ErrConflict):
-						refused = exit(1, err)
-						fmt.Fprintf(a.stderr, "not retried: %s\n", err)
+						// Said once here, for each ID; the exit says nothing more.
+						refused = exit(1, nil)
+						fmt.Fprintf(a.stderr, "delaybridge: not retried: %s\n", err)
 					case err != nil:
 						return failed(err)
 					default:
