@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
 	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
@@ -43,7 +44,12 @@ type Ingest interface {
 	Open(ctx context.Context, in *config.Ingest, log *slog.Logger) (ingest.Source, error)
 	// Send publishes one message to the ingest's topic, queue or subject
 	// the way an application would, and waits for the broker to take it.
-	Send(ctx context.Context, in *config.Ingest, p ingest.Publication) error
+	// It returns the message's publish time as the broker records it, the
+	// one the daemon counts a delay from (ingest.Incoming.PublishedAt: a
+	// Kafka record's timestamp, a JetStream message's time), or the zero
+	// time where the broker records none precisely (the daemon then counts
+	// from when it reads the message).
+	Send(ctx context.Context, in *config.Ingest, p ingest.Publication) (time.Time, error)
 }
 
 // Sink is what a broker's sink block (config.Sink.Broker) can do besides

@@ -3,6 +3,7 @@ package brokers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -21,9 +22,29 @@ type SendRequest struct {
 	Subject string // NATS only: the subject to publish to (default: the ingest's, wildcards replaced)
 }
 
+// DueAfter is when a message sent with delay d is due, computed as the
+// daemon computes it (pkg/envelope): d after at, its publish time as the
+// broker recorded it (Send's), rounded up to the millisecond (never
+// early). Where the broker records none (at is zero) the daemon counts
+// from when it reads the message: due is then d after now, in whole
+// milliseconds as the daemon reads its clock, and estimate is true.
+func DueAfter(at time.Time, d time.Duration, now time.Time) (due time.Time, estimate bool) {
+	base := at
+	if at.IsZero() {
+		base, estimate = now.Truncate(time.Millisecond), true
+	}
+	due = base.Add(d)
+	if t := due.Truncate(time.Millisecond); !t.Equal(due) {
+		due = t.Add(time.Millisecond)
+	}
+	return due, estimate
+}
+
 // Send publishes a message with the delay headers to an ingest's broker, the
-// way an application would.
-func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
+// way an application would. It returns the message's publish time as the
+// broker records it, which a delay counts from, or the zero time where the
+// broker records none precisely (Ingest.Send).
+func Send(ctx context.Context, cfg *config.Config, r SendRequest) (time.Time, error) {
 	var ic *config.Ingest
 	for i := range cfg.Ingest {
 		if cfg.Ingest[i].Name == r.Ingest {
@@ -35,21 +56,21 @@ func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
 		for i, in := range cfg.Ingest {
 			names[i] = in.Name
 		}
-		return fmt.Errorf("no ingest named %q in the configuration (ingests: %v)", r.Ingest, names)
+		return time.Time{}, fmt.Errorf("no ingest named %q in the configuration (ingests: %v)", r.Ingest, names)
 	}
 	if r.Delay != "" && r.At != "" {
-		return fmt.Errorf("give --delay or --at, not both")
+		return time.Time{}, fmt.Errorf("give --delay or --at, not both")
 	}
 	h := make(envelope.Headers, 0, len(r.Headers)+3)
 	if r.Delay != "" {
 		if _, reason := envelope.ParseDelay(r.Delay); reason != "" {
-			return fmt.Errorf("--delay: %s", reason)
+			return time.Time{}, fmt.Errorf("--delay: %s", reason)
 		}
 		h = append(h, envelope.Header{Key: envelope.HeaderDelay, Value: r.Delay})
 	}
 	if r.At != "" {
 		if _, reason := envelope.ParseDeliverAt(r.At); reason != "" {
-			return fmt.Errorf("--at: %s", reason)
+			return time.Time{}, fmt.Errorf("--at: %s", reason)
 		}
 		h = append(h, envelope.Header{Key: envelope.HeaderDeliverAt, Value: r.At})
 	}
@@ -59,10 +80,11 @@ func Send(ctx context.Context, cfg *config.Config, r SendRequest) error {
 	h = append(h, r.Headers...)
 	b, err := ingestOf(ic)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
-	if err := b.Send(ctx, ic, ingest.Publication{Headers: h, Body: r.Body, Key: r.Key, Subject: r.Subject}); err != nil {
-		return fmt.Errorf("ingest %s: %w", ic.Name, err)
+	at, err := b.Send(ctx, ic, ingest.Publication{Headers: h, Body: r.Body, Key: r.Key, Subject: r.Subject})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ingest %s: %w", ic.Name, err)
 	}
-	return nil
+	return at, nil
 }

@@ -188,8 +188,8 @@ Fired messages appear below. Ctrl-C stops everything.
 		time.Now().Add(time.Minute).UTC().Format(time.RFC3339))
 
 	if !o.NoWelcome {
-		due := time.Now().Add(5 * time.Second)
-		err := brokers.Send(ctx, cfg, brokers.SendRequest{Ingest: "dev", Delay: "5s", Body: []byte("hello from delaybridge")})
+		at, err := brokers.Send(ctx, cfg, brokers.SendRequest{Ingest: "dev", Delay: "5s", Body: []byte("hello from delaybridge")})
+		due, _ := brokers.DueAfter(at, 5*time.Second, time.Now())
 		if err != nil {
 			fmt.Fprintf(out, "could not send the welcome message: %v\n", err)
 		} else {

@@ -4,12 +4,60 @@ package cli
 // the small things that cost time or trust, each with its test.
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers"
+	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/daemon"
 )
+
+// runningDaemon runs the daemon of the configuration file path in this
+// process until the test ends, and returns its admin API's base URL once
+// it is ready.
+func runningDaemon(t *testing.T, path string) string {
+	t.Helper()
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	d, err := daemon.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		addr := d.AdminAddr()
+		if addr == "" || strings.HasSuffix(addr, ":0") {
+			return false
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "the daemon is not ready")
+	return "http://" + d.AdminAddr()
+}
 
 // A command that acts on parked messages, given neither a configuration
 // nor a daemon, says both ways: --admin (DELAYBRIDGE_ADMIN, which
@@ -69,5 +117,66 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "delaybridge: not retried: ") || !strings.Contains(lines[0], "nope-1") ||
 		!strings.Contains(lines[1], "nope-2") || strings.Count(errOut, "nope-1") != 1 {
 		t.Errorf("dead retry of two unknown IDs printed:\n%s\nwant one line for each", errOut)
+	}
+}
+
+// send prints the due time the daemon stores: a delay counts from the
+// message's publish time as the broker records it (a JetStream message's
+// time, a Kafka record's timestamp), and send read the clock before it
+// even connected, a few milliseconds early. Each of several sends to each
+// broker prints exactly what inspect then shows.
+func TestSendPrintsTheStoredDueTime(t *testing.T) {
+	rs, ns := testenv.Redis(t), testenv.NATS(t)
+	kc := testenv.Kafka(t, testenv.WithTopic("send-in", 1))
+	path := writeConfig(t, fmt.Sprintf(`
+redis: {addr: "%s", key_prefix: sendexact, shards: 2}
+admin: {listen: "127.0.0.1:0"}
+ingest:
+  - name: js
+    nats: {url: "%s", subject: "send.>", stream: SEND_IN}
+    route: {sink: out, destination: fired.out}
+  - name: kafka
+    kafka: {brokers: ["%s"], topic: send-in, group: sendexact, session_timeout: 2s}
+    route: {sink: out, destination: fired.out}
+sinks: [{name: out, nats: {url: "%s", jetstream: false}}]
+`, rs.Addr, ns.URL, kc.Brokers[0], ns.URL))
+	runningDaemon(t, path)
+	t.Setenv("DELAYBRIDGE_ADMIN", "")
+	printed := regexp.MustCompile(`^sent (\S+) to ingest \S+ \(\d+ bytes?\), due (\S+) \(in 1h0m0s\)\n$`)
+	for _, ingest := range []string{"js", "kafka"} {
+		for i := range 5 {
+			id := fmt.Sprintf("%s-%d", ingest, i)
+			code, out, errOut := run(t, "send", "-c", path, "--ingest", ingest, "--delay", "1h", "--id", id, "x")
+			m := printed.FindStringSubmatch(out)
+			if code != 0 || m == nil {
+				t.Fatalf("send to %s: exit %d, %q %q", ingest, code, out, errOut)
+			}
+			var stored struct {
+				DueAt string `json:"due_at"`
+			}
+			testenv.Eventually(t, 15*time.Second, func() bool {
+				code, out, _ := run(t, "inspect", "-c", path, id)
+				return code == 0 && json.Unmarshal([]byte(out), &stored) == nil
+			}, "%s was not parked", id)
+			if m[2] != stored.DueAt {
+				t.Errorf("send to %s printed due %s, the daemon stored %s", ingest, m[2], stored.DueAt)
+			}
+		}
+	}
+}
+
+// The due time send prints counts from the broker's publish time, rounded
+// up to the millisecond as the daemon rounds it; where the broker records
+// none (RabbitMQ, core NATS) it says "due about": the daemon counts from
+// when it reads the message.
+func TestSendSaysWhenItsDueIsAnEstimate(t *testing.T) {
+	in := &config.Ingest{Name: "q", Dialects: []string{"delaybridge"}}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 123_456_789, time.UTC)
+	if due, _ := dueOf(brokers.SendRequest{Delay: "3s"}, in, time.Time{}, now); due != "due about 2026-12-01T10:00:03.123Z (in 3s; counted from when the daemon reads it)" {
+		t.Errorf("without a publish time: %q", due)
+	}
+	stored := time.Date(2026, 12, 1, 10, 0, 0, 120_000_500, time.UTC) // a JetStream time, in nanoseconds
+	if due, _ := dueOf(brokers.SendRequest{Delay: "3s"}, in, stored, now); due != "due 2026-12-01T10:00:03.121Z (in 3s)" {
+		t.Errorf("with the stream's time: %q", due)
 	}
 }

@@ -26,7 +26,13 @@ func (a *app) sendCmd() *cobra.Command {
 		Short: "Publish one message with delay headers to an ingest's topic (body from stdin when BODY is - or absent)",
 		Long: `Publishes one message to the broker of an ingest, the way an application would, and prints
 its ID and when it is due. Without --id the message gets a generated ID (a UUIDv7), sent as
-x-message-id, so that it can be inspected or cancelled by it.`,
+x-message-id, so that it can be inspected or cancelled by it.
+
+A --delay counts from the message's publish time as the broker records it, as the daemon counts
+it: on Kafka the record's timestamp (send sets it) and on JetStream the time the stream stored the
+message (send asks the stream), so the due time printed is the one the daemon stores. RabbitMQ and
+core NATS record no precise time: the daemon counts from when it reads the message, and send
+prints "due about" the time counted from when the broker took the message.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if req.Delay != "" && req.At != "" {
@@ -69,12 +75,13 @@ x-message-id, so that it can be inspected or cancelled by it.`,
 			} else {
 				req.Body = []byte(args[0])
 			}
-			due, warning := dueOf(req, in, time.Now())
 			ctx, stop := signalCtx(cmd)
 			defer stop()
-			if err := brokers.Send(ctx, cfg, req); err != nil {
+			at, err := brokers.Send(ctx, cfg, req)
+			if err != nil {
 				return exit(1, err)
 			}
+			due, warning := dueOf(req, in, at, time.Now())
 			id := req.ID
 			if id == "" {
 				id = headerValue(req.Headers, envelope.HeaderMessageID)
@@ -140,8 +147,10 @@ func headerValue(hs envelope.Headers, key string) string {
 
 // dueOf says when the message req is due, as the daemon will read its
 // headers, and warns when the daemon will reject it for want of a delay.
-// A delay counts from the broker's publish time, about now.
-func dueOf(req brokers.SendRequest, in *config.Ingest, now time.Time) (due, warning string) {
+// A delay counts from published, the broker's publish time that Send
+// returned, as the daemon counts it (brokers.DueAfter); where the broker
+// records none (zero) from now, the moment the broker took it: "due about".
+func dueOf(req brokers.SendRequest, in *config.Ingest, published, now time.Time) (due, warning string) {
 	hs := req.Headers
 	delay, at := req.Delay, req.At
 	if delay == "" {
@@ -168,14 +177,34 @@ func dueOf(req brokers.SendRequest, in *config.Ingest, now time.Time) (due, warn
 		if reason != "" {
 			return "not due: " + reason, ""
 		}
-		return "due " + envelope.FormatTime(now.Add(d)) + inWords(d), ""
+		return dueAfter(published, d, now, ""), ""
 	case hasHeader(hs, envelope.HeaderEvery) || hasHeader(hs, envelope.HeaderCron):
 		return "recurring: its first occurrence is the schedule's first time", ""
 	case in.Route.DefaultDelay != nil:
-		d := in.Route.DefaultDelay.D()
-		return "due " + envelope.FormatTime(now.Add(d)) + inWords(d) + " (the route's default_delay)", ""
+		return dueAfter(published, in.Route.DefaultDelay.D(), now, "the route's default_delay"), ""
 	}
 	return "not due", fmt.Sprintf("the message has no --delay or --at, and ingest %s's route has no default_delay: the daemon will keep it as dead (\"no x-delay or x-deliver-at header\"); send it again with --delay D or --at T", in.Name)
+}
+
+// dueAfter says "due T (in D)" for a delay d counted from the publish time
+// at (brokers.DueAfter), "due about T (in D, ...)" where at is unknown;
+// why, when set, says where the delay came from.
+func dueAfter(at time.Time, d time.Duration, now time.Time, why string) string {
+	due, estimate := brokers.DueAfter(at, d, now)
+	var notes []string
+	if d > 0 {
+		notes = append(notes, "in "+d.Round(time.Millisecond).String())
+	} else {
+		notes = append(notes, "now: a due time that has passed fires at once")
+	}
+	if why != "" {
+		notes = append(notes, why)
+	}
+	if estimate {
+		notes = append(notes, "counted from when the daemon reads it")
+		return "due about " + envelope.FormatTime(due) + " (" + strings.Join(notes, "; ") + ")"
+	}
+	return "due " + envelope.FormatTime(due) + " (" + strings.Join(notes, "; ") + ")"
 }
 
 // inWords is " (in 30m0s)" for a due time ahead, "" for one that has come.

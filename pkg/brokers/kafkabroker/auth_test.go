@@ -193,7 +193,7 @@ func roundTrip(t *testing.T, addrs []string, a kafkabroker.Auth) {
 	for i := range 6 {
 		body := fmt.Sprintf("from send %d", i)
 		req := brokers.SendRequest{Ingest: "in", Delay: "1m", Key: []byte(fmt.Sprintf("send-%d", i)), Body: []byte(body)}
-		if err := brokers.Send(ctx, &config.Config{Ingest: []config.Ingest{ic}}, req); err != nil {
+		if _, err := brokers.Send(ctx, &config.Config{Ingest: []config.Ingest{ic}}, req); err != nil {
 			t.Fatalf("send: %v", err)
 		}
 		want[body] = true
@@ -264,7 +264,7 @@ func refused(t *testing.T, addrs []string, a kafkabroker.Auth, hint string) {
 	}
 	check("ingest", err)
 
-	err = brokers.Send(ctx, &config.Config{Ingest: []config.Ingest{ic}}, brokers.SendRequest{Ingest: "in", Delay: "1m", Body: []byte("x")})
+	_, err = brokers.Send(ctx, &config.Config{Ingest: []config.Ingest{ic}}, brokers.SendRequest{Ingest: "in", Delay: "1m", Body: []byte("x")})
 	check("send", err)
 
 	sink, err := brokers.OpenSink(ctx, ptr(sinkConfig(addrs, a)), log)
@@ -290,7 +290,7 @@ func TestIngestReadyAfterCredentialsChange(t *testing.T) {
 		t.Fatalf("ingest: %v", err)
 	}
 	defer src.Close(context.Background())
-	if err := brokers.Send(ctx, &config.Config{Ingest: []config.Ingest{ic}}, brokers.SendRequest{Ingest: "in", Delay: "1m", Body: []byte("x")}); err != nil {
+	if _, err := brokers.Send(ctx, &config.Config{Ingest: []config.Ingest{ic}}, brokers.SendRequest{Ingest: "in", Delay: "1m", Body: []byte("x")}); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	_, ack, err := src.Read(ctx)

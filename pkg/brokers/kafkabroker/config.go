@@ -143,11 +143,12 @@ func (c *IngestConfig) Open(ctx context.Context, in *config.Ingest, log *slog.Lo
 	return NewSource(ctx, p, log)
 }
 
-// Send produces p to the ingest's topic, as a publisher would.
-func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, pub ingest.Publication) error {
+// Send produces p to the ingest's topic, as a publisher would, and returns
+// the record's timestamp.
+func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, pub ingest.Publication) (time.Time, error) {
 	p, err := c.params(in)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	return Send(ctx, p, pub)
 }

@@ -12,8 +12,12 @@ import (
 
 // Send produces one record to cfg.Topic on cfg.Brokers, with cfg.TLS and
 // cfg.SASL, with acks=all, and waits for it, as a publisher would (for
-// `delaybridge send`). The other fields of cfg are not used.
-func Send(ctx context.Context, cfg SourceParams, p ingest.Publication) error {
+// `delaybridge send`). The other fields of cfg are not used. It returns the
+// record's timestamp, which it sets (Kafka keeps milliseconds): the time the
+// daemon counts a delay from, unless the topic has
+// message.timestamp.type=LogAppendTime (the broker's time then, a moment
+// later).
+func Send(ctx context.Context, cfg SourceParams, p ingest.Publication) (time.Time, error) {
 	brokers, topic := cfg.Brokers, cfg.Topic
 	tr := &kafka.Transport{ClientID: "delaybridge-send", TLS: cfg.TLS, SASL: cfg.SASL}
 	defer tr.CloseIdleConnections()
@@ -27,7 +31,8 @@ func Send(ctx context.Context, cfg SourceParams, p ingest.Publication) error {
 		Transport:    tr,
 	}
 	defer w.Close()
-	msg := kafka.Message{Key: p.Key, Value: p.Body}
+	at := time.UnixMilli(time.Now().UnixMilli())
+	msg := kafka.Message{Key: p.Key, Value: p.Body, Time: at}
 	for _, kv := range p.Headers {
 		msg.Headers = append(msg.Headers, kafka.Header{Key: kv.Key, Value: []byte(kv.Value)})
 	}
@@ -37,7 +42,7 @@ func Send(ctx context.Context, cfg SourceParams, p ingest.Publication) error {
 			err = we[0]
 		}
 		if errors.Is(err, kafka.UnknownTopicOrPartition) {
-			return fmt.Errorf("produce to %s: the topic does not exist on %v: %w", topic, brokers, err)
+			return time.Time{}, fmt.Errorf("produce to %s: the topic does not exist on %v: %w", topic, brokers, err)
 		}
 		// A refused SASL exchange or client certificate reaches the writer
 		// as a closed connection: a connection of our own says which.
@@ -49,7 +54,7 @@ func Send(ctx context.Context, cfg SourceParams, p ingest.Publication) error {
 			}
 		}
 		err = Diagnose(err, probe)
-		return fmt.Errorf("produce to %s on %v: %w", topic, brokers, err)
+		return time.Time{}, fmt.Errorf("produce to %s on %v: %w", topic, brokers, err)
 	}
-	return nil
+	return at, nil
 }

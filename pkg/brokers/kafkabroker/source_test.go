@@ -194,7 +194,7 @@ func TestSourceRoundTrip(t *testing.T) {
 		kafka.Message{Topic: topic, Value: []byte("no key")},
 	)
 	// Send, the `delaybridge send` path.
-	if err := Send(ctxT(t, 10*time.Second), SourceParams{Brokers: k.Brokers, Topic: topic}, ingest.Publication{Key: []byte("k3"),
+	if _, err := Send(ctxT(t, 10*time.Second), SourceParams{Brokers: k.Brokers, Topic: topic}, ingest.Publication{Key: []byte("k3"),
 		Headers: envelope.Headers{{Key: "x-delay", Value: "1m"}, {Key: "a", Value: "b"}}, Body: []byte("sent")}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}

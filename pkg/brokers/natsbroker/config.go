@@ -109,10 +109,10 @@ func (c *IngestConfig) Open(ctx context.Context, in *config.Ingest, log *slog.Lo
 
 // Send publishes p to the ingest's subject (p.Subject when given, else the
 // ingest's subject with its wildcards filled in), as a publisher would.
-func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Publication) error {
+func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Publication) (time.Time, error) {
 	opts, err := AuthOptions(c.Auth)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	return Send(ctx, SourceParams{Name: in.Name, URL: c.URL, Options: opts, Subject: c.Subject, Stream: c.Stream}, p)
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -152,9 +153,12 @@ func (c *IngestConfig) Open(ctx context.Context, in *config.Ingest, log *slog.Lo
 	return NewSource(ctx, c.params(in), log)
 }
 
-// Send publishes p to the ingest's queue, as a publisher would.
-func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Publication) error {
-	return Send(ctx, c.params(in), p)
+// Send publishes p to the ingest's queue, as a publisher would. RabbitMQ
+// records no precise publish time (the timestamp property has whole
+// seconds): the time is zero, and the daemon counts from when it reads the
+// message.
+func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Publication) (time.Time, error) {
+	return time.Time{}, Send(ctx, c.params(in), p)
 }
 
 // Kind returns "rabbitmq".
