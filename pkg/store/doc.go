@@ -3,7 +3,9 @@
 // the shard's meta, dead, groups, next and lease keys beside them (the
 // "Version 1.0" layout; keys.go names every key), moved atomically by Lua
 // scripts that each touch one shard, so the same code runs on a single
-// Redis and on Redis Cluster.
+// Redis and on Redis Cluster. docs/store.md shows the layout as an operator
+// sees it with redis-cli: each key, each state of a message and the script
+// that moves it there.
 //
 // Life of a message in a shard:
 //

@@ -11,12 +11,16 @@ import (
 //
 // Per shard N (0 <= N < shards), every key carries the Redis Cluster hash
 // tag {N}, so that every script touches one slot (a script names the keys
-// it touches: scripts.go):
+// it touches: scripts.go). docs/store.md shows each key with redis-cli, and
+// the states of a message:
 //
 //	<prefix>:{N}:pool   hash   message ID -> encoded message (envelope.Encode)
 //	<prefix>:{N}:due    zset   message ID -> due time, Unix ms; while a message
 //	                           is in flight, its lease expiry + leaseMark; while
-//	                           it waits for a max_rate slot, the slot + slotMark
+//	                           it is claimed ahead of its due time, its lease
+//	                           expiry + aheadMark; while it waits for a max_rate
+//	                           slot, the slot + slotMark; while it is held, in
+//	                           its sink's hold band (below)
 //	<prefix>:{N}:meta   hash   message ID -> "attempts|deadAt|priority|reason",
 //	                           only once there is something to record (a failed
 //	                           or abandoned attempt, a death)
@@ -41,8 +45,9 @@ import (
 //	<prefix>:{N}:seen:<B> hash "<L>:<log>:<ID>" -> mark, for
 //	                           scheduler.dedupe_window W: what re-reads are
 //	                           told by, in bucket B = (time in Unix ms) / W,
-//	                           which expires whole about two windows after it
-//	                           began: a delivered message of that ID read from
+//	                           read while B-1, B or B+1 is current and expiring
+//	                           whole three windows after it began (Store.seen):
+//	                           a delivered message of that ID read from
 //	                           log (L bytes long; "" without one) and its
 //	                           position in the log; without a log (AMQP), the
 //	                           content print of a delivery parked and not yet
@@ -54,11 +59,16 @@ import (
 //
 // and for the whole deployment:
 //
-//	<prefix>:config     hash   shards -> the shard count, fixed on first start
+//	<prefix>:config     hash   shards -> the shard count, fixed on first start;
+//	                           layout -> the layout the store holds (layout.go);
+//	                           cursor_key -> the key that signs listing cursors,
+//	                           made once (browse.go)
 //	<prefix>:sinks      hash   "index:<sink>" -> the sink's hold band (below);
+//	                           "bands" -> how many bands were given;
 //	                           "paused:<sink>" -> 1 while the sink is paused
 //	<prefix>:rate:<sink> string the next free publish slot of a sink with
-//	                           max_rate (Unix µs), shared by every instance
+//	                           max_rate (Unix µs), shared by every instance;
+//	                           it expires a second after that slot
 //
 // A parked message is in pool and in one due set; a dead one is in pool and
 // in dead. A due message of a sink that is down or paused is held: its score
