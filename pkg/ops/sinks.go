@@ -28,9 +28,12 @@ func (s *Service) Sink(ctx context.Context, name string) (*SinkView, error) {
 
 // SetPaused pauses or resumes a sink for every instance (kept in Redis),
 // applies it on this instance at once (Params.Refresh; the others within
-// their refresh interval), and returns the sink as it is then.
+// their refresh interval), and returns the sink as it is then; a resume
+// says in Released how many held messages it released (read before: once
+// released they are no longer held, and Due says 0).
 func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*SinkView, error) {
-	if _, err := s.sink(name); err != nil {
+	before, err := s.Sink(ctx, name)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.p.Store.SetPaused(ctx, name, paused); err != nil {
@@ -42,7 +45,11 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*Sin
 			s.log.Warn("sink pause recorded, but this instance could not apply it at once", "sink", name, "paused", paused, "err", err)
 		}
 	}
-	return s.Sink(ctx, name) // as this instance sees it now
+	v, err := s.Sink(ctx, name) // as this instance sees it now
+	if err == nil && !paused && before.Paused {
+		v.Released = before.Due
+	}
+	return v, err
 }
 
 // statuses returns Params.Sinks' answer sorted by name.

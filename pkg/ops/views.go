@@ -342,6 +342,12 @@ type SinkView struct {
 	// MaxRate is sinks[].max_rate, the limit every instance shares through
 	// Redis; 0 means none.
 	MaxRate float64 `json:"max_rate"`
+	// Released, in the answer of a resume, counts the messages the pause
+	// held that the resume released to fire, in due order: at once on the
+	// instance that answered (status ready), at their next refresh on the
+	// others (within scheduler.max_sleep). Due, read after the release, no
+	// longer counts them.
+	Released int64 `json:"released,omitempty"`
 }
 
 // textOrBase64 returns b as text when it is valid UTF-8, else base64.

@@ -19,6 +19,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/brokers"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/daemon"
+	"github.com/delaybridge/delaybridge/pkg/ops"
 )
 
 // runningDaemon runs the daemon of the configuration file path in this
@@ -178,5 +179,60 @@ func TestSendSaysWhenItsDueIsAnEstimate(t *testing.T) {
 	stored := time.Date(2026, 12, 1, 10, 0, 0, 120_000_500, time.UTC) // a JetStream time, in nanoseconds
 	if due, _ := dueOf(brokers.SendRequest{Delay: "3s"}, in, stored, now); due != "due 2026-12-01T10:00:03.121Z (in 3s)" {
 		t.Errorf("with the stream's time: %q", due)
+	}
+}
+
+// After `sinks` showed a due message held for a paused sink, `sinks
+// resume` said "held: 0": it read the held count after the resume had
+// released them, which was true and told nothing. It says what it
+// released.
+func TestSinksResumeSaysWhatItReleased(t *testing.T) {
+	rs, ns := testenv.Redis(t), testenv.NATS(t)
+	path := writeConfig(t, fmt.Sprintf(`
+redis: {addr: "%s", key_prefix: resume, shards: 2}
+admin: {listen: "127.0.0.1:0"}
+scheduler: {max_sleep: 100ms}
+ingest:
+  - name: js
+    nats: {url: "%s", subject: "resume.>", stream: RESUME_IN}
+    route: {sink: out, destination: fired.out}
+sinks: [{name: out, nats: {url: "%s", jetstream: false}}]
+`, rs.Addr, ns.URL, ns.URL))
+	base := runningDaemon(t, path)
+	t.Setenv("DELAYBRIDGE_ADMIN", "")
+	sink := func() ops.SinkView {
+		code, out, errOut := run(t, "sinks", "--admin", base, "--json")
+		var views []ops.SinkView
+		if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 {
+			t.Fatalf("sinks: exit %d, %q %q", code, out, errOut)
+		}
+		return views[0]
+	}
+	due := func() int64 { return sink().Due }
+	for _, via := range [][]string{{"--admin", base}, {"-c", path}} {
+		if code, out, errOut := run(t, append([]string{"sinks", "pause", "out"}, via...)...); code != 0 || !strings.HasPrefix(out, "paused out") {
+			t.Fatalf("sinks pause %v: exit %d, %q %q", via, code, out, errOut)
+		}
+		// Through Redis the daemon applies the pause at its next refresh.
+		testenv.Eventually(t, 15*time.Second, func() bool { return sink().Status == "paused" }, "the daemon does not apply the pause")
+		for i := range 2 {
+			if code, out, errOut := run(t, "send", "-c", path, "--ingest", "js", "--delay", "1ms", "--id", fmt.Sprintf("held-%s-%d", via[0], i), "x"); code != 0 {
+				t.Fatalf("send: exit %d, %q %q", code, out, errOut)
+			}
+		}
+		testenv.Eventually(t, 15*time.Second, func() bool { return due() == 2 }, "the paused sink does not show its 2 due messages held")
+
+		code, out, errOut := run(t, append([]string{"sinks", "resume", "out"}, via...)...)
+		want := "resumed out for every instance: 2 held messages released, firing in due order\n"
+		if via[0] == "-c" {
+			want = "resumed out for every instance: 2 held messages released, to fire in due order at the daemons' next refresh (within scheduler.max_sleep)\n"
+		}
+		if code != 0 || out != want {
+			t.Errorf("sinks resume %v: exit %d, %q %q; want %q", via, code, out, errOut, want)
+		}
+		testenv.Eventually(t, 15*time.Second, func() bool { return due() == 0 }, "the released messages are still held")
+	}
+	if code, out, _ := run(t, "sinks", "resume", "out", "--admin", base); code != 0 || out != "resumed out for every instance (no messages were held)\n" {
+		t.Errorf("sinks resume of a sink not paused: exit %d, %q", code, out)
 	}
 }

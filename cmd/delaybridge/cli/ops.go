@@ -370,7 +370,18 @@ DUE counts the sink's due messages held while it is paused or down.`,
 					if err != nil {
 						return failed(err)
 					}
-					fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d)\n", done, show(v.Name), v.Due)
+					switch {
+					case paused:
+						fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d)\n", done, show(v.Name), v.Due)
+					case v.Released == 0:
+						fmt.Fprintf(a.stdout, "%s %s for every instance (no messages were held)\n", done, show(v.Name))
+					case v.Status == "unknown" || v.Status == "resuming":
+						// Through Redis, or a daemon that has not applied it yet.
+						fmt.Fprintf(a.stdout, "%s %s for every instance: %s released, to fire in due order at the daemons' next refresh (within scheduler.max_sleep)\n",
+							done, show(v.Name), count(int(v.Released), "held message"))
+					default:
+						fmt.Fprintf(a.stdout, "%s %s for every instance: %s released, firing in due order\n", done, show(v.Name), count(int(v.Released), "held message"))
+					}
 					return nil
 				})
 			},
