@@ -226,20 +226,28 @@ func TestFireAheadStopAndKill(t *testing.T) {
 			)
 			// The claim ahead happens from due-1s: wait until the daemon holds
 			// them all. A machine slow enough to park them after that, or to
-			// fire them before they were seen held, checked nothing: again.
-			for try := 1; ; try++ {
+			// fire them before they were seen held, checked nothing: again,
+			// with twice the lead (4 s was short for a race build beside make
+			// test's other jobs, 3 of 3 in one CI run).
+			lead := 4 * time.Second
+			for try := 1; ; try, lead = try+1, 2*lead {
 				e = newNATSEnv(t, ", fire_ahead: 1s, lease: 3s, publish_timeout: 2s", "")
-				// 4 s ahead: parking 200 and the claim ahead from due-1s fit in
-				// it beside make test's other jobs (2.5 s did not, 3 of 3).
-				due = time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
+				due = time.Now().Add(lead).Truncate(time.Millisecond)
 				ids = e.parkAt(fmt.Sprintf("%s-%d", how, try), n, due)
-				if e.parkedBy(n, due) && testenv.Poll(time.Until(due), func() bool { return e.heldAhead() == n }) {
+				why := ""
+				switch {
+				case !e.parkedBy(n, due):
+					why = fmt.Sprintf("were not all parked before their due instant, %v after the first publish", lead)
+				case !testenv.Poll(time.Until(due), func() bool { return e.heldAhead() == n }):
+					why = "were not all seen claimed ahead before their due instant"
+				}
+				if why == "" {
 					break
 				}
 				if try == 3 {
-					t.Fatalf("three times the daemon was not seen holding all %d messages claimed ahead before their due instant: nothing was checked", n)
+					t.Fatalf("three times the %d messages %s: nothing was checked", n, why)
 				}
-				t.Logf("try %d: the %d messages were not all seen claimed ahead before their due instant (%d were); again", try, n, e.heldAhead())
+				t.Logf("try %d: the %d messages %s; again", try, n, why)
 			}
 			if how == "stop" {
 				e.d.stop()
