@@ -25,8 +25,8 @@ import (
 	"runtime/trace"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 

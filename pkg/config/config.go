@@ -242,6 +242,16 @@ type Ingest struct {
 	// reading pauses at the cap.
 	MaxInFlight int `yaml:"max_in_flight"`
 
+	// MaxParked bounds this ingest's messages live in the store (parked,
+	// in flight or held; 0: no bound of its own): at it, this ingest parks
+	// nothing more until its messages fire (cancels still go through) while
+	// the other ingests go on; limits.max_parked_messages bounds them all.
+	MaxParked int64 `yaml:"max_parked"`
+	// MaxSeries bounds this ingest's live recurring series (0: no bound of
+	// its own): past it a new series is dead with reason max_series;
+	// limits.max_series bounds them all.
+	MaxSeries int64 `yaml:"max_series"`
+
 	// Dialects are the header dialects the ingest reads (default
 	// [delaybridge]): delaybridge, kafka-scheduler (Kafka ingests only).
 	Dialects []string `yaml:"dialects"`

@@ -365,6 +365,12 @@ func (c *Config) validateIngest(p *Problems, i int, names, sinks map[string]bool
 	if in.MaxInFlight < 1 {
 		p.Add(at+".max_in_flight", "must be at least 1")
 	}
+	if in.MaxParked < 0 {
+		p.Add(at+".max_parked", "must not be negative (0: no bound of its own)")
+	}
+	if in.MaxSeries < 0 {
+		p.Add(at+".max_series", "must not be negative (0: no bound of its own)")
+	}
 	r := &in.Route
 	switch {
 	case r.Sink == "":

@@ -108,6 +108,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if err := d.store.CheckShards(ctx); err != nil {
 		return nil, err
 	}
+	if err := census(ctx, cfg, d.store, log); err != nil {
+		return nil, err
+	}
 	if warning, err := d.store.CheckEviction(ctx); err != nil {
 		return nil, err
 	} else if warning != "" {
@@ -177,7 +180,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	})
 
 	limits := Limits(cfg)
-	roomToPark := store.NewCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory)
+	perIngest := map[string]int64{}
+	for _, ic := range cfg.Ingest {
+		perIngest[ic.Name] = ic.MaxParked
+	}
+	roomToPark := store.NewCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory, perIngest)
 	for i := range cfg.Ingest {
 		ic := &cfg.Ingest[i]
 		src, err := brokers.OpenSource(ctx, ic, log)
@@ -196,7 +203,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			MaxInFlight:  ic.MaxInFlight,
 			DrainTimeout: drainBudget(cfg.ShutdownTimeout.D()),
 			DeadLetter:   deadLetter,
-			Capacity:     roomToPark,
+			Capacity:     roomToPark.For(ic.Name),
 			Metrics:      d.metrics,
 			Tracer:       d.tracer,
 			Logger:       log,
@@ -205,7 +212,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 
 	state := metrics.State{Store: d.store, MaxRedisMemory: cfg.Limits.MaxRedisMemory, Persistence: d.persistence.kinds}
 	for i, p := range d.pipes {
-		in := metrics.Component{Name: cfg.Ingest[i].Name, Paused: p.Paused}
+		in := metrics.Component{Name: cfg.Ingest[i].Name, Paused: p.Paused, MaxParked: cfg.Ingest[i].MaxParked}
 		if r, ok := d.sources[i].(ingest.Ready); ok {
 			in.Ready = r.Ready
 		}
@@ -248,7 +255,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 				Sinks:        d.sinkStatuses,
 				Refresh:      d.sched.Refresh,
 				Notify:       d.sched.Notify,
-				Capacity:     roomToPark,
+				Capacity:     roomToPark.For(""),
 				Persistence:  d.persistence.view,
 				Now:          d.clock.Now,
 				Logger:       log,

@@ -37,7 +37,7 @@ const (
 
 	CodeInvalidDestination  Code = "invalid_destination"      // a template that does not expand to a valid destination
 	CodeDestinationReserved Code = "destination_reserved"     // a reserved part of a broker's namespace (destination.ErrReserved; = destination.ReservedCode)
-	CodeMaxSeries           Code = "max_series"               // a new series past limits.max_series (ErrMaxSeries)
+	CodeMaxSeries           Code = "max_series"               // a new series past limits.max_series or its ingest's max_series (ErrMaxSeries, ErrIngestMaxSeries)
 	CodeIDTaken             Code = "id_taken"                 // an ID known as another source's message (ErrIDTaken)
 	CodeInvalidReplace      Code = "invalid_replace"          // x-delay-replace neither true nor false
 	CodeInvalidEpoch        Code = "invalid_scheduler_epoch"  // kafka-scheduler: scheduler-epoch missing or not Unix seconds
@@ -91,6 +91,14 @@ const ReasonMaxSeries = "the store holds as many live recurring series as limits
 // ErrMaxSeries rejects a new recurring series that the store refused for
 // limits.max_series (store.OverSeries).
 var ErrMaxSeries error = &Rejection{Code: CodeMaxSeries, Reason: ReasonMaxSeries}
+
+// ReasonIngestMaxSeries is the reason of a new recurring series refused for
+// its ingest's ingest[].max_series.
+const ReasonIngestMaxSeries = "the store holds as many live recurring series of this ingest as its max_series allows: end or cancel series (x-delay-cancel, DELETE /v1/messages/{id}), or raise the ingest's max_series"
+
+// ErrIngestMaxSeries rejects a new recurring series that the store refused
+// for its ingest's max_series (store.OverSourceSeries).
+var ErrIngestMaxSeries error = &Rejection{Code: CodeMaxSeries, Reason: ReasonIngestMaxSeries}
 
 // ReasonIDTaken is the reason of a message whose ID is known as a message
 // of another source (another ingest, or the admin API).

@@ -271,8 +271,8 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		codes = append(codes, envelope.CodeOf(err))
 	}
 	var marked []*envelope.Message // parked: their re-read marks go once their acks are confirmed
-	var parkAt []int                // the batch index of each of parks
-	held := map[int]bool{}          // batch indexes that went to the waiting room
+	var parkAt []int               // the batch index of each of parks
+	held := map[int]bool{}         // batch indexes that went to the waiting room
 	// flush parks what is pending, so that a control message sees every
 	// park before it in the batch; while the store is full, it puts them
 	// in the waiting room instead (room.go).
@@ -493,6 +493,8 @@ func (pl *Pipeline) parkChecked(ctx context.Context, msgs []*envelope.Message) (
 			pl.log.Debug("replacement not newer than the parked message, ignored", "id", m.ID)
 		case store.OverSeries:
 			refused = append(refused, refusal{m, envelope.ErrMaxSeries})
+		case store.OverSourceSeries:
+			refused = append(refused, refusal{m, envelope.ErrIngestMaxSeries})
 		case store.IDTaken:
 			refused = append(refused, refusal{m, envelope.ErrIDTaken})
 		default: // Known, Duplicate

@@ -29,6 +29,8 @@ type Component struct {
 	Ready func() error
 	// Paused, of an ingest, returns an error while it waits before parking.
 	Paused func() error
+	// MaxParked, of an ingest, is its max_parked (0: no bound of its own).
+	MaxParked int64
 }
 
 // NewStateCollector returns the collector of the gauges that describe
@@ -47,6 +49,8 @@ type stateCollector struct {
 	paused, memUsed, memLimit        *prometheus.Desc
 	forecast, held, series           *prometheus.Desc
 	persistence                      *prometheus.Desc
+	ingestParked, ingestSeries       *prometheus.Desc
+	ingestMaxParked                  *prometheus.Desc
 }
 
 func newStateCollector(s State) *stateCollector {
@@ -63,7 +67,13 @@ func newStateCollector(s State) *stateCollector {
 		oldestAge: prometheus.NewDesc("delaybridge_oldest_due_age_seconds",
 			"How long the oldest due message has been waiting (0 when nothing is due).", nil, nil),
 		paused: prometheus.NewDesc("delaybridge_ingest_paused",
-			"1 while an ingest waits before parking, reading and acknowledging nothing: a limit (limits.max_parked_messages, max_redis_memory) is reached or Redis refuses parks; else 0.", []string{"ingest"}, nil),
+			"1 while an ingest waits before parking new messages (it reads on for cancels; they go through): a limit (limits.max_parked_messages, max_redis_memory, its own max_parked) is reached or Redis refuses parks; else 0.", []string{"ingest"}, nil),
+		ingestParked: prometheus.NewDesc("delaybridge_ingest_parked_messages",
+			"Messages of the ingest live in Redis (parked, in flight or held; not dead), which its max_parked bounds.", []string{"ingest"}, nil),
+		ingestSeries: prometheus.NewDesc("delaybridge_ingest_recurring_series",
+			"Live recurring series of the ingest, which its max_series bounds.", []string{"ingest"}, nil),
+		ingestMaxParked: prometheus.NewDesc("delaybridge_ingest_max_parked",
+			"The ingest's max_parked, for those that set one.", []string{"ingest"}, nil),
 		forecast: prometheus.NewDesc("delaybridge_forecast_messages",
 			"Parked messages that fire within the window from now, by window: 1m, 5m, 1h, 24h (each including the shorter ones and what is due already), later (after 24h). Held messages count by their due times.", []string{"window"}, nil),
 		series: prometheus.NewDesc("delaybridge_recurring_series",
@@ -80,7 +90,8 @@ func newStateCollector(s State) *stateCollector {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held, c.series, c.persistence} {
+	for _, d := range []*prometheus.Desc{c.up, c.parked, c.due, c.dead, c.oldestAge, c.paused, c.memUsed, c.memLimit, c.forecast, c.held, c.series, c.persistence,
+		c.ingestParked, c.ingestSeries, c.ingestMaxParked} {
 		ch <- d
 	}
 }
@@ -110,6 +121,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.forecast, prometheus.GaugeValue, float64(w.n), w.window)
 		}
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(st.Held))
+		if len(st.Uncounted) == 0 { // before the census, the counts are not known
+			for _, in := range c.s.Ingests {
+				src := st.Sources[in.Name]
+				ch <- prometheus.MustNewConstMetric(c.ingestParked, prometheus.GaugeValue, float64(src.Live), in.Name)
+				ch <- prometheus.MustNewConstMetric(c.ingestSeries, prometheus.GaugeValue, float64(src.Series), in.Name)
+			}
+		}
 	}
 	if mem, err := c.s.Store.Memory(ctx); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.memUsed, prometheus.GaugeValue, float64(mem.Used))
@@ -130,6 +148,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, in := range c.s.Ingests {
 		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, boolValue(in.Paused != nil && in.Paused() != nil), in.Name)
+		if in.MaxParked > 0 {
+			ch <- prometheus.MustNewConstMetric(c.ingestMaxParked, prometheus.GaugeValue, float64(in.MaxParked), in.Name)
+		}
 	}
 	for _, in := range c.s.Ingests {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(in.Ready == nil || in.Ready() == nil), "ingest", in.Name)

@@ -167,6 +167,8 @@ func (s *Service) RetryDead(ctx context.Context, id string, req RetryRequest) er
 		return noDeadMessage(id) // retried, deleted or cancelled meanwhile
 	case errors.Is(err, store.ErrOverSeries):
 		return conflict("%s", envelope.ReasonMaxSeries)
+	case errors.Is(err, store.ErrOverSourceSeries):
+		return conflict("%s", envelope.ReasonIngestMaxSeries)
 	case err != nil:
 		return err
 	}

@@ -813,7 +813,7 @@ func (s *Scheduler) refused(m *envelope.Message) error {
 // step, computed from the schedule (never from now), unless the series
 // ended.
 func (s *Scheduler) done(m *envelope.Message, now time.Time, skipped bool) store.Done {
-	d := store.Done{ID: m.ID, Group: m.Group}
+	d := store.Done{ID: m.ID, Group: m.Group, Source: m.Ingest}
 	if !skipped {
 		d.Origin = m.Origin
 	}

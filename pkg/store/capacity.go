@@ -12,52 +12,80 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// capacity is the gate of NewCapacity. The parked count (Stats) and
-// Redis's memory are measured at most every quarter second, and the count
-// is counted up by what this process lets through in between, so a busy
-// pipeline costs Redis a few reads a second, not one per batch; the count is
-// measured again at once when it says the limit is near.
-type capacity struct {
+// Capacity is the gate that holds parking back at the store's limits:
+// limits.max_parked_messages (messages parked in the store),
+// limits.max_redis_memory (Redis's used_memory) and each ingest's
+// max_parked (its live messages, Stats.Sources). The parked counts (Stats)
+// and Redis's memory are measured at most every quarter second, and the
+// counts are counted up by what this process lets through in between, so a
+// busy pipeline costs Redis a few reads a second, not one per batch; the
+// counts are measured again at once when they say a limit is near. It is
+// safe for concurrent use: all pipelines of a process share one.
+type Capacity struct {
 	store     *Store
 	maxParked int64
 	maxMemory int64
+	perSource map[string]int64
 	ttl       time.Duration
 
 	mu         sync.Mutex
 	measuredAt time.Time
-	parked     int64 // measured, plus what was let through since
+	parked     int64            // measured, plus what was let through since
+	sources    map[string]int64 // the same per source with a bound
 	memErr     error
 }
 
-// NewCapacity returns the gate that holds parking back at
-// limits.max_parked_messages (maxParked: messages parked in the store) and
-// limits.max_redis_memory (maxMemory: Redis's used_memory), or nil when
-// neither is set. The ingest pipelines call it before parking a batch of n
-// messages (ingest.PipelineParams.Capacity): nil lets the batch through; an
-// error says which limit is reached, or that it cannot be read, and the
-// pipeline waits, reading nothing more, and asks again. All pipelines of a
-// process share one gate; it is safe for concurrent use. A batch is let
-// through while the count is under the limit, so the limit can be passed by
-// at most one batch per instance.
-func NewCapacity(s *Store, maxParked, maxMemory int64) func(context.Context, int) error {
-	if maxParked <= 0 && maxMemory <= 0 {
+// NewCapacity returns the gate of maxParked (limits.max_parked_messages),
+// maxMemory (limits.max_redis_memory) and perSource (ingest[].max_parked by
+// ingest name; 0 or absent: no bound of its own); nil when nothing is
+// bounded.
+func NewCapacity(s *Store, maxParked, maxMemory int64, perSource map[string]int64) *Capacity {
+	c := &Capacity{store: s, maxParked: maxParked, maxMemory: maxMemory, ttl: 250 * time.Millisecond, sources: map[string]int64{}}
+	for src, n := range perSource {
+		if n > 0 {
+			if c.perSource == nil {
+				c.perSource = map[string]int64{}
+			}
+			c.perSource[src] = n
+		}
+	}
+	if maxParked <= 0 && maxMemory <= 0 && c.perSource == nil {
 		return nil
 	}
-	c := &capacity{store: s, maxParked: maxParked, maxMemory: maxMemory, ttl: 250 * time.Millisecond}
-	return c.check
+	return c
 }
 
-// check returns nil when n more messages may be parked, else why not.
-func (c *capacity) check(ctx context.Context, n int) error {
+// For returns the gate of one source (an ingest's name; "" the admin
+// API), which its pipeline calls before parking a batch of n messages
+// (ingest.PipelineParams.Capacity): nil lets the batch through; an error
+// says which limit is reached (ErrFull), or that it cannot be read, and the
+// pipeline waits and asks again. A batch is let through while the count is
+// under the limit, so a limit can be passed by at most one batch per
+// instance. A nil Capacity returns nil: no gate.
+func (c *Capacity) For(source string) func(context.Context, int) error {
+	if c == nil {
+		return nil
+	}
+	return func(ctx context.Context, n int) error { return c.check(ctx, source, n) }
+}
+
+// check returns nil when n more messages of source may be parked, else why
+// not.
+func (c *Capacity) check(ctx context.Context, source string, n int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	stale := time.Since(c.measuredAt) >= c.ttl
-	if c.maxParked > 0 && (stale || c.parked+int64(n) > c.maxParked) {
+	srcMax := c.perSource[source]
+	if (c.maxParked > 0 && (stale || c.parked+int64(n) > c.maxParked)) ||
+		(srcMax > 0 && (stale || c.sources[source]+int64(n) > srcMax)) {
 		st, err := c.store.Stats(ctx)
 		if err != nil {
 			return err
 		}
 		c.parked = st.Parked
+		for src := range c.perSource {
+			c.sources[src] = st.Sources[src].Live
+		}
 	}
 	if c.maxMemory > 0 && stale {
 		c.memErr = nil
@@ -78,11 +106,17 @@ func (c *capacity) check(ctx context.Context, n int) error {
 	if c.maxParked > 0 && c.parked >= c.maxParked {
 		return fmt.Errorf("%w: %d messages parked, limits.max_parked_messages is %d: waiting for firing to make room", ErrFull, c.parked, c.maxParked)
 	}
+	if srcMax > 0 && c.sources[source] >= srcMax {
+		return fmt.Errorf("%w: ingest %q has %d messages parked, its max_parked is %d: waiting for them to fire (cancels go through)", ErrFull, source, c.sources[source], srcMax)
+	}
 	c.parked += int64(n)
+	if srcMax > 0 {
+		c.sources[source] += int64(n)
+	}
 	return nil
 }
 
-// ErrFull is the error of NewCapacity's gate when a limit is reached (as
+// ErrFull is the error of Capacity's gate when a limit is reached (as
 // opposed to Redis failing to answer): room comes back as messages fire.
 var ErrFull = errors.New("store: full")
 

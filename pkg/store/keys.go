@@ -42,6 +42,13 @@ import (
 //	<prefix>:{N}:series set    the IDs of the shard's live recurring series
 //	                           (parked or in flight, not dead), bounded by
 //	                           its share of limits.max_series
+//	<prefix>:{N}:tally  hash   what each source (an ingest's name; "" the
+//	                           admin API) holds in the shard: "p:<source>" ->
+//	                           its live messages (parked, in flight or held;
+//	                           not dead), "s:<source>" -> its live series,
+//	                           "census" -> when the counts were made from the
+//	                           shard's messages (lua/census.lua); kept by
+//	                           every script since (lua/lib/tally.lua)
 //	<prefix>:{N}:seen:<B> hash "<L>:<log>:<ID>" -> mark, for
 //	                           scheduler.dedupe_window W: what re-reads are
 //	                           told by, in bucket B = (time in Unix ms) / W,
@@ -123,6 +130,10 @@ func (k Keys) Lease(shard int) string { return k.shardKey(shard, "lease") }
 
 // Series is the set of a shard's live recurring series.
 func (k Keys) Series(shard int) string { return k.shardKey(shard, "series") }
+
+// Tally is the hash of what each source holds in a shard: its live
+// messages and series (ingest[].max_parked, ingest[].max_series).
+func (k Keys) Tally(shard int) string { return k.shardKey(shard, "tally") }
 
 // Done is the key an earlier build wrote to remember a delivered message
 // of ID id read from log (envelope.Origin.Log, "" for none) for the

@@ -20,16 +20,21 @@ var retryDeadAsScript = loadScript("ops_retrydead")
 // be a live series past limits.max_series, which Park answers OverSeries.
 var ErrOverSeries = errors.New("store: a new recurring series past limits.max_series")
 
+// ErrOverSourceSeries is the same for its ingest's ingest[].max_series
+// (OverSourceSeries).
+var ErrOverSourceSeries = errors.New("store: a new recurring series past its ingest's max_series")
+
 // RetryDeadAs schedules the dead message of m's ID again as m (a new
 // version: its sink, destination, headers and due time as given), due at
 // m.DueAt, with its attempt count reset. It returns ErrNotFound when the ID
 // is not a dead message, and ErrOverSeries when m recurs and its shard
 // holds its share of Options.MaxSeries live series already (the rule Park
-// applies to a new series); nothing changes then.
+// applies to a new series), ErrOverSourceSeries when it holds its share of
+// its source's (Options.SourceSeries); nothing changes then.
 func (s *Store) RetryDeadAs(ctx context.Context, m *envelope.Message) error {
 	shard := s.ShardOf(m.ID)
 	n, err := s.run(ctx, "retry_dead_as", retryDeadAsScript, shard, s.seriesQuota,
-		m.ID, s.encode(m), ms(m.DueAt), min(int(m.Priority), MaxPriority), s.codec.GroupIndex(m.Group)).Int()
+		m.ID, s.encode(m), ms(m.DueAt), min(int(m.Priority), MaxPriority), s.codec.GroupIndex(m.Group), s.sourceSeries[m.Ingest]).Int()
 	if err != nil {
 		return fmt.Errorf("store.retry_dead_as shard %d: %w", shard, err)
 	}
@@ -38,6 +43,8 @@ func (s *Store) RetryDeadAs(ctx context.Context, m *envelope.Message) error {
 		return ErrNotFound
 	case int(OverSeries):
 		return ErrOverSeries
+	case int(OverSourceSeries):
+		return ErrOverSourceSeries
 	}
 	return nil
 }

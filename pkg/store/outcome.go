@@ -15,7 +15,7 @@ var ackScript = loadScript("ack")
 
 // ackArgs are ackScript's arguments and extra keys for ds of lease l.
 func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
-	args := make([]any, 0, 7*len(ds)+2)
+	args := make([]any, 0, 8*len(ds)+2)
 	b := s.seen(time.Now())
 	args = append(args, l.ExpiryMs, b.expireAt)
 	for _, d := range ds {
@@ -29,9 +29,9 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 		group := s.codec.GroupIndex(d.Group)
 		field := SeenField(d.ID, d.Origin.Log)
 		if d.Next != nil {
-			args = append(args, d.ID, mark, field, group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next))
+			args = append(args, d.ID, mark, field, group, ms(d.Next.DueAt), min(int(d.Next.Priority), MaxPriority), s.encode(d.Next), d.Source)
 		} else {
-			args = append(args, d.ID, mark, field, group, "", "", "")
+			args = append(args, d.ID, mark, field, group, "", "", "", d.Source)
 		}
 	}
 	return args, []string{s.keys.Seen(l.Shard, b.cur)}
@@ -42,6 +42,7 @@ type Done struct {
 	ID     string
 	Origin envelope.Origin // where it was read, remembered for the dedupe window (zero: a skipped occurrence, or nothing to remember)
 	Group  string          // its group (x-delay-group), to take it out of the group's index
+	Source string          // its ingest (envelope.Message.Ingest; "" the admin API), whose count it leaves
 	// Next is the next occurrence of a recurring message, parked in the
 	// same step; nil when the message does not recur or its series ended.
 	Next *envelope.Message

@@ -35,8 +35,12 @@ const (
 	// another source (another ingest, or the admin API, Message.Ingest ""):
 	// nothing changed, and the caller rejects this one (id_taken), since a
 	// publisher may not drop or replace another's message by reusing its ID.
-	IDTaken      ParkResult = 8
-	maxParkValue            = IDTaken
+	IDTaken ParkResult = 8
+	// OverSourceSeries: a new recurring series past its ingest's share of
+	// ingest[].max_series (Options.SourceSeries): not parked (the caller
+	// rejects it).
+	OverSourceSeries ParkResult = 9
+	maxParkValue                = OverSourceSeries
 )
 
 // Accepted reports whether the message is now in Redis as sent (parked,
@@ -61,6 +65,8 @@ func (r ParkResult) String() string {
 		return "over_max_series"
 	case IDTaken:
 		return "id_taken"
+	case OverSourceSeries:
+		return "over_ingest_max_series"
 	}
 	return "unknown"
 }
@@ -117,7 +123,7 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 			redelivered = 1
 		}
 		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered,
-			SeenField(m.ID, m.Origin.Log)}
+			SeenField(m.ID, m.Origin.Log), m.Ingest, s.sourceSeries[m.Ingest]}
 	})
 	now := time.Now()
 	var seenAt int64

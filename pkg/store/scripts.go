@@ -39,7 +39,7 @@ var luaFiles embed.FS
 // shardKeyNames are the names a script's keys may have, in KEYS order:
 // the keys of one shard (Keys), then the deployment's that a script may
 // name instead (sinks, rate), which Go passes itself.
-var shardKeyNames = []string{"pool", "due", "meta", "dead", "groups", "next", "lease", "series", "sinks", "rate"}
+var shardKeyNames = []string{"pool", "due", "meta", "dead", "groups", "next", "lease", "series", "tally", "sinks", "rate"}
 
 // script is a Lua file of lua/ ready to run: flagged for a Redis that reads
 // script flags, plain for one that does not (the same when it has none).
@@ -176,10 +176,10 @@ local LEASE_MARK = %s
 local SLOT_MARK = %s
 local AHEAD_MARK = %s
 local FOLLOWS = %q
-local R = {KNOWN = %d, PARKED = %d, REPLACED = %d, DUPLICATE = %d, QUEUED = %d, NOTNEWER = %d, OVERSERIES = %d, FIRING = %d, IDTAKEN = %d}
+local R = {KNOWN = %d, PARKED = %d, REPLACED = %d, DUPLICATE = %d, QUEUED = %d, NOTNEWER = %d, OVERSERIES = %d, FIRING = %d, IDTAKEN = %d, OVERSOURCE = %d}
 local B = {V1 = %d, V2 = %d, V3 = %d, EXT_PUBLISHED = %d, EXT_GROUP = %d, EXT_RECUR = %d, EXT_ORIGIN = %d, EXT_PRINT = %d, FLAG_SOURCE = %d}
 `, HoldBand, MaxPriority, leaseMark, slotMark, aheadMark, followsMark,
-	Known, Parked, Replaced, Duplicate, Queued, NotNewer, OverSeries, firing, IDTaken,
+	Known, Parked, Replaced, Duplicate, Queued, NotNewer, OverSeries, firing, IDTaken, OverSourceSeries,
 	envelope.StoredLayout.V1, envelope.StoredLayout.V2, envelope.StoredLayout.V3,
 	envelope.StoredLayout.ExtPublished, envelope.StoredLayout.ExtGroup, envelope.StoredLayout.ExtRecur,
 	envelope.StoredLayout.ExtOrigin, envelope.StoredLayout.ExtPrint, envelope.StoredLayout.FlagSource)
@@ -232,6 +232,8 @@ func (k Keys) scriptKeys(sc *script, shard int, deployment ...string) []string {
 			out = append(out, k.Lease(shard))
 		case "series":
 			out = append(out, k.Series(shard))
+		case "tally":
+			out = append(out, k.Tally(shard))
 		default: // sinks, rate
 			if len(deployment) == 0 {
 				panic(fmt.Sprintf("store: script %s needs its %s key", sc.name, name))

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,6 +64,17 @@ type Stats struct {
 	DueIn DueIn
 	// Forecast is the same by window.
 	Forecast Forecast
+	// Sources is what each source (an ingest by name, "" the admin API)
+	// holds, from the shards' tallies (Keys.Tally); Uncounted lists the
+	// shards whose tally was never made (Census), which Sources leaves out.
+	Sources   map[string]SourceStats
+	Uncounted []int
+}
+
+// SourceStats is what one source holds in the store.
+type SourceStats struct {
+	Live   int64 // messages parked, in flight or held (not dead): ingest[].max_parked
+	Series int64 // live recurring series: ingest[].max_series
 }
 
 // statsScript counts one shard.
@@ -82,14 +95,18 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	for i := range calls {
 		calls[i] = shardCall{shard: i, args: args}
 	}
-	st := &Stats{Shards: make([]ShardStats, s.shards)}
+	st := &Stats{Shards: make([]ShardStats, s.shards), Sources: map[string]SourceStats{}}
 	for i, cmd := range s.runEach(ctx, "stats", statsScript, calls) {
-		res, err := cmd.Int64Slice()
+		reply, err := cmd.Slice()
 		if err != nil {
 			return nil, fmt.Errorf("store.stats shard %d: %w", i, err)
 		}
-		if len(res) != 13 {
-			return nil, fmt.Errorf("store.stats shard %d: unexpected reply of %d items", i, len(res))
+		res, tally, err := statsReply(reply)
+		if err != nil {
+			return nil, fmt.Errorf("store.stats shard %d: %w", i, err)
+		}
+		if !st.addTally(tally) {
+			st.Uncounted = append(st.Uncounted, i)
 		}
 		ss := ShardStats{Shard: i, Parked: res[0], Due: res[1], Dead: res[2]}
 		if res[3] >= 0 {
@@ -120,4 +137,84 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		st.Forecast.Later += b[5]
 	}
 	return st, nil
+}
+
+// statsReply splits stats.lua's reply into its 13 counts and the shard's
+// tally (field, value pairs).
+func statsReply(reply []any) ([]int64, []any, error) {
+	if len(reply) < 13 || (len(reply)-13)%2 != 0 {
+		return nil, nil, fmt.Errorf("unexpected reply of %d items", len(reply))
+	}
+	res := make([]int64, 13)
+	for j := range res {
+		n, ok := reply[j].(int64)
+		if !ok {
+			return nil, nil, fmt.Errorf("item %d of the reply is %T, not an integer", j, reply[j])
+		}
+		res[j] = n
+	}
+	return res, reply[13:], nil
+}
+
+// addTally adds one shard's tally (field, value pairs: tally.lua) to
+// Sources, and reports whether the shard was counted (its census made).
+// A count below zero (a message counted out that a build before the
+// census parked, had the census missed it) counts as zero.
+func (st *Stats) addTally(tally []any) bool {
+	counted := false
+	for j := 0; j+1 < len(tally); j += 2 {
+		field, _ := tally[j].(string)
+		v, _ := tally[j+1].(string)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		kind, src, ok := strings.Cut(field, ":")
+		switch {
+		case field == "census":
+			counted = true
+		case !ok:
+		case kind == "p":
+			ss := st.Sources[src]
+			ss.Live += max(n, 0)
+			st.Sources[src] = ss
+		case kind == "s":
+			ss := st.Sources[src]
+			ss.Series += max(n, 0)
+			st.Sources[src] = ss
+		}
+	}
+	return counted
+}
+
+// censusScript counts what each source holds in a shard from its messages.
+// (lua/census.lua has its KEYS, ARGV and reply.)
+var censusScript = loadScript("census")
+
+// Census makes the tally of every shard that has none (Keys.Tally: what
+// each source holds, for the per-ingest bounds) from the shard's messages,
+// and returns how many shards it counted; again makes it anew on every
+// shard (after a build that does not keep the tally wrote beside this
+// one). The scripts keep a tally once it is made; a shard's census reads
+// all its messages in one script, which Redis runs alone (about 6 µs a
+// message: 0.65 s for 100,000 in one shard, measured by hand with a
+// redis-server 7.0 on the 2-core test machine).
+func (s *Store) Census(ctx context.Context, again bool) (int, error) {
+	shards := make([]int, s.shards)
+	for i := range shards {
+		shards[i] = i
+	}
+	if !again {
+		st, err := s.Stats(ctx)
+		if err != nil {
+			return 0, err
+		}
+		shards = st.Uncounted
+	}
+	for _, shard := range shards {
+		if err := s.run(ctx, "census", censusScript, shard).Err(); err != nil {
+			return 0, fmt.Errorf("store.census shard %d: %w", shard, err)
+		}
+	}
+	return len(shards), nil
 }

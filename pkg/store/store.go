@@ -37,12 +37,15 @@ type Store struct {
 	maxDead    int // dead messages kept per shard
 	// seriesQuota is each shard's share of limits.max_series (0: no bound)
 	seriesQuota int64
-	dedupe      time.Duration
-	noFlags     bool // the Redis cannot read script flags (before 7.0, miniredis)
-	commitLead  time.Duration
-	observe     func(op string, d time.Duration, err error)
-	codec       envelope.Codec
-	cursor      cursorCache // the deployment's cursor key (browse.go)
+	// sourceSeries is each shard's share of a source's ingest[].max_series
+	// (absent: no bound of its own)
+	sourceSeries map[string]int64
+	dedupe       time.Duration
+	noFlags      bool // the Redis cannot read script flags (before 7.0, miniredis)
+	commitLead   time.Duration
+	observe      func(op string, d time.Duration, err error)
+	codec        envelope.Codec
+	cursor       cursorCache // the deployment's cursor key (browse.go)
 }
 
 // Options configure a Store.
@@ -65,6 +68,11 @@ type Options struct {
 	// shard is a hash of its ID, so the shares fill evenly), and Park
 	// refuses a new series past it (OverSeries). 0: no bound.
 	MaxSeries int64
+
+	// SourceSeries bounds the live recurring series of each source named
+	// (ingest[].max_series, by ingest name) the same way, shard by shard
+	// (OverSourceSeries); a source not named has no bound of its own.
+	SourceSeries map[string]int64
 
 	// Observe, when set, is called after every script with its name,
 	// duration and error (for metrics).
@@ -108,10 +116,21 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		s.commitLead = DefaultCommitLead
 	}
 	if o.MaxSeries > 0 {
-		s.seriesQuota = (o.MaxSeries + int64(o.Shards) - 1) / int64(o.Shards)
+		s.seriesQuota = shardShare(o.MaxSeries, o.Shards)
+	}
+	for src, n := range o.SourceSeries {
+		if n > 0 {
+			if s.sourceSeries == nil {
+				s.sourceSeries = map[string]int64{}
+			}
+			s.sourceSeries[src] = shardShare(n, o.Shards)
+		}
 	}
 	return s
 }
+
+// shardShare is each shard's share of a bound n spread over shards.
+func shardShare(n int64, shards int) int64 { return (n + int64(shards) - 1) / int64(shards) }
 
 // ScriptFlagsSupported reports whether rdb runs scripts with a
 // "#!lua flags=" line (Redis 7.0 and later).

@@ -67,3 +67,74 @@ func TestParkedLimitPausesIngest(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { code, _ := e.d.get("/readyz", nil); return code == 200 }, "not ready after the backlog drained")
 }
+
+// TestIngestMaxParkedPausesOnlyItsIngest: an ingest at its max_parked
+// parks nothing more (its gauges say so; a cancel behind its waiting
+// messages still goes through) while another ingest parks and fires on;
+// as its messages leave (cancelled here), the rest are parked and fire.
+func TestIngestMaxParkedPausesOnlyItsIngest(t *testing.T) {
+	e := newNATSEnvEdit(t, func(e *natsEnv, cfg string) string {
+		cfg = strings.Replace(cfg, `subject: "delayed.>", stream: DELAYED, durable: delaybridge}`,
+			`subject: "delayed.noisy.>", stream: DELAYED, durable: delaybridge}
+    max_parked: 5`, 1)
+		return strings.Replace(cfg, "sinks:\n", `  - name: calm
+    nats: {url: "`+e.nats.URL+`", subject: "delayed.calm.>", stream: DELAYED, durable: calm}
+    route: {sink: out, destination: fired.calm}
+sinks:
+`, 1)
+	}, "")
+	var noisy, calm []string
+	publish := func(from, to int, delay string) {
+		for i := from; i < to; i++ {
+			id := fmt.Sprintf("noisy-%02d", i)
+			noisy = append(noisy, id)
+			e.publish("delayed.noisy.x", []byte(id), "x-delay", delay, "x-message-id", id)
+		}
+	}
+	// The bound holds back what comes once it is reached (a batch read
+	// before may pass it: one per instance). The first 5 are due in an
+	// hour: room comes when they are cancelled.
+	publish(0, 5, "3600000")
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 5 }, "the first 5 not parked")
+	publish(5, 12, "2000")
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("calm-%02d", i)
+		calm = append(calm, id)
+		e.publish("delayed.calm.x", []byte(id), "x-delay", "4000", "x-message-id", id)
+	}
+	gauge := func(name, ingest string) float64 {
+		v, _ := metricValue(e.d.metrics(), name, map[string]string{"ingest": ingest})
+		return v
+	}
+	held := func() bool {
+		return gauge("delaybridge_ingest_parked_messages", "in") == 5 && gauge("delaybridge_ingest_parked_messages", "calm") == 20 &&
+			gauge("delaybridge_ingest_paused", "in") == 1
+	}
+	if !testenv.Poll(20*time.Second, held) {
+		t.Fatalf("the noisy ingest was not held at its max_parked of 5 while the calm one parked its 20: parked %v and %v, paused %v",
+			gauge("delaybridge_ingest_parked_messages", "in"), gauge("delaybridge_ingest_parked_messages", "calm"), gauge("delaybridge_ingest_paused", "in"))
+	}
+	if v := gauge("delaybridge_ingest_paused", "calm"); v != 0 {
+		t.Errorf("the calm ingest paused (%v) by the noisy one's bound", v)
+	}
+	if v := gauge("delaybridge_ingest_max_parked", "in"); v != 5 {
+		t.Errorf("delaybridge_ingest_max_parked = %v, want 5", v)
+	}
+	e.publish("delayed.noisy.x", nil, "x-delay-cancel", "noisy-11", "x-message-id", "cancel-11")
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		n, _ := metricValue(e.d.metrics(), "delaybridge_ingest_messages_total", map[string]string{"ingest": "in", "result": "cancelled"})
+		return n == 1
+	}, "the cancel behind the noisy ingest's waiting messages was not honoured")
+	e.waitFired(30*time.Second, calm...)
+	for _, id := range noisy[:5] { // room for the noisy ingest's waiting messages
+		if code, body := e.d.do(http.MethodDelete, "/v1/messages/"+id, nil); code != http.StatusNoContent {
+			t.Fatalf("DELETE %s: %d %s", id, code, body)
+		}
+	}
+	e.waitFired(30*time.Second, noisy[5:11]...)
+	for _, id := range append(noisy[:5], noisy[11]) {
+		if n := len(e.firedCopies(id)); n != 0 {
+			t.Errorf("%s was cancelled and fired %d times", id, n)
+		}
+	}
+}

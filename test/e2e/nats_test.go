@@ -62,6 +62,13 @@ sinks:
 // scheduler settings (", lease: 2s"), extraConfig to the file.
 func newNATSEnv(t *testing.T, sched, extraConfig string, env ...string) *natsEnv {
 	t.Helper()
+	return newNATSEnvEdit(t, func(_ *natsEnv, cfg string) string { return cfg + extraConfig }, sched, env...)
+}
+
+// newNATSEnvEdit is newNATSEnv with the daemon's configuration as edit
+// makes it from the environment's.
+func newNATSEnvEdit(t *testing.T, edit func(e *natsEnv, cfg string) string, sched string, env ...string) *natsEnv {
+	t.Helper()
 	e := &natsEnv{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), fired: map[string][]firedMsg{}}
 	nc, err := nats.Connect(e.nats.URL)
 	if err != nil {
@@ -95,7 +102,7 @@ func newNATSEnv(t *testing.T, sched, extraConfig string, env ...string) *natsEnv
 		t.Fatal(err)
 	}
 	t.Cleanup(cc.Stop)
-	e.d = startDaemon(t, e.config(sched)+extraConfig, env...)
+	e.d = startDaemon(t, edit(e, e.config(sched)), env...)
 	return e
 }
 

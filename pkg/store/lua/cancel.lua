@@ -17,5 +17,5 @@ local score = duescore(id)
 if score and leased(score) and tonumber(score) > servertime() then return 2 end
 unschedule(id)
 redis.call('ZREM', K.dead, id)
-forget(id, blob)
+forget(id, blob, score ~= false)
 return 1

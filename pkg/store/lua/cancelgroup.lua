@@ -25,7 +25,7 @@ for _, m in ipairs(members) do
   else
     unschedule(id)
     redis.call('ZREM', K.dead, id)
-    forget(id, redis.call('HGET', K.pool, id))
+    forget(id, redis.call('HGET', K.pool, id), score ~= false)
     redis.call('ZREM', K.groups, m) -- an index entry without its message goes too
     cancelled = cancelled + 1
   end

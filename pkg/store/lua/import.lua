@@ -1,7 +1,7 @@
 --[[ import: writes imported messages, each whole or not at all: its stored
 bytes, due or dead entry, meta, group entry and what waits for it.
 --! keys: pool meta dead next
---! include: blob due life series
+--! include: blob due life series tally
 
 ARGV[1]   1: replace a message known under the ID (whatever its state, in
           flight included); 0: leave it alone
@@ -29,7 +29,7 @@ for i = 2, #ARGV, 8 do
       local was = duescore(id)
       unschedule(id)
       redis.call('ZREM', K.dead, id)
-      forget(id, old)
+      forget(id, old, was ~= false)
       r = 2
       if was and leased(was) then r = 3 end
     end
@@ -44,7 +44,11 @@ for i = 2, #ARGV, 8 do
     if m ~= '' then redis.call('HSET', K.meta, id, m) end
     if nxt ~= '' then redis.call('HSET', K.next, id, nxt) end
     groupadd(ARGV[i + 7], id)
-    if ARGV[i + 1] ~= 'd' then series(id, blobinfo(blob)) end
+    if ARGV[i + 1] ~= 'd' then
+      local info = blobinfo(blob)
+      series(id, info)
+      live(info.ingest, 1)
+    end
   end
   out[#out + 1] = r
 end

@@ -12,7 +12,7 @@ returns   how many were dead and are deleted
 local n = 0
 for _, id in ipairs(ARGV) do
   if redis.call('ZREM', K.dead, id) == 1 then
-    forget(id, redis.call('HGET', K.pool, id))
+    forget(id, redis.call('HGET', K.pool, id), false)
     n = n + 1
   end
 end

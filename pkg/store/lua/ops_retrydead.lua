@@ -10,20 +10,25 @@ ARGV[3]   the message to park: its blob (its due time is the retry's time)
 ARGV[4]   its due time, Unix ms: its score
 ARGV[5]   its priority (which due set)
 ARGV[6]   its group ("" none)
+ARGV[7]   the shard's share of its source's ingest[].max_series (0: no bound)
 returns   1 if it was dead and is scheduled now; 0 if it was not dead
-          (retried, deleted or cancelled meanwhile), R.OVERSERIES if it
-          recurs and would be a series past the shard's share, as park
-          refuses a new one: nothing changed then
+          (retried, deleted or cancelled meanwhile), R.OVERSERIES or
+          R.OVERSOURCE if it recurs and would be a series past the shard's
+          share of either bound, as park refuses a new one: nothing changed
+          then
 ]]
 
 local id = ARGV[2]
 if not redis.call('ZSCORE', K.dead, id) then return 0 end
-if overseries(tonumber(ARGV[1]), id, recurs(ARGV[3])) then return R.OVERSERIES end
+local info = blobinfo(ARGV[3])
+local over = overseries(tonumber(ARGV[1]), id, recurs(ARGV[3]), info.ingest, tonumber(ARGV[7]))
+if over == 'max_series' then return R.OVERSERIES elseif over then return R.OVERSOURCE end
 redis.call('ZREM', K.dead, id)
 redis.call('HDEL', K.meta, id)
 groupdel(blobinfo(redis.call('HGET', K.pool, id)).group, id)
 redis.call('HSET', K.pool, id, ARGV[3])
 redis.call('ZADD', zkey(tonumber(ARGV[5])), ARGV[4], id)
 groupadd(ARGV[6], id)
-series(id, blobinfo(ARGV[3]))
+series(id, info)
+live(info.ingest, 1)
 return 1

@@ -2,7 +2,7 @@
 to when they are newer. Run by Store.Park for every path that parks
 (ingest, the admin API, import).
 --! keys: pool meta dead next series
---! include: blob bulk due group identity life series
+--! include: blob bulk due group identity life series tally
 
 KEYS    the shard's keys above, then the dedupe window's buckets (Keys.Seen):
         the current one (written), the one before and the one after (read
@@ -15,11 +15,13 @@ ARGV[2] 1: a replacement of the version in flight waits behind it
         parks the replacement again CommitLead later, after the instant
 ARGV[3] when the current bucket expires (Unix ms; 0: the dedupe window,
         scheduler.dedupe_window, is off)
-ARGV[4..] per message 9 values: ID, due time (Unix ms), priority (0-9),
+ARGV[4..] per message 11 values: ID, due time (Unix ms), priority (0-9),
         encoded message, replace (1 or 0), group ('' none), its mark
         (doneMark: its position in its log, or without a log its content
         print; '' none), redelivered (1: its broker says it delivered it
-        before), its field in the buckets (seenField)
+        before), its field in the buckets (seenField), its source (the
+        ingest's name, '' the admin API: the stored message's), the shard's
+        share of that source's ingest[].max_series (0: no bound)
 returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         (parked, in flight or dead: a re-read, or one more message while
         another waits) and nothing changed; REPLACED the parked or dead one;
@@ -28,6 +30,7 @@ returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         replacement, or a new message of that ID: a follower, Keys.Next);
         NOTNEWER than the one parked, which stays; OVERSERIES, a new
         recurring series past the shard's share of limits.max_series;
+        OVERSOURCE, the same past its source's share of ingest[].max_series;
         FIRING (ARGV[2]); IDTAKEN, the ID is known as a message of another
         source (an ingest, or the admin API): nothing changed
 
@@ -44,27 +47,35 @@ local queue = ARGV[2] == '1'
 local seenat = tonumber(ARGV[3])
 local cur, prev, nxt = KEYS[NKEYS + 1], KEYS[NKEYS + 2], KEYS[NKEYS + 3]
 local out, marks = {}, {}
+local added = {} -- per source, the live messages parked (one count per source at the end)
+local function add(src) added[src] = (added[src] or 0) + 1 end
 local j = 0
-for i = 4, #ARGV, 9 do
+for i = 4, #ARGV, 11 do
   j = j + 1
   local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local group, field = ARGV[i + 5], ARGV[i + 8]
+  local group, field, src, srcquota = ARGV[i + 5], ARGV[i + 8], ARGV[i + 9], tonumber(ARGV[i + 10])
   local done = false
   if seenat > 0 and ARGV[i + 6] ~= '' then
     done = redis.call('HGET', cur, field) or redis.call('HGET', prev, field) or redis.call('HGET', nxt, field)
       or redis.call('GET', KEYS[NKEYS + 3 + j])
   end
+  local dup = done and reread(done, blob, ARGV[i + 6], ARGV[i + 7])
+  local over = not dup and (quota > 0 or srcquota > 0) and recurs(blob) and redis.call('HEXISTS', K.pool, id) == 0
+    and overseries(quota, id, true, src, srcquota)
   local r = R.KNOWN
-  if done and reread(done, blob, ARGV[i + 6], ARGV[i + 7]) then
+  if dup then
     r = R.DUPLICATE
-  elseif quota > 0 and recurs(blob) and redis.call('HEXISTS', K.pool, id) == 0 and overseries(quota, id, true) then
+  elseif over == 'max_series' then
     r = R.OVERSERIES
+  elseif over then
+    r = R.OVERSOURCE
   elseif redis.call('HSETNX', K.pool, id, blob) == 1 then
     redis.call('ZADD', zkey(prio), due, id)
     groupadd(group, id)
-    if recurs(blob) then redis.call('SADD', K.series, id) end
+    if recurs(blob) then joinseries(id, src) end
+    add(src)
     r = R.PARKED
-  elseif blobinfo(redis.call('HGET', K.pool, id)).ingest ~= blobinfo(blob).ingest then
+  elseif blobinfo(redis.call('HGET', K.pool, id)).ingest ~= src then
     r = R.IDTAKEN -- another source's: neither a re-read of it nor its to replace
   elseif ARGV[i + 4] == '1' then
     local old = blobinfo(redis.call('HGET', K.pool, id))
@@ -83,6 +94,7 @@ for i = 4, #ARGV, 9 do
         if held(score) then band = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND end
       else
         redis.call('ZREM', K.dead, id) -- dead: parked again as the replacement
+        add(src)
       end
       groupdel(old.group, id)
       redis.call('HDEL', K.meta, id)
@@ -103,12 +115,13 @@ for i = 4, #ARGV, 9 do
       r = R.QUEUED
     end
   end
-  if seenat > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and blobinfo(blob).log == '' then
+  if seenat > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and r ~= R.OVERSOURCE and blobinfo(blob).log == '' then
     marks[#marks + 1] = field
     marks[#marks + 1] = ARGV[i + 6]
   end
   out[#out + 1] = r
 end
+for src, n in pairs(added) do live(src, n) end
 if #marks > 0 then
   callmany('HSET', cur, marks)
   redis.call('PEXPIREAT', cur, seenat)

@@ -13,7 +13,10 @@ if not redis.call('ZSCORE', K.dead, id) then return 0 end
 redis.call('ZREM', K.dead, id)
 local _, _, p = meta(redis.call('HGET', K.meta, id))
 redis.call('HDEL', K.meta, id)
-if redis.call('HEXISTS', K.pool, id) == 0 then return 0 end
+local blob = redis.call('HGET', K.pool, id)
+if not blob then return 0 end
 redis.call('ZADD', zkey(p), servertime(), id)
-series(id, blobinfo(redis.call('HGET', K.pool, id)))
+local info = blobinfo(blob)
+series(id, info)
+live(info.ingest, 1)
 return 1

@@ -1,13 +1,14 @@
 --[[ stats: counts one shard at Redis's time, read here: the whole count
 is one round trip, which matters when it waits behind a drain's scripts.
---! keys: dead series
+--! keys: dead series tally
 --! include: time due
 
 ARGV[1..4] upper bounds of the buckets after overdue (1m, 5m, 1h, 24h), in ms
            after now
 returns    {parked, due, dead, oldest due or -1, held, then the six buckets:
            overdue, 1m, 5m, 1h, 24h, later, then the live recurring series,
-           then now (Unix ms)}
+           then now (Unix ms), then the shard's tally (lib/tally.lua) as
+           field, value pairs: none when its census was never made}
 ]]
 
 local now = servertime()
@@ -43,4 +44,5 @@ for p = 0, maxprio() do
     end
   end
 end
+for _, v in ipairs(redis.call('HGETALL', K.tally)) do out[#out + 1] = v end
 return out

@@ -1,11 +1,11 @@
 --[[ fire: claiming due messages and acking delivered ones, the per-message
 path of the scheduler (claim, claimack and ack).
 --! keys: pool meta next lease
---! include: time blob bulk meta due group life series
+--! include: time blob bulk meta due group life series tally
 ]]
 
 -- acklease removes the delivered messages of a lease (the ack script):
--- args[from .. to] are 7 values per message (ack.lua has them); what the
+-- args[from .. to] are 8 values per message (ack.lua has them); what the
 -- dedupe window remembers of them goes into the hash seen (Keys.Seen, the
 -- window's current bucket), which expires whole at seenat (Unix ms; 0:
 -- the window is off).
@@ -17,8 +17,9 @@ local function acklease(expiry, seenat, args, from, to, seen)
   local top = maxprio()
   local anynext = redis.call('EXISTS', K.next) == 1
   local n = 0
-  local gone, zgone, marks = {}, {}, {}
-  for i = from, to, 7 do
+  local gone, gonesrc, zgone, marks = {}, {}, {}, {}
+  local ended = {} -- per source, how many live messages the ack ended
+  for i = from, to, 8 do
     local id, group = args[i], args[i + 3]
     local ok, p = claimedby(id, expiry, top)
     if ok then
@@ -29,7 +30,7 @@ local function acklease(expiry, seenat, args, from, to, seen)
       local waiting = anynext and redis.call('HGET', K.next, id)
       if waiting then
         redis.call('ZREM', zkey(p), id)
-        forget(id, redis.call('HGET', K.pool, id))
+        forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       elseif args[i + 4] ~= '' then
         local nxt = args[i + 6]
@@ -41,6 +42,8 @@ local function acklease(expiry, seenat, args, from, to, seen)
         groupadd(blobinfo(nxt).group, id)
       else
         gone[#gone + 1] = id
+        gonesrc[#gonesrc + 1] = args[i + 7]
+        ended[args[i + 7]] = (ended[args[i + 7]] or 0) + 1
         zgone[p] = zgone[p] or {}
         zgone[p][#zgone[p] + 1] = id
         groupdel(group, id)
@@ -51,7 +54,8 @@ local function acklease(expiry, seenat, args, from, to, seen)
   for p, ids in pairs(zgone) do callmany('ZREM', zkey(p), ids) end
   callmany('HDEL', K.pool, gone)
   callmany('HDEL', K.meta, gone)
-  seriesgone(gone) -- a series that ended
+  seriesgone(gone, gonesrc) -- a series that ended
+  for src, k in pairs(ended) do live(src, -k) end
   if #marks > 0 then
     callmany('HSET', seen, marks)
     redis.call('PEXPIREAT', seen, seenat)

@@ -3,8 +3,8 @@ acklease): retried, dead, or put back without counting an attempt. Each
 acts only on a message still held under the lease (claimedby), so that an
 instance that lost its lease cannot undo the work of the one that took
 the message over.
---! keys: pool dead next series
---! include: time due meta life identity
+--! keys: pool dead next
+--! include: time due meta life identity series tally
 ]]
 
 -- retrylease puts messages of the lease that ends at expiry back in their
@@ -21,7 +21,7 @@ local function retrylease(expiry, args, from, to)
       local waiting = redis.call('HGET', K.next, id)
       if waiting and not follows(waiting) then
         redis.call('ZREM', zkey(p), id)
-        forget(id, redis.call('HGET', K.pool, id))
+        forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       else
         redis.call('ZADD', zkey(p), args[i + 1], id)
@@ -48,12 +48,14 @@ local function deadlease(expiry, maxdead, args, from, to)
       redis.call('ZREM', zkey(p), id)
       local waiting = redis.call('HGET', K.next, id)
       if waiting then
-        forget(id, redis.call('HGET', K.pool, id))
+        forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       else
         redis.call('ZADD', K.dead, now, id)
         setmeta(id, a + 1, now, p, args[i + 1])
-        redis.call('SREM', K.series, id) -- a dead series is not a live one
+        local src = blobinfo(redis.call('HGET', K.pool, id)).ingest
+        live(src, -1)
+        leaveseries(id, src) -- a dead series is not a live one
       end
       n = n + 1
     end
