@@ -186,26 +186,27 @@ type CancelGroupView struct {
 	InFlight int `json:"inflight"`
 }
 
-// StatsView is GET /v1/stats (and `delaybridge stats --json`).
+// StatsView is GET /v1/stats (and `delaybridge stats --json`). Each field's
+// doc tag is its description in the OpenAPI document (docs/api.md).
 type StatsView struct {
-	Parked int64 `json:"parked"` // scheduled and in flight
-	Due    int64 `json:"due"`    // parked and already due
-	Dead   int64 `json:"dead"`
+	Parked int64 `json:"parked" doc:"Parked messages: scheduled, held and in flight."`
+	Due    int64 `json:"due" doc:"Parked messages already due (their due time, or their next attempt's, has come): the backlog."`
+	Dead   int64 `json:"dead" doc:"Dead messages kept (GET /v1/dead lists them)."`
 	// OldestDueAgeSeconds is how long the oldest due message has been
 	// waiting: a growing value means the daemon does not keep up.
-	OldestDueAgeSeconds float64            `json:"oldest_due_age_seconds"`
-	Shards              []store.ShardStats `json:"shards"`
+	OldestDueAgeSeconds float64            `json:"oldest_due_age_seconds" doc:"How long the oldest due message has waited, in seconds; a value that grows means the daemons do not keep up."`
+	Shards              []store.ShardStats `json:"shards" doc:"parked, due and dead of each shard."`
 	// DueIn counts the parked messages by when they come due:
 	// {"overdue","minute","hour","day","later"}; overdue is Due, and
 	// together they are Parked.
-	DueIn store.DueIn `json:"due_in"`
+	DueIn store.DueIn `json:"due_in" doc:"The parked messages by when they come due, each in one bucket: overdue (due already: the same as due), minute (within the next minute), hour (after the first minute, within the hour), day (after the first hour, within 24 h), later (after 24 h); together they are parked. forecast counts the same messages by window instead."`
 	// Forecast counts what fires within each window from now:
 	// {"1m","5m","1h","24h","later"}; each window includes the shorter
 	// ones and what is due already, later is what comes due after 24 h.
-	Forecast store.Forecast `json:"forecast"`
+	Forecast store.Forecast `json:"forecast" doc:"What fires within each window from now: 1m, 5m, 1h, 24h, each including the shorter ones and what is due already, and later (after 24 h)."`
 	// Held counts the parked messages held for a sink that is paused or
 	// down (by their due times, they are in due_in and forecast too).
-	Held int64 `json:"held"`
+	Held int64 `json:"held" doc:"Parked messages held for a sink that is paused or down; by their due times they are in due_in and forecast too."`
 	// RedisPersistence is what Redis keeps on disk, as the daemon read it
 	// last; absent where nothing read it.
 	RedisPersistence *PersistenceView `json:"redis_persistence,omitempty" doc:"What Redis keeps on disk, as the daemon read it last (at start, each reconnect and every minute); absent where nothing read it."`
