@@ -153,7 +153,7 @@ func New(p Params) *Scheduler {
 		s.shards[i].planned.Store(awake)
 	}
 	s.gate = newGate(p.Store, p.Sinks, len(s.shards), p.BatchSize, s.log, p.Metrics, s.wakeAll)
-	s.stalls = newStalls(p.PublishTimeout)
+	s.stalls = newStalls(p.PublishTimeout, p.Clock, p.Sinks)
 	s.pace = newPace()
 	s.failures = newFailures(p.RepeatInterval, s.log, p.Metrics)
 	return s

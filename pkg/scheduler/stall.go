@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,35 +12,65 @@ import (
 )
 
 // stalls tells a destination that never answers from a sink that is down
-// (docs/reference.md, "The guarantee": one destination that never answers). A publish
-// that timed out while its sink confirmed other messages (in the same
-// publish, or within a publish timeout before) is the destination's fault:
-// the sink is not blocked and its other messages go on. The first
-// stallAttempts-1 such timeouts in a row of a destination are postponed
-// without counting an attempt (a slow moment); from then on each counts, so
-// that the message ends dead after max_attempts with the reason. A confirmed
-// publish to the destination starts it over.
+// (docs/operations.md, "A destination that never answers"). A publish that
+// timed out while its sink answered otherwise is the destination's fault:
+// the sink is not blocked and its other messages go on. The sink answers
+// when it confirmed other messages (in the same publish, or within two
+// publish timeouts before); when it confirmed none lately (little traffic
+// beside the destination, or none yet since the start), it is asked
+// whether its broker answers (sinks.Prober), and one that does counts as
+// answering for two publish timeouts too. Without that question a timeout
+// with nothing confirmed lately was taken for the sink being down: held
+// without counting an attempt, the sink blocked for a back-off that
+// doubled each time, so the message was published again and again
+// without ever ending dead, and the sink's other messages, once they came
+// due, waited out the block.
+//
+// The first stallAttempts-1 such timeouts in a row of a destination are
+// postponed without counting an attempt (a slow moment); from then on each
+// counts, so that the message ends dead after max_attempts with the
+// reason: it is published at most max_attempts + stallAttempts-1 times. A
+// confirmed publish to the destination starts it over. A timeout while
+// the sink does not answer (nothing confirmed lately, and a probe that
+// failed, or a sink that cannot be probed) is the sink's: held, without
+// counting.
 //
 // A destination that stalled is suspect until it confirms again: its
 // messages are published apart (Scheduler.detach), so that the messages to
 // other destinations never wait behind it.
 type stalls struct {
 	timeout time.Duration // the publish timeout
+	clock   Clock
+	sinks   map[string]sinks.Sink
 
 	mu        sync.Mutex
-	confirmed map[string]time.Time // sink -> its last confirmed publish
-	row       map[sinkDest]int     // timeouts in a row while the sink confirmed others
+	confirmed map[string]time.Time  // sink -> when it last answered: a confirmed publish, or a probe
+	row       map[sinkDest]int      // timeouts in a row while the sink answered
+	probes    map[string]*probeLock // sink -> its probes, one at a time
 }
 
 // sinkDest is a sink and one of its destinations.
 type sinkDest struct{ sink, dest string }
 
+// probeLock serialises the probes of one sink, and keeps the time of the
+// last that failed: the publishes that time out at once while a sink is
+// down ask it once, not each.
+type probeLock struct {
+	mu     sync.Mutex
+	failed time.Time
+}
+
 // stallAttempts is the timeouts in a row from which a stalling destination's
 // timeouts count as attempts.
 const stallAttempts = 3
 
-func newStalls(timeout time.Duration) *stalls {
-	return &stalls{timeout: timeout, confirmed: map[string]time.Time{}, row: map[sinkDest]int{}}
+// probeTimeout bounds a probe (less when the publish timeout is shorter):
+// a broker that answers does so in milliseconds.
+const probeTimeout = 2 * time.Second
+
+func newStalls(timeout time.Duration, clock Clock, sk map[string]sinks.Sink) *stalls {
+	return &stalls{timeout: timeout, clock: clock, sinks: sk,
+		confirmed: map[string]time.Time{}, row: map[sinkDest]int{}, probes: map[string]*probeLock{}}
 }
 
 // suspect reports whether the destination stalled and has not confirmed
@@ -52,12 +83,13 @@ func (st *stalls) suspect(sink, dest string) bool {
 
 // observe classifies the results of one publish to sink, made at start:
 // confirmed messages start their destinations over and date the sink's
-// last confirmation; a timeout while the sink confirmed others becomes a
-// *stallError, which counts as an attempt (sinks.Rejected) from the
-// stallAttempts-th in a row.
+// last answer; a timeout while the sink answered becomes a *stallError,
+// which counts as an attempt (sinks.Rejected) from the stallAttempts-th in
+// a row. When nothing of the sink was confirmed lately, the sink is
+// probed first (answers), which may take up to probeTimeout.
 func (st *stalls) observe(sink string, start time.Time, dests []string, errs []error) {
+	now := st.clock.Now()
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	any := false
 	for j, err := range errs {
 		if err == nil {
@@ -66,12 +98,18 @@ func (st *stalls) observe(sink string, start time.Time, dests []string, errs []e
 		}
 	}
 	if any {
-		st.confirmed[sink] = time.Now()
+		st.confirmed[sink] = now
 	}
-	answering := any || time.Since(st.confirmed[sink]) < 2*st.timeout
+	answering := st.answered(sink, now)
+	st.mu.Unlock()
+	if !answering && slices.ContainsFunc(errs, timedOut) {
+		answering = st.answers(sink)
+	}
 	if !answering {
 		return // nothing of the sink answers: the sink is down (held as such)
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	for j, err := range errs {
 		if err == nil || !timedOut(err) {
 			continue
@@ -87,10 +125,67 @@ func (st *stalls) observe(sink string, start time.Time, dests []string, errs []e
 	}
 }
 
+// answered reports whether the sink answered within two publish timeouts
+// before now. st.mu is held.
+func (st *stalls) answered(sink string, now time.Time) bool {
+	at, ok := st.confirmed[sink]
+	return ok && now.Sub(at) < 2*st.timeout
+}
+
+// answers asks the sink whether its broker answers now (sinks.Prober),
+// one probe at a time per sink: a caller that waited for another's probe
+// takes its answer. A sink that cannot be probed does not answer. A probe
+// that failed is not repeated for a publish timeout (the sink is blocked
+// meanwhile anyway).
+func (st *stalls) answers(sink string) bool {
+	p, ok := st.sinks[sink].(sinks.Prober)
+	if !ok {
+		return false
+	}
+	st.mu.Lock()
+	pl := st.probes[sink]
+	if pl == nil {
+		pl = &probeLock{}
+		st.probes[sink] = pl
+	}
+	st.mu.Unlock()
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	now := st.clock.Now()
+	st.mu.Lock()
+	answered := st.answered(sink, now)
+	st.mu.Unlock()
+	switch {
+	case answered:
+		return true // confirmed, or probed, while this one waited
+	case !pl.failed.IsZero() && now.Sub(pl.failed) < st.timeout:
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(st.timeout, probeTimeout))
+	err := p.Probe(ctx)
+	cancel()
+	now = st.clock.Now()
+	if err != nil {
+		pl.failed = now
+		return false
+	}
+	st.mu.Lock()
+	st.confirmed[sink] = latest(st.confirmed[sink], now)
+	st.mu.Unlock()
+	return true
+}
+
 // timedOut reports whether a publish failed because its ctx (the publish
 // timeout) ended before the broker answered.
 func timedOut(err error) bool {
 	return sinks.IsUnavailable(err) && errors.Is(err, context.DeadlineExceeded)
+}
+
+// waitedOut reports whether a publish failed because its time ran out: the
+// publish timeout (as the sink reported it, or as observe classified it)
+// or the lease.
+func waitedOut(err error) bool {
+	return timedOut(err) || errors.As(err, new(*stallError)) || errors.Is(err, errFenced)
 }
 
 // stallError is a publish to a destination that did not answer within the
@@ -103,7 +198,7 @@ type stallError struct {
 }
 
 func (e *stallError) Error() string {
-	return fmt.Sprintf("destination %q of sink %s did not answer within scheduler.publish_timeout %s (%d times in a row) while the sink confirmed other messages: %v",
+	return fmt.Sprintf("destination %q of sink %s did not answer within scheduler.publish_timeout %s (%d times in a row) while the sink answered (other messages confirmed, or its broker a probe): %v",
 		e.dest, e.sink, e.timeout, e.row, e.err)
 }
 
@@ -135,8 +230,13 @@ const (
 func newPace() *pace { return &pace{ewma: map[string]time.Duration{}} }
 
 // observe takes the duration of a publish of which at least one message
-// was confirmed.
+// was confirmed and none waited out its time: one that waited out the
+// publish timeout for a destination that never answers (or the lease) says
+// nothing of the sink's pace.
 func (p *pace) observe(sink string, d time.Duration, errs []error) {
+	if slices.ContainsFunc(errs, waitedOut) {
+		return
+	}
 	for _, err := range errs {
 		if err == nil {
 			p.mu.Lock()
