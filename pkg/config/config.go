@@ -198,7 +198,9 @@ type Limits struct {
 // Dead configures what is kept of messages that are rejected or undeliverable.
 type Dead struct {
 	// MaxMessages is how many dead messages are kept, spread evenly over
-	// the shards; beyond its share a shard deletes its oldest.
+	// the shards; beyond its share a shard deletes the oldest of the source
+	// (an ingest, or the admin API) that holds the most there, so that one
+	// publisher's dead messages push out only its own while it holds more.
 	MaxMessages int `yaml:"max_messages"`
 	// Sink and Destination, when set, also publish every message that
 	// becomes dead there (best effort; it is kept in Redis either way),

@@ -25,6 +25,10 @@ import (
 //	                           only once there is something to record (a failed
 //	                           or abandoned attempt, a death)
 //	<prefix>:{N}:dead   zset   message ID -> time it died, Unix ms
+//	<prefix>:{N}:deadby zset   "<source>/<time it died, 13 digits>/<ID>" -> 0:
+//	                           the dead messages by source, oldest first,
+//	                           found by range (what limits.max_dead_messages
+//	                           deletes first: lua/lib/life.lua trimdead)
 //	<prefix>:{N}:due:pK zset   like due, for messages of x-delay-priority K
 //	                           (1..9); priority 0, the default, uses due
 //	<prefix>:{N}:groups zset   "<group>\x00<message ID>" -> 0: the messages of
@@ -46,6 +50,7 @@ import (
 //	                           admin API) holds in the shard: "p:<source>" ->
 //	                           its live messages (parked, in flight or held;
 //	                           not dead), "s:<source>" -> its live series,
+//	                           "d:<source>" -> its dead messages (in deadby),
 //	                           "census" -> when the counts were made from the
 //	                           shard's messages (lua/census.lua); kept by
 //	                           every script since (lua/lib/tally.lua)
@@ -134,6 +139,10 @@ func (k Keys) Series(shard int) string { return k.shardKey(shard, "series") }
 // Tally is the hash of what each source holds in a shard: its live
 // messages and series (ingest[].max_parked, ingest[].max_series).
 func (k Keys) Tally(shard int) string { return k.shardKey(shard, "tally") }
+
+// DeadBy is shard's index of its dead messages by source and time of
+// death (lua/lib/dead.lua).
+func (k Keys) DeadBy(shard int) string { return k.shardKey(shard, "deadby") }
 
 // Done is the key an earlier build wrote to remember a delivered message
 // of ID id read from log (envelope.Origin.Log, "" for none) for the

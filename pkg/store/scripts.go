@@ -39,7 +39,7 @@ var luaFiles embed.FS
 // shardKeyNames are the names a script's keys may have, in KEYS order:
 // the keys of one shard (Keys), then the deployment's that a script may
 // name instead (sinks, rate), which Go passes itself.
-var shardKeyNames = []string{"pool", "due", "meta", "dead", "groups", "next", "lease", "series", "tally", "sinks", "rate"}
+var shardKeyNames = []string{"pool", "due", "meta", "dead", "groups", "next", "lease", "series", "tally", "deadby", "sinks", "rate"}
 
 // script is a Lua file of lua/ ready to run: flagged for a Redis that reads
 // script flags, plain for one that does not (the same when it has none).
@@ -234,6 +234,8 @@ func (k Keys) scriptKeys(sc *script, shard int, deployment ...string) []string {
 			out = append(out, k.Series(shard))
 		case "tally":
 			out = append(out, k.Tally(shard))
+		case "deadby":
+			out = append(out, k.DeadBy(shard))
 		default: // sinks, rate
 			if len(deployment) == 0 {
 				panic(fmt.Sprintf("store: script %s needs its %s key", sc.name, name))

@@ -75,6 +75,7 @@ type Stats struct {
 type SourceStats struct {
 	Live   int64 // messages parked, in flight or held (not dead): ingest[].max_parked
 	Series int64 // live recurring series: ingest[].max_series
+	Dead   int64 // dead messages: limits.max_dead_messages deletes the oldest of the source with the most first
 }
 
 // statsScript counts one shard.
@@ -181,6 +182,10 @@ func (st *Stats) addTally(tally []any) bool {
 		case kind == "s":
 			ss := st.Sources[src]
 			ss.Series += max(n, 0)
+			st.Sources[src] = ss
+		case kind == "d":
+			ss := st.Sources[src]
+			ss.Dead += max(n, 0)
 			st.Sources[src] = ss
 		}
 	}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -105,7 +108,7 @@ func TestTallyKeepsCountOnEveryPath(t *testing.T) {
 	}
 	// a1, api1, a-ends delivered; a3, b1 dead; a4 delivered and its
 	// follower parked; the series a-ends ended.
-	check("settled", map[string]store.SourceStats{"a": {Live: 6, Series: 1}, "b": {Live: 3, Series: 1}})
+	check("settled", map[string]store.SourceStats{"a": {Live: 6, Series: 1, Dead: 1}, "b": {Live: 3, Series: 1, Dead: 1}})
 
 	if err := s.Cancel(ctx, "a5"); err != nil {
 		t.Fatal(err)
@@ -113,11 +116,11 @@ func TestTallyKeepsCountOnEveryPath(t *testing.T) {
 	if err := s.Cancel(ctx, "b1"); err != nil { // dead: its count is not live
 		t.Fatal(err)
 	}
-	check("cancelled", map[string]store.SourceStats{"a": {Live: 5, Series: 1}, "b": {Live: 3, Series: 1}})
+	check("cancelled", map[string]store.SourceStats{"a": {Live: 5, Series: 1, Dead: 1}, "b": {Live: 3, Series: 1}})
 	if _, _, err := s.CancelGroup(ctx, "g"); err != nil {
 		t.Fatal(err)
 	}
-	check("group cancelled", map[string]store.SourceStats{"a": {Live: 4, Series: 1}, "b": {Live: 2, Series: 1}})
+	check("group cancelled", map[string]store.SourceStats{"a": {Live: 4, Series: 1, Dead: 1}, "b": {Live: 2, Series: 1}})
 
 	if _, err := s.Reject(ctx, []store.Rejected{{Message: from("b", "b-bad", false), Reason: "bad"}}); err != nil {
 		t.Fatal(err)
@@ -198,4 +201,67 @@ func TestSourceSeriesBound(t *testing.T) {
 func newStoreWith(t *testing.T, o store.Options) *store.Store {
 	t.Helper()
 	return store.New(testenv.Redis(t).Client(), o)
+}
+
+// The dead messages beyond limits.max_dead_messages are the oldest of the
+// source that holds the most: one source's dead push out another's only
+// while it holds more. A dead entry a build before the index wrote (none
+// in deadby) goes first.
+func TestDeadBoundedPerSource(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1, MaxDead: 10})
+	reject := func(src string, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			m := msg(id, time.Now())
+			m.Ingest = src
+			if _, err := s.Reject(ctx, []store.Rejected{{Message: m, Reason: "bad"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dead := func(step string, want ...string) {
+		t.Helper()
+		infos, err := s.ListDead(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, in := range infos {
+			got = append(got, in.ID)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: dead %v, want %v", step, got, want)
+		}
+	}
+	reject("noisy", "n00", "n01", "n02", "n03", "n04", "n05", "n06", "n07", "n08", "n09")
+	reject("calm", "c0", "c1", "c2")
+	dead("the calm source's first three", "n03", "n04", "n05", "n06", "n07", "n08", "n09", "c0", "c1", "c2")
+
+	// As a build before the index left it: in pool and dead, not in deadby.
+	keys := store.NewKeys("t")
+	blob, err := r.Client().HGet(ctx, keys.Pool(0), "c0").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Client().HSet(ctx, keys.Pool(0), "legacy", blob)
+	r.Client().ZAdd(ctx, keys.Dead(0), redis.Z{Score: float64(time.Now().Add(-time.Hour).UnixMilli()), Member: "legacy"})
+	reject("calm", "c3")
+	dead("a legacy entry, then the noisy source's oldest", "n04", "n05", "n06", "n07", "n08", "n09", "c0", "c1", "c2", "c3")
+
+	reject("calm", "c4", "c5", "c6", "c7", "c8", "c9")
+	dead("each source its newest half", "n05", "n06", "n07", "n08", "n09", "c5", "c6", "c7", "c8", "c9")
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sources["noisy"].Dead != 5 || st.Sources["calm"].Dead != 5 {
+		t.Errorf("tally of the dead: %+v, want 5 each", st.Sources)
+	}
+	if n, _ := r.Client().ZCard(ctx, keys.DeadBy(0)).Result(); n != 10 {
+		t.Errorf("deadby holds %d entries, want 10", n)
+	}
 }

@@ -1,6 +1,6 @@
 --[[ cancel: forgets a parked or dead message; one in flight under a lease
 that has not expired is left alone, since its publish may be under way.
---! keys: pool dead
+--! keys: pool
 --! firing
 --! include: time due life
 
@@ -16,6 +16,6 @@ if not blob then return 0 end
 local score = duescore(id)
 if score and leased(score) and tonumber(score) > servertime() then return 2 end
 unschedule(id)
-redis.call('ZREM', K.dead, id)
+undead(id, blob)
 forget(id, blob, score ~= false)
 return 1

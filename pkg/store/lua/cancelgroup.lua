@@ -1,6 +1,6 @@
 --[[ cancelgroup: cancels up to ARGV[3] messages of a group in one shard,
 leaving those in flight (as cancel does).
---! keys: pool dead groups
+--! keys: pool groups
 --! firing
 --! include: time due life
 
@@ -23,9 +23,10 @@ for _, m in ipairs(members) do
   if score and leased(score) and tonumber(score) > now then
     inflight = inflight + 1
   else
+    local blob = redis.call('HGET', K.pool, id)
     unschedule(id)
-    redis.call('ZREM', K.dead, id)
-    forget(id, redis.call('HGET', K.pool, id), score ~= false)
+    undead(id, blob)
+    forget(id, blob, score ~= false)
     redis.call('ZREM', K.groups, m) -- an index entry without its message goes too
     cancelled = cancelled + 1
   end

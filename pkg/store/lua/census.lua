@@ -1,10 +1,11 @@
 --[[ census: counts what each source holds in one shard (lib/tally.lua) from
-the shard's messages themselves, and starts the tally with those counts.
+the shard's messages themselves (and its dead ones from their index by
+source), and starts the tally with those counts.
 Store.Census runs it once on a shard whose tally was never made: messages
 parked by a build before the tally existed, or by one beside it that does
 not keep it, are counted only by a census. It reads every message of the
 shard in one script (a few microseconds each: Redis waits meanwhile).
---! keys: pool dead series tally
+--! keys: pool dead deadby series tally
 --! include: time blob
 
 returns   {live messages, live series} of the shard
@@ -26,6 +27,10 @@ for i = 1, #ids, 1000 do
       nlive = nlive + 1
     end
   end
+end
+-- the dead by source: their index's members, "<source>/<time>/<ID>"
+for _, m in ipairs(redis.call('ZRANGE', K.deadby, 0, -1)) do
+  count('d:' .. string.match(m, '^([^/]*)/'))
 end
 for _, id in ipairs(redis.call('SMEMBERS', K.series)) do
   local blob = redis.call('HGET', K.pool, id)

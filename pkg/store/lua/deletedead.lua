@@ -1,5 +1,5 @@
 --[[ deletedead: deletes a message only if it is dead.
---! keys: pool dead
+--! keys: pool
 --! firing
 --! include: life
 
@@ -8,6 +8,7 @@ returns   1 if it was dead and is deleted, 0 if it was not dead
 ]]
 
 local id = ARGV[1]
-if redis.call('ZREM', K.dead, id) == 0 then return 0 end
-forget(id, redis.call('HGET', K.pool, id), false)
+local blob = redis.call('HGET', K.pool, id)
+if not undead(id, blob) then return 0 end
+forget(id, blob, false)
 return 1

@@ -1,6 +1,6 @@
 --[[ import: writes imported messages, each whole or not at all: its stored
 bytes, due or dead entry, meta, group entry and what waits for it.
---! keys: pool meta dead next
+--! keys: pool meta next
 --! include: blob due life series tally
 
 ARGV[1]   1: replace a message known under the ID (whatever its state, in
@@ -28,7 +28,7 @@ for i = 2, #ARGV, 8 do
     if old then
       local was = duescore(id)
       unschedule(id)
-      redis.call('ZREM', K.dead, id)
+      undead(id, old)
       forget(id, old, was ~= false)
       r = 2
       if was and leased(was) then r = 3 end
@@ -37,7 +37,7 @@ for i = 2, #ARGV, 8 do
   end
   if r ~= 0 then
     if ARGV[i + 1] == 'd' then
-      redis.call('ZADD', K.dead, score, id)
+      deadadd(id, score, blobinfo(blob).ingest)
     else
       redis.call('ZADD', zkey(tonumber(ARGV[i + 3])), score, id)
     end

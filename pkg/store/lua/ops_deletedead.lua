@@ -2,7 +2,7 @@
 call per shard (a purge with filters: pkg/ops PurgeDead); one that is not
 dead (retried, deleted or cancelled meanwhile) is left alone.
 --! firing
---! keys: pool dead
+--! keys: pool
 --! include: life
 
 ARGV      message IDs
@@ -11,8 +11,9 @@ returns   how many were dead and are deleted
 
 local n = 0
 for _, id in ipairs(ARGV) do
-  if redis.call('ZREM', K.dead, id) == 1 then
-    forget(id, redis.call('HGET', K.pool, id), false)
+  local blob = redis.call('HGET', K.pool, id)
+  if undead(id, blob) then
+    forget(id, blob, false)
     n = n + 1
   end
 end

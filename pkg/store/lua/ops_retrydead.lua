@@ -2,7 +2,7 @@
 itself (a retry through the ingest rules, due now; pkg/ops RetryDead).
 --! firing
 --! keys: pool meta dead
---! include: blob group due series
+--! include: blob group due series dead
 
 ARGV[1]   the shard's share of limits.max_series (0: no bound)
 ARGV[2]   message ID
@@ -23,7 +23,7 @@ if not redis.call('ZSCORE', K.dead, id) then return 0 end
 local info = blobinfo(ARGV[3])
 local over = overseries(tonumber(ARGV[1]), id, recurs(ARGV[3]), info.ingest, tonumber(ARGV[7]))
 if over == 'max_series' then return R.OVERSERIES elseif over then return R.OVERSOURCE end
-redis.call('ZREM', K.dead, id)
+undead(id, redis.call('HGET', K.pool, id))
 redis.call('HDEL', K.meta, id)
 groupdel(blobinfo(redis.call('HGET', K.pool, id)).group, id)
 redis.call('HSET', K.pool, id, ARGV[3])

@@ -93,7 +93,7 @@ for i = 4, #ARGV, 11 do
         redis.call('ZREM', zkey(p), id)
         if held(score) then band = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND end
       else
-        redis.call('ZREM', K.dead, id) -- dead: parked again as the replacement
+        undead(id, redis.call('HGET', K.pool, id)) -- dead: parked again as the replacement
         add(src)
       end
       groupdel(old.group, id)

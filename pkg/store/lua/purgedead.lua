@@ -8,6 +8,9 @@ returns   how many were deleted
 ]]
 
 local ids = redis.call('ZRANGE', K.dead, 0, tonumber(ARGV[1]) - 1)
-for _, id in ipairs(ids) do forget(id, redis.call('HGET', K.pool, id), false) end
-if #ids > 0 then redis.call('ZREM', K.dead, unpack(ids)) end
+for _, id in ipairs(ids) do
+  local blob = redis.call('HGET', K.pool, id)
+  undead(id, blob)
+  forget(id, blob, false)
+end
 return #ids

@@ -14,7 +14,7 @@ local out = {}
 for i = 2, #ARGV, 4 do
   local id = ARGV[i]
   if redis.call('HSETNX', K.pool, id, ARGV[i + 1]) == 1 then
-    redis.call('ZADD', K.dead, now, id)
+    deadadd(id, now, blobinfo(ARGV[i + 1]).ingest)
     setmeta(id, 0, now, ARGV[i + 3], ARGV[i + 2])
     groupadd(blobinfo(ARGV[i + 1]).group, id)
     out[#out + 1] = 1

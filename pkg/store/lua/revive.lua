@@ -2,18 +2,17 @@
 count reset.
 --! firing
 --! keys: pool meta dead
---! include: time blob meta due series
+--! include: time blob meta due series dead
 
 ARGV[1]   message ID
 returns   1 if it was dead and is scheduled now, 0 if it was not dead
 ]]
 
 local id = ARGV[1]
-if not redis.call('ZSCORE', K.dead, id) then return 0 end
-redis.call('ZREM', K.dead, id)
+local blob = redis.call('HGET', K.pool, id)
+if not undead(id, blob) then return 0 end
 local _, _, p = meta(redis.call('HGET', K.meta, id))
 redis.call('HDEL', K.meta, id)
-local blob = redis.call('HGET', K.pool, id)
 if not blob then return 0 end
 redis.call('ZADD', zkey(p), servertime(), id)
 local info = blobinfo(blob)

@@ -1,6 +1,6 @@
 --[[ life: forgetting a message, trimming the dead, promoting what waited.
---! keys: pool meta dead next
---! include: blob group identity due series tally
+--! keys: pool meta dead next tally deadby
+--! include: blob group identity due series tally dead
 ]]
 
 -- forget deletes everything of a message but its dead entry, which the
@@ -15,12 +15,54 @@ local function forget(id, blob, waslive)
   if info.recur then leaveseries(id, info.ingest) end
   if waslive and blob then live(info.ingest, -1) end
 end
+-- trimdead deletes the dead messages of the shard beyond max: first those
+-- a build before the index by source left (oldest first, while the oldest
+-- is one), then the oldest of the source that holds the most (dead.lua),
+-- so that one source's dead messages push out another's only while that
+-- one holds more.
 local function trimdead(max)
-  local n = redis.call('ZCARD', K.dead)
-  if n <= max then return end
-  local old = redis.call('ZRANGE', K.dead, 0, n - max - 1)
-  for _, id in ipairs(old) do forget(id, redis.call('HGET', K.pool, id), false) end
-  redis.call('ZREMRANGEBYRANK', K.dead, 0, n - max - 1)
+  local excess = redis.call('ZCARD', K.dead) - max
+  if excess <= 0 then return end
+  local counts = {}
+  local t = redis.call('HGETALL', K.tally)
+  for i = 1, #t, 2 do
+    local src = string.match(t[i], '^d:(.*)$')
+    if src then counts[src] = tonumber(t[i + 1]) end
+  end
+  while excess > 0 do
+    local oldest = redis.call('ZRANGE', K.dead, 0, 0, 'WITHSCORES')
+    if #oldest == 0 then return end
+    local id, blob = oldest[1], redis.call('HGET', K.pool, oldest[1])
+    if not blob or not redis.call('ZSCORE', K.deadby, deadmember(blobingest(blob), oldest[2], id)) then
+      redis.call('ZREM', K.dead, id) -- not indexed: a build before the index's
+      forget(id, blob, false)
+      excess = excess - 1
+    else
+      local victim, most = nil, 0
+      for src, n in pairs(counts) do
+        if n > most then victim, most = src, n end
+      end
+      local first = victim and redis.call('ZRANGEBYLEX', K.deadby, '[' .. victim .. '/', '(' .. victim .. '0', 'LIMIT', 0, 1)[1]
+      if not first then
+        -- the counts are off (a build before the index deleted some): the
+        -- oldest of the shard, which is indexed, goes instead
+        undead(id, blob)
+        forget(id, blob, false)
+        excess = excess - 1
+        if victim then counts[victim] = 0; redis.call('HSET', K.tally, 'd:' .. victim, 0) end
+      else
+        counts[victim] = most - 1
+        redis.call('ZREM', K.deadby, first)
+        tally('d', victim, -1)
+        local vt, vid = string.match(string.sub(first, #victim + 2), '^(%d+)/(.*)$')
+        if tonumber(redis.call('ZSCORE', K.dead, vid)) == tonumber(vt) then
+          redis.call('ZREM', K.dead, vid)
+          forget(vid, redis.call('HGET', K.pool, vid), false)
+          excess = excess - 1
+        end -- else a stale entry (deleted by a build before the index): gone now
+      end
+    end
+  end
 end
 -- promote parks what waited in next for the version in flight, which the
 -- caller forgot: a replacement, or a follower (FOLLOWS and the blob).

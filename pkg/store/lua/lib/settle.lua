@@ -51,9 +51,9 @@ local function deadlease(expiry, maxdead, args, from, to)
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       else
-        redis.call('ZADD', K.dead, now, id)
-        setmeta(id, a + 1, now, p, args[i + 1])
         local src = blobinfo(redis.call('HGET', K.pool, id)).ingest
+        deadadd(id, now, src)
+        setmeta(id, a + 1, now, p, args[i + 1])
         live(src, -1)
         leaveseries(id, src) -- a dead series is not a live one
       end
