@@ -388,22 +388,57 @@ func headers(h nats.Header) envelope.Headers {
 // Ready returns nil while connected.
 func (s *Source) Ready() error { return Ready(s.nc) }
 
-// Close stops the subscription and drains the connection, so that acks
-// already sent reach the server.
+// Close stops the subscription, gives back what the pull fetched and
+// nobody read, and drains the connection, so that acks already sent reach
+// the server.
 func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		s.iterMu.Lock()
-		if s.iter != nil {
-			s.iter.Stop()
-		}
+		iter := s.iter
 		s.iterMu.Unlock()
+		if iter != nil {
+			if n := giveBack(ctx, iter); n > 0 {
+				s.log.Info("jetstream ingest closed: gave back the messages fetched and not read", "count", n)
+			}
+		}
 		if s.sub != nil {
 			_ = s.sub.Unsubscribe()
 		}
-		// Flush pending acks before closing.
+		// Flush pending acks and naks before closing.
 		_ = Flush(ctx, s.nc)
 		s.nc.Close()
 	})
 	return nil
 }
+
+// giveBack stops a pull (drained, so that the server has its unsubscribe
+// before it returns: until then it may still deliver) and gives back with
+// a Nak every message it fetched that was not read, so that the server
+// delivers them to another instance at once. Dropped, they stayed pending
+// until the ack wait (30 s by default): a graceful stop, in a rolling
+// update for one, made them that late. It returns how many; past
+// giveBackWait (or ctx) the rest is left to the ack wait.
+func giveBack(ctx context.Context, iter jetstream.MessagesContext) int {
+	iter.Drain()
+	ctx, cancel := context.WithTimeout(ctx, giveBackWait)
+	defer cancel()
+	n := 0
+	for {
+		msg, err := iter.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			break // drained (ErrMsgIteratorClosed), or out of time
+		}
+		if msg.Nak() == nil {
+			n++
+		}
+	}
+	iter.Stop()
+	return n
+}
+
+// giveBackWait bounds giveBack: the drain takes one round trip to the
+// server, and a busy machine may take a while for it; a server that has not
+// answered in a few seconds is away, and the stop must not wait for it
+// (what is left comes back after the ack wait).
+const giveBackWait = 3 * time.Second

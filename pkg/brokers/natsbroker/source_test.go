@@ -292,3 +292,60 @@ func TestReleaseReturnsUnsubscribed(t *testing.T) {
 		cancel()
 	}
 }
+
+// Close gives back what the pull fetched and the pipeline did not read: a
+// graceful stop (the daemon's Run closes its sources after the pipeline
+// returned) that dropped it left those messages to JetStream's ack wait,
+// 30 s by default, and they came back that late (the fault suite's
+// rolling upgrade and rollback: a message 15 s late with a 15 s ack wait).
+// After Close another Source must read every one of them at once, long
+// before the ack wait.
+func TestCloseGivesBackWhatThePullFetched(t *testing.T) {
+	const n = 50
+	ns, js := jetStreamServer(t)
+	params := natsbroker.SourceParams{Name: "close", URL: ns.URL, Subject: subject("close"), Stream: "CLOSE", Durable: "delaybridge", AckWait: 30 * time.Second}
+	src := open(t, params)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range n {
+		if _, err := js.Publish(ctx, subject("close"), fmt.Appendf(nil, "m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, ack, err := src.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ack(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, "CLOSE", "delaybridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := func() int {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return -1
+		}
+		return info.NumAckPending
+	}
+	// The pull fetched the others: delivered to this client, not read.
+	testenv.Eventually(t, 10*time.Second, func() bool { return pending() == n-1 }, "the pull did not fetch the %d others", n-1)
+	if err := src.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := open(t, params)
+	defer other.Close(context.Background())
+	for i := 1; i < n; i++ {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, ack, err := other.Read(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("another Source read %d of the %d messages the closed one had fetched within 5 s each (ack wait %v): %v", i-1, n-1, params.AckWait, err)
+		}
+		if err := ack(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
