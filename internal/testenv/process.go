@@ -155,12 +155,7 @@ func build(pkg string, tags []string) (string, error) {
 	if err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	buildMu.Lock()
-	if buildDir == "" {
-		buildDir, err = mkProcessTempDir("testenv-build-")
-	}
-	dir := buildDir
-	buildMu.Unlock()
+	dir, err := sharedBuildDir()
 	if err != nil {
 		return "", err
 	}
@@ -188,6 +183,21 @@ func build(pkg string, tags []string) (string, error) {
 		return "", fmt.Errorf("go %s (in %s): %v\n%s", strings.Join(args, " "), root, err, output)
 	}
 	return out, nil
+}
+
+// sharedBuildDir is the directory of every binary this process builds
+// (Build, BuildCommit), created on first use and removed by Main.
+func sharedBuildDir() (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir == "" {
+		dir, err := mkProcessTempDir("testenv-build-")
+		if err != nil {
+			return "", err
+		}
+		buildDir = dir
+	}
+	return buildDir, nil
 }
 
 func fileExists(p string) bool {

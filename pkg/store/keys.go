@@ -148,8 +148,11 @@ func (k Keys) DeadBy(shard int) string { return k.shardKey(shard, "deadby") }
 // of ID id read from log (envelope.Origin.Log, "" for none) for the
 // dedupe window; this one reads it until it expires, and writes Seen.
 func (k Keys) Done(shard int, id, log string) string {
-	return k.shardKey(shard, "done:"+strconv.Itoa(len(log))+":"+log+":"+id)
+	return k.doneOf(shard, SeenField(id, log))
 }
+
+// doneOf is the Done key of a message whose SeenField is field.
+func (k Keys) doneOf(shard int, field string) string { return k.shardKey(shard, "done:"+field) }
 
 // Seen is bucket b of the dedupe window of a shard: the marks of the
 // messages that came in that window's span of time (Store.seen).

@@ -1058,10 +1058,13 @@ type redisState struct {
 	// published (the claim's; for a claim ahead, the one before: the
 	// holder publishes only after its commit, which makes it in flight).
 	attempts map[string]int
+	// ahead: the in-flight IDs that are claims ahead of their due time
+	// (not committed, not published yet by their holder).
+	ahead map[string]bool
 }
 
 func readRedisState(ctx context.Context, rdb redis.UniversalClient) (redisState, error) {
-	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}, deadIDs: map[string]bool{}}
+	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}, deadIDs: map[string]bool{}, ahead: map[string]bool{}}
 	keys := store.NewKeys(keyPrefix)
 	pipe := rdb.Pipeline()
 	due := make([][]*redis.ZSliceCmd, shards)
@@ -1101,6 +1104,7 @@ func readRedisState(ctx context.Context, rdb redis.UniversalClient) (redisState,
 				s.attempts[id] = before + 1
 				if z.Score-math.Trunc(z.Score) == 0.75 {
 					s.attempts[id] = before // claimed ahead: not published by its holder
+					s.ahead[id] = true
 				}
 			}
 		}

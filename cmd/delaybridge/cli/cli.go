@@ -99,7 +99,7 @@ and publishes them to a sink when they are due. Every command is described in do
 		"configuration file (default $DELAYBRIDGE_CONFIG)")
 	root.AddCommand(a.runCmd(), a.validateCmd(), a.sendCmd(), a.inspectCmd(), a.cancelCmd(),
 		a.statsCmd(), a.deadCmd(), a.devCmd(), a.healthCmd(), a.versionCmd())
-	root.AddCommand(a.reencryptCmd())
+	root.AddCommand(a.reencryptCmd(), a.migrateCmd())
 	root.AddCommand(a.exportCmd(), a.importCmd())
 	root.AddCommand(a.listCmd(), a.rescheduleCmd(), a.fireCmd(), a.groupsCmd(), a.sinksCmd())
 	for _, c := range root.Commands() {
