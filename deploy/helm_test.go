@@ -902,7 +902,7 @@ func readmeHelmCommands(t *testing.T) []string {
 // TestHelmREADMECommands runs the commands that deploy/README.md gives to
 // check the charts without a cluster, as printed, from a copy of the
 // repository's deploy/helm (helm dependency build writes into it), with the
-// helm of make deps first on PATH: each must succeed (issue 43, point 4).
+// helm of make deps first on PATH: each must succeed.
 // Every chart under deploy/helm must be linted and rendered there, each
 // time with --kube-version: the helm here is stamped with Kubernetes 1.37,
 // a plain `go install` assumes 1.20, and only the flag makes the two check

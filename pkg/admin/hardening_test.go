@@ -21,7 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// The tests of issue 18 against the real server (on a real Redis): cross-site
+// The hardening tests against the real server (on a real Redis): cross-site
 // requests, Host checks, what is readable without a token, pprof, deceptive
 // IDs, strict JSON and /readyz. test/ui has the same cross-site attacks from
 // a real browser, test/e2e the ones that need the daemon.

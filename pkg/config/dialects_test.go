@@ -10,8 +10,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/config"
 )
 
-// Destination templates, dialects and RabbitMQ bindings (issue 12): what
-// is valid, the defaults, and every problem with its path.
+// Destination templates, dialects and RabbitMQ bindings: what is valid, the
+// defaults, and every problem with its path.
 func TestDialectsTemplatesBindings(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
 redis: {addr: "a:1"}

@@ -9,8 +9,8 @@ import (
 )
 
 // A problem in a list entry that has a name says which one by its name as
-// well as its index (issue 43, point 7): "ingest[1] (orders-in).route.sink",
-// where "ingest[1]" alone sent the reader counting entries. A misspelt key
+// well as its index: "ingest[1] (orders-in).route.sink", since "ingest[1]"
+// alone sends the reader counting entries. A misspelt key
 // gets the key it most likely meant. Problem.Path stays the plain path.
 func TestProblemsNameTheEntryAndGuessTheKey(t *testing.T) {
 	_, err := config.Parse([]byte(`

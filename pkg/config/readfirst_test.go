@@ -25,7 +25,7 @@ func problems(t *testing.T, yaml string) []string {
 
 // A value that cannot be read is reported once, and the checks of meaning
 // run on the rest of the file read completely: nothing that follows from
-// the value's absence is reported (issue 31, point 2).
+// the value's absence is reported.
 func TestOnlyTheRealProblemAfterADecodingError(t *testing.T) {
 	cases := []struct {
 		name, yaml string

@@ -23,7 +23,7 @@ import (
 // noPersistence are the arguments of a Redis that keeps nothing on disk.
 var noPersistence = testenv.WithArgs("--appendonly", "no", "--save", "")
 
-// A daemon on a Redis without AOF or RDB says so (issue 43, point 2): a
+// A daemon on a Redis without AOF or RDB says so: a
 // WARN at start that names what to set, again when Redis restarted (a
 // reconnect to another run of it), a warning in /readyz's detail that keeps
 // it 200, "redis_persistence" in GET /v1/stats and the gauges; once Redis

@@ -84,7 +84,7 @@ func TestCheck(t *testing.T) {
 		{name: "rabbit too long", s: RabbitMQ, dest: strings.Repeat("a", 256), want: ErrInvalid},
 		{name: "rabbit pattern", s: RabbitMQ, dest: "orders.eu.late", allowed: []string{"orders.#"}, chosen: true},
 		{name: "generic refuses every control plane", s: Generic, dest: "__x", want: ErrReserved},
-		// Fourth round: what a publisher may not reach.
+		// What a publisher may not reach.
 		{name: "schema registry", s: Kafka, dest: "_schemas", allowed: []string{"*"}, chosen: true, want: ErrReserved, reason: ReservedCode + ": "},
 		{name: "confluent", s: Kafka, dest: "_confluent-metrics", allowed: []string{"*"}, chosen: true, want: ErrReserved},
 		{name: "schemas by the route's own destination", s: Kafka, dest: "_schemas", want: ErrReserved},

@@ -59,7 +59,7 @@ func runDev(t *testing.T) string {
 // The quickstart end to end with the in-process Redis a machine without
 // redis-server gets, the harder case (it reads no Lua script flags): the
 // welcome message fires, dev says it runs without the real Redis, and the
-// daemon warns about nothing dev chose (issue 31, point 6).
+// daemon warns about nothing dev chose.
 func TestDevFiresWithTheInProcessRedis(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // no redis-server: the fallback
 	out := runDev(t)
@@ -117,8 +117,8 @@ func TestDevWithRedisServerWarnsOfNothing(t *testing.T) {
 
 // `go run ./cmd/delaybridge dev` stopped by its PID (the go command goes,
 // dev stays) must not leave dev and its redis-server running: dev ends when
-// the process that started it goes away, and its redis-server with it
-// (issue 31, point 5). The parent here is a shell, killed with SIGKILL.
+// the process that started it goes away, and its redis-server with it.
+// The parent here is a shell, killed with SIGKILL.
 func TestDevEndsWithTheProcessThatStartedIt(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc; the parent-death signal is Linux's")

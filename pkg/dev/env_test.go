@@ -9,8 +9,7 @@ import (
 // The env file dev writes points the CLI at its admin API as well as curl:
 // sourced, it sets DELAYBRIDGE_ADMIN (the default of --admin) beside
 // DELAYBRIDGE_ADMIN_TOKEN (--token's), so that `delaybridge stats` works
-// with no flag. Without it the CLI said "no configuration" (issue 43,
-// point 7).
+// with no flag; without it the CLI answers "no configuration".
 func TestEnvFilePointsTheCLIAtTheAdminAPI(t *testing.T) {
 	path := filepath.Join(t.TempDir(), EnvFile)
 	if err := writeEnv(path, "http://127.0.0.1:7071", "dev-0123456789abcdef"); err != nil {

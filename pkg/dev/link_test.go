@@ -17,7 +17,7 @@ import (
 )
 
 // dev prints the full link to its dashboard, with the admin token in the
-// fragment (issue 43, point 3): the admin URL it runs at, then
+// fragment: the admin URL it runs at, then
 // /#token=<the token it keeps>. The page it opens is the dashboard, and the
 // token of the link opens the API.
 func TestDevPrintsTheDashboardLink(t *testing.T) {

@@ -86,7 +86,7 @@ import (
 //	                      AES-GCM 12 bytes nonce, ciphertext, 16 bytes tag)
 //
 // A sealed message with a group or a recurrence has flag bit 6 too (version
-// 3; written since issue 25): its group field holds the group's index
+// 3): its group field holds the group's index
 // token (Codec.GroupIndex: a keyed hash, what pkg/store indexes the group
 // by), its recurrence (and missed_max) is left out of the clear part, and
 // the private part starts with them:
@@ -95,8 +95,8 @@ import (
 //	...     recurrence, then uvarint missed_max (ext bit 2; flag bit 5)
 //	...     key, headers, properties, body as above
 //
-// Messages sealed before, with the group and the schedule in clear, still
-// open (testdata/sealed-v3.txt); `delaybridge reencrypt` writes them again
+// Sealed messages without flag bit 6, their group and schedule in clear,
+// still open (testdata/sealed-v3.txt); `delaybridge reencrypt` writes them again
 // in this form.
 //
 // The additional authenticated data is uvarint len(ID), the ID, then every

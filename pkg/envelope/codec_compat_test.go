@@ -55,7 +55,7 @@ func GoldenBlobs(t testing.TB, path string) map[string][]byte {
 }
 
 // TestDecodesBlobsOfTheVersionBefore: messages parked before encoding
-// version 3 decode to what they were (issue 30, point 3), and encoding them
+// version 3 decode to what they were, and encoding them
 // again writes the same bytes (a message that needs nothing of version 3 is
 // still written in the version it was).
 func TestDecodesBlobsOfTheVersionBefore(t *testing.T) {

@@ -7,12 +7,11 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/destination"
 )
 
-// TestControlPlaneRefused holds the high finding of issue 25: a publisher
-// who may choose a destination reached the JetStream API with the daemon's
-// own credentials, through a header, a forwarding template and a
-// kafka-scheduler record. Each of those is now dead at ingest with
-// destination_reserved, whatever allowed_destinations says short of naming
-// the prefix.
+// TestControlPlaneRefused: a publisher who may choose a destination must
+// not reach the JetStream API with the daemon's own credentials, through a
+// header, a forwarding template or a kafka-scheduler record. Each of those
+// is dead at ingest with destination_reserved, whatever
+// allowed_destinations says short of naming the prefix.
 func TestControlPlaneRefused(t *testing.T) {
 	sinks := destination.Sinks{"nats": destination.NATS, "kafka": destination.Kafka, "rabbit": destination.RabbitMQ}.Lookup
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)

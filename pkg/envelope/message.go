@@ -27,7 +27,7 @@ const (
 	HeaderCancel      = "x-delay-cancel"
 	HeaderPriority    = "x-delay-priority"
 
-	// Second round: replace, groups and recurring schedules.
+	// Replace, groups and recurring schedules.
 	HeaderReplace     = "x-delay-replace"
 	HeaderGroup       = "x-delay-group"
 	HeaderCancelGroup = "x-delay-cancel-group"

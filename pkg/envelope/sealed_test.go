@@ -328,7 +328,7 @@ func scheduledMessage() *Message {
 }
 
 // With encryption, a message's group and schedule are sealed with its
-// content (issue 25): the stored form holds the group's index token (a
+// content: the stored form holds the group's index token (a
 // keyed hash, the same for the same group and key), and nothing of the
 // cron, the zone, the interval, the end or the count; it opens to the same
 // message, with the active key and with a rotated keyring, and every
@@ -403,7 +403,7 @@ func slicesContains(list []string, s string) bool {
 	return false
 }
 
-// Messages sealed before issue 25 (group and schedule in clear) still open
+// Messages sealed without flag bit 6 (group and schedule in clear) still open
 // to what they were, and sealing them again hides their group and schedule.
 func TestOpensSealedBlobsOfTheVersionBefore(t *testing.T) {
 	blobs := GoldenBlobs(t, "testdata/sealed-v3.txt")

@@ -26,29 +26,18 @@ func (s *Service) Import(ctx context.Context, r io.Reader, o store.ImportOptions
 }
 
 // admit is a record's message as ingest would have parked it, or the rule
-// it breaks (store.ImportOptions.Admit).
+// it breaks (store.ImportOptions.Admit). So that import refuses exactly
+// what ingest refuses, a scheduled message (or a dead one that had publish
+// attempts) is read back as an ingest read it (incoming) and goes through
+// envelope.Parse under its ingest's route (importRoute). A control header
+// among the record's headers is refused: ingest never forwards one. What
+// ingest does not decide (the due time, the ingest and publish times, the
+// series' anchor, occurrence and missed policy) stays the record's.
 //
-// A scheduled message, and a dead one that had publish attempts (it was
-// parked once), is read as the message an ingest would have read: its
-// headers, key, body, properties, publish time and origin, with its ID,
-// due time (the next attempt's), priority, group and recurrence as the
-// control headers. envelope.Parse applies to it the limits and the rules
-// of IDs, groups, schedules and destinations, under the route of its
-// ingest (the configured one; else one of its own sink, as POST
-// /v1/messages builds it) with the record's sink and destination as the
-// route's, chosen by the operator: the sink must be configured, the
-// destination valid for its broker and outside the brokers' control
-// planes unless the route's allowed_destinations name them. A destination
-// is the one a template expanded to, never expanded again. A header of a
-// record is one ingest forwarded, so a control header there is refused.
-// What ingest does not decide (the due time, the ingest and publish times,
-// the series' anchor, occurrence and missed policy) is the record's.
-//
-// A dead message is not parked, and a retry puts it through these rules
-// again (RetryDead): its sink, destination and due time are not refused
-// here. One that died at ingest (no attempt) is kept as ingest kept it,
-// control headers and all; only what ingest never keeps of a rejected
-// message is refused (a body or headers over the limits).
+// A dead message is not parked: a retry checks its sink, destination and
+// due time (RetryDead), so those are not refused here. One that died at
+// ingest (no attempt) is kept as ingest kept it, refused only for a body or
+// headers over the limits.
 func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.Message, error) {
 	dead := meta.State == store.StateDead
 	if dead && meta.Attempts == 0 {

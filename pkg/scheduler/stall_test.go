@@ -91,9 +91,9 @@ func startProbing(t *testing.T, p Params, sk *probingSink, setup func(*harness))
 // destination's: the first two in a row are postponed without counting,
 // from the third each counts, and the message is dead after max_attempts
 // with the reason, published max_attempts + 2 times, and the sink is
-// never blocked for it. Before, each such timeout was taken for the sink
-// being down: the message was held, its sink blocked, and it was published
-// again without counting, for ever.
+// never blocked for it. A timeout taken for the sink being down would hold
+// the message, block its sink and publish it again without counting, for
+// ever.
 func TestSilentDestinationAloneCounts(t *testing.T) {
 	const maxAttempts = 3
 	sk := &probingSink{}

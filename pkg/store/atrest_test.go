@@ -65,8 +65,8 @@ func readEverything(t *testing.T, rdb redis.UniversalClient) []readable {
 }
 
 // With encryption on, Redis holds nothing of what a message carries but
-// what docs/security.md ("Encryption at rest") lists as readable (issue
-// 25): a message of every kind is parked through envelope.Parse (plain,
+// what docs/security.md ("Encryption at rest") lists as readable: a
+// message of every kind is parked through envelope.Parse (plain,
 // grouped, recurring by cron in a zone, recurring every interval with an
 // end and a count, to a destination template, replaced while in flight,
 // dead with a reason, retried with an error, rejected at ingest, held for

@@ -154,7 +154,7 @@ func BenchmarkReplace(b *testing.B) {
 
 // BenchmarkCancelGroup cancels a group of 10,000 among 100,000 parked over
 // 16 shards (DELETE /v1/groups/{key}); one op is one whole cancel, the
-// group parked again outside the timer. The issue asks for under a second.
+// group parked again outside the timer. The target is under a second.
 func BenchmarkCancelGroup(b *testing.B) {
 	s := benchStore(b, 16)
 	ctx := context.Background()

@@ -152,8 +152,8 @@ func TestCancelGroupRacesParks(t *testing.T) {
 }
 
 // TestCancelGroupTiming parks a group of 10,000 among 100,000 messages
-// (spread over 16 shards) and logs how long cancelling it takes; the issue
-// asks for under a second. It reports, it does not assert a time:
+// (spread over 16 shards) and logs how long cancelling it takes; the target
+// is under a second. It reports, it does not assert a time:
 //
 //	go test -run TestCancelGroupTiming -v ./pkg/store/
 func TestCancelGroupTiming(t *testing.T) {

@@ -59,7 +59,7 @@ func groupIDs(t *testing.T, s *store.Store, group string) []string {
 }
 
 // With encryption, the group index holds a keyed hash of the group, not
-// the group (issue 25), and a group is still found, listed and cancelled
+// the group, and a group is still found, listed and cancelled
 // by its name: across a key rotation (messages sealed with the old key, the
 // new one, and in clear from before encryption), an ack that names the
 // group as the active key indexes it takes a message of the old key or in

@@ -16,8 +16,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// TestFiresSealedBlobsOfTheVersionBefore: messages sealed before issue 25,
-// their group and schedule in clear and their group indexed by its name
+// TestFiresSealedBlobsOfTheVersionBefore: messages sealed without flag bit
+// 6, their group and schedule in clear and their group indexed by its name
 // (pkg/envelope/testdata/sealed-v3.txt, written by that version), are
 // found by their group, claimed, opened and acked after an upgrade, and
 // leave nothing in the group's index: the ack names the group as the new

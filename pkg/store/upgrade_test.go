@@ -19,7 +19,7 @@ import (
 // TestFiresBlobsOfTheVersionBefore: messages parked by the version before
 // encoding version 3 (pkg/envelope/testdata/blobs-v2.txt, written by it)
 // are claimed, fired and acked unchanged after an upgrade: the scripts read
-// their routing (sink, group, priority) as before (issue 30, point 3).
+// their routing (sink, group, priority) as before.
 func TestFiresBlobsOfTheVersionBefore(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, 1)

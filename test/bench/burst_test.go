@@ -334,7 +334,7 @@ func runKafkaToKafka(t *testing.T, e *env, l natsLoad, s *Scenario) {
 }
 
 // burstTargets adds, for every burst size measured through native
-// schedules, the two targets: drain rate >= 1.2x native's, and the
+// schedules, two targets: drain rate >= 1.2x native's, and the
 // last message at most half as late as native's last, same run.
 func (r *Report) burstTargets(yes func(bool) *bool) {
 	for _, nat := range r.Scenarios {

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The features runs (-only features): what the second round's features
+// The features runs (-only features): what the scheduling features
 // (recurring schedules, replace, groups, pause, throttle, the dedupe window)
 // cost at the maximum rate when a user does not use them. The maximum-rate
 // NATS -> NATS run (-n, -delay) with

@@ -20,7 +20,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// The million group (-only million, issue 28.3): -million messages due
+// The million group (-only million): -million messages due
 // within one second (due times spread evenly over T..T+1s), parked
 // beforehand directly with store.Park (the daemon's park script and layout;
 // through an ingest a million would take a minute or more of the two

@@ -157,7 +157,7 @@ type Report struct {
 	Parked10M    *BigParked     `json:"parked10m,omitempty"`
 }
 
-// Target is one goal of the performance issue and whether this run met it.
+// Target is one performance goal and whether this run met it.
 type Target struct {
 	Name     string `json:"name"`
 	Goal     string `json:"goal"`
@@ -228,7 +228,7 @@ func (r *Report) evaluateTargets() {
 		r.Targets = append(r.Targets, t)
 	}
 
-	// Precision (issue 21): at the sink (the sink stream's timestamp, read
+	// Precision: at the sink (the sink stream's timestamp, read
 	// by the consumer) and by the daemon (its fire lateness histogram).
 	for _, c := range []struct {
 		rate, p50, p99 float64
@@ -270,7 +270,7 @@ func (r *Report) evaluateTargets() {
 	}
 	r.Targets = append(r.Targets, t)
 
-	// Issue 28.4: the CPU a delivered message costs at the maximum rate,
+	// The CPU a delivered message costs at the maximum rate,
 	// compared across builds (-bin) by -cpu-baseline-us.
 	t = Target{Name: "daemon + Redis CPU per delivered message at the maximum rate, NATS->NATS", Goal: "-30% vs today's build (its figure: -cpu-baseline-us)"}
 	if db != nil && db.DaemonRedisCPUMicrosPerMsg > 0 {

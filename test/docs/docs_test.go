@@ -1,5 +1,5 @@
-// Package docs tests that the documentation is true (issue 31, "every
-// example is a test"):
+// Package docs tests that the documentation is true, every example being a
+// test:
 //
 //   - readme_test.go runs every `console` block of README.md, verbatim and
 //     in order, against a `delaybridge dev` it starts, and compares the

@@ -13,15 +13,13 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// TestBrokerCloseCountsAgainstTheMessage is issue 40's finding on the
-// real binary: a routing key amq.rabbitmq.reply-to.* that names no live
-// consumer makes RabbitMQ close the sink's connection (541 INTERNAL_ERROR)
-// at each publish, and the daemon retried it without counting an attempt
-// while a healthy message sent beside it never arrived. Now (with a route
-// that names the key, which is otherwise refused at ingest) the message
-// fails its attempts, up to scheduler.max_attempts, and is dead with the
-// broker's reason; the healthy messages arrive on time, and the sink is
-// never held as down.
+// TestBrokerCloseCountsAgainstTheMessage on the real binary: a routing key
+// amq.rabbitmq.reply-to.* that names no live consumer makes RabbitMQ close
+// the sink's connection (541 INTERNAL_ERROR) at each publish. With a route
+// that names the key (otherwise refused at ingest) the message must count
+// an attempt at each publish, up to scheduler.max_attempts, and be dead
+// with the broker's reason; the healthy messages sent beside it arrive on
+// time, and the sink is never held as down.
 func TestBrokerCloseCountsAgainstTheMessage(t *testing.T) {
 	rs, rmq := testenv.Redis(t), testenv.RabbitMQ(t)
 	run := conformance.RandomHex(4)

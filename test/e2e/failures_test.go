@@ -12,10 +12,10 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// TestFailedPublishesSpeakUp is issue 43's first point on the real binary
-// and a real RabbitMQ: a thousand messages routed to a routing key no
-// queue is bound to used to fail in silence (only inspect showed it). Now
-// the first failure is one WARN naming the sink, the destination, the
+// TestFailedPublishesSpeakUp on the real binary and a real RabbitMQ: a
+// thousand messages routed to a routing key no queue is bound to must not
+// fail in silence (with only inspect to show it): the first failure is one
+// WARN naming the sink, the destination, the
 // reason and the broker's words; the 999 others within log.repeat_interval
 // are not a line each but a count, on the next line of that destination;
 // and delaybridge_sink_publish_errors_total{sink,reason="unroutable"}

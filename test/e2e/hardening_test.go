@@ -14,13 +14,12 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// The points of issue 18 that need the daemon itself; the admin server's
-// own guards are tested in pkg/admin (hardening_test.go) and from a browser
-// in test/ui (crosssite_test.go).
+// The hardening tests that need the daemon itself; the admin server's own
+// guards are tested in pkg/admin/hardening_test.go and from a browser in
+// test/ui/crosssite_test.go.
 
 // TestStartWarnings: a daemon whose admin API has no token, and one with a
-// core NATS sink (jetstream: false), say so at start (issue 18, points 2
-// and 7).
+// core NATS sink (jetstream: false), say so at start.
 func TestStartWarnings(t *testing.T) {
 	ns, rs := testenv.NATS(t), testenv.Redis(t)
 	d := startDaemon(t, fmt.Sprintf(`
@@ -63,7 +62,7 @@ sinks:
 }
 
 // TestPprofNeedsTokenInValidate: admin.pprof without a token is a
-// configuration error for validate and for run (issue 18, point 4).
+// configuration error for validate and for run.
 func TestPprofNeedsTokenInValidate(t *testing.T) {
 	bin := testenv.Build(t)
 	write := func(admin string) string {
@@ -92,8 +91,7 @@ func TestPprofNeedsTokenInValidate(t *testing.T) {
 }
 
 // TestReadyzHidesAddressesWithoutToken: when Redis is down, /readyz says
-// so to everyone, with Redis's address only to a caller with the token
-// (issue 18, point 7).
+// so to everyone, with Redis's address only to a caller with the token.
 func TestReadyzHidesAddressesWithoutToken(t *testing.T) {
 	ns, rs := testenv.NATS(t), testenv.Redis(t)
 	d := startDaemon(t, fmt.Sprintf(`
@@ -171,7 +169,7 @@ func rawNATSPublish(t *testing.T, port int, subject string, frames ...[2]string)
 
 // TestNATSUndecodableHeaders: a JetStream message whose header block does
 // not decode goes dead saying so, under its stream position, and the
-// messages around it are delivered (issue 18, point 7).
+// messages around it are delivered.
 func TestNATSUndecodableHeaders(t *testing.T) {
 	e := newNATSEnv(t, "", "")
 	e.publish("delayed.b", []byte("ok"), "x-delay", "10", "x-message-id", "before")

@@ -19,7 +19,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// The tests of issue 30, "Identity and order" (docs/reference.md, "The guarantee"),
+// The identity and order tests (docs/reference.md, "The guarantee"),
 // through the real binary and the three real ingests: a re-read (the same
 // broker message delivered again) of a delivered ID is a duplicate; any
 // other message with that ID, a new publish, parks as new; of two versions
@@ -241,8 +241,8 @@ func (e *identityEnv) ingested(ingest, result string) float64 {
 
 // TestNewPublishOfADeliveredIDFiresAgain: a message is delivered; a new
 // publish with its ID fires again, with and without x-delay-replace, on
-// every ingest. Before, on RabbitMQ (no publish time) every such message
-// was dropped as a duplicate for the whole dedupe window.
+// every ingest, RabbitMQ's (no publish time) too: such a message is not a
+// duplicate for the dedupe window.
 func TestNewPublishOfADeliveredIDFiresAgain(t *testing.T) {
 	e := newIdentityEnv(t, "")
 	for _, kind := range identityKinds {
@@ -309,8 +309,8 @@ func TestRereadAfterKill9IsADuplicate(t *testing.T) {
 // published again (same ID, same body), and the broker delivers it flagged
 // redelivered because another consumer returned it (a nack with requeue):
 // this daemon never parked that delivery, so it is a new message and
-// fires again. Before, its content matched the delivered one's and it was
-// acknowledged as a duplicate, never fired. A genuine re-read is
+// fires again, although its content matches the delivered one's. A genuine
+// re-read is
 // TestRereadAfterKill9IsADuplicate.
 func TestRabbitRedeliveryOfANewPublishFires(t *testing.T) {
 	e := newIdentityEnv(t, "")
@@ -349,14 +349,13 @@ func TestRabbitRedeliveryOfANewPublishFires(t *testing.T) {
 // TestReplacementInTheSameMillisecondWins: 1,000 originals each followed at
 // once by its x-delay-replace replacement (most pairs in the same
 // millisecond), on every ingest: only the replacement fires, every time.
-// Before, on NATS 7 of 10 replacements lost (versions compared in whole
-// milliseconds).
+// Versions compared in whole milliseconds would lose most replacements.
 //
 // The delay is 10 s: an original parked once its delay has passed (an
 // ingest that lags that far behind its producer) fires before its
 // replacement is read, as it should, and the test would blame the daemon.
-// With 3 s a busy make test lost 1 Kafka pair of 1,000 so; the daemon's
-// log had no error, and nothing else fires an original first.
+// With 3 s a busy make test can lose a Kafka pair of 1,000 that way, with
+// no error in the daemon's log; nothing else fires an original first.
 func TestReplacementInTheSameMillisecondWins(t *testing.T) {
 	const pairs = 1000
 	e := newIdentityEnv(t, "")
@@ -419,8 +418,7 @@ func TestKafkaRecordStampedAYearAhead(t *testing.T) {
 // TestCeleryStyleRetries: tasks as Celery publishes them, each retried with
 // its own task ID as x-message-id (a new message, with a retries header,
 // due after its countdown), through a RabbitMQ ingest: every retry runs.
-// Before, a Celery 5 worker ran 196 of 200 tasks: retries of delivered IDs
-// were dropped as duplicates.
+// A retry of a delivered ID is a new message, not a duplicate.
 func TestCeleryStyleRetries(t *testing.T) {
 	const tasks = 200
 	e := newIdentityEnv(t, "")

@@ -28,8 +28,8 @@ const debianPython = "/usr/bin/python3"
 // one still deletes its key in a compacted topic), an empty key, a null
 // header value and binary keys and values reach a Kafka sink as they were
 // sent to a Kafka ingest: from kafka-go, and from librdkafka
-// (python3-confluent-kafka), read back by each. Before, a null value came
-// out empty, an empty key null and a null header value "".
+// (python3-confluent-kafka), read back by each: a null value must not come
+// out empty, nor an empty key null, nor a null header value "".
 func TestKafkaNullsRoundTrip(t *testing.T) {
 	t.Parallel() // servers of its own, no timing bound (harness_test.go)
 	kc := testenv.Kafka(t, testenv.WithTopic("nulls-in", 1), testenv.WithTopic("nulls-out", 1))

@@ -17,7 +17,7 @@ import (
 )
 
 // schedulerRecord is a schedule as etf1's kafka-message-scheduler users
-// write it (its clientlib, its README, kafkajs in its issue #53): key = the
+// write it (its clientlib, its README, kafkajs in its issue tracker): key = the
 // schedule ID; headers scheduler-epoch (Unix seconds, decimal),
 // scheduler-target-topic and scheduler-target-key, all strings; any other
 // header passes through; the value is what the target topic gets.
@@ -43,7 +43,7 @@ type triggered struct {
 }
 
 // TestKafkaSchedulerDialect runs the real binary on a schedules topic that
-// etf1's scheduler users write to, unchanged (issue 12, points 3 and 7):
+// etf1's scheduler users write to, unchanged:
 // the record fires on the target topic at scheduler-epoch with the target
 // key and the value, with etf1's scheduler-key/-topic/-timestamp headers; a
 // newer record of a key replaces the parked one; a tombstone cancels it; a

@@ -16,14 +16,13 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// TestDestinationsStayInTheirLane is the high finding of issue 25 run
-// against the real binary: a publisher who may choose a destination, a
-// forwarding template and a kafka-scheduler record each asked the NATS sink
-// to publish to $JS.API.STREAM.DELETE.* and .PURGE.*, which deleted and
-// purged streams with the daemon's own credentials. Now each such message
-// (and, since issue 40, one to Kafka's _schemas or connect-offsets, or to
-// a subject or topic this daemon consumes: a loop) is dead at ingest with
-// destination_reserved, the streams keep their
+// TestDestinationsStayInTheirLane against the real binary: a publisher who
+// may choose a destination, a forwarding template and a kafka-scheduler
+// record each ask the NATS sink to publish to $JS.API.STREAM.DELETE.* and
+// .PURGE.*, which would delete and purge streams with the daemon's own
+// credentials. Each such message (and one to Kafka's _schemas or
+// connect-offsets, or to a subject or topic this daemon consumes: a loop)
+// is dead at ingest with destination_reserved, the streams keep their
 // messages, a "*" pattern opens nothing of the control plane, a pattern
 // that names $KV literally reaches the KV bucket, and an ordinary message
 // behind them fires. validate warns about a route that lets publishers

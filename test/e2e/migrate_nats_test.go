@@ -146,7 +146,7 @@ sinks:
 
 // TestMigrateNATSSchedules runs one workload of one-shot schedules through
 // nats-server's own message schedules and through delaybridge with the
-// mapped headers (issue 12, point 4), and compares what a consumer sees:
+// mapped headers, and compares what a consumer sees:
 // subjects, bodies, count and order must be the same; the lateness of each
 // side is reported side by side (not asserted beyond sanity: the machine is
 // shared).

@@ -58,8 +58,8 @@ func TestTopicMatch(t *testing.T) {
 	}
 }
 
-// TestMigrateRabbitMQDelayedExchange is docs/migrate-rabbitmq-delayed-
-// exchange.md run for real (issue 12, point 2). The old topology was a topic
+// TestMigrateRabbitMQDelayedExchange runs
+// docs/migrate-rabbitmq-delayed-exchange.md for real. The old topology was a topic
 // exchange of type x-delayed-message (x-delayed-type: topic) with the
 // consumer queues bound to it. The new one: the publishers' exchange is a
 // plain topic exchange bound only to delaybridge's ingest queue (the ingest

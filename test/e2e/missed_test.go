@@ -46,7 +46,7 @@ func (e *natsEnv) occurrences(id string) map[int][]occurrence {
 	return out
 }
 
-// TestMissedAfterDowntime (issue 13 point 1): a series of x-delay-every 1s
+// TestMissedAfterDowntime: a series of x-delay-every 1s
 // fires its first occurrence, the daemon is stopped for 3.5 s, and what
 // comes after the restart follows route.missed:
 //   - all: every missed occurrence is published at once, each with its own
@@ -141,8 +141,8 @@ func TestMissedAfterDowntime(t *testing.T) {
 	}
 }
 
-// TestNoDriftFromAnAnchorLongPast (issue 13 point 1, under the bounds of
-// the third round): a series of x-delay-every 1s whose first occurrence was
+// TestNoDriftFromAnAnchorLongPast, under the bounds of recurring
+// schedules: a series of x-delay-every 1s whose first occurrence was
 // due 1,000 s before it was parked, under route.missed: all, fires that
 // first occurrence, passes over the 1,000 that fell due before it was
 // parked (they are never "missed"), and goes on on its anchor's grid:

@@ -23,8 +23,9 @@ import (
 // millisecond at ingest, and a message claimed ahead and committed before
 // its instant (store.CommitLead) is published once the shard's floor of
 // Redis's clock (scheduler.redisFloor, from its round trips) has reached
-// it, so nothing is early by even a fraction of one. (Issue 14 measured 3 of 3,000 up to 0.3 ms early before
-// the rounding.) The issue asks for 20 runs in a row:
+// it, so nothing is early by even a fraction of one (without the rounding,
+// a few in thousands are up to 0.3 ms early). It must pass 20 runs in a
+// row:
 //
 //	go test -count=20 -run TestNeverEarly ./test/e2e/
 func TestNeverEarly(t *testing.T) {

@@ -82,7 +82,7 @@ func (d *daemon) listAll(query string) []messageView {
 	return nil
 }
 
-// TestRecurringEndToEnd (issue 13 points 1 and 7): a series by
+// TestRecurringEndToEnd: a series by
 // x-delay-every and x-delay-count fires its occurrences on the schedule,
 // numbered, inspect shows the schedule, the next time and the occurrence;
 // cancel ends a series; schedules that cannot work are dead with a clear
@@ -180,7 +180,7 @@ func lazyDeadOf(d *daemon) lazyDead {
 	return func() string { return fmt.Sprint(d.dead()) }
 }
 
-// TestRescheduleFireEndToEnd (issue 13 points 2, 5 and 7) through the real
+// TestRescheduleFireEndToEnd through the real
 // binary: a reschedule into the past and a fire now deliver at once, a
 // compare-and-set reschedule delivers at its new time, limits and altered
 // cursors are refused, and the forecast gauges agree with /v1/stats.
@@ -272,7 +272,7 @@ sinks:
     nats: {url: "%s", jetstream: true}
 `
 
-// TestGroupsAndBrowseOnCluster (issue 13 points 3 and 4) runs the daemon on
+// TestGroupsAndBrowseOnCluster runs the daemon on
 // a 3-master Redis Cluster, where a group's messages and a listing's shards
 // live on different masters: x-delay-group files them, the listing pages
 // through them in due order, GET /v1/groups counts them, a control message
@@ -375,7 +375,7 @@ func TestGroupsAndBrowseOnCluster(t *testing.T) {
 	}
 }
 
-// TestPauseHoldsForEveryInstanceAndRestart (issue 14 point 2): a pause
+// TestPauseHoldsForEveryInstanceAndRestart: a pause
 // made through one instance stops the others firing too, survives a
 // restart, shows the held messages as due, and resume delivers them.
 func TestPauseHoldsForEveryInstanceAndRestart(t *testing.T) {
@@ -439,7 +439,7 @@ type lazySink func() any
 
 func (l lazySink) String() string { return fmt.Sprint(l()) }
 
-// TestMaxRateSharedByThreeDaemons (issue 14 point 2): three daemons on one
+// TestMaxRateSharedByThreeDaemons: three daemons on one
 // Redis release ~3,000 due messages to a NATS sink with max_rate 500 at
 // about 500/s together, as the consumer measures it, not 1,500/s.
 func TestMaxRateSharedByThreeDaemons(t *testing.T) {

@@ -15,15 +15,14 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
-// TestOneDestinationNeverAnswers is the medium finding of issue 25 with the
-// real binary and a real NATS: 32 messages to a subject that a plain
-// subscriber takes and never answers (no stream: the JetStream publish waits
-// for a PubAck that never comes) among 40 messages to a subject with a
-// stream, due one after the other. Before, they held the 40 up to the publish timeout and more (the
-// sink was taken for down), 12-19 of the 40 were published twice (a
-// confirmed PubAck lost to the timeout of another message of the batch),
-// and the 32 never counted an attempt. Now the 40 arrive once each, none
-// waiting for the timeout, and the 32 end dead with the reason.
+// TestOneDestinationNeverAnswers with the real binary and a real NATS: 32
+// messages to a subject that a plain subscriber takes and never answers (no
+// stream: the JetStream publish waits for a PubAck that never comes) among
+// 40 messages to a subject with a stream, due one after the other. The 40
+// must arrive once each, none waiting for the publish timeout (the sink is
+// not taken for down, and no confirmed PubAck is lost to the timeout of
+// another message of the batch), and the 32 count their attempts and end
+// dead with the reason.
 func TestOneDestinationNeverAnswers(t *testing.T) {
 	ns, rs := testenv.NATS(t), testenv.Redis(t)
 	nc, err := nats.Connect(ns.URL)

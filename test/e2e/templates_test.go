@@ -20,7 +20,7 @@ import (
 
 // TestDestinationTemplates runs one daemon with a NATS, a Kafka and a
 // RabbitMQ ingest, each routed with a destination template, and checks
-// (issue 12, points 1 and 7): {source}, {source.N}, {source.N:} and
+// that {source}, {source.N}, {source.N:} and
 // {header.NAME} expand from each broker's own name of the message (the
 // subject, the topic, the routing key it was published with); a message the
 // template cannot expand for (no such header, no tokens in an empty routing

@@ -79,7 +79,7 @@ sinks:
 const defaultRetry = `  max_attempts: 1000
   backoff: {initial: 200ms, max: 2s, multiplier: 2, jitter: 0.2}`
 
-// shortRetry is the retry policy of the issue's measurement: 3 attempts,
+// shortRetry is a retry policy with a short budget: 3 attempts,
 // back-off 100-300 ms. With publish_timeout 1 s its whole budget (three
 // publishes that time out and two back-offs) is about 3.3 s: a sink outage
 // longer than that would kill every due message if waiting for a sink

@@ -19,7 +19,7 @@ import (
 // blockBody bytes (about 4.4 KB of Redis memory each, parked).
 const blockBody = 4096
 
-// maxmemoryMB is the scenarios' Redis maxmemory: the issue's 32 MB at full
+// maxmemoryMB is the scenarios' Redis maxmemory: 32 MB at full
 // scale, 8 MB below it (filling it is most of a scenario's time; 8 MB is
 // still many times what the steady traffic parks).
 func maxmemoryMB() int {
@@ -265,7 +265,7 @@ func (w *world) memory() redisMemory {
 // by mistake: at maxmemory Redis then deletes keys to make room, and a key
 // is a whole shard's pool or due set, or the record of the shard count.
 //
-// Guarantee (issue 29.2): the daemon refuses to start, naming
+// Guarantee: the daemon refuses to start, naming
 // maxmemory-policy (or, running, is not ready and says why): whatever the
 // policy lets Redis delete is parked messages lost without a trace. What it
 // does instead is recorded: the scenario then fills Redis past maxmemory with

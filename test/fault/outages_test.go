@@ -33,7 +33,7 @@ var sinkKinds = map[string]string{"nats": "NATS JetStream", "rabbitmq": "RabbitM
 
 // TestSinkStoppedNATS, TestSinkStoppedRabbitMQ and TestSinkStoppedKafka
 // stop the sink's broker for longer than the whole retry budget while
-// messages come due throughout, with the issue's settings: max_attempts 3,
+// messages come due throughout, with a short retry budget: max_attempts 3,
 // back-off 100-300 ms (a budget of about 3.3 s with publish_timeout 1 s).
 // Guarantee: a publish that fails because the sink is unreachable does not
 // count toward max_attempts; the sink's due messages wait in Redis (held,

@@ -26,7 +26,7 @@ import (
 // the claims of a burst that came due show in Redis; the other keeps its
 // connection. Messages go on arriving throughout.
 //
-// Guarantee (issue 29.1): the cut instance hands its work back: it stops
+// Guarantee: the cut instance hands its work back: it stops
 // taking ingest messages and returns those it holds unparked (JetStream Nak,
 // AMQP requeue, Kafka: it leaves the group, which gives its partitions to the
 // other member), so the connected instance parks them; its claims come back

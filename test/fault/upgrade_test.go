@@ -24,9 +24,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// previousRelease is the last commit of the release before this one (the
-// end of the third round): the daemon a rolling upgrade starts from and a
-// rollback returns to. testenv.BuildCommit builds it from the clone's
+// previousRelease is the last commit of the release before this one: the
+// daemon a rolling upgrade starts from and a rollback returns to. testenv.BuildCommit builds it from the clone's
 // history (a shallow clone fails, saying `git fetch --unshallow`).
 const previousRelease = "6852e23"
 

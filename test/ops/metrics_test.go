@@ -121,7 +121,8 @@ func ruleQueries(t *testing.T) (qs []query, recorded []string) {
 	return qs, recorded
 }
 
-// The dashboard parses and holds what issue 16 asks of it.
+// The dashboard parses, and a panel shows each metric an operator watches
+// (listed below with what it shows).
 func TestDashboard(t *testing.T) {
 	d := loadDashboard(t)
 	if d.UID == "" || d.Title == "" {

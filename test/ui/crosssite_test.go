@@ -15,7 +15,7 @@ import (
 )
 
 // attackerPage is a page of another origin that tries, from the visitor's
-// browser, what issue 18 reported against an admin API without a token:
+// browser, what an admin API without a token must withstand:
 // park a message with a no-cors text/plain POST, retry a dead one, do the
 // same with a plain HTML form (which needs no script), cancel and delete
 // (which need a CORS preflight), and read the stats. ADMIN is the admin
@@ -51,7 +51,7 @@ async function attempt(name, url, init) {
 </script>
 </body></html>`
 
-// TestCrossSiteAttacksFromABrowser (issue 18, point 2) runs the daemon
+// TestCrossSiteAttacksFromABrowser runs the daemon
 // without admin.token and a page of another origin in headless chromium:
 // the page's requests reach the daemon and change nothing. A DNS name
 // re-bound to 127.0.0.1 (chromium's host resolver rules, and a Go client

@@ -10,7 +10,7 @@ import (
 )
 
 // The dashboard opens from a link that carries its token in the fragment,
-// /#token=<token>, as `delaybridge dev` prints it (issue 43, point 3): no
+// /#token=<token>, as `delaybridge dev` prints it: no
 // dialog, the numbers shown, the token kept for the tab's session and gone
 // from the address bar, and never sent to the server. A link with a wrong
 // token opened in the same tab locks the page with the dialog's reason; one

@@ -10,8 +10,7 @@ import (
 )
 
 // On a Redis that keeps nothing on disk the dashboard says so above its
-// cards, with what to set, and stops saying it once Redis has AOF (issue
-// 43, point 2).
+// cards, with what to set, and stops saying it once Redis has AOF.
 func TestDashboardWarnsOfRedisWithoutPersistence(t *testing.T) {
 	e := newEnvToken(t, adminToken, "info", testenv.WithArgs("--appendonly", "no", "--save", ""))
 	ctx, exceptions := startBrowser(t)

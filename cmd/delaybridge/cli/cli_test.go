@@ -152,7 +152,7 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 	}
 }
 
-// TestContentAndIDs (issue 18): inspect shows the key and headers only
+// TestContentAndIDs: inspect shows the key and headers only
 // with --body, both against Redis and through the API; an ID with a C1
 // control or a bidi override is refused before anything is done; one stored
 // before that rule is printed escaped, in text and in JSON.

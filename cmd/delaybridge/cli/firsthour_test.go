@@ -1,6 +1,6 @@
 package cli
 
-// The command line as a newcomer meets it (issue 31): health probes that
+// The command line as a newcomer meets it: health probes that
 // pass only on delaybridge's own answer, validate with a positional file,
 // send that says what it sent, flags only where they act, and no log line
 // of a running daemon's in a one-shot command.
@@ -297,7 +297,7 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 }
 
 // Every --help shows an example: the root's, every command's and every
-// group's, completion's too (issue 31, point 9).
+// group's, completion's too.
 func TestEveryHelpHasAnExample(t *testing.T) {
 	a := &app{}
 	root := a.rootCmd()

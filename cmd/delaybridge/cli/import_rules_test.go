@@ -50,9 +50,9 @@ func importRecord(id string, edit func(map[string]string)) string {
 
 func q(s string) string { return fmt.Sprintf("%q", s) }
 
-// The eight records of issue 25's probe that import wrote although ingest
-// refuses them: each is refused now, named with its line number and the
-// rule, and nothing of it is written.
+// Import refuses what ingest refuses: each of eight records that break a
+// rule of ingest is refused, named with its line number and the rule, and
+// nothing of it is written.
 func TestImportRefusesWhatIngestRefuses(t *testing.T) {
 	r := testenv.Redis(t)
 	recurrence := func(fields string) func(map[string]string) {

@@ -1,7 +1,7 @@
 package cli
 
-// The command line as a newcomer meets it, second pass (issue 43, point 7):
-// the small things that cost time or trust, each with its test.
+// The command line as a newcomer meets it: the small things that cost time
+// or trust, each with its test.
 
 import (
 	"context"
@@ -62,8 +62,8 @@ func runningDaemon(t *testing.T, path string) string {
 
 // A command that acts on parked messages, given neither a configuration
 // nor a daemon, says both ways: --admin (DELAYBRIDGE_ADMIN, which
-// `. .delaybridge-dev/env` sets) and --config. It used to name only
-// --config, which a user of dev has no reason to give.
+// `. .delaybridge-dev/env` sets) and --config, not --config alone, which a
+// user of dev has no reason to give.
 func TestNoTargetNamesAdmin(t *testing.T) {
 	t.Setenv("DELAYBRIDGE_CONFIG", "")
 	t.Setenv("DELAYBRIDGE_ADMIN", "")

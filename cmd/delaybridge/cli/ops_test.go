@@ -192,7 +192,7 @@ func TestScheduleCommandsHelp(t *testing.T) {
 }
 
 // Bad values of the sink knobs are clear errors of validate, with the
-// field path, never a crash (issue 14 point 6).
+// field path, never a crash.
 func TestBadSinkKnobs(t *testing.T) {
 	for _, c := range []struct{ value, want string }{
 		{"-5", "sinks[0] (s).max_rate: must not be negative"},

@@ -10,8 +10,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/ops"
 )
 
-// `validate --live` asks the configured Redis what the daemon would (issue
-// 43, point 2): without AOF or RDB it warns and names what to set (exit 0),
+// `validate --live` asks the configured Redis what the daemon would:
+// without AOF or RDB it warns and names what to set (exit 0),
 // with AOF it says so, and an unreachable Redis is exit 1 with what to
 // check. `stats -c` reads the same into redis_persistence.
 func TestValidateLiveReportsPersistence(t *testing.T) {

@@ -69,9 +69,8 @@ sinks:
   - {name: nats, nats: {url: "nats://127.0.0.1:4222"}}
 `
 
-// What a publisher may not reach (the contract's fourth round, issue 40
-// item 2): the 11 targets of the probe and the other reserved parts, each
-// refused with destination_reserved through each way a destination is
+// What a publisher may not reach: the brokers' internal names, what an
+// ingest reads, and the other reserved parts, each refused with destination_reserved through each way a destination is
 // chosen: a header, a template, POST /v1/messages, an import line, and the
 // scheduler's last check before it publishes; validate lists them. Named
 // literally by a pattern of the route, each is reachable.
@@ -83,7 +82,7 @@ func TestPublisherMayNotReach(t *testing.T) {
 		t.Fatal(err)
 	}
 	targets := []struct{ sink, dest string }{
-		// The probe's 11.
+		// The brokers' internal names and what an ingest reads.
 		{"kafka", "_schemas"}, {"kafka", "connect-configs"}, {"kafka", "connect-offsets"}, {"kafka", "connect-status"},
 		{"kafka", "_confluent-metrics"}, {"kafka", "__consumer_offsets"},
 		{"rabbit", "amq.rabbitmq.reply-to.g1h2AA==.x"}, {"rabbit", "amq.gen-JzTY20BRgKO-HjmUJj0wLg"},

@@ -12,9 +12,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
-// BenchmarkFirstPublish times the first publish of a new sink (identity
-// issue, point 4: "the first publish after start is as fast as the rest"):
-// cold (NewSink alone), warm (NewSink and Warm, as SinkConfig.Open does), and
+// BenchmarkFirstPublish times the first publish of a new sink, which must
+// be as fast as the rest: cold (NewSink alone), warm (NewSink and Warm, as SinkConfig.Open does), and
 // a later publish of a warm sink. Only the publish is timed.
 //
 //	go test -run '^$' -bench FirstPublish -benchtime 50x ./pkg/brokers/kafkabroker/

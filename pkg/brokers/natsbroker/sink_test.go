@@ -179,7 +179,7 @@ func TestSinkConformanceCoreNATS(t *testing.T) {
 // scheduler holds the message for the sink and publishes it again when the
 // server is back, so a copy that nats.go kept in its reconnect buffer and
 // sent on reconnect would be a second copy of every message published
-// during the outage (issue 14's fault suite counted them as duplicates).
+// during the outage (test/fault counts each as a duplicate).
 func TestSinkKeepsNothingWhileDisconnected(t *testing.T) {
 	ns := testenv.NATS(t)
 	nc := consumer(t, ns.URL)

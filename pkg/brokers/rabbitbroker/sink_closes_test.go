@@ -41,7 +41,7 @@ func (l *lockedBuffer) String() string {
 const replyTo = "amq.rabbitmq.reply-to.g1h2AA==.x"
 
 // TestChannelCloseIsTheMessagesFault: a publish that the broker answers by
-// closing the connection (issue 40, item 2) fails Rejected, that message's
+// closing the connection fails Rejected, that message's
 // fault (an attempt), never as the sink being unavailable: the messages
 // published with it, in its batch and in batches beside it, are confirmed
 // and arrive, Ready never says the sink is down, and the next publishes
