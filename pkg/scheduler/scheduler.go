@@ -43,12 +43,11 @@ type Store interface {
 	Node(ctx context.Context, shard int) string
 	Commit(ctx context.Context, l *store.Lease, commit, back []store.Claimed) (time.Time, []store.Committed, error)
 	CommitLead() time.Duration
-	Ack(ctx context.Context, l *store.Lease, ds []store.Done) (int, error)
-	Retry(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
-	MarkDead(ctx context.Context, l *store.Lease, fs []store.Failure) (int, error)
-	Hold(ctx context.Context, l *store.Lease, us []store.Unavailable) (int, error)
-	Defer(ctx context.Context, l *store.Lease, slots []store.Slot) (int, error)
-	Postpone(ctx context.Context, l *store.Lease, rs []store.RetryAt) (int, error)
+	// Settle writes every outcome of a batch of a lease (delivered,
+	// retried, dead, held, deferred to a rate slot, postponed) in one
+	// call, acting only on the messages still under that lease; a
+	// settlement whose error is set wrote nothing and may be given again.
+	Settle(ctx context.Context, sts []store.Settlement) ([]store.Settled, []error)
 	Release(ctx context.Context, shard, band, max int) (int, error)
 	Slots(ctx context.Context, sink string, n int, maxRate float64) (time.Time, []time.Time, error)
 	SinkStates(ctx context.Context, names []string) (map[string]store.SinkState, error)
@@ -275,8 +274,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	var acksAt time.Time // when acksLease was claimed, on our clock
 	flush := func(ctx context.Context) {
 		s.record(ctx, acksLease, acksAt, "ack", len(acks), func(ctx context.Context) error {
-			_, err := s.p.Store.Ack(ctx, acksLease, acks)
-			return err
+			return s.settleOne(ctx, store.Settlement{Lease: acksLease, Done: acks})
 		})
 		acks = nil
 	}
@@ -621,11 +619,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt, fence t
 			settled = append(settled, i)
 		}
 	}
-	acks, retryAt = s.settle(ctx, c, claimedAt, toRedis, settled, errs, skipped)
-	s.record(ctx, c, claimedAt, "defer", len(slots), func(ctx context.Context) error {
-		_, err := s.p.Store.Defer(ctx, c, slots)
-		return err
-	})
+	acks, retryAt = s.settle(ctx, c, claimedAt, toRedis, settled, errs, skipped, slots)
 	for _, sl := range slots {
 		if at := sl.At.Add(-toRedis); retryAt.IsZero() || at.Before(retryAt) {
 			retryAt = at
@@ -665,10 +659,9 @@ func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt, fence
 // settleApart settles the messages idx of a lease published apart from
 // the shard's loop, and writes their acks.
 func (s *Scheduler) settleApart(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, idx []int, errs []error, skipped []bool) {
-	acks, at := s.settle(ctx, c, claimedAt, toRedis, idx, errs, skipped)
+	acks, at := s.settle(ctx, c, claimedAt, toRedis, idx, errs, skipped, nil)
 	s.record(ctx, c, claimedAt, "ack", len(acks), func(ctx context.Context) error {
-		_, err := s.p.Store.Ack(ctx, c, acks)
-		return err
+		return s.settleOne(ctx, store.Settlement{Lease: c, Done: acks})
 	})
 	if !at.IsZero() {
 		s.wakeShard(c.Shard)
@@ -689,10 +682,11 @@ const (
 )
 
 // settle records the outcome of the messages idx of a lease from their
-// publish errors: retries, deaths, holds and postponements are written;
-// the acks are returned, with the earliest time (our clock) a message was
-// parked again for.
-func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, idx []int, errs []error, skipped []bool) (acks []store.Done, retryAt time.Time) {
+// publish errors: retries, deaths, holds and postponements are written
+// with the deferred slots in one Settle call; the acks are returned (they
+// ride with the shard's next claim), with the earliest time (our clock) a
+// message was parked again for.
+func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.Time, toRedis time.Duration, idx []int, errs []error, skipped []bool, slots []store.Slot) (acks []store.Done, retryAt time.Time) {
 	now := s.p.Clock.Now()
 	var (
 		retries   []store.RetryAt
@@ -771,24 +765,18 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads) - late))
 		s.p.Metrics.DeadTotal.WithLabelValues("late").Add(float64(late))
 	}
-	s.record(ctx, c, claimedAt, "retry", len(retries), func(ctx context.Context) error {
-		_, err := s.p.Store.Retry(ctx, c, retries)
-		return err
-	})
-	s.record(ctx, c, claimedAt, "postpone", len(postpones), func(ctx context.Context) error {
-		_, err := s.p.Store.Postpone(ctx, c, postpones)
-		return err
-	})
-	s.record(ctx, c, claimedAt, "dead", len(deads), func(ctx context.Context) error {
-		_, err := s.p.Store.MarkDead(ctx, c, deads)
-		return err
-	})
-	s.record(ctx, c, claimedAt, "hold", len(holds), func(ctx context.Context) error {
-		_, err := s.p.Store.Hold(ctx, c, holds)
-		return err
+	st := store.Settlement{Lease: c, Retry: retries, Dead: deads, Hold: holds, Defer: slots, Postpone: postpones}
+	s.record(ctx, c, claimedAt, "settle", st.Len(), func(ctx context.Context) error {
+		return s.settleOne(ctx, st)
 	})
 	s.p.DeadLetter.Publish(ctx, letters)
 	return acks, retryAt
+}
+
+// settleOne writes one settlement (Store.Settle).
+func (s *Scheduler) settleOne(ctx context.Context, st store.Settlement) error {
+	_, errs := s.p.Store.Settle(ctx, []store.Settlement{st})
+	return errs[0]
 }
 
 // wakeShard wakes one shard (a detached publish parked something again).

@@ -315,6 +315,22 @@ func (f *fakeStore) Retry(_ context.Context, _ *store.Lease, rs []store.RetryAt)
 	return len(rs), nil
 }
 
+// Settle writes each settlement as the store's script does: acks,
+// retries, deaths, then what is put back (held, deferred, postponed).
+func (f *fakeStore) Settle(ctx context.Context, sts []store.Settlement) ([]store.Settled, []error) {
+	out, errs := make([]store.Settled, len(sts)), make([]error, len(sts))
+	for i, st := range sts {
+		out[i].Acked, _ = f.Ack(ctx, st.Lease, st.Done)
+		out[i].Retried, _ = f.Retry(ctx, st.Lease, st.Retry)
+		out[i].Dead, _ = f.MarkDead(ctx, st.Lease, st.Dead)
+		h, _ := f.Hold(ctx, st.Lease, st.Hold)
+		d, _ := f.Defer(ctx, st.Lease, st.Defer)
+		p, _ := f.Postpone(ctx, st.Lease, st.Postpone)
+		out[i].PutBack = h + d + p
+	}
+	return out, errs
+}
+
 func (f *fakeStore) MarkDead(_ context.Context, _ *store.Lease, ds []store.Failure) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

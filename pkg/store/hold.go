@@ -27,21 +27,6 @@ func Held(score float64) (bool, time.Time) {
 	return true, time.UnixMilli(int64(score) % HoldBand)
 }
 
-// putBackScript puts messages of a lease back at the scores given, their
-// attempt not counted: Hold parks them in their sink's hold band, Defer at
-// their publish slot.
-// (lua/putback.lua has its KEYS, ARGV and reply.)
-var putBackScript = loadScript("putback")
-
-// putBack runs putBackScript for pairs (ID, score) of lease l.
-func (s *Store) putBack(ctx context.Context, op string, l *Lease, pairs []any) (int, error) {
-	n, err := s.run(ctx, op, putBackScript, l.Shard, append([]any{l.ExpiryMs}, pairs...)...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store.%s shard %d: %w", op, l.Shard, err)
-	}
-	return n, nil
-}
-
 // Unavailable is a message of a lease whose sink could not take it.
 type Unavailable struct {
 	ID    string
@@ -50,16 +35,11 @@ type Unavailable struct {
 }
 
 // Hold puts messages of a lease back, held for their sinks, without
-// counting the attempt: the sink was down, not the message at fault.
+// counting the attempt (the sink was down, not the message at fault):
+// Settle with Hold alone.
 func (s *Store) Hold(ctx context.Context, l *Lease, us []Unavailable) (int, error) {
-	if len(us) == 0 {
-		return 0, nil
-	}
-	pairs := make([]any, 0, 2*len(us))
-	for _, u := range us {
-		pairs = append(pairs, u.ID, heldScore(u.Band, u.DueAt))
-	}
-	return s.putBack(ctx, "hold", l, pairs)
+	r, err := s.settleOne(ctx, Settlement{Lease: l, Hold: us})
+	return r.PutBack, err
 }
 
 func heldScore(band int, due time.Time) int64 {

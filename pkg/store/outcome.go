@@ -2,18 +2,13 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
-// ackScript removes delivered messages: forgets them, or parks their next
-// occurrence (recurring), or the replacement that waited for them.
-// (lua/ack.lua has its KEYS, ARGV and reply.)
-var ackScript = loadScript("ack")
-
-// ackArgs are ackScript's arguments and extra keys for ds of lease l.
+// ackArgs are the arguments and extra keys of the acks ds of lease l, for
+// settle.lua and claimack.lua (lib/fire.lua's acklease).
 func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 	args := make([]any, 0, 8*len(ds)+2)
 	b := s.seen(time.Now())
@@ -49,22 +44,12 @@ type Done struct {
 }
 
 // Ack removes messages the sink confirmed (and parks the next occurrence of
-// the recurring ones). It returns how many were still held under the lease.
+// the recurring ones): Settle with Done alone. It returns how many were
+// still held under the lease.
 func (s *Store) Ack(ctx context.Context, l *Lease, ds []Done) (int, error) {
-	if len(ds) == 0 {
-		return 0, nil
-	}
-	args, keys := s.ackArgs(l, ds)
-	n, err := s.runKeys(ctx, "ack", ackScript, l.Shard, keys, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store.ack shard %d: %w", l.Shard, err)
-	}
-	return n, nil
+	r, err := s.settleOne(ctx, Settlement{Lease: l, Done: ds})
+	return r.Acked, err
 }
-
-// retryScript puts messages whose publish failed back in the due set.
-// (lua/retry.lua has its KEYS, ARGV and reply.)
-var retryScript = loadScript("retry")
 
 // RetryAt is a message of a lease to publish again at At (Redis's clock).
 type RetryAt struct {
@@ -73,26 +58,11 @@ type RetryAt struct {
 	Reason string // the error of the failed attempt
 }
 
-// Retry reschedules messages of a lease.
+// Retry reschedules messages of a lease: Settle with Retry alone.
 func (s *Store) Retry(ctx context.Context, l *Lease, rs []RetryAt) (int, error) {
-	if len(rs) == 0 {
-		return 0, nil
-	}
-	args := make([]any, 0, 3*len(rs)+1)
-	args = append(args, l.ExpiryMs)
-	for _, r := range rs {
-		args = append(args, r.ID, ms(r.At), s.codec.SealReason(r.ID, r.Reason))
-	}
-	n, err := s.run(ctx, "retry", retryScript, l.Shard, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store.retry shard %d: %w", l.Shard, err)
-	}
-	return n, nil
+	r, err := s.settleOne(ctx, Settlement{Lease: l, Retry: rs})
+	return r.Retried, err
 }
-
-// deadScript moves messages of a lease to the dead set.
-// (lua/dead.lua has its KEYS, ARGV and reply.)
-var deadScript = loadScript("dead")
 
 // Failure is a message of a lease that is given up on, and why.
 type Failure struct {
@@ -100,33 +70,17 @@ type Failure struct {
 	Reason string
 }
 
-// MarkDead moves messages of a lease to the dead set with their reasons.
+// MarkDead moves messages of a lease to the dead set with their reasons:
+// Settle with Dead alone.
 func (s *Store) MarkDead(ctx context.Context, l *Lease, fs []Failure) (int, error) {
-	if len(fs) == 0 {
-		return 0, nil
-	}
-	args := make([]any, 0, 2*len(fs)+2)
-	args = append(args, l.ExpiryMs, s.maxDead)
-	for _, f := range fs {
-		args = append(args, f.ID, s.codec.SealReason(f.ID, f.Reason))
-	}
-	n, err := s.run(ctx, "dead", deadScript, l.Shard, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store.dead shard %d: %w", l.Shard, err)
-	}
-	return n, nil
+	r, err := s.settleOne(ctx, Settlement{Lease: l, Dead: fs})
+	return r.Dead, err
 }
 
 // Postpone puts messages of a lease back, due at their times, without
-// counting the attempt: a destination that did not answer while its sink
-// confirmed others (the scheduler's stall), for the first times in a row.
+// counting the attempt (a destination that stalled, a lease nearly over):
+// Settle with Postpone alone.
 func (s *Store) Postpone(ctx context.Context, l *Lease, rs []RetryAt) (int, error) {
-	if len(rs) == 0 {
-		return 0, nil
-	}
-	pairs := make([]any, 0, 2*len(rs))
-	for _, r := range rs {
-		pairs = append(pairs, r.ID, ms(r.At))
-	}
-	return s.putBack(ctx, "postpone", l, pairs)
+	r, err := s.settleOne(ctx, Settlement{Lease: l, Postpone: rs})
+	return r.PutBack, err
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -15,17 +13,11 @@ type Slot struct {
 	At time.Time
 }
 
-// Defer puts messages of a lease back until their publish slots: each
-// waits at score slot + slotMark, which Claim reports as Slotted.
+// Defer puts messages of a lease back until their publish slots (score
+// slot + slotMark, which Claim reports as Slotted): Settle with Defer alone.
 func (s *Store) Defer(ctx context.Context, l *Lease, slots []Slot) (int, error) {
-	if len(slots) == 0 {
-		return 0, nil
-	}
-	pairs := make([]any, 0, 2*len(slots))
-	for _, sl := range slots {
-		pairs = append(pairs, sl.ID, strconv.FormatInt(ms(sl.At), 10)+strings.TrimPrefix(slotMark, "0"))
-	}
-	return s.putBack(ctx, "defer", l, pairs)
+	r, err := s.settleOne(ctx, Settlement{Lease: l, Defer: slots})
+	return r.PutBack, err
 }
 
 // slotsScript allots publish slots of one sink, shared by every instance:

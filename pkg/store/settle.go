@@ -95,6 +95,16 @@ func (s *Store) Settle(ctx context.Context, sts []Settlement) ([]Settled, []erro
 	return out, errs
 }
 
+// settleOne writes one settlement; one without outcomes writes nothing and
+// makes no call.
+func (s *Store) settleOne(ctx context.Context, st Settlement) (Settled, error) {
+	if st.Len() == 0 {
+		return Settled{}, nil
+	}
+	out, errs := s.Settle(ctx, []Settlement{st})
+	return out[0], errs[0]
+}
+
 // Round is one round trip of the scheduler: what it settles, commits and
 // claims, on any shards, in one pipeline. Round fills the results in;
 // each part fails or succeeds on its own (its error says), and a part that

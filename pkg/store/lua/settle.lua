@@ -11,11 +11,26 @@ ARGV[1]   the lease's expiry (Lease.ExpiryMs)
 ARGV[2]   when that bucket expires (Unix ms; 0: the dedupe window is off)
 ARGV[3]   dead messages kept per shard
 ARGV[4..7] how many acks, retries, deaths and put-backs follow
-then      the acks, 8 values each (as ack.lua), the retries, 3 each (as
-          retry.lua), the deaths, 2 each (as dead.lua), the put-backs, 2
-          each (as putback.lua)
+then      the acks, 8 values each: ID, what the dedupe window remembers
+          of it (doneMark, '' nothing), its field in the bucket
+          (SeenField), group ('' none), then for a recurring message the
+          next occurrence: due time (Unix ms), priority, encoded message
+          ('' '' '' when the series ends or the message does not recur),
+          then its source (its ingest, '' the admin API), whose count
+          (tally.lua) a message removed leaves;
+          the retries, 3 each: ID, next attempt time (Unix ms), last error;
+          the deaths, 2 each: ID, reason;
+          the put-backs, 2 each: ID, score (a hold band, a publish slot, a
+          later due time)
 returns   {acked, retried, dead, put back}: how many of each were still
-          held under the lease
+          held under the lease; a message no longer held under it (it
+          expired and another claim took it, or it was cancelled) is left
+          alone. What waited in next for a message takes its place where
+          the outcome ends it (ack, dead; a retried replacement too, a
+          follower waits on)
+
+The caller passes each ack's group and source, so that the common ack
+reads no blob; next (something waiting) is looked at only when it exists.
 ]]
 
 local expiry = tonumber(ARGV[1])

@@ -5,7 +5,7 @@ path of the scheduler (claim, claimack and ack).
 ]]
 
 -- acklease removes the delivered messages of a lease (the ack script):
--- args[from .. to] are 8 values per message (ack.lua has them); what the
+-- args[from .. to] are 8 values per message (settle.lua has them); what the
 -- dedupe window remembers of them goes into the hash seen (Keys.Seen, the
 -- window's current bucket), which expires whole at seenat (Unix ms; 0:
 -- the window is off).

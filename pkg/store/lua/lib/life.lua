@@ -17,7 +17,7 @@ local function forget(id, blob, waslive)
 end
 -- trimdead deletes the dead messages of the shard beyond max: first those
 -- a build before the index by source left (oldest first, while the oldest
--- is one), then the oldest of the source that holds the most (dead.lua),
+-- is one), then the oldest of the source that holds the most (lib/dead.lua),
 -- so that one source's dead messages push out another's only while that
 -- one holds more.
 local function trimdead(max)
