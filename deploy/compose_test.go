@@ -22,7 +22,7 @@ const (
 	composeStopDefault = 10 * time.Second
 )
 
-// loadCompose loads dir/docker-compose.yml with compose-go, the compose
+// loadCompose loads the docker-compose.yml in dir with compose-go, the compose
 // specification's loader that `docker compose` uses: schema validation
 // (unknown keys and wrong types are errors), interpolation, normalization
 // and the consistency checks (depends_on names a service, and so on). The
@@ -66,8 +66,8 @@ func loadCompose(ps *problems, dir string) *types.Project {
 	return project
 }
 
-// checkCompose checks dir/docker-compose.yml, and the configurations it
-// mounts, against the code and dir/Dockerfile.
+// checkCompose checks the docker-compose.yml in dir, and the configurations
+// it mounts, against the code and the Dockerfile in dir.
 func checkCompose(dir string) problems {
 	var ps problems
 	file := filepath.Join(dir, composeName)

@@ -8,7 +8,8 @@
 //     (schema validation, interpolation, typed model).
 //   - kubernetes/: the Kubernetes API types (k8s.io/api), decoded strictly
 //     like `kubectl apply --validate=strict` (unknown or duplicate fields and
-//     wrong types are errors); kustomization.yaml with kustomize's own type.
+//     wrong types are errors); kubernetes/kustomization.yaml with kustomize's
+//     own type.
 //   - systemd/: `systemd-analyze verify`, and go-systemd's unit parser.
 //
 // The cross-checks against the code (through codefacts_test.go only):

@@ -223,7 +223,7 @@ func lintAndRender(t *testing.T, s helmSetup) *rendered {
 		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") {
 			return err
 		}
-		rel, _ := filepath.Rel(outDir, p) // orders-app/charts/delaybridge/templates/secret.yaml
+		rel, _ := filepath.Rel(outDir, p) // <app>/charts/delaybridge/templates/<file>
 		name := strings.ReplaceAll(filepath.ToSlash(rel), "/", "_")
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -648,8 +648,8 @@ func TestHelmConfigExample(t *testing.T) {
 // TestHelmSchemaKnowsTheConfigKeys: every object of the schema's config that
 // refuses unknown keys lists exactly the keys delaybridge knows there, as
 // delaybridge's own unknown-key message names them. A key added to the
-// configuration must be added to values.schema.json, and the schema lists
-// no key that delaybridge would refuse.
+// configuration must be added to helm/delaybridge/values.schema.json, and
+// the schema lists no key that delaybridge would refuse.
 func TestHelmSchemaKnowsTheConfigKeys(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
 	if err != nil {
@@ -791,7 +791,7 @@ func TestHelmBrokenChart(t *testing.T) {
 		name  string
 		file  string // in the chart
 		edits []edit
-		app   bool // render the sidecar example instead of ci/redis-cluster-values.yaml
+		app   bool // the sidecar example, not helm/delaybridge/ci/redis-cluster-values.yaml
 		want  string
 	}{
 		{"a misspelt field", "templates/deployment.yaml", []edit{{"automountServiceAccountToken:", "automountServiceAccountTokn:"}}, false,

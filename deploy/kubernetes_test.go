@@ -200,8 +200,8 @@ func checkKubernetes(dir string) problems {
 
 func TestKubernetes(t *testing.T) { checkKubernetes(".").report(t) }
 
-// checkKustomization decodes kustomization.yaml with kustomize's own type and
-// loader (unknown fields are errors) and checks what it names.
+// checkKustomization decodes kubernetes/kustomization.yaml with kustomize's
+// own type and loader (unknown fields are errors) and checks what it names.
 func checkKustomization(ps *problems, dir string, objs []k8sObject) {
 	file := filepath.Join(dir, kubernetesDir, kustomizationName)
 	data, ok := readFile(ps, file)
@@ -393,9 +393,9 @@ func checkKubernetesContainer(ps *problems, where string, objs []k8sObject, df *
 }
 
 // checkSidecarOrder checks a pod that runs delaybridge beside an application
-// (sidecar-example.yaml). The app schedules messages at 127.0.0.1 from its
-// first moment, so delaybridge must be ready before the app starts, and stop
-// after it. Only a native sidecar gives that order (Kubernetes 1.29+): an init
+// (kubernetes/sidecar-example.yaml). The app schedules messages at
+// 127.0.0.1 from its first moment, so delaybridge must be ready before the
+// app starts, and stop after it. Only a native sidecar gives that order (Kubernetes 1.29+): an init
 // container with restartPolicy: Always, which the kubelet starts, and whose
 // startupProbe it waits for, before the next containers, and which it stops
 // after them. As a plain container there is no order at all.
@@ -407,7 +407,7 @@ func checkSidecarOrder(ps *problems, where string, pod *corev1.PodSpec, ours, ad
 		}
 	}
 	if len(apps) == 0 {
-		return // delaybridge on its own (deployment.yaml)
+		return // delaybridge on its own (kubernetes/deployment.yaml)
 	}
 	for _, name := range ours {
 		i := slices.IndexFunc(pod.InitContainers, func(c corev1.Container) bool { return c.Name == name })

@@ -1,5 +1,5 @@
 // Package conformance holds what the ingest and sink conformance suites
-// (pkg/ingest/ingesttest, pkg/sinks/sinktest) share: fresh names per
+// (internal/ingesttest, internal/sinktest) share: fresh names per
 // subtest, polling with a deadline, and header comparison.
 package conformance
 

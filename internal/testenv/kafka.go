@@ -63,7 +63,7 @@ type KafkaCluster struct {
 // persisted to a t.TempDir() so that Restart keeps topics, records and committed
 // offsets; topics given WithTopic are created. Closed in t.Cleanup. Ready in a few ms.
 //
-// Caveats (see TESTING.md): auto topic creation is off (WithKfakeOpts(
+// Caveats: auto topic creation is off (WithKfakeOpts(
 // kfake.AllowAutoTopicCreation()) turns it on); kafka-go's default consumer-group
 // session timeout is 30 s, so a crashed member's partitions wait that long unless the
 // reader sets a shorter SessionTimeout (>= 1 s here); kafka-go's Writer needs

@@ -11,7 +11,7 @@ import (
 )
 
 // Growing a running Redis Cluster: a new empty master, then slots moved onto it
-// with redis-cli, as an operator does (TESTING.md, "Redis Cluster resharding").
+// with redis-cli, as an operator does (docs/operations.md, "How to grow").
 
 // AddMaster starts one more cluster-enabled redis-server configured like
 // RedisCluster's nodes, joins it as an empty master (`redis-cli --cluster

@@ -8,7 +8,7 @@ import (
 )
 
 // ackArgs are the arguments and extra keys of the acks ds of lease l, for
-// settle.lua and claimack.lua (lib/fire.lua's acklease).
+// lua/settle.lua and lua/claimack.lua (lua/lib/fire.lua's acklease).
 func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 	args := make([]any, 0, 8*len(ds)+2)
 	b := s.seen(time.Now())

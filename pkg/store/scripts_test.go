@@ -19,7 +19,7 @@ import (
 // TestLuaSaysNothingTwice: what the Go side states (the hold band, the
 // lease, slot and ahead marks, the follower mark, the stored layout) is generated
 // into the scripts, never written in a Lua file again; blobs are read by
-// lib/blob.lua alone; keys are named, never indexed by number.
+// lua/lib/blob.lua alone; keys are named, never indexed by number.
 func TestLuaSaysNothingTwice(t *testing.T) {
 	forbidden := map[string]*regexp.Regexp{
 		"the hold band (HOLDBAND)":         regexp.MustCompile(strconv.FormatInt(HoldBand, 10)),
@@ -59,7 +59,7 @@ func TestLuaSaysNothingTwice(t *testing.T) {
 	}
 }
 
-// TestLuaReadsTheLayoutGoWrites: lib/blob.lua's parseblob reads of a stored
+// TestLuaReadsTheLayoutGoWrites: lua/lib/blob.lua's parseblob reads of a stored
 // message exactly what envelope.Decode reads, for every version and field
 // the scripts use; the generated constants reach Lua as Go has them. A
 // change of the encoding in Go that the Lua does not follow fails here.

@@ -140,7 +140,7 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	return st, nil
 }
 
-// statsReply splits stats.lua's reply into its 13 counts and the shard's
+// statsReply splits lua/stats.lua's reply into its 13 counts and the shard's
 // tally (field, value pairs).
 func statsReply(reply []any) ([]int64, []any, error) {
 	if len(reply) < 13 || (len(reply)-13)%2 != 0 {
@@ -157,7 +157,7 @@ func statsReply(reply []any) ([]int64, []any, error) {
 	return res, reply[13:], nil
 }
 
-// addTally adds one shard's tally (field, value pairs: tally.lua) to
+// addTally adds one shard's tally (field, value pairs: lua/lib/tally.lua) to
 // Sources, and reports whether the shard was counted (its census made).
 // A count below zero (a message counted out that a build before the
 // census parked, had the census missed it) counts as zero.

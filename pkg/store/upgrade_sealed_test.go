@@ -24,7 +24,7 @@ import (
 // version indexes it, and the index entry of the old form goes too.
 func TestFiresSealedBlobsOfTheVersionBefore(t *testing.T) {
 	ctx := context.Background()
-	// The test key of pkg/envelope's sealed_test.go: "k1" and zeros.
+	// The test key of pkg/envelope/sealed_test.go: "k1" and zeros.
 	kr, err := seal.New("k1", []seal.Key{{ID: "k1", Secret: append([]byte("k1"), make([]byte, seal.KeySize-2)...)}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 )
 
 // docs/store.md describes the Redis layout: every key builder of
-// store.Keys (keys.go) and every Lua file of pkg/store/lua and
+// store.Keys (pkg/store/keys.go) and every Lua file of pkg/store/lua and
 // pkg/store/lua/lib is named there, so that a key or a script added
 // without a word in it fails here instead of leaving the page silently
 // behind. The page's redis-cli toolbox and its scores use the hold band's

@@ -37,7 +37,8 @@ import (
 // that shard gets TRYAGAIN for as long as the slot is open, however few keys
 // it holds. go-redis retries TRYAGAIN for a single command (3 times, within
 // about 50 ms) but not for the commands of a pipeline after its first
-// (osscluster.go, pipelineReadCmds), so delaybridge must retry it itself.
+// (pipelineReadCmds in github.com/redis/go-redis/v9/osscluster.go), so
+// delaybridge must retry it itself.
 //
 // Guarantee: nothing lost, nothing early, no script error, during the moves
 // or after them (each failed call is named by script, and the daemons' log

@@ -1046,9 +1046,9 @@ func (c *collector) snapshot() map[string][]copyAt {
 
 // redisState is what Redis holds: parked messages (due set members, waiting
 // or in flight), those claimed (under a lease not yet acked or retried: a
-// due score with a fraction, see lib/due.lua: in flight, lease expiry +
-// 0.5; claimed ahead of the due time and not published yet, + 0.75; a
-// publish slot, + 0.25) and dead ones.
+// due score with a fraction, see pkg/store/lua/lib/due.lua: in flight,
+// lease expiry + 0.5; claimed ahead of the due time and not published yet,
+// + 0.75; a publish slot, + 0.25) and dead ones.
 type redisState struct {
 	parked, inflight, dead int
 	inflightIDs            []string

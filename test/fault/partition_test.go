@@ -90,7 +90,7 @@ const partitionAckWait = 30 * time.Second
 //     wake-up;
 //   - 1 s of noise: this 2-core machine, shared with the brokers, Redis and
 //     the test itself, fires a fault-free scenario with a p99 of 0.1-0.25 s
-//     and a worst case of 0.6 s (reliability.md's table); 1 s covers that
+//     and a worst case of 0.6 s (docs/reliability.md's table); 1 s covers that
 //     with room to spare on a slower machine;
 //   - for Kafka, 4 s more: the cut member leaves the group when kafka-go
 //     has ended its generation, which waits up to the source's revoke drain

@@ -198,10 +198,10 @@ func (f *fleet) bound() int {
 // claim in flight that is taken again after its lease counts an abandoned
 // attempt, so its copy carries a higher attempt than the claim's; a claim
 // ahead of its due time counts nothing, and its holder commits it before
-// the lease ends (commit.lua refuses after it) and before its due time
-// (fire_ahead 100 ms, lease 2 s): its first copy comes after the lease
-// only when nobody held it any more. Neither depends on the machine's
-// speed.
+// the lease ends (pkg/store/lua/commit.lua refuses after it) and before
+// its due time (fire_ahead 100 ms, lease 2 s): its first copy comes after
+// the lease only when nobody held it any more. Neither depends on the
+// machine's speed.
 func (st *stopRecord) orphans(copies map[string][]copyAt) []string {
 	var ids []string
 	for _, id := range st.after.inflightIDs {

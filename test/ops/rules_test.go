@@ -73,8 +73,9 @@ func TestRulesCheck(t *testing.T) {
 	}
 }
 
-// promtool test rules: for every alert, series that fire it and series that must
-// not (delaybridge.rules_test.yml), with the annotations as rendered.
+// promtool test rules: for every alert, series that fire it and series that
+// must not (deploy/prometheus/delaybridge.rules_test.yml), with the
+// annotations as rendered.
 func TestRulesUnitTests(t *testing.T) {
 	out := promtool(t, filepath.Dir(rulesTestFile), "test", "rules", filepath.Base(rulesTestFile))
 	if !strings.Contains(out, "SUCCESS") {

@@ -675,7 +675,7 @@ func (s *syncBuffer) String() string {
 // run leaves the tracked files alone.
 var flagScreenshots = flag.Bool("screenshots", false, "write the dashboard screenshots into docs/")
 
-// saveScreenshot writes png as docs/name with -screenshots, else to the
+// saveScreenshot writes png as docs/<name> with -screenshots, else to the
 // test's temp dir, and logs where.
 func saveScreenshot(t *testing.T, name string, png []byte) {
 	t.Helper()

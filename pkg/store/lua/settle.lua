@@ -1,5 +1,5 @@
 --[[ settle: every outcome of a lease's published batch in one call: the
-acks (fire.lua's acklease), the retries, the deaths and what is put back
+acks (lib/fire.lua's acklease), the retries, the deaths and what is put back
 without counting an attempt (held, deferred, postponed). Each acts only on
 a message still held under the lease.
 --! firing
@@ -17,7 +17,7 @@ then      the acks, 8 values each: ID, what the dedupe window remembers
           next occurrence: due time (Unix ms), priority, encoded message
           ('' '' '' when the series ends or the message does not recur),
           then its source (its ingest, '' the admin API), whose count
-          (tally.lua) a message removed leaves;
+          (lib/tally.lua) a message removed leaves;
           the retries, 3 each: ID, next attempt time (Unix ms), last error;
           the deaths, 2 each: ID, reason;
           the put-backs, 2 each: ID, score (a hold band, a publish slot, a
