@@ -972,3 +972,115 @@ func TestHelmREADMECommands(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmSchemaBoundsAreTheConfigs: every minimum and maximum the schema
+// states for a number under config is delaybridge's own: the bound itself
+// draws no problem at that path, one past it does. A bound changed in the
+// code and not in the schema (or the reverse) fails here.
+func TestHelmSchemaBoundsAreTheConfigs(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root map[string]any
+	if err := json.Unmarshal(data, &root); err != nil {
+		t.Fatal(err)
+	}
+	config, _ := root["properties"].(map[string]any)["config"].(map[string]any)
+	type bound struct {
+		path     []any
+		min, max *float64
+	}
+	var bounds []bound
+	var walk func(node map[string]any, path []any)
+	walk = func(node map[string]any, path []any) {
+		if ref, ok := node["$ref"].(string); ok {
+			node, _ = root["$defs"].(map[string]any)[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
+		}
+		b := bound{path: path}
+		if v, ok := node["minimum"].(float64); ok {
+			b.min = &v
+		}
+		if v, ok := node["maximum"].(float64); ok {
+			b.max = &v
+		}
+		if b.min != nil || b.max != nil {
+			bounds = append(bounds, b)
+		}
+		props, _ := node["properties"].(map[string]any)
+		for _, k := range sortedKeys(props) {
+			if sub, ok := props[k].(map[string]any); ok {
+				walk(sub, append(slices.Clone(path), k))
+			}
+		}
+		if items, ok := node["items"].(map[string]any); ok {
+			walk(items, append(slices.Clone(path), 0))
+		}
+	}
+	walk(config, nil)
+	if len(bounds) < 3 {
+		t.Fatalf("values.schema.json: only %d bounds under config: the walk is broken", len(bounds))
+	}
+	// problemAt reports the problems delaybridge has with v at path.
+	problemAt := func(path []any, v float64) []string {
+		at, key := path[:len(path)-1], path[len(path)-1].(string)
+		doc, err := yaml.Marshal(withValue(probeConfig(at, key), key, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, problems := loadConfig(doc, map[string]string{})
+		name := configPath(path)
+		var out []string
+		for _, p := range problems {
+			if strings.HasPrefix(p, name+":") || strings.HasPrefix(p, name+" ") || strings.Contains(p, "("+name+")") {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	for _, b := range bounds {
+		name := configPath(b.path)
+		for _, edge := range []struct {
+			at   *float64
+			past float64
+		}{{b.min, -1}, {b.max, 1}} {
+			if edge.at == nil {
+				continue
+			}
+			if p := problemAt(b.path, *edge.at); len(p) > 0 {
+				t.Errorf("values.schema.json: config.%s allows %v, delaybridge refuses it: %q", name, *edge.at, p)
+			}
+			if past := *edge.at + edge.past; past == 0 && zeroIsDefault[name] {
+				continue // 0 stands for the default, which the schema has no need to allow
+			}
+			if p := problemAt(b.path, *edge.at+edge.past); len(p) == 0 {
+				t.Errorf("values.schema.json: config.%s refuses %v, delaybridge takes it: one of them has the bound wrong", name, *edge.at+edge.past)
+			}
+		}
+	}
+}
+
+// zeroIsDefault are the numbers where delaybridge reads 0 as "the default"
+// (config.go), which the schema refuses so that a values file says what it
+// means.
+var zeroIsDefault = map[string]bool{"redis.shards": true}
+
+// withValue sets key to v wherever probeConfig put it.
+func withValue(c any, key string, v float64) any {
+	switch c := c.(type) {
+	case map[string]any:
+		if _, ok := c[key]; ok && len(c) == 1 {
+			if _, leaf := c[key].(int); leaf {
+				return map[string]any{key: v}
+			}
+		}
+		out := map[string]any{}
+		for k, sub := range c {
+			out[k] = withValue(sub, key, v)
+		}
+		return out
+	case []any:
+		return []any{withValue(c[0], key, v)}
+	}
+	return c
+}
