@@ -2,9 +2,11 @@ package docs
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,4 +101,81 @@ func complete(t *testing.T, b block) string {
 		}
 	}
 	return text + "\n"
+}
+
+// A page or a Go comment that cites a section of docs/performance.md by its
+// title, in parentheses with the page's name (`(docs/performance.md, "The
+// garbage collector")`, `("Scale-out" in docs/performance.md)`), names a
+// heading the page has, at its start ("..." in the title stands for any
+// text): the page is rewritten by hand and by make bench, and a renamed
+// section must not leave the citations pointing at nothing.
+func TestPerformanceMdHasTheSectionsCited(t *testing.T) {
+	var headings []string
+	inFence := false
+	for _, l := range strings.Split(read(t, "docs/performance.md"), "\n") {
+		if strings.HasPrefix(l, "```") {
+			inFence = !inFence
+		}
+		if !inFence && strings.HasPrefix(l, "#") {
+			headings = append(headings, strings.TrimSpace(strings.TrimLeft(l, "#")))
+		}
+	}
+	link := regexp.MustCompile(`\[([^\]]*)\]\([^)\s]*\)`)
+	paren := regexp.MustCompile(`\(([^()]*performance\.md[^()]*)\)`)
+	quoted := regexp.MustCompile(`"([^"]+)"`)
+	cited := 0
+	check := func(where, text string) {
+		text = link.ReplaceAllString(text, "$1")
+		for _, p := range paren.FindAllStringSubmatch(text, -1) {
+			for _, q := range quoted.FindAllStringSubmatch(p[1], -1) {
+				cited++
+				title := regexp.MustCompile(`^` + strings.ReplaceAll(regexp.QuoteMeta(q[1]), `\.\.\.`, `.*`))
+				if !slices.ContainsFunc(headings, title.MatchString) {
+					t.Errorf("%s cites %q of docs/performance.md, which has no such heading", where, q[1])
+				}
+			}
+		}
+	}
+	err := filepath.WalkDir(root(t), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root(t) && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(root(t), path)
+		if rel == filepath.Join("docs", "performance.md") {
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".md":
+			// A paragraph at a time, its lines joined.
+			for _, para := range strings.Split(read(t, rel), "\n\n") {
+				check(rel, strings.Join(strings.Fields(para), " "))
+			}
+		case ".go":
+			// A comment at a time: consecutive // lines joined.
+			var comment []string
+			for _, l := range append(strings.Split(read(t, rel), "\n"), "") {
+				if c, ok := strings.CutPrefix(strings.TrimSpace(l), "//"); ok {
+					comment = append(comment, strings.TrimSpace(c))
+					continue
+				}
+				if len(comment) > 0 {
+					check(rel, strings.Join(comment, " "))
+					comment = nil
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cited < 5 {
+		t.Errorf("found only %d citations of docs/performance.md's sections", cited)
+	}
 }
