@@ -1061,7 +1061,7 @@ func TestHelmSchemaBoundsAreTheConfigs(t *testing.T) {
 }
 
 // zeroIsDefault are the numbers where delaybridge reads 0 as "the default"
-// (config.go), which the schema refuses so that a values file says what it
+// (pkg/config/config.go), which the schema refuses so that a values file says what it
 // means.
 var zeroIsDefault = map[string]bool{"redis.shards": true}
 

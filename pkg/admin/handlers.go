@@ -42,7 +42,7 @@ type ContentParam struct {
 // ListParams are the query parameters of a listing; a group's listing
 // takes them all but group.
 type ListParams struct {
-	State       string `query:"state" enum:"scheduled,inflight,dead" doc:"Absent: scheduled and inflight. dead lists the dead messages by time of death."`
+	State       string `query:"state" enum:"scheduled,held,inflight,dead" doc:"Absent: scheduled, held and inflight. held: waiting for a sink that is paused or down. dead lists the dead messages by time of death."`
 	DueAfter    string `query:"due_after" doc:"Inclusive bound on the due time (of death with state=dead): RFC 3339 or Unix milliseconds."`
 	DueBefore   string `query:"due_before" doc:"Exclusive bound on the due time (of death with state=dead): RFC 3339 or Unix milliseconds."`
 	Sink        string `query:"sink" doc:"Only messages to this sink."`

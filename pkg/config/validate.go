@@ -326,7 +326,7 @@ func (c *Config) validateScheduler(p *Problems) {
 	case w > 0 && w < s.Lease && !c.isUnread("scheduler.lease"):
 		p.Add("scheduler.dedupe_window", "%s is shorter than scheduler.lease %s: a crashed instance's messages are taken over only after the lease, and their re-reads may come later than the window; make it at least the lease, or 0 to turn it off", w, s.Lease)
 	case w.D() > MaxDedupeWindow:
-		p.Add("scheduler.dedupe_window", "%s is over %s: Redis keeps one key per delivered message for the whole window (see the README for its cost)", w, MaxDedupeWindow)
+		p.Add("scheduler.dedupe_window", "%s is over %s: Redis keeps a mark per delivered message for the whole window (docs/operations.md, \"The dedupe window\", gives its cost)", w, MaxDedupeWindow)
 	}
 	switch a := *s.FireAhead; {
 	case a < 0:

@@ -1,5 +1,5 @@
 // Package metrics defines delaybridge's Prometheus metrics. Every metric
-// is named delaybridge_*; the README lists them with their labels.
+// is named delaybridge_*; docs/observability.md lists them with their labels.
 //
 //	metrics.go  the event metrics (counters, histograms): Metrics
 //	state.go    the gauges of state, read at scrape time: NewStateCollector

@@ -106,7 +106,7 @@ type RetryRequest struct {
 // ListQuery selects a page of messages (GET /v1/messages, `delaybridge
 // list`). Times are RFC 3339 or epoch milliseconds, as given.
 type ListQuery struct {
-	State       string // "" (scheduled and in flight), scheduled, inflight or dead
+	State       string // "" (scheduled, held and in flight), scheduled, held, inflight or dead
 	DueAfter    string // at or after; for dead messages the time of death
 	DueBefore   string // strictly before
 	Sink        string

@@ -33,7 +33,7 @@ var (
 // window off Redis is empty again when everything is delivered; with it on,
 // it holds each delivered ID (and where it was read) as a field of its
 // shard's bucket of the window (<prefix>:{N}:seen:<B>), a few hashes per
-// shard that expire whole. The README and docs/operations.md give the
+// shard that expire whole. docs/operations.md gives the
 // figure of
 //
 //	go test -count=1 -run TestDedupeWindowMemory -v ./test/e2e/ -args -dedupe-n 120000
@@ -159,7 +159,7 @@ func uuid(seed uint64) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, 0x8000|r.Uint32()&0x3fff, r.Uint64()&0xffffffffffff)
 }
 
-// shardOfID is the README's FNV-1a (32 bit) of the ID modulo 16 shards.
+// shardOfID is docs/store.md's FNV-1a (32 bit) of the ID modulo 16 shards.
 func shardOfID(id string) int {
 	var h uint32 = 2166136261
 	for i := 0; i < len(id); i++ {

@@ -1375,7 +1375,7 @@ func (w *world) explainLost(ids []string) {
 	}
 }
 
-// shardOf is the README's FNV-1a (32 bit) of the ID modulo the shard count.
+// shardOf is docs/store.md's FNV-1a (32 bit) of the ID modulo the shard count.
 func shardOf(id string) int {
 	var h uint32 = 2166136261
 	for i := 0; i < len(id); i++ {

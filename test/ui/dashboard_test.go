@@ -671,7 +671,7 @@ func (s *syncBuffer) String() string {
 }
 
 // flagScreenshots makes the tests write their screenshots into docs/, for
-// the README (`go test ./test/ui/ -args -screenshots`); without it a test
+// docs/guide.md (`go test ./test/ui/ -args -screenshots`); without it a test
 // run leaves the tracked files alone.
 var flagScreenshots = flag.Bool("screenshots", false, "write the dashboard screenshots into docs/")
 

@@ -32,7 +32,7 @@ type listFlags struct {
 
 func (f *listFlags) register(cmd *cobra.Command, group bool) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.state, "state", "", "scheduled, inflight or dead (default: scheduled and inflight); dead lists by time of death")
+	fl.StringVar(&f.state, "state", "", "scheduled, held, inflight or dead (default: all but dead); held: waiting for a paused or down sink; dead lists by time of death")
 	fl.StringVar(&f.dueAfter, "due-after", "", "only messages due at or after this time (RFC 3339 or Unix ms)")
 	fl.StringVar(&f.dueBefore, "due-before", "", "only messages due before this time (RFC 3339 or Unix ms)")
 	fl.StringVar(&f.sink, "sink", "", "only messages to this sink")
@@ -113,7 +113,7 @@ func printMessages(w io.Writer, ms []ops.MessageView, header bool) {
 	}
 	for _, m := range ms {
 		state := m.State
-		if m.Held {
+		if m.Held && state != store.StateHeld {
 			state += " (held)"
 		}
 		next := m.NextAttemptAt
