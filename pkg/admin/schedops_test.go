@@ -346,6 +346,10 @@ func TestInspectRecurrenceGroupHeld(t *testing.T) {
 	if r := e.do("GET", "/v1/messages/held", ""); r.json(t)["held"] != true || r.json(t)["state"] != "held" {
 		t.Fatalf("held: %s", r.body)
 	}
+	// ... and listed by its state.
+	if r := e.do("GET", "/v1/messages?state=held", ""); r.status != http.StatusOK || !strings.Contains(string(r.body), `"id":"held"`) || strings.Contains(string(r.body), `"id":"last"`) {
+		t.Fatalf("GET /v1/messages?state=held: %d %s", r.status, r.body)
+	}
 }
 
 // GET and DELETE /v1/groups/{key}.
