@@ -33,11 +33,15 @@
 //
 // The files, the per-message path first (a reader of it reads these alone):
 //
-//	park.go      Park and Reject: every path that parks (ingest, the admin
-//	             API, import) runs lua/park.lua
+//	park.go      Park and Reject: the ingest and the admin API park through
+//	             lua/park.lua (an import writes through lua/import.lua)
 //	claim.go     ClaimAhead (Claim, ClaimAfter) and Commit: a lease's
 //	             messages (lua/claim.lua, lua/claimack.lua, lua/commit.lua)
-//	outcome.go   what became of a lease's messages: Ack, Retry, MarkDead
+//	settle.go    what became of a lease's messages, in one call: Settle
+//	             (lua/settle.lua); outcome.go, hold.go and rate.go hold its
+//	             parts and their one-kind forms (Ack, Retry, MarkDead, Hold,
+//	             Defer, Postpone)
+//	outcome.go   the outcomes Done, RetryAt, Failure: Ack, Retry, MarkDead
 //	hold.go      a sink that is down holds its due messages: Hold, Release
 //	rate.go      a sink's max_rate: Slots, Defer
 //	scripts.go   how the Lua files of lua/ become scripts: their keys by

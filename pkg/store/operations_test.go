@@ -426,6 +426,23 @@ func TestRescheduleAndFire(t *testing.T) {
 	if _, err := s.Reschedule(ctx, "a", later, time.Time{}); !errors.Is(err, store.ErrInFlight) {
 		t.Fatalf("reschedule in flight: %v", err)
 	}
+	// Under a lease that expired (its holder gone), it is parked, as a
+	// cancel takes it: a reschedule moves it.
+	park(t, s, store.Parked, msg("b", time.Now().Add(-time.Millisecond)))
+	if c, err := s.Claim(ctx, s.ShardOf("b"), 10, 100*time.Millisecond, nil); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if _, err := s.Reschedule(ctx, "b", later, time.Time{}); !errors.Is(err, store.ErrInFlight) {
+		t.Fatalf("reschedule under a live lease: %v", err)
+	}
+	var moved error
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		_, moved = s.Reschedule(ctx, "b", later, time.Time{})
+		return !errors.Is(moved, store.ErrInFlight)
+	}, "a message whose lease expired is still refused as in flight")
+	if info := inspect(t, s, "b"); moved != nil || !info.NextAt.Equal(later) {
+		t.Fatalf("reschedule after the lease: %v, next at %v, want %v", moved, info.NextAt, later)
+	}
 }
 
 // Groups: listed across shards, cancelled at once, index kept in step with

@@ -176,7 +176,7 @@ var ErrEvictionPolicy = errors.New("store: redis maxmemory-policy lets Redis del
 // CheckEviction reads every master's maxmemory-policy. An allkeys-* policy
 // lets Redis delete parked messages under memory pressure, silently: it is
 // an error. A volatile-* one can only evict keys with a time to live, the
-// dedupe keys, which costs duplicates (a re-read is parked again), not
+// dedupe window's buckets, which costs duplicates (a re-read is parked again), not
 // messages: it is a warning. noeviction, or a Redis that refuses CONFIG (a
 // managed one), is fine.
 func (s *Store) CheckEviction(ctx context.Context) (warning string, err error) {
@@ -194,7 +194,7 @@ func (s *Store) CheckEviction(ctx context.Context) (warning string, err error) {
 			return fmt.Errorf("%w: %s has maxmemory-policy %s; set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf)",
 				ErrEvictionPolicy, c.Options().Addr, p)
 		case strings.HasPrefix(p, "volatile-"):
-			warning = fmt.Sprintf("%s has maxmemory-policy %s: under memory pressure Redis may delete the dedupe keys (scheduler.dedupe_window), and re-read messages are then delivered twice; set maxmemory-policy noeviction", c.Options().Addr, p)
+			warning = fmt.Sprintf("%s has maxmemory-policy %s: under memory pressure Redis may delete the dedupe window's buckets (scheduler.dedupe_window), and re-read messages are then delivered twice; set maxmemory-policy noeviction", c.Options().Addr, p)
 		}
 		return nil
 	}
@@ -225,7 +225,7 @@ func (s *Store) run(ctx context.Context, op string, sc *script, shard int, args 
 }
 
 // runKeys is run with more keys after the script's, from KEYS[NKEYS+1]
-// (the dedupe keys of its messages).
+// (the dedupe window's buckets, and the done keys of its messages).
 func (s *Store) runKeys(ctx context.Context, op string, sc *script, shard int, extra []string, args ...any) *redis.Cmd {
 	start := time.Now()
 	cmd := s.eval(ctx, s.pick(sc), s.keysOf(sc, shard, extra), args...)

@@ -1,12 +1,13 @@
 --[[ park: parks messages that are not known yet, and replaces those asked
-to when they are newer. Run by Store.Park for every path that parks
-(ingest, the admin API, import).
+to when they are newer. Run by Store.Park for the ingest and the admin
+API; an import writes exported records with their state through
+import.lua instead.
 --! keys: pool meta dead next series
 --! include: blob bulk due group identity life series tally
 
 KEYS    the shard's keys above, then the dedupe window's buckets (Keys.Seen):
         the current one (written), the one before and the one after (read
-        too: instances' clocks differ), then per message the dedupe key an
+        too: instances' clocks differ), then per message the done key an
         earlier build wrote (Keys.Done, read only)
 ARGV[1] the shard's share of limits.max_series (0: no bound)
 ARGV[2] 1: a replacement of the version in flight waits behind it
@@ -36,10 +37,10 @@ returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
 
 What a re-read is and which version is newer is stated by reread and
 newer (lib/identity.lua), here and nowhere else. A message without a log
-(AMQP) leaves its mark in its dedupe key here, at park: until the broker is
-seen to process its ack (Store.AcksConfirmed deletes the key) or the window
-ends, a redelivery of it is a re-read; a delivery of another with the same
-content after that is new.
+(AMQP) leaves its mark in the current bucket here, at park: until the
+broker is seen to process its ack (Store.AcksConfirmed deletes the mark) or
+the window ends, a redelivery of it is a re-read; a delivery of another
+with the same content after that is new.
 ]]
 
 local quota = tonumber(ARGV[1])
