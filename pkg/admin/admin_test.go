@@ -22,6 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -81,7 +83,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 			e.parked = append(e.parked, id)
 			e.mu.Unlock()
 		},
-		Destinations: destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka}.Lookup,
+		Destinations: destination.Sinks{"rabbit": rabbitbroker.Destinations, "kafka": kafkabroker.Destinations}.Lookup,
 		Logger:       log,
 	}
 	ro := &redis.Options{Addr: rs.Addr}
@@ -1187,7 +1189,7 @@ func TestTokenCannotBeBypassedByEncoding(t *testing.T) {
 func TestPostSharesTheIngestRules(t *testing.T) {
 	lim := envelope.Limits{MaxDelay: time.Hour, MaxPayloadBytes: 32, MaxHeaderBytes: 60, MaxIDBytes: 16}
 	e := newEnv(t, withLimits(lim))
-	sinkExists := destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka}.Lookup
+	sinkExists := destination.Sinks{"rabbit": rabbitbroker.Destinations, "kafka": kafkabroker.Destinations}.Lookup
 	cases := []struct {
 		name    string
 		headers envelope.Headers // as an ingested message carries them

@@ -1,8 +1,9 @@
 // Package brokers is the registry of the brokers delaybridge reads from and
 // publishes to. Each broker has one folder beside this file (natsbroker,
 // kafkabroker, rabbitbroker) holding everything of it: its configuration
-// blocks with their defaults and validation, its connection code, its
-// ingest Source, its Sink, and its Send (what `delaybridge send` uses).
+// blocks with their defaults and validation, the syntax of its
+// destinations (reserved parts, validity, wildcards), its connection code,
+// its ingest Source, its Sink, and its Send (what `delaybridge send` uses).
 //
 // A new broker is one more such folder and one more line in the registry
 // below: the configuration then knows its key, and the daemon and the
@@ -27,10 +28,12 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
-// registry is every broker of the build.
+// registry is every broker of the build. Its order is the order of the
+// reserved parts destination.Generic checks, and so of the reason it gives
+// for a destination two brokers reserve (`_INBOX.`: NATS's first).
 var registry = []config.Broker{
-	kafkabroker.Broker,
 	natsbroker.Broker,
+	kafkabroker.Broker,
 	rabbitbroker.Broker,
 }
 

@@ -59,15 +59,19 @@ type Broker struct {
 var registered = map[string]Broker{}
 
 // RegisterBroker makes each broker's key a known key of ingest and sink
-// entries. pkg/brokers calls it for every broker of the build; a program
-// that loads a configuration imports pkg/brokers. It panics on a key
-// registered twice (a programming error).
+// entries, and the reserved parts of its sink's destinations ones that
+// destination.Generic refuses. pkg/brokers calls it for every broker of
+// the build; a program that loads a configuration imports pkg/brokers. It
+// panics on a key registered twice (a programming error).
 func RegisterBroker(bs ...Broker) {
 	for _, b := range bs {
 		if _, dup := registered[b.Kind]; dup {
 			panic(fmt.Sprintf("config: broker %q registered twice", b.Kind))
 		}
 		registered[b.Kind] = b
+		if b.NewSink != nil {
+			destination.RegisterBroker(b.NewSink().Destinations())
+		}
 	}
 }
 

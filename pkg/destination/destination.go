@@ -1,11 +1,16 @@
 // Package destination holds the one set of rules for where delaybridge may
-// publish a message: each sink broker's destination syntax (what a valid
-// NATS subject, Kafka topic or RabbitMQ routing key is), the parts of the
-// brokers' namespaces that a message never reaches unless its route names
-// them (Reserved: NATS `$...` and `_INBOX.` subjects; Kafka `_...` topics
-// and Kafka Connect's; RabbitMQ's `amq.` queues and exchanges; and what this
-// daemon itself consumes, a loop), and the patterns of
-// route.allowed_destinations, written in the sink broker's own wildcards.
+// publish a message: what every broker's destinations share (not empty,
+// UTF-8, no control character), the parts of a broker's namespace that a
+// message never reaches unless its route names them (Reserved: a control
+// plane such as NATS `$...` subjects, Kafka `_...` topics or RabbitMQ's
+// `amq.` queues; and what this daemon itself consumes, a loop), and the
+// patterns of route.allowed_destinations, written in the sink broker's own
+// wildcards.
+//
+// Each broker package defines its Syntax beside its sink block (its noun,
+// its reserved parts, its own validity rule and its wildcards) and returns
+// it from config.SinkBroker.Destinations; this package knows no broker by
+// name.
 //
 // Every path that decides a destination calls Syntax.Check: ingest
 // (envelope.Parse, for headers, templates and dialects alike), the admin
@@ -19,7 +24,6 @@ package destination
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -101,78 +105,58 @@ func (s Syntax) Reserve(rs ...Reserved) Syntax {
 }
 
 // Syntax is how one broker names the destinations a sink publishes to.
+// A broker package defines its own (config.SinkBroker.Destinations).
 type Syntax struct {
 	// Noun names a destination of this broker in reasons ("NATS subject").
 	Noun string
 	// Reserved are the parts of the namespace a message never reaches
 	// unless a pattern of the route names them literally.
 	Reserved []Reserved
-
-	// kind selects the wildcards of patterns and the validity rules.
-	kind kind
+	// Invalid returns why dest is not a destination of the broker, or "":
+	// the broker's own rules, checked after the ones every broker shares
+	// (not empty, UTF-8, no control character). nil: none of its own.
+	Invalid func(dest string) string
+	// Patterns are the wildcards of the broker's patterns; nil reads them
+	// as NATS does (Subjects).
+	Patterns Patterns
 }
 
-type kind uint8
-
-const (
-	kindGeneric kind = iota
-	kindNATS
-	kindKafka
-	kindRabbitMQ
-)
-
-// The syntaxes of the three brokers. A broker package's sink block returns
-// its own (config.SinkBroker.Destinations).
-var (
-	// NATS: subjects are dot-separated tokens; in a pattern `*` is one
-	// token and `>` one or more trailing tokens.
-	NATS = Syntax{Noun: "NATS subject", kind: kindNATS, Reserved: []Reserved{
-		{Prefix: "$", What: "the JetStream, KV, object store and system API", Example: "$KV.orders.>"},
-		{Prefix: "_INBOX.", What: "request-reply inboxes", Example: "_INBOX.>"},
-	}}
-	// Kafka: topics of [a-zA-Z0-9._-], at most 249 bytes; in a pattern `*`
-	// is any run of characters.
-	Kafka = Syntax{Noun: "Kafka topic", kind: kindKafka, Reserved: []Reserved{
-		{Prefix: "__", What: "Kafka's internal topics (__consumer_offsets, __transaction_state)", Example: "__audit-*"},
-		{Prefix: "_", What: "the topics of Kafka's tools (Schema Registry's _schemas, Confluent's _confluent-*)", Example: "_audit-*"},
-		connect("configs"), connect("offsets"), connect("status"),
-	}}
-	// RabbitMQ: routing keys of at most 255 bytes, dot-separated words; in a
-	// pattern `*` is one word and `#` zero or more words (topic-exchange
-	// rules). This is a sink on the default exchange, where a routing key
-	// is a queue name; RabbitMQOn is the syntax of a sink on an exchange.
-	RabbitMQ = Syntax{Noun: "RabbitMQ routing key", kind: kindRabbitMQ, Reserved: []Reserved{
-		{Prefix: "amq.", What: "on the default exchange, a queue RabbitMQ names itself (amq.gen-*: another client's, amq.rabbitmq.reply-to.*: an RPC reply)",
-			Example: "amq.rabbitmq.reply-to.#"},
-	}}
-
-	// Generic is for a sink whose broker is not known (a test's route): the
-	// checks every broker shares, and every broker's reserved parts.
-	Generic = Syntax{Noun: "destination", kind: kindGeneric,
-		Reserved: slices.Concat(NATS.Reserved, Kafka.Reserved, RabbitMQ.Reserved)}
-)
-
-// connect is a default topic of Kafka Connect's distributed workers.
-func connect(what string) Reserved {
-	name := "connect-" + what
-	return Reserved{Prefix: name, Pattern: name, What: "a topic of Kafka Connect's workers (their " + what + ")", Example: name}
+// Patterns are a broker's wildcards, in the patterns of
+// route.allowed_destinations and in what an ingest reads.
+type Patterns interface {
+	// Match reports whether dest matches pattern.
+	Match(pattern, dest string) bool
+	// Literal returns the literal beginning of pattern, up to its first
+	// wildcard: every destination pattern matches begins with it.
+	Literal(pattern string) string
+	// Check returns why pattern (not empty) is not a pattern of these
+	// wildcards, or "". noun names a destination in the reason.
+	Check(noun, pattern string) string
 }
 
-// RabbitMQOn is the syntax of a RabbitMQ sink publishing on exchange: on
-// the default exchange (""), RabbitMQ; on one of RabbitMQ's own exchanges
-// (amq.topic, amq.direct...: what its plugins and other clients use), every
-// routing key is reserved, and a route lists the ones it may publish there.
-func RabbitMQOn(exchange string) Syntax {
-	if exchange == "" {
-		return RabbitMQ
+// patterns returns the wildcards of s.
+func (s Syntax) patterns() Patterns {
+	if s.Patterns == nil {
+		return Subjects{}
 	}
-	s := RabbitMQ
-	s.Reserved = nil
-	if strings.HasPrefix(exchange, "amq.") {
-		s.Reserved = []Reserved{{What: fmt.Sprintf("the sink publishes on %q, one of RabbitMQ's own exchanges (amq.*)", exchange), Example: "orders.#"}}
-	}
-	return s
+	return s.Patterns
 }
+
+// generic is Generic's syntax, with the reserved parts of every broker
+// given to RegisterBroker.
+var generic = Syntax{Noun: "destination"}
+
+// RegisterBroker adds the reserved parts of a broker's syntax to Generic's.
+// config.RegisterBroker calls it for every broker of the build, in the
+// order of the registry (pkg/brokers), at init.
+func RegisterBroker(s Syntax) {
+	generic.Reserved = append(generic.Reserved, s.Reserved...)
+}
+
+// Generic is the syntax for a sink whose broker is not known (a test's
+// route): the checks every broker shares, the wildcards of Subjects, and
+// the reserved parts of every registered broker.
+func Generic() Syntax { return generic }
 
 // Wildcards are the characters that are wildcards in some broker's patterns
 // (`*`, `>`, `#`): a template placeholder never expands to one.
@@ -244,57 +228,71 @@ func (s Syntax) MatchAny(patterns []string, dest string) bool {
 	return false
 }
 
-// Match reports whether dest matches pattern in the broker's wildcards:
-// NATS `*` one token, `>` one or more trailing tokens; RabbitMQ `*` one
-// word, `#` zero or more words; Kafka `*` any run of characters. Generic
-// reads patterns as NATS does.
+// Match reports whether dest matches pattern in the broker's wildcards
+// (Syntax.Patterns).
 func (s Syntax) Match(pattern, dest string) bool {
-	switch s.kind {
-	case kindKafka:
-		return globMatch(pattern, dest)
-	case kindRabbitMQ:
-		return topicMatch(strings.Split(pattern, Separator), strings.Split(dest, Separator))
-	}
-	return subjectMatch(strings.Split(pattern, Separator), strings.Split(dest, Separator))
+	return s.patterns().Match(pattern, dest)
 }
 
 // Consumed is the part of this broker's namespace that a pattern of its
 // own wildcards reads (an ingest's subject, topic, queue or binding key):
 // a Reserved with Pattern and Example the pattern and Prefix its literal
-// beginning, up to its first wildcard (Kafka: `*`; NATS and RabbitMQ: a
-// wildcard token). What is left to the caller.
+// beginning, up to its first wildcard (Patterns.Literal). What is left to
+// the caller.
 func (s Syntax) Consumed(pattern string) Reserved {
-	prefix := pattern
-	if s.kind == kindKafka {
-		prefix, _, _ = strings.Cut(pattern, "*")
-	} else {
-		var lit []string
-		for _, t := range strings.Split(pattern, Separator) {
-			if t == "*" || t == ">" || t == "#" {
-				lit = append(lit, "") // ends the literal part with a separator
-				break
-			}
-			lit = append(lit, t)
-		}
-		prefix = strings.Join(lit, Separator)
-	}
-	return Reserved{Prefix: prefix, Pattern: pattern, Example: pattern}
+	return Reserved{Prefix: s.patterns().Literal(pattern), Pattern: pattern, Example: pattern}
 }
 
 // CheckPattern returns why pattern is not a pattern of this syntax, or "":
-// a NATS `>` that is not the last token, or a wildcard inside a token
-// (`orders*`), which NATS and RabbitMQ read as a literal character.
+// it is empty, or its broker's wildcards refuse it (Patterns.Check).
 func (s Syntax) CheckPattern(pattern string) string {
 	if pattern == "" {
 		return "a pattern is empty"
 	}
-	if s.kind == kindKafka {
-		return ""
+	return s.patterns().Check(s.Noun, pattern)
+}
+
+// Subjects are the wildcards of dot-separated tokens where `*` is one
+// token and `>` one or more trailing tokens: NATS's, and those of a Syntax
+// without Patterns.
+type Subjects struct{}
+
+// Match is NATS subject matching.
+func (Subjects) Match(pattern, dest string) bool {
+	return subjectMatch(strings.Split(pattern, Separator), strings.Split(dest, Separator))
+}
+
+// Literal returns LiteralTokens(pattern).
+func (Subjects) Literal(pattern string) string { return LiteralTokens(pattern) }
+
+// Check refuses a wildcard inside a token and a `>` that is not the last
+// token (CheckTokenPattern).
+func (Subjects) Check(noun, pattern string) string {
+	return CheckTokenPattern(noun, pattern, "*>", ">")
+}
+
+// LiteralTokens returns the tokens of pattern before its first wildcard
+// token (a token that is one of Wildcards), ending with the separator; the
+// whole pattern when no token is a wildcard.
+func LiteralTokens(pattern string) string {
+	var lit []string
+	for _, t := range strings.Split(pattern, Separator) {
+		if t == "*" || t == ">" || t == "#" {
+			lit = append(lit, "") // ends the literal part with a separator
+			break
+		}
+		lit = append(lit, t)
 	}
-	wild := "*>"
-	if s.kind == kindRabbitMQ {
-		wild = "*#"
-	}
+	return strings.Join(lit, Separator)
+}
+
+// CheckTokenPattern returns why pattern is not a pattern of dot-separated
+// tokens whose wildcards (the characters of wild) are whole tokens, or "":
+// an empty token, a wildcard inside a token (`orders*`, which the broker
+// reads as a literal character), or last (a wildcard that matches the
+// trailing tokens, "" for none) anywhere but at the end. noun names a
+// destination in the reason.
+func CheckTokenPattern(noun, pattern, wild, last string) string {
 	tokens := strings.Split(pattern, Separator)
 	for i, t := range tokens {
 		if t == "" {
@@ -302,10 +300,10 @@ func (s Syntax) CheckPattern(pattern string) string {
 		}
 		if len(t) > 1 && strings.ContainsAny(t, wild) {
 			return fmt.Sprintf("%q: in a %s pattern a wildcard is a whole token (%q matches itself only); write e.g. %q",
-				pattern, s.Noun, t, strings.Join(append(append([]string{}, tokens[:i]...), "*"), Separator))
+				pattern, noun, t, strings.Join(append(append([]string{}, tokens[:i]...), "*"), Separator))
 		}
-		if s.kind != kindRabbitMQ && t == ">" && i != len(tokens)-1 {
-			return fmt.Sprintf("%q: > matches the trailing tokens and must be the last token", pattern)
+		if last != "" && t == last && i != len(tokens)-1 {
+			return fmt.Sprintf("%q: %s matches the trailing tokens and must be the last token", pattern, last)
 		}
 	}
 	return ""
@@ -366,47 +364,11 @@ func (s Syntax) invalid(dest string) string {
 			return fmt.Sprintf("destination contains a control character such as NUL, CR or LF (not printable): %q", Printable(dest))
 		}
 	}
-	switch s.kind {
-	case kindNATS:
-		for rest := dest; ; {
-			t, tail, more := strings.Cut(rest, Separator)
-			switch {
-			case t == "":
-				return fmt.Sprintf("NATS subject %q has an empty token (two dots, or a dot at an end)", Printable(dest))
-			case t == "*" || t == ">":
-				return fmt.Sprintf("NATS subject %q holds the wildcard %q: a message is published to one subject", Printable(dest), t)
-			case strings.ContainsFunc(t, unicode.IsSpace):
-				return fmt.Sprintf("NATS subject %q holds white space", Printable(dest))
-			}
-			if !more {
-				break
-			}
-			rest = tail
-		}
-	case kindKafka:
-		if len(dest) > maxKafkaTopic {
-			return fmt.Sprintf("Kafka topic %q is %d bytes, over Kafka's %d", Printable(dest), len(dest), maxKafkaTopic)
-		}
-		if dest == "." || dest == ".." {
-			return fmt.Sprintf("Kafka topic %q is not a topic name", dest)
-		}
-		for _, c := range dest {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-				return fmt.Sprintf("Kafka topic %q holds %q: a topic name has only letters, digits, '.', '_' and '-'", Printable(dest), c)
-			}
-		}
-	case kindRabbitMQ:
-		if len(dest) > maxRoutingKey {
-			return fmt.Sprintf("RabbitMQ routing key %q is %d bytes, over AMQP's %d", Printable(dest), len(dest), maxRoutingKey)
-		}
+	if s.Invalid != nil {
+		return s.Invalid(dest)
 	}
 	return ""
 }
-
-const (
-	maxKafkaTopic = 249 // Kafka's limit of a topic name
-	maxRoutingKey = 255 // an AMQP short string
-)
 
 // subjectMatch is NATS subject matching of tokens.
 func subjectMatch(p, d []string) bool {
@@ -421,50 +383,6 @@ func subjectMatch(p, d []string) bool {
 		}
 	}
 	return len(p) == len(d)
-}
-
-// topicMatch is RabbitMQ topic-exchange matching of words.
-func topicMatch(p, d []string) bool {
-	if len(p) == 0 {
-		return len(d) == 0
-	}
-	switch p[0] {
-	case "#":
-		for i := 0; i <= len(d); i++ {
-			if topicMatch(p[1:], d[i:]) {
-				return true
-			}
-		}
-		return false
-	case "*":
-		return len(d) > 0 && topicMatch(p[1:], d[1:])
-	}
-	return len(d) > 0 && p[0] == d[0] && topicMatch(p[1:], d[1:])
-}
-
-// globMatch matches s against p, where `*` is any run of characters.
-func globMatch(p, s string) bool {
-	star, mark := -1, 0
-	i, j := 0, 0
-	for j < len(s) {
-		switch {
-		case i < len(p) && p[i] == '*':
-			star, mark = i, j
-			i++
-		case i < len(p) && p[i] == s[j]:
-			i++
-			j++
-		case star >= 0:
-			i, mark = star+1, mark+1
-			j = mark
-		default:
-			return false
-		}
-	}
-	for i < len(p) && p[i] == '*' {
-		i++
-	}
-	return i == len(p)
 }
 
 // Printable quotes at most 64 bytes of a value for a reason, so that a

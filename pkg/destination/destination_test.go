@@ -1,14 +1,28 @@
-package destination
+package destination_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	_ "github.com/delaybridge/delaybridge/pkg/brokers" // registers the brokers' reserved parts with Generic
+	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
+	"github.com/delaybridge/delaybridge/pkg/destination"
+)
+
+// The syntaxes of the brokers, defined in their packages.
+var (
+	NATS       = natsbroker.Destinations
+	Kafka      = kafkabroker.Destinations
+	RabbitMQ   = rabbitbroker.Destinations
+	RabbitMQOn = rabbitbroker.DestinationsOn
 )
 
 func TestMatch(t *testing.T) {
 	for _, c := range []struct {
-		s          Syntax
+		s          destination.Syntax
 		p, d       string
 		want       bool
 		name, note string
@@ -50,7 +64,7 @@ func TestMatch(t *testing.T) {
 func TestCheck(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		s       Syntax
+		s       destination.Syntax
 		dest    string
 		allowed []string
 		chosen  bool
@@ -58,54 +72,54 @@ func TestCheck(t *testing.T) {
 		reason  string
 	}{
 		{name: "plain subject", s: NATS, dest: "orders.expired"},
-		{name: "JetStream API delete", s: NATS, dest: "$JS.API.STREAM.DELETE.VICTIM", chosen: true, want: ErrReserved, reason: `begins with "$"`},
-		{name: "JetStream API by a route's own destination", s: NATS, dest: "$JS.API.STREAM.PURGE.V2", want: ErrReserved},
-		{name: "allowed star does not open $", s: NATS, dest: "$JS.API.STREAM.DELETE.X", allowed: []string{"*"}, chosen: true, want: ErrReserved},
-		{name: "allowed > does not open $", s: NATS, dest: "$JS.API.INFO", allowed: []string{">"}, chosen: true, want: ErrReserved},
+		{name: "JetStream API delete", s: NATS, dest: "$JS.API.STREAM.DELETE.VICTIM", chosen: true, want: destination.ErrReserved, reason: `begins with "$"`},
+		{name: "JetStream API by a route's own destination", s: NATS, dest: "$JS.API.STREAM.PURGE.V2", want: destination.ErrReserved},
+		{name: "allowed star does not open $", s: NATS, dest: "$JS.API.STREAM.DELETE.X", allowed: []string{"*"}, chosen: true, want: destination.ErrReserved},
+		{name: "allowed > does not open $", s: NATS, dest: "$JS.API.INFO", allowed: []string{">"}, chosen: true, want: destination.ErrReserved},
 		{name: "KV named literally", s: NATS, dest: "$KV.orders.k1", allowed: []string{"$KV.orders.>"}, chosen: true},
-		{name: "KV named, other bucket", s: NATS, dest: "$KV.users.k1", allowed: []string{"$KV.orders.>"}, chosen: true, want: ErrReserved},
-		{name: "inbox", s: NATS, dest: "_INBOX.abc.def", chosen: true, want: ErrReserved},
+		{name: "KV named, other bucket", s: NATS, dest: "$KV.users.k1", allowed: []string{"$KV.orders.>"}, chosen: true, want: destination.ErrReserved},
+		{name: "inbox", s: NATS, dest: "_INBOX.abc.def", chosen: true, want: destination.ErrReserved},
 		{name: "inbox named", s: NATS, dest: "_INBOX.abc", allowed: []string{"_INBOX.>"}, chosen: true},
-		{name: "wildcard subject", s: NATS, dest: "fired.*", want: ErrInvalid},
-		{name: "empty token", s: NATS, dest: "fired..orders", want: ErrInvalid, reason: "empty token"},
-		{name: "space in subject", s: NATS, dest: "fired. x", want: ErrInvalid},
-		{name: "CR LF", s: NATS, dest: "a\r\nb", want: ErrInvalid, reason: "control character"},
-		{name: "empty", s: RabbitMQ, dest: " ", want: ErrInvalid},
-		{name: "chosen, no pattern", s: NATS, dest: "elsewhere", allowed: []string{"fired.*"}, chosen: true, want: ErrNotAllowed},
+		{name: "wildcard subject", s: NATS, dest: "fired.*", want: destination.ErrInvalid},
+		{name: "empty token", s: NATS, dest: "fired..orders", want: destination.ErrInvalid, reason: "empty token"},
+		{name: "space in subject", s: NATS, dest: "fired. x", want: destination.ErrInvalid},
+		{name: "CR LF", s: NATS, dest: "a\r\nb", want: destination.ErrInvalid, reason: "control character"},
+		{name: "empty", s: RabbitMQ, dest: " ", want: destination.ErrInvalid},
+		{name: "chosen, no pattern", s: NATS, dest: "elsewhere", allowed: []string{"fired.*"}, chosen: true, want: destination.ErrNotAllowed},
 		{name: "route's own, no pattern needed", s: NATS, dest: "elsewhere", allowed: []string{"fired.*"}},
-		{name: "chosen, three tokens under fired.*", s: NATS, dest: "fired.a.b", allowed: []string{"fired.*"}, chosen: true, want: ErrNotAllowed},
-		{name: "kafka internal", s: Kafka, dest: "__consumer_offsets", chosen: true, want: ErrReserved},
-		{name: "kafka internal, star allowed", s: Kafka, dest: "__consumer_offsets", allowed: []string{"*"}, chosen: true, want: ErrReserved},
+		{name: "chosen, three tokens under fired.*", s: NATS, dest: "fired.a.b", allowed: []string{"fired.*"}, chosen: true, want: destination.ErrNotAllowed},
+		{name: "kafka internal", s: Kafka, dest: "__consumer_offsets", chosen: true, want: destination.ErrReserved},
+		{name: "kafka internal, star allowed", s: Kafka, dest: "__consumer_offsets", allowed: []string{"*"}, chosen: true, want: destination.ErrReserved},
 		{name: "kafka internal named", s: Kafka, dest: "__audit-x", allowed: []string{"__audit-*"}, chosen: true},
-		{name: "kafka bad char", s: Kafka, dest: "$JS.API.STREAM.DELETE.X", want: ErrInvalid},
-		{name: "kafka too long", s: Kafka, dest: strings.Repeat("a", 250), want: ErrInvalid},
+		{name: "kafka bad char", s: Kafka, dest: "$JS.API.STREAM.DELETE.X", want: destination.ErrInvalid},
+		{name: "kafka too long", s: Kafka, dest: strings.Repeat("a", 250), want: destination.ErrInvalid},
 		{name: "kafka topic", s: Kafka, dest: "online-videos_1.x"},
 		{name: "rabbit any key", s: RabbitMQ, dest: "$anything goes#"},
-		{name: "rabbit too long", s: RabbitMQ, dest: strings.Repeat("a", 256), want: ErrInvalid},
+		{name: "rabbit too long", s: RabbitMQ, dest: strings.Repeat("a", 256), want: destination.ErrInvalid},
 		{name: "rabbit pattern", s: RabbitMQ, dest: "orders.eu.late", allowed: []string{"orders.#"}, chosen: true},
-		{name: "generic refuses every control plane", s: Generic, dest: "__x", want: ErrReserved},
+		{name: "generic refuses every control plane", s: destination.Generic(), dest: "__x", want: destination.ErrReserved},
 		// What a publisher may not reach.
-		{name: "schema registry", s: Kafka, dest: "_schemas", allowed: []string{"*"}, chosen: true, want: ErrReserved, reason: ReservedCode + ": "},
-		{name: "confluent", s: Kafka, dest: "_confluent-metrics", allowed: []string{"*"}, chosen: true, want: ErrReserved},
-		{name: "schemas by the route's own destination", s: Kafka, dest: "_schemas", want: ErrReserved},
+		{name: "schema registry", s: Kafka, dest: "_schemas", allowed: []string{"*"}, chosen: true, want: destination.ErrReserved, reason: destination.ReservedCode + ": "},
+		{name: "confluent", s: Kafka, dest: "_confluent-metrics", allowed: []string{"*"}, chosen: true, want: destination.ErrReserved},
+		{name: "schemas by the route's own destination", s: Kafka, dest: "_schemas", want: destination.ErrReserved},
 		{name: "schemas named", s: Kafka, dest: "_schemas", allowed: []string{"_schemas"}, chosen: true},
-		{name: "_ named does not open __", s: Kafka, dest: "__consumer_offsets", allowed: []string{"_*"}, chosen: true, want: ErrReserved},
-		{name: "connect configs", s: Kafka, dest: "connect-configs", allowed: []string{"connect-*"}, chosen: true, want: ErrReserved, reason: `is in "connect-configs"`},
-		{name: "connect offsets", s: Kafka, dest: "connect-offsets", allowed: []string{"*"}, chosen: true, want: ErrReserved},
-		{name: "connect status", s: Kafka, dest: "connect-status", want: ErrReserved},
+		{name: "_ named does not open __", s: Kafka, dest: "__consumer_offsets", allowed: []string{"_*"}, chosen: true, want: destination.ErrReserved},
+		{name: "connect configs", s: Kafka, dest: "connect-configs", allowed: []string{"connect-*"}, chosen: true, want: destination.ErrReserved, reason: `is in "connect-configs"`},
+		{name: "connect offsets", s: Kafka, dest: "connect-offsets", allowed: []string{"*"}, chosen: true, want: destination.ErrReserved},
+		{name: "connect status", s: Kafka, dest: "connect-status", want: destination.ErrReserved},
 		{name: "connect status named", s: Kafka, dest: "connect-status", allowed: []string{"connect-status"}, chosen: true},
 		{name: "another connect topic", s: Kafka, dest: "connect-orders", allowed: []string{"connect-*"}, chosen: true},
-		{name: "reply-to on the default exchange", s: RabbitMQ, dest: "amq.rabbitmq.reply-to.g1h2AA==.x", allowed: []string{"#"}, chosen: true, want: ErrReserved},
-		{name: "server-named queue", s: RabbitMQ, dest: "amq.gen-JzTY20BRgKO-HjmUJj0wLg", want: ErrReserved, reason: `begins with "amq."`},
+		{name: "reply-to on the default exchange", s: RabbitMQ, dest: "amq.rabbitmq.reply-to.g1h2AA==.x", allowed: []string{"#"}, chosen: true, want: destination.ErrReserved},
+		{name: "server-named queue", s: RabbitMQ, dest: "amq.gen-JzTY20BRgKO-HjmUJj0wLg", want: destination.ErrReserved, reason: `begins with "amq."`},
 		{name: "reply-to named", s: RabbitMQ, dest: "amq.rabbitmq.reply-to.g1h2AA==.x", allowed: []string{"amq.rabbitmq.reply-to.#"}, chosen: true},
 		{name: "amq. key on an exchange of its own", s: RabbitMQOn("events"), dest: "amq.gen-x"},
-		{name: "amq.topic exchange", s: RabbitMQOn("amq.topic"), dest: "orders.late", want: ErrReserved, reason: "amq.topic"},
+		{name: "amq.topic exchange", s: RabbitMQOn("amq.topic"), dest: "orders.late", want: destination.ErrReserved, reason: "amq.topic"},
 		{name: "amq.topic exchange, key named", s: RabbitMQOn("amq.topic"), dest: "orders.late", allowed: []string{"orders.#"}},
-		{name: "amq.topic exchange, # does not open it", s: RabbitMQOn("amq.topic"), dest: "orders.late", allowed: []string{"#"}, chosen: true, want: ErrReserved},
-		{name: "loop: the ingest's subject", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed.orders", allowed: []string{">"}, chosen: true, want: ErrReserved, reason: `is in "delayed.>"`},
+		{name: "amq.topic exchange, # does not open it", s: RabbitMQOn("amq.topic"), dest: "orders.late", allowed: []string{"#"}, chosen: true, want: destination.ErrReserved},
+		{name: "loop: the ingest's subject", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed.orders", allowed: []string{">"}, chosen: true, want: destination.ErrReserved, reason: `is in "delayed.>"`},
 		{name: "loop: named", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed.orders", allowed: []string{"delayed.orders"}, chosen: true},
 		{name: "loop: beside the ingest's subject", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed", allowed: []string{">"}, chosen: true},
-		{name: "loop: a Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in", want: ErrReserved},
+		{name: "loop: a Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in", want: destination.ErrReserved},
 		{name: "loop: another Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in-2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -118,9 +132,9 @@ func TestCheck(t *testing.T) {
 			case c.reason != "" && !strings.Contains(err.Error(), c.reason):
 				t.Fatalf("Check(%q) = %q, want it to say %q", c.dest, err, c.reason)
 			}
-			var de *Error
+			var de *destination.Error
 			if err != nil && (!errors.As(err, &de) || de.Dest != c.dest) {
-				t.Fatalf("Check(%q): %#v is not an *Error naming the destination", c.dest, err)
+				t.Fatalf("Check(%q): %#v is not an *destination.Error naming the destination", c.dest, err)
 			}
 		})
 	}
@@ -128,7 +142,7 @@ func TestCheck(t *testing.T) {
 
 func TestConsumed(t *testing.T) {
 	for _, c := range []struct {
-		s               Syntax
+		s               destination.Syntax
 		pattern, prefix string
 	}{
 		{NATS, "delayed.>", "delayed."},
@@ -146,7 +160,7 @@ func TestConsumed(t *testing.T) {
 
 func TestCheckPattern(t *testing.T) {
 	for _, c := range []struct {
-		s    Syntax
+		s    destination.Syntax
 		p    string
 		want string
 	}{
@@ -180,7 +194,7 @@ func TestCheckToken(t *testing.T) {
 		"a\nb":                "white space",
 		"a\x00b":              "control",
 	} {
-		got := CheckToken(v)
+		got := destination.CheckToken(v)
 		if (want == "") != (got == "") || !strings.Contains(got, want) {
 			t.Errorf("CheckToken(%q) = %q, want %q", v, got, want)
 		}
@@ -191,7 +205,7 @@ func TestCheckToken(t *testing.T) {
 		"orders.*":       "wildcard",
 		"":               "empty",
 	} {
-		got := CheckTokens(v)
+		got := destination.CheckTokens(v)
 		if (want == "") != (got == "") || !strings.Contains(got, want) {
 			t.Errorf("CheckTokens(%q) = %q, want %q", v, got, want)
 		}

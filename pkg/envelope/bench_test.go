@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -17,7 +18,7 @@ var benchRoute = &envelope.Route{
 	Ingest:      "in",
 	Sink:        "out",
 	Destination: "fired.default",
-	Sinks:       destination.Sinks{"out": destination.NATS}.Lookup,
+	Sinks:       destination.Sinks{"out": natsbroker.Destinations}.Lookup,
 }
 
 var benchNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -13,7 +13,7 @@ import (
 // is dead at ingest with destination_reserved, whatever
 // allowed_destinations says short of naming the prefix.
 func TestControlPlaneRefused(t *testing.T) {
-	sinks := destination.Sinks{"nats": destination.NATS, "kafka": destination.Kafka, "rabbit": destination.RabbitMQ}.Lookup
+	sinks := destination.Sinks{"nats": SyntaxNATS, "kafka": SyntaxKafka, "rabbit": SyntaxRabbitMQ}.Lookup
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	lim := Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256}
 	for _, c := range []struct {

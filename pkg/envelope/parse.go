@@ -456,7 +456,7 @@ func (p *parser) route(msg *Message, rd dialectReader) error {
 // destination.Generic.
 func (r *Route) syntax(name string) (destination.Syntax, bool) {
 	if r.Sinks == nil {
-		return destination.Generic, true
+		return destination.Generic(), true
 	}
 	return r.Sinks(name)
 }

@@ -19,12 +19,16 @@ var testNow = time.Date(2026, 6, 1, 12, 0, 0, 500_123, time.UTC)
 // nowMs is testNow truncated to milliseconds, as Parse sees it.
 var nowMs = testNow.Truncate(time.Millisecond)
 
+// The brokers' destination syntaxes, defined in the broker packages, which
+// import this one: brokers_test.go (package envelope_test) sets them.
+var SyntaxNATS, SyntaxKafka, SyntaxRabbitMQ destination.Syntax
+
 func testRoute() *Route {
 	return &Route{
 		Ingest:      "orders-in",
 		Sink:        "rabbit",
 		Destination: "orders.expired",
-		Sinks:       destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka, "nats": destination.NATS}.Lookup,
+		Sinks:       destination.Sinks{"rabbit": SyntaxRabbitMQ, "kafka": SyntaxKafka, "nats": SyntaxNATS}.Lookup,
 	}
 }
 
@@ -755,7 +759,7 @@ func TestParseAllowedSinksAreNames(t *testing.T) {
 	r := testRoute()
 	r.AllowOverride = true
 	r.AllowedSinks = []string{"kafka-eu"}
-	r.Sinks = destination.Sinks{"kafka-eu": destination.Kafka, "rabbit": destination.RabbitMQ}.Lookup
+	r.Sinks = destination.Sinks{"kafka-eu": SyntaxKafka, "rabbit": SyntaxRabbitMQ}.Lookup
 	d := parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000", HeaderSink, "kafka-eu")}, r, testLimits)
 	if d.Action != Park || d.Message.Sink != "kafka-eu" {
 		t.Errorf("allowed sink kafka-eu refused: %v %q", d.Action, why(d))

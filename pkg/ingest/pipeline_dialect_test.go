@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -68,7 +69,7 @@ func TestTombstones(t *testing.T) {
 		Name:   "sched",
 		Source: src,
 		Route: &envelope.Route{Ingest: "sched", Sink: "s", Destination: "d", AllowOverride: true,
-			Sinks:    destination.Sinks{"s": destination.Kafka}.Lookup,
+			Sinks:    destination.Sinks{"s": kafkabroker.Destinations}.Lookup,
 			Dialects: []envelope.Dialect{envelope.DialectDelaybridge, envelope.DialectKafkaScheduler}},
 		Limits:       envelope.Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256},
 		Store:        st,

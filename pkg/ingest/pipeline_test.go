@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -114,7 +115,7 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 		Name:   "test",
 		Source: src,
 		Route: &envelope.Route{Ingest: "test", Sink: "s", Destination: "d",
-			Sinks: destination.Sinks{"s": destination.NATS}.Lookup},
+			Sinks: destination.Sinks{"s": natsbroker.Destinations}.Lookup},
 		Limits:        envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256},
 		Store:         st,
 		MaxInFlight:   config.DefaultMaxInFlight,

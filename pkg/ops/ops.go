@@ -180,7 +180,7 @@ func (s *Service) now() time.Time { return s.p.Now().Truncate(time.Millisecond) 
 // of that name is configured.
 func (s *Service) syntax(name string) (destination.Syntax, bool) {
 	if s.p.Destinations == nil {
-		return destination.Generic, name != ""
+		return destination.Generic(), name != ""
 	}
 	return s.p.Destinations(name)
 }

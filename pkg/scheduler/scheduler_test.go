@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
-	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
@@ -533,7 +533,7 @@ func TestPermanentErrorsAndCorruptMessagesDieAtOnce(t *testing.T) {
 // is dead before it reaches the sink (Params.Destinations).
 func TestRefusedDestinationNeverPublished(t *testing.T) {
 	h := start(t, Params{MaxAttempts: 10, Destinations: func(m *envelope.Message) error {
-		return destination.NATS.Check(m.Destination, nil, false)
+		return natsbroker.Destinations.Check(m.Destination, nil, false)
 	}}, func(h *harness) {
 		h.store.park("api", h.clock.Now(), "s")
 		h.store.msgs["api"].Destination = "$JS.API.STREAM.DELETE.VICTIM"

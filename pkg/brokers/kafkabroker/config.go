@@ -118,7 +118,7 @@ func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
 	if _, ok := sink.(*SinkConfig); !ok || c.Topic == "" {
 		return nil
 	}
-	return []destination.Reserved{destination.Kafka.Consumed(c.Topic)}
+	return []destination.Reserved{Destinations.Consumed(c.Topic)}
 }
 
 // params translates the block into the Source's parameters.
@@ -156,8 +156,8 @@ func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, pub ingest.P
 // Kind returns "kafka".
 func (*SinkConfig) Kind() string { return Kind }
 
-// Destinations returns destination.Kafka: the syntax of what the sink publishes to.
-func (*SinkConfig) Destinations() destination.Syntax { return destination.Kafka }
+// Destinations returns Destinations: the syntax of what the sink publishes to.
+func (*SinkConfig) Destinations() destination.Syntax { return Destinations }
 
 // Opens says what a route that lets publishers choose any topic opens.
 func (*SinkConfig) Opens(name string) string {

@@ -92,7 +92,7 @@ func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
 	if _, ok := sink.(*SinkConfig); !ok || c.Subject == "" {
 		return nil
 	}
-	return []destination.Reserved{destination.NATS.Consumed(c.Subject)}
+	return []destination.Reserved{Destinations.Consumed(c.Subject)}
 }
 
 // Open connects the ingest's Source.
@@ -120,8 +120,8 @@ func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Pub
 // Kind returns "nats".
 func (*SinkConfig) Kind() string { return Kind }
 
-// Destinations returns destination.NATS: the syntax of what the sink publishes to.
-func (*SinkConfig) Destinations() destination.Syntax { return destination.NATS }
+// Destinations returns Destinations: the syntax of what the sink publishes to.
+func (*SinkConfig) Destinations() destination.Syntax { return Destinations }
 
 // Opens says what a route that lets publishers choose any subject opens.
 func (*SinkConfig) Opens(name string) string {

@@ -138,7 +138,7 @@ func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
 		case b.ExchangeType == amqp.ExchangeFanout || b.ExchangeType == amqp.ExchangeHeaders:
 			out = append(out, destination.Reserved{Example: "orders.#"}) // the binding's key is not read: every key
 		case b.RoutingKey != "":
-			out = append(out, destination.RabbitMQ.Consumed(b.RoutingKey))
+			out = append(out, Destinations.Consumed(b.RoutingKey))
 		}
 	}
 	return out
@@ -165,8 +165,8 @@ func (c *IngestConfig) Send(ctx context.Context, in *config.Ingest, p ingest.Pub
 func (*SinkConfig) Kind() string { return Kind }
 
 // Destinations returns the syntax of the routing keys the sink publishes
-// on its exchange (destination.RabbitMQOn).
-func (c *SinkConfig) Destinations() destination.Syntax { return destination.RabbitMQOn(c.Exchange) }
+// on its exchange (DestinationsOn).
+func (c *SinkConfig) Destinations() destination.Syntax { return DestinationsOn(c.Exchange) }
 
 // Opens says what a route that lets publishers choose any routing key
 // opens: on the default exchange, every queue.

@@ -37,6 +37,9 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ops"
@@ -88,7 +91,7 @@ func Run(t *testing.T, h Harness) {
 }
 
 func (e *env) params() ops.Params {
-	sinks := destination.Sinks{"rabbit": destination.RabbitMQ, "kafka": destination.Kafka, "nats": destination.NATS}
+	sinks := destination.Sinks{"rabbit": rabbitbroker.Destinations, "kafka": kafkabroker.Destinations, "nats": natsbroker.Destinations}
 	routes := map[string]*envelope.Route{
 		"orders": {Ingest: "orders", Sink: "rabbit", Destination: "orders.expired", AllowOverride: true,
 			AllowedDestinations: []string{"orders.*"}, Sinks: sinks.Lookup},
