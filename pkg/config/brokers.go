@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/delaybridge/delaybridge/pkg/destination"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
 // IngestBroker is the broker block of an ingest: the mapping under its
@@ -30,6 +31,11 @@ type IngestBroker interface {
 	// SinkDestinations reserves them (destination.Reserved, with Prefix,
 	// Pattern and Example set).
 	Consumes(sink SinkBroker) []destination.Reserved
+	// Dialects are the dialects (ingest[].dialects) the ingest's messages
+	// can carry: envelope.DialectDelaybridge on every broker, and one that
+	// needs what only this broker's messages have (kafka-scheduler: a Kafka
+	// record's key and tombstones).
+	Dialects() []envelope.Dialect
 }
 
 // SinkBroker is the broker block of a sink, as IngestBroker is of an

@@ -577,13 +577,37 @@ func (c *Config) validateDialects(p *Problems, in *Ingest, at string) {
 			p.Add(field, "%q is not one of %s", d, joinDialects())
 		case seen[d]:
 			p.Add(field, "%q is given twice", d)
-		case envelope.Dialect(d) == envelope.DialectKafkaScheduler && in.Kind() != "" && in.Kind() != "kafka":
-			p.Add(field, "kafka-scheduler reads Kafka records (key, tombstones): only on a kafka ingest, not %s", in.Kind())
+		case in.Broker != nil && !slices.Contains(in.Broker.Dialects(), envelope.Dialect(d)):
+			p.Add(field, "%s: only on %s ingest, not %s", dialectReads(envelope.Dialect(d)), ingestsReading(envelope.Dialect(d)), in.Kind())
 		case envelope.Dialect(d) == envelope.DialectKafkaScheduler && !in.Route.AllowOverride:
 			p.Add(field, "kafka-scheduler publishes to the record's scheduler-target-topic: set route.allow_override: true (and restrict it with route.allowed_destinations)")
 		}
 		seen[d] = true
 	}
+}
+
+// dialectReads says what a dialect reads that not every broker's messages
+// have.
+func dialectReads(d envelope.Dialect) string {
+	if d == envelope.DialectKafkaScheduler {
+		return "kafka-scheduler reads Kafka records (key, tombstones)"
+	}
+	return string(d)
+}
+
+// ingestsReading names the registered brokers whose ingests read dialect d
+// (IngestBroker.Dialects): "a kafka", "a kafka or a nats".
+func ingestsReading(d envelope.Dialect) string {
+	var kinds []string
+	for _, k := range BrokerKinds() {
+		if b := registered[k]; b.NewIngest != nil && slices.Contains(b.NewIngest().Dialects(), d) {
+			kinds = append(kinds, "a "+k)
+		}
+	}
+	if len(kinds) == 0 {
+		return "no"
+	}
+	return strings.Join(kinds, " or ")
 }
 
 func joinDialects() string {

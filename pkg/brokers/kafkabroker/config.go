@@ -8,6 +8,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -110,6 +111,12 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 		p.Add(at+".max_in_flight_per_partition", "must be at least 1")
 	}
 	p.Positive(at+".commit_interval", int64(c.CommitInterval))
+}
+
+// Dialects returns the contract's own (delaybridge), and kafka-scheduler,
+// which reads the record key and tombstones.
+func (*IngestConfig) Dialects() []envelope.Dialect {
+	return []envelope.Dialect{envelope.DialectDelaybridge, envelope.DialectKafkaScheduler}
 }
 
 // Consumes returns the topic the ingest reads, on a Kafka sink: a message

@@ -9,6 +9,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -84,6 +85,11 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 	if strings.ContainsAny(c.Durable, ".*> \t") {
 		p.Add(at+".durable", "%q must not contain '.', '*', '>' or white space", c.Durable)
 	}
+}
+
+// Dialects returns the contract's own (delaybridge) alone.
+func (*IngestConfig) Dialects() []envelope.Dialect {
+	return []envelope.Dialect{envelope.DialectDelaybridge}
 }
 
 // Consumes returns the subjects the ingest reads, on a NATS sink: a

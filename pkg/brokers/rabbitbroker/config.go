@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -116,6 +117,11 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 			p.Add(bat+".exchange_type", "%q is not one of %s (declare other exchange types yourself and leave exchange_type out)", b.ExchangeType, strings.Join(ExchangeTypes, ", "))
 		}
 	}
+}
+
+// Dialects returns the contract's own (delaybridge) alone.
+func (*IngestConfig) Dialects() []envelope.Dialect {
+	return []envelope.Dialect{envelope.DialectDelaybridge}
 }
 
 // Consumes returns what reaches the ingest's queue through a RabbitMQ
