@@ -110,12 +110,19 @@ func (st *stalls) observe(sink string, start time.Time, dests []string, errs []e
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// A publish is one timeout in a row of each destination that timed out
+	// in it, however many of its messages went there: fifty messages of one
+	// batch that time out together are one slow moment, not fifty.
+	counted := map[sinkDest]bool{}
 	for j, err := range errs {
 		if err == nil || !timedOut(err) {
 			continue
 		}
 		d := sinkDest{sink, dests[j]}
-		st.row[d]++
+		if !counted[d] {
+			counted[d] = true
+			st.row[d]++
+		}
 		se := &stallError{sink: sink, dest: dests[j], row: st.row[d], timeout: st.timeout, err: err}
 		if se.row >= stallAttempts {
 			errs[j] = sinks.Rejected(se)

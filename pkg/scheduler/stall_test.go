@@ -149,6 +149,34 @@ func TestSilentDestinationAloneCounts(t *testing.T) {
 	}
 }
 
+// Messages of one publish that time out together at one destination are
+// one timeout in a row, not one each: a batch of five is postponed whole
+// the first time, none of them counted (counting each, the third of the
+// batch was already an attempt).
+func TestABatchOfTimeoutsIsOneInARow(t *testing.T) {
+	sk := &probingSink{}
+	h := startProbing(t, Params{MaxAttempts: 3, MaxSleep: time.Hour,
+		Backoff: lifecycle.Backoff{Min: time.Second, Max: time.Second, Multiplier: 1}}, sk, func(h *harness) {
+		for i := range 5 {
+			id := fmt.Sprintf("stuck-%d", i)
+			h.store.park(id, h.clock.Now(), "s")
+			h.store.msgs[id].Destination = "stuck"
+		}
+	})
+	for i := range 5 {
+		select {
+		case p := <-h.store.postponed:
+			if !strings.Contains(p.Reason, "1 times in a row") {
+				t.Fatalf("postponed %+v, want the first timeout in a row", p)
+			}
+		case r := <-h.store.retried:
+			t.Fatalf("%+v counted as an attempt after %d of the batch were postponed: each message of the batch was taken for one more timeout in a row", r, i)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of the batch of 5 postponed", i)
+		}
+	}
+}
+
 // TestSilentSinkHolds: a publish that times out while nothing else of its
 // sink was confirmed, and whose broker does not answer a probe either, is
 // the sink's: held, its sink blocked, no attempt counted.
