@@ -611,6 +611,7 @@ func TestPausedPastLeaseCancelled(t *testing.T) {
 		}
 	}
 	thaw := func() {
+		w.thawFlush = time.Now()
 		a.proc.Signal(syscall.SIGCONT)
 		b.proc.Signal(syscall.SIGCONT)
 	}
