@@ -1,5 +1,6 @@
 // Package ingesttest is the conformance suite of ingest adapters: every
-// ingest.Source (the Sources of pkg/brokers/natsbroker, kafkabroker, rabbitbroker) runs Run against its
+// ingest.Source (the Sources of pkg/brokers/natsbroker, kafkabroker, rabbitbroker,
+// and the in-memory test broker internal/membroker) runs Run against its
 // real broker, so that they all keep the ingest contract the same way
 // (pkg/ingest's Source, AckFunc and Ready, and the header rules of docs/reference.md).
 // The idea is watermill's pubsub/tests.TestPubSub: one suite, a Features

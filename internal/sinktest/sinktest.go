@@ -1,5 +1,6 @@
 // Package sinktest is the conformance suite of sink adapters: every
-// sinks.Sink (the Sinks of pkg/brokers/natsbroker, kafkabroker, rabbitbroker) runs Run against its real
+// sinks.Sink (the Sinks of pkg/brokers/natsbroker, kafkabroker, rabbitbroker,
+// and the in-memory test broker internal/membroker) runs Run against its real
 // broker, so that they all keep the sink contract the same way (pkg/sinks's
 // Sink, Permanent and Ready, and "Written on every published message" of docs/reference.md).
 // The idea is watermill's pubsub/tests.TestPubSub: one suite, a Features

@@ -6,9 +6,11 @@
 // its ingest Source, its Sink, and its Send (what `delaybridge send` uses).
 //
 // A new broker is one more such folder and one more line in the registry
-// below: the configuration then knows its key, and the daemon and the
-// command line open its sources and sinks through Open and Send here, with
-// no switch on the kind anywhere.
+// below: the configuration then knows its key and its destinations, and
+// the daemon and the command line open its sources and sinks through Open
+// and Send here, with no switch on the kind anywhere. internal/membroker
+// is such a broker, kept for tests: its test registers it and runs the
+// conformance suites through this package.
 //
 // Importing this package registers the brokers with pkg/config; a program
 // that loads a configuration imports it.
@@ -37,7 +39,25 @@ var registry = []config.Broker{
 	rabbitbroker.Broker,
 }
 
-func init() { config.RegisterBroker(registry...) }
+func init() { Register(registry...) }
+
+// Register adds brokers to the registry: the configuration then knows
+// their keys, and OpenSource, OpenSink and Send open their blocks. Each
+// broker's ingest block must be an Ingest and its sink block a Sink; it
+// panics otherwise, or on a key registered twice (programming errors, seen
+// at the start of any program or test). The registry above is registered
+// at init; a test registers a broker of its own (internal/membroker).
+func Register(bs ...config.Broker) {
+	for _, b := range bs {
+		if _, ok := b.NewIngest().(Ingest); !ok {
+			panic(fmt.Sprintf("brokers: the ingest block of %q, %T, is not a brokers.Ingest", b.Kind, b.NewIngest()))
+		}
+		if _, ok := b.NewSink().(Sink); !ok {
+			panic(fmt.Sprintf("brokers: the sink block of %q, %T, is not a brokers.Sink", b.Kind, b.NewSink()))
+		}
+	}
+	config.RegisterBroker(bs...)
+}
 
 // Ingest is what a broker's ingest block (config.Ingest.Broker) can do
 // besides being configured.
@@ -62,16 +82,6 @@ type Sink interface {
 	// Open connects the sink named name.
 	Open(ctx context.Context, name string, log *slog.Logger) (sinks.Sink, error)
 }
-
-// Every block of the registry is one of these: checked when compiling.
-var (
-	_ Ingest = (*kafkabroker.IngestConfig)(nil)
-	_ Ingest = (*natsbroker.IngestConfig)(nil)
-	_ Ingest = (*rabbitbroker.IngestConfig)(nil)
-	_ Sink   = (*kafkabroker.SinkConfig)(nil)
-	_ Sink   = (*natsbroker.SinkConfig)(nil)
-	_ Sink   = (*rabbitbroker.SinkConfig)(nil)
-)
 
 // OpenSource connects the Source of the ingest in. The error names the
 // ingest.

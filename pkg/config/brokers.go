@@ -75,9 +75,7 @@ func RegisterBroker(bs ...Broker) {
 			panic(fmt.Sprintf("config: broker %q registered twice", b.Kind))
 		}
 		registered[b.Kind] = b
-		if b.NewSink != nil {
-			destination.RegisterBroker(b.NewSink().Destinations())
-		}
+		destination.RegisterBroker(b.NewSink().Destinations())
 	}
 }
 

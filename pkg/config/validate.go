@@ -600,7 +600,7 @@ func dialectReads(d envelope.Dialect) string {
 func ingestsReading(d envelope.Dialect) string {
 	var kinds []string
 	for _, k := range BrokerKinds() {
-		if b := registered[k]; b.NewIngest != nil && slices.Contains(b.NewIngest().Dialects(), d) {
+		if slices.Contains(registered[k].NewIngest().Dialects(), d) {
 			kinds = append(kinds, "a "+k)
 		}
 	}
