@@ -24,6 +24,7 @@ package destination
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -156,7 +157,11 @@ func RegisterBroker(s Syntax) {
 // Generic is the syntax for a sink whose broker is not known (a test's
 // route): the checks every broker shares, the wildcards of Subjects, and
 // the reserved parts of every registered broker.
-func Generic() Syntax { return generic }
+func Generic() Syntax {
+	s := generic
+	s.Reserved = slices.Clip(s.Reserved) // an append by the caller copies
+	return s
+}
 
 // Wildcards are the characters that are wildcards in some broker's patterns
 // (`*`, `>`, `#`): a template placeholder never expands to one.
