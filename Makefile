@@ -51,7 +51,7 @@ deps: ## install what the tests run (scripts/test-deps.sh): with apt-get redis-s
 test: deps ## everything CI runs: deps, then side by side gofmt and vet, the tests with -race, short fuzzing and the fault suite (smaller)
 	@$(MAKE) --no-print-directory -j5 -Oline lint unit fault-ci fuzz
 
-short: ## the tests that need no server (go test -short; about a minute): a quick check while changing code
+short: ## the tests that need no server (go test -short): about a minute once built, about 4 minutes on a first run, which compiles everything; a quick check while changing code
 	$(GO) test -short -count=1 $(PKGS)
 
 lint: ## gofmt and go vet

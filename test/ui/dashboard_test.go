@@ -499,6 +499,8 @@ func TestDashboard(t *testing.T) {
 		`document.getElementById('lookup-state').textContent === 'scheduled' &&
 		 +document.getElementById('chart-rates').dataset.points >= 18 &&
 		 +document.getElementById('chart-lateness').dataset.points >= 8 &&
+		 /^[0-9.,]+$/.test(document.getElementById('lateness-p99').textContent) &&
+		 document.querySelector('#lateness-p99').parentElement.textContent.includes('Lateness p99, ms') &&
 		 parseFloat(document.getElementById('rate-ingest').textContent) > 0 &&
 		 parseFloat(document.getElementById('rate-fired').textContent) > 0`,
 		chromedp.WithPollingTimeout(90*time.Second))

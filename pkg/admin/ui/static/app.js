@@ -162,6 +162,18 @@
     return fmtDuration(s);
   }
 
+  // fmtMs is a lateness (given in seconds, as the metrics have it) in the
+  // one unit the page shows lateness in, milliseconds, which the labels
+  // name: the number alone.
+  function fmtMs(s) {
+    if (s == null || !isFinite(s)) return '–';
+    const v = s * 1000;
+    if (v === 0) return '0';
+    if (v < 1) return v.toFixed(2);
+    if (v < 10) return v.toFixed(1);
+    return nf.format(Math.round(v));
+  }
+
   // fmtTime is a time in the one format the page shows times in: the
   // API's, RFC 3339 in UTC with milliseconds.
   const fmtTime = (ms) => new Date(ms).toISOString();
@@ -408,9 +420,9 @@
     const d = histDelta(base, last);
     const n = last.latCount - base.latCount;
     if (d && n > 0) {
-      $('lateness-p99').textContent = fmtSeconds(quantile(0.99, last.bounds, d));
-      $('lateness-sub').textContent = `p50 ${fmtSeconds(quantile(0.5, last.bounds, d))}, last 10 s`;
-      $('lateness-sub').title = `mean ${fmtSeconds((last.latSum - base.latSum) / n)} over ${fmtInt(n)} messages`;
+      $('lateness-p99').textContent = fmtMs(quantile(0.99, last.bounds, d));
+      $('lateness-sub').textContent = `p50 ${fmtMs(quantile(0.5, last.bounds, d))} ms, last 10 s`;
+      $('lateness-sub').title = `mean ${fmtMs((last.latSum - base.latSum) / n)} ms over ${fmtInt(n)} messages`;
     } else {
       $('lateness-p99').textContent = '–';
       $('lateness-sub').textContent = 'nothing fired in the last 10 s';
@@ -555,7 +567,7 @@
       { minTop: 4, fmt: fmtRate, empty: 'collecting samples…' });
     lineChart($('chart-lateness'),
       [{ key: 'p50', cls: 's-p50' }, { key: 'p99', cls: 's-p99' }],
-      { minTop: 0.01, fmt: fmtSeconds, empty: 'no messages fired yet' });
+      { minTop: 0.01, fmt: fmtMs, empty: 'no messages fired yet' });
   }
 
   // ---- stats: cards, due-time histogram, shards ----
