@@ -664,30 +664,12 @@ func TestHelmSchemaKnowsTheConfigKeys(t *testing.T) {
 		t.Fatal("values.schema.json has no properties.config")
 	}
 	closed := map[string][]string{} // config path -> the keys the schema allows
-	var walk func(node map[string]any, path []any)
-	walk = func(node map[string]any, path []any) {
-		if ref, ok := node["$ref"].(string); ok {
-			name := strings.TrimPrefix(ref, "#/$defs/")
-			def, _ := root["$defs"].(map[string]any)[name].(map[string]any)
-			if def == nil {
-				t.Fatalf("values.schema.json: %s: $ref %s names no $defs entry", configPath(path), ref)
-			}
-			node = def
-		}
-		props, _ := node["properties"].(map[string]any)
+	walkSchema(t, root, config, func(node map[string]any, path []any) {
 		if ap, ok := node["additionalProperties"].(bool); ok && !ap {
+			props, _ := node["properties"].(map[string]any)
 			closed[configPath(path)] = sortedKeys(props)
 		}
-		for _, k := range sortedKeys(props) {
-			if sub, ok := props[k].(map[string]any); ok {
-				walk(sub, append(slices.Clone(path), k))
-			}
-		}
-		if items, ok := node["items"].(map[string]any); ok {
-			walk(items, append(slices.Clone(path), 0))
-		}
-	}
-	walk(config, nil)
+	})
 	if len(closed) < 10 {
 		t.Fatalf("values.schema.json: only %d closed objects under config (%v): the walk is broken", len(closed), sortedKeys(closed))
 	}
@@ -717,6 +699,33 @@ func TestHelmSchemaKnowsTheConfigKeys(t *testing.T) {
 			t.Errorf("values.schema.json: config%s: the schema lacks %q (delaybridge knows them: add them to its properties) and lists %q (delaybridge refuses them: remove them)", dotted(p), missing, extra)
 		}
 	}
+}
+
+// walkSchema calls visit for node (the schema's config) and every schema
+// below it, with its config path ([ingest 0 kafka]), each $ref resolved in
+// root's $defs.
+func walkSchema(t *testing.T, root, node map[string]any, visit func(node map[string]any, path []any)) {
+	var walk func(node map[string]any, path []any)
+	walk = func(node map[string]any, path []any) {
+		if ref, ok := node["$ref"].(string); ok {
+			def, _ := root["$defs"].(map[string]any)[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
+			if def == nil {
+				t.Fatalf("values.schema.json: %s: $ref %s names no $defs entry", configPath(path), ref)
+			}
+			node = def
+		}
+		visit(node, path)
+		props, _ := node["properties"].(map[string]any)
+		for _, k := range sortedKeys(props) {
+			if sub, ok := props[k].(map[string]any); ok {
+				walk(sub, append(slices.Clone(path), k))
+			}
+		}
+		if items, ok := node["items"].(map[string]any); ok {
+			walk(items, append(slices.Clone(path), 0))
+		}
+	}
+	walk(node, nil)
 }
 
 // configPath is "ingest[0].kafka" for [ingest 0 kafka].
@@ -992,11 +1001,7 @@ func TestHelmSchemaBoundsAreTheConfigs(t *testing.T) {
 		min, max *float64
 	}
 	var bounds []bound
-	var walk func(node map[string]any, path []any)
-	walk = func(node map[string]any, path []any) {
-		if ref, ok := node["$ref"].(string); ok {
-			node, _ = root["$defs"].(map[string]any)[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
-		}
+	walkSchema(t, root, config, func(node map[string]any, path []any) {
 		b := bound{path: path}
 		if v, ok := node["minimum"].(float64); ok {
 			b.min = &v
@@ -1007,17 +1012,7 @@ func TestHelmSchemaBoundsAreTheConfigs(t *testing.T) {
 		if b.min != nil || b.max != nil {
 			bounds = append(bounds, b)
 		}
-		props, _ := node["properties"].(map[string]any)
-		for _, k := range sortedKeys(props) {
-			if sub, ok := props[k].(map[string]any); ok {
-				walk(sub, append(slices.Clone(path), k))
-			}
-		}
-		if items, ok := node["items"].(map[string]any); ok {
-			walk(items, append(slices.Clone(path), 0))
-		}
-	}
-	walk(config, nil)
+	})
 	if len(bounds) < 3 {
 		t.Fatalf("values.schema.json: only %d bounds under config: the walk is broken", len(bounds))
 	}

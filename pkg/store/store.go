@@ -289,17 +289,24 @@ func (s *Store) runCalls(ctx context.Context, op string, calls []call) []*redis.
 			}
 		}
 	}
-	if s.observe != nil {
-		var err error
-		for _, c := range cmds {
-			if e := ignoreNil(c.Err()); e != nil {
-				err = e
-				break
-			}
-		}
-		s.observe(op, time.Since(start), err)
-	}
+	s.observeAll(op, start, cmds)
 	return cmds
+}
+
+// observeAll reports a pipeline of script calls begun at start to the
+// Observe hook, with the first error among them.
+func (s *Store) observeAll(op string, start time.Time, cmds []*redis.Cmd) {
+	if s.observe == nil {
+		return
+	}
+	var err error
+	for _, c := range cmds {
+		if e := ignoreNil(c.Err()); e != nil {
+			err = e
+			break
+		}
+	}
+	s.observe(op, time.Since(start), err)
 }
 
 // keysOf returns the KEYS of a call of sc on shard, built once per script
@@ -358,16 +365,7 @@ func (s *Store) runEach(ctx context.Context, op string, scr *script, calls []sha
 			}
 		}
 	}
-	if s.observe != nil {
-		var err error
-		for _, c := range cmds {
-			if e := ignoreNil(c.Err()); e != nil {
-				err = e
-				break
-			}
-		}
-		s.observe(op, time.Since(start), err)
-	}
+	s.observeAll(op, start, cmds)
 	return cmds
 }
 
