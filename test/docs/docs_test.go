@@ -197,3 +197,16 @@ func TestNoPointerOutsideTheRepository(t *testing.T) {
 		}
 	}
 }
+
+// make help's time for the short suite says both what a run takes once
+// built and what a first run takes, which compiles everything (a newcomer
+// who believed "about a minute" waited four).
+func TestMakeHelpShortSaysTheFirstRun(t *testing.T) {
+	help := regexp.MustCompile(`(?m)^short:.*## (.*)$`).FindStringSubmatch(read(t, "Makefile"))
+	if help == nil {
+		t.Fatal("the Makefile has no help string for short")
+	}
+	if !strings.Contains(help[1], "first run") || !strings.Contains(help[1], "once built") {
+		t.Errorf("make help (short) gives one duration for both a first run and a built one: %q", help[1])
+	}
+}
