@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // aheadSched claims 300 ms ahead: every change below comes after the claim.
@@ -289,17 +293,22 @@ func TestFireAheadStopAndKill(t *testing.T) {
 // with the ahead mark (.75).
 func (e *natsEnv) heldAhead() int {
 	e.t.Helper()
-	n := 0
-	keys, err := e.redis.Client().Keys(e.t.Context(), "e2e:*").Result()
-	if err != nil {
+	// One round trip for every shard's due set (the messages here have the
+	// default priority): KEYS and a TYPE per key took longer than the
+	// one-second window of the claim ahead on a loaded machine, so that
+	// the poll saw it once or never.
+	keys := store.NewKeys("e2e")
+	pipe := e.redis.Client().Pipeline()
+	cmds := make([]*redis.ZSliceCmd, config.DefaultShards)
+	for shard := range cmds {
+		cmds[shard] = pipe.ZRangeWithScores(e.t.Context(), keys.DueAt(shard, 0), 0, -1)
+	}
+	if _, err := pipe.Exec(e.t.Context()); err != nil && err != redis.Nil {
 		e.t.Fatal(err)
 	}
-	for _, k := range keys {
-		if typ, _ := e.redis.Client().Type(e.t.Context(), k).Result(); typ != "zset" {
-			continue
-		}
-		zs, _ := e.redis.Client().ZRangeWithScores(e.t.Context(), k, 0, -1).Result()
-		for _, z := range zs {
+	n := 0
+	for _, c := range cmds {
+		for _, z := range c.Val() {
 			if z.Score-float64(int64(z.Score)) == 0.75 {
 				n++
 			}
