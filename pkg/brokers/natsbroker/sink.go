@@ -82,7 +82,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err)
 			continue
 		}
-		futures[i], errs[i] = s.js.PublishMsgAsync(nm)
+		// No retry inside the client: it would publish the message again
+		// on its own timer, 250 ms after a "no responders", past the
+		// caller's ctx and the claim's lease (a paused daemon's message
+		// cancelled meanwhile); the scheduler retries through Redis.
+		futures[i], errs[i] = s.js.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0))
 		errs[i] = s.publishErr(errs[i])
 	}
 	for i, f := range futures {
