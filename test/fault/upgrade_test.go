@@ -306,12 +306,13 @@ func (f *fleet) cancelLoop(ctx context.Context) <-chan struct{} {
 		defer close(done)
 		tick := time.NewTicker(cancelPace)
 		defer tick.Stop()
+		// ctx stops the loop between messages; a message begun is published
+		// and cancelled whole (under the world's ctx): a publish cut off by
+		// the stop may still have reached the broker, and it would then be
+		// delivered as a message nobody sent.
 		for k := cancelBase; ctx.Err() == nil; k++ {
 			id := w.pub.id(k)
-			w.pub.publish(ctx, k, time.Now().Add(cancelLead))
-			if ctx.Err() != nil {
-				return
-			}
+			w.pub.publish(w.ctx, k, time.Now().Add(cancelLead))
 			if !await(cancelLead/2, func() bool {
 				ok, err := w.rdb.HExists(context.Background(), keys.Pool(shardOf(id)), id).Result()
 				return err == nil && ok
@@ -324,8 +325,8 @@ func (f *fleet) cancelLoop(ctx context.Context) <-chan struct{} {
 			m.Header.Set(envelope.HeaderMessageID, "cancel-"+id)
 			m.Header.Set(envelope.HeaderNatsMsgID, "cancel-"+id)
 			var ack *jetstream.PubAck
-			for ctx.Err() == nil {
-				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			for w.ctx.Err() == nil {
+				pctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
 				a, err := js.PublishMsg(pctx, m)
 				cancel()
 				if err == nil {
