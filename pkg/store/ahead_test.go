@@ -68,6 +68,21 @@ func TestClaimAheadTakesTheWindow(t *testing.T) {
 	if info, _ := s.Inspect(ctx, "due"); info.State != store.StateInflight {
 		t.Fatalf("inspect of the due one: %s, want inflight", info.State)
 	}
+	// A listing says the same as Inspect.
+	page, err := s.Browse(ctx, store.BrowseQuery{State: store.StateScheduled, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, in := range page.Messages {
+		found = found || in.ID == "soon"
+		if in.ID == "soon" && (in.State != store.StateScheduled || !in.NextAt.Equal(got["soon"].At)) {
+			t.Fatalf("listed a message claimed ahead as %s at %v; want scheduled at its due time %v (as Inspect)", in.State, in.NextAt, got["soon"].At)
+		}
+	}
+	if !found {
+		t.Fatal("the message claimed ahead is not listed as scheduled")
+	}
 	// Another instance takes none of it.
 	if other := claimAhead(t, s, 10*time.Second, time.Minute); len(other.Messages) != 0 {
 		t.Fatalf("a second claimer took %d messages claimed ahead by the first", len(other.Messages))

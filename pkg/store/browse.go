@@ -335,6 +335,11 @@ func (s *Store) readEntries(ctx context.Context, entries []browseEntry) ([]*Info
 			info.State, info.NextAt, info.Held = StateHeld, at, true
 		default:
 			info.State, info.NextAt = StateScheduled, at
+			if claimedAhead(e.at) && info.Message != nil {
+				// claimed ahead by an instance: at its due time, as Inspect
+				// says (the score is the claim's lease expiry)
+				info.NextAt = info.Message.DueAt
+			}
 		}
 		out = append(out, info)
 	}
