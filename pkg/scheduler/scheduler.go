@@ -872,6 +872,11 @@ func (e *lateError) Error() string {
 // due times, for the lateness. From fence on it publishes nothing
 // (errFenced): the lease may be over, and the messages another's.
 func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, idx []int, errs []error, fence time.Time, toRedis time.Duration, tr *Trace) {
+	// The wall clock's reading (monotonic) as the fence is checked: the
+	// publish's deadline counts from it, so that a pause right after the
+	// check does not begin the publish's time anew when the process
+	// resumes.
+	checked := time.Now()
 	if !s.p.Clock.Now().Before(fence) {
 		for _, i := range idx {
 			errs[i] = errFenced
@@ -898,7 +903,7 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 	if left := leaseEnd.Sub(start); left < timeout {
 		timeout, byLease = left, true
 	}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
+	pctx, cancel := context.WithDeadline(ctx, checked.Add(timeout))
 	res := s.p.Sinks[name].Publish(pctx, out)
 	cancel()
 	done := s.p.Clock.Now()

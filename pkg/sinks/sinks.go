@@ -11,6 +11,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -107,4 +108,19 @@ func Fill(errs []error, err error) []error {
 		}
 	}
 	return errs
+}
+
+// Expired is ctx.Err(), or context.DeadlineExceeded once ctx's deadline has
+// passed by the clock although its timer has not fired yet: a process
+// resumed from a pause runs its goroutines before its timers, so a sink
+// that checked ctx.Err() alone went on sending a batch whose time had run
+// out during the pause. A sink checks it before each message it sends.
+func Expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

@@ -78,7 +78,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		if errs[i] != nil {
 			continue
 		}
-		if err := ctx.Err(); err != nil { // the caller's time is up: send nothing more
+		if err := sinks.Expired(ctx); err != nil { // the caller's time is up: send nothing more
 			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err)
 			continue
 		}
@@ -119,8 +119,8 @@ func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error)
 	for i, nm := range nmsgs {
 		switch {
 		case errs[i] != nil:
-		case ctx.Err() != nil: // the caller's time is up: send nothing more
-			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, ctx.Err())
+		case sinks.Expired(ctx) != nil: // the caller's time is up: send nothing more
+			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, sinks.Expired(ctx))
 		default:
 			errs[i] = s.publishErr(s.nc.PublishMsg(nm))
 		}

@@ -241,7 +241,7 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 			errs[i] = stopErr
 			continue
 		}
-		if err := ctx.Err(); err != nil { // checked first: select picks at random among ready cases
+		if err := sinks.Expired(ctx); err != nil { // checked first: select picks at random among ready cases
 			stopErr = fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, err)
 			errs[i] = stopErr
 			continue

@@ -317,7 +317,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			errs[i] = &closedError{err: fmt.Errorf("rabbitmq sink %s: routing key %q made the broker close a channel lately: published apart", s.cfg.Name, m.Destination)}
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := sinks.Expired(ctx); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, err))
 	}
 	if len(apart) < len(msgs) {
