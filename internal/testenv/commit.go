@@ -38,19 +38,7 @@ func BuildCommit(t testing.TB, commit string) string {
 	if err != nil {
 		t.Fatalf("testenv: build ./cmd/delaybridge of commit %s: %v", commit, err)
 	}
-	key := "./cmd/delaybridge@" + hash
-	buildMu.Lock()
-	b, ok := builds[key]
-	if !ok {
-		b = &buildResult{}
-		builds[key] = b
-	}
-	buildMu.Unlock()
-	b.once.Do(func() { b.path, b.err = buildCommit(root, hash) })
-	if b.err != nil {
-		t.Fatalf("testenv: build ./cmd/delaybridge of commit %s: %v", commit, b.err)
-	}
-	return b.path
+	return onceFor(t, "./cmd/delaybridge@"+hash, func() (string, error) { return buildCommit(root, hash) })
 }
 
 // resolveCommit returns the full hash of commit in the git clone at root,

@@ -105,6 +105,13 @@ func BuildPackageTagged(t testing.TB, pkg string, tags ...string) string {
 func buildOnce(t testing.TB, pkg string, tags []string) string {
 	t.Helper()
 	key := pkg + " -tags=" + strings.Join(tags, ",")
+	return onceFor(t, key, func() (string, error) { return build(pkg, tags) })
+}
+
+// onceFor runs do once per test process for key (a build) and returns
+// its path, failing the test with its error.
+func onceFor(t testing.TB, key string, do func() (string, error)) string {
+	t.Helper()
 	buildMu.Lock()
 	b, ok := builds[key]
 	if !ok {
@@ -112,7 +119,7 @@ func buildOnce(t testing.TB, pkg string, tags []string) string {
 		builds[key] = b
 	}
 	buildMu.Unlock()
-	b.once.Do(func() { b.path, b.err = build(pkg, tags) })
+	b.once.Do(func() { b.path, b.err = do() })
 	if b.err != nil {
 		t.Fatalf("testenv: build %s: %v", key, b.err)
 	}
