@@ -86,6 +86,17 @@ func (p *Proxy) pipe(c net.Conn) {
 	<-done
 }
 
+// Cut closes every connection and keeps listening: the clients see their
+// connections reset, and reconnecting succeeds at once.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
 // Down closes the listener and every connection: connecting is refused.
 func (p *Proxy) Down(t testing.TB) {
 	t.Helper()

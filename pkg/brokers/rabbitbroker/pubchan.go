@@ -137,10 +137,14 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 		reason = errors.New("channel closed")
 	}
 	reason = describe(cfg, reason)
-	if attributable(reason) {
+	switch {
+	case attributable(reason):
 		// The broker closed it for a publish: the pending ones, and those
 		// not sent yet, are suspects (quarantine.go).
 		reason = &closedError{err: reason}
+	case lost(reason):
+		// Perhaps so, its close unread: suspects too, never culprits.
+		reason = &closedError{err: reason, lost: true}
 	}
 	p.mu.Lock()
 	p.err = reason
@@ -280,7 +284,11 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 				<-p.sem
 			}
 			p.mu.Unlock()
-			if p.ch.IsClosed() {
+			var ae *amqp.Error
+			if p.ch.IsClosed() || errors.Is(err, amqp.ErrClosed) || !errors.As(err, &ae) {
+				// The channel or its connection is closing (a write
+				// that failed shuts the connection down): its reason is
+				// the publish's (dispatch sets it).
 				select { // the library closes the confirms right after
 				case <-p.dead:
 				case <-ctx.Done():

@@ -31,8 +31,15 @@ import (
 
 // closedError is the error of a publish whose channel or connection the
 // broker closed (attributably: attributable) while it was unconfirmed or
-// before it was sent: its fate is unknown, and it may be the cause.
-type closedError struct{ err error }
+// before it was sent: its fate is unknown, and it may be the cause. lost
+// marks a connection that ended on a read or write error instead (lost):
+// the broker may have closed it for a publish, its close unread, or the
+// network failed; such a publish is tried again apart, but a close of the
+// same kind never makes it the culprit.
+type closedError struct {
+	err  error
+	lost bool
+}
 
 func (e *closedError) Error() string { return e.err.Error() }
 func (e *closedError) Unwrap() error { return e.err }
@@ -64,6 +71,16 @@ func attributable(err error) bool {
 		return strings.Contains(e.Reason, "topic")
 	}
 	return true
+}
+
+// lost reports whether err is a connection that ended on a read or write
+// error (amqp091-go's 501 of its own). When the broker closes the
+// connection for a publish while other publishes are being written, a
+// write can fail on the reset socket before the broker's close is read,
+// and this is all the client learns.
+func lost(err error) bool {
+	var e *amqp.Error
+	return errors.As(err, &e) && !e.Server && e.Code == amqp.FrameError
 }
 
 // closeReason names the close of a channel or connection the broker
@@ -256,6 +273,11 @@ func (s *Sink) bisect(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Pu
 	switch {
 	case len(left) == 0:
 		return culprits
+	case len(units) == 1 && isLost(subErrs[0]):
+		// Alone, and the connection was lost: nothing says it was this
+		// message; it fails as the sink's (published again later).
+		errs[units[0]] = subErrs[0]
+		return culprits
 	case len(units) == 1:
 		// Alone, and the broker closed again: its fault.
 		i := units[0]
@@ -272,6 +294,12 @@ func (s *Sink) bisect(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Pu
 	half := len(left) / 2
 	culprits = s.bisect(ctx, msgs, pubs, errs, left[:half], budget, culprits)
 	return s.bisect(ctx, msgs, pubs, errs, left[half:], budget, culprits)
+}
+
+// isLost reports whether err is a closedError of a lost connection.
+func isLost(err error) bool {
+	var c *closedError
+	return errors.As(err, &c) && c.lost
 }
 
 // unwrapClosed is the broker's close of a suspect's error (the

@@ -58,7 +58,7 @@ type Sink struct {
 	pool    [poolSize]*pubChan
 	blocked error         // the broker blocked the connection (resource alarm)
 	up      chan struct{} // closed while connected
-	quick   bool          // reconnecting at once: the broker closed the connection for a publish
+	quick   bool          // reconnecting at once: the broker closed the connection for a publish, or it was lost
 	next    atomic.Uint32
 
 	quarantine quarantine // suspects and poisoned destinations (quarantine.go)
@@ -156,7 +156,7 @@ func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 		if ctx.Err() != nil {
 			return
 		}
-		quick := attributable(err)
+		quick := attributable(err) || lost(err)
 		s.mu.Lock()
 		s.conn = nil
 		s.pool = [poolSize]*pubChan{}
@@ -165,10 +165,16 @@ func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 		s.mu.Unlock()
 		_ = conn.CloseDeadline(time.Now().Add(time.Second))
 		if quick {
-			// The broker is there and closed the connection for a
-			// publish (its messages are published apart: isolate): the
-			// sink is not down, and publishes wait for it to reconnect.
-			s.log.Warn("rabbitmq sink connection closed by the broker for a publish; reconnecting at once", "err", err)
+			// The broker closed the connection for a publish (its
+			// messages are published apart: isolate), or the connection
+			// was lost, perhaps so: reconnecting at once tells whether
+			// the broker is there; if it is, the sink is not down, and
+			// publishes wait for it to reconnect.
+			if lost(err) {
+				s.log.Warn("rabbitmq sink connection lost; reconnecting at once", "err", err)
+			} else {
+				s.log.Warn("rabbitmq sink connection closed by the broker for a publish; reconnecting at once", "err", err)
+			}
 			if conn, err = s.connect(ctx); err == nil {
 				continue
 			}

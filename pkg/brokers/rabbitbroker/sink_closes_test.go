@@ -157,8 +157,11 @@ func TestChannelCloseIsTheMessagesFault(t *testing.T) {
 		}
 	}
 	// The broker closed the sink's connection once: the next attempts went
-	// to the quarantine only.
-	if n := strings.Count(logs.String(), "connection closed by the broker for a publish"); n != 1 {
+	// to the quarantine only. (When the sink's write fails on the reset
+	// socket before it reads the broker's close, it sees the connection
+	// lost instead: TestConnectionLostWhilePublishing.)
+	if n := strings.Count(logs.String(), "connection closed by the broker for a publish") +
+		strings.Count(logs.String(), "connection lost; reconnecting at once"); n != 1 {
 		t.Errorf("the sink's connection was closed %d times, want 1:\n%s", n, logs)
 	}
 	noErrors(t, publish(t, s, batch("after", q, 10)))
@@ -193,4 +196,90 @@ func TestChannelOnlyCloseIsTheMessagesFault(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return a.ready(q) >= 20 }, "the 20 good messages in %s", q)
 	noErrors(t, publish(t, s, batch("after", q, 10)))
+}
+
+// TestConnectionLostWhilePublishing: the sink's connection reset under
+// publishes in flight (a network blip, or the broker closing it for a
+// publish while the sink still writes, its close unread) is reconnected
+// at once: the publishes it cut off are published again apart and
+// confirmed, none fails, and Ready never says the sink is down while the
+// broker can be reached.
+func TestConnectionLostWhilePublishing(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	q := a.queue(unique(t))
+	p := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", node.Port))
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := rabbitbroker.NewSink(ctx, rabbitbroker.SinkParams{Name: "r", URL: "amqp://guest:guest@" + p.Addr + "/", Mandatory: true},
+		slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	var notReady atomic.Value
+	var confirmed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	// Three publishers, batch after batch, until stop: at any instant
+	// some publishes are in flight.
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := 0; ; b++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				msgs := batch(fmt.Sprintf("g%d-b%d", g, b), q, 50)
+				for i, err := range publish(t, s, msgs) {
+					if err != nil {
+						t.Errorf("%s: %v", msgs[i].ID, err)
+					} else {
+						confirmed.Add(1)
+					}
+				}
+				if err := s.Ready(); err != nil {
+					notReady.CompareAndSwap(nil, err.Error())
+				}
+			}
+		}()
+	}
+	// Cut the connection three times, each once publishes are confirmed
+	// again after the last.
+	for range 3 {
+		from := confirmed.Load()
+		testenv.Eventually(t, 20*time.Second, func() bool { return confirmed.Load() >= from+200 }, "200 more publishes confirmed")
+		p.Cut()
+	}
+	from := confirmed.Load()
+	testenv.Eventually(t, 20*time.Second, func() bool { return confirmed.Load() >= from+200 }, "200 more publishes confirmed after the last cut")
+	close(stop)
+	wg.Wait()
+	if v := notReady.Load(); v != nil {
+		t.Errorf("Ready said the sink was down: %v", v)
+	}
+	if n := strings.Count(logs.String(), "connection lost; reconnecting at once"); n < 3 {
+		t.Errorf("the sink saw its connection lost %d times, want 3 (the cuts):\n%s", n, logs)
+	}
+	// Every message confirmed arrived (a message cut off may arrive twice).
+	want := int(confirmed.Load())
+	got := map[string]bool{}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		for {
+			d, ok, err := a.ch.Get(q, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got[d.MessageId] = true
+		}
+		return len(got) >= want
+	}, "every message in %s", q)
 }
