@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // cancelScript forgets a parked or dead message, and leaves one in flight.
@@ -18,7 +19,8 @@ var cancelScript = loadScript("cancel")
 // before its due instant, and Cancel takes it from the claim.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	shard := s.ShardOf(id)
-	n, err := s.run(ctx, "cancel", cancelScript, shard, id).Int()
+	b := s.seen(time.Now())
+	n, err := s.runKeys(ctx, "cancel", cancelScript, shard, []string{s.keys.Seen(shard, b.cur)}, id, b.expireAt).Int()
 	if err != nil {
 		return fmt.Errorf("store.cancel shard %d: %w", shard, err)
 	}

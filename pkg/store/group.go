@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -44,8 +45,9 @@ func (s *Store) CancelGroup(ctx context.Context, group string) (cancelled, infli
 		}
 		for len(pending) > 0 {
 			calls := make([]shardCall, len(pending))
+			b := s.seen(time.Now())
 			for i, sh := range pending {
-				calls[i] = shardCall{shard: sh, args: []any{form, skip[sh], groupCancelBatch}}
+				calls[i] = shardCall{shard: sh, keys: []string{s.keys.Seen(sh, b.cur)}, args: []any{form, skip[sh], groupCancelBatch, b.expireAt}}
 			}
 			var again []int
 			for i, cmd := range s.runEach(ctx, "cancel_group", cancelGroupScript, calls) {

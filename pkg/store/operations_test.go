@@ -37,6 +37,44 @@ func inspect(t *testing.T, s *store.Store, id string) *store.Info {
 	return info
 }
 
+// A cancelled message read from a log stays cancelled when its ingest
+// reads it again within the dedupe window (a delivery that a paused
+// instance held, redelivered once its ack wait ran out): a duplicate, not
+// parked again. A new publish of its ID (a later position) parks. The same
+// for a group's cancel; without a window everything parks again.
+func TestCancelledStaysCancelledOnReread(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 2, DedupeWindow: time.Minute})
+	at := func(id string, pos uint64, group string) *envelope.Message {
+		m := msg(id, time.Now().Add(time.Hour))
+		m.Origin, m.Group = envelope.Origin{Log: "orders/0", Pos: pos}, group
+		return m
+	}
+	park(t, s, store.Parked, at("c", 7, ""))
+	if err := s.Cancel(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	park(t, s, store.Duplicate, at("c", 7, "")) // read again
+	park(t, s, store.Duplicate, at("c", 6, "")) // an earlier one of the log
+	park(t, s, store.Parked, at("c", 8, ""))    // a new publish reusing the ID
+
+	park(t, s, store.Parked, at("g1", 20, "g"))
+	park(t, s, store.Parked, at("g2", 21, "g"))
+	if n, inflight, err := s.CancelGroup(ctx, "g"); err != nil || n != 2 || inflight != 0 {
+		t.Fatalf("cancel group: %d cancelled, %d in flight, %v; want 2, 0", n, inflight, err)
+	}
+	park(t, s, store.Duplicate, at("g1", 20, "g"))
+	park(t, s, store.Duplicate, at("g2", 21, "g"))
+
+	off := store.New(r.Client(), store.Options{Prefix: "u", Shards: 2})
+	park(t, off, store.Parked, at("c", 7, ""))
+	if err := off.Cancel(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	park(t, off, store.Parked, at("c", 7, ""))
+}
+
 // A delivered message's re-read within the dedupe window is a duplicate;
 // any other message with that ID parks as the new message it is
 // (envelope.Origin); without a window everything parks again.

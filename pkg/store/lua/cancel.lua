@@ -4,7 +4,10 @@ that has not expired is left alone, since its publish may be under way.
 --! firing
 --! include: time due life
 
+KEYS      the shard's keys above, then the dedupe window's current bucket
+          (Keys.Seen), which keeps a cancelled message's mark (remember)
 ARGV[1]   message ID
+ARGV[2]   when that bucket expires (Unix ms; 0: the window is off)
 returns   0 unknown; 1 forgotten (parked, claimed ahead and not committed,
           under a lease that expired, or dead: it will not be published);
           2 in flight: nothing changed (it may be published)
@@ -17,5 +20,6 @@ local score = duescore(id)
 if score and leased(score) and tonumber(score) > servertime() then return 2 end
 unschedule(id)
 undead(id, blob)
+remember(KEYS[NKEYS + 1], tonumber(ARGV[2]), id, blob)
 forget(id, blob, score ~= false)
 return 1

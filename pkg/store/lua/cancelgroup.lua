@@ -4,10 +4,13 @@ leaving those in flight (as cancel does).
 --! firing
 --! include: time due life
 
+KEYS      the shard's keys above, then the dedupe window's current bucket
+          (Keys.Seen), which keeps each cancelled message's mark (remember)
 ARGV[1]   the group
 ARGV[2]   how many index entries to pass over first (the ones in flight
           that the calls before left)
 ARGV[3]   at most this many entries
+ARGV[4]   when that bucket expires (Unix ms; 0: the window is off)
 returns   {how many were cancelled, how many are in flight and left,
           how many entries were read}
 ]]
@@ -26,6 +29,7 @@ for _, m in ipairs(members) do
     local blob = redis.call('HGET', K.pool, id)
     unschedule(id)
     undead(id, blob)
+    remember(KEYS[NKEYS + 1], tonumber(ARGV[4]), id, blob)
     forget(id, blob, score ~= false)
     redis.call('ZREM', K.groups, m) -- an index entry without its message goes too
     cancelled = cancelled + 1

@@ -15,6 +15,21 @@ local function forget(id, blob, waslive)
   if info.recur then leaveseries(id, info.ingest) end
   if waslive and blob then live(info.ingest, -1) end
 end
+-- remember keeps what a re-read of a message read from a log is told by
+-- (reread, lib/identity.lua): its position, under its field (SeenField in
+-- keys.go builds the same text), in the dedupe window's bucket seen, which
+-- expires whole at seenat (Unix ms; 0: the window is off; acklease writes
+-- a delivered message's so). A cancelled message leaves it, so that its
+-- ingest reading it again (a delivery a paused instance held, redelivered
+-- once its ack wait ran out) does not park it again. A message without a
+-- log has its mark from its park (park.lua) until its ack is confirmed.
+local function remember(seen, seenat, id, blob)
+  if seenat <= 0 or not blob then return end
+  local info = blobinfo(blob)
+  if info.log == '' then return end
+  redis.call('HSET', seen, #info.log .. ':' .. info.log .. ':' .. id, string.format('%d', info.pos))
+  redis.call('PEXPIREAT', seen, seenat)
+end
 -- trimdead deletes the dead messages of the shard beyond max: first those
 -- a build before the index by source left (oldest first, while the oldest
 -- is one), then the oldest of the source that holds the most (lib/dead.lua),
