@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		if err != nil {
 			return nil, err
 		}
-		d.sinks[sc.Name] = s
+		d.sinks[sc.Name] = faultSink(s, log)
 	}
 
 	var deadLetter *sinks.DeadLetter

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 	"github.com/delaybridge/delaybridge/pkg/scheduler"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
 // FaultClockSkewEnv names the environment variable that, in a binary built
@@ -88,3 +90,54 @@ func (h heldAcks) Ready() error {
 	}
 	return nil
 }
+
+// FaultStampPublishEnv names the environment variable that, in a
+// faultinject binary, adds a header of that name to every message a sink
+// publishes: the wall clock in Unix nanoseconds as the sink's Publish
+// began. It tells when this process began a publish from when its broker
+// stored the message, which a broker slow to store it (or a client that
+// sends its buffer when a paused process resumes) puts later.
+const FaultStampPublishEnv = "DELAYBRIDGE_FAULT_STAMP_PUBLISH"
+
+// faultSink is s with its publishes stamped by FaultStampPublishEnv.
+func faultSink(s sinks.Sink, log *slog.Logger) sinks.Sink {
+	name := os.Getenv(FaultStampPublishEnv)
+	if name == "" {
+		return s
+	}
+	log.Warn("faultinject: every published message carries the time its publish began", "header", name)
+	st := stamped{Sink: s, header: name}
+	if _, ok := s.(sinks.Prober); ok {
+		return stampedProber{st}
+	}
+	return st
+}
+
+type stamped struct {
+	sinks.Sink
+	header string
+}
+
+func (s stamped) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
+	at := strconv.FormatInt(time.Now().UnixNano(), 10)
+	out := make([]sinks.Outgoing, len(msgs))
+	for i, o := range msgs {
+		m := *o.Message
+		m.Headers = append(m.Headers[:len(m.Headers):len(m.Headers)], envelope.Header{Key: s.header, Value: at})
+		out[i] = sinks.Outgoing{Message: &m, Attempt: o.Attempt}
+	}
+	return s.Sink.Publish(ctx, out)
+}
+
+// Ready is the sink's own.
+func (s stamped) Ready() error {
+	if r, ok := s.Sink.(sinks.Ready); ok {
+		return r.Ready()
+	}
+	return nil
+}
+
+// stampedProber is stamped for a sink that can be probed.
+type stampedProber struct{ stamped }
+
+func (s stampedProber) Probe(ctx context.Context) error { return s.Sink.(sinks.Prober).Probe(ctx) }

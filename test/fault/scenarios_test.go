@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -590,8 +592,11 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 func TestPausedPastLeaseCancelled(t *testing.T) {
 	w := newWorld(t, "paused-past-lease-cancelled", options{})
 	w.res.Fault = "two daemons; one SIGSTOPped while it holds claims, past their 2 s lease; the other cancels them; then SIGCONT"
-	a := w.startDaemon()
-	b := w.startDaemon()
+	// Each publish stamped with when it began: the check is when the
+	// daemon published, not when the broker stored it.
+	bin := testenv.BuildTagged(t, "faultinject")
+	a := w.startDaemonWith(bin, stampPublishEnv)
+	b := w.startDaemonWith(bin, stampPublishEnv)
 	n := scaled(perScenario)
 	done := w.pub.stream(w.ctx, 0, n, rate)
 	w.hold(w.randDur(2*time.Second, 4*time.Second), "traffic before the fault (scenario parameter)")
@@ -611,7 +616,6 @@ func TestPausedPastLeaseCancelled(t *testing.T) {
 		}
 	}
 	thaw := func() {
-		w.thawFlush = time.Now()
 		a.proc.Signal(syscall.SIGCONT)
 		b.proc.Signal(syscall.SIGCONT)
 	}
@@ -625,12 +629,15 @@ func TestPausedPastLeaseCancelled(t *testing.T) {
 		lease = max(lease, rs.leases[id])
 	}
 	w.holdUntil(time.UnixMilli(lease).Add(200*time.Millisecond), "past the frozen daemon's leases (scenario parameter)")
-	st := store.New(w.rdb, store.Options{Prefix: keyPrefix, Shards: shards})
+	// Cancelled as a daemon of the world would (its dedupe window: a
+	// cancelled message read again by the ingest stays cancelled).
+	st := store.New(w.rdb, store.Options{Prefix: keyPrefix, Shards: shards, DedupeWindow: config.DefaultDedupeWindow})
 	cancelled, refused := 0, 0
 	for _, id := range rs.inflightIDs {
+		asked := time.Now() // nothing may be published from the moment the cancel is asked
 		switch err := st.Cancel(context.Background(), id); {
 		case err == nil:
-			w.pub.cancel(id, time.Now())
+			w.pub.cancel(id, asked)
 			cancelled++
 		case errors.Is(err, store.ErrInFlight):
 			refused++
