@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -197,6 +198,10 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
+			continue
+		}
+		if f.Anonymous && f.Tag.Get("json") == "" && f.Type.Kind() == reflect.Struct {
+			maps.Copy(out, jsonFields(f.Type)) // an embedded struct's fields are the outer's, as encoding/json reads them
 			continue
 		}
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")

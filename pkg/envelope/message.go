@@ -48,14 +48,13 @@ const (
 )
 
 // controlHeaders are consumed by delaybridge and never forwarded, so that a
-// destination that is itself an ingest does not loop. x-message-id and the
+// destination that is itself an ingest does not loop: the due time, the
+// route, the controls and every option (Options). x-message-id and the
 // x-delaybridge-* headers are rewritten on publish.
-var controlHeaders = []string{
+var controlHeaders = append([]string{
 	HeaderDelay, HeaderDeliverAt, HeaderSink, HeaderDestination, HeaderCancel,
-	HeaderPriority, HeaderMessageID, HeaderDueAt, HeaderAttempt,
-	HeaderReplace, HeaderGroup, HeaderCancelGroup, HeaderEvery, HeaderCron,
-	HeaderTimeZone, HeaderUntil, HeaderCount, HeaderOccurrence,
-}
+	HeaderCancelGroup, HeaderDueAt, HeaderAttempt, HeaderOccurrence,
+}, optionHeaders()...)
 
 // IsControlHeader reports whether the header is consumed or rewritten by
 // delaybridge rather than forwarded as it came.

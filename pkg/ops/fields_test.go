@@ -40,6 +40,10 @@ func TestEveryRejectCodeNamesAField(t *testing.T) {
 		{&envelope.Rejection{Code: envelope.CodeInvalidRoute, Reason: `destination "a b" is not valid`}, false, "destination"},
 		{&envelope.Rejection{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-cron "x" is not valid`}, false, "cron"},
 		{&envelope.Rejection{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-count "0" is not a whole number`}, false, "count"},
+		// A reason that names two options names the first of the table's.
+		{&envelope.Rejection{Code: envelope.CodeInvalidSchedule, Reason: "x-delay-timezone applies to x-delay-cron only"}, false, "cron"},
+		{&envelope.Rejection{Code: envelope.CodeInvalidSchedule, Reason: "x-delay-timezone, x-delay-until or x-delay-count given without x-delay-every or x-delay-cron"}, false, "every"},
+		{&envelope.Rejection{Code: envelope.CodeInvalidSchedule, Reason: `x-delay-cron "CRON_TZ=UTC 0 9 * * *": "CRON_TZ=UTC 0 9 * * *" has a time zone prefix: give the zone in x-delay-timezone instead`}, false, "cron"},
 	} {
 		if got := rejectField(c.err, c.hasAt); got != c.want {
 			t.Errorf("%s %q: field %q, want %q", c.err.Code, c.err.Reason, got, c.want)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -178,36 +177,10 @@ func (req *PostRequest) incoming() (in *envelope.Incoming, hasAt bool, _ *Error)
 	if req.Destination == "" {
 		return nil, false, invalid("destination", "destination is required: a topic, subject or routing key of the sink")
 	}
-	if req.ID != nil {
-		if *req.ID == "" {
-			return nil, false, invalid("id", "id is empty; leave it out to get a generated ID")
-		}
-		add(envelope.HeaderMessageID, *req.ID)
+	if req.ID != nil && *req.ID == "" {
+		return nil, false, invalid("id", "id is empty; leave it out to get a generated ID")
 	}
-	if req.Priority != nil {
-		add(envelope.HeaderPriority, strconv.Itoa(*req.Priority))
-	}
-	if req.Group != nil {
-		add(envelope.HeaderGroup, *req.Group)
-	}
-	if req.Replace != nil {
-		add(envelope.HeaderReplace, strconv.FormatBool(*req.Replace))
-	}
-	if req.Every != "" {
-		add(envelope.HeaderEvery, req.Every)
-	}
-	if req.Cron != "" {
-		add(envelope.HeaderCron, req.Cron)
-	}
-	if req.TimeZone != "" {
-		add(envelope.HeaderTimeZone, req.TimeZone)
-	}
-	if req.Until != "" {
-		add(envelope.HeaderUntil, req.Until)
-	}
-	if req.Count != nil {
-		add(envelope.HeaderCount, strconv.Itoa(*req.Count))
-	}
+	in.Headers = append(in.Headers, req.Options.Headers()...)
 	if req.Key != nil {
 		in.Key = []byte(*req.Key)
 	}
@@ -254,7 +227,7 @@ func checkHeader(k, v string) *Error {
 		return invalid("headers", "headers: a header name is empty")
 	case envelope.IsControlHeader(k):
 		return invalid("headers", "headers: %s is a control header and cannot be forwarded; use the request's fields "+
-			"(delay, deliver_at, sink, destination, id, priority, group, replace, every, cron, timezone, until, count)", quote(k))
+			"(delay, deliver_at, sink, destination, %s)", quote(k), strings.Join(envelope.OptionFields(), ", "))
 	case strings.ContainsFunc(k, func(c rune) bool { return c <= ' ' || c == ':' || c == 0x7f }):
 		return invalid("headers", "headers: name %s contains a space, colon or control character", quote(k))
 	case strings.ContainsAny(v, "\x00\r\n"):

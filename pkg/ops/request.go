@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,31 +59,21 @@ func (s Scalar) text(field string) (text string, given bool, err *Error) {
 	return "", false, invalid(field, "%s must be an integer or a string, not %s", field, raw)
 }
 
-// PostRequest is a new message (POST /v1/messages): each field is what a
-// control header says on an ingest (delay: x-delay, deliver_at:
-// x-deliver-at, id: x-message-id, priority: x-delay-priority, group:
-// x-delay-group, replace: x-delay-replace, every: x-delay-every, cron:
-// x-delay-cron, timezone: x-delay-timezone, until: x-delay-until, count:
-// x-delay-count), sink and destination are the route, and the rest the
-// message.
+// PostRequest is a new message (POST /v1/messages): delay and deliver_at
+// are what x-delay and x-deliver-at say on an ingest, sink and destination
+// the route, key, headers and body the message, and the options
+// (envelope.Options: id, priority, group, replace, every, cron, timezone,
+// until, count) what their headers say.
 type PostRequest struct {
 	Delay       Scalar            `json:"delay,omitempty" doc:"delay as integer milliseconds (5000) or a Go duration (\"1500ms\", \"5m\"); give this or deliver_at (or a recurrence)"`
 	DeliverAt   Scalar            `json:"deliver_at,omitempty" doc:"due time: RFC 3339 (\"2026-12-01T10:00:00Z\") or integer epoch milliseconds"`
 	Sink        string            `json:"sink" doc:"the name of a configured sink"`
 	Destination string            `json:"destination" doc:"a topic, subject or routing key of the sink; may be a template ({header.NAME})"`
-	ID          *string           `json:"id,omitempty" nullable:"true" doc:"the message ID; generated when absent"`
 	Key         *string           `json:"key,omitempty" nullable:"true" doc:"the Kafka record key"`
 	Headers     map[string]string `json:"headers,omitempty" doc:"headers forwarded to the sink (not control headers)"`
 	Body        *string           `json:"body,omitempty" nullable:"true" doc:"the body as text; give this or body_base64 (\"\" for an empty body)"`
 	BodyBase64  *string           `json:"body_base64,omitempty" nullable:"true" doc:"the body, standard base64"`
-	Priority    *int              `json:"priority,omitempty" nullable:"true" minimum:"0" maximum:"9" doc:"0 (default) to 9; higher fires first in a backlog"`
-	Group       *string           `json:"group,omitempty" nullable:"true" doc:"files the message under a group (x-delay-group)"`
-	Replace     *bool             `json:"replace,omitempty" nullable:"true" doc:"replace the message parked under this ID (x-delay-replace)"`
-	Every       string            `json:"every,omitempty" doc:"recurring: a Go duration of at least 1s (x-delay-every)"`
-	Cron        string            `json:"cron,omitempty" doc:"recurring: a 5- or 6-field cron expression or @hourly... (x-delay-cron)"`
-	TimeZone    string            `json:"timezone,omitempty" doc:"the IANA zone of cron (x-delay-timezone); default UTC"`
-	Until       string            `json:"until,omitempty" doc:"recurring: no occurrence after this time, RFC 3339 (x-delay-until)"`
-	Count       *int              `json:"count,omitempty" nullable:"true" minimum:"1" doc:"recurring: at most this many occurrences (x-delay-count)"`
+	envelope.Options
 }
 
 // RescheduleRequest is a new due time (PATCH /v1/messages/{id}): a delay
@@ -245,24 +236,23 @@ func (s *Service) checkID(field, what, v string) *Error {
 	return nil
 }
 
-// The field names of the control headers, for Parse's reasons: a request
-// field is named as the request names it.
-var fieldOf = []struct{ header, field string }{
-	// Longer names first: x-delay is a prefix of most.
-	{envelope.HeaderDestination, "destination"},
-	{envelope.HeaderPriority, "priority"},
-	{envelope.HeaderReplace, "replace"},
-	{envelope.HeaderGroup, "group"},
-	{envelope.HeaderEvery, "every"},
-	{envelope.HeaderCron, "cron"},
-	{envelope.HeaderTimeZone, "timezone"},
-	{envelope.HeaderUntil, "until"},
-	{envelope.HeaderCount, "count"},
-	{envelope.HeaderSink, "sink"},
-	{envelope.HeaderDeliverAt, "deliver_at"},
-	{envelope.HeaderMessageID, "id"},
-	{envelope.HeaderDelay, "delay"},
-}
+// fieldOf maps the control headers to the request fields that stand for
+// them, for Parse's reasons (a request field is named as the request
+// names it): the message's own and every option's (envelope.Options),
+// the longer names first (x-delay is a prefix of most).
+var fieldOf = func() []struct{ header, field string } {
+	out := []struct{ header, field string }{
+		{envelope.HeaderDestination, "destination"},
+		{envelope.HeaderSink, "sink"},
+		{envelope.HeaderDeliverAt, "deliver_at"},
+		{envelope.HeaderDelay, "delay"},
+	}
+	for _, o := range envelope.OptionTable() {
+		out = append(out, struct{ header, field string }{o.Header, o.Field})
+	}
+	slices.SortStableFunc(out, func(a, b struct{ header, field string }) int { return len(b.header) - len(a.header) })
+	return out
+}()
 
 // fieldNames renames the control headers in a reason of envelope.Parse to
 // the request fields they came from.
@@ -312,9 +302,11 @@ func rejectField(err error, hasAt bool) string {
 		}
 		return "destination"
 	case envelope.CodeInvalidSchedule:
-		for _, f := range fieldOf {
-			if strings.Contains(reason, f.header) {
-				return f.field
+		// The first option the reason names in the table's order: of a
+		// schedule's, every, cron, timezone, until, count.
+		for _, o := range envelope.OptionTable() {
+			if strings.Contains(reason, o.Header) {
+				return o.Field
 			}
 		}
 		return "every"

@@ -222,6 +222,7 @@ var cases = []struct {
 	{"InspectAndCancel", inspectAndCancel},
 	{"Post", post},
 	{"PostEveryOption", postEveryOption},
+	{"ViewShowsEveryOption", viewShowsEveryOption},
 	{"PostInvalid", postInvalid},
 	{"List", list},
 	{"RescheduleAndFire", rescheduleAndFire},
@@ -269,7 +270,7 @@ func inspectAndCancel(e *env) {
 // rules; an ID already known is not parked again.
 func post(e *env) {
 	before := time.Now()
-	v, err := e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar("1h"), Sink: "kafka", Destination: "orders-topic", ID: strp("p1"),
+	v, err := e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar("1h"), Sink: "kafka", Destination: "orders-topic", Options: envelope.Options{ID: strp("p1")},
 		Key: strp("k"), Headers: map[string]string{"x-a": "1"}, Body: strp("hello")})
 	e.ok("post", err)
 	if v.ID != "p1" || v.Duplicate || !near(v.DueAt, before.Add(time.Hour), 5*time.Second) {
@@ -283,7 +284,7 @@ func post(e *env) {
 	if !e.wasWoken("p1") {
 		e.t.Error("the scheduler was not woken for the posted message")
 	}
-	v, err = e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar(5000), Sink: "kafka", Destination: "other", ID: strp("p1"), Body: strp("again")})
+	v, err = e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar(5000), Sink: "kafka", Destination: "other", Options: envelope.Options{ID: strp("p1")}, Body: strp("again")})
 	e.ok("post again", err)
 	if !v.Duplicate || v.DueAt != envelope.FormatTime(sm.DueAt) || string(e.stored("p1").Message.Body) != "hello" {
 		e.t.Errorf("a known ID: %+v", v)
@@ -299,22 +300,23 @@ func post(e *env) {
 
 // postEveryOption: every option the headers have, as request fields.
 func postEveryOption(e *env) {
-	_, err := e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar("1h"), Sink: "rabbit", Destination: "q", ID: strp("o1"), Body: strp("v1"),
-		Group: strp("order-7"), Priority: intp(7)})
+	_, err := e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar("1h"), Sink: "rabbit", Destination: "q", Body: strp("v1"),
+		Options: envelope.Options{ID: strp("o1"), Group: strp("order-7"), Priority: intp(7)}})
 	e.ok("post with group and priority", err)
 	if sm := e.stored("o1").Message; sm.Group != "order-7" || sm.Priority != 7 {
 		e.t.Errorf("group and priority: %+v", sm)
 	}
 	// replace: a newer version replaces the parked one.
-	v, err := e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar("2h"), Sink: "rabbit", Destination: "q2", ID: strp("o1"), Body: strp("v2"), Replace: boolp(true)})
+	v, err := e.ops.Post(e.ctx, &ops.PostRequest{Delay: scalar("2h"), Sink: "rabbit", Destination: "q2", Body: strp("v2"),
+		Options: envelope.Options{ID: strp("o1"), Replace: boolp(true)}})
 	e.ok("post with replace", err)
 	if sm := e.stored("o1").Message; v.Duplicate || string(sm.Body) != "v2" || sm.Destination != "q2" || v.DueAt != envelope.FormatTime(sm.DueAt) {
 		e.t.Errorf("replace: %+v, stored %+v", v, sm)
 	}
 	// every, with until and count; no delay needed: one interval after now.
 	until := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
-	v, err = e.ops.Post(e.ctx, &ops.PostRequest{Every: "30m", Until: until.Format(time.RFC3339), Count: intp(5), Sink: "rabbit",
-		Destination: "q", ID: strp("e1"), Body: strp("tick")})
+	v, err = e.ops.Post(e.ctx, &ops.PostRequest{Sink: "rabbit", Destination: "q", Body: strp("tick"),
+		Options: envelope.Options{ID: strp("e1"), Every: "30m", Until: until.Format(time.RFC3339), Count: intp(5)}})
 	e.ok("post every", err)
 	r := e.stored("e1").Message.Recur
 	if r == nil || r.Every != 30*time.Minute || r.Count != 5 || !r.Until.Equal(until) || r.N != 1 || !near(v.DueAt, time.Now().Add(30*time.Minute), 5*time.Second) {
@@ -322,8 +324,8 @@ func postEveryOption(e *env) {
 	}
 	// cron in a zone, first at deliver_at.
 	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-	_, err = e.ops.Post(e.ctx, &ops.PostRequest{DeliverAt: scalar(envelope.FormatTime(at)), Cron: "0 9 * * MON", TimeZone: "Europe/Berlin",
-		Sink: "rabbit", Destination: "q", ID: strp("c1"), Body: strp("weekly")})
+	_, err = e.ops.Post(e.ctx, &ops.PostRequest{DeliverAt: scalar(envelope.FormatTime(at)), Sink: "rabbit", Destination: "q", Body: strp("weekly"),
+		Options: envelope.Options{ID: strp("c1"), Cron: "0 9 * * MON", TimeZone: "Europe/Berlin"}})
 	e.ok("post cron", err)
 	if sm := e.stored("c1").Message; sm.Recur == nil || sm.Recur.Cron != "0 9 * * MON" || sm.Recur.TimeZone != "Europe/Berlin" || !sm.DueAt.Equal(at) {
 		e.t.Errorf("cron: %+v", sm)
@@ -332,6 +334,45 @@ func postEveryOption(e *env) {
 	e.ok("inspect cron", err)
 	if iv.Recurrence == nil || iv.Recurrence.Cron != "0 9 * * MON" || iv.Recurrence.TimeZone != "Europe/Berlin" || iv.Recurrence.Occurrence != 1 {
 		e.t.Errorf("inspect cron: %+v", iv.Recurrence)
+	}
+}
+
+// viewShowsEveryOption: each option of the table (envelope.Options) that
+// a view shows (its view tag) shows as the request gave it, at that path
+// of the view's JSON. The values are given in the form the view writes.
+func viewShowsEveryOption(e *env) {
+	until := envelope.FormatTime(time.Now().Add(48 * time.Hour).Truncate(time.Second))
+	for _, req := range []string{
+		`{"delay":"1h","sink":"rabbit","destination":"q","body":"b","id":"view-1","priority":6,"group":"view-group","every":"30m0s","until":"` + until + `","count":4}`,
+		`{"delay":"1h","sink":"rabbit","destination":"q","body":"b","id":"view-2","cron":"0 9 * * MON","timezone":"Europe/Berlin"}`,
+	} {
+		var r ops.PostRequest
+		if err := json.Unmarshal([]byte(req), &r); err != nil {
+			e.t.Fatal(err)
+		}
+		v, err := e.ops.Post(e.ctx, &r)
+		e.ok("post with options", err)
+		iv, err := e.ops.Inspect(e.ctx, v.ID, false)
+		e.ok("inspect", err)
+		raw, _ := json.Marshal(iv)
+		var view map[string]any
+		_ = json.Unmarshal(raw, &view)
+		var asked map[string]any
+		_ = json.Unmarshal([]byte(req), &asked)
+		for _, o := range envelope.OptionTable() {
+			if _, ok := asked[o.Field]; !ok || o.View == "" {
+				continue
+			}
+			var at any = view
+			for _, step := range strings.Split(o.View, ".") {
+				m, _ := at.(map[string]any)
+				at = m[step]
+			}
+			want, _ := json.Marshal(asked[o.Field])
+			if got, _ := json.Marshal(at); string(got) != string(want) {
+				e.t.Errorf("option %s shows at %s of the view as %s, want %s: %s", o.Field, o.View, got, want, raw)
+			}
+		}
 	}
 }
 
