@@ -198,12 +198,13 @@ func TestFireAheadPauseJustBeforeABurst(t *testing.T) {
 			t.Fatalf("resume: %d %s", code, body)
 		}
 		e.waitFired(30*time.Second, ids...)
+		testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 0 })
+		e.caughtUp()
 		for _, id := range ids {
 			if c := len(e.firedCopies(id)); c != 1 {
 				t.Errorf("%s published %d times after the resume, want once", id, c)
 			}
 		}
-		testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 0 })
 		if !answered.Before(due) {
 			if try == 3 {
 				t.Fatalf("three times the pause was answered after the due instant (last: %v after): nothing was checked", answered.Sub(due))

@@ -46,6 +46,7 @@ func TestCancelAnswered204IsNeverPublished(t *testing.T) {
 	// Everything that was going to be published has been once nothing is
 	// parked: a 409 whose publish failed would be scheduled again.
 	testenv.Eventually(t, 30*time.Second, func() bool { return e.d.stats().Parked == 0 }, "messages still parked")
+	e.caughtUp()
 
 	count := map[int]int{}
 	for i, id := range ids {

@@ -60,6 +60,7 @@ func TestParkedLimitPausesIngest(t *testing.T) {
 	}
 	e.waitFired(60*time.Second, rest...)
 	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 0 }, "messages still parked")
+	e.caughtUp()
 	for id := range cancelled {
 		if n := len(e.firedCopies(id)); n != 0 {
 			t.Errorf("%s was cancelled and fired %d times", id, n)

@@ -28,8 +28,9 @@ type natsEnv struct {
 	js    jetstream.JetStream
 	d     *daemon
 
-	mu    sync.Mutex
-	fired map[string][]firedMsg // by x-message-id
+	mu      sync.Mutex
+	fired   map[string][]firedMsg // by x-message-id
+	lastSeq uint64                // the FIRED stream sequence read last
 }
 
 type firedMsg struct {
@@ -96,6 +97,7 @@ func newNATSEnvEdit(t *testing.T, edit func(e *natsEnv, cfg string) string, sche
 		e.mu.Lock()
 		id := m.Headers().Get(envelope.HeaderMessageID)
 		e.fired[id] = append(e.fired[id], f)
+		e.lastSeq = max(e.lastSeq, md.Sequence.Stream)
 		e.mu.Unlock()
 	})
 	if err != nil {
@@ -128,6 +130,25 @@ func (e *natsEnv) firedCopies(id string) []firedMsg {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]firedMsg(nil), e.fired[id]...)
+}
+
+// caughtUp waits until the consumer has read everything the sink stream
+// FIRED holds now, so that what fired is all there to check.
+func (e *natsEnv) caughtUp() {
+	e.t.Helper()
+	st, err := e.js.Stream(context.Background(), "FIRED")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	testenv.Eventually(e.t, 10*time.Second, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.lastSeq >= info.State.LastSeq
+	}, "the consumer of FIRED reading up to sequence %d", info.State.LastSeq)
 }
 
 func (e *natsEnv) waitFired(timeout time.Duration, ids ...string) {
@@ -378,6 +399,7 @@ func TestNATSBadInput(t *testing.T) {
 		t.Errorf("empty body arrived as %q", c[0].body)
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return e.d.stats().Parked == 0 })
+	e.caughtUp()
 	if c := e.firedCopies("twice"); len(c) != 1 || string(c[0].body) != "first" {
 		t.Errorf("same ID twice: %d copies, first body %q", len(c), c[0].body)
 	}
