@@ -112,3 +112,40 @@ func (a *admin) get(queue string) amqp.Delivery {
 	}, "a message in %s", queue)
 	return d
 }
+
+// arrived waits until queue held every ID of want, reading and acking what
+// comes (a message more than once is fine: at least once), and says which
+// did not arrive.
+func (a *admin) arrived(t *testing.T, queue string, want map[string]bool, within time.Duration) {
+	t.Helper()
+	got := map[string]bool{}
+	missing := func() int {
+		n := 0
+		for id := range want {
+			if !got[id] {
+				n++
+			}
+		}
+		return n
+	}
+	ok := testenv.Poll(within, func() bool {
+		for {
+			d, ok, err := a.ch.Get(queue, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got[d.MessageId] = true
+		}
+		return missing() == 0
+	})
+	if !ok {
+		for id := range want {
+			if !got[id] {
+				t.Errorf("%s did not arrive in %s", id, queue)
+			}
+		}
+	}
+}

@@ -137,25 +137,7 @@ func TestChannelCloseIsTheMessagesFault(t *testing.T) {
 
 	// Every good message arrived (a message cut off by the close may arrive
 	// twice: at least once).
-	got := map[string]bool{}
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		for {
-			d, ok, err := a.ch.Get(q, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			got[d.MessageId] = true
-		}
-		return len(got) >= len(want)
-	}, "every good message in %s", q)
-	for id := range want {
-		if !got[id] {
-			t.Errorf("%s did not arrive", id)
-		}
-	}
+	a.arrived(t, q, want, 10*time.Second)
 	// The broker closed the sink's connection once: the next attempts went
 	// to the quarantine only. (When the sink's write fails on the reset
 	// socket before it reads the broker's close, it sees the connection
@@ -221,6 +203,7 @@ func TestConnectionLostWhilePublishing(t *testing.T) {
 
 	var notReady atomic.Value
 	var confirmed atomic.Int64
+	var confirmedIDs sync.Map
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	// Three publishers, batch after batch, until stop: at any instant
@@ -241,6 +224,7 @@ func TestConnectionLostWhilePublishing(t *testing.T) {
 						t.Errorf("%s: %v", msgs[i].ID, err)
 					} else {
 						confirmed.Add(1)
+						confirmedIDs.Store(msgs[i].ID, true)
 					}
 				}
 				if err := s.Ready(); err != nil {
@@ -267,19 +251,7 @@ func TestConnectionLostWhilePublishing(t *testing.T) {
 		t.Errorf("the sink saw its connection lost %d times, want 3 (the cuts):\n%s", n, logs)
 	}
 	// Every message confirmed arrived (a message cut off may arrive twice).
-	want := int(confirmed.Load())
-	got := map[string]bool{}
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		for {
-			d, ok, err := a.ch.Get(q, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			got[d.MessageId] = true
-		}
-		return len(got) >= want
-	}, "every message in %s", q)
+	want := map[string]bool{}
+	confirmedIDs.Range(func(id, _ any) bool { want[id.(string)] = true; return true })
+	a.arrived(t, q, want, 20*time.Second)
 }
