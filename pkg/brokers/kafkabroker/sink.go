@@ -167,9 +167,26 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	return errs
 }
 
+// expired fails the messages idx when the caller's time is up, by the
+// clock (sinks.Expired): a batch handed to the Writer is written even once
+// ctx has ended, so nothing is handed to it then.
+func (s *Sink) expired(ctx context.Context, idx []int, errs []error) bool {
+	err := sinks.Expired(ctx)
+	if err == nil {
+		return false
+	}
+	for _, i := range idx {
+		errs[i] = fmt.Errorf("kafka sink %s: not sent: %w", s.cfg.Name, err)
+	}
+	return true
+}
+
 // publishTopic writes the messages kms[idx] (all for topic) and sets their
 // errs entries.
 func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Message, idx []int, errs []error) {
+	if s.expired(ctx, idx, errs) {
+		return
+	}
 	batch := make([]kafka.Message, len(idx))
 	for j, i := range idx {
 		batch[j] = kms[i]
@@ -200,6 +217,9 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 		}
 	}
 	if len(alone) == 0 {
+		return
+	}
+	if s.expired(ctx, alone, errs) {
 		return
 	}
 	batch = batch[:0]
