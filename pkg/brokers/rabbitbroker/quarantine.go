@@ -74,13 +74,15 @@ func attributable(err error) bool {
 }
 
 // lost reports whether err is a connection that ended on a read or write
-// error (amqp091-go's 501 of its own). When the broker closes the
-// connection for a publish while other publishes are being written, a
-// write can fail on the reset socket before the broker's close is read,
-// and this is all the client learns.
+// error other than a timeout (amqp091-go's 501 of its own: a reset, a
+// broken pipe, EOF). When the broker closes the connection for a publish
+// while other publishes are being written, a write can fail on the reset
+// socket before the broker's close is read, and this is all the client
+// learns. A timeout (a missed heartbeat, a network that drops packets)
+// says the broker is not answering: the sink is down.
 func lost(err error) bool {
 	var e *amqp.Error
-	return errors.As(err, &e) && !e.Server && e.Code == amqp.FrameError
+	return errors.As(err, &e) && !e.Server && e.Code == amqp.FrameError && !strings.Contains(strings.ToLower(e.Reason), "timeout")
 }
 
 // closeReason names the close of a channel or connection the broker
