@@ -16,7 +16,9 @@ var cancelScript = loadScript("cancel")
 // message being published under a lease (its publish may be under way:
 // cancel again once it is settled; a failed publish makes it scheduled
 // again). A message claimed ahead is not in flight until the commit just
-// before its due instant, and Cancel takes it from the claim.
+// before its due instant, and Cancel takes it from the claim. A cancelled
+// message read from a log leaves its position in the dedupe window, so
+// that its ingest reading it again does not park it again.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	shard := s.ShardOf(id)
 	b := s.seen(time.Now())
