@@ -3,6 +3,7 @@ package envelope
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,8 +24,9 @@ import (
 // content (key, headers, body) are the message itself, not options.
 // Headers turns the options into the headers Parse reads; tests check the
 // table against Parse, the API's schema, the views and docs/reference.md.
-// A new option is a field here, its rule in Parse, its tests and its line
-// in docs/reference.md.
+// A new option is a field here, its Message field and its rule in Parse,
+// its tests and its line in docs/reference.md; one that is kept with the
+// message needs its encoding (codec.go) and its view (ops/views.go) too.
 type Options struct {
 	ID       *string `json:"id,omitempty" nullable:"true" header:"x-message-id" view:"id" doc:"the message ID; generated when absent"`
 	Priority *int    `json:"priority,omitempty" nullable:"true" minimum:"0" maximum:"9" header:"x-delay-priority" view:"priority" doc:"0 (default) to 9; higher fires first in a backlog"`
@@ -46,7 +48,7 @@ type Option struct {
 }
 
 // OptionTable returns the rows of Options, in its order.
-func OptionTable() []Option { return optionTable }
+func OptionTable() []Option { return slices.Clone(optionTable) }
 
 var optionTable = func() []Option {
 	t := reflect.TypeFor[Options]()
