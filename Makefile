@@ -90,7 +90,7 @@ unit-deploy:
 # -fuzz linked one per target, 6 CPU-s a link); each runs in its package's
 # directory, with the corpus cache go test would give it.
 FUZZ     := envelope:FuzzParse envelope:FuzzParseDialects envelope:FuzzDecode envelope:FuzzCodecRoundTrip \
-            jsonlimit:FuzzCheck admin:FuzzDecodeJSON
+            jsonlimit:FuzzCheck strictjson:FuzzDecode
 
 fuzz: ## each fuzz target for FUZZTIME (default 20000 executions, a few seconds)
 	@mkdir -p $(TESTBIN)

@@ -28,8 +28,8 @@ import (
 //
 // huma only binds and describes here: what a request may be is checked by
 // the operations (pkg/ops), so that the API and the command line refuse
-// with the same sentences, and a request body is read by decodeJSON's rules
-// (decode.go), stricter than encoding/json. Every error answer is
+// with the same sentences, and a request body is read by strictjson.Decode's
+// rules, stricter than encoding/json. Every error answer is
 // ErrorBody.
 
 // ErrorBody is every error answer of the admin API.
@@ -107,7 +107,7 @@ func detailSentence(d *huma.ErrorDetail) (field, reason string) {
 	where, name, _ := strings.Cut(d.Location, ".")
 	switch where {
 	case "body":
-		return name, d.Message // decodeJSON's reason names the field itself
+		return name, d.Message // strictjson's reason names the field itself
 	case "query", "path":
 		name, value := clipped(name), clipped(fmt.Sprint(d.Value))
 		switch d.Message {
@@ -176,7 +176,7 @@ func done(ctx context.Context, err error) (*struct{}, error) {
 }
 
 // newAPI returns the huma API of the server on its router: JSON in and out
-// with decodeJSON's rules and EncodeJSON, no documentation routes of its own
+// with strictjson's rules and EncodeJSON, no documentation routes of its own
 // (openapi.go serves the document).
 func (s *Server) newAPI() huma.API {
 	cfg := huma.DefaultConfig("delaybridge admin API", "1")

@@ -23,7 +23,7 @@
 // Before any of that, every request passes the guards of guard.go: an
 // allowed Host (against DNS rebinding), and for a state-changing method a
 // same-origin browser request or none, and a JSON body or none (against
-// cross-site requests). Every JSON body is read by decodeJSON (decode.go),
+// cross-site requests). Every JSON body is read by strictjson.Decode,
 // which is stricter than encoding/json.
 //
 // Message IDs in paths are URL-encoded by clients ("topic/3/1234" may be sent
