@@ -69,6 +69,10 @@ lint: ## gofmt and go vet
 
 unit: unit-root unit-deploy ## all tests against real servers, with the race detector (and the deploy/ module's, without)
 
+# -parallel 4: the tests marked parallel (servers of their own, no timing
+# bound: test/e2e's harness_test.go) mostly wait; two at a time (the
+# default, GOMAXPROCS) kept test/e2e, the longest package, waiting on them.
+#
 # The daemon of the tests that run one (testenv.Build), built with -race
 # once for every test binary instead of once in each (five linked their
 # own, 6-7 CPU-s each); testenv.PrebuiltEnv says how they are found.
@@ -78,7 +82,7 @@ unit-root:
 	@mkdir -p $(TESTBIN)
 	$(GO) build -race -o $(TESTBIN)/delaybridge-race ./cmd/delaybridge & p=$$!; \
 	  $(GO) build -race -tags faultinject -o $(TESTBIN)/delaybridge-race-faultinject ./cmd/delaybridge && wait $$p
-	DELAYBRIDGE_TEST_BIN=$(TESTBIN) $(GO) test -race -vet=off -count=1 -timeout 20m -p 3 $(SLOW) $(PKGS)
+	DELAYBRIDGE_TEST_BIN=$(TESTBIN) $(GO) test -race -vet=off -count=1 -timeout 20m -p 3 -parallel 4 $(SLOW) $(PKGS)
 
 # Without -race: deploy/'s tests parse files one at a time (no goroutines of
 # their own), and its race build of Kubernetes' and compose's packages cost
