@@ -62,6 +62,10 @@ func TestMissedAfterDowntime(t *testing.T) {
 	const downtime = 3500 * time.Millisecond
 	for _, policy := range []string{"all", "once", "skip"} {
 		t.Run(policy, func(t *testing.T) {
+			// Servers of its own; what it checks is counted from the due
+			// times and the stop and restart it measures, not a latency
+			// (harness_test.go): the three policies run side by side.
+			t.Parallel()
 			e := newNATSEnvMissed(t, "", policy)
 			e.publish("delayed.m", []byte("tick"), envelope.HeaderMessageID, "series",
 				envelope.HeaderDelay, "200", envelope.HeaderEvery, "1s")
