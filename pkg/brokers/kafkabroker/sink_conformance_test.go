@@ -65,6 +65,7 @@ func consumeTopic(t *testing.T, k *testenv.KafkaCluster, topic string) <-chan si
 	ch := make(chan sinktest.Received, 10000)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	lastErr := make([]string, conformancePartitions) // per partition, each goroutine its own
 	for p := range conformancePartitions {
 		r := kafka.NewReader(kafka.ReaderConfig{
 			Brokers:   k.Brokers,
@@ -81,6 +82,10 @@ func consumeTopic(t *testing.T, k *testenv.KafkaCluster, topic string) <-chan si
 					return
 				}
 				if err != nil { // not expected: the reader retries by itself
+					if last := lastErr[p]; last != err.Error() {
+						lastErr[p] = err.Error()
+						t.Logf("kafka reader of %s partition %d: %v", topic, p, err) // says why a message that never arrives did not
+					}
 					select {
 					case <-ctx.Done():
 						return
