@@ -117,13 +117,14 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 
 func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
 	for i, nm := range nmsgs {
-		switch {
-		case errs[i] != nil:
-		case sinks.Expired(ctx) != nil: // the caller's time is up: send nothing more
-			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, sinks.Expired(ctx))
-		default:
-			errs[i] = s.publishErr(s.nc.PublishMsg(nm))
+		if errs[i] != nil {
+			continue
 		}
+		if err := sinks.Expired(ctx); err != nil { // the caller's time is up: send nothing more
+			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err)
+			continue
+		}
+		errs[i] = s.publishErr(s.nc.PublishMsg(nm))
 	}
 	if err := Flush(ctx, s.nc); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("nats sink %s: flush: %w", s.cfg.Name, err))
