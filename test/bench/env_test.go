@@ -446,6 +446,7 @@ type cpuMeter struct {
 	rdb                           *redis.Client
 	daemon0, redis0, self0, busy0 float64
 	forks0                        float64
+	reads0                        float64
 	cmds0                         map[string]redisCmd
 	wall0                         time.Time
 }
@@ -510,6 +511,14 @@ func cmdNote(before, after map[string]redisCmd, messages int) string {
 	return "Redis commandstats: " + strings.Join(parts, ", ")
 }
 
+// redisReads is how many reads Redis's event loop has made from its clients
+// (INFO stats total_reads_processed): one per round trip a client makes, so
+// its growth per message says how many round trips a message costs.
+func redisReads(rdb *redis.Client) float64 {
+	info, _ := rdb.Info(context.Background(), "stats").Result()
+	return infoFloat(info, "total_reads_processed")
+}
+
 func redisForks(rdb *redis.Client) float64 {
 	info, _ := rdb.Info(context.Background(), "stats").Result()
 	return infoFloat(info, "total_forks")
@@ -517,7 +526,7 @@ func redisForks(rdb *redis.Client) float64 {
 
 func startCPU(pid int, rdb *redis.Client) *cpuMeter {
 	return &cpuMeter{pid: pid, rdb: rdb, daemon0: procCPU(pid), redis0: redisCPU(rdb), self0: procCPU(0), busy0: machineBusy(), forks0: redisForks(rdb),
-		cmds0: redisCmds(rdb), wall0: time.Now()}
+		reads0: redisReads(rdb), cmds0: redisCmds(rdb), wall0: time.Now()}
 }
 
 // machineBusy returns the CPU seconds all CPUs spent not idle since boot
@@ -553,7 +562,7 @@ func (c *cpuMeter) stop(s *Scenario) {
 		s.note("Redis forked %.0f time(s) during the run (AOF rewrite)", f)
 	}
 	if s.Messages > 0 {
-		s.note("%s", cmdNote(c.cmds0, redisCmds(c.rdb), s.Messages))
+		s.note("%s; %.1f Redis reads (round trips) per message", cmdNote(c.cmds0, redisCmds(c.rdb), s.Messages), (redisReads(c.rdb)-c.reads0)/float64(s.Messages))
 	}
 }
 
