@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,4 +189,73 @@ func BenchmarkCancelGroup(b *testing.B) {
 			b.Fatalf("cancel: %d %v", n, err)
 		}
 	}
+}
+
+// BenchmarkOneAtATime is the life of one message at a time, the shape of a
+// low steady rate (each park, claim and settle carries one message): park
+// it due, claim it, ack it with its dedupe mark and source. It reports, per
+// message, Redis's own time (INFO commandstats: the scripts with the
+// commands they run), which this shared machine makes noisy, and the
+// commands the scripts ran, which it does not: the figure a script's change
+// moves. The wall time per op adds the three round trips.
+func BenchmarkOneAtATime(b *testing.B) {
+	r := testenv.Redis(b)
+	// as the daemon runs it: 16 shards, the dedupe window on
+	s := store.New(r.Client(), store.Options{Prefix: "bench", Shards: 16, MaxDead: 1000, DedupeWindow: time.Hour})
+	ctx := context.Background()
+	past := time.Now().Add(-time.Second)
+	// stats returns the µs of EVALSHA and EVAL (their commands included)
+	// and how many other commands ran.
+	stats := func() (usec, calls float64) {
+		info, err := r.Client().Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			var c, u float64
+			for _, f := range strings.Split(fields, ",") {
+				k, v, _ := strings.Cut(f, "=")
+				x, _ := strconv.ParseFloat(v, 64)
+				switch k {
+				case "calls":
+					c = x
+				case "usec":
+					u = x
+				}
+			}
+			switch name {
+			case "cmdstat_evalsha", "cmdstat_eval":
+				usec += u
+			case "cmdstat_info", "cmdstat_ping", "cmdstat_hello", "cmdstat_script|load":
+			default:
+				calls += c
+			}
+		}
+		return usec, calls
+	}
+	usec0, calls0 := stats()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m := benchMsgs(fmt.Sprintf("o%d", i), 1, past)[0]
+		m.Origin = envelope.Origin{Log: "in/0", Pos: uint64(i)}
+		if _, err := s.Park(ctx, []*envelope.Message{m}); err != nil {
+			b.Fatal(err)
+		}
+		c, err := s.Claim(ctx, s.ShardOf(m.ID), benchBatch, time.Minute, nil)
+		if err != nil || len(c.Messages) != 1 {
+			b.Fatalf("claim: %v (%d messages)", err, len(c.Messages))
+		}
+		if n, err := s.Ack(ctx, c, []store.Done{{ID: m.ID, Origin: m.Origin, Source: m.Ingest}}); err != nil || n != 1 {
+			b.Fatalf("ack: %v (%d acked)", err, n)
+		}
+	}
+	b.StopTimer()
+	usec, calls := stats()
+	b.ReportMetric((usec-usec0)/float64(b.N), "redis-µs/msg")
+	b.ReportMetric((calls-calls0)/float64(b.N), "commands/msg")
 }

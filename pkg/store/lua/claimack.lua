@@ -11,5 +11,5 @@ returns   the claim script's reply, with the acked count
 ]]
 
 local c = tonumber(ARGV[1])
-local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, KEYS[NKEYS + 1])
+local acked = acklease(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV, 4, c - 1, KEYS[NKEYS + 1], maxprio())
 return claimdue(tonumber(ARGV[c]), tonumber(ARGV[c + 1]), tonumber(ARGV[c + 2]), ARGV, c + 3, acked)

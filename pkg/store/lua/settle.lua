@@ -35,12 +35,13 @@ reads no blob; next (something waiting) is looked at only when it exists.
 
 local expiry = tonumber(ARGV[1])
 local na, nr, nd, np = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local top = maxprio()
 local i = 8
-local acked = acklease(expiry, tonumber(ARGV[2]), ARGV, i, i + 8 * na - 1, KEYS[NKEYS + 1])
+local acked = acklease(expiry, tonumber(ARGV[2]), ARGV, i, i + 8 * na - 1, KEYS[NKEYS + 1], top)
 i = i + 8 * na
-local retried = retrylease(expiry, ARGV, i, i + 3 * nr - 1)
+local retried = retrylease(expiry, ARGV, i, i + 3 * nr - 1, top)
 i = i + 3 * nr
-local dead = deadlease(expiry, tonumber(ARGV[3]), ARGV, i, i + 2 * nd - 1)
+local dead = deadlease(expiry, tonumber(ARGV[3]), ARGV, i, i + 2 * nd - 1, top)
 i = i + 2 * nd
-local back = putbacklease(expiry, ARGV, i, i + 2 * np - 1)
+local back = putbacklease(expiry, ARGV, i, i + 2 * np - 1, top)
 return {acked, retried, dead, back}

@@ -8,13 +8,14 @@ path of the scheduler (claim, claimack and ack).
 -- args[from .. to] are 8 values per message (settle.lua has them); what the
 -- dedupe window remembers of them goes into the hash seen (Keys.Seen, the
 -- window's current bucket), which expires whole at seenat (Unix ms; 0:
--- the window is off).
+-- the window is off); top is maxprio() as the script began (lib/settle.lua
+-- says why once is enough).
 --
 -- The common message (delivered, not recurring, nothing waiting) is removed
 -- with the others at the end, one ZREM per due set and one HDEL per hash
 -- for the lease, not three calls each.
-local function acklease(expiry, seenat, args, from, to, seen)
-  local top = maxprio()
+local function acklease(expiry, seenat, args, from, to, seen, top)
+  if from > to then return 0 end
   local anynext = redis.call('EXISTS', K.next) == 1
   local n = 0
   local gone, gonesrc, zgone, marks = {}, {}, {}, {}

@@ -3,6 +3,11 @@ acklease): retried, dead, or put back without counting an attempt. Each
 acts only on a message still held under the lease (claimedby), so that an
 instance that lost its lease cannot undo the work of the one that took
 the message over.
+
+Each takes top, maxprio() read once as the settle began: a message under
+the lease is in the due set of its priority before any outcome is written,
+and an outcome moves only its own message, so the sets a later outcome
+looks in are the ones that existed at the start.
 --! keys: pool dead next
 --! include: time due meta life identity series tally
 ]]
@@ -11,8 +16,7 @@ the message over.
 -- due set for their next attempt: args[from .. to] are triples (ID, next
 -- attempt time in Unix ms, last error). A replacement that waited for one
 -- takes its place instead (a follower waits on). It returns how many.
-local function retrylease(expiry, args, from, to)
-  local top = maxprio()
+local function retrylease(expiry, args, from, to, top)
   local n = 0
   for i = from, to, 3 do
     local id = args[i]
@@ -37,9 +41,9 @@ end
 -- are pairs (ID, reason); maxdead bounds the dead messages of the shard
 -- (the oldest beyond are deleted). What waited for one takes its place
 -- instead. It returns how many.
-local function deadlease(expiry, maxdead, args, from, to)
+local function deadlease(expiry, maxdead, args, from, to, top)
+  if from > to then return 0 end
   local now = servertime()
-  local top = maxprio()
   local n = 0
   for i = from, to, 2 do
     local id = args[i]
@@ -68,8 +72,7 @@ end
 -- attempt not counted: args[from .. to] are pairs (ID, score). A hold
 -- parks one in its sink's hold band, a defer at its publish slot, a
 -- postpone at a later due time. It returns how many.
-local function putbacklease(expiry, args, from, to)
-  local top = maxprio()
+local function putbacklease(expiry, args, from, to, top)
   local n = 0
   for i = from, to, 2 do
     local ok, p = claimedby(args[i], expiry, top)
