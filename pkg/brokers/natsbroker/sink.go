@@ -189,22 +189,34 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") {
 		return nil, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("%q is not a NATS subject to publish to", m.Destination)))
 	}
-	nm := nats.NewMsg(m.Destination)
-	nm.Data = m.Body
-	for _, h := range m.OutHeaders(m.Attempt) {
+	out, props := m.OutHeaders(m.Attempt), sinks.PropertyHeaders(m.Message)
+	// The header map sized once, and one backing array for the values of
+	// its keys (a key given twice appends): two allocations per message
+	// where a map growing and a slice per key took nine.
+	nm := &nats.Msg{Subject: m.Destination, Data: m.Body, Header: make(nats.Header, len(out)+len(props)+1)}
+	vals := make([]string, 0, len(out)+len(props)+1)
+	add := func(h envelope.Header) {
+		if have, ok := nm.Header[h.Key]; ok {
+			nm.Header[h.Key] = append(have, h.Value)
+			return
+		}
+		vals = append(vals, h.Value)
+		nm.Header[h.Key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	for _, h := range out {
 		if strings.EqualFold(h.Key, envelope.HeaderNatsMsgID) {
 			continue // an earlier hop's ID field: set to this message's below
 		}
 		if reason := headerProblem(h); reason != "" {
 			return nil, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason)))
 		}
-		nm.Header.Add(h.Key, h.Value)
+		add(h)
 	}
 	// The ingest's properties as headers; one NATS cannot carry exactly is
 	// left out (the message is not failed for a field it did not ask for).
-	for _, h := range sinks.PropertyHeaders(m.Message) {
+	for _, h := range props {
 		if headerProblem(h) == "" {
-			nm.Header.Add(h.Key, h.Value)
+			add(h)
 		}
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, DedupeID(m.Message))
