@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -41,30 +43,81 @@ func benchMsgs(prefix string, n int, due time.Time) []*envelope.Message {
 	return out
 }
 
+// redisStats returns, from INFO commandstats, the µs Redis spent in EVALSHA
+// and EVAL (the commands the scripts ran included) and how many other
+// commands ran (most of them inside the scripts).
+func redisStats(b *testing.B, rdb *redis.Client) (usec, calls float64) {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var c, u float64
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				c = x
+			case "usec":
+				u = x
+			}
+		}
+		switch name {
+		case "cmdstat_evalsha", "cmdstat_eval":
+			usec += u
+		case "cmdstat_info", "cmdstat_ping", "cmdstat_hello", "cmdstat_script|load":
+		default:
+			calls += c
+		}
+	}
+	return usec, calls
+}
+
 func reportMsgRate(b *testing.B) {
 	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "msg/s")
 }
 
 // BenchmarkPark parks batches of 256 (far-future due times, new IDs), spread
 // over 16 shards as the ingest pipeline does (one script per shard, one
-// pipeline), and into a single shard (one script call).
+// pipeline), and into a single shard (one script call); window: 16 shards
+// as the daemon runs them, the dedupe window on and each message read from
+// a log (a JetStream stream), whose re-reads park looks for.
 func BenchmarkPark(b *testing.B) {
-	for _, shards := range []int{16, 1} {
-		b.Run(fmt.Sprintf("batch256-shards%d", shards), func(b *testing.B) {
-			s := benchStore(b, shards)
+	for _, c := range []struct {
+		name   string
+		shards int
+		window time.Duration
+	}{{"batch256-shards16", 16, 0}, {"batch256-shards1", 1, 0}, {"batch256-shards16-window", 16, time.Hour}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := testenv.Redis(b)
+			s := store.New(r.Client(), store.Options{Prefix: "bench", Shards: c.shards, DedupeWindow: c.window})
 			ctx := context.Background()
 			far := time.Now().Add(24 * time.Hour)
+			usec0, _ := redisStats(b, r.Client())
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				msgs := benchMsgs(fmt.Sprintf("p%d", i), benchBatch, far)
+				if c.window > 0 {
+					for j, m := range msgs {
+						m.Origin = envelope.Origin{Log: "DELAYED", Pos: uint64(i*benchBatch + j + 1)}
+					}
+				}
 				b.StartTimer()
 				if _, err := s.Park(ctx, msgs); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.StopTimer()
 			reportMsgRate(b)
+			usec, _ := redisStats(b, r.Client())
+			b.ReportMetric((usec-usec0)/float64(b.N*benchBatch), "redis-µs/msg")
 		})
 	}
 }
@@ -204,40 +257,7 @@ func BenchmarkOneAtATime(b *testing.B) {
 	s := store.New(r.Client(), store.Options{Prefix: "bench", Shards: 16, MaxDead: 1000, DedupeWindow: time.Hour})
 	ctx := context.Background()
 	past := time.Now().Add(-time.Second)
-	// stats returns the µs of EVALSHA and EVAL (their commands included)
-	// and how many other commands ran.
-	stats := func() (usec, calls float64) {
-		info, err := r.Client().Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\n") {
-			name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || !strings.HasPrefix(name, "cmdstat_") {
-				continue
-			}
-			var c, u float64
-			for _, f := range strings.Split(fields, ",") {
-				k, v, _ := strings.Cut(f, "=")
-				x, _ := strconv.ParseFloat(v, 64)
-				switch k {
-				case "calls":
-					c = x
-				case "usec":
-					u = x
-				}
-			}
-			switch name {
-			case "cmdstat_evalsha", "cmdstat_eval":
-				usec += u
-			case "cmdstat_info", "cmdstat_ping", "cmdstat_hello", "cmdstat_script|load":
-			default:
-				calls += c
-			}
-		}
-		return usec, calls
-	}
-	usec0, calls0 := stats()
+	usec0, calls0 := redisStats(b, r.Client())
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -255,7 +275,7 @@ func BenchmarkOneAtATime(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	usec, calls := stats()
+	usec, calls := redisStats(b, r.Client())
 	b.ReportMetric((usec-usec0)/float64(b.N), "redis-µs/msg")
 	b.ReportMetric((calls-calls0)/float64(b.N), "commands/msg")
 }

@@ -115,15 +115,18 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 		return nil, nil
 	}
 	calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
-		replace, redelivered := 0, 0
+		replace, redelivered, nolog := 0, 0, 0
 		if m.Replace {
 			replace = 1
 		}
 		if m.Redelivered {
 			redelivered = 1
 		}
+		if m.Origin.Log == "" {
+			nolog = 1
+		}
 		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered,
-			SeenField(m.ID, m.Origin.Log), m.Ingest, s.sourceSeries[m.Ingest]}
+			SeenField(m.ID, m.Origin.Log), m.Ingest, s.sourceSeries[m.Ingest], nolog}
 	})
 	now := time.Now()
 	var seenAt int64

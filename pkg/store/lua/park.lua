@@ -16,13 +16,16 @@ ARGV[2] 1: a replacement of the version in flight waits behind it
         parks the replacement again CommitLead later, after the instant
 ARGV[3] when the current bucket expires (Unix ms; 0: the dedupe window,
         scheduler.dedupe_window, is off)
-ARGV[4..] per message 11 values: ID, due time (Unix ms), priority (0-9),
+ARGV[4..] per message 12 values: ID, due time (Unix ms), priority (0-9),
         encoded message, replace (1 or 0), group ('' none), its mark
         (doneMark: its position in its log, or without a log its content
         print; '' none), redelivered (1: its broker says it delivered it
         before), its field in the buckets (seenField), its source (the
         ingest's name, '' the admin API: the stored message's), the shard's
-        share of that source's ingest[].max_series (0: no bound)
+        share of that source's ingest[].max_series (0: no bound), and 1
+        when it has no log (its mark is left here, not at its ack; the
+        encoded message says the same, and Go says it so that no blob is
+        read for it)
 returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         (parked, in flight or dead: a re-read, or one more message while
         another waits) and nothing changed; REPLACED the parked or dead one;
@@ -51,7 +54,7 @@ local out, marks = {}, {}
 local added = {} -- per source, the live messages parked (one count per source at the end)
 local function add(src) added[src] = (added[src] or 0) + 1 end
 local j = 0
-for i = 4, #ARGV, 11 do
+for i = 4, #ARGV, 12 do
   j = j + 1
   local id, due, prio, blob = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
   local group, field, src, srcquota = ARGV[i + 5], ARGV[i + 8], ARGV[i + 9], tonumber(ARGV[i + 10])
@@ -116,7 +119,7 @@ for i = 4, #ARGV, 11 do
       r = R.QUEUED
     end
   end
-  if seenat > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and r ~= R.OVERSOURCE and blobinfo(blob).log == '' then
+  if seenat > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and r ~= R.OVERSOURCE and ARGV[i + 11] == '1' then
     marks[#marks + 1] = field
     marks[#marks + 1] = ARGV[i + 6]
   end
