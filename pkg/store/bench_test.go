@@ -98,7 +98,7 @@ func BenchmarkPark(b *testing.B) {
 			s := store.New(r.Client(), store.Options{Prefix: "bench", Shards: c.shards, DedupeWindow: c.window})
 			ctx := context.Background()
 			far := time.Now().Add(24 * time.Hour)
-			usec0, _ := redisStats(b, r.Client())
+			usec0, calls0 := redisStats(b, r.Client())
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -116,8 +116,9 @@ func BenchmarkPark(b *testing.B) {
 			}
 			b.StopTimer()
 			reportMsgRate(b)
-			usec, _ := redisStats(b, r.Client())
+			usec, calls := redisStats(b, r.Client())
 			b.ReportMetric((usec-usec0)/float64(b.N*benchBatch), "redis-µs/msg")
+			b.ReportMetric((calls-calls0)/float64(b.N*benchBatch), "commands/msg")
 		})
 	}
 }

@@ -184,6 +184,34 @@ func TestDedupeWindow(t *testing.T) {
 	park(t, off, store.Parked, at("x", kafka, false))
 }
 
+// A mark left in the bucket after the current one, by an instance whose
+// clock is ahead into it, is found: park looks there when that bucket
+// exists (once per call, not per message), and a re-read of the message is
+// a duplicate.
+func TestDedupeMarkOfAClockAhead(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	const window = time.Hour // one bucket for the test's length
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 2, DedupeWindow: window})
+	o := envelope.Origin{Log: "orders/1", Pos: 7}
+	m := msg("ahead", time.Now().Add(-time.Millisecond))
+	m.Origin = o
+	next := time.Now().UnixMilli()/window.Milliseconds() + 1
+	bucket := s.Keys().Seen(s.ShardOf(m.ID), next)
+	if err := r.Client().HSet(ctx, bucket, store.SeenField(m.ID, o.Log), "7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// With others in the same call, as a fetched batch parks.
+	other := msg("other", time.Now().Add(time.Hour))
+	res, err := s.Park(ctx, []*envelope.Message{other, m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != store.Parked || res[1] != store.Duplicate {
+		t.Fatalf("park: %v, want [parked duplicate]", res)
+	}
+}
+
 // TestVersionOrder: of two versions of an ID, the newer is the later in one
 // log; else the later broker time, at full resolution; else the one parked
 // later (envelope.Origin).

@@ -53,6 +53,9 @@ local cur, prev, nxt = KEYS[NKEYS + 1], KEYS[NKEYS + 2], KEYS[NKEYS + 3]
 local out, marks = {}, {}
 local added = {} -- per source, the live messages parked (one count per source at the end)
 local function add(src) added[src] = (added[src] or 0) + 1 end
+-- The bucket after the current one holds marks only while an instance's
+-- clock is ahead into it (rarely, briefly): looked at once, not per message.
+local nxtthere = seenat > 0 and redis.call('EXISTS', nxt) == 1
 local j = 0
 for i = 4, #ARGV, 12 do
   j = j + 1
@@ -60,8 +63,8 @@ for i = 4, #ARGV, 12 do
   local group, field, src, srcquota = ARGV[i + 5], ARGV[i + 8], ARGV[i + 9], tonumber(ARGV[i + 10])
   local done = false
   if seenat > 0 and ARGV[i + 6] ~= '' then
-    done = redis.call('HGET', cur, field) or redis.call('HGET', prev, field) or redis.call('HGET', nxt, field)
-      or redis.call('GET', KEYS[NKEYS + 3 + j])
+    done = redis.call('HGET', cur, field) or redis.call('HGET', prev, field)
+      or (nxtthere and redis.call('HGET', nxt, field)) or redis.call('GET', KEYS[NKEYS + 3 + j])
   end
   local dup = done and reread(done, blob, ARGV[i + 6], ARGV[i + 7])
   local over = not dup and (quota > 0 or srcquota > 0) and recurs(blob) and redis.call('HEXISTS', K.pool, id) == 0
