@@ -124,28 +124,59 @@ func BenchmarkPark(b *testing.B) {
 }
 
 // BenchmarkClaim claims 256 due messages from one shard (the scheduler's
-// default batch_size).
+// default batch_size); with-dead: the shard also holds a dead message, so
+// that its meta hash exists, as it does in a deployment with any failure.
 func BenchmarkClaim(b *testing.B) {
-	s := benchStore(b, 1)
-	ctx := context.Background()
-	past := time.Now().Add(-time.Second)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		if _, err := s.Park(ctx, benchMsgs(fmt.Sprintf("c%d", i), benchBatch, past)); err != nil {
-			b.Fatal(err)
+	for _, dead := range []bool{false, true} {
+		name := "batch256"
+		if dead {
+			name += "-with-dead"
 		}
-		b.StartTimer()
-		c, err := s.Claim(ctx, 0, benchBatch, time.Hour, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(c.Messages) != benchBatch {
-			b.Fatalf("claimed %d, want %d", len(c.Messages), benchBatch)
-		}
+		b.Run(name, func(b *testing.B) {
+			r := testenv.Redis(b)
+			s := store.New(r.Client(), store.Options{Prefix: "bench", Shards: 1})
+			ctx := context.Background()
+			past := time.Now().Add(-time.Second)
+			if dead {
+				if _, err := s.Park(ctx, benchMsgs("dead", 1, past)); err != nil {
+					b.Fatal(err)
+				}
+				c, err := s.Claim(ctx, 0, 1, time.Hour, nil)
+				if err != nil || len(c.Messages) != 1 {
+					b.Fatalf("claim: %v", err)
+				}
+				if n, err := s.MarkDead(ctx, c, []store.Failure{{ID: c.Messages[0].ID, Reason: "bench"}}); err != nil || n != 1 {
+					b.Fatalf("dead: %d %v", n, err)
+				}
+			}
+			var usec, calls float64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if _, err := s.Park(ctx, benchMsgs(fmt.Sprintf("c%d", i), benchBatch, past)); err != nil {
+					b.Fatal(err)
+				}
+				u0, c0 := redisStats(b, r.Client())
+				b.StartTimer()
+				c, err := s.Claim(ctx, 0, benchBatch, time.Hour, nil)
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(c.Messages) != benchBatch {
+					b.Fatalf("claimed %d, want %d", len(c.Messages), benchBatch)
+				}
+				u1, c1 := redisStats(b, r.Client())
+				usec, calls = usec+u1-u0, calls+c1-c0
+				b.StartTimer()
+			}
+			b.StopTimer()
+			reportMsgRate(b)
+			b.ReportMetric(usec/float64(b.N*benchBatch), "redis-µs/msg")
+			b.ReportMetric(calls/float64(b.N*benchBatch), "commands/msg")
+		})
 	}
-	reportMsgRate(b)
 }
 
 // BenchmarkAck acks the 256 messages of one claim.

@@ -90,10 +90,16 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
   local anymeta = redis.call('EXISTS', K.meta) == 1
   local out = {nowus, -1, lease, acked}
   local top = maxprio()
+  -- metas is the meta value of each of ids (HMGET, one call for a round),
+  -- none when the shard has no meta hash.
+  local function metas(ids)
+    if anymeta then return hmget(K.meta, ids) end
+    return {}
+  end
   -- take claims one entry of a due set of priority p (score: its score;
-  -- isahead: it falls due after now), or holds it for its blocked sink,
-  -- adding its new score to adds.
-  local function take(p, adds, id, score, blob, isahead)
+  -- isahead: it falls due after now; mv: its meta value, false when it has
+  -- none), or holds it for its blocked sink, adding its new score to adds.
+  local function take(p, adds, id, score, blob, mv, isahead)
     local band = false
     if anyblocked and blob then
       local info = blobinfo(blob)
@@ -109,8 +115,8 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       holds = holds - 1
     else
       local a, r = 0, ''
-      if anymeta then
-        local ma, _, _, mr = meta(redis.call('HGET', K.meta, id))
+      if mv then
+        local ma, _, _, mr = meta(mv)
         a, r = ma, mr
       end
       if leased(score) then
@@ -143,11 +149,14 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       if #due == 0 then break end
       local ids = {}
       for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
-      local blobs = hmget(K.pool, ids)
+      local blobs, mvs = hmget(K.pool, ids), metas(ids)
       -- the new scores (lease or hold band) of this round, in one ZADD
       -- before the next round looks for due ones again
       local adds = {}
-      for i = 1, #due, 2 do take(p, adds, due[i], due[i + 1], blobs[(i + 1) / 2], false) end
+      for i = 1, #due, 2 do
+        local k = (i + 1) / 2
+        take(p, adds, due[i], due[i + 1], blobs[k], mvs[k] or false, false)
+      end
       callmany('ZADD', key, adds)
     end
   end
@@ -167,9 +176,9 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
         end
       end
       if #ids > 0 then
-        local blobs = hmget(K.pool, ids)
+        local blobs, mvs = hmget(K.pool, ids), metas(ids)
         local adds = {}
-        for i = 1, #ids do take(p, adds, ids[i], scores[i], blobs[i], true) end
+        for i = 1, #ids do take(p, adds, ids[i], scores[i], blobs[i], mvs[i] or false, true) end
         callmany('ZADD', key, adds)
       end
     end
