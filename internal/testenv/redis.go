@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -295,3 +296,38 @@ func rawPing(addr string) (string, error) {
 
 // String describes the server for failure messages.
 func (r *RedisServer) String() string { return fmt.Sprintf("redis-server %s (dir %s)", r.Addr, r.Dir) }
+
+// CommandStat is a command's line of INFO commandstats: how many times it
+// ran and the µs Redis spent in it (for EVAL and EVALSHA, with the
+// commands their scripts ran).
+type CommandStat struct{ Calls, Usec float64 }
+
+// CommandStats returns INFO commandstats by command ("evalsha", "zadd",
+// "config|get"); a command not run yet is absent.
+func CommandStats(rdb redis.UniversalClient) (map[string]CommandStat, error) {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]CommandStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		var c CommandStat
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				c.Calls = x
+			case "usec":
+				c.Usec = x
+			}
+		}
+		out[name] = c
+	}
+	return out, nil
+}

@@ -3,8 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -47,32 +45,17 @@ func benchMsgs(prefix string, n int, due time.Time) []*envelope.Message {
 // and EVAL (the commands the scripts ran included) and how many other
 // commands ran (most of them inside the scripts).
 func redisStats(b *testing.B, rdb *redis.Client) (usec, calls float64) {
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	stats, err := testenv.CommandStats(rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		var c, u float64
-		for _, f := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			x, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				c = x
-			case "usec":
-				u = x
-			}
-		}
+	for name, c := range stats {
 		switch name {
-		case "cmdstat_evalsha", "cmdstat_eval":
-			usec += u
-		case "cmdstat_info", "cmdstat_ping", "cmdstat_hello", "cmdstat_script|load":
+		case "evalsha", "eval":
+			usec += c.Usec
+		case "info", "ping", "hello", "script|load":
 		default:
-			calls += c
+			calls += c.Calls
 		}
 	}
 	return usec, calls

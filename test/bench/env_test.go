@@ -447,36 +447,14 @@ type cpuMeter struct {
 	daemon0, redis0, self0, busy0 float64
 	forks0                        float64
 	reads0                        float64
-	cmds0                         map[string]redisCmd
+	cmds0                         map[string]testenv.CommandStat
 	wall0                         time.Time
 }
 
-// redisCmd is a command's line of INFO commandstats.
-type redisCmd struct{ calls, usec float64 }
-
-// redisCmds returns INFO commandstats by command.
-func redisCmds(rdb *redis.Client) map[string]redisCmd {
-	info, _ := rdb.Info(context.Background(), "commandstats").Result()
-	out := map[string]redisCmd{}
-	for _, line := range strings.Split(info, "\n") {
-		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		name, found := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !found {
-			continue
-		}
-		var c redisCmd
-		for _, f := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			x, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				c.calls = x
-			case "usec":
-				c.usec = x
-			}
-		}
-		out[name] = c
-	}
+// redisCmds returns INFO commandstats by command (empty when Redis does
+// not answer: the note then says nothing of it).
+func redisCmds(rdb *redis.Client) map[string]testenv.CommandStat {
+	out, _ := testenv.CommandStats(rdb)
 	return out
 }
 
@@ -484,7 +462,7 @@ func redisCmds(rdb *redis.Client) map[string]redisCmd {
 // commandstats, per message: in scripts (EVALSHA, with the commands they
 // run), and the commands that took most, run by a script or not (Redis's
 // own I/O, AOF and expiry are the rest of its CPU).
-func cmdNote(before, after map[string]redisCmd, messages int) string {
+func cmdNote(before, after map[string]testenv.CommandStat, messages int) string {
 	type row struct {
 		name        string
 		calls, usec float64
@@ -492,16 +470,16 @@ func cmdNote(before, after map[string]redisCmd, messages int) string {
 	var rows []row
 	for name, a := range after {
 		b := before[name]
-		if r := (row{name, a.calls - b.calls, a.usec - b.usec}); r.calls > 0 && name != "evalsha" {
+		if r := (row{name, a.Calls - b.Calls, a.Usec - b.Usec}); r.calls > 0 && name != "evalsha" {
 			rows = append(rows, r)
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].usec > rows[j].usec })
 	n := float64(max(messages, 1))
 	ev := after["evalsha"]
-	ev.calls -= before["evalsha"].calls
-	ev.usec -= before["evalsha"].usec
-	parts := []string{fmt.Sprintf("scripts %.1f us/msg (%.2f calls/msg, %.1f us each)", ev.usec/n, ev.calls/n, ev.usec/max(ev.calls, 1))}
+	ev.Calls -= before["evalsha"].Calls
+	ev.Usec -= before["evalsha"].Usec
+	parts := []string{fmt.Sprintf("scripts %.1f us/msg (%.2f calls/msg, %.1f us each)", ev.Usec/n, ev.Calls/n, ev.Usec/max(ev.Calls, 1))}
 	for i, r := range rows {
 		if i == 5 {
 			break
