@@ -42,6 +42,17 @@ type SinkParams struct {
 // itself, which is permanent too.
 const MaxMessageBytes = 1 << 20
 
+// writeAttempts and writeTimeout bound what kafka-go does with one batch:
+// this many produce requests at most (a leader change or a refused
+// connection is retried at once), each given this long, 10.5 s in all with
+// the back-off between them: about scheduler.publish_timeout's default.
+// Publish waits for kafka-go to be done with its batches (write), so
+// they also bound a publish to brokers that do not answer.
+const (
+	writeAttempts = 2
+	writeTimeout  = 5 * time.Second
+)
+
 // readyTTL is how long a Ready check is reused.
 const readyTTL = time.Second
 
@@ -110,7 +121,8 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 			BatchSize:       batchSize,
 			BatchBytes:      MaxMessageBytes,
 			Compression:     comp,
-			MaxAttempts:     3,
+			MaxAttempts:     writeAttempts,
+			WriteTimeout:    writeTimeout,
 			WriteBackoffMin: 50 * time.Millisecond,
 			WriteBackoffMax: 500 * time.Millisecond,
 			Transport:       tr,
@@ -134,8 +146,10 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 //
 // Permanent errors: an invalid topic name, a message over MaxMessageBytes
 // or over the topic's max.message.bytes. An unknown topic is retryable (it
-// may be created). When ctx ends first, the messages not yet confirmed have
-// an error, though they may still be written.
+// may be created). Nothing is handed to kafka-go once ctx has ended; what
+// was handed over before is waited for (write), so that nothing is written
+// after Publish returned: a message confirmed after ctx ended has no
+// error, and one that failed has ctx's error with kafka-go's.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	errs := make([]error, len(msgs))
 	kms := make([]kafka.Message, len(msgs))
@@ -191,14 +205,14 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 	for j, i := range idx {
 		batch[j] = kms[i]
 	}
-	err := s.w.WriteMessages(ctx, batch...)
+	err := s.write(ctx, s.w, batch)
 	if err == nil {
 		return
 	}
 	var werrs kafka.WriteErrors
-	if !errors.As(err, &werrs) || len(werrs) != len(idx) {
+	if !errors.As(err, &werrs) || len(werrs) != len(idx) || sinks.Expired(ctx) != nil {
 		// The call failed as a whole: topic metadata (unknown topic,
-		// brokers unreachable) or ctx.
+		// brokers unreachable), or ctx ended before kafka-go was done.
 		for _, i := range idx {
 			errs[i] = s.classify(topic, err)
 		}
@@ -226,11 +240,11 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 	for _, i := range alone {
 		batch = append(batch, kms[i])
 	}
-	err = s.solo.WriteMessages(ctx, batch...)
+	err = s.write(ctx, s.solo, batch)
 	if err == nil {
 		return
 	}
-	if !errors.As(err, &werrs) || len(werrs) != len(alone) {
+	if !errors.As(err, &werrs) || len(werrs) != len(alone) || sinks.Expired(ctx) != nil {
 		for _, i := range alone {
 			errs[i] = s.classify(topic, err)
 		}
@@ -241,6 +255,23 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 			errs[alone[j]] = s.classify(topic, e)
 		}
 	}
+}
+
+// write hands batch to w and waits until w is done with it, whatever ctx
+// does. kafka-go goes on with a batch whose call has ended, through its
+// attempts (writeAttempts), so a call that returned at ctx's end would
+// leave the batch to be written after the caller was told it failed; a
+// message cancelled meanwhile would still arrive. So the result is
+// kafka-go's own: confirmed late is confirmed, and a failure once ctx has
+// ended carries ctx's error (a timeout, to the scheduler) with kafka-go's.
+func (s *Sink) write(ctx context.Context, w *kafka.Writer, batch []kafka.Message) error {
+	err := w.WriteMessages(context.WithoutCancel(ctx), batch...)
+	if err != nil {
+		if late := sinks.Expired(ctx); late != nil && !errors.Is(err, late) {
+			err = fmt.Errorf("%w, and the broker did not confirm: %v", late, err) // kafka-go's words only: its per-message errors are not each message's own here
+		}
+	}
+	return err
 }
 
 func tooLarge(err error) bool {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
@@ -315,6 +316,42 @@ func TestSinkBrokersDown(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		return s.Publish(ctxT(t, 5*time.Second), []sinks.Outgoing{out("3", "d", nil, nil)})[0] == nil
 	}, "publish after restart")
+}
+
+// TestNothingWrittenAfterPublishFailed: a publish whose caller's time ends
+// while the broker holds its produce request returns only once kafka-go is
+// done with the batch, with the batch's real outcome. kafka-go goes on with
+// a batch whose call ended; a sink that returned at the deadline said
+// "failed" and then the record was appended, so that a message cancelled in
+// between (204) still arrived.
+func TestNothingWrittenAfterPublishFailed(t *testing.T) {
+	k := testenv.Kafka(t, testenv.WithTopic("held", 1))
+	s := newSink(t, k, SinkParams{})
+	if errs := s.Publish(ctxT(t, 10*time.Second), []sinks.Outgoing{out("0", "held", nil, nil)}); errs[0] != nil {
+		t.Fatal(errs[0]) // metadata and connection in place
+	}
+	release := make(chan struct{})
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.SleepControl(func() { <-release })
+		return nil, nil, false // then handled as usual
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Publish(ctx, []sinks.Outgoing{out("1", "held", nil, nil)})[0] }()
+	<-ctx.Done() // the caller's time is up; the broker still holds the request
+	close(release)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Publish did not return")
+	}
+	if err != nil {
+		// Failed: the record must never be written.
+		t.Fatalf("publish: %v; the broker appended the record once released, so a failure here is what the sink must not say", err)
+	}
+	consume(t, k, "held", 1, 2) // confirmed, and written once
 }
 
 // BenchmarkPublish publishes to kfake (3 brokers, 8 partitions) messages of
