@@ -48,9 +48,17 @@ const MaxMessageBytes = 1 << 20
 // the back-off between them: about scheduler.publish_timeout's default.
 // Publish waits for kafka-go to be done with its batches (write), so
 // they also bound a publish to brokers that do not answer.
+//
+// writeBound bounds the wait itself, from before the topic's metadata is
+// read (with the caller's deadline gone, a broker that accepts connections
+// and never answers would hold a metadata request for good): longer than
+// kafka-go's own bound on a batch, so that a batch handed over is done
+// before it ends, unless it first waited behind another batch of its
+// partition that took as long.
 const (
 	writeAttempts = 2
 	writeTimeout  = 5 * time.Second
+	writeBound    = writeAttempts*writeTimeout + 2*time.Second
 )
 
 // readyTTL is how long a Ready check is reused.
@@ -257,15 +265,17 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 	}
 }
 
-// write hands batch to w and waits until w is done with it, whatever ctx
-// does. kafka-go goes on with a batch whose call has ended, through its
+// write hands batch to w and waits until w is done with it (at most
+// writeBound), whatever ctx does. kafka-go goes on with a batch whose call has ended, through its
 // attempts (writeAttempts), so a call that returned at ctx's end would
 // leave the batch to be written after the caller was told it failed; a
 // message cancelled meanwhile would still arrive. So the result is
 // kafka-go's own: confirmed late is confirmed, and a failure once ctx has
 // ended carries ctx's error (a timeout, to the scheduler) with kafka-go's.
 func (s *Sink) write(ctx context.Context, w *kafka.Writer, batch []kafka.Message) error {
-	err := w.WriteMessages(context.WithoutCancel(ctx), batch...)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeBound)
+	defer cancel()
+	err := w.WriteMessages(wctx, batch...)
 	if err != nil {
 		if late := sinks.Expired(ctx); late != nil && !errors.Is(err, late) {
 			err = fmt.Errorf("%w, and the broker did not confirm: %v", late, err) // kafka-go's words only: its per-message errors are not each message's own here
