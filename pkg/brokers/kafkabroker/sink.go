@@ -218,11 +218,11 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 		return
 	}
 	var werrs kafka.WriteErrors
-	if !errors.As(err, &werrs) || len(werrs) != len(idx) || sinks.Expired(ctx) != nil {
+	if !errors.As(err, &werrs) || len(werrs) != len(idx) {
 		// The call failed as a whole: topic metadata (unknown topic,
-		// brokers unreachable), or ctx ended before kafka-go was done.
+		// brokers unreachable), or the wait's own bound.
 		for _, i := range idx {
-			errs[i] = s.classify(topic, err)
+			errs[i] = s.classify(topic, late(ctx, err))
 		}
 		return
 	}
@@ -235,7 +235,7 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 			// fits: try the records one by one before calling it permanent.
 			alone = append(alone, idx[j])
 		default:
-			errs[idx[j]] = s.classify(topic, e)
+			errs[idx[j]] = s.classify(topic, late(ctx, e))
 		}
 	}
 	if len(alone) == 0 {
@@ -252,34 +252,37 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 	if err == nil {
 		return
 	}
-	if !errors.As(err, &werrs) || len(werrs) != len(alone) || sinks.Expired(ctx) != nil {
+	if !errors.As(err, &werrs) || len(werrs) != len(alone) {
 		for _, i := range alone {
-			errs[i] = s.classify(topic, err)
+			errs[i] = s.classify(topic, late(ctx, err))
 		}
 		return
 	}
 	for j, e := range werrs {
 		if e != nil {
-			errs[alone[j]] = s.classify(topic, e)
+			errs[alone[j]] = s.classify(topic, late(ctx, e))
 		}
 	}
 }
 
 // write hands batch to w and waits until w is done with it (at most
-// writeBound), whatever ctx does. kafka-go goes on with a batch whose call has ended, through its
-// attempts (writeAttempts), so a call that returned at ctx's end would
-// leave the batch to be written after the caller was told it failed; a
-// message cancelled meanwhile would still arrive. So the result is
-// kafka-go's own: confirmed late is confirmed, and a failure once ctx has
-// ended carries ctx's error (a timeout, to the scheduler) with kafka-go's.
+// writeBound), whatever ctx does. kafka-go goes on with a batch whose call
+// has ended, through its attempts (writeAttempts), so a call that returned
+// at ctx's end would leave the batch to be written after the caller was
+// told it failed, and a message cancelled meanwhile would still arrive. So
+// each message's result is kafka-go's own: confirmed late is confirmed.
 func (s *Sink) write(ctx context.Context, w *kafka.Writer, batch []kafka.Message) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeBound)
 	defer cancel()
-	err := w.WriteMessages(wctx, batch...)
-	if err != nil {
-		if late := sinks.Expired(ctx); late != nil && !errors.Is(err, late) {
-			err = fmt.Errorf("%w, and the broker did not confirm: %v", late, err) // kafka-go's words only: its per-message errors are not each message's own here
-		}
+	return w.WriteMessages(wctx, batch...)
+}
+
+// late is a message's failure err, with ctx's error first once ctx has
+// ended: the caller's time ran out before the broker confirmed (a timeout,
+// to the scheduler), and kafka-go's reason follows.
+func late(ctx context.Context, err error) error {
+	if over := sinks.Expired(ctx); over != nil && !errors.Is(err, over) {
+		return fmt.Errorf("%w, and the broker did not confirm: %w", over, err)
 	}
 	return err
 }
