@@ -26,7 +26,6 @@ import (
 type gate struct {
 	store   Store
 	sinks   map[string]sinks.Sink
-	shards  int
 	batch   int
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -46,8 +45,8 @@ type sinkGate struct {
 	blocked   bool // as of the last refresh
 }
 
-func newGate(st Store, sk map[string]sinks.Sink, shards, batch int, log *slog.Logger, m *metrics.Metrics, wake func()) *gate {
-	g := &gate{store: st, sinks: sk, shards: shards, batch: batch, log: log, metrics: m, wake: wake, state: map[string]*sinkGate{}}
+func newGate(st Store, sk map[string]sinks.Sink, batch int, log *slog.Logger, m *metrics.Metrics, wake func()) *gate {
+	g := &gate{store: st, sinks: sk, batch: batch, log: log, metrics: m, wake: wake, state: map[string]*sinkGate{}}
 	for name := range sk {
 		g.state[name] = &sinkGate{backoff: lifecycle.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}}
 	}
@@ -113,19 +112,9 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 
 // releaseAll moves every held message of a sink back to its due time.
 func (g *gate) releaseAll(ctx context.Context, name string) (int, error) {
-	band := g.band(name)
-	total := 0
-	for shard := 0; shard < g.shards; shard++ {
-		for {
-			n, err := g.store.Release(ctx, shard, band, g.batch)
-			total += n
-			if err != nil {
-				return total, err
-			}
-			if n < g.batch {
-				break
-			}
-		}
+	total, err := g.store.ReleaseAll(ctx, g.band(name), g.batch)
+	if err != nil {
+		return total, err
 	}
 	if total > 0 {
 		g.log.Info("released held messages", "sink", name, "messages", total)

@@ -48,7 +48,10 @@ type Store interface {
 	// call, acting only on the messages still under that lease; a
 	// settlement whose error is set wrote nothing and may be given again.
 	Settle(ctx context.Context, sts []store.Settlement) ([]store.Settled, []error)
-	Release(ctx context.Context, shard, band, max int) (int, error)
+	// ReleaseAll moves every held message of the sink with hold band band
+	// back to its due time, in every shard, at most max per call to Redis,
+	// and returns how many.
+	ReleaseAll(ctx context.Context, band, max int) (int, error)
 	Slots(ctx context.Context, sink string, n int, maxRate float64) (time.Time, []time.Time, error)
 	SinkStates(ctx context.Context, names []string) (map[string]store.SinkState, error)
 }
@@ -151,7 +154,7 @@ func New(p Params) *Scheduler {
 		s.shards[i].wake = make(chan struct{}, 1)
 		s.shards[i].planned.Store(awake)
 	}
-	s.gate = newGate(p.Store, p.Sinks, len(s.shards), p.BatchSize, s.log, p.Metrics, s.wakeAll)
+	s.gate = newGate(p.Store, p.Sinks, p.BatchSize, s.log, p.Metrics, s.wakeAll)
 	s.stalls = newStalls(p.PublishTimeout, p.Clock, p.Sinks)
 	s.pace = newPace()
 	s.failures = newFailures(p.RepeatInterval, s.log, p.Metrics)

@@ -267,7 +267,7 @@ func (f *fakeStore) Postpone(_ context.Context, _ *store.Lease, rs []store.Retry
 	return len(rs), nil
 }
 
-func (f *fakeStore) Release(context.Context, int, int, int) (int, error) {
+func (f *fakeStore) ReleaseAll(context.Context, int, int) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0

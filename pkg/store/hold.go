@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -59,6 +62,50 @@ func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) 
 		return 0, fmt.Errorf("store.release shard %d: %w", shard, err)
 	}
 	return n, nil
+}
+
+// ReleaseAll moves every held message of the sink with band index band
+// back to its due time, in every shard, at most max per script call, and
+// returns how many. One pipeline of a ZCOUNT of the band per due set finds
+// the shards that hold any first: the gate releases every sink that can
+// take messages each scheduler.max_sleep, and a sink with nothing held,
+// the common case, then costs one round trip and no script.
+func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
+	start := time.Now()
+	lo := HoldBand * int64(1+band)
+	hi := "(" + strconv.FormatInt(lo+HoldBand, 10)
+	counts := make([][]*redis.IntCmd, s.shards)
+	pipe := s.rdb.Pipeline()
+	for sh := range s.shards {
+		for p := 0; p <= MaxPriority; p++ {
+			counts[sh] = append(counts[sh], pipe.ZCount(ctx, s.keys.DueAt(sh, p), strconv.FormatInt(lo, 10), hi))
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	if s.observe != nil {
+		s.observe("held_look", time.Since(start), err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store.release: looking for held messages: %w", err)
+	}
+	total := 0
+	for sh, cs := range counts {
+		var held int64
+		for _, c := range cs {
+			held += c.Val()
+		}
+		for held > 0 {
+			n, err := s.Release(ctx, sh, band, max)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n < max {
+				break
+			}
+		}
+	}
+	return total, nil
 }
 
 // heldCountScript counts a shard's messages held in each hold band given.

@@ -40,9 +40,9 @@ import (
 //	                           in flight (a follower), parked when that version
 //	                           is delivered or dead, not when it is retried
 //	<prefix>:{N}:lease  string the expiry (Unix ms) of the shard's last
-//	                           claim: each claim's lease ends at least 1 ms
-//	                           after the one before, so that a lease's expiry
-//	                           identifies it alone
+//	                           claim that took a message: each claim's lease
+//	                           ends at least 1 ms after that one, so that a
+//	                           lease's expiry identifies it alone
 //	<prefix>:{N}:series set    the IDs of the shard's live recurring series
 //	                           (parked or in flight, not dead), bounded by
 //	                           its share of limits.max_series
@@ -130,7 +130,7 @@ func (k Keys) Groups(shard int) string { return k.shardKey(shard, "groups") }
 // flight.
 func (k Keys) Next(shard int) string { return k.shardKey(shard, "next") }
 
-// Lease is the expiry of a shard's last claim.
+// Lease is the expiry of a shard's last claim that took a message.
 func (k Keys) Lease(shard int) string { return k.shardKey(shard, "lease") }
 
 // Series is the set of a shard's live recurring series.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,6 +319,66 @@ func TestReplace(t *testing.T) {
 	info = inspect(t, s, "r")
 	if info.State != store.StateScheduled || string(info.Message.Body) != "v3" || !info.NextAt.Equal(t0.Add(3*time.Hour)) {
 		t.Fatalf("after the ack: %s %s next %v", info.State, info.Message.Body, info.NextAt)
+	}
+}
+
+// ReleaseAll brings back every held message of one sink, in every shard
+// and due set, more than a call's max, and leaves another sink's held
+// messages held; with nothing held it runs no script (counted on the
+// single Redis).
+func TestReleaseAll(t *testing.T) {
+	onSingleAndCluster(t, testReleaseAll)
+}
+
+func testReleaseAll(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	s := store.New(rdb, store.Options{Prefix: "t", Shards: 4, MaxDead: 10})
+	states, err := s.SinkStates(ctx, []string{"down", "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := map[string]int{"down": states["down"].Band, "other": states["other"].Band}
+	now := time.Now().Truncate(time.Millisecond)
+	var msgs []*envelope.Message
+	for i := range 40 {
+		m := msg(fmt.Sprintf("m%d", i), now.Add(-time.Duration(i+1)*time.Second))
+		m.Sink, m.Priority = "down", uint8(i%3*4) // priorities 0, 4 and 8
+		if i%5 == 0 {
+			m.Sink = "other"
+		}
+		msgs = append(msgs, m)
+	}
+	park(t, s, store.Parked, msgs...)
+	for sh := range s.Shards() {
+		if c, err := s.Claim(ctx, sh, 100, time.Minute, blocked); err != nil || len(c.Messages) != 0 {
+			t.Fatalf("claim of shard %d with both sinks blocked: %d %v", sh, len(c.Messages), err)
+		}
+	}
+	if n, err := s.ReleaseAll(ctx, states["down"].Band, 3); err != nil || n != 32 {
+		t.Fatalf("released %d of sink down's 32 held (%v)", n, err)
+	}
+	for _, m := range msgs {
+		if info := inspect(t, s, m.ID); info.Held != (m.Sink == "other") {
+			t.Fatalf("%s of sink %s after releasing sink down: %+v", m.ID, m.Sink, info)
+		}
+	}
+	single, ok := rdb.(*redis.Client)
+	if !ok {
+		return
+	}
+	scripts := func() float64 {
+		stats, err := testenv.CommandStats(single)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stats["evalsha"].Calls + stats["eval"].Calls
+	}
+	before := scripts()
+	if n, err := s.ReleaseAll(ctx, states["down"].Band, 3); err != nil || n != 0 {
+		t.Fatalf("second release of sink down: %d %v", n, err)
+	}
+	if after := scripts(); after != before {
+		t.Fatalf("a release with nothing held ran %v scripts", after-before)
 	}
 }
 
@@ -674,6 +735,52 @@ func TestLeasesAreUnique(t *testing.T) {
 		if seen[i] <= seen[i-1] {
 			t.Fatalf("lease %d (%d) not after lease %d (%d)", i, seen[i], i-1, seen[i-1])
 		}
+	}
+}
+
+// TestAnEmptyClaimWritesNothing: a claim that finds nothing due writes
+// nothing (an idle shard is claimed once per scheduler.max_sleep, and a
+// write would go to the AOF each time), and the lease of the claim after
+// it that takes a message still ends after the last one that took one.
+func TestAnEmptyClaimWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1, MaxDead: 10})
+	keys := store.NewKeys("t")
+	// Redis's count of changes to its data since the last save: what the
+	// AOF and the replicas get.
+	dirty := func() string {
+		for _, line := range strings.Split(r.Client().Info(ctx, "persistence").Val(), "\r\n") {
+			if v, ok := strings.CutPrefix(line, "rdb_changes_since_last_save:"); ok {
+				return v
+			}
+		}
+		t.Fatal("INFO persistence has no rdb_changes_since_last_save")
+		return ""
+	}
+	before := dirty()
+	for i := 0; i < 3; i++ {
+		c, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+		if err != nil || len(c.Messages) != 0 {
+			t.Fatalf("claim of an empty shard: %+v %v", c, err)
+		}
+	}
+	if after := dirty(); after != before {
+		t.Fatalf("three empty claims changed Redis's data: %s changes before, %s after", before, after)
+	}
+	if n := r.Client().Exists(ctx, keys.Lease(0)).Val(); n != 0 {
+		t.Fatalf("an empty claim wrote the shard's lease")
+	}
+	park(t, s, store.Parked, msg("a", time.Now().Add(-time.Second)))
+	first, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+	if err != nil || len(first.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", first, err)
+	}
+	if _, err := s.Retry(ctx, first, []store.RetryAt{{ID: "a", At: time.Now().Add(-time.Second), Reason: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Claim(ctx, 0, 10, time.Minute, nil); err != nil || len(c.Messages) != 1 || c.ExpiryMs <= first.ExpiryMs {
+		t.Fatalf("the claim after a lease that took a message: %+v %v (first lease %d)", c, err, first.ExpiryMs)
 	}
 }
 

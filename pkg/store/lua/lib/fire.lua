@@ -72,9 +72,11 @@ end
 local function claimdue(max, leasems, aheadms, args, from, acked)
   local nowus = servertimeus()
   local now = math.floor(nowus / 1000)
-  -- a lease is known by its expiry: never the one of the claim before
+  -- a lease is known by its expiry: never the one of a claim before that
+  -- took a message (written at the end, only when this one takes one: a
+  -- claim that finds nothing writes nothing, so an idle shard's claims
+  -- are not written to the AOF)
   local lease = math.max(now + leasems, tonumber(redis.call('GET', K.lease) or 0) + 1)
-  redis.call('SET', K.lease, lease)
   local inflight = fmtscore(lease, LEASE_MARK)
   local claimedahead = fmtscore(lease, AHEAD_MARK)
   -- A claim ahead whose lease ended is due again for any instance: at its
@@ -197,5 +199,6 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       end
     end
   end
+  if #out > 4 then redis.call('SET', K.lease, lease) end
   return out
 end
