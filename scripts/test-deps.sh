@@ -54,12 +54,13 @@ command -v zsh >/dev/null 2>&1 || missing+=(zsh)   # the completion scripts are 
 command -v fish >/dev/null 2>&1 || missing+=(fish)
 command -v curl >/dev/null 2>&1 || missing+=(curl)   # the README's examples are run as written (test/docs)
 /usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || missing+=(python3-confluent-kafka)
+/usr/bin/python3 -c 'import celery' >/dev/null 2>&1 || missing+=(python3-celery)   # a real Celery app and worker (test/e2e)
 
 if [ "${TEST_DEPS_FORCE:-}" = 1 ] && [ ${#missing[@]} -eq 0 ]; then
-	missing=(redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish python3-confluent-kafka curl) # re-run apt-get anyway (for checking this script)
+	missing=(redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish python3-confluent-kafka python3-celery curl) # re-run apt-get anyway (for checking this script)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium, promtool, systemd-analyze, zsh, fish, python3-confluent-kafka and curl already installed; nothing to do"
+	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium, promtool, systemd-analyze, zsh, fish, python3-confluent-kafka, python3-celery and curl already installed; nothing to do"
 	exit 0
 fi
 
@@ -89,7 +90,7 @@ echo "test-deps: installing ${missing[*]} (apt-get update + install)"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish python3-confluent-kafka curl >/dev/null
+	redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish python3-confluent-kafka python3-celery curl >/dev/null
 
 # Stop and disable the system services if something started them anyway. Only touch
 # what runs as the services' own users (the tests' servers run as the test's user),
