@@ -3,6 +3,7 @@ package kafkabroker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
@@ -356,6 +358,85 @@ func TestNothingWrittenAfterPublishFailed(t *testing.T) {
 		t.Fatalf("publish: %v; the broker appended the record once released, so a failure here is what the sink must not say", err)
 	}
 	consume(t, k, "held", 1, 2) // confirmed, and written once
+}
+
+// TestLateBatchKeepsEachResult: a batch over two partitions whose
+// produce requests are both answered after the publish's deadline, one
+// confirmed and one refused: the confirmed message has no error (it was
+// written: publishing it again would duplicate it, and a cancel would
+// answer 204 for it), and the refused one has the deadline's error first
+// (a timeout to the scheduler) with the broker's reason after it.
+func TestLateBatchKeepsEachResult(t *testing.T) {
+	k := testenv.Kafka(t, testenv.WithTopic("mixed", 2))
+	s := newSink(t, k, SinkParams{})
+	// A key for each partition, as the sink's balancer places them.
+	keys := map[int][]byte{}
+	for i := 0; len(keys) < 2; i++ {
+		key := []byte(fmt.Sprint("k", i))
+		p := (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: key}, 0, 1)
+		if keys[p] == nil {
+			keys[p] = key
+		}
+	}
+	warm := []sinks.Outgoing{out("w0", "mixed", keys[0], nil), out("w1", "mixed", keys[1], nil)}
+	for _, err := range s.Publish(ctxT(t, 10*time.Second), warm) {
+		if err != nil {
+			t.Fatal(err) // metadata and connections in place
+		}
+	}
+	release := make(chan struct{})
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
+		k.Cluster.SleepControl(func() { <-release })
+		req := r.(*kmsg.ProduceRequest)
+		refuse := false
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				refuse = refuse || rp.Partition == 1
+			}
+		}
+		if !refuse {
+			return nil, nil, false // handled as usual: written
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan []error, 1)
+	go func() {
+		done <- s.Publish(ctx, []sinks.Outgoing{out("m0", "mixed", keys[0], []byte("zero")), out("m1", "mixed", keys[1], []byte("one"))})
+	}()
+	<-ctx.Done() // the caller's time is up; the broker still holds both requests
+	close(release)
+	var errs []error
+	select {
+	case errs = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Publish did not return")
+	}
+	if errs[0] != nil {
+		t.Errorf("the message confirmed after the deadline failed: %v", errs[0])
+	}
+	if errs[1] == nil || !errors.Is(errs[1], context.DeadlineExceeded) || !errors.Is(errs[1], kafka.InvalidRecord) {
+		t.Errorf("the message refused after the deadline: %v, want the deadline's error and the broker's", errs[1])
+	}
+	got := consume(t, k, "mixed", 2, 3) // the two warm-ups and m0
+	for _, m := range got {
+		if string(m.Value) == "one" {
+			t.Errorf("the refused message was written")
+		}
+	}
 }
 
 // TestPublishTimeoutBoundsKafkaGo: opened as the daemon opens it, the
