@@ -107,7 +107,7 @@ func (*SinkConfig) Opens(name string) string {
 }
 
 // Open connects the sink.
-func (*SinkConfig) Open(context.Context, sinks.Settings, *slog.Logger) (sinks.Sink, error) {
+func (*SinkConfig) Open(context.Context, string, *slog.Logger) (sinks.Sink, error) {
 	return &Sink{}, nil
 }
 

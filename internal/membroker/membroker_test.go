@@ -51,7 +51,7 @@ func TestIngestConformance(t *testing.T) {
 func TestSinkConformance(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{
 		Open: func(t *testing.T) sinks.Sink {
-			sk, err := brokers.OpenSink(context.Background(), &config.Sink{Name: "mem-out", Broker: &membroker.SinkConfig{}}, 0, slog.Default())
+			sk, err := brokers.OpenSink(context.Background(), &config.Sink{Name: "mem-out", Broker: &membroker.SinkConfig{}}, slog.Default())
 			if err != nil {
 				t.Fatal(err)
 			}

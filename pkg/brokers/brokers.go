@@ -79,8 +79,8 @@ type Ingest interface {
 // being configured.
 type Sink interface {
 	config.SinkBroker
-	// Open connects the sink set names.
-	Open(ctx context.Context, set sinks.Settings, log *slog.Logger) (sinks.Sink, error)
+	// Open connects the sink named name.
+	Open(ctx context.Context, name string, log *slog.Logger) (sinks.Sink, error)
 }
 
 // OpenSource connects the Source of the ingest in. The error names the
@@ -97,15 +97,13 @@ func OpenSource(ctx context.Context, in *config.Ingest, log *slog.Logger) (inges
 	return s, nil
 }
 
-// OpenSink connects the sink sc, whose publishes are bounded by
-// publishTimeout (scheduler.publish_timeout; 0: the sink's default). The
-// error names the sink.
-func OpenSink(ctx context.Context, sc *config.Sink, publishTimeout time.Duration, log *slog.Logger) (sinks.Sink, error) {
+// OpenSink connects the sink sc. The error names the sink.
+func OpenSink(ctx context.Context, sc *config.Sink, log *slog.Logger) (sinks.Sink, error) {
 	b, ok := sc.Broker.(Sink)
 	if !ok {
 		return nil, fmt.Errorf("sink %s: no broker block (one of %v) in this build", sc.Name, config.BrokerKinds())
 	}
-	s, err := b.Open(ctx, sinks.Settings{Name: sc.Name, PublishTimeout: publishTimeout}, log)
+	s, err := b.Open(ctx, sc.Name, log)
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: %w", sc.Name, err)
 	}

@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 
 	for i := range cfg.Sinks {
 		sc := &cfg.Sinks[i]
-		s, err := brokers.OpenSink(ctx, sc, cfg.Scheduler.PublishTimeout.D(), log)
+		s, err := brokers.OpenSink(ctx, sc, log)
 		if err != nil {
 			return nil, err
 		}

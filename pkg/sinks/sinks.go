@@ -23,17 +23,6 @@ type Outgoing struct {
 	Attempt int
 }
 
-// Settings is what a sink is opened with besides its broker's block.
-type Settings struct {
-	Name string // the sink's name (config.Sink.Name)
-	// PublishTimeout is scheduler.publish_timeout, the bound of one publish
-	// attempt, which Publish's ctx carries as its deadline; 0 when not
-	// given (the sink's own default). A sink whose client goes on with a
-	// publish after the call that began it ended (kafka-go's Writer)
-	// bounds that work by it too.
-	PublishTimeout time.Duration
-}
-
 // Sink publishes to one broker.
 type Sink interface {
 	// Publish publishes msgs, each to its Destination, and waits until the

@@ -199,7 +199,7 @@ func roundTrip(t *testing.T, addrs []string, a kafkabroker.Auth) {
 		want[body] = true
 	}
 
-	sink, err := brokers.OpenSink(ctx, ptr(sinkConfig(addrs, a)), 0, log)
+	sink, err := brokers.OpenSink(ctx, ptr(sinkConfig(addrs, a)), log)
 	if err != nil {
 		t.Fatalf("sink: %v", err)
 	}
@@ -267,7 +267,7 @@ func refused(t *testing.T, addrs []string, a kafkabroker.Auth, hint string) {
 	_, err = brokers.Send(ctx, &config.Config{Ingest: []config.Ingest{ic}}, brokers.SendRequest{Ingest: "in", Delay: "1m", Body: []byte("x")})
 	check("send", err)
 
-	sink, err := brokers.OpenSink(ctx, ptr(sinkConfig(addrs, a)), 0, log)
+	sink, err := brokers.OpenSink(ctx, ptr(sinkConfig(addrs, a)), log)
 	if err != nil {
 		t.Fatalf("sink: %v (it should connect only when used)", err)
 	}

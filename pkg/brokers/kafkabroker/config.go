@@ -194,13 +194,13 @@ func (c *SinkConfig) Validate(at string, p *config.Problems) {
 }
 
 // Open connects the sink and warms it (Sink.Warm).
-func (c *SinkConfig) Open(ctx context.Context, set sinks.Settings, log *slog.Logger) (sinks.Sink, error) {
+func (c *SinkConfig) Open(ctx context.Context, name string, log *slog.Logger) (sinks.Sink, error) {
 	tlsCfg, mech, err := ClientAuth(c.Auth)
 	if err != nil {
 		return nil, err
 	}
-	s, err := NewSink(SinkParams{Name: set.Name, Brokers: c.Brokers, BatchTimeout: c.BatchTimeout.D(),
-		BatchSize: c.BatchSize, Compression: c.Compression, TLS: tlsCfg, SASL: mech, PublishTimeout: set.PublishTimeout}, log)
+	s, err := NewSink(SinkParams{Name: name, Brokers: c.Brokers, BatchTimeout: c.BatchTimeout.D(),
+		BatchSize: c.BatchSize, Compression: c.Compression, TLS: tlsCfg, SASL: mech}, log)
 	if err == nil {
 		s.Warm(ctx)
 	}

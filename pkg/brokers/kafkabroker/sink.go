@@ -14,7 +14,6 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 
-	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
@@ -34,10 +33,6 @@ type SinkParams struct {
 	// the brokers: the writers' and Ready's (Auth makes them).
 	TLS  *tls.Config
 	SASL sasl.Mechanism
-
-	// PublishTimeout is scheduler.publish_timeout (0: its default): what
-	// kafka-go may spend on one batch (writeTiming).
-	PublishTimeout time.Duration
 }
 
 // MaxMessageBytes is the largest record (key, value and headers with their
@@ -47,35 +42,24 @@ type SinkParams struct {
 // itself, which is permanent too.
 const MaxMessageBytes = 1 << 20
 
-// writeAttempts is how many produce requests kafka-go makes for one batch
-// at most (a leader change or a refused connection is retried at once),
-// writeBackoffMax the longest pause between them, and writeSlack what the
-// wait for a batch (write) allows beyond the publish timeout (writeTiming).
-const (
-	writeAttempts   = 2
-	writeBackoffMax = 500 * time.Millisecond
-	writeSlack      = 2 * time.Second
-)
-
-// writeTiming returns kafka-go's bound on one produce request for a
-// publish timeout (0: config.DefaultPublishTimeout): writeAttempts of
-// them fill it, so that kafka-go is done with a batch about the publish
-// timeout after it began (plus the pauses between attempts). Publish
-// waits for kafka-go to be done with its batches (write), so a publish,
-// even to brokers that never answer, lasts about the publish timeout.
+// writeAttempts and writeTimeout bound what kafka-go does with one batch:
+// this many produce requests at most (a leader change or a refused
+// connection is retried at once), each given this long, 10.5 s in all with
+// the back-off between them: about scheduler.publish_timeout's default.
+// Publish waits for kafka-go to be done with its batches (write), so
+// they also bound a publish to brokers that do not answer.
 //
-// bound bounds the wait itself, from before the topic's metadata is read
-// (with the caller's deadline gone, a broker that accepts connections and
-// never answers would hold a metadata request for good): writeSlack
-// beyond the publish timeout, longer than kafka-go's own bound on a batch,
-// so that a batch handed over is done before it ends, unless it first
-// waited behind another batch of its partition that took as long.
-func writeTiming(publishTimeout time.Duration) (perRequest, bound time.Duration) {
-	if publishTimeout <= 0 {
-		publishTimeout = config.DefaultPublishTimeout
-	}
-	return publishTimeout / writeAttempts, publishTimeout + writeSlack
-}
+// writeBound bounds the wait itself, from before the topic's metadata is
+// read (with the caller's deadline gone, a broker that accepts connections
+// and never answers would hold a metadata request for good): longer than
+// kafka-go's own bound on a batch, so that a batch handed over is done
+// before it ends, unless it first waited behind another batch of its
+// partition that took as long.
+const (
+	writeAttempts = 2
+	writeTimeout  = 5 * time.Second
+	writeBound    = writeAttempts*writeTimeout + 2*time.Second
+)
 
 // readyTTL is how long a Ready check is reused.
 const readyTTL = time.Second
@@ -86,7 +70,6 @@ const readyTimeout = 5 * time.Second
 // Sink publishes to Kafka. Create it with New.
 type Sink struct {
 	cfg    SinkParams
-	bound  time.Duration // of the wait for kafka-go (writeTiming)
 	log    *slog.Logger
 	tr     *kafka.Transport
 	w      *kafka.Writer // batches across callers
@@ -137,7 +120,6 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 		TLS:         cfg.TLS,
 		SASL:        cfg.SASL,
 	}
-	perRequest, bound := writeTiming(cfg.PublishTimeout)
 	writer := func(batchSize int) *kafka.Writer {
 		return &kafka.Writer{
 			Addr:            kafka.TCP(cfg.Brokers...),
@@ -148,16 +130,15 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 			BatchBytes:      MaxMessageBytes,
 			Compression:     comp,
 			MaxAttempts:     writeAttempts,
-			WriteTimeout:    perRequest,
+			WriteTimeout:    writeTimeout,
 			WriteBackoffMin: 50 * time.Millisecond,
-			WriteBackoffMax: writeBackoffMax,
+			WriteBackoffMax: 500 * time.Millisecond,
 			Transport:       tr,
 			ErrorLogger:     klog,
 		}
 	}
 	return &Sink{
 		cfg:    cfg,
-		bound:  bound,
 		log:    log,
 		tr:     tr,
 		w:      writer(cfg.BatchSize),
@@ -291,7 +272,7 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 // told it failed, and a message cancelled meanwhile would still arrive. So
 // each message's result is kafka-go's own: confirmed late is confirmed.
 func (s *Sink) write(ctx context.Context, w *kafka.Writer, batch []kafka.Message) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.bound)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeBound)
 	defer cancel()
 	return w.WriteMessages(wctx, batch...)
 }

@@ -439,43 +439,6 @@ func TestLateBatchKeepsEachResult(t *testing.T) {
 	}
 }
 
-// TestPublishTimeoutBoundsKafkaGo: opened as the daemon opens it, the
-// sink gives kafka-go no more than scheduler.publish_timeout for a batch
-// (its attempts, each under its write timeout) and waits for kafka-go
-// longer than that, with the pauses between attempts: a shorter wait
-// could report a publish failed that kafka-go then writes, and a bound
-// set apart from publish_timeout would hold a publish past it.
-func TestPublishTimeoutBoundsKafkaGo(t *testing.T) {
-	k := testenv.Kafka(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, pt := range []time.Duration{0, 300 * time.Millisecond, 3 * time.Second, time.Minute} {
-		c := &SinkConfig{Brokers: k.Brokers}
-		c.ApplyDefaults()
-		sk, err := c.Open(context.Background(), sinks.Settings{Name: "out", PublishTimeout: pt}, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := sk.(*Sink)
-		want := pt
-		if want == 0 {
-			want = config.DefaultPublishTimeout
-		}
-		for _, w := range []*kafka.Writer{s.w, s.solo} {
-			work := time.Duration(w.MaxAttempts) * w.WriteTimeout
-			if work > want {
-				t.Errorf("publish_timeout %v: kafka-go may spend %d x %v on a batch", pt, w.MaxAttempts, w.WriteTimeout)
-			}
-			if s.bound <= work+time.Duration(w.MaxAttempts-1)*w.WriteBackoffMax {
-				t.Errorf("publish_timeout %v: the wait's bound %v does not outlast kafka-go's %d x %v with %v between", pt, s.bound, w.MaxAttempts, w.WriteTimeout, w.WriteBackoffMax)
-			}
-			if s.bound > want+writeSlack {
-				t.Errorf("publish_timeout %v: the wait's bound %v", pt, s.bound)
-			}
-		}
-		_ = s.Close()
-	}
-}
-
 // BenchmarkPublish publishes to kfake (3 brokers, 8 partitions) messages of
 // 200 bytes: "batch100" from 4 goroutines per CPU, 100 messages per call
 // (the scheduler's shape under load); "single" one message per call from one

@@ -144,12 +144,12 @@ func (c *SinkConfig) Validate(at string, p *config.Problems) {
 }
 
 // Open connects the sink.
-func (c *SinkConfig) Open(_ context.Context, set sinks.Settings, log *slog.Logger) (sinks.Sink, error) {
+func (c *SinkConfig) Open(_ context.Context, name string, log *slog.Logger) (sinks.Sink, error) {
 	opts, err := AuthOptions(c.Auth)
 	if err != nil {
 		return nil, err
 	}
-	return NewSink(SinkParams{Name: set.Name, URL: c.URL, JetStream: c.JetStream, Options: opts}, log)
+	return NewSink(SinkParams{Name: name, URL: c.URL, JetStream: c.JetStream, Options: opts}, log)
 }
 
 // durableName makes a JetStream consumer name from an ingest name.

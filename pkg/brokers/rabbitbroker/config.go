@@ -198,8 +198,8 @@ func (c *SinkConfig) Validate(at string, p *config.Problems) {
 }
 
 // Open connects the sink.
-func (c *SinkConfig) Open(ctx context.Context, set sinks.Settings, log *slog.Logger) (sinks.Sink, error) {
-	return NewSink(ctx, SinkParams{Name: set.Name, URL: c.URL, Exchange: c.Exchange, Mandatory: *c.Mandatory, Auth: c.Auth}, log)
+func (c *SinkConfig) Open(ctx context.Context, name string, log *slog.Logger) (sinks.Sink, error) {
+	return NewSink(ctx, SinkParams{Name: name, URL: c.URL, Exchange: c.Exchange, Mandatory: *c.Mandatory, Auth: c.Auth}, log)
 }
 
 func (a Auth) validate(p *config.Problems, at string) {
