@@ -44,21 +44,26 @@ const MaxMessageBytes = 1 << 20
 
 // writeAttempts and writeTimeout bound what kafka-go does with one batch:
 // this many produce requests at most (a leader change or a refused
-// connection is retried at once), each given this long, 10.5 s in all with
-// the back-off between them: about scheduler.publish_timeout's default.
-// Publish waits for kafka-go to be done with its batches (write), so
-// they also bound a publish to brokers that do not answer.
+// connection is retried at once), each given this long, about 10 s in all
+// with the short back-off between them (50 ms): about
+// scheduler.publish_timeout's default. Publish waits for kafka-go to be
+// done with its batches (write), so they also bound a publish to brokers
+// that do not answer. A request is not given less (say, a share of
+// publish_timeout): kafka-go sends a request it stopped waiting for again,
+// which a broker slower than that would append twice.
 //
-// writeBound bounds the wait itself, from before the topic's metadata is
-// read (with the caller's deadline gone, a broker that accepts connections
-// and never answers would hold a metadata request for good): longer than
-// kafka-go's own bound on a batch, so that a batch handed over is done
-// before it ends, unless it first waited behind another batch of its
-// partition that took as long.
+// writeSlack is what the wait itself (Sink.bound) allows beyond kafka-go's
+// bound on a batch and the batch's own wait for more messages: the wait
+// starts before the topic's metadata is read (with the caller's deadline
+// gone, a broker that accepts connections and never answers would hold a
+// metadata request for good), and it must outlast kafka-go's work on the
+// batch. A batch that first waited behind another batch of its partition
+// (kafka-go writes a partition's batches one at a time) can outlast it:
+// its publish then fails while the batch may still be written.
 const (
 	writeAttempts = 2
 	writeTimeout  = 5 * time.Second
-	writeBound    = writeAttempts*writeTimeout + 2*time.Second
+	writeSlack    = 2 * time.Second
 )
 
 // readyTTL is how long a Ready check is reused.
@@ -70,6 +75,7 @@ const readyTimeout = 5 * time.Second
 // Sink publishes to Kafka. Create it with New.
 type Sink struct {
 	cfg    SinkParams
+	bound  time.Duration // of the wait for kafka-go on a batch (writeSlack)
 	log    *slog.Logger
 	tr     *kafka.Transport
 	w      *kafka.Writer // batches across callers
@@ -139,6 +145,7 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	}
 	return &Sink{
 		cfg:    cfg,
+		bound:  writeAttempts*writeTimeout + cfg.BatchTimeout + writeSlack,
 		log:    log,
 		tr:     tr,
 		w:      writer(cfg.BatchSize),
@@ -266,13 +273,13 @@ func (s *Sink) publishTopic(ctx context.Context, topic string, kms []kafka.Messa
 }
 
 // write hands batch to w and waits until w is done with it (at most
-// writeBound), whatever ctx does. kafka-go goes on with a batch whose call
+// Sink.bound), whatever ctx does. kafka-go goes on with a batch whose call
 // has ended, through its attempts (writeAttempts), so a call that returned
 // at ctx's end would leave the batch to be written after the caller was
 // told it failed, and a message cancelled meanwhile would still arrive. So
 // each message's result is kafka-go's own: confirmed late is confirmed.
 func (s *Sink) write(ctx context.Context, w *kafka.Writer, batch []kafka.Message) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeBound)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.bound)
 	defer cancel()
 	return w.WriteMessages(wctx, batch...)
 }

@@ -324,6 +324,85 @@ func TestSinkBrokersDown(t *testing.T) {
 	}, "publish after restart")
 }
 
+// endable is a caller's context whose deadline passes when the test says
+// (end), not at a time a busy machine could reach before the sink handed
+// its batch over: until then the deadline is an hour away. The sink sees
+// it end as a deadline (ctx.Err, sinks.Expired); kafka-go, under
+// context.WithoutCancel, does not.
+type endable struct {
+	context.Context
+	done    chan struct{}
+	once    sync.Once
+	endedAt atomic.Int64 // Unix ns; 0 until end
+	far     time.Time
+}
+
+func newEndable() *endable {
+	return &endable{Context: context.Background(), done: make(chan struct{}), far: time.Now().Add(time.Hour)}
+}
+
+// end makes the deadline pass now.
+func (c *endable) end() {
+	c.once.Do(func() { c.endedAt.Store(time.Now().UnixNano()); close(c.done) })
+}
+
+func (c *endable) Deadline() (time.Time, bool) {
+	if at := c.endedAt.Load(); at != 0 {
+		return time.Unix(0, at), true
+	}
+	return c.far, true
+}
+
+func (c *endable) Done() <-chan struct{} { return c.done }
+
+func (c *endable) Err() error {
+	if c.endedAt.Load() != 0 {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// holdProduce holds every produce request at k until release is closed,
+// and sends the partitions each one names on got as it arrives.
+func holdProduce(k *testenv.KafkaCluster, release <-chan struct{}, got chan<- []int32, answer func(*kmsg.ProduceRequest) kmsg.Response) {
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		var ps []int32
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				ps = append(ps, rp.Partition)
+			}
+		}
+		got <- ps
+		k.Cluster.SleepControl(func() { <-release })
+		if resp := answer(req); resp != nil {
+			return resp, nil, true
+		}
+		return nil, nil, false // handled as usual: written
+	})
+}
+
+// waitHeld waits until the held produce requests have named every one of
+// partitions.
+func waitHeld(t *testing.T, got <-chan []int32, partitions ...int32) {
+	t.Helper()
+	want := map[int32]bool{}
+	for _, p := range partitions {
+		want[p] = true
+	}
+	for len(want) > 0 {
+		select {
+		case ps := <-got:
+			for _, p := range ps {
+				delete(want, p)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no produce request for partitions %v reached the broker", want)
+		}
+	}
+}
+
 // TestNothingWrittenAfterPublishFailed: a publish whose caller's time ends
 // while the broker holds its produce request returns only once kafka-go is
 // done with the batch, with the batch's real outcome. kafka-go goes on with
@@ -336,16 +415,13 @@ func TestNothingWrittenAfterPublishFailed(t *testing.T) {
 	if errs := s.Publish(ctxT(t, 10*time.Second), []sinks.Outgoing{out("0", "held", nil, nil)}); errs[0] != nil {
 		t.Fatal(errs[0]) // metadata and connection in place
 	}
-	release := make(chan struct{})
-	k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		k.Cluster.SleepControl(func() { <-release })
-		return nil, nil, false // then handled as usual
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
+	release, got := make(chan struct{}), make(chan []int32, 16)
+	holdProduce(k, release, got, func(*kmsg.ProduceRequest) kmsg.Response { return nil })
+	ctx := newEndable()
 	done := make(chan error, 1)
 	go func() { done <- s.Publish(ctx, []sinks.Outgoing{out("1", "held", nil, nil)})[0] }()
-	<-ctx.Done() // the caller's time is up; the broker still holds the request
+	waitHeld(t, got, 0)
+	ctx.end() // the caller's time is up; the broker still holds the request
 	close(release)
 	var err error
 	select {
@@ -384,11 +460,8 @@ func TestLateBatchKeepsEachResult(t *testing.T) {
 			t.Fatal(err) // metadata and connections in place
 		}
 	}
-	release := make(chan struct{})
-	k.Cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		k.Cluster.KeepControl()
-		k.Cluster.SleepControl(func() { <-release })
-		req := r.(*kmsg.ProduceRequest)
+	release, got := make(chan struct{}), make(chan []int32, 16)
+	holdProduce(k, release, got, func(req *kmsg.ProduceRequest) kmsg.Response {
 		refuse := false
 		for _, rt := range req.Topics {
 			for _, rp := range rt.Partitions {
@@ -396,7 +469,7 @@ func TestLateBatchKeepsEachResult(t *testing.T) {
 			}
 		}
 		if !refuse {
-			return nil, nil, false // handled as usual: written
+			return nil // handled as usual: written
 		}
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
@@ -409,15 +482,15 @@ func TestLateBatchKeepsEachResult(t *testing.T) {
 			}
 			resp.Topics = append(resp.Topics, st)
 		}
-		return resp, nil, true
+		return resp
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
+	ctx := newEndable()
 	done := make(chan []error, 1)
 	go func() {
 		done <- s.Publish(ctx, []sinks.Outgoing{out("m0", "mixed", keys[0], []byte("zero")), out("m1", "mixed", keys[1], []byte("one"))})
 	}()
-	<-ctx.Done() // the caller's time is up; the broker still holds both requests
+	waitHeld(t, got, 0, 1)
+	ctx.end() // the caller's time is up; the broker still holds both requests
 	close(release)
 	var errs []error
 	select {
@@ -431,8 +504,8 @@ func TestLateBatchKeepsEachResult(t *testing.T) {
 	if errs[1] == nil || !errors.Is(errs[1], context.DeadlineExceeded) || !errors.Is(errs[1], kafka.InvalidRecord) {
 		t.Errorf("the message refused after the deadline: %v, want the deadline's error and the broker's", errs[1])
 	}
-	got := consume(t, k, "mixed", 2, 3) // the two warm-ups and m0
-	for _, m := range got {
+	recs := consume(t, k, "mixed", 2, 3) // the two warm-ups and m0
+	for _, m := range recs {
 		if string(m.Value) == "one" {
 			t.Errorf("the refused message was written")
 		}
