@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -70,42 +71,46 @@ func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) 
 // the shards that hold any first: the gate releases every sink that can
 // take messages each scheduler.max_sleep, and a sink with nothing held,
 // the common case, then costs one round trip and no script.
+//
+// A shard whose look failed (its Redis node down, on a Cluster) is left
+// for the next call; the others are released, and the first error is
+// returned.
 func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
-	start := time.Now()
 	lo := HoldBand * int64(1+band)
-	hi := "(" + strconv.FormatInt(lo+HoldBand, 10)
+	from, to := strconv.FormatInt(lo, 10), "("+strconv.FormatInt(lo+HoldBand, 10)
 	counts := make([][]*redis.IntCmd, s.shards)
 	pipe := s.rdb.Pipeline()
 	for sh := range s.shards {
 		for p := 0; p <= MaxPriority; p++ {
-			counts[sh] = append(counts[sh], pipe.ZCount(ctx, s.keys.DueAt(sh, p), strconv.FormatInt(lo, 10), hi))
+			counts[sh] = append(counts[sh], pipe.ZCount(ctx, s.keys.DueAt(sh, p), from, to))
 		}
 	}
-	_, err := pipe.Exec(ctx)
-	if s.observe != nil {
-		s.observe("held_look", time.Since(start), err)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("store.release: looking for held messages: %w", err)
-	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
 	total := 0
+	var first error
 	for sh, cs := range counts {
 		var held int64
 		for _, c := range cs {
+			if err := c.Err(); err != nil {
+				first = cmp.Or(first, fmt.Errorf("store.release shard %d: looking for held messages: %w", sh, err))
+				held = 0
+				break
+			}
 			held += c.Val()
 		}
 		for held > 0 {
 			n, err := s.Release(ctx, sh, band, max)
 			total += n
 			if err != nil {
-				return total, err
+				first = cmp.Or(first, err)
+				break
 			}
 			if n < max {
 				break
 			}
 		}
 	}
-	return total, nil
+	return total, first
 }
 
 // heldCountScript counts a shard's messages held in each hold band given.
