@@ -41,7 +41,7 @@ build: ## build bin/delaybridge (production: without the dev command's embedded 
 dev: ## run the local quickstart (embedded NATS + Redis + daemon)
 	$(GO) run ./cmd/delaybridge dev
 
-deps: ## install what the tests run (scripts/test-deps.sh): with apt-get redis-server, redis-tools, rabbitmq-server, chromium, prometheus (promtool), systemd (systemd-analyze), zsh, fish, python3-confluent-kafka, python3-celery, curl; helm with go install
+deps: ## install what the tests run (scripts/test-deps.sh): with apt-get redis-server, redis-tools, rabbitmq-server, chromium, prometheus (promtool), systemd (systemd-analyze), zsh, fish, python3-confluent-kafka, python3-celery, nodejs, npm, curl; helm with go install
 	bash scripts/test-deps.sh
 
 # The tests run with -vet=off: lint runs all of go vet on the same

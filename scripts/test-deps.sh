@@ -8,6 +8,10 @@
 # and systemd for systemd-analyze, which the deploy tests (deploy/) run on the
 # unit file (`systemd-analyze verify`; no running systemd is needed); and zsh and
 # fish, which parse the completion scripts `delaybridge completion` writes.
+# Real clients of other languages for the end-to-end tests (test/e2e): Debian's
+# python3-confluent-kafka and python3-celery (a Celery app and worker), and
+# node with npm, which installs the pinned Node.js clients (kafkajs, amqplib,
+# nats.js; test/e2e/testdata/node) from the npm registry when a test needs them.
 # helm, which the deploy tests run on the chart (deploy/helm_test.go: helm lint
 # and helm template), is no Debian package here: it is built from the Go module
 # proxy with go install into $(go env GOBIN) or $(go env GOPATH)/bin, where the
@@ -55,12 +59,14 @@ command -v fish >/dev/null 2>&1 || missing+=(fish)
 command -v curl >/dev/null 2>&1 || missing+=(curl)   # the README's examples are run as written (test/docs)
 /usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || missing+=(python3-confluent-kafka)
 /usr/bin/python3 -c 'import celery' >/dev/null 2>&1 || missing+=(python3-celery)   # a real Celery app and worker (test/e2e)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)   # the Node.js clients of test/e2e (node_clients_test.go)
+command -v npm >/dev/null 2>&1 || missing+=(npm)       # which installs them (npm ci, from the npm registry)
 
 if [ "${TEST_DEPS_FORCE:-}" = 1 ] && [ ${#missing[@]} -eq 0 ]; then
-	missing=(redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish python3-confluent-kafka python3-celery curl) # re-run apt-get anyway (for checking this script)
+	missing=(redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish python3-confluent-kafka python3-celery nodejs npm curl) # re-run apt-get anyway (for checking this script)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium, promtool, systemd-analyze, zsh, fish, python3-confluent-kafka, python3-celery and curl already installed; nothing to do"
+	echo "test-deps: redis-server, redis-cli, rabbitmq-server, chromium, promtool, systemd-analyze, zsh, fish, python3-confluent-kafka, python3-celery, node, npm and curl already installed; nothing to do"
 	exit 0
 fi
 
@@ -90,7 +96,7 @@ echo "test-deps: installing ${missing[*]} (apt-get update + install)"
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	redis-server redis-tools rabbitmq-server chromium prometheus systemd zsh fish python3-confluent-kafka python3-celery curl >/dev/null
+	"${missing[@]}" >/dev/null
 
 # Stop and disable the system services if something started them anyway. Only touch
 # what runs as the services' own users (the tests' servers run as the test's user),
