@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,8 @@ import (
 // the queue delaybridge reads, as its users do with the delayed-message
 // exchange, and a real Celery worker runs them from the queue delaybridge
 // publishes to: each task once, not before its delay, in due order, with
-// its ID and headers as Celery sent them. Celery declares its
+// its ID and headers as Celery sent them; one given its task ID as its
+// message ID is cancelled by it and never runs. Celery declares its
 // queues again on every publish, so the queue delaybridge declared must
 // be one Celery can declare too.
 func TestCeleryWorkerRunsDelayedTasks(t *testing.T) {
@@ -65,18 +67,23 @@ sinks:
 	// Published the later one first: the worker must run them in due order.
 	// The last one, due well after, comes out of the worker's queue after
 	// any second copy of the others that delaybridge had published.
+	// "cancelled" is published with its task ID as its message ID and
+	// cancelled by it at once: it never runs (it was due before the last).
 	delays := map[string]time.Duration{"second": 3 * time.Second, "first": 1500 * time.Millisecond, "last": 6 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pub := exec.CommandContext(ctx, debianPython, "delayapp.py", "publish", "second", "3000", "first", "1500", "last", "6000")
+	pub := exec.CommandContext(ctx, debianPython, "delayapp.py", "publish", "second", "3000", "first", "1500", "cancelled", "4000:id", "last", "6000")
 	pub.Dir, pub.Env = app, append(os.Environ(), env...)
 	ids, err := pub.Output()
 	if err != nil {
 		t.Fatalf("publish: %v %s", err, exitStderr(err))
 	}
 	sent := strings.Fields(string(ids))
-	if len(sent) != 3 {
-		t.Fatalf("publish printed %q, want three task IDs", ids)
+	if len(sent) != 4 {
+		t.Fatalf("publish printed %q, want four task IDs", ids)
+	}
+	if code, body := d.do(http.MethodDelete, "/v1/messages/"+sent[2], nil); code != http.StatusNoContent {
+		t.Fatalf("cancel the task %s by its ID: %d %s", sent[2], code, body)
 	}
 
 	type run struct {
@@ -121,7 +128,7 @@ sinks:
 	if strings.Join(order, " ") != "first second last" {
 		t.Errorf("ran %v, want each once in due order: first (1.5 s), second (3 s), last (6 s)", order)
 	}
-	byWho := map[string]string{"second": sent[0], "first": sent[1], "last": sent[2]}
+	byWho := map[string]string{"second": sent[0], "first": sent[1], "last": sent[3]}
 	for _, r := range runs {
 		if r.ID != byWho[r.Who] {
 			t.Errorf("task %s ran with ID %s, Celery sent it as %s", r.Who, r.ID, byWho[r.Who])

@@ -6,9 +6,11 @@ to the queue delaybridge reads, with an x-delay header in milliseconds.
 delaybridge publishes it, when due, to the queue a real worker of this
 app consumes (celery -A delayapp worker).
 
-    python3 delayapp.py publish WHO DELAY_MS [WHO DELAY_MS...]
+    python3 delayapp.py publish WHO DELAY_MS[:id] [WHO DELAY_MS[:id]...]
 
-publishes one task per pair and prints their IDs, one per line.
+publishes one task per pair and prints their IDs, one per line. With
+":id", the task's ID is its delaybridge message ID too (x-message-id), so
+that it can be cancelled by it: DELETE /v1/messages/<task ID>.
 Environment: DELAYAPP_BROKER (the AMQP URL), DELAYAPP_WORKER_QUEUE (the
 worker's queue), DELAYAPP_INGEST_QUEUE (delaybridge's), DELAYAPP_OUT (the
 file each run appends a JSON line to).
@@ -17,6 +19,7 @@ import json
 import os
 import sys
 import time
+import uuid
 
 from celery import Celery
 
@@ -50,6 +53,11 @@ def remind(self, who, sent_at):
 if __name__ == '__main__' and sys.argv[1:2] == ['publish']:
     pairs = sys.argv[2:]
     for who, delay in zip(pairs[0::2], pairs[1::2]):
-        r = remind.apply_async(args=[who, time.time()], queue=os.environ['DELAYAPP_INGEST_QUEUE'],
-                               headers={'x-delay': int(delay)})
+        delay, _, by_id = delay.partition(':')
+        task_id = str(uuid.uuid4())
+        headers = {'x-delay': int(delay)}
+        if by_id == 'id':
+            headers['x-message-id'] = task_id
+        r = remind.apply_async(args=[who, time.time()], task_id=task_id,
+                               queue=os.environ['DELAYAPP_INGEST_QUEUE'], headers=headers)
         print(r.id, flush=True)
