@@ -302,14 +302,24 @@ func (d *Daemon) AdminAddr() string {
 	return d.admin.Addr()
 }
 
+// readyPing bounds Ready's ping of Redis.
+const readyPing = time.Second
+
 // Ready returns nil when Redis and every ingest and sink are connected, else
 // every reason why not.
 func (d *Daemon) Ready() error {
 	var errs []string
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), readyPing)
 	defer cancel()
 	if err := d.store.Ping(ctx); err != nil {
 		d.persistence.disconnected()
+		if ctx.Err() != nil {
+			// go-redis tries a refused dial again (5 times, 100 ms apart)
+			// and a command 3 times: a Redis that is down outlasts the
+			// ping's second, and its error says only that the time ran
+			// out. Say where it looked.
+			err = fmt.Errorf("no answer from %s within %v: %w", redisAddr(d.cfg.Redis), readyPing, err)
+		}
 		errs = append(errs, "redis: "+err.Error())
 	} else if err := d.sched.Ready(); err != nil {
 		errs = append(errs, "redis: "+err.Error())
