@@ -232,6 +232,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		s.lookLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		s.failures.run(ctx, s.p.Clock)
 	}()
 	for i := range s.shards {
@@ -246,8 +251,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
-// refreshLoop looks at the empty shards (lookEmpty) and refreshes the sink
-// gate every MaxSleep until ctx ends. It
+// refreshLoop refreshes the sink gate every MaxSleep until ctx ends. It
 // runs on the wall clock, not the injected one: it reads the state of
 // Redis and of the sinks, which a test's fake clock does not move.
 func (s *Scheduler) refreshLoop(ctx context.Context) {
@@ -259,13 +263,28 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// First: the look is one quick round trip, and when it fails the
-		// empty shards claim at once, to fail as claims and say so
-		// (Ready), while the gate's refresh may take its time to fail.
-		s.lookEmpty(ctx)
 		if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
 			s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
 		}
+	}
+}
+
+// lookLoop looks at the empty shards (lookEmpty) every MaxSleep until ctx
+// ends, each look bounded by MaxSleep: apart from the gate's refresh, which
+// a long release or a Redis that does not answer can hold up. On the wall
+// clock, as refreshLoop.
+func (s *Scheduler) lookLoop(ctx context.Context) {
+	t := time.NewTicker(s.p.MaxSleep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, s.p.MaxSleep)
+		s.lookEmpty(lctx)
+		cancel()
 	}
 }
 
