@@ -255,7 +255,16 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // runs on the wall clock, not the injected one: it reads the state of
 // Redis and of the sinks, which a test's fake clock does not move.
 func (s *Scheduler) refreshLoop(ctx context.Context) {
-	t := time.NewTicker(s.p.MaxSleep)
+	every(ctx, s.p.MaxSleep, func() {
+		if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
+			s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
+		}
+	})
+}
+
+// every calls f each d on the wall clock until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -263,9 +272,7 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
-			s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
-		}
+		f()
 	}
 }
 
@@ -274,18 +281,11 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 // a long release or a Redis that does not answer can hold up. On the wall
 // clock, as refreshLoop.
 func (s *Scheduler) lookLoop(ctx context.Context) {
-	t := time.NewTicker(s.p.MaxSleep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, s.p.MaxSleep, func() {
 		lctx, cancel := context.WithTimeout(ctx, s.p.MaxSleep)
+		defer cancel()
 		s.lookEmpty(lctx)
-		cancel()
-	}
+	})
 }
 
 // lookEmpty wakes the empty shards (shardState.empty) that Redis says hold
