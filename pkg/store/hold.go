@@ -47,8 +47,11 @@ func (s *Store) Hold(ctx context.Context, l *Lease, us []Unavailable) (int, erro
 }
 
 func heldScore(band int, due time.Time) int64 {
-	return HoldBand*int64(1+band) + max(0, min(ms(due), HoldBand-1))
+	return bandBase(band) + max(0, min(ms(due), HoldBand-1))
 }
+
+// bandBase is the lowest score of hold band index band.
+func bandBase(band int) int64 { return HoldBand * int64(1+band) }
 
 // releaseScript moves held messages of a sink back to their due times,
 // earliest first.
@@ -76,7 +79,7 @@ func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) 
 // for the next call; the others are released, and the first error is
 // returned.
 func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
-	lo := HoldBand * int64(1+band)
+	lo := bandBase(band)
 	from, to := strconv.FormatInt(lo, 10), "("+strconv.FormatInt(lo+HoldBand, 10)
 	counts := make([][]*redis.IntCmd, s.shards)
 	pipe := s.rdb.Pipeline()
