@@ -101,6 +101,9 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 		n, err := g.releaseAll(ctx, name)
 		released += n
 		if err != nil {
+			if released > 0 {
+				g.wake() // what came back before the error
+			}
 			return err
 		}
 	}

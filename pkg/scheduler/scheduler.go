@@ -6,7 +6,10 @@
 // Between claims it sleeps until the shard's earliest score, as reported by
 // the claim itself in Redis server time, never longer than MaxSleep (so that
 // messages parked by other instances are seen) and no longer than it takes
-// for a message parked by this process to come due (Notify wakes it).
+// for a message parked by this process to come due (Notify wakes it). A
+// shard its claim found empty sleeps longer, and one look at Redis for all
+// the empty shards each MaxSleep wakes those that hold something
+// (lookEmpty).
 //
 // Delivery is at least once: a message leaves Redis only after its sink
 // confirmed it. If this process dies holding a claim, the claim's lease
@@ -52,6 +55,9 @@ type Store interface {
 	// back to its due time, in every shard, at most max per call to Redis,
 	// and returns how many.
 	ReleaseAll(ctx context.Context, band, max int) (int, error)
+	// Occupied reports, for each of shards, whether a claim could take
+	// anything there now or later (held messages aside).
+	Occupied(ctx context.Context, shards []int) ([]bool, error)
 	Slots(ctx context.Context, sink string, n int, maxRate float64) (time.Time, []time.Time, error)
 	SinkStates(ctx context.Context, names []string) (map[string]store.SinkState, error)
 }
@@ -131,7 +137,18 @@ const awake = math.MaxInt64
 type shardState struct {
 	wake    chan struct{} // capacity 1: wake-ups coalesce
 	planned atomic.Int64  // when the shard plans to claim next, Unix ms (Redis clock)
+	// empty is set while the shard sleeps after a claim that left nothing
+	// in it (lookEmpty wakes it when something comes).
+	empty atomic.Bool
 }
+
+// emptyClaimEvery is how many scheduler.max_sleep an empty shard sleeps
+// before it claims again on its own: each max_sleep, lookEmpty asks Redis
+// in one pipeline of plain reads whether the empty shards hold anything
+// now, and wakes those that do, instead of each claiming (a script and a
+// wake-up each); the shard's own claim is the fallback, should the looks
+// fail.
+const emptyClaimEvery = 10
 
 // New returns a Scheduler; Run starts it.
 func New(p Params) *Scheduler {
@@ -215,6 +232,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		s.lookLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		s.failures.run(ctx, s.p.Clock)
 	}()
 	for i := range s.shards {
@@ -233,7 +255,16 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // runs on the wall clock, not the injected one: it reads the state of
 // Redis and of the sinks, which a test's fake clock does not move.
 func (s *Scheduler) refreshLoop(ctx context.Context) {
-	t := time.NewTicker(s.p.MaxSleep)
+	every(ctx, s.p.MaxSleep, func() {
+		if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
+			s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
+		}
+	})
+}
+
+// every calls f each d on the wall clock until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -241,8 +272,42 @@ func (s *Scheduler) refreshLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
-			s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
+		f()
+	}
+}
+
+// lookLoop looks at the empty shards (lookEmpty) every MaxSleep until ctx
+// ends, each look bounded by MaxSleep: apart from the gate's refresh, which
+// a long release or a Redis that does not answer can hold up. On the wall
+// clock, as refreshLoop.
+func (s *Scheduler) lookLoop(ctx context.Context) {
+	every(ctx, s.p.MaxSleep, func() {
+		lctx, cancel := context.WithTimeout(ctx, s.p.MaxSleep)
+		defer cancel()
+		s.lookEmpty(lctx)
+	})
+}
+
+// lookEmpty wakes the empty shards (shardState.empty) that Redis says hold
+// something now: parked by another instance, or by this one without a
+// Notify. On an error it wakes them all, to claim as usual.
+func (s *Scheduler) lookEmpty(ctx context.Context) {
+	var empty []int
+	for i := range s.shards {
+		if s.shards[i].empty.Load() {
+			empty = append(empty, i)
+		}
+	}
+	if len(empty) == 0 {
+		return
+	}
+	occupied, err := s.p.Store.Occupied(ctx, empty)
+	for j, i := range empty {
+		if err != nil || occupied[j] {
+			select {
+			case s.shards[i].wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -327,6 +392,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		if !claimAt.After(s.p.Clock.Now()) {
 			st.planned.Store(awake)
+			st.empty.Store(false)
 			done, ok := s.claimTurn(ctx, shard)
 			if !ok {
 				return
@@ -372,6 +438,10 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			claimAt = claimedAt.Add(s.p.MaxSleep)
 			if !c.Next.IsZero() {
 				claimAt = earliest(claimAt, c.Next.Add(-offset))
+			} else if len(c.Messages) == 0 && held.len() == 0 {
+				// Nothing left in the shard: lookEmpty watches it.
+				claimAt = claimedAt.Add(emptyClaimEvery * s.p.MaxSleep)
+				st.empty.Store(true)
 			}
 			due := held.add(c, fence)
 			if n := len(c.Messages); n > 0 {

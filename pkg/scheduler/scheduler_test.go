@@ -267,6 +267,18 @@ func (f *fakeStore) Postpone(_ context.Context, _ *store.Lease, rs []store.Retry
 	return len(rs), nil
 }
 
+// Occupied: the fake's one shard holds something when a message has a
+// score (held ones have none).
+func (f *fakeStore) Occupied(_ context.Context, shards []int) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]bool, len(shards))
+	for i := range shards {
+		out[i] = len(f.scores) > 0
+	}
+	return out, nil
+}
+
 func (f *fakeStore) ReleaseAll(context.Context, int, int) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -436,6 +448,26 @@ func TestSleepIsBoundedByMaxSleep(t *testing.T) {
 	}
 	h.clock.Advance(2 * time.Second)
 	recv(t, h.store.claims, "claim after max_sleep")
+}
+
+// An empty shard does not claim again each max_sleep: it sleeps
+// emptyClaimEvery of them, and lookEmpty (each max_sleep, on the wall
+// clock) wakes it as soon as the store holds something for it that came
+// without a Notify (parked by another instance).
+func TestEmptyShardIsWatchedNotClaimed(t *testing.T) {
+	const maxSleep = 20 * time.Millisecond
+	h := start(t, Params{MaxSleep: maxSleep}, nil)
+	recv(t, h.store.claims, "first claim")
+	if d := recv(t, h.clock.timers, "sleep"); d != emptyClaimEvery*maxSleep {
+		t.Fatalf("an empty shard slept %v, want %v", d, emptyClaimEvery*maxSleep)
+	}
+	h.store.park("other", h.clock.Now(), "s") // the fake clock stands still: only lookEmpty can wake the shard
+	if n := recv(t, h.store.claims, "the claim lookEmpty wakes"); n != 1 {
+		t.Fatalf("the woken claim took %d messages", n)
+	}
+	if id := recv(t, h.store.acked, "ack"); id != "other" {
+		t.Fatalf("acked %s", id)
+	}
 }
 
 func TestNotifyWakesEarlyOnlyForSoonerMessages(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
@@ -247,4 +249,32 @@ func committed(shard, n int, res []any, err error) (time.Time, []Committed, erro
 		out[i] = Committed(toInt64(res[1+i]))
 	}
 	return time.UnixMicro(toInt64(res[0])), out, nil
+}
+
+// Occupied reports, for each of shards, whether a claim could take
+// anything there now or later: a due set's first entry below the hold
+// bands (a parked message, a claim's lease that will end, a rate slot).
+// Held messages do not count: a release wakes the shards. One pipeline of
+// plain reads, no script: the scheduler asks it for its empty shards each
+// scheduler.max_sleep instead of claiming each of them.
+func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
+	firsts := make([][]*redis.ZSliceCmd, len(shards))
+	pipe := s.rdb.Pipeline()
+	for i, sh := range shards {
+		for p := 0; p <= MaxPriority; p++ {
+			firsts[i] = append(firsts[i], pipe.ZRangeWithScores(ctx, s.keys.DueAt(sh, p), 0, 0))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("store.occupied: %w", err)
+	}
+	out := make([]bool, len(shards))
+	for i, cs := range firsts {
+		for _, c := range cs {
+			if z := c.Val(); len(z) > 0 && z[0].Score < float64(HoldBand) {
+				out[i] = true
+			}
+		}
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -319,6 +320,44 @@ func TestReplace(t *testing.T) {
 	info = inspect(t, s, "r")
 	if info.State != store.StateScheduled || string(info.Message.Body) != "v3" || !info.NextAt.Equal(t0.Add(3*time.Hour)) {
 		t.Fatalf("after the ack: %s %s next %v", info.State, info.Message.Body, info.NextAt)
+	}
+}
+
+// Occupied tells a shard a claim could take something from (a parked
+// message of any priority, one in flight whose lease will end) from an
+// empty one, and from one that holds only held messages.
+func TestOccupied(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	states, err := s.SinkStates(ctx, []string{"down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	byShard := map[int]*envelope.Message{}
+	for i := 0; len(byShard) < 3; i++ {
+		m := msg(fmt.Sprint("m", i), now.Add(time.Hour))
+		if sh := s.ShardOf(m.ID); byShard[sh] == nil && sh < 3 {
+			byShard[sh] = m
+		}
+	}
+	// shard 0: parked at priority 7; shard 1: in flight; shard 2: held; shard 3: empty
+	byShard[0].Priority = 7
+	byShard[1].DueAt = now.Add(-time.Second).Truncate(time.Millisecond)
+	byShard[2].DueAt, byShard[2].Sink = now.Add(-time.Second).Truncate(time.Millisecond), "down"
+	park(t, s, store.Parked, byShard[0], byShard[1], byShard[2])
+	if c, err := s.Claim(ctx, 1, 10, time.Minute, nil); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim of shard 1: %+v %v", c, err)
+	}
+	if c, err := s.Claim(ctx, 2, 10, time.Minute, map[string]int{"down": states["down"].Band}); err != nil || len(c.Messages) != 0 {
+		t.Fatalf("claim of shard 2 with its sink down: %+v %v", c, err)
+	}
+	got, err := s.Occupied(ctx, []int{3, 2, 1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, false, true, true}; !slices.Equal(got, want) {
+		t.Fatalf("occupied (shards 3, 2, 1, 0): %v, want %v", got, want)
 	}
 }
 
