@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -156,8 +157,17 @@ var addressPatterns = []struct {
 // redactAddresses removes network addresses from a reason, keeping its
 // words: what /readyz shows to a caller without the token, so that a
 // probe or a stranger learns why the daemon is not ready but not where its
-// Redis and brokers are.
-func redactAddresses(reason string) string {
+// Redis and brokers are. The configured addresses go first, as written
+// (longest first, so that none leaves a part of another), then whatever
+// the patterns find.
+func redactAddresses(reason string, configured ...string) string {
+	configured = slices.Clone(configured)
+	slices.SortFunc(configured, func(a, b string) int { return len(b) - len(a) })
+	for _, a := range configured {
+		if a != "" {
+			reason = strings.ReplaceAll(reason, a, "<address>")
+		}
+	}
 	for _, p := range addressPatterns {
 		reason = p.re.ReplaceAllString(reason, p.with)
 	}

@@ -145,7 +145,7 @@ func (s *Server) readyz(ctx context.Context, in *struct {
 	if s.p.Warnings != nil {
 		for _, w := range s.p.Warnings() {
 			if redact {
-				w = redactAddresses(w)
+				w = redactAddresses(w, s.p.Addresses...)
 			}
 			warnings = append(warnings, w)
 		}
@@ -154,7 +154,7 @@ func (s *Server) readyz(ctx context.Context, in *struct {
 		if err := s.p.Ready(); err != nil {
 			reason := err.Error()
 			if redact {
-				reason = redactAddresses(reason)
+				reason = redactAddresses(reason, s.p.Addresses...)
 			}
 			return &readyOutput{Status: http.StatusServiceUnavailable, Body: health{Status: "not ready", Error: reason, Warnings: warnings}}, nil
 		}

@@ -415,6 +415,19 @@ func TestRedactAddresses(t *testing.T) {
 			t.Errorf("redactAddresses(%q)\n = %q\nwant %q", in, got, want)
 		}
 	}
+	// The configured addresses go whatever their form: a named port and
+	// sentinels, as the daemon's own reason names them, none of which the
+	// patterns take for an address.
+	configured := []string{"redis.internal:redis", "sentinel-a:sentinel", "sentinel-a:sentinel-tls"}
+	for in, want := range map[string]string{
+		"redis: no answer from redis.internal:redis within 1s: context deadline exceeded":                        "redis: no answer from <address> within 1s: context deadline exceeded",
+		`redis: no answer from master "m" via sentinels [sentinel-a:sentinel-tls sentinel-a:sentinel] within 1s`: `redis: no answer from master "m" via sentinels [<address> <address>] within 1s`,
+		"redis: dial tcp 10.0.0.5:6379: connect: connection refused":                                             "redis: dial tcp <address>: connect: connection refused",
+	} {
+		if got := redactAddresses(in, configured...); got != want {
+			t.Errorf("redactAddresses(%q, %q)\n = %q\nwant %q", in, configured, got, want)
+		}
+	}
 }
 
 // TestNestedBodiesRefused: a body nested past jsonlimit.MaxDepth is a 400

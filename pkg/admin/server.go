@@ -91,6 +91,13 @@ type Params struct {
 	// by /readyz with 503. nil means always ready.
 	Ready func() error
 
+	// Addresses are the configured addresses of Redis, as the
+	// configuration writes them: /readyz hides them from a caller without
+	// the token whatever their form (a named port such as
+	// "redis.internal:redis", which the patterns of redactAddresses do not
+	// take for an address), beside everything those patterns hide.
+	Addresses []string
+
 	// Warnings are what /readyz lists under "warnings", ready or not:
 	// what an operator should fix that does not stop the daemon (a Redis
 	// that keeps nothing on disk). nil: none.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/destination"
@@ -151,6 +152,13 @@ func redisAddr(rc config.Redis) string {
 		return fmt.Sprint(rc.Addrs)
 	}
 	return rc.Addr
+}
+
+// redisAddrs returns every address of rc as the configuration writes it,
+// for /readyz to hide from callers without the token
+// (admin.Params.Addresses): the reasons name them as written.
+func redisAddrs(rc config.Redis) []string {
+	return slices.Concat([]string{rc.Addr}, rc.Addrs, rc.SentinelAddrs)
 }
 
 // Limits converts the configured limits.

@@ -260,10 +260,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 				Now:          d.clock.Now,
 				Logger:       log,
 			}),
-			Ready:    d.Ready,
-			Warnings: d.persistence.warnings,
-			Metrics:  d.metrics,
-			Logger:   log,
+			Ready:     d.Ready,
+			Addresses: redisAddrs(cfg.Redis),
+			Warnings:  d.persistence.warnings,
+			Metrics:   d.metrics,
+			Logger:    log,
 		})
 	}
 	return d, nil
