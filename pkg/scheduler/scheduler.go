@@ -277,9 +277,8 @@ func every(ctx context.Context, d time.Duration, f func()) {
 }
 
 // lookLoop looks at the empty shards (lookEmpty) every MaxSleep until ctx
-// ends, each look bounded by MaxSleep: apart from the gate's refresh, which
-// a long release or a Redis that does not answer can hold up. On the wall
-// clock, as refreshLoop.
+// ends, apart from the gate's refresh, which a long release or a Redis that
+// does not answer can hold up. On the wall clock, as refreshLoop.
 func (s *Scheduler) lookLoop(ctx context.Context) {
 	every(ctx, s.p.MaxSleep, func() {
 		lctx, cancel := context.WithTimeout(ctx, s.p.MaxSleep)
@@ -290,7 +289,11 @@ func (s *Scheduler) lookLoop(ctx context.Context) {
 
 // lookEmpty wakes the empty shards (shardState.empty) that Redis says hold
 // something now: parked by another instance, or by this one without a
-// Notify. On an error it wakes them all, to claim as usual.
+// Notify. On an error it wakes them all, to claim as usual; and as soon as
+// the look has taken MaxSleep, too: the look is one pipeline over every
+// empty shard, so one Redis Cluster node that does not answer would hold
+// up the shards of the others, and go-redis ends a read at
+// redis.read_timeout, not at the context's deadline.
 func (s *Scheduler) lookEmpty(ctx context.Context) {
 	var empty []int
 	for i := range s.shards {
@@ -301,13 +304,22 @@ func (s *Scheduler) lookEmpty(ctx context.Context) {
 	if len(empty) == 0 {
 		return
 	}
+	wake := func(i int) {
+		select {
+		case s.shards[i].wake <- struct{}{}:
+		default:
+		}
+	}
+	late := time.AfterFunc(s.p.MaxSleep, func() {
+		for _, i := range empty {
+			wake(i)
+		}
+	})
 	occupied, err := s.p.Store.Occupied(ctx, empty)
+	late.Stop()
 	for j, i := range empty {
 		if err != nil || occupied[j] {
-			select {
-			case s.shards[i].wake <- struct{}{}:
-			default:
-			}
+			wake(i)
 		}
 	}
 }

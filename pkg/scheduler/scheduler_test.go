@@ -136,6 +136,9 @@ type fakeStore struct {
 	// keeps the claimer (a process paused between its claim and its
 	// publish): the clock moves on by it before the claim returns.
 	stall time.Duration
+	// lookHold, when set, keeps every Occupied until it is closed, as
+	// go-redis keeps a read past its context's deadline.
+	lookHold chan struct{}
 }
 
 func newFakeStore(c *fakeClock) *fakeStore {
@@ -270,6 +273,12 @@ func (f *fakeStore) Postpone(_ context.Context, _ *store.Lease, rs []store.Retry
 // Occupied: the fake's one shard holds something when a message has a
 // score (held ones have none).
 func (f *fakeStore) Occupied(_ context.Context, shards []int) ([]bool, error) {
+	f.mu.Lock()
+	hold := f.lookHold
+	f.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]bool, len(shards))
@@ -467,6 +476,25 @@ func TestEmptyShardIsWatchedNotClaimed(t *testing.T) {
 	}
 	if id := recv(t, h.store.acked, "ack"); id != "other" {
 		t.Fatalf("acked %s", id)
+	}
+}
+
+// A look at the empty shards that outlasts max_sleep (a Redis Cluster node
+// that does not answer holds up the look's one pipeline, and go-redis ends
+// the read at redis.read_timeout, not at the look's deadline) wakes them,
+// to claim on their own as they would without the look.
+func TestSlowLookWakesTheEmptyShards(t *testing.T) {
+	const maxSleep = 20 * time.Millisecond
+	hold := make(chan struct{})
+	h := start(t, Params{MaxSleep: maxSleep}, func(h *harness) { h.store.lookHold = hold })
+	t.Cleanup(func() { close(hold) }) // before the scheduler's stop, which waits for the look
+	recv(t, h.store.claims, "first claim")
+	if d := recv(t, h.clock.timers, "sleep"); d != emptyClaimEvery*maxSleep {
+		t.Fatalf("an empty shard slept %v, want %v", d, emptyClaimEvery*maxSleep)
+	}
+	h.store.park("other", h.clock.Now(), "s") // the fake clock stands still, and the look never answers
+	if n := recv(t, h.store.claims, "the claim a slow look wakes"); n != 1 {
+		t.Fatalf("the woken claim took %d messages", n)
 	}
 }
 
