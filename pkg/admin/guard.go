@@ -158,18 +158,50 @@ var addressPatterns = []struct {
 // words: what /readyz shows to a caller without the token, so that a
 // probe or a stranger learns why the daemon is not ready but not where its
 // Redis and brokers are. The configured addresses go first, as written
-// (longest first, so that none leaves a part of another), then whatever
-// the patterns find.
+// (longest first, so that none leaves a part of another), each with the
+// name it ends (replaceAddress), then whatever the patterns find.
 func redactAddresses(reason string, configured ...string) string {
 	configured = slices.Clone(configured)
 	slices.SortFunc(configured, func(a, b string) int { return len(b) - len(a) })
 	for _, a := range configured {
 		if a != "" {
-			reason = strings.ReplaceAll(reason, a, "<address>")
+			reason = replaceAddress(reason, a)
 		}
 	}
 	for _, p := range addressPatterns {
 		reason = p.re.ReplaceAllString(reason, p.with)
 	}
 	return reason
+}
+
+// replaceAddress replaces each occurrence of addr in s with "<address>",
+// together with the rest of the name it ends ("shard-0.redis.internal:6379"
+// for "redis.internal:6379", "nats.internal:6380" for ":6380"), so that no
+// part of a name is left behind; an occurrence that goes on as a longer
+// name or number ("redis.internal:63790") is not addr and stays.
+func replaceAddress(s, addr string) string {
+	namePart := func(c byte) bool {
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_'
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, addr)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(addr)
+		if end < len(s) && namePart(s[end]) && s[end] != '.' {
+			b.WriteString(s[:i+1])
+			s = s[i+1:]
+			continue
+		}
+		from := i
+		for from > 0 && namePart(s[from-1]) {
+			from--
+		}
+		b.WriteString(s[:from])
+		b.WriteString("<address>")
+		s = s[end:]
+	}
 }
