@@ -289,11 +289,11 @@ func (s *Scheduler) lookLoop(ctx context.Context) {
 
 // lookEmpty wakes the empty shards (shardState.empty) that Redis says hold
 // something now: parked by another instance, or by this one without a
-// Notify. On an error it wakes them all, to claim as usual; and as soon as
-// the look has taken MaxSleep, too: the look is one pipeline over every
-// empty shard, so one Redis Cluster node that does not answer would hold
-// up the shards of the others, and go-redis ends a read at
-// redis.read_timeout, not at the context's deadline.
+// Notify. On an error it wakes them all, to claim as usual; and each
+// MaxSleep the look takes, too, as if they claimed on their own: the look
+// is one pipeline over every empty shard, so one Redis Cluster node that
+// does not answer would hold up the shards of the others, and go-redis
+// ends a read at redis.read_timeout, not at the context's deadline.
 func (s *Scheduler) lookEmpty(ctx context.Context) {
 	var empty []int
 	for i := range s.shards {
@@ -310,13 +310,23 @@ func (s *Scheduler) lookEmpty(ctx context.Context) {
 		default:
 		}
 	}
-	late := time.AfterFunc(s.p.MaxSleep, func() {
-		for _, i := range empty {
-			wake(i)
+	looked := make(chan struct{})
+	go func() {
+		late := time.NewTicker(s.p.MaxSleep)
+		defer late.Stop()
+		for {
+			select {
+			case <-looked:
+				return
+			case <-late.C:
+				for _, i := range empty {
+					wake(i)
+				}
+			}
 		}
-	})
+	}()
 	occupied, err := s.p.Store.Occupied(ctx, empty)
-	late.Stop()
+	close(looked)
 	for j, i := range empty {
 		if err != nil || occupied[j] {
 			wake(i)
