@@ -159,7 +159,7 @@ var addressPatterns = []struct {
 // probe or a stranger learns why the daemon is not ready but not where its
 // Redis and brokers are. The configured addresses go first, as written
 // (longest first, so that none leaves a part of another), each with the
-// name it ends (replaceAddress), then whatever the patterns find.
+// name it is a part of (replaceAddress), then whatever the patterns find.
 func redactAddresses(reason string, configured ...string) string {
 	configured = slices.Clone(configured)
 	slices.SortFunc(configured, func(a, b string) int { return len(b) - len(a) })
@@ -175,13 +175,18 @@ func redactAddresses(reason string, configured ...string) string {
 }
 
 // replaceAddress replaces each occurrence of addr in s with "<address>",
-// together with the rest of the name it ends ("shard-0.redis.internal:6379"
-// for "redis.internal:6379", "nats.internal:6380" for ":6380"), so that no
-// part of a name is left behind; an occurrence that goes on as a longer
-// name or number ("redis.internal:63790") is not addr and stays.
+// together with the rest of the name it is a part of
+// ("shard-0.redis.internal:6379" for "redis.internal:6379",
+// "nats.internal:6380" for ":6380", "redis.internal:redis2" for
+// "redis.internal:redis"), so that no part of a name is left behind:
+// hiding too much is safe. A colon or a period that ends the name (the
+// reason's punctuation) stays.
 func replaceAddress(s, addr string) string {
+	if addr == "" {
+		return s
+	}
 	namePart := func(c byte) bool {
-		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_'
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' || c == ':'
 	}
 	var b strings.Builder
 	for {
@@ -190,15 +195,15 @@ func replaceAddress(s, addr string) string {
 			b.WriteString(s)
 			return b.String()
 		}
-		end := i + len(addr)
-		if end < len(s) && namePart(s[end]) && s[end] != '.' {
-			b.WriteString(s[:i+1])
-			s = s[i+1:]
-			continue
-		}
-		from := i
+		from, end := i, i+len(addr)
 		for from > 0 && namePart(s[from-1]) {
 			from--
+		}
+		for end < len(s) && namePart(s[end]) {
+			end++
+		}
+		for end > i+len(addr) && (s[end-1] == ':' || s[end-1] == '.') {
+			end--
 		}
 		b.WriteString(s[:from])
 		b.WriteString("<address>")

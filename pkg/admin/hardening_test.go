@@ -423,16 +423,17 @@ func TestRedactAddresses(t *testing.T) {
 		"redis: no answer from redis.internal:redis within 1s: context deadline exceeded":                        "redis: no answer from <address> within 1s: context deadline exceeded",
 		`redis: no answer from master "m" via sentinels [sentinel-a:sentinel-tls sentinel-a:sentinel] within 1s`: `redis: no answer from master "m" via sentinels [<address> <address>] within 1s`,
 		"redis: dial tcp 10.0.0.5:6379: connect: connection refused":                                             "redis: dial tcp <address>: connect: connection refused",
-		// the end of a longer name: hidden with it (no pattern takes a named port)
+		// a part of a longer name: hidden with it (no pattern takes a named port)
 		"dial tcp shard-0.redis.internal:redis: i/o timeout": "dial tcp <address>: i/o timeout",
-		"redis.internal:redis2 is another port":              "redis.internal:redis2 is another port",
+		"redis.internal:redis2 goes on as a longer name":     "<address> goes on as a longer name",
+		"sentinel-a:sentinel-x:1-sentinel-a:sentinel":        "<address>",
 	} {
 		if got := redactAddresses(in, configured...); got != want {
 			t.Errorf("redactAddresses(%q, %q)\n = %q\nwant %q", in, configured, got, want)
 		}
 	}
-	// A configured address that ends a longer name, or a port alone after
-	// a host, goes with the whole name.
+	// A configured address that is a part of a longer name, or a port
+	// alone after a host, goes with the whole name.
 	configured = []string{"redis.internal:6379", ":6380"}
 	for in, want := range map[string]string{
 		"dial tcp shard-0.redis.internal:6379: i/o timeout": "dial tcp <address>: i/o timeout",
