@@ -415,34 +415,29 @@ func TestRedactAddresses(t *testing.T) {
 			t.Errorf("redactAddresses(%q)\n = %q\nwant %q", in, got, want)
 		}
 	}
-	// The configured addresses go whatever their form: a named port and
-	// sentinels, as the daemon's own reason names them, none of which the
-	// patterns take for an address.
-	configured := []string{"redis.internal:redis", "sentinel-a:sentinel", "sentinel-a:sentinel-tls"}
-	for in, want := range map[string]string{
-		"redis: no answer from redis.internal:redis within 1s: context deadline exceeded":                        "redis: no answer from <address> within 1s: context deadline exceeded",
-		`redis: no answer from master "m" via sentinels [sentinel-a:sentinel-tls sentinel-a:sentinel] within 1s`: `redis: no answer from master "m" via sentinels [<address> <address>] within 1s`,
-		"redis: dial tcp 10.0.0.5:6379: connect: connection refused":                                             "redis: dial tcp <address>: connect: connection refused",
-		// a part of a longer name: hidden with it (no pattern takes a named port)
-		"dial tcp shard-0.redis.internal:redis: i/o timeout": "dial tcp <address>: i/o timeout",
-		"redis.internal:redis2 goes on as a longer name":     "<address> goes on as a longer name",
-		"sentinel-a:sentinel-x:1-sentinel-a:sentinel":        "<address>",
+	// The configured addresses go whatever their form, as the daemon's own
+	// reason names them (a named port, sentinels: the patterns take none
+	// for an address), each with the whole name it is a part of; so does a
+	// port alone after a host.
+	named := []string{"redis.internal:redis", "sentinel-a:sentinel", "sentinel-a:sentinel-tls"}
+	numbered := []string{"redis.internal:6379", ":6380"}
+	for _, c := range []struct {
+		configured []string
+		in, want   string
+	}{
+		{named, "redis: no answer from redis.internal:redis within 1s: context deadline exceeded", "redis: no answer from <address> within 1s: context deadline exceeded"},
+		{named, `redis: no answer from master "m" via sentinels [sentinel-a:sentinel-tls sentinel-a:sentinel] within 1s`, `redis: no answer from master "m" via sentinels [<address> <address>] within 1s`},
+		{named, "redis: dial tcp 10.0.0.5:6379: connect: connection refused", "redis: dial tcp <address>: connect: connection refused"},
+		{named, "dial tcp shard-0.redis.internal:redis: i/o timeout", "dial tcp <address>: i/o timeout"},
+		{named, "redis.internal:redis2 goes on as a longer name", "<address> goes on as a longer name"},
+		{named, "sentinel-a:sentinel-x:1-sentinel-a:sentinel", "<address>"},
+		{numbered, "dial tcp shard-0.redis.internal:6379: i/o timeout", "dial tcp <address>: i/o timeout"},
+		{numbered, "sink out: nats.internal:6380 unreachable", "sink out: <address> unreachable"},
+		{numbered, "redis: dial tcp :6380: connection refused", "redis: dial tcp <address>: connection refused"},
+		{numbered, "redis: no answer from redis.internal:6379.", "redis: no answer from <address>."},
 	} {
-		if got := redactAddresses(in, configured...); got != want {
-			t.Errorf("redactAddresses(%q, %q)\n = %q\nwant %q", in, configured, got, want)
-		}
-	}
-	// A configured address that is a part of a longer name, or a port
-	// alone after a host, goes with the whole name.
-	configured = []string{"redis.internal:6379", ":6380"}
-	for in, want := range map[string]string{
-		"dial tcp shard-0.redis.internal:6379: i/o timeout": "dial tcp <address>: i/o timeout",
-		"sink out: nats.internal:6380 unreachable":          "sink out: <address> unreachable",
-		"redis: dial tcp :6380: connection refused":         "redis: dial tcp <address>: connection refused",
-		"redis: no answer from redis.internal:6379.":        "redis: no answer from <address>.",
-	} {
-		if got := redactAddresses(in, configured...); got != want {
-			t.Errorf("redactAddresses(%q, %q)\n = %q\nwant %q", in, configured, got, want)
+		if got := redactAddresses(c.in, c.configured...); got != c.want {
+			t.Errorf("redactAddresses(%q, %q)\n = %q\nwant %q", c.in, c.configured, got, c.want)
 		}
 	}
 }
