@@ -479,6 +479,24 @@ func TestHoldAndRelease(t *testing.T) {
 	if info := inspect(t, s, "d1"); !info.Held || info.Attempts != 0 {
 		t.Fatalf("held in-flight message: %+v", info)
 	}
+	// A held message rescheduled, or replaced, stays held for its sink, at
+	// its new due time (still before d4's, then after d2's: the release's
+	// order below is kept).
+	d2 := msgs[0].DueAt.Add(time.Second)
+	if _, err := s.Reschedule(ctx, "d2", d2, time.Time{}); err != nil {
+		t.Fatalf("reschedule of a held message: %v", err)
+	}
+	if info := inspect(t, s, "d2"); info.State != store.StateHeld || !info.NextAt.Equal(d2) {
+		t.Fatalf("held message rescheduled: %+v, want held, due %v", info, d2)
+	}
+	d4 := msg("d4", d2.Add(time.Second))
+	d4.Sink, d4.Replace = "down", true
+	if r, err := s.Park(ctx, []*envelope.Message{d4}); err != nil || r[0] != store.Replaced {
+		t.Fatalf("replace of a held message: %v %v", r, err)
+	}
+	if info := inspect(t, s, "d4"); info.State != store.StateHeld || !info.NextAt.Equal(d4.DueAt) {
+		t.Fatalf("held message replaced: %+v, want held, due %v", info, d4.DueAt)
+	}
 	// Release brings them back, in due order.
 	if n, err := s.Release(ctx, 0, band, 2); err != nil || n != 2 {
 		t.Fatalf("release: %d %v", n, err)

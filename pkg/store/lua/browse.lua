@@ -130,7 +130,7 @@ if fgroup ~= '' and ingroupindex <= groupmax then
       if score then
         score = tonumber(score)
         local base = 0
-        if mode ~= 'dead' and score >= HOLDBAND then base = math.floor(score / HOLDBAND) * HOLDBAND end
+        if mode ~= 'dead' then base = bandbase(score) end
         local k = score - base
         if k >= lo and k < hi and (not hascur or before(ck, cid, k, id)) then
           cands[#cands + 1] = {id = id, score = score, k = k, held = base > 0}
@@ -186,7 +186,7 @@ else
     local key = zkey(p)
     if redis.call('EXISTS', key) == 1 then
       stream(key, 0, HOLDBAND, false)
-      for b = 1, bands do stream(key, HOLDBAND * b, HOLDBAND, true) end
+      for k = 0, bands - 1 do stream(key, bandlow(k), HOLDBAND, true) end
     end
   end
 end

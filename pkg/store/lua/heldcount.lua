@@ -7,7 +7,7 @@ returns   one count per band, in order
 
 local out = {}
 for i, b in ipairs(ARGV) do
-  local base = HOLDBAND * (1 + tonumber(b))
+  local base = bandlow(b)
   local n = 0
   for p = 0, maxprio() do
     n = n + redis.call('ZCOUNT', zkey(p), base, '(' .. (base + HOLDBAND))

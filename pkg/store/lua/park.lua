@@ -98,7 +98,7 @@ for i = 4, #ARGV, 12 do
       local band = 0
       if score then
         redis.call('ZREM', zkey(p), id)
-        if held(score) then band = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND end
+        band = bandbase(score)
       else
         undead(id, redis.call('HGET', K.pool, id)) -- dead: parked again as the replacement
         add(src)

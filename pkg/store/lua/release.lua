@@ -8,7 +8,7 @@ ARGV[2]   at most this many
 returns   how many were moved
 ]]
 
-local base = HOLDBAND * (1 + tonumber(ARGV[1]))
+local base = bandlow(ARGV[1])
 local left = tonumber(ARGV[2])
 for p = maxprio(), 0, -1 do
   if left == 0 then break end

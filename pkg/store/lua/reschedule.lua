@@ -22,8 +22,7 @@ if leased(score) and tonumber(score) > servertime() then return {-1, 0} end
 if redis.call('HGET', K.pool, id) ~= ARGV[2] then return {-2, 0} end
 local due = ARGV[4]
 if due == 'now' then due = servertime() else due = tonumber(due) end
-local s = due
-if held(score) then s = math.floor(tonumber(score) / HOLDBAND) * HOLDBAND + due end
+local s = bandbase(score) + due
 redis.call('HSET', K.pool, id, ARGV[3])
 redis.call('ZADD', zkey(p), s, id)
 return {1, due}

@@ -26,6 +26,16 @@ local function maxprio()
   return MAXPRIO
 end
 local function held(score) return tonumber(score) >= HOLDBAND end
+-- bandlow is the lowest score of hold band index k (the sink's, from the
+-- sinks hash); the band holds the scores from it to bandlow(k) + HOLDBAND,
+-- that one excluded.
+local function bandlow(k) return HOLDBAND * (1 + tonumber(k)) end
+-- bandbase is the lowest score of the hold band a due-set score is in, 0
+-- for a message not held: the score less it is the due time.
+local function bandbase(score)
+  if not held(score) then return 0 end
+  return math.floor(tonumber(score) / HOLDBAND) * HOLDBAND
+end
 -- leased reports whether a due-set score is a lease expiry.
 local function leased(score) return tonumber(score) % 1 == LEASE_MARK end
 -- ahead reports whether a due-set score is a claim ahead of the due time.

@@ -86,7 +86,7 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
   local holds = left * 4 -- bound of the messages held per call
   local blocked, anyblocked = {}, false
   for i = from, #args, 2 do
-    blocked[args[i]] = HOLDBAND * (1 + tonumber(args[i + 1]))
+    blocked[args[i]] = bandlow(args[i + 1])
     anyblocked = true
   end
   local anymeta = redis.call('EXISTS', K.meta) == 1
