@@ -184,20 +184,23 @@ func New(p Params) *Scheduler {
 func (s *Scheduler) Notify(id string, due time.Time) {
 	st := &s.shards[s.p.Store.ShardOf(id)]
 	if due.UnixMilli() < st.planned.Load() {
-		select {
-		case st.wake <- struct{}{}:
-		default:
-		}
+		st.poke()
+	}
+}
+
+// poke wakes the shard's loop, at once if it sleeps, else when it next
+// would; it never blocks, and wake-ups coalesce.
+func (st *shardState) poke() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
 	}
 }
 
 // wakeAll wakes every shard (held messages were released).
 func (s *Scheduler) wakeAll() {
 	for i := range s.shards {
-		select {
-		case s.shards[i].wake <- struct{}{}:
-		default:
-		}
+		s.shards[i].poke()
 	}
 }
 
@@ -304,12 +307,6 @@ func (s *Scheduler) lookEmpty(ctx context.Context) {
 	if len(empty) == 0 {
 		return
 	}
-	wake := func(i int) {
-		select {
-		case s.shards[i].wake <- struct{}{}:
-		default:
-		}
-	}
 	looked := make(chan struct{})
 	go func() {
 		late := time.NewTicker(s.p.MaxSleep)
@@ -320,7 +317,7 @@ func (s *Scheduler) lookEmpty(ctx context.Context) {
 				return
 			case <-late.C:
 				for _, i := range empty {
-					wake(i)
+					s.shards[i].poke()
 				}
 			}
 		}
@@ -329,7 +326,7 @@ func (s *Scheduler) lookEmpty(ctx context.Context) {
 	close(looked)
 	for j, i := range empty {
 		if err != nil || occupied[j] {
-			wake(i)
+			s.shards[i].poke()
 		}
 	}
 }
@@ -875,12 +872,7 @@ func (s *Scheduler) settleOne(ctx context.Context, st store.Settlement) error {
 }
 
 // wakeShard wakes one shard (a detached publish parked something again).
-func (s *Scheduler) wakeShard(shard int) {
-	select {
-	case s.shards[shard].wake <- struct{}{}:
-	default:
-	}
-}
+func (s *Scheduler) wakeShard(shard int) { s.shards[shard].poke() }
 
 // refused is why the message may not be published to its destination
 // (Params.Destinations), nil when it may.
