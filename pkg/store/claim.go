@@ -261,8 +261,8 @@ func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
 	firsts := make([][]*redis.ZSliceCmd, len(shards))
 	pipe := s.rdb.Pipeline()
 	for i, sh := range shards {
-		for p := 0; p <= MaxPriority; p++ {
-			firsts[i] = append(firsts[i], pipe.ZRangeWithScores(ctx, s.keys.DueAt(sh, p), 0, 0))
+		for _, key := range s.keys.DueSets(sh) {
+			firsts[i] = append(firsts[i], pipe.ZRangeWithScores(ctx, key, 0, 0))
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -271,8 +271,10 @@ func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
 	out := make([]bool, len(shards))
 	for i, cs := range firsts {
 		for _, c := range cs {
-			if z := c.Val(); len(z) > 0 && z[0].Score < float64(HoldBand) {
-				out[i] = true
+			if z := c.Val(); len(z) > 0 {
+				if held, _ := Held(z[0].Score); !held {
+					out[i] = true
+				}
 			}
 		}
 	}

@@ -84,8 +84,8 @@ func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
 	counts := make([][]*redis.IntCmd, s.shards)
 	pipe := s.rdb.Pipeline()
 	for sh := range s.shards {
-		for p := 0; p <= MaxPriority; p++ {
-			counts[sh] = append(counts[sh], pipe.ZCount(ctx, s.keys.DueAt(sh, p), from, to))
+		for _, key := range s.keys.DueSets(sh) {
+			counts[sh] = append(counts[sh], pipe.ZCount(ctx, key, from, to))
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below

@@ -123,6 +123,15 @@ func (k Keys) DueAt(shard, priority int) string {
 	return k.shardKey(shard, "due:p"+strconv.Itoa(priority))
 }
 
+// DueSets are the due sets of a shard, for priorities 0 to MaxPriority.
+func (k Keys) DueSets(shard int) []string {
+	out := make([]string, MaxPriority+1)
+	for p := range out {
+		out[p] = k.DueAt(shard, p)
+	}
+	return out
+}
+
 // Groups is the index of a shard's messages by group.
 func (k Keys) Groups(shard int) string { return k.shardKey(shard, "groups") }
 
