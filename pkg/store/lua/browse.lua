@@ -69,7 +69,7 @@ end
 local function state(e)
   if mode == 'dead' then return 'd' end
   if e.held then return 'h' end
-  if leased(e.score) and e.score > now then return 'i' end
+  if firing(e.score, now) then return 'i' end
   return 's'
 end
 local function keep(e, st)
@@ -182,13 +182,7 @@ end
 if mode == 'dead' then
   stream(K.dead, 0, math.huge, false)
 else
-  for p = 0, maxprio() do
-    local key = zkey(p)
-    if redis.call('EXISTS', key) == 1 then
-      stream(key, 0, HOLDBAND, false)
-      for k = 0, bands - 1 do stream(key, bandlow(k), HOLDBAND, true) end
-    end
-  end
+  for _, sp in ipairs(spans(bands)) do stream(sp.key, sp.off, sp.top, sp.held) end
 end
 local chunk = math.max(16, math.min(limit, 256))
 local function head(st)

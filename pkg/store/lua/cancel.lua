@@ -17,7 +17,7 @@ local id = ARGV[1]
 local blob = redis.call('HGET', K.pool, id)
 if not blob then return 0 end
 local score = duescore(id)
-if score and leased(score) and tonumber(score) > servertime() then return 2 end
+if firing(score, servertime()) then return 2 end
 unschedule(id)
 undead(id, blob)
 remember(KEYS[NKEYS + 1], tonumber(ARGV[2]), id, blob)

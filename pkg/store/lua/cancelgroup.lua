@@ -23,7 +23,7 @@ local cancelled, inflight = 0, 0
 for _, m in ipairs(members) do
   local id = string.sub(m, prefix)
   local score = duescore(id)
-  if score and leased(score) and tonumber(score) > now then
+  if firing(score, now) then
     inflight = inflight + 1
   else
     local blob = redis.call('HGET', K.pool, id)

@@ -43,7 +43,7 @@ for i = 4, 3 + 2 * n, 2 do
     r = 1 -- committed already (a commit whose reply was lost, sent again)
   elseif score and tonumber(score) == mine and expiry > now then
     if due * 1000 <= nowus + lead then
-      redis.call('ZADD', zkey(p), 'XX', inflight, id)
+      place(p, id, inflight)
       r = 1
     else
       r = -1
@@ -56,7 +56,7 @@ for i = 4 + 2 * n, #ARGV, 2 do
   local id = ARGV[i]
   local score, p = duescore(id, top)
   if score and tonumber(score) == mine then
-    redis.call('ZADD', zkey(p), 'XX', ARGV[i + 1], id)
+    place(p, id, ARGV[i + 1])
     given = given + 1
   end
 end

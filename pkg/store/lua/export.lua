@@ -21,7 +21,7 @@ for i = 1, #kv, 2 do
   -- the due set of the message's own priority first, then any
   local score = false
   local info = blobinfo(blob)
-  if info.prio <= MAXPRIO then score = redis.call('ZSCORE', zkey(info.prio), id) end
+  if info.prio <= MAXPRIO then score = scoreat(info.prio, id) end
   if not score then score = duescore(id, top) end
   local dead = false
   if not score then dead = redis.call('ZSCORE', K.dead, id) end

@@ -18,11 +18,11 @@ local score, p = duescore(id)
 if not score then return {0, 0} end
 -- Under a lease that has not expired its publish may be under way; one
 -- whose lease expired is parked (as cancel.lua takes it): its holder is gone.
-if leased(score) and tonumber(score) > servertime() then return {-1, 0} end
+if firing(score, servertime()) then return {-1, 0} end
 if redis.call('HGET', K.pool, id) ~= ARGV[2] then return {-2, 0} end
 local due = ARGV[4]
 if due == 'now' then due = servertime() else due = tonumber(due) end
 local s = bandbase(score) + due
 redis.call('HSET', K.pool, id, ARGV[3])
-redis.call('ZADD', zkey(p), s, id)
+place(p, id, s)
 return {1, due}

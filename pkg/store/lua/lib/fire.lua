@@ -12,7 +12,7 @@ path of the scheduler (claim, claimack and ack).
 -- says why once is enough).
 --
 -- The common message (delivered, not recurring, nothing waiting) is removed
--- with the others at the end, one ZREM per due set and one HDEL per hash
+-- with the others at the end, one call per priority and one HDEL per hash
 -- for the lease, not three calls each.
 local function acklease(expiry, seenat, args, from, to, seen, top)
   if from > to then return 0 end
@@ -30,16 +30,16 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
       end
       local waiting = anynext and redis.call('HGET', K.next, id)
       if waiting then
-        redis.call('ZREM', zkey(p), id)
+        unplace(p, id)
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       elseif args[i + 4] ~= '' then
         local nxt = args[i + 6]
-        redis.call('ZREM', zkey(p), id)
+        unplace(p, id)
         groupdel(group, id)
         redis.call('HDEL', K.meta, id)
         redis.call('HSET', K.pool, id, nxt)
-        redis.call('ZADD', zkey(tonumber(args[i + 5])), args[i + 4], id)
+        place(tonumber(args[i + 5]), id, args[i + 4])
         groupadd(blobinfo(nxt).group, id)
       else
         gone[#gone + 1] = id
@@ -52,7 +52,7 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
       n = n + 1
     end
   end
-  for p, ids in pairs(zgone) do callmany('ZREM', zkey(p), ids) end
+  for p, ids in pairs(zgone) do unplacemany(p, ids) end
   callmany('HDEL', K.pool, gone)
   callmany('HDEL', K.meta, gone)
   seriesgone(gone, gonesrc) -- a series that ended
@@ -109,7 +109,7 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
     end
     if not blob then
       -- a due entry without a message (cannot happen through these scripts)
-      redis.call('ZREM', zkey(p), id)
+      unplace(p, id)
       redis.call('HDEL', K.meta, id)
     elseif band then
       adds[#adds + 1] = band
@@ -145,21 +145,20 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
     end
   end
   for p = top, 0, -1 do
-    local key = zkey(p)
     while left > 0 and holds > 0 do
-      local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, left)
+      local due = claimable(p, now, left)
       if #due == 0 then break end
       local ids = {}
       for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
       local blobs, mvs = hmget(K.pool, ids), metas(ids)
-      -- the new scores (lease or hold band) of this round, in one ZADD
+      -- the new states (lease or hold band) of this round, in one call
       -- before the next round looks for due ones again
       local adds = {}
       for i = 1, #due, 2 do
         local k = (i + 1) / 2
         take(p, adds, due[i], due[i + 1], blobs[k], mvs[k] or false, false)
       end
-      callmany('ZADD', key, adds)
+      placemany(p, adds)
     end
   end
   -- Ahead: one look per due set at what falls due within aheadms. An entry
@@ -168,20 +167,12 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
   if aheadms > 0 then
     for p = top, 0, -1 do
       if left <= 0 or holds <= 0 then break end
-      local key = zkey(p)
-      local soon = redis.call('ZRANGEBYSCORE', key, '(' .. now, now + aheadms, 'WITHSCORES', 'LIMIT', 0, 2 * left)
-      local ids, scores = {}, {}
-      for i = 1, #soon, 2 do
-        if not leased(soon[i + 1]) and not ahead(soon[i + 1]) and #ids < left then
-          ids[#ids + 1] = soon[i]
-          scores[#scores + 1] = soon[i + 1]
-        end
-      end
+      local ids, scores = soon(p, now, aheadms, left)
       if #ids > 0 then
         local blobs, mvs = hmget(K.pool, ids), metas(ids)
         local adds = {}
         for i = 1, #ids do take(p, adds, ids[i], scores[i], blobs[i], mvs[i] or false, true) end
-        callmany('ZADD', key, adds)
+        placemany(p, adds)
       end
     end
   end
@@ -189,14 +180,8 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
     out[2] = now
   else
     for p = 0, top do
-      local first = redis.call('ZRANGE', zkey(p), 0, 0, 'WITHSCORES')
-      if first[2] and not held(first[2]) then
-        local s = math.ceil(tonumber(first[2])) -- a lease x.5 is claimable from x+1
-        if s > now and not leased(first[2]) and not ahead(first[2]) then
-          s = math.max(now + 1, s - math.ceil(aheadms / 2)) -- claimed ahead from then
-        end
-        if out[2] == -1 or s < out[2] then out[2] = s end
-      end
+      local s = nextclaim(p, now, aheadms)
+      if s ~= -1 and (out[2] == -1 or s < out[2]) then out[2] = s end
     end
   end
   if #out > 4 then redis.call('SET', K.lease, lease) end

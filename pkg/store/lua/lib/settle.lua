@@ -24,11 +24,11 @@ local function retrylease(expiry, args, from, to, top)
     if ok then
       local waiting = redis.call('HGET', K.next, id)
       if waiting and not follows(waiting) then
-        redis.call('ZREM', zkey(p), id)
+        unplace(p, id)
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       else
-        redis.call('ZADD', zkey(p), args[i + 1], id)
+        place(p, id, args[i + 1])
         setmeta(id, a + 1, 0, p, args[i + 2])
       end
       n = n + 1
@@ -49,7 +49,7 @@ local function deadlease(expiry, maxdead, args, from, to, top)
     local id = args[i]
     local ok, p, a = claimedattempts(id, expiry, top)
     if ok then
-      redis.call('ZREM', zkey(p), id)
+      unplace(p, id)
       local waiting = redis.call('HGET', K.next, id)
       if waiting then
         forget(id, redis.call('HGET', K.pool, id), true)
@@ -77,7 +77,7 @@ local function putbacklease(expiry, args, from, to, top)
   for i = from, to, 2 do
     local ok, p = claimedby(args[i], expiry, top)
     if ok then
-      redis.call('ZADD', zkey(p), args[i + 1], args[i])
+      place(p, args[i], args[i + 1])
       n = n + 1
     end
   end
