@@ -30,7 +30,7 @@ LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/cmd/delaybridge/cli.vers
 # in Go 1.27); a count has no deadline to race. FUZZTIME=30s works too.
 FUZZTIME ?= 20000x
 
-.PHONY: help build dev deps test short lint unit unit-root unit-deploy fuzz fault fault-ci clean bench
+.PHONY: help build dev deps test short lint unit unit-root unit-deploy unit-layout fuzz fault fault-ci clean bench
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -67,7 +67,7 @@ lint: ## gofmt and go vet
 	$(GO) vet -tags fault,bench,faultinject ./test/fault/ ./test/bench/ ./pkg/daemon/
 	cd $(DEPLOY) && $(GO) vet ./...
 
-unit: unit-root unit-deploy ## all tests against real servers, with the race detector (and the deploy/ module's, without)
+unit: unit-root unit-deploy unit-layout ## all tests against real servers, with the race detector (and the deploy/ module's, without)
 
 # -parallel 4: the tests marked parallel (servers of their own, no timing
 # bound: test/e2e's harness_test.go) mostly wait; two at a time (the
@@ -83,6 +83,12 @@ unit-root:
 	$(GO) build -race -o $(TESTBIN)/delaybridge-race ./cmd/delaybridge & p=$$!; \
 	  $(GO) build -race -tags faultinject -o $(TESTBIN)/delaybridge-race-faultinject ./cmd/delaybridge && wait $$p
 	DELAYBRIDGE_TEST_BIN=$(TESTBIN) $(GO) test -race -vet=off -count=1 -timeout 20m -p 3 -parallel 4 $(SLOW) $(PKGS)
+
+# The store's tests again in the layout a new store does not get
+# (pkg/store/layout.go; DELAYBRIDGE_TEST_LAYOUT), so that both stay whole
+# while stores of both are in use.
+unit-layout:
+	DELAYBRIDGE_TEST_LAYOUT=2 $(GO) test -race -vet=off -count=1 -timeout 10m ./pkg/store/
 
 # Without -race: deploy/'s tests parse files one at a time (no goroutines of
 # their own), and its race build of Kubernetes' and compose's packages cost

@@ -53,28 +53,44 @@ func oracle(t *testing.T, s *store.Store, dead bool) []oracleEntry {
 	var out []oracleEntry
 	k := s.Keys()
 	for sh := 0; sh < s.Shards(); sh++ {
-		var keys []string
+		// Each key with the mark its scores get on the wire, and whether
+		// it holds held messages (a score of any layout, read as it is:
+		// layout 2's keys do not exist in layout 1, and its due sets hold
+		// parked messages only).
+		type src struct {
+			key  string
+			mark float64
+			held bool
+		}
+		var keys []src
 		if dead {
-			keys = []string{k.Dead(sh)}
+			keys = []src{{key: k.Dead(sh)}}
 		} else {
 			for p := 0; p <= store.MaxPriority; p++ {
-				keys = append(keys, k.DueAt(sh, p))
+				keys = append(keys, src{key: k.DueAt(sh, p)}, src{key: k.InflightAt(sh, p), mark: 0.5},
+					src{key: k.AheadAt(sh, p), mark: 0.75}, src{key: k.SlotAt(sh, p), mark: 0.25})
+			}
+			for b := range 4 {
+				keys = append(keys, src{key: k.Held(sh, b), held: true})
 			}
 		}
-		for _, key := range keys {
-			zs, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+		for _, from := range keys {
+			zs, err := rdb.ZRangeWithScores(ctx, from.key, 0, -1).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, z := range zs {
-				e := oracleEntry{at: z.Score, id: z.Member.(string)}
-				switch held, _ := store.Held(z.Score); {
+				score := z.Score + from.mark
+				e := oracleEntry{at: score, id: z.Member.(string)}
+				switch held, _ := store.Held(score); {
 				case dead:
 					e.state = store.StateDead
-				case held:
-					e.at = math.Mod(z.Score, float64(store.HoldBand))
+				case from.held:
 					e.state, e.held = store.StateHeld, true
-				case math.Mod(z.Score, 1) == 0.5 && z.Score > float64(now.UnixMilli()):
+				case held:
+					e.at = math.Mod(score, float64(store.HoldBand))
+					e.state, e.held = store.StateHeld, true
+				case math.Mod(score, 1) == 0.5 && score > float64(now.UnixMilli()):
 					e.state = store.StateInflight
 				default:
 					e.state = store.StateScheduled

@@ -252,15 +252,21 @@ func committed(shard, n int, res []any, err error) (time.Time, []Committed, erro
 }
 
 // Occupied reports, for each of shards, whether a claim could take
-// anything there now or later: a due set's first entry below the hold
-// bands (a parked message, a claim's lease that will end, a rate slot).
-// Held messages do not count: a release wakes the shards. One pipeline of
-// plain reads, no script: the scheduler asks it for its empty shards each
-// scheduler.max_sleep instead of claiming each of them.
+// anything there now or later: a parked message, a claim's lease that will
+// end, a rate slot. Held messages do not count: a release wakes the
+// shards. One pipeline of plain reads, no script: the scheduler asks it
+// for its empty shards each scheduler.max_sleep instead of claiming each
+// of them. In layout 1 that is a due set's first entry below the hold
+// bands; in layout 2, any entry of the sets of those states.
 func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
 	firsts := make([][]*redis.ZSliceCmd, len(shards))
+	exists := make([]*redis.IntCmd, len(shards))
 	pipe := s.rdb.Pipeline()
 	for i, sh := range shards {
+		if s.layouts[sh].Load() == Layout2 {
+			exists[i] = pipe.Exists(ctx, s.keys.ClaimSets(sh)...)
+			continue
+		}
 		for _, key := range s.keys.DueSets(sh) {
 			firsts[i] = append(firsts[i], pipe.ZRangeWithScores(ctx, key, 0, 0))
 		}
@@ -270,6 +276,10 @@ func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
 	}
 	out := make([]bool, len(shards))
 	for i, cs := range firsts {
+		if exists[i] != nil {
+			out[i] = exists[i].Val() > 0
+			continue
+		}
 		for _, c := range cs {
 			if z := c.Val(); len(z) > 0 {
 				if held, _ := Held(z[0].Score); !held {

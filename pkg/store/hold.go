@@ -70,8 +70,9 @@ func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) 
 
 // ReleaseAll moves every held message of the sink with band index band
 // back to its due time, in every shard, at most max per script call, and
-// returns how many. One pipeline of a ZCOUNT of the band per due set finds
-// the shards that hold any first: the gate releases every sink that can
+// returns how many. One pipeline of a ZCOUNT of the band per due set (in
+// layout 2, a ZCARD of the band's held set) finds the shards that hold any
+// first: the gate releases every sink that can
 // take messages each scheduler.max_sleep, and a sink with nothing held,
 // the common case, then costs one round trip and no script.
 //
@@ -84,6 +85,10 @@ func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
 	counts := make([][]*redis.IntCmd, s.shards)
 	pipe := s.rdb.Pipeline()
 	for sh := range s.shards {
+		if s.layouts[sh].Load() == Layout2 {
+			counts[sh] = append(counts[sh], pipe.ZCard(ctx, s.keys.Held(sh, band)))
+			continue
+		}
 		for _, key := range s.keys.DueSets(sh) {
 			counts[sh] = append(counts[sh], pipe.ZCount(ctx, key, from, to))
 		}

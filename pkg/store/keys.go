@@ -116,18 +116,58 @@ func (k Keys) Dead(shard int) string { return k.shardKey(shard, "dead") }
 const MaxPriority = envelope.MaxPriority
 
 // DueAt is the due set of a shard for a priority: Due for 0, due:pK for K.
-func (k Keys) DueAt(shard, priority int) string {
-	if priority == 0 {
-		return k.Due(shard)
-	}
-	return k.shardKey(shard, "due:p"+strconv.Itoa(priority))
-}
+func (k Keys) DueAt(shard, priority int) string { return k.atPriority(shard, "due", priority) }
 
 // DueSets are the due sets of a shard, for priorities 0 to MaxPriority.
 func (k Keys) DueSets(shard int) []string {
 	out := make([]string, MaxPriority+1)
 	for p := range out {
 		out[p] = k.DueAt(shard, p)
+	}
+	return out
+}
+
+// InflightAt is, in layout 2, the sorted set of a shard's messages of a
+// priority in flight, by their lease's expiry (ms); inflight for 0,
+// inflight:pK for K.
+func (k Keys) InflightAt(shard, priority int) string {
+	return k.atPriority(shard, "inflight", priority)
+}
+
+// AheadAt is, in layout 2, the sorted set of a shard's messages of a
+// priority claimed ahead of their due time, by their lease's expiry.
+func (k Keys) AheadAt(shard, priority int) string { return k.atPriority(shard, "ahead", priority) }
+
+// SlotAt is, in layout 2, the sorted set of a shard's messages of a
+// priority waiting for a max_rate publish slot, by the slot (ms).
+func (k Keys) SlotAt(shard, priority int) string { return k.atPriority(shard, "slot", priority) }
+
+func (k Keys) atPriority(shard int, name string, priority int) string {
+	if priority == 0 {
+		return k.shardKey(shard, name)
+	}
+	return k.shardKey(shard, name+":p"+strconv.Itoa(priority))
+}
+
+// Held is, in layout 2, the sorted set of a shard's messages held for the
+// sink of hold band band (SinkState.Band), by due time, of any priority.
+func (k Keys) Held(shard, band int) string { return k.heldPrefix(shard) + strconv.Itoa(band) }
+
+// heldPrefix is what Held appends the band to; the scripts get it as
+// K.held and do the same.
+func (k Keys) heldPrefix(shard int) string { return k.shardKey(shard, "held:") }
+
+// Holding is, in layout 2, the hash of a shard's held messages: ID ->
+// "<band>:<priority>", where each is held (Held) and the due set it goes
+// back to.
+func (k Keys) Holding(shard int) string { return k.shardKey(shard, "holding") }
+
+// ClaimSets are, in layout 2, the sets of a shard a claim takes from: for
+// each priority, DueAt, InflightAt, AheadAt and SlotAt.
+func (k Keys) ClaimSets(shard int) []string {
+	out := make([]string, 0, 4*(MaxPriority+1))
+	for p := 0; p <= MaxPriority; p++ {
+		out = append(out, k.DueAt(shard, p), k.InflightAt(shard, p), k.AheadAt(shard, p), k.SlotAt(shard, p))
 	}
 	return out
 }
@@ -152,6 +192,10 @@ func (k Keys) Tally(shard int) string { return k.shardKey(shard, "tally") }
 // DeadBy is shard's index of its dead messages by source and time of
 // death (lua/lib/dead.lua).
 func (k Keys) DeadBy(shard int) string { return k.shardKey(shard, "deadby") }
+
+// LayoutMark is the marker of a shard converted to layout 2 (migrate up):
+// the string "2"; a shard without it is in layout 1 (layout.go).
+func (k Keys) LayoutMark(shard int) string { return k.shardKey(shard, "layout") }
 
 // Done is the key an earlier build wrote to remember a delivered message
 // of ID id read from log (envelope.Origin.Log, "" for none) for the

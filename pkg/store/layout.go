@@ -20,12 +20,21 @@ const (
 	// store they wrote records no layout; the first build that records
 	// one finds the shard count there and records 1.
 	Layout1 = 1
+	// Layout2 shows each state of a message as a key of its own, scored by
+	// a time and nothing else (lua/lib/due2.lua, docs/store.md); a shard
+	// in it has its marker (Keys.LayoutMark). Store.MigrateUp converts a
+	// store to it, Store.MigrateDown back.
+	Layout2 = 2
 	// LayoutNewest is the newest layout this build knows.
-	LayoutNewest = Layout1
+	LayoutNewest = Layout2
 	// LayoutNew is the layout this build gives a store that holds nothing
 	// yet.
 	LayoutNew = Layout1
 )
+
+// newLayout is LayoutNew, which a test may change (layout_internal_test.go)
+// to run the package's tests in another layout.
+var newLayout = LayoutNew
 
 // ErrLayoutUnknown is returned by CheckLayout when Redis holds a layout this
 // build does not know (written by a newer delaybridge).
@@ -53,16 +62,23 @@ return l
 func (s *Store) CheckLayout(ctx context.Context, record bool) (int, error) {
 	arg := ""
 	if record {
-		arg = strconv.Itoa(LayoutNew)
+		arg = strconv.Itoa(newLayout)
 	}
 	v, err := layoutScript.Run(ctx, s.rdb, []string{s.keys.Config()}, arg).Text()
 	if err != nil {
 		return 0, fmt.Errorf("store: read the layout from %s: %w", s.keys.Config(), err)
 	}
 	if v == "" {
-		return LayoutNew, nil // nothing stored: any layout reads it
+		return newLayout, nil // nothing stored: any layout reads it
 	}
 	l, err := strconv.Atoi(v)
+	if err == nil && l >= Layout1 && l <= LayoutNewest {
+		// The layout each shard is taken to be in until a script finds
+		// otherwise (a migrate that stopped half-way).
+		for i := range s.layouts {
+			s.layouts[i].Store(int32(l))
+		}
+	}
 	if err != nil || l < Layout1 || l > LayoutNewest {
 		return l, fmt.Errorf("%w: %s says layout %q, and this build knows layouts %d to %d; run the delaybridge that wrote it "+
 			"(or a newer one), or move the store back to a layout this build knows with that build's `delaybridge migrate down` "+

@@ -2,6 +2,11 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,8 +34,8 @@ func TestMigrateDown(t *testing.T) {
 	if n, err := s.Ack(ctx, c, []store.Done{{ID: "m", Origin: m.Origin}}); err != nil || n != 1 {
 		t.Fatalf("ack: %d %v", n, err)
 	}
-	if n, err := s.MigrateDown(ctx); err != nil || n != 1 {
-		t.Fatalf("migrate down: %d %v, want 1 key written", n, err)
+	if n, err := s.MigrateDown(ctx); err != nil || n.Marks != 1 {
+		t.Fatalf("migrate down: %+v %v, want 1 key written", n, err)
 	}
 	done := s.Keys().Done(s.ShardOf("m"), "m", "orders/3")
 	if v, err := r.Client().Get(ctx, done).Result(); err != nil || v != "5" {
@@ -39,8 +44,8 @@ func TestMigrateDown(t *testing.T) {
 	if ttl := r.Client().PTTL(ctx, done).Val(); ttl <= 0 || ttl > 3*time.Minute {
 		t.Fatalf("%s expires in %v, want with its bucket (at most three windows)", done, ttl)
 	}
-	if n, err := s.MigrateDown(ctx); err != nil || n != 0 {
-		t.Fatalf("migrate down again: %d %v, want nothing written", n, err)
+	if n, err := s.MigrateDown(ctx); err != nil || n.Marks != 0 {
+		t.Fatalf("migrate down again: %+v %v, want nothing written", n, err)
 	}
 	// Without the buckets, as a release before them reads the store: the
 	// re-read is still a duplicate.
@@ -50,4 +55,130 @@ func TestMigrateDown(t *testing.T) {
 	}
 	r.Client().Del(ctx, seen...)
 	park(t, s, store.Duplicate, m)
+}
+
+// MigrateUp moves every message that is not parked out of its due set into
+// the key of its state, scored by its time (layout 2), and MigrateDown
+// moves them back: each message reads the same before, between and after
+// (Inspect, Stats, a listing), a claim made before a conversion is settled
+// after it, and a second run of either moves nothing.
+func TestMigrateUpAndDown(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	rdb := r.Client()
+	s := store.New(rdb, store.Options{Prefix: "mig", Shards: 1, MaxDead: 100})
+	k := s.Keys()
+	if _, err := s.MigrateDown(ctx); err != nil { // layout 1, whatever the tests run in
+		t.Fatal(err)
+	}
+	bands, err := s.SinkStates(ctx, []string{"s", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	band := bands["b"].Band
+	now := time.Now()
+	held := msg("held", now.Add(-time.Second))
+	held.Sink = "b"
+	p5, f5 := msg("p5", now.Add(time.Hour)), msg("f5", now.Add(-time.Second))
+	p5.Priority, f5.Priority = 5, 5
+	park(t, s, store.Parked, msg("parked", now.Add(time.Hour)), msg("flight", now.Add(-time.Second)),
+		msg("ahead", now.Add(20*time.Second)), msg("slot", now.Add(-time.Second)), msg("dead", now.Add(-time.Second)),
+		held, p5, f5)
+	l, err := s.ClaimAhead(ctx, 0, nil, nil, store.Ask{Max: 100, Lease: time.Minute, Ahead: 30 * time.Second, Blocked: map[string]int{"b": band}})
+	if err != nil || len(l.Messages) != 5 {
+		t.Fatalf("claim: %+v %v, want flight, slot, dead and f5 due and ahead claimed ahead", l, err)
+	}
+	slotAt := now.Add(10 * time.Second).Truncate(time.Millisecond)
+	if n, err := s.Defer(ctx, l, []store.Slot{{ID: "slot", At: slotAt}}); err != nil || n != 1 {
+		t.Fatalf("defer: %d %v", n, err)
+	}
+	if n, err := s.MarkDead(ctx, l, []store.Failure{{ID: "dead", Reason: "x"}}); err != nil || n != 1 {
+		t.Fatalf("dead: %d %v", n, err)
+	}
+	ids := []string{"parked", "flight", "ahead", "slot", "dead", "held", "p5", "f5"}
+	// snapshot is what the API reads of the store, its times aside.
+	snapshot := func() string {
+		t.Helper()
+		var b strings.Builder
+		for _, id := range ids {
+			info := inspect(t, s, id)
+			fmt.Fprintf(&b, "%s %s next=%d held=%v attempts=%d\n", id, info.State, info.NextAt.UnixMilli(), info.Held, info.Attempts)
+		}
+		st, err := s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "parked=%d due=%d dead=%d held=%d in=%+v forecast=%+v\n", st.Parked, st.Due, st.Dead, st.Held, st.DueIn, st.Forecast)
+		got, _, _ := browseAll(t, s, store.BrowseQuery{})
+		fmt.Fprintf(&b, "listing %v\n", got)
+		return b.String()
+	}
+	zset := func(key string) map[string]float64 {
+		t.Helper()
+		out := map[string]float64{}
+		for _, z := range rdb.ZRangeWithScores(ctx, key, 0, -1).Val() {
+			out[z.Member.(string)] = z.Score
+		}
+		return out
+	}
+	before := snapshot()
+
+	moved, err := s.MigrateUp(ctx)
+	if err != nil || moved != 5 {
+		t.Fatalf("migrate up: %d %v, want 5 moved (flight, f5, ahead, slot, held)", moved, err)
+	}
+	exp := float64(l.ExpiryMs)
+	for key, want := range map[string]map[string]float64{
+		k.DueAt(0, 0):      {"parked": float64(now.Add(time.Hour).Truncate(time.Millisecond).UnixMilli())},
+		k.DueAt(0, 5):      {"p5": float64(now.Add(time.Hour).Truncate(time.Millisecond).UnixMilli())},
+		k.InflightAt(0, 0): {"flight": exp},
+		k.InflightAt(0, 5): {"f5": exp},
+		k.AheadAt(0, 0):    {"ahead": exp},
+		k.SlotAt(0, 0):     {"slot": float64(slotAt.UnixMilli())},
+		k.Held(0, band):    {"held": float64(now.Add(-time.Second).Truncate(time.Millisecond).UnixMilli())},
+	} {
+		if got := zset(key); !maps.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", key, got, want)
+		}
+	}
+	if v := rdb.HGet(ctx, k.Holding(0), "held").Val(); v != strconv.Itoa(band)+":0" {
+		t.Errorf("holding says %q of the held message, want %d:0", v, band)
+	}
+	if v := rdb.Get(ctx, k.LayoutMark(0)).Val(); v != "2" {
+		t.Errorf("the shard's marker is %q, want 2", v)
+	}
+	if l, err := s.CheckLayout(ctx, false); err != nil || l != store.Layout2 {
+		t.Errorf("recorded layout %d %v, want 2", l, err)
+	}
+	if after := snapshot(); after != before {
+		t.Fatalf("the store reads otherwise in layout 2:\n%s\nwas:\n%s", after, before)
+	}
+	if again, err := s.MigrateUp(ctx); err != nil || again != 0 {
+		t.Fatalf("migrate up again: %d %v, want nothing moved", again, err)
+	}
+	// The claim of layout 1 is settled in layout 2.
+	if n, err := s.Ack(ctx, l, []store.Done{{ID: "flight"}}); err != nil || n != 1 {
+		t.Fatalf("ack of a claim made before the migration: %d %v", n, err)
+	}
+	ids = slices.DeleteFunc(ids, func(id string) bool { return id == "flight" })
+	before = snapshot()
+
+	down, err := s.MigrateDown(ctx)
+	if err != nil || down.Moved != 4 {
+		t.Fatalf("migrate down: %+v %v, want 4 moved (f5, ahead, slot, held)", down, err)
+	}
+	for _, key := range []string{k.InflightAt(0, 0), k.InflightAt(0, 5), k.AheadAt(0, 0), k.SlotAt(0, 0), k.Held(0, band), k.Holding(0), k.LayoutMark(0)} {
+		if rdb.Exists(ctx, key).Val() != 0 {
+			t.Errorf("%s is left after migrate down", key)
+		}
+	}
+	if got := zset(k.DueAt(0, 0)); len(got) != 4 || got["slot"] != float64(slotAt.UnixMilli())+0.25 || got["ahead"] != exp+0.75 {
+		t.Errorf("due set after migrate down: %v, want parked, ahead, slot and held at their layout-1 scores", got)
+	}
+	if after := snapshot(); after != before {
+		t.Fatalf("the store reads otherwise back in layout 1:\n%s\nwas:\n%s", after, before)
+	}
+	if again, err := s.MigrateDown(ctx); err != nil || again.Moved != 0 {
+		t.Fatalf("migrate down again: %+v %v, want nothing moved", again, err)
+	}
 }

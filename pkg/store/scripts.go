@@ -39,15 +39,33 @@ var luaFiles embed.FS
 // shardKeyNames are the names a script's keys may have, in KEYS order:
 // the keys of one shard (Keys), then the deployment's that a script may
 // name instead (sinks, rate), which Go passes itself.
-var shardKeyNames = []string{"pool", "due", "meta", "dead", "groups", "next", "lease", "series", "tally", "deadby", "sinks", "rate"}
+var shardKeyNames = []string{"pool", "due", "inflight", "ahead", "slot", "held", "holding", "meta", "dead", "groups", "next", "lease", "series", "tally", "deadby", "layout", "sinks", "rate"}
 
-// script is a Lua file of lua/ ready to run: flagged for a Redis that reads
-// script flags, plain for one that does not (the same when it has none).
+// script is a Lua file of lua/ ready to run, in one form per layout
+// (layout.go): a script that reads or writes a message's state includes
+// lua/lib/due.lua in layout 1 and lua/lib/due2.lua in layout 2; one that does not
+// has the same form in both.
 type script struct {
+	name  string
+	forms [LayoutNewest]*scriptForm // by layout, from Layout1
+}
+
+// scriptForm is a script assembled for one layout: flagged for a Redis that
+// reads script flags, plain for one that does not (the same when it has
+// none).
+type scriptForm struct {
 	name           string
-	keys           []string // key names, in KEYS order (due: one per priority)
+	layout         int
+	keys           []string // key names, in KEYS order (due...: one per priority)
 	flagged, plain *redis.Script
 }
+
+// stateLibs is, per layout, the lib file a script's "--! include: due"
+// takes.
+var stateLibs = [LayoutNewest + 1]string{Layout1: "due", Layout2: "due2"}
+
+// perPriority are the key names that stand for one key per priority.
+var perPriority = []string{"due", "inflight", "ahead", "slot"}
 
 // luaFile is a file of lua/ and its directives.
 type luaFile struct {
@@ -101,9 +119,22 @@ func readLua(name string) luaFile {
 
 var keyUse = regexp.MustCompile(`\bK\.([a-z]+)\b`)
 
-// loadScript assembles lua/<name>.lua with its includes.
+// loadScript assembles lua/<name>.lua with its includes, once per layout.
 func loadScript(name string) *script {
 	main := readLua("lua/" + name + ".lua")
+	sc := &script{name: name}
+	for l := Layout1; l <= LayoutNewest; l++ {
+		f := assemble(main, l)
+		if l > Layout1 && f.plain.Hash() == sc.forms[l-2].plain.Hash() {
+			f = sc.forms[l-2] // it reads no state: the same script
+		}
+		sc.forms[l-1] = f
+	}
+	return sc
+}
+
+// assemble builds main with its includes for layout l.
+func assemble(main luaFile, l int) *scriptForm {
 	var libs []luaFile
 	seen := map[string]bool{}
 	var visit func(names []string, from string)
@@ -113,7 +144,11 @@ func loadScript(name string) *script {
 				continue
 			}
 			seen[n] = true
-			lib := readLua(path.Join("lua/lib", n+".lua"))
+			file := n
+			if n == "due" {
+				file = stateLibs[l]
+			}
+			lib := readLua(path.Join("lua/lib", file+".lua"))
 			visit(lib.includes, lib.name) // what it calls comes first
 			libs = append(libs, lib)
 		}
@@ -125,7 +160,7 @@ func loadScript(name string) *script {
 			want[k] = true
 		}
 	}
-	sc := &script{name: name}
+	sc := &scriptForm{name: strings.TrimSuffix(path.Base(main.name), ".lua"), layout: l}
 	var b strings.Builder
 	b.WriteString(luaConstants)
 	b.WriteString("local K = {")
@@ -134,8 +169,8 @@ func loadScript(name string) *script {
 		if !want[k] {
 			continue
 		}
-		if k == "due" {
-			b.WriteString("due = {")
+		if slices.Contains(perPriority, k) {
+			b.WriteString(k + " = {")
 			for p := 0; p <= MaxPriority; p++ {
 				n++
 				fmt.Fprintf(&b, "[%d] = KEYS[%d], ", p, n)
@@ -210,16 +245,29 @@ func marked(score float64, mark string) bool {
 
 // scriptKeys returns the KEYS of sc on shard, its deployment-wide keys
 // (sinks, rate) given in order by them.
-func (k Keys) scriptKeys(sc *script, shard int, deployment ...string) []string {
+func (k Keys) scriptKeys(sc *scriptForm, shard int, deployment ...string) []string {
 	out := make([]string, 0, len(sc.keys))
-	p := 0
+	p := map[string]int{}
 	for _, name := range sc.keys {
 		switch name {
 		case "pool":
 			out = append(out, k.Pool(shard))
 		case "due":
-			out = append(out, k.DueAt(shard, p))
-			p++
+			out = append(out, k.DueAt(shard, p[name]))
+			p[name]++
+		case "inflight":
+			out = append(out, k.InflightAt(shard, p[name]))
+			p[name]++
+		case "ahead":
+			out = append(out, k.AheadAt(shard, p[name]))
+			p[name]++
+		case "slot":
+			out = append(out, k.SlotAt(shard, p[name]))
+			p[name]++
+		case "held":
+			out = append(out, k.heldPrefix(shard))
+		case "holding":
+			out = append(out, k.Holding(shard))
 		case "meta":
 			out = append(out, k.Meta(shard))
 		case "dead":
@@ -236,6 +284,8 @@ func (k Keys) scriptKeys(sc *script, shard int, deployment ...string) []string {
 			out = append(out, k.Tally(shard))
 		case "deadby":
 			out = append(out, k.DeadBy(shard))
+		case "layout":
+			out = append(out, k.LayoutMark(shard))
 		default: // sinks, rate
 			if len(deployment) == 0 {
 				panic(fmt.Sprintf("store: script %s needs its %s key", sc.name, name))

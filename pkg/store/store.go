@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,6 +47,10 @@ type Store struct {
 	observe      func(op string, d time.Duration, err error)
 	codec        envelope.Codec
 	cursor       cursorCache // the deployment's cursor key (browse.go)
+	// layouts is the layout each shard is in, as this Store last found it
+	// (layout.go): its scripts run in that layout's form, and one that
+	// meets the other layout's shard says so (layoutMoved) and runs again.
+	layouts []atomic.Int32
 }
 
 // Options configure a Store.
@@ -114,6 +119,10 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags, commitLead: o.CommitLead}
 	if s.commitLead <= 0 {
 		s.commitLead = DefaultCommitLead
+	}
+	s.layouts = make([]atomic.Int32, o.Shards)
+	for i := range s.layouts {
+		s.layouts[i].Store(int32(newLayout))
 	}
 	if o.MaxSeries > 0 {
 		s.seriesQuota = shardShare(o.MaxSeries, o.Shards)
@@ -210,12 +219,17 @@ func (s *Store) CheckEviction(ctx context.Context) (warning string, err error) {
 // Ping checks the connection.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
-// pick returns the form of sc this Store's Redis runs.
-func (s *Store) pick(sc *script) *redis.Script {
+// form returns the form of sc for the layout shard is in.
+func (s *Store) form(sc *script, shard int) *scriptForm {
+	return sc.forms[s.layouts[shard].Load()-1]
+}
+
+// pick returns the form of f this Store's Redis runs.
+func (s *Store) pick(f *scriptForm) *redis.Script {
 	if s.noFlags {
-		return sc.plain
+		return f.plain
 	}
-	return sc.flagged
+	return f.flagged
 }
 
 // run executes a script on one shard, with the keys it names
@@ -228,7 +242,7 @@ func (s *Store) run(ctx context.Context, op string, sc *script, shard int, args 
 // (the dedupe window's buckets, and the done keys of its messages).
 func (s *Store) runKeys(ctx context.Context, op string, sc *script, shard int, extra []string, args ...any) *redis.Cmd {
 	start := time.Now()
-	cmd := s.eval(ctx, s.pick(sc), s.keysOf(sc, shard, extra), args...)
+	cmd := s.evalOn(ctx, sc, shard, extra, args...)
 	if s.observe != nil {
 		s.observe(op, time.Since(start), ignoreNil(cmd.Err()))
 	}
@@ -236,10 +250,11 @@ func (s *Store) runKeys(ctx context.Context, op string, sc *script, shard int, e
 }
 
 // runDeployment runs a script whose keys are the deployment's (sinks,
-// rate), given in its KEYS order.
+// rate), given in its KEYS order: it reads no shard, and so no layout.
 func (s *Store) runDeployment(ctx context.Context, op string, sc *script, keys []string, args ...any) *redis.Cmd {
 	start := time.Now()
-	cmd := s.eval(ctx, s.pick(sc), s.keys.scriptKeys(sc, 0, keys...), args...)
+	f := sc.forms[0]
+	cmd := s.eval(ctx, s.pick(f), s.keys.scriptKeys(f, 0, keys...), args...)
 	if s.observe != nil {
 		s.observe(op, time.Since(start), ignoreNil(cmd.Err()))
 	}
@@ -269,23 +284,24 @@ func (s *Store) runCalls(ctx context.Context, op string, calls []call) []*redis.
 	start := time.Now()
 	if len(calls) == 1 {
 		c := calls[0]
-		cmds[0] = s.eval(ctx, s.pick(c.sc), s.keysOf(c.sc, c.shard, c.keys), c.args...)
+		cmds[0] = s.evalOn(ctx, c.sc, c.shard, c.keys, c.args...)
 	} else {
 		// Loaded first: a call that meets NOSCRIPT runs again after the
 		// pipeline, out of its order (a settlement after the claim that
 		// was to see it); that costs a round, not a message, and happens
 		// only after Redis forgot the scripts (a restart, a new master).
 		for _, c := range calls {
-			s.load(ctx, c.sc)
+			s.load(ctx, s.form(c.sc, c.shard))
 		}
 		pipe := s.rdb.Pipeline()
 		for i, c := range calls {
-			cmds[i] = s.pick(c.sc).EvalSha(ctx, pipe, s.keysOf(c.sc, c.shard, c.keys), c.args...)
+			f := s.form(c.sc, c.shard)
+			cmds[i] = s.pick(f).EvalSha(ctx, pipe, s.keysOf(f, c.shard, c.keys), c.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		for i, c := range calls {
-			if err := cmds[i].Err(); err != nil && runAgain(err) {
-				cmds[i] = s.eval(ctx, s.pick(c.sc), s.keysOf(c.sc, c.shard, c.keys), c.args...)
+			if err := cmds[i].Err(); err != nil && (runAgain(err) || s.layoutMoved(err, c.shard)) {
+				cmds[i] = s.evalOn(ctx, c.sc, c.shard, c.keys, c.args...)
 			}
 		}
 	}
@@ -309,12 +325,12 @@ func (s *Store) observeAll(op string, start time.Time, cmds []*redis.Cmd) {
 	s.observe(op, time.Since(start), err)
 }
 
-// keysOf returns the KEYS of a call of sc on shard, built once per script
+// keysOf returns the KEYS of a call of f on shard, built once per form
 // and shard.
-func (s *Store) keysOf(sc *script, shard int, extra []string) []string {
-	v, ok := s.scriptKeys.Load(scriptShard{sc, shard})
+func (s *Store) keysOf(f *scriptForm, shard int, extra []string) []string {
+	v, ok := s.scriptKeys.Load(scriptShard{f, shard})
 	if !ok {
-		v, _ = s.scriptKeys.LoadOrStore(scriptShard{sc, shard}, s.keys.scriptKeys(sc, shard))
+		v, _ = s.scriptKeys.LoadOrStore(scriptShard{f, shard}, s.keys.scriptKeys(f, shard))
 	}
 	keys := v.([]string)
 	if len(extra) == 0 {
@@ -324,7 +340,7 @@ func (s *Store) keysOf(sc *script, shard int, extra []string) []string {
 }
 
 type scriptShard struct {
-	sc    *script
+	f     *scriptForm
 	shard int
 }
 
@@ -347,21 +363,21 @@ func (s *Store) Node(ctx context.Context, shard int) string {
 // runEach runs one script per call in a single pipeline (one round trip on
 // a single Redis; one per node on a cluster). A call that hit NOSCRIPT or a
 // slot on the move (runAgain) is run again on its own.
-func (s *Store) runEach(ctx context.Context, op string, scr *script, calls []shardCall) []*redis.Cmd {
+func (s *Store) runEach(ctx context.Context, op string, sc *script, calls []shardCall) []*redis.Cmd {
 	start := time.Now()
-	sc := s.pick(scr)
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 {
-		cmds[0] = s.eval(ctx, sc, s.keysOf(scr, calls[0].shard, calls[0].keys), calls[0].args...)
+		cmds[0] = s.evalOn(ctx, sc, calls[0].shard, calls[0].keys, calls[0].args...)
 	} else {
 		pipe := s.rdb.Pipeline()
 		for i, c := range calls {
-			cmds[i] = sc.EvalSha(ctx, pipe, s.keysOf(scr, c.shard, c.keys), c.args...)
+			f := s.form(sc, c.shard)
+			cmds[i] = s.pick(f).EvalSha(ctx, pipe, s.keysOf(f, c.shard, c.keys), c.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		for i, c := range calls {
-			if err := cmds[i].Err(); err != nil && runAgain(err) {
-				cmds[i] = s.eval(ctx, sc, s.keysOf(scr, c.shard, c.keys), c.args...)
+			if err := cmds[i].Err(); err != nil && (runAgain(err) || s.layoutMoved(err, c.shard)) {
+				cmds[i] = s.evalOn(ctx, sc, c.shard, c.keys, c.args...)
 			}
 		}
 	}
@@ -369,9 +385,9 @@ func (s *Store) runEach(ctx context.Context, op string, scr *script, calls []sha
 	return cmds
 }
 
-// load loads sc into Redis (every master of a cluster) once per Store.
-func (s *Store) load(ctx context.Context, sc *script) {
-	rs := s.pick(sc)
+// load loads f into Redis (every master of a cluster) once per Store.
+func (s *Store) load(ctx context.Context, f *scriptForm) {
+	rs := s.pick(f)
 	if _, done := s.loaded.Load(rs); done {
 		return
 	}
@@ -414,6 +430,36 @@ func (s *Store) eval(ctx context.Context, sc *redis.Script, keys []string, args 
 			return cmd
 		}
 	}
+}
+
+// evalOn runs sc on shard in the form of the layout the shard is in: one
+// that meets the other layout's shard (layoutMoved: a migrate ran since
+// this Store last looked) runs again in that layout's form.
+func (s *Store) evalOn(ctx context.Context, sc *script, shard int, extra []string, args ...any) *redis.Cmd {
+	for range LayoutNewest {
+		f := s.form(sc, shard)
+		cmd := s.eval(ctx, s.pick(f), s.keysOf(f, shard, extra), args...)
+		if err := cmd.Err(); err == nil || !s.layoutMoved(err, shard) {
+			return cmd
+		}
+	}
+	f := s.form(sc, shard)
+	return s.eval(ctx, s.pick(f), s.keysOf(f, shard, extra), args...)
+}
+
+// layoutMoved reports whether err is a script's refusal of a shard in the
+// other layout (lua/lib/due.lua, lua/lib/due2.lua), and if so takes that layout
+// for the shard.
+func (s *Store) layoutMoved(err error, shard int) bool {
+	switch {
+	case redis.HasErrorPrefix(err, "LAYOUT the shard is in layout 2"):
+		s.layouts[shard].Store(Layout2)
+	case redis.HasErrorPrefix(err, "LAYOUT the shard is in layout 1"):
+		s.layouts[shard].Store(Layout1)
+	default:
+		return false
+	}
+	return true
 }
 
 func ignoreNil(err error) error {

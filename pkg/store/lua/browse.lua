@@ -192,8 +192,9 @@ local function head(st)
     local r = redis.call('ZRANGE', st.key, st.rank, last, 'WITHSCORES')
     st.buf, st.pos, st.rank = {}, 1, last + 1
     for i = 1, #r, 2 do
-      local score = tonumber(r[i + 1])
-      st.buf[#st.buf + 1] = {id = r[i], score = score, k = score - st.base, held = st.held}
+      local k = tonumber(r[i + 1]) - st.base
+      -- the score on the wire (held aside: e.held says it)
+      st.buf[#st.buf + 1] = {id = r[i], score = k, k = k, held = st.held}
     end
     if #st.buf == 0 then
       st.rank = st.stop

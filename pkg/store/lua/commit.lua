@@ -43,7 +43,7 @@ for i = 4, 3 + 2 * n, 2 do
     r = 1 -- committed already (a commit whose reply was lost, sent again)
   elseif score and tonumber(score) == mine and expiry > now then
     if due * 1000 <= nowus + lead then
-      place(p, id, inflight)
+      move(p, id, score, inflight)
       r = 1
     else
       r = -1
@@ -56,7 +56,7 @@ for i = 4 + 2 * n, #ARGV, 2 do
   local id = ARGV[i]
   local score, p = duescore(id, top)
   if score and tonumber(score) == mine then
-    place(p, id, ARGV[i + 1])
+    move(p, id, score, ARGV[i + 1])
     given = given + 1
   end
 end

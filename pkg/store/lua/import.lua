@@ -39,7 +39,7 @@ for i = 2, #ARGV, 8 do
     if ARGV[i + 1] == 'd' then
       deadadd(id, score, blobinfo(blob).ingest)
     else
-      place(tonumber(ARGV[i + 3]), id, score)
+      put(tonumber(ARGV[i + 3]), id, score)
     end
     if m ~= '' then redis.call('HSET', K.meta, id, m) end
     if nxt ~= '' then redis.call('HSET', K.next, id, nxt) end

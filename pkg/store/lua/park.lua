@@ -77,7 +77,7 @@ for i = 4, #ARGV, 12 do
   elseif over then
     r = R.OVERSOURCE
   elseif redis.call('HSETNX', K.pool, id, blob) == 1 then
-    place(prio, id, due)
+    put(prio, id, due)
     groupadd(group, id)
     if recurs(blob) then joinseries(id, src) end
     add(src)
@@ -97,7 +97,7 @@ for i = 4, #ARGV, 12 do
     else
       local band = 0
       if score then
-        unplace(p, id)
+        drop(p, id, score)
         band = bandbase(score)
       else
         undead(id, redis.call('HGET', K.pool, id)) -- dead: parked again as the replacement
@@ -106,7 +106,7 @@ for i = 4, #ARGV, 12 do
       groupdel(old.group, id)
       redis.call('HDEL', K.meta, id)
       redis.call('HSET', K.pool, id, blob)
-      place(prio, id, band + tonumber(due))
+      put(prio, id, band + tonumber(due))
       groupadd(group, id)
       series(id, blobinfo(blob))
       r = R.REPLACED

@@ -8,13 +8,7 @@ ARGV[2]   at most this many
 returns   how many were moved
 ]]
 
-local left = tonumber(ARGV[2])
-for p = maxprio(), 0, -1 do
-  if left == 0 then break end
-  local r = heldof(ARGV[1], p, left)
-  for i = 1, #r, 2 do
-    place(p, r[i], r[i + 1])
-    left = left - 1
-  end
-end
-return tonumber(ARGV[2]) - left
+local base = bandlow(ARGV[1])
+local r = heldof(ARGV[1], tonumber(ARGV[2]))
+for i = 1, #r, 3 do move(r[i + 1], r[i], base + r[i + 2], r[i + 2]) end
+return #r / 3

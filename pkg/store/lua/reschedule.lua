@@ -24,5 +24,5 @@ local due = ARGV[4]
 if due == 'now' then due = servertime() else due = tonumber(due) end
 local s = bandbase(score) + due
 redis.call('HSET', K.pool, id, ARGV[3])
-place(p, id, s)
+move(p, id, score, s)
 return {1, due}

@@ -14,7 +14,7 @@ if not undead(id, blob) then return 0 end
 local _, _, p = meta(redis.call('HGET', K.meta, id))
 redis.call('HDEL', K.meta, id)
 if not blob then return 0 end
-place(p, id, servertime())
+put(p, id, servertime())
 local info = blobinfo(blob)
 series(id, info)
 live(info.ingest, 1)

@@ -1,27 +1,21 @@
---[[ due: the states of a message in its shard, besides its pool entry and
-the dead set: parked, claimed ahead, in flight, waiting for a max_rate slot,
-held for its sink. Every script reads and writes a message's state through
-the functions here and touches no due set itself, so that a layout that
-keeps these states elsewhere is this file alone.
---! keys: due meta
---! include: meta bulk
+--[[ due: the states of a message in its shard in layout 1, besides its pool
+entry and the dead set: parked, claimed ahead, in flight, waiting for a
+max_rate slot, held for its sink. Every script reads and writes a message's
+state through the functions here and touches no due set itself;
+lib/due2.lua has the same functions for layout 2, and Go builds each script
+once per layout (scripts.go).
+--! keys: due meta layout
+--! include: meta bulk wire
 
-Layout 1 keeps them in the due sets, one per priority, scored:
-  parked          its due time (Unix ms)
-  in flight       its lease's expiry + LEASE_MARK
-  claimed ahead   its lease's expiry + AHEAD_MARK (not in flight: its due
-                  time is the stored message's, and a commit just before
-                  that instant puts it in flight)
-  rate slot       the slot + SLOT_MARK
-  held            in its sink's band: HOLDBAND * (1 + band) + its due time
-(see Keys in keys.go). The same numbers are what Go and the scripts pass
-each other for a state (the wire score): a script's reply carries a
-message's score, and an outcome (lib/settle.lua) the score to put it at.
+Layout 1 keeps them in the due sets, one per priority, each message scored
+by its score on the wire (lib/wire.lua): the state is in the score's
+fraction or band (see Keys in keys.go).
 ]]
 
--- fmtscore formats a due-set score exactly (Lua's own number to string
--- conversion keeps 14 digits, and a lease expiry with its mark needs 16).
-local function fmtscore(ms, mark) return string.format('%.2f', ms + mark) end
+-- A shard converted to layout 2 (migrate up) has its marker: this build's
+-- layout-1 scripts refuse it, and Go runs the layout-2 ones instead.
+if redis.call('EXISTS', K.layout) == 1 then return redis.error_reply('LAYOUT the shard is in layout 2') end
+
 -- zkey is the due set of priority p.
 local function zkey(p) return K.due[p] end
 -- maxprio is the highest priority whose due set exists, 0 when only the
@@ -33,28 +27,6 @@ local function maxprio()
   if redis.call('EXISTS', unpack(sets)) == 0 then return 0 end
   return MAXPRIO
 end
-
--- What a wire score says.
-local function held(score) return tonumber(score) >= HOLDBAND end
--- bandlow is the lowest score of hold band index k (the sink's, from the
--- sinks hash); the band holds the scores from it to bandlow(k) + HOLDBAND,
--- that one excluded.
-local function bandlow(k) return HOLDBAND * (1 + tonumber(k)) end
--- bandbase is the lowest score of the hold band a score is in, 0 for a
--- message not held: the score less it is the due time.
-local function bandbase(score)
-  if not held(score) then return 0 end
-  return math.floor(tonumber(score) / HOLDBAND) * HOLDBAND
-end
--- leased reports whether a score is a lease expiry.
-local function leased(score) return tonumber(score) % 1 == LEASE_MARK end
--- ahead reports whether a score is a claim ahead of the due time.
-local function ahead(score) return tonumber(score) % 1 == AHEAD_MARK end
--- slotted reports whether a score is a max_rate slot.
-local function slotted(score) return tonumber(score) % 1 == SLOT_MARK end
--- firing reports whether a score (false: none) is a lease that has not
--- ended at now (Unix ms): its publish may be under way.
-local function firing(score, now) return score ~= false and score ~= nil and leased(score) and tonumber(score) > now end
 
 -- Finding a message.
 
@@ -76,27 +48,31 @@ local function claimedby(id, expiry, top)
   local s, p = duescore(id, top)
   return s ~= false and tonumber(s) == expiry + LEASE_MARK, p
 end
--- claimedattempts is claimedby plus the attempts recorded before this claim.
-local function claimedattempts(id, expiry, top)
-  local ok, p = claimedby(id, expiry, top)
-  if not ok then return false end
-  return true, p, (meta(redis.call('HGET', K.meta, id)))
+
+-- Moving a message. Each takes the message's score on the wire where it
+-- is (from) and where it goes (to).
+
+-- put puts an ID of priority p in the state a score says; it is in no
+-- state of that priority, or in that same one.
+local function put(p, id, to) redis.call('ZADD', zkey(p), to, id) end
+-- drop takes an ID of priority p out of its state.
+local function drop(p, id, from) redis.call('ZREM', zkey(p), id) end
+-- move takes an ID of priority p from one state to another.
+local function move(p, id, from, to) redis.call('ZADD', zkey(p), to, id) end
+-- movemany is move for the triples of moves: {from1, to1, id1, from2, ...}.
+local function movemany(p, moves)
+  local adds = {}
+  for i = 1, #moves, 3 do
+    adds[#adds + 1] = moves[i + 1]
+    adds[#adds + 1] = moves[i + 2]
+  end
+  callmany('ZADD', zkey(p), adds)
 end
-
--- Moving a message.
-
--- place puts an ID of priority p in the state a score says, out of the
--- one it was in at that priority.
-local function place(p, id, score) redis.call('ZADD', zkey(p), score, id) end
--- placemany is place for the pairs of adds: {score1, id1, score2, ...}.
-local function placemany(p, adds) callmany('ZADD', zkey(p), adds) end
--- unplace takes an ID of priority p out of its state.
-local function unplace(p, id) redis.call('ZREM', zkey(p), id) end
--- unplacemany is unplace for a list of IDs.
-local function unplacemany(p, ids) callmany('ZREM', zkey(p), ids) end
+-- dropmany is drop for a list of IDs all in the state from says.
+local function dropmany(p, ids, from) callmany('ZREM', zkey(p), ids) end
 -- unschedule takes an ID out of whichever state holds it.
 local function unschedule(id)
-  for p = 0, maxprio() do unplace(p, id) end
+  for p = 0, maxprio() do redis.call('ZREM', zkey(p), id) end
 end
 
 -- What a claim looks at.
@@ -138,13 +114,21 @@ end
 
 -- Held messages.
 
--- heldof returns up to n messages of priority p held in band k, due order,
--- as {id1, due1, id2, ...}.
-local function heldof(k, p, n)
-  local base = bandlow(k)
-  local r = redis.call('ZRANGEBYSCORE', zkey(p), base, '(' .. (base + HOLDBAND), 'WITHSCORES', 'LIMIT', 0, n)
-  for i = 2, #r, 2 do r[i] = tonumber(r[i]) - base end
-  return r
+-- heldof returns up to n messages held in band k, highest priority first
+-- and due order within one, as {id1, priority1, due1, id2, ...}.
+local function heldof(k, n)
+  local base, out = bandlow(k), {}
+  for p = maxprio(), 0, -1 do
+    if n <= 0 then break end
+    local r = redis.call('ZRANGEBYSCORE', zkey(p), base, '(' .. (base + HOLDBAND), 'WITHSCORES', 'LIMIT', 0, n)
+    for i = 1, #r, 2 do
+      out[#out + 1] = r[i]
+      out[#out + 1] = p
+      out[#out + 1] = tonumber(r[i + 1]) - base
+      n = n - 1
+    end
+  end
+  return out
 end
 -- heldcount counts the messages held in band k.
 local function heldcount(k)

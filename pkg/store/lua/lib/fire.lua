@@ -17,6 +17,7 @@ path of the scheduler (claim, claimack and ack).
 local function acklease(expiry, seenat, args, from, to, seen, top)
   if from > to then return 0 end
   local anynext = redis.call('EXISTS', K.next) == 1
+  local mine = fmtscore(expiry, LEASE_MARK)
   local n = 0
   local gone, gonesrc, zgone, marks = {}, {}, {}, {}
   local ended = {} -- per source, how many live messages the ack ended
@@ -30,16 +31,16 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
       end
       local waiting = anynext and redis.call('HGET', K.next, id)
       if waiting then
-        unplace(p, id)
+        drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       elseif args[i + 4] ~= '' then
         local nxt = args[i + 6]
-        unplace(p, id)
+        drop(p, id, mine)
         groupdel(group, id)
         redis.call('HDEL', K.meta, id)
         redis.call('HSET', K.pool, id, nxt)
-        place(tonumber(args[i + 5]), id, args[i + 4])
+        put(tonumber(args[i + 5]), id, args[i + 4])
         groupadd(blobinfo(nxt).group, id)
       else
         gone[#gone + 1] = id
@@ -52,7 +53,7 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
       n = n + 1
     end
   end
-  for p, ids in pairs(zgone) do unplacemany(p, ids) end
+  for p, ids in pairs(zgone) do dropmany(p, ids, mine) end
   callmany('HDEL', K.pool, gone)
   callmany('HDEL', K.meta, gone)
   seriesgone(gone, gonesrc) -- a series that ended
@@ -100,8 +101,8 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
   end
   -- take claims one entry of a due set of priority p (score: its score;
   -- isahead: it falls due after now; mv: its meta value, false when it has
-  -- none), or holds it for its blocked sink, adding its new score to adds.
-  local function take(p, adds, id, score, blob, mv, isahead)
+  -- none), or holds it for its blocked sink, adding its move to moves.
+  local function take(p, moves, id, score, blob, mv, isahead)
     local band = false
     if anyblocked and blob then
       local info = blobinfo(blob)
@@ -109,11 +110,12 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
     end
     if not blob then
       -- a due entry without a message (cannot happen through these scripts)
-      unplace(p, id)
+      drop(p, id, score)
       redis.call('HDEL', K.meta, id)
     elseif band then
-      adds[#adds + 1] = band
-      adds[#adds + 1] = id
+      moves[#moves + 1] = score
+      moves[#moves + 1] = band
+      moves[#moves + 1] = id
       holds = holds - 1
     else
       local a, r = 0, ''
@@ -129,13 +131,14 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       local wasslotted = 0
       if slotted(score) then wasslotted = 1 end
       local was = ''
+      moves[#moves + 1] = score
       if isahead then
-        adds[#adds + 1] = claimedahead
+        moves[#moves + 1] = claimedahead
         was = score
       else
-        adds[#adds + 1] = inflight
+        moves[#moves + 1] = inflight
       end
-      adds[#adds + 1] = id
+      moves[#moves + 1] = id
       out[#out + 1] = id
       out[#out + 1] = a + 1
       out[#out + 1] = wasslotted
@@ -153,12 +156,12 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       local blobs, mvs = hmget(K.pool, ids), metas(ids)
       -- the new states (lease or hold band) of this round, in one call
       -- before the next round looks for due ones again
-      local adds = {}
+      local moves = {}
       for i = 1, #due, 2 do
         local k = (i + 1) / 2
-        take(p, adds, due[i], due[i + 1], blobs[k], mvs[k] or false, false)
+        take(p, moves, due[i], due[i + 1], blobs[k], mvs[k] or false, false)
       end
-      placemany(p, adds)
+      movemany(p, moves)
     end
   end
   -- Ahead: one look per due set at what falls due within aheadms. An entry
@@ -170,9 +173,9 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       local ids, scores = soon(p, now, aheadms, left)
       if #ids > 0 then
         local blobs, mvs = hmget(K.pool, ids), metas(ids)
-        local adds = {}
-        for i = 1, #ids do take(p, adds, ids[i], scores[i], blobs[i], mvs[i] or false, true) end
-        placemany(p, adds)
+        local moves = {}
+        for i = 1, #ids do take(p, moves, ids[i], scores[i], blobs[i], mvs[i] or false, true) end
+        movemany(p, moves)
       end
     end
   end

@@ -85,7 +85,7 @@ local function promote(id, blob)
   if follows(blob) then blob = string.sub(blob, #FOLLOWS + 1) end
   local info = blobinfo(blob)
   redis.call('HSET', K.pool, id, blob)
-  place(info.prio, id, info.due)
+  put(info.prio, id, info.due)
   groupadd(info.group, id)
   series(id, info)
   live(info.ingest, 1)

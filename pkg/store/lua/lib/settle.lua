@@ -8,9 +8,16 @@ Each takes top, maxprio() read once as the settle began: a message under
 the lease is in the due set of its priority before any outcome is written,
 and an outcome moves only its own message, so the sets a later outcome
 looks in are the ones that existed at the start.
---! keys: pool dead next
+--! keys: pool dead next meta
 --! include: time due meta life identity series tally
 ]]
+
+-- claimedattempts is claimedby plus the attempts recorded before this claim.
+local function claimedattempts(id, expiry, top)
+  local ok, p = claimedby(id, expiry, top)
+  if not ok then return false end
+  return true, p, (meta(redis.call('HGET', K.meta, id)))
+end
 
 -- retrylease puts messages of the lease that ends at expiry back in their
 -- due set for their next attempt: args[from .. to] are triples (ID, next
@@ -18,17 +25,18 @@ looks in are the ones that existed at the start.
 -- takes its place instead (a follower waits on). It returns how many.
 local function retrylease(expiry, args, from, to, top)
   local n = 0
+  local mine = fmtscore(expiry, LEASE_MARK)
   for i = from, to, 3 do
     local id = args[i]
     local ok, p, a = claimedattempts(id, expiry, top)
     if ok then
       local waiting = redis.call('HGET', K.next, id)
       if waiting and not follows(waiting) then
-        unplace(p, id)
+        drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       else
-        place(p, id, args[i + 1])
+        move(p, id, mine, args[i + 1])
         setmeta(id, a + 1, 0, p, args[i + 2])
       end
       n = n + 1
@@ -45,11 +53,12 @@ local function deadlease(expiry, maxdead, args, from, to, top)
   if from > to then return 0 end
   local now = servertime()
   local n = 0
+  local mine = fmtscore(expiry, LEASE_MARK)
   for i = from, to, 2 do
     local id = args[i]
     local ok, p, a = claimedattempts(id, expiry, top)
     if ok then
-      unplace(p, id)
+      drop(p, id, mine)
       local waiting = redis.call('HGET', K.next, id)
       if waiting then
         forget(id, redis.call('HGET', K.pool, id), true)
@@ -74,10 +83,11 @@ end
 -- postpone at a later due time. It returns how many.
 local function putbacklease(expiry, args, from, to, top)
   local n = 0
+  local mine = fmtscore(expiry, LEASE_MARK)
   for i = from, to, 2 do
     local ok, p = claimedby(args[i], expiry, top)
     if ok then
-      place(p, args[i], args[i + 1])
+      move(p, args[i], mine, args[i + 1])
       n = n + 1
     end
   end

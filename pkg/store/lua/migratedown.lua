@@ -1,0 +1,43 @@
+--[[ migratedown: converts a shard from layout 2 back to layout 1
+(Store.MigrateDown): each message in a key of its state (lib/due2.lua)
+goes back into the due set of its priority at its score on the wire
+(lib/wire.lua), and the shard's marker goes. A shard without it is left
+alone. One call per shard, as migrateup.lua.
+--! keys: due inflight ahead slot held holding layout
+--! include: bulk wire
+
+returns   how many messages moved into the due sets
+]]
+
+if redis.call('GET', K.layout) ~= '2' then return 0 end
+local moved = 0
+local marks = {inflight = LEASE_MARK, ahead = AHEAD_MARK, slot = SLOT_MARK}
+for p = 0, MAXPRIO do
+  for st, mark in pairs(marks) do
+    local key = K[st][p]
+    local r = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    local adds = {}
+    for i = 1, #r, 2 do
+      adds[#adds + 1] = fmtscore(tonumber(r[i + 1]), mark)
+      adds[#adds + 1] = r[i]
+    end
+    callmany('ZADD', K.due[p], adds)
+    redis.call('DEL', key)
+    moved = moved + #r / 2
+  end
+end
+local holding = redis.call('HGETALL', K.holding)
+local bands = {}
+for i = 1, #holding, 2 do
+  local id = holding[i]
+  local k, p = string.match(holding[i + 1], '^(%d+):(%d+)$')
+  local due = redis.call('ZSCORE', K.held .. k, id)
+  if due then
+    redis.call('ZADD', K.due[tonumber(p)], fmtscore(bandlow(k) + tonumber(due), 0), id)
+    moved = moved + 1
+  end
+  bands[k] = true
+end
+for k in pairs(bands) do redis.call('DEL', K.held .. k) end
+redis.call('DEL', K.holding, K.layout)
+return moved
