@@ -321,8 +321,9 @@ func TestFireAheadStopAndKill(t *testing.T) {
 	}
 }
 
-// heldAhead counts the messages claimed ahead in Redis: due-set scores
-// with the ahead mark (.75).
+// heldAhead counts the messages claimed ahead in Redis: in layout 1,
+// due-set scores with the ahead mark (.75); in layout 2, the members of
+// the claimed-ahead sets (store.Keys.AheadAt).
 func (e *natsEnv) heldAhead() int {
 	e.t.Helper()
 	// One round trip for every shard's due set (the messages here have the
@@ -332,13 +333,18 @@ func (e *natsEnv) heldAhead() int {
 	keys := store.NewKeys("e2e")
 	pipe := e.redis.Client().Pipeline()
 	cmds := make([]*redis.ZSliceCmd, config.DefaultShards)
+	aheads := make([]*redis.IntCmd, config.DefaultShards)
 	for shard := range cmds {
 		cmds[shard] = pipe.ZRangeWithScores(e.t.Context(), keys.DueAt(shard, 0), 0, -1)
+		aheads[shard] = pipe.ZCard(e.t.Context(), keys.AheadAt(shard, 0))
 	}
 	if _, err := pipe.Exec(e.t.Context()); err != nil && err != redis.Nil {
 		e.t.Fatal(err)
 	}
 	n := 0
+	for _, c := range aheads {
+		n += int(c.Val())
+	}
 	for _, c := range cmds {
 		for _, z := range c.Val() {
 			if z.Score-float64(int64(z.Score)) == 0.75 {

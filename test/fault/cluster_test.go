@@ -243,7 +243,8 @@ func (w *world) shardOwners(cc *redis.ClusterClient) map[int]string {
 	return owners
 }
 
-// parkedByShard is each shard's parked count (its due sets' sizes).
+// parkedByShard is each shard's parked count (the sizes of its sets of
+// parked messages, stateSets).
 func (w *world) parkedByShard(cc *redis.ClusterClient) map[int]int {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -251,8 +252,8 @@ func (w *world) parkedByShard(cc *redis.ClusterClient) map[int]int {
 	keys := store.NewKeys(keyPrefix)
 	m := map[int]int{}
 	for sh := 0; sh < shards; sh++ {
-		for p := 0; p <= store.MaxPriority; p++ {
-			n, err := cc.ZCard(ctx, keys.DueAt(sh, p)).Result()
+		for _, set := range stateSets(keys, sh) {
+			n, err := cc.ZCard(ctx, set.key).Result()
 			if err != nil {
 				w.t.Fatalf("ZCARD: %v", err)
 			}

@@ -392,10 +392,14 @@ func (w *world) atBurst(at time.Time, from int) bool {
 	var dues []string
 	var args []any
 	for sh, ids := range byShard {
-		dues = append(dues, keys.Due(sh))
-		args = append(args, len(ids))
-		for _, id := range ids {
-			args = append(args, id)
+		// layout 1's due set, where a claim is a score with a fraction;
+		// layout 2's sets of claims, where any member is one
+		for i, key := range []string{keys.Due(sh), keys.InflightAt(sh, 0), keys.AheadAt(sh, 0)} {
+			dues = append(dues, key)
+			args = append(args, min(i, 1), len(ids))
+			for _, id := range ids {
+				args = append(args, id)
+			}
 		}
 	}
 	ctx := context.Background()
@@ -408,20 +412,23 @@ func (w *world) atBurst(at time.Time, from int) bool {
 	return false
 }
 
-// heldScript counts the given messages that are in flight: a due score of
-// lease expiry + 0.5 (see store.Keys). One script, so one atomic read.
+// heldScript counts the given messages that are claimed: in layout 1 a
+// due score with a fraction (lease expiry + 0.5 or + 0.75, see
+// store.Keys), in layout 2 any member of the in-flight and claimed-ahead
+// sets. One script, so one atomic read.
 //
-//	KEYS    -> due sets
-//	ARGV    -> per due set: the number of IDs, then the IDs
-//	returns -> how many of them are in flight
+//	KEYS    -> sorted sets
+//	ARGV    -> per set: 1 when any member counts (else one with a
+//	           fraction), the number of IDs, then the IDs
+//	returns -> how many of them are claimed
 var heldScript = redis.NewScript(`
 local held, a = 0, 1
 for _, key in ipairs(KEYS) do
-  local n = tonumber(ARGV[a])
-  local scores = redis.call('ZMSCORE', key, unpack(ARGV, a + 1, a + n))
-  a = a + 1 + n
+  local any, n = ARGV[a] == '1', tonumber(ARGV[a + 1])
+  local scores = redis.call('ZMSCORE', key, unpack(ARGV, a + 2, a + 1 + n))
+  a = a + 2 + n
   for _, s in ipairs(scores) do
-    if s and tonumber(s) % 1 ~= 0 then held = held + 1 end
+    if s and (any or tonumber(s) % 1 ~= 0) then held = held + 1 end
   end
 end
 return held
@@ -438,6 +445,9 @@ func (w *world) untilHolding(timeout time.Duration) bool {
 	ctx := context.Background()
 	deadline := time.Now().Add(timeout)
 	for sh := 0; time.Now().Before(deadline); sh = (sh + 1) % shards {
+		if w.rdb.Exists(ctx, keys.InflightAt(sh, 0)).Val() > 0 { // layout 2
+			return true
+		}
 		zs, err := w.rdb.ZRangeWithScores(ctx, keys.Due(sh), 0, -1).Result()
 		if err != nil {
 			continue
@@ -1056,11 +1066,12 @@ func (c *collector) snapshot() map[string][]copyAt {
 // ---------------------------------------------------------------------------
 // Redis and ingest state
 
-// redisState is what Redis holds: parked messages (due set members, waiting
-// or in flight), those claimed (under a lease not yet acked or retried: a
-// due score with a fraction, see pkg/store/lua/lib/due.lua: in flight,
-// lease expiry + 0.5; claimed ahead of the due time and not published yet,
-// + 0.75; a publish slot, + 0.25) and dead ones.
+// redisState is what Redis holds: parked messages (waiting or in flight),
+// those claimed (under a lease not yet acked or retried: a score on the
+// wire with a fraction, see pkg/store/lua/lib/wire.lua: in flight, lease
+// expiry + 0.5; claimed ahead of the due time and not published yet,
+// + 0.75; a publish slot, + 0.25) and dead ones, in either layout
+// (stateSets).
 type redisState struct {
 	parked, inflight, dead int
 	inflightIDs            []string
@@ -1075,16 +1086,42 @@ type redisState struct {
 	ahead map[string]bool
 }
 
+// stateSet is a sorted set of a shard's parked messages (in any state
+// but dead) and the mark its scores get on the wire (layout 1's score,
+// store.Keys): in layout 1 the due sets (mark 0), in layout 2 also the set
+// of each state, whose scores are times alone.
+type stateSet struct {
+	key  string
+	mark float64
+}
+
+// stateSets are shard sh's sets of parked messages in both layouts (a
+// layout's keys that the other does not use do not exist), the held sets
+// of the first hold bands included.
+func stateSets(keys store.Keys, sh int) []stateSet {
+	var out []stateSet
+	for p := 0; p <= store.MaxPriority; p++ {
+		out = append(out, stateSet{keys.DueAt(sh, p), 0}, stateSet{keys.InflightAt(sh, p), 0.5},
+			stateSet{keys.AheadAt(sh, p), 0.75}, stateSet{keys.SlotAt(sh, p), 0.25})
+	}
+	for b := range 4 {
+		out = append(out, stateSet{keys.Held(sh, b), 0})
+	}
+	return out
+}
+
 func readRedisState(ctx context.Context, rdb redis.UniversalClient) (redisState, error) {
 	s := redisState{leases: map[string]int64{}, attempts: map[string]int{}, deadIDs: map[string]bool{}, ahead: map[string]bool{}}
 	keys := store.NewKeys(keyPrefix)
 	pipe := rdb.Pipeline()
 	due := make([][]*redis.ZSliceCmd, shards)
+	marks := make([][]float64, shards)
 	dead := make([]*redis.StringSliceCmd, shards)
 	meta := make([]*redis.MapStringStringCmd, shards)
 	for i := 0; i < shards; i++ {
-		for p := 0; p <= store.MaxPriority; p++ {
-			due[i] = append(due[i], pipe.ZRangeWithScores(ctx, keys.DueAt(i, p), 0, -1))
+		for _, set := range stateSets(keys, i) {
+			due[i] = append(due[i], pipe.ZRangeWithScores(ctx, set.key, 0, -1))
+			marks[i] = append(marks[i], set.mark)
 		}
 		dead[i] = pipe.ZRange(ctx, keys.Dead(i), 0, -1)
 		meta[i] = pipe.HGetAll(ctx, keys.Meta(i))
@@ -1097,8 +1134,9 @@ func readRedisState(ctx context.Context, rdb redis.UniversalClient) (redisState,
 			s.dead++
 			s.deadIDs[id] = true
 		}
-		for _, cmd := range due[i] {
+		for j, cmd := range due[i] {
 			for _, z := range cmd.Val() {
+				z.Score += marks[i][j]
 				s.parked++
 				if z.Score == math.Trunc(z.Score) {
 					continue // waiting for its due time
@@ -1400,9 +1438,14 @@ func (w *world) explainLost(ids []string) {
 	for _, id := range first(ids, 5) {
 		sh := shardOf(id)
 		inPool, _ := w.rdb.HExists(ctx, keys.Pool(sh), id).Result()
-		score, zerr := w.rdb.ZScore(ctx, keys.Due(sh), id).Result()
+		var where []string
+		for _, set := range stateSets(keys, sh) {
+			if score, err := w.rdb.ZScore(ctx, set.key, id).Result(); err == nil {
+				where = append(where, fmt.Sprintf("%s %.2f", set.key, score))
+			}
+		}
 		meta, _ := w.rdb.HGet(ctx, keys.Meta(sh), id).Result()
-		w.logf("lost %s: shard %d, in pool %v, due score %v (%v), meta %q", id, sh, inPool, int64(score), zerr, meta)
+		w.logf("lost %s: shard %d, in pool %v, in %v, meta %q", id, sh, inPool, where, meta)
 	}
 }
 

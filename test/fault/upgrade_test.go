@@ -70,6 +70,8 @@ type fleet struct {
 
 	cancels        int    // cancels published through the ingest
 	cancelSeqFloor uint64 // the ingest stream's last sequence when the canceller ended
+
+	newBin, newCfg string // the new build's binary and a configuration of it (migrate)
 }
 
 // member is one daemon of a fleet.
@@ -133,8 +135,27 @@ func (f *fleet) start(bin, build, name string) *member {
 	f.w.logf("%s (%s build) ready: pid %d", name, build, m.d.proc.Pid)
 	f.mu.Lock()
 	f.live = append(f.live, m)
+	if build == buildNew {
+		f.newBin, f.newCfg = bin, m.d.cfgPath
+	}
 	f.mu.Unlock()
 	return m
+}
+
+// migrate runs the new build's `delaybridge migrate <dir>` on the fleet's
+// Redis and returns what it printed.
+func (f *fleet) migrate(dir string) string {
+	f.w.t.Helper()
+	f.mu.Lock()
+	bin, cfg := f.newBin, f.newCfg
+	f.mu.Unlock()
+	out, err := exec.Command(bin, "migrate", dir, "--config", cfg).CombinedOutput()
+	if err != nil {
+		f.w.t.Fatalf("delaybridge migrate %s: %v\n%s", dir, err, out)
+	}
+	said := strings.TrimSpace(string(out))
+	f.w.logf("migrate %s: %s", dir, said)
+	return said
 }
 
 // stop stops m gracefully while it claims: POSTs go elsewhere first, then
@@ -454,6 +475,13 @@ func TestRollingUpgrade(t *testing.T) {
 	f.stop(old1, n)
 	phase(0.72, "one old daemon left (scenario parameter)")
 	last := f.stop(old2, n+burstSize)
+	// The upgrade's last step, once no daemon of the previous release
+	// runs: the store to layout 2 while the new build's daemons run and
+	// publishing goes on.
+	newest := f.migrate("up")
+	if l := w.layout(); l != "2" {
+		t.Errorf("after migrate up %s records layout %q, want 2", store.NewKeys(keyPrefix).Config(), l)
+	}
 	w.waitPublished(done)
 	// What the stops left to the ingest's ack_wait comes back first, so
 	// that the re-read does not hide it.
@@ -475,8 +503,8 @@ func TestRollingUpgrade(t *testing.T) {
 	stranded := w.stranded(upgradeAckWait)
 	w.logStranded(stranded)
 	f.mu.Lock()
-	w.res.note("%d POSTed to the previous release's daemons and %d to the new build's, the others through the ingest; %d cancelled through the ingest (due %v later) and none published; layout recorded by the new build: %s",
-		f.posted[buildPrevious], f.posted[buildNew], f.cancels, cancelLead, w.layout())
+	w.res.note("%d POSTed to the previous release's daemons and %d to the new build's, the others through the ingest; %d cancelled through the ingest (due %v later) and none published; layout recorded by the new build: 1, then migrate up under traffic: %s",
+		f.posted[buildPrevious], f.posted[buildNew], f.cancels, cancelLead, newest)
 	f.mu.Unlock()
 	w.res.note("%d messages left by the previous release's stops to the ingest's ack_wait (%v here, 30 s by default) and delivered that late: it drops its pull's read-ahead at a stop", len(stranded), upgradeAckWait)
 	w.res.note("re-read after the upgrade: %d ingest messages (stream sequences %d-%d), %d of them delivered and marked by the previous release (done keys) and %d by the new build (seen buckets): parked again %d and %d (duplicates %d and %d), %d duplicates among the unmarked (%d claims in flight at the reset); dup bound = in flight at the stops and the reset",
@@ -521,6 +549,13 @@ func TestRollback(t *testing.T) {
 	cctx, stopCancels := context.WithCancel(w.ctx)
 	defer stopCancels()
 	cancelsDone := f.cancelLoop(cctx)
+	// The new build in the newest layout, converted while it runs under
+	// traffic, so that the rollback below starts from it.
+	w.holdUntil(began.Add(span*10/100), "the new build alone (scenario parameter)")
+	upped := f.migrate("up")
+	if l := w.layout(); l != "2" {
+		t.Errorf("after migrate up %s records layout %q, want 2", store.NewKeys(keyPrefix).Config(), l)
+	}
 
 	w.holdUntil(began.Add(span*30/100), "the new build alone (scenario parameter)")
 	stopCancels() // the re-read starts after them, as in TestRollingUpgrade
@@ -528,11 +563,7 @@ func TestRollback(t *testing.T) {
 	w.holdUntil(began.Add(span*35/100), "the new build alone (scenario parameter)")
 	f.stop(new1, n)
 	last := f.stop(new2, n+burstSize)
-	out, err := exec.Command(cur, "migrate", "down", "--config", new2.d.cfgPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("delaybridge migrate down: %v\n%s", err, out)
-	}
-	w.logf("migrate down: %s", strings.TrimSpace(string(out)))
+	downed := f.migrate("down")
 	f.start(prev, buildPrevious, "old-1")
 	f.start(prev, buildPrevious, "old-2")
 	gap := time.Since(last.exit)
@@ -555,8 +586,8 @@ func TestRollback(t *testing.T) {
 			len(stranded), upgradeAckWait, first(stranded, 10))
 	}
 	f.mu.Lock()
-	w.res.note("%d POSTed to the new build's daemons and %d to the previous release's, %d cancelled through the ingest and none published; the previous release ran %s after the last stop; layout left in Redis: %q (the previous release ignores it)",
-		f.posted[buildNew], f.posted[buildPrevious], f.cancels, dur(gap), w.layout())
+	w.res.note("%d POSTed to the new build's daemons and %d to the previous release's, %d cancelled through the ingest and none published; the previous release ran %s after the last stop; layout left in Redis: %q (the previous release ignores it); migrate up under traffic: %s; migrate down: %s",
+		f.posted[buildNew], f.posted[buildPrevious], f.cancels, dur(gap), w.layout(), upped, downed)
 	f.mu.Unlock()
 	w.res.note("re-read after the rollback: %d ingest messages (stream sequences %d-%d), %d of them delivered and marked by the new build (seen buckets, copied by migrate down) and %d by the previous release (done keys): the previous release parked again %d and %d (duplicates %d and %d), %d duplicates among the unmarked (%d claims in flight at the reset); dup bound = in flight at the stops and the reset",
 		len(rr.ids), rr.from, rr.to, rr.count("seen"), rr.count("done"), seenIDs, doneIDs, seenDups, doneDups, unmarkedDups, rr.inflight)
