@@ -162,8 +162,8 @@ func (s *Store) Browse(ctx context.Context, q BrowseQuery) (*Page, error) {
 		}
 		hasCursor, curAt, curID = true, c.at, c.id
 	}
-	bands, err := s.rdb.HGet(ctx, s.keys.Sinks(), "bands").Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	bands, err := s.bandsInUse(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("store.browse: %w", err)
 	}
 	scan := 0

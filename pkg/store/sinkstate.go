@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // SinkState is what Redis records of a sink for every instance.
@@ -66,4 +69,14 @@ func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) error {
 		return fmt.Errorf("store.set_paused %s: %w", sink, err)
 	}
 	return nil
+}
+
+// bandsInUse is how many hold bands were given (the sinks hash's "bands"),
+// which a listing and a count of a shard walk.
+func (s *Store) bandsInUse(ctx context.Context) (int, error) {
+	n, err := s.rdb.HGet(ctx, s.keys.Sinks(), "bands").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	return n, nil
 }

@@ -88,10 +88,15 @@ var statsScript = loadScript("stats")
 // runs; the pipeline is not a transaction, and under load the shards are
 // counted a few microseconds apart (Stats.Now is the last of those times).
 func (s *Store) Stats(ctx context.Context) (*Stats, error) {
-	args := make([]any, 0, len(bucketBounds))
+	bands, err := s.bandsInUse(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store.stats: %w", err)
+	}
+	args := make([]any, 0, len(bucketBounds)+1)
 	for _, b := range bucketBounds {
 		args = append(args, b.Milliseconds())
 	}
+	args = append(args, bands)
 	calls := make([]shardCall, s.shards)
 	for i := range calls {
 		calls[i] = shardCall{shard: i, args: args}

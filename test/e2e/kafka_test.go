@@ -17,6 +17,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // TestKafkaIngestSurvivesKill9 produces records into a Kafka ingest while the
@@ -162,13 +163,17 @@ sinks:
 	return dups, inflight, int(v)
 }
 
-// claimsHeld counts the messages in flight in Redis (a due score of lease
-// expiry + 0.5) under key prefix p, 16 shards, priority 0.
+// claimsHeld counts the messages claimed in Redis under key prefix p, 16
+// shards, priority 0: in layout 1 a due score with a fraction (lease
+// expiry + 0.5 or + 0.75), in layout 2 the members of the in-flight and
+// claimed-ahead sets.
 func claimsHeld(t *testing.T, rdb *redis.Client, p string) int {
 	t.Helper()
+	keys := store.NewKeys(p)
 	n := 0
 	for sh := range 16 {
-		zs, err := rdb.ZRangeWithScores(context.Background(), fmt.Sprintf("%s:{%d}:due", p, sh), 0, -1).Result()
+		n += int(rdb.ZCard(context.Background(), keys.InflightAt(sh, 0)).Val() + rdb.ZCard(context.Background(), keys.AheadAt(sh, 0)).Val())
+		zs, err := rdb.ZRangeWithScores(context.Background(), keys.Due(sh), 0, -1).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

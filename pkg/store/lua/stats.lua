@@ -5,6 +5,7 @@ is one round trip, which matters when it waits behind a drain's scripts.
 
 ARGV[1..4] upper bounds of the buckets after overdue (1m, 5m, 1h, 24h), in ms
            after now
+ARGV[5]    how many hold bands are in use
 returns    {parked, due, dead, oldest due or -1, held, then the six buckets:
            overdue, 1m, 5m, 1h, 24h, later, then the live recurring series,
            then now (Unix ms), then the shard's tally (lib/tally.lua) as
@@ -13,7 +14,7 @@ returns    {parked, due, dead, oldest due or -1, held, then the six buckets:
 
 local now = servertime()
 local out = {0, 0, redis.call('ZCARD', K.dead), -1, 0, 0, 0, 0, 0, 0, 0, redis.call('SCARD', K.series), now}
-for _, sp in ipairs(spans(nil)) do
+for _, sp in ipairs(spans(tonumber(ARGV[5]))) do
   local key, base, top = sp.key, sp.off, sp.off + sp.top
   local low = '-inf'
   if sp.held then low = base end

@@ -145,19 +145,14 @@ end
 -- sorted set key whose entries, from off (inclusive) to off + top
 -- (exclusive), have positions score - off (a score on the wire less its
 -- hold band); held says they are held. They are the not-held run of each
--- priority and the held run of each hold band, bands of them (nil: as
--- many as the sets hold).
+-- priority and the held run of each of the first bands hold bands.
 local function spans(bands)
   local out = {}
   for p = 0, maxprio() do
     local key = zkey(p)
     if redis.call('EXISTS', key) == 1 then
-      local nb = bands
-      if not nb then
-        nb = math.max(0, math.floor(tonumber(redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')[2]) / HOLDBAND))
-      end
       out[#out + 1] = {key = key, off = 0, top = HOLDBAND, held = false}
-      for k = 0, nb - 1 do out[#out + 1] = {key = key, off = bandlow(k), top = HOLDBAND, held = true} end
+      for k = 0, bands - 1 do out[#out + 1] = {key = key, off = bandlow(k), top = HOLDBAND, held = true} end
     end
   end
   return out

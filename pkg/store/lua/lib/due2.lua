@@ -283,8 +283,7 @@ local function heldcount(k) return redis.call('ZCARD', heldkey(k)) end
 -- sorted set key whose entries, from off (inclusive) to off + top
 -- (exclusive), have positions score - off (a score on the wire less its
 -- hold band); held says they are held. They are the sets of each state
--- and priority, and the held set of each hold band, bands of them (nil:
--- every band up to the highest holding knows of).
+-- and priority, and the held sets of the first bands hold bands.
 local function spans(bands)
   local out = {}
   for p = 0, maxprio() do
@@ -295,15 +294,7 @@ local function spans(bands)
       end
     end
   end
-  local nb = bands
-  if not nb then
-    nb = 0
-    for _, v in ipairs(redis.call('HVALS', K.holding)) do
-      local k = tonumber(string.match(v, '^(%d+):'))
-      if k + 1 > nb then nb = k + 1 end
-    end
-  end
-  for k = 0, nb - 1 do
+  for k = 0, bands - 1 do
     if redis.call('EXISTS', heldkey(k)) == 1 then
       out[#out + 1] = {key = heldkey(k), off = 0, top = HOLDBAND, held = true}
     end
