@@ -28,8 +28,9 @@ const (
 	// LayoutNewest is the newest layout this build knows.
 	LayoutNewest = Layout2
 	// LayoutNew is the layout this build gives a store that holds nothing
-	// yet.
-	LayoutNew = Layout1
+	// yet. A store that holds messages keeps its layout until migrate up
+	// (or down).
+	LayoutNew = Layout2
 )
 
 // newLayout is LayoutNew, which a test may change (layout_internal_test.go)
