@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -215,6 +216,40 @@ func TestExpiredLeaseIsClaimedAgain(t *testing.T) {
 	}
 	if n, _ := s.Ack(ctx, second, acks("a")); n != 1 {
 		t.Fatalf("owner acked %d", n)
+	}
+}
+
+// A claim takes what is due in score order, whatever state it is due
+// from: a lease that ended before a parked message's due time is taken
+// first (in layout 2 the two are in different sets, merged by the claim).
+func TestClaimTakesWhatIsDueInOrder(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	if _, err := s.Park(ctx, []*envelope.Message{msg("a", time.Now().Add(-time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(ctx, 0, 10, 100*time.Millisecond, nil)
+	if err != nil || len(first.Messages) != 1 {
+		t.Fatalf("first claim: %v %v", first, err)
+	}
+	// b falls due 50 ms after a's lease ends
+	if _, err := s.Park(ctx, []*envelope.Message{msg("b", first.Expiry().Add(50*time.Millisecond))}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		now, err := s.Client().Time(ctx).Result()
+		return err == nil && now.After(first.Expiry().Add(100*time.Millisecond))
+	}, "Redis's clock did not pass b's due time")
+	var order []string
+	for range 2 {
+		c, err := s.Claim(ctx, 0, 1, time.Minute, nil)
+		if err != nil || len(c.Messages) != 1 {
+			t.Fatalf("claim: %v %v", c, err)
+		}
+		order = append(order, fmt.Sprintf("%s@%d", c.Messages[0].ID, c.Messages[0].Attempt))
+	}
+	if want := []string{"a@2", "b@1"}; !slices.Equal(order, want) {
+		t.Fatalf("claimed %v, want %v: the ended lease first, its abandoned attempt counted", order, want)
 	}
 }
 

@@ -30,6 +30,9 @@ local PLAIN = {'due', 'inflight', 'ahead', 'slot'}
 -- statekey is the key of the state a score not held says, and the time
 -- it keeps there.
 local function statekey(p, score)
+  -- a due time, the common case: a whole number (Redis writes a score
+  -- without a fraction with no point)
+  if not string.find(score, '.', 1, true) then return K.due[p], score end
   local n = tonumber(score)
   if leased(n) then return K.inflight[p], n - LEASE_MARK end
   if ahead(n) then return K.ahead[p], n - AHEAD_MARK end
@@ -132,9 +135,11 @@ local function move(p, id, from, to)
   put(p, id, to)
 end
 -- movemany is move for the triples of moves: {from1, to1, id1, from2, ...},
--- one call per key.
+-- one call per key. A claim's moves share a few scores (its lease, a
+-- band), whose keys are worked out once.
 local function movemany(p, moves)
   local rems, adds, order = {}, {}, {}
+  local tokey, totime = {}, {}
   local function list(t, key)
     if not t[key] then
       t[key] = {}
@@ -148,7 +153,8 @@ local function movemany(p, moves)
       move(p, id, from, to)
     else
       local fk = statekey(p, from)
-      local tk, t = statekey(p, to)
+      if not tokey[to] then tokey[to], totime[to] = statekey(p, to) end
+      local tk, t = tokey[to], totime[to]
       if fk ~= tk then
         local r = list(rems, fk)
         r[#r + 1] = id
@@ -188,28 +194,29 @@ end
 -- order, as {id1, score1, id2, ...}: parked and due, claimed under a lease
 -- that ended, or at a rate slot that came.
 local function claimable(p, now, n)
+  local due = redis.call('ZRANGEBYSCORE', K.due[p], '-inf', now, 'WITHSCORES', 'LIMIT', 0, n)
   local all = {}
-  for _, st in ipairs(PLAIN) do
-    local mark = MARKS[st]
-    -- a time t is claimable once t + mark <= now
-    local hi = now
-    if mark > 0 then hi = '(' .. now end
-    local r = redis.call('ZRANGEBYSCORE', K[st][p], '-inf', hi, 'WITHSCORES', 'LIMIT', 0, n)
-    for i = 1, #r, 2 do
-      local s = r[i + 1]
-      if mark > 0 then s = fmtscore(tonumber(s), mark) end
-      all[#all + 1] = {id = r[i], score = s, n = tonumber(s)}
+  for i = 2, #PLAIN do
+    local st = PLAIN[i]
+    -- a time t of a marked state is claimable once t + mark <= now
+    local r = redis.call('ZRANGEBYSCORE', K[st][p], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, n)
+    for j = 1, #r, 2 do
+      local sc = fmtscore(tonumber(r[j + 1]), MARKS[st])
+      all[#all + 1] = {id = r[j], score = sc, n = tonumber(sc)}
     end
   end
-  -- the order one sorted set would give: by score, then by ID's bytes
+  -- only parked messages, the common case: the due set's own order
+  if #all == 0 then return due end
+  for j = 1, #due, 2 do all[#all + 1] = {id = due[j], score = due[j + 1], n = tonumber(due[j + 1])} end
+  -- the order one sorted set would give: by score, then by ID
   table.sort(all, function(a, b)
     if a.n ~= b.n then return a.n < b.n end
     return a.id < b.id
   end)
   local out = {}
-  for i = 1, math.min(n, #all) do
-    out[#out + 1] = all[i].id
-    out[#out + 1] = all[i].score
+  for j = 1, math.min(n, #all) do
+    out[#out + 1] = all[j].id
+    out[#out + 1] = all[j].score
   end
   return out
 end
