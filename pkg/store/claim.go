@@ -256,17 +256,21 @@ func committed(shard, n int, res []any, err error) (time.Time, []Committed, erro
 // end, a rate slot. Held messages do not count: a release wakes the
 // shards. One pipeline of plain reads, no script: the scheduler asks it
 // for its empty shards each scheduler.max_sleep instead of claiming each
-// of them. In layout 1 that is a due set's first entry below the hold
-// bands; in layout 2, any entry of the sets of those states.
+// of them. It reads both layouts' keys, whatever layout this Store takes
+// the shard to be in (a migrate from another process changes it without a
+// word to this one): a due set's first entry below the hold bands (layout
+// 1, and a parked message of layout 2), or any entry of layout 2's sets of
+// leases and slots.
 func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
 	firsts := make([][]*redis.ZSliceCmd, len(shards))
 	exists := make([]*redis.IntCmd, len(shards))
 	pipe := s.rdb.Pipeline()
 	for i, sh := range shards {
-		if s.layouts[sh].Load() == Layout2 {
-			exists[i] = pipe.Exists(ctx, s.keys.ClaimSets(sh)...)
-			continue
+		var marked []string // layout 2's sets of leases and slots
+		for p := 0; p <= MaxPriority; p++ {
+			marked = append(marked, s.keys.InflightAt(sh, p), s.keys.AheadAt(sh, p), s.keys.SlotAt(sh, p))
 		}
+		exists[i] = pipe.Exists(ctx, marked...)
 		for _, key := range s.keys.DueSets(sh) {
 			firsts[i] = append(firsts[i], pipe.ZRangeWithScores(ctx, key, 0, 0))
 		}
@@ -276,16 +280,15 @@ func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
 	}
 	out := make([]bool, len(shards))
 	for i, cs := range firsts {
-		if exists[i] != nil {
-			out[i] = exists[i].Val() > 0
-			continue
-		}
 		for _, c := range cs {
 			if z := c.Val(); len(z) > 0 {
 				if held, _ := Held(z[0].Score); !held {
 					out[i] = true
 				}
 			}
+		}
+		if exists[i].Val() > 0 {
+			out[i] = true
 		}
 	}
 	return out, nil

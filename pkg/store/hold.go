@@ -85,10 +85,9 @@ func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
 	counts := make([][]*redis.IntCmd, s.shards)
 	pipe := s.rdb.Pipeline()
 	for sh := range s.shards {
-		if s.layouts[sh].Load() == Layout2 {
-			counts[sh] = append(counts[sh], pipe.ZCard(ctx, s.keys.Held(sh, band)))
-			continue
-		}
+		// both layouts' (a migrate from another process changes a shard's
+		// without a word to this Store); Release runs in the shard's own
+		counts[sh] = append(counts[sh], pipe.ZCard(ctx, s.keys.Held(sh, band)))
 		for _, key := range s.keys.DueSets(sh) {
 			counts[sh] = append(counts[sh], pipe.ZCount(ctx, key, from, to))
 		}

@@ -15,12 +15,23 @@ import (
 // the states of a message:
 //
 //	<prefix>:{N}:pool   hash   message ID -> encoded message (envelope.Encode)
-//	<prefix>:{N}:due    zset   message ID -> due time, Unix ms; while a message
-//	                           is in flight, its lease expiry + leaseMark; while
-//	                           it is claimed ahead of its due time, its lease
-//	                           expiry + aheadMark; while it waits for a max_rate
-//	                           slot, the slot + slotMark; while it is held, in
-//	                           its sink's hold band (below)
+//	<prefix>:{N}:due    zset   message ID -> due time, Unix ms. In layout 1
+//	                           (layout.go) every state but dead: while a
+//	                           message is in flight, its lease expiry +
+//	                           leaseMark; while it is claimed ahead of its due
+//	                           time, its lease expiry + aheadMark; while it
+//	                           waits for a max_rate slot, the slot + slotMark;
+//	                           while it is held, in its sink's hold band
+//	                           (below). In layout 2, parked messages only.
+//	<prefix>:{N}:inflight, :ahead, :slot (and :inflight:pK...)
+//	                    zset   layout 2: message ID -> its lease's expiry (in
+//	                           flight; claimed ahead), the slot (waiting for a
+//	                           max_rate slot), Unix ms
+//	<prefix>:{N}:held:<band> zset layout 2: message ID -> due time, of the
+//	                           messages held for the sink of that band
+//	<prefix>:{N}:holding hash  layout 2: held message ID -> "<band>:<priority>"
+//	<prefix>:{N}:layout string "2": the shard is in layout 2; "1" (after
+//	                           migrate down) or none: in layout 1
 //	<prefix>:{N}:meta   hash   message ID -> "attempts|deadAt|priority|reason",
 //	                           only once there is something to record (a failed
 //	                           or abandoned attempt, a death)
@@ -193,8 +204,8 @@ func (k Keys) Tally(shard int) string { return k.shardKey(shard, "tally") }
 // death (lua/lib/dead.lua).
 func (k Keys) DeadBy(shard int) string { return k.shardKey(shard, "deadby") }
 
-// LayoutMark is the marker of a shard converted to layout 2 (migrate up):
-// the string "2"; a shard without it is in layout 1 (layout.go).
+// LayoutMark is the marker of a shard's layout (layout.go): "2" in layout
+// 2; "1", which migrate down leaves, or none in layout 1.
 func (k Keys) LayoutMark(shard int) string { return k.shardKey(shard, "layout") }
 
 // Done is the key an earlier build wrote to remember a delivered message

@@ -25,6 +25,9 @@ var (
 // only: run it once none of them runs any more (docs/operations.md,
 // "Upgrades and rollbacks with messages parked").
 func (s *Store) MigrateUp(ctx context.Context) (int, error) {
+	if err := s.CheckShards(ctx); err != nil {
+		return 0, fmt.Errorf("store: migrate up: %w", err)
+	}
 	moved := 0
 	for sh := range s.shards {
 		n, err := s.run(ctx, "migrate_up", migrateUpScript, sh).Int()
@@ -48,12 +51,17 @@ type Migrated struct {
 
 // MigrateDown takes the store back to what the previous release reads: it
 // converts every shard in Layout2 back to Layout1 (as MigrateUp, one
-// script call each), records layout 1, and writes the dedupe window's marks
-// as that release reads them (downMarks). Run it after the last daemon of
-// this build stopped (docs/operations.md, "Upgrades and rollbacks with
-// messages parked"); it is safe to run twice.
+// script call each; the shard's marker says "1", so that a daemon of this
+// build that still runs follows it even on an empty shard), records layout
+// 1, and writes the dedupe window's marks as that release reads them
+// (downMarks). Run it after the last daemon of this build stopped, before
+// the previous release starts (docs/operations.md, "Upgrades and
+// rollbacks with messages parked"); it is safe to run twice.
 func (s *Store) MigrateDown(ctx context.Context) (Migrated, error) {
 	var out Migrated
+	if err := s.CheckShards(ctx); err != nil {
+		return out, fmt.Errorf("store: migrate down: %w", err)
+	}
 	for sh := range s.shards {
 		n, err := s.run(ctx, "migrate_down", migrateDownScript, sh).Int()
 		if err != nil {

@@ -167,10 +167,13 @@ func TestMigrateUpAndDown(t *testing.T) {
 	if err != nil || down.Moved != 4 {
 		t.Fatalf("migrate down: %+v %v, want 4 moved (f5, ahead, slot, held)", down, err)
 	}
-	for _, key := range []string{k.InflightAt(0, 0), k.InflightAt(0, 5), k.AheadAt(0, 0), k.SlotAt(0, 0), k.Held(0, band), k.Holding(0), k.LayoutMark(0)} {
+	for _, key := range []string{k.InflightAt(0, 0), k.InflightAt(0, 5), k.AheadAt(0, 0), k.SlotAt(0, 0), k.Held(0, band), k.Holding(0)} {
 		if rdb.Exists(ctx, key).Val() != 0 {
 			t.Errorf("%s is left after migrate down", key)
 		}
+	}
+	if v := rdb.Get(ctx, k.LayoutMark(0)).Val(); v != "1" {
+		t.Errorf("the shard's marker is %q after migrate down, want 1", v)
 	}
 	if got := zset(k.DueAt(0, 0)); len(got) != 4 || got["slot"] != float64(slotAt.UnixMilli())+0.25 || got["ahead"] != exp+0.75 {
 		t.Errorf("due set after migrate down: %v, want parked, ahead, slot and held at their layout-1 scores", got)
@@ -180,5 +183,93 @@ func TestMigrateUpAndDown(t *testing.T) {
 	}
 	if again, err := s.MigrateDown(ctx); err != nil || again.Moved != 0 {
 		t.Fatalf("migrate down again: %+v %v, want nothing moved", again, err)
+	}
+}
+
+// A daemon of this build that runs while another process migrates follows
+// each shard, empty ones included, both ways: after migrate down its next
+// scripts run in layout 1 (an empty shard is not marked 2 again), its looks
+// at Redis that run no script (Occupied, ReleaseAll) read either layout
+// whatever it takes a shard to be in, and after migrate up it runs in
+// layout 2 again.
+func TestMigrateWhileADaemonRuns(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	rdb := r.Client()
+	o := store.Options{Prefix: "run", Shards: 2, MaxDead: 100}
+	daemon, other := store.New(rdb, o), store.New(rdb, o)
+	k := daemon.Keys()
+	if _, err := daemon.MigrateUp(ctx); err != nil { // layout 2, whatever the tests run in
+		t.Fatal(err)
+	}
+	bands, err := daemon.SinkStates(ctx, []string{"s", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	band := bands["b"].Band
+	// m in its shard; the other shard empty, as the daemon knows it
+	m := msg("m", time.Now().Add(-time.Second))
+	park(t, daemon, store.Parked, m)
+	sh := daemon.ShardOf("m")
+	empty := 1 - sh
+	if _, err := daemon.Claim(ctx, empty, 10, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := other.MigrateDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon, still taking both shards for layout 2, claims the empty
+	// one and parks into it, and holds m for its blocked sink.
+	if _, err := daemon.Claim(ctx, empty, 10, time.Minute, nil); err != nil {
+		t.Fatalf("claim of the empty shard after migrate down: %v", err)
+	}
+	var into string
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("n%d", i); daemon.ShardOf(id) == empty {
+			into = id
+			break
+		}
+	}
+	park(t, daemon, store.Parked, msg(into, time.Now().Add(time.Hour)))
+	held := msg("h0", time.Now().Add(-time.Second))
+	held.Sink = "b"
+	for i := 1; daemon.ShardOf(held.ID) != sh; i++ {
+		held.ID = fmt.Sprintf("h%d", i)
+	}
+	park(t, daemon, store.Parked, held)
+	if c, err := daemon.Claim(ctx, sh, 10, time.Minute, map[string]int{"b": band}); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim after migrate down: %+v %v, want m in flight and the held one held", c, err)
+	}
+	for shard := range 2 {
+		if v := rdb.Get(ctx, k.LayoutMark(shard)).Val(); v != "1" {
+			t.Errorf("shard %d's marker is %q after the daemon ran on it, want 1", shard, v)
+		}
+		for _, key := range []string{k.InflightAt(shard, 0), k.Held(shard, band), k.Holding(shard)} {
+			if rdb.Exists(ctx, key).Val() != 0 {
+				t.Errorf("the daemon wrote %s in layout 1", key)
+			}
+		}
+	}
+	if n := rdb.ZCard(ctx, k.Due(empty)).Val(); n != 1 {
+		t.Errorf("the empty shard's due set holds %d, want the message parked into it", n)
+	}
+
+	// Up again under it: its looks that run no script read layout 2 while
+	// it still takes the shards for layout 1.
+	if _, err := other.MigrateUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if occ, err := daemon.Occupied(ctx, []int{sh}); err != nil || !occ[0] {
+		t.Errorf("occupied after migrate up by another process: %v %v, want m's lease seen", occ, err)
+	}
+	if n := rdb.ZCard(ctx, k.Held(sh, band)).Val(); n != 1 {
+		t.Fatalf("held set of band %d holds %d after migrate up, want the held message", band, n)
+	}
+	if n, err := daemon.ReleaseAll(ctx, band, 100); err != nil || n != 1 {
+		t.Errorf("release after migrate up by another process: %d %v, want the held message", n, err)
+	}
+	if info := inspect(t, daemon, held.ID); info.State != store.StateScheduled {
+		t.Errorf("the released message is %s, want scheduled", info.State)
 	}
 }

@@ -51,8 +51,8 @@ dedupe window's marks, which this build keeps in one hash per shard and
 window, as the key per message the previous release reads, so that it
 still tells a re-read of a message this build delivered. Everything else
 this build writes, the previous release reads or ignores. It works on
-Redis directly (--admin does not apply), writes only keys that are missing
-and is safe to run twice.
+Redis directly (--admin does not apply), writes dedupe keys only where they
+are missing, and is safe to run twice.
 
 Rollback: stop the daemons of this build (marks they write later are not
 copied), run migrate down, start the previous release

@@ -1,8 +1,10 @@
 --[[ migratedown: converts a shard from layout 2 back to layout 1
 (Store.MigrateDown): each message in a key of its state (lib/due2.lua)
 goes back into the due set of its priority at its score on the wire
-(lib/wire.lua), and the shard's marker goes. A shard without it is left
-alone. One call per shard, as migrateup.lua.
+(lib/wire.lua), and the shard's marker becomes "1": a daemon of this
+build that still takes the shard for layout 2 is refused there, even when
+the shard is empty, instead of marking it "2" again. A shard not marked
+"2" is left alone. One call per shard, as migrateup.lua.
 --! keys: due inflight ahead slot held holding layout
 --! include: bulk wire
 
@@ -39,5 +41,6 @@ for i = 1, #holding, 2 do
   bands[k] = true
 end
 for k in pairs(bands) do redis.call('DEL', K.held .. k) end
-redis.call('DEL', K.holding, K.layout)
+redis.call('DEL', K.holding)
+redis.call('SET', K.layout, '1')
 return moved

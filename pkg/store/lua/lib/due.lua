@@ -12,9 +12,10 @@ by its score on the wire (lib/wire.lua): the state is in the score's
 fraction or band (see Keys in keys.go).
 ]]
 
--- A shard converted to layout 2 (migrate up) has its marker: this build's
--- layout-1 scripts refuse it, and Go runs the layout-2 ones instead.
-if redis.call('EXISTS', K.layout) == 1 then return redis.error_reply('LAYOUT the shard is in layout 2') end
+-- A shard converted to layout 2 (migrate up) has its marker "2": this
+-- build's layout-1 scripts refuse it, and Go runs the layout-2 ones
+-- instead. One converted back (migrate down) has "1".
+if redis.call('GET', K.layout) == '2' then return redis.error_reply('LAYOUT the shard is in layout 2') end
 
 -- zkey is the due set of priority p.
 local function zkey(p) return K.due[p] end

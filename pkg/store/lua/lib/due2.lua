@@ -14,9 +14,11 @@ layout-1 one does, so that the scripts and Go are the same for both.
 --! include: meta bulk wire
 ]]
 
--- A shard in layout 2 has its marker (Keys.LayoutMark). One without it
--- that holds nothing yet takes it here; one that holds messages is in
--- layout 1, and this build's layout-1 scripts run there instead.
+-- A shard in layout 2 has its marker "2" (Keys.LayoutMark). One without a
+-- marker that holds nothing yet takes it here; one that holds messages,
+-- or that migrate down marked "1" (a daemon that still takes it for
+-- layout 2 must not mark it again, even empty), is in layout 1, and this
+-- build's layout-1 scripts run there instead.
 local mark = redis.call('GET', K.layout)
 if mark ~= '2' then
   if mark or redis.call('EXISTS', K.pool) == 1 then return redis.error_reply('LAYOUT the shard is in layout 1') end
@@ -270,6 +272,7 @@ end
 -- heldof returns up to n messages held in band k, due order, as {id1,
 -- priority1, due1, id2, ...}.
 local function heldof(k, n)
+  if n <= 0 then return {} end
   local r = redis.call('ZRANGE', heldkey(k), 0, n - 1, 'WITHSCORES')
   local out = {}
   for i = 1, #r, 2 do
