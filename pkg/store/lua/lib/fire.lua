@@ -149,7 +149,8 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
   end
   for p = top, 0, -1 do
     while left > 0 and holds > 0 do
-      local due = claimable(p, now, left)
+      local asked = left
+      local due = claimable(p, now, asked)
       if #due == 0 then break end
       local ids = {}
       for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
@@ -162,6 +163,9 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
         take(p, moves, due[i], due[i + 1], blobs[k], mvs[k] or false, false)
       end
       movemany(p, moves)
+      -- fewer than asked: every due one of this priority was taken or
+      -- held, and another look would find none
+      if #due / 2 < asked then break end
     end
   end
   -- Ahead: one look per due set at what falls due within aheadms. An entry
