@@ -266,11 +266,7 @@ func (s *Store) Occupied(ctx context.Context, shards []int) ([]bool, error) {
 	exists := make([]*redis.IntCmd, len(shards))
 	pipe := s.rdb.Pipeline()
 	for i, sh := range shards {
-		var marked []string // layout 2's sets of leases and slots
-		for p := 0; p <= MaxPriority; p++ {
-			marked = append(marked, s.keys.InflightAt(sh, p), s.keys.AheadAt(sh, p), s.keys.SlotAt(sh, p))
-		}
-		exists[i] = pipe.Exists(ctx, marked...)
+		exists[i] = pipe.Exists(ctx, s.keys.LeaseSets(sh)...)
 		for _, key := range s.keys.DueSets(sh) {
 			firsts[i] = append(firsts[i], pipe.ZRangeWithScores(ctx, key, 0, 0))
 		}

@@ -173,12 +173,13 @@ func (k Keys) heldPrefix(shard int) string { return k.shardKey(shard, "held:") }
 // back to.
 func (k Keys) Holding(shard int) string { return k.shardKey(shard, "holding") }
 
-// ClaimSets are, in layout 2, the sets of a shard a claim takes from: for
-// each priority, DueAt, InflightAt, AheadAt and SlotAt.
-func (k Keys) ClaimSets(shard int) []string {
-	out := make([]string, 0, 4*(MaxPriority+1))
+// LeaseSets are, in layout 2, the sets of a shard whose times are when a
+// lease or a publish slot ends: for each priority, InflightAt, AheadAt and
+// SlotAt. With DueSets, they are what a claim takes from.
+func (k Keys) LeaseSets(shard int) []string {
+	out := make([]string, 0, 3*(MaxPriority+1))
 	for p := 0; p <= MaxPriority; p++ {
-		out = append(out, k.DueAt(shard, p), k.InflightAt(shard, p), k.AheadAt(shard, p), k.SlotAt(shard, p))
+		out = append(out, k.InflightAt(shard, p), k.AheadAt(shard, p), k.SlotAt(shard, p))
 	}
 	return out
 }

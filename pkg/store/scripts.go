@@ -249,21 +249,14 @@ func (k Keys) scriptKeys(sc *scriptForm, shard int, deployment ...string) []stri
 	out := make([]string, 0, len(sc.keys))
 	p := map[string]int{}
 	for _, name := range sc.keys {
+		if slices.Contains(perPriority, name) { // DueAt, InflightAt, AheadAt, SlotAt
+			out = append(out, k.atPriority(shard, name, p[name]))
+			p[name]++
+			continue
+		}
 		switch name {
 		case "pool":
 			out = append(out, k.Pool(shard))
-		case "due":
-			out = append(out, k.DueAt(shard, p[name]))
-			p[name]++
-		case "inflight":
-			out = append(out, k.InflightAt(shard, p[name]))
-			p[name]++
-		case "ahead":
-			out = append(out, k.AheadAt(shard, p[name]))
-			p[name]++
-		case "slot":
-			out = append(out, k.SlotAt(shard, p[name]))
-			p[name]++
 		case "held":
 			out = append(out, k.heldPrefix(shard))
 		case "holding":
