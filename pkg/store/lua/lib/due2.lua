@@ -42,7 +42,6 @@ local function statekey(p, score)
   return K.due[p], score
 end
 local function heldkey(k) return K.held .. k end
-local function zkey(p) return K.due[p] end
 -- maxprio is the highest priority any of whose sets exists, 0 when only
 -- the default ones may hold messages (held messages aside: holding knows
 -- their priority).
