@@ -273,3 +273,39 @@ func TestMigrateWhileADaemonRuns(t *testing.T) {
 		t.Errorf("the released message is %s, want scheduled", info.State)
 	}
 }
+
+// A store begun in layout 2 has no marker on a shard no script has written
+// yet. Migrate down marks it "1" too: a daemon of this build that still
+// takes the store for layout 2 and parks there afterwards then writes
+// layout 1, which the previous release reads, instead of marking the
+// shard "2".
+func TestMigrateDownMarksUntouchedShards(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	o := store.Options{Prefix: "fresh", Shards: 2, MaxDead: 100}
+	daemon, other := store.New(rdb, o), store.New(rdb, o)
+	k := daemon.Keys()
+	if _, err := other.MigrateDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for shard := range 2 {
+		if v := rdb.Get(ctx, k.LayoutMark(shard)).Val(); v != "1" {
+			t.Errorf("shard %d's marker is %q after migrate down of a store nothing was written to, want 1", shard, v)
+		}
+	}
+	m := msg("m", time.Now().Add(-time.Second))
+	park(t, daemon, store.Parked, m)
+	sh := daemon.ShardOf("m")
+	if c, err := daemon.Claim(ctx, sh, 10, time.Minute, nil); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim after migrate down: %+v %v, want m", c, err)
+	}
+	if v := rdb.Get(ctx, k.LayoutMark(sh)).Val(); v != "1" {
+		t.Errorf("shard %d's marker is %q after the daemon parked and claimed there, want 1", sh, v)
+	}
+	if rdb.Exists(ctx, k.InflightAt(sh, 0)).Val() != 0 {
+		t.Errorf("the claim wrote %s, a layout-2 key, after migrate down", k.InflightAt(sh, 0))
+	}
+	if n := rdb.ZCard(ctx, k.Due(sh)).Val(); n != 1 {
+		t.Errorf("the due set holds %d, want m in flight there at its layout-1 score", n)
+	}
+}

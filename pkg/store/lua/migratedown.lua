@@ -3,15 +3,22 @@
 goes back into the due set of its priority at its score on the wire
 (lib/wire.lua), and the shard's marker becomes "1": a daemon of this
 build that still takes the shard for layout 2 is refused there, even when
-the shard is empty, instead of marking it "2" again. A shard not marked
-"2" is left alone. One call per shard, as migrateup.lua.
+the shard is empty, instead of marking it "2" again. A shard with no
+marker (no script of either layout has written it since the store began,
+or only the previous release has) gets "1" too, for the same reason; one
+marked "1" is left alone. One call per shard, as migrateup.lua.
 --! keys: due inflight ahead slot held holding layout
 --! include: bulk wire
 
 returns   how many messages moved into the due sets
 ]]
 
-if redis.call('GET', K.layout) ~= '2' then return 0 end
+local mark = redis.call('GET', K.layout)
+if mark == '1' then return 0 end
+if not mark then
+  redis.call('SET', K.layout, '1')
+  return 0
+end
 local moved = 0
 local marks = {inflight = LEASE_MARK, ahead = AHEAD_MARK, slot = SLOT_MARK}
 for p = 0, MAXPRIO do
