@@ -1,14 +1,20 @@
 # delaybridge: `make test` is what CI runs (.ci/run). `make help` lists targets.
 GO       ?= go
 PKGS     := ./...
+# The packages of the daemon's own code, tested with the race detector, and
+# the black-box ones (test/...), which drive a daemon binary built with it
+# and run without it themselves (testenv.RaceDaemonEnv: the harness's code
+# and the NATS and Kafka servers it embeds are not the daemon's).
+CODE     := ./cmd/... ./internal/... ./pkg/...
+BLACKBOX := ./test/...
 # The packages whose tests take longest, longest first, so that go test
 # starts them first (it builds and runs packages in the order given, -p at a
-# time): listed last by ./..., test/e2e started 6 minutes into make test and
-# ended it. Seconds each, with the other core busy: e2e 376, rabbitbroker
-# 389, testenv 118, store 115, ui 70, docs 54, kafkabroker 44, natsbroker 23,
-# admin 19, dev 17, test/ops 14, ingest 13, daemon 10; the rest 1-5.
-SLOW     := ./test/e2e/ ./pkg/brokers/rabbitbroker/ ./internal/testenv/ ./pkg/store/ ./test/ui/ ./test/docs/ \
-            ./pkg/brokers/kafkabroker/ ./pkg/brokers/natsbroker/ ./pkg/admin/ ./pkg/dev/ ./test/ops/ ./pkg/ingest/ ./pkg/daemon/
+# time). Seconds each, alone on a quiet machine: test/e2e 245, rabbitbroker
+# 80, ui 63, docs 57, store 47, kafkabroker 44, testenv 28, admin 25,
+# natsbroker 24, daemon 22, ingest 19, dev 10, test/ops 11; the rest 1-8.
+SLOW     := ./test/e2e/ ./test/ui/ ./test/docs/ \
+            ./pkg/brokers/rabbitbroker/ ./pkg/store/ ./pkg/brokers/kafkabroker/ ./internal/testenv/ ./pkg/admin/ \
+            ./pkg/brokers/natsbroker/ ./pkg/daemon/ ./pkg/ingest/ ./pkg/dev/
 # Every go command of the targets builds without the checkout's path in
 # what it compiles, so that the build cache serves any clone of the same
 # sources: a clone in another directory compiled every package of the
@@ -28,9 +34,10 @@ LDFLAGS  := -s -w -X github.com/delaybridge/delaybridge/cmd/delaybridge/cli.vers
 # a duration races Go 1.26's fuzz coordinator at its deadline and fails with a
 # bare "context deadline exceeded" on a busy machine (golang/go#75804, fixed
 # in Go 1.27); a count has no deadline to race. FUZZTIME=30s works too.
-FUZZTIME ?= 20000x
+# 20000x took 53 CPU-s for the six, 10000x about half that.
+FUZZTIME ?= 10000x
 
-.PHONY: help build dev deps test short lint unit unit-root unit-deploy unit-layout fuzz fault fault-ci clean bench
+.PHONY: help build dev deps test short lint unit unit-code unit-blackbox race-daemons unit-deploy unit-layout fuzz fault fault-ci clean bench
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -55,7 +62,7 @@ deps: ## install what the tests run (scripts/test-deps.sh): with apt-get redis-s
 # first and the tests after it left the servers' waits 52-67 s behind. -Oline
 # prints each command's output whole when it ends.
 test: deps ## everything CI runs: deps, then side by side gofmt and vet, the tests with -race, short fuzzing and the fault suite (smaller)
-	@$(MAKE) --no-print-directory -j5 -Oline lint unit fault-ci fuzz
+	@$(MAKE) --no-print-directory -j7 -Oline lint unit fault-ci fuzz
 
 short: ## the tests that need no server (go test -short): about a minute once built, about 4 minutes on a first run, which compiles everything; a quick check while changing code
 	$(GO) test -short -count=1 $(PKGS)
@@ -67,27 +74,38 @@ lint: ## gofmt and go vet
 	$(GO) vet -tags fault,bench,faultinject ./test/fault/ ./test/bench/ ./pkg/daemon/
 	cd $(DEPLOY) && $(GO) vet ./...
 
-unit: unit-root unit-deploy unit-layout ## all tests against real servers, with the race detector (and the deploy/ module's, without)
+unit: unit-code unit-blackbox unit-deploy unit-layout ## all tests against real servers, the daemon's with the race detector (the deploy/ module's without)
 
 # -parallel 4: the tests marked parallel (servers of their own, no timing
 # bound: test/e2e's harness_test.go) mostly wait; two at a time (the
 # default, GOMAXPROCS) kept test/e2e, the longest package, waiting on them.
+# -p 2 each: unit-code and unit-blackbox run side by side.
 #
 # The daemon of the tests that run one (testenv.Build), built with -race
 # once for every test binary instead of once in each (five linked their
 # own, 6-7 CPU-s each); testenv.PrebuiltEnv says how they are found.
 TESTBIN  := $(CURDIR)/bin/test
 
-unit-root:
+race-daemons:
 	@mkdir -p $(TESTBIN)
 	$(GO) build -race -o $(TESTBIN)/delaybridge-race ./cmd/delaybridge & p=$$!; \
 	  $(GO) build -race -tags faultinject -o $(TESTBIN)/delaybridge-race-faultinject ./cmd/delaybridge && wait $$p
-	DELAYBRIDGE_TEST_BIN=$(TESTBIN) $(GO) test -race -vet=off -count=1 -timeout 20m -p 3 -parallel 4 $(SLOW) $(PKGS)
+
+unit-code: race-daemons
+	DELAYBRIDGE_TEST_BIN=$(TESTBIN) $(GO) test -race -vet=off -count=1 -timeout 20m -p 2 -parallel 4 $(filter-out ./test/%,$(SLOW)) $(CODE)
+
+# Without -race in the test binary, with it in the daemon: test/e2e took
+# 207 CPU-s with the detector in both, 150 with it in the daemon alone, 86
+# without it (alone on a quiet machine); make test, back to back from warm
+# clones, 918 CPU-s and 532 s with the black-box tests under -race, 846
+# CPU-s and 476 s so.
+unit-blackbox: race-daemons
+	DELAYBRIDGE_TEST_BIN=$(TESTBIN) DELAYBRIDGE_TEST_RACE_DAEMON=1 $(GO) test -vet=off -count=1 -timeout 20m -p 2 -parallel 4 $(filter ./test/%,$(SLOW)) $(BLACKBOX)
 
 # The store's tests again in the layout a new store does not get
 # (pkg/store/layout.go; DELAYBRIDGE_TEST_LAYOUT), so that both stay whole
 # while stores of both are in use. Without -race: the layouts differ in
-# the Lua run, not in Go's goroutines, which unit-root's run checks.
+# the Lua run, not in Go's goroutines, which unit-code's run checks.
 unit-layout:
 	DELAYBRIDGE_TEST_LAYOUT=1 $(GO) test -vet=off -count=1 -timeout 10m ./pkg/store/
 
@@ -103,7 +121,7 @@ unit-deploy:
 FUZZ     := envelope:FuzzParse envelope:FuzzParseDialects envelope:FuzzDecode envelope:FuzzCodecRoundTrip \
             jsonlimit:FuzzCheck strictjson:FuzzDecode
 
-fuzz: ## each fuzz target for FUZZTIME (default 20000 executions, a few seconds)
+fuzz: ## each fuzz target for FUZZTIME (default 10000 executions, a few seconds)
 	@mkdir -p $(TESTBIN)
 	@for p in $(sort $(foreach f,$(FUZZ),$(firstword $(subst :, ,$(f))))); do \
 	  $(GO) test -c -vet=off -fuzz . -o $(TESTBIN)/$$p.fuzz ./pkg/$$p/ || exit 1; \

@@ -21,8 +21,7 @@ import (
 // tests of upgrades and rollbacks. The commit's tree is taken from git
 // (git archive, so the working tree is not touched), extracted into the
 // build directory Build uses and built there with the commit's own go.mod,
-// once per test process and commit (with -race when the test binary has
-// it, as Build does).
+// once per test process and commit (with -race when Build's are).
 //
 // A commit the clone does not hold fails the test, saying why: most often
 // a shallow clone (git clone --depth 1, the default of some CI checkouts),
@@ -97,7 +96,7 @@ func buildCommit(root, hash string) (string, error) {
 	// process's build of the same commit (a link, ~10 s, instead of ~35 s of
 	// CPU).
 	args := []string{"build", "-buildvcs=false", "-trimpath", "-o", out}
-	if raceEnabled {
+	if raceDaemon() {
 		args = append(args, "-race")
 	}
 	args = append(args, "./cmd/delaybridge")

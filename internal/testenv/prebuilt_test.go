@@ -23,6 +23,9 @@ func TestMakefileBuildsThePrebuiltDaemons(t *testing.T) {
 	if !strings.Contains(string(mk), PrebuiltEnv+"=$(TESTBIN)") {
 		t.Errorf("the Makefile does not give the tests %s=$(TESTBIN)", PrebuiltEnv)
 	}
+	if !strings.Contains(string(mk), RaceDaemonEnv+"=1") {
+		t.Errorf("the Makefile does not give the black-box tests %s=1: their daemons would run without the race detector", RaceDaemonEnv)
+	}
 	for _, tags := range [][]string{nil, {"faultinject"}} {
 		want := fmt.Sprintf("-o $(TESTBIN)/%s ./cmd/delaybridge", prebuiltName(true, tags))
 		if !strings.Contains(string(mk), want) {

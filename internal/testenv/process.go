@@ -73,10 +73,10 @@ func Build(t testing.TB) string {
 
 // BuildPackage builds the main package pkg (a path relative to the module root, e.g.
 // "./cmd/delaybridge") once per test process into a temp dir removed by Main, and
-// returns the binary's path. When the test binary itself was built with -race, so is
-// the program, so data races in a daemon under test are reported (as exit code 66
-// and "WARNING: DATA RACE" in its output). A failed build fails every test that asks
-// for it, with the compiler's output.
+// returns the binary's path. When the test binary itself was built with -race, or
+// RaceDaemonEnv asks for it, so is the program, and a data race the program reports
+// fails the test that ran it (StartProcess). A failed build fails every test that
+// asks for it, with the compiler's output.
 //
 // Caveat: the first build of a package embedding big dependencies takes tens of
 // seconds with a cold build cache; later ones are cache hits.
@@ -135,6 +135,16 @@ func onceFor(t testing.TB, key string, do func() (string, error)) string {
 // test: only the Makefile sets it.
 const PrebuiltEnv = "DELAYBRIDGE_TEST_BIN"
 
+// RaceDaemonEnv, set to 1, has the programs Build makes built with -race
+// though the test binary is not. make test runs the black-box packages
+// (test/...) so: their own code is the harness, and the race detector in
+// it, with the NATS server and Kafka it embeds, cost test/e2e 57 of its 207
+// CPU-s, while the daemon it drives keeps the detector.
+const RaceDaemonEnv = "DELAYBRIDGE_TEST_RACE_DAEMON"
+
+// raceDaemon reports whether Build and BuildCommit build with -race.
+func raceDaemon() bool { return raceEnabled || os.Getenv(RaceDaemonEnv) == "1" }
+
 // prebuiltName is the file name of ./cmd/delaybridge built with tags,
 // with -race when race, in PrebuiltEnv's directory.
 func prebuiltName(race bool, tags []string) string {
@@ -150,7 +160,7 @@ func prebuiltName(race bool, tags []string) string {
 
 func build(pkg string, tags []string) (string, error) {
 	if dir := os.Getenv(PrebuiltEnv); dir != "" && pkg == "./cmd/delaybridge" {
-		if p := filepath.Join(dir, prebuiltName(raceEnabled, tags)); fileExists(p) {
+		if p := filepath.Join(dir, prebuiltName(raceDaemon(), tags)); fileExists(p) {
 			return p, nil
 		}
 	}
@@ -175,7 +185,7 @@ func build(pkg string, tags []string) (string, error) {
 		out = filepath.Join(dir, fmt.Sprintf("%s-%d", name, i))
 	}
 	args := []string{"build", "-o", out}
-	if raceEnabled {
+	if raceDaemon() {
 		args = append(args, "-race")
 	}
 	if len(tags) > 0 {
@@ -266,11 +276,30 @@ func StartProcessWith(t testing.TB, opts ProcessOptions, bin string, args ...str
 		} else {
 			killGroup(p.Pid, syscall.SIGKILL) // children it may have left in its group
 		}
+		if report := raceReport(p.Output()); report != "" {
+			t.Errorf("testenv: %s (pid %d) reported a data race:\n%s", filepath.Base(bin), p.Pid, report)
+		}
 		if t.Failed() {
 			t.Logf("testenv: output of %s %s (tail):\n%s", filepath.Base(bin), strings.Join(args, " "), tail(outPath, 4000))
 		}
 	})
 	return p
+}
+
+// raceWarning begins each report of the race detector in a program built
+// with -race. The program goes on after it (and exits 66 only if it ends
+// on its own), so StartProcess looks for it in the output at the test's
+// end: most daemons under test are killed, not stopped.
+const raceWarning = "WARNING: DATA RACE"
+
+// raceReport returns the first data race report in out, up to 8000 bytes,
+// or "" when there is none.
+func raceReport(out string) string {
+	i := strings.Index(out, raceWarning)
+	if i < 0 {
+		return ""
+	}
+	return out[i:min(len(out), i+8000)]
 }
 
 // Output returns everything the process wrote so far.

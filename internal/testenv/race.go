@@ -2,6 +2,6 @@
 
 package testenv
 
-// raceEnabled is true when the test binary was built with -race; BuildPackage then
-// builds with -race too.
+// raceEnabled is true when the test binary was built with -race; the
+// daemons Build makes are then built with -race too (raceDaemon).
 const raceEnabled = true
