@@ -241,7 +241,11 @@ func (r *RabbitNode) childEnv() []string {
 		"RABBITMQ_CONFIG_FILE="+filepath.Join(r.Dir, "rabbitmq.conf"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(r.Dir, "enabled_plugins"),
 		"RABBITMQ_PID_FILE="+r.pidFile,
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} "+noEpmd,
+		// +sbwt none and its two kin: an idle scheduler thread sleeps instead
+		// of spinning for work, which Erlang does by default and which cost
+		// the other test binaries (and the node's own deliveries) CPU on
+		// a machine that runs several nodes at once.
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} "+noEpmd+" +sbwt none +sbwtdcpu none +sbwtdio none",
 		// rabbitmqctl is an Erlang node too; by default it listens on fixed ports
 		// 35672-35682, which concurrent test binaries would fight over. 0 lets the
 		// kernel pick.
