@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -522,6 +523,12 @@ func TestRunItForReal(t *testing.T) {
 	// As the unit runs it, with the token its environment file sets.
 	testenv.StartProcessWith(t, testenv.ProcessOptions{Dir: dir, Env: []string{pathEnv, "DELAYBRIDGE_ADMIN_TOKEN=run-it-for-real"}},
 		bin, "run", "--config", config)
+	t.Cleanup(func() {
+		if t.Failed() { // what the daemon had read, parked and published by then
+			t.Logf("the daemon's counters at the end:\n%s", counters(admin, "run-it-for-real",
+				"delaybridge_ingest_", "delaybridge_park_batch_size_count", "delaybridge_sink_published_total", "delaybridge_fire_lateness_seconds_count", "delaybridge_parked_messages"))
+		}
+	})
 
 	var steps []step
 	for _, s := range consoleSteps("README.md", text) {
@@ -545,4 +552,36 @@ func TestRunItForReal(t *testing.T) {
 		out := rabbit.Ctl(t, strings.Fields(rest)...)
 		return out, nil, true
 	})
+}
+
+// counters returns the lines of the daemon's /metrics at admin (its token
+// given) that begin with one of prefixes, or why there are none.
+func counters(admin, token string, prefixes ...string) string {
+	req, err := http.NewRequest(http.MethodGet, "http://"+admin+"/metrics", nil)
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return fmt.Sprintf("(none of %v in %s's answer, %s)", prefixes, admin, resp.Status)
+	}
+	return strings.Join(out, "\n")
 }
