@@ -66,14 +66,20 @@ func consumeTopic(t *testing.T, k *testenv.KafkaCluster, topic string) <-chan si
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	lastErr := make([]string, conformancePartitions) // per partition, each goroutine its own
+	readers := make([]*kafka.Reader, conformancePartitions)
 	for p := range conformancePartitions {
 		r := kafka.NewReader(kafka.ReaderConfig{
 			Brokers:   k.Brokers,
 			Topic:     topic,
 			Partition: p,
-			MaxWait:   100 * time.Millisecond,
-			MaxBytes:  4 << 20,
+			// kafka-go gives a fetch's answer MaxWait to begin: 100 ms
+			// was too little for the Body case's 1 MiB record on a loaded
+			// machine (each try timed out, none progressed). 1 s, as the
+			// ingest reads.
+			MaxWait:  time.Second,
+			MaxBytes: 4 << 20,
 		})
+		readers[p] = r
 		wg.Go(func() {
 			defer r.Close()
 			for {
@@ -105,6 +111,29 @@ func consumeTopic(t *testing.T, k *testenv.KafkaCluster, topic string) <-chan si
 			}
 		})
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() {
+		if t.Failed() { // where each reader was: a message not read, or not there
+			for p, r := range readers {
+				st := r.Stats()
+				last, err := lastOffset(k.Brokers[0], topic, p)
+				t.Logf("kafka reader of %s partition %d: at offset %d of %d (%v), %d messages, %d fetches, %d errors, %d timeouts",
+					topic, p, st.Offset, last, err, st.Messages, st.Fetches, st.Errors, st.Timeouts)
+			}
+		}
+		cancel()
+		wg.Wait()
+	})
 	return ch
+}
+
+// lastOffset is the offset the next record of the partition will get.
+func lastOffset(broker, topic string, partition int) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := kafka.DialLeader(ctx, "tcp", broker, topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.ReadLastOffset()
 }
