@@ -96,9 +96,9 @@ unit-code: race-daemons
 
 # Without -race in the test binary, with it in the daemon: test/e2e took
 # 207 CPU-s with the detector in both, 150 with it in the daemon alone, 86
-# without it (alone on a quiet machine); make test, back to back from warm
-# clones, 918 CPU-s and 532 s with the black-box tests under -race, 846
-# CPU-s and 476 s so.
+# without it (alone on a quiet machine). make test, back to back from warm
+# clones: 918 CPU-s and 532 s with the black-box test binaries under -race,
+# 846 CPU-s and 476 s without.
 unit-blackbox: race-daemons
 	DELAYBRIDGE_TEST_BIN=$(TESTBIN) DELAYBRIDGE_TEST_RACE_DAEMON=1 $(GO) test -vet=off -count=1 -timeout 20m -p 2 -parallel 4 $(filter ./test/%,$(SLOW)) $(BLACKBOX)
 
