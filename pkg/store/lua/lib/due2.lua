@@ -131,12 +131,14 @@ local function drop(p, id, from)
   redis.call('ZREM', (statekey(p, from)), id)
 end
 -- move takes an ID of priority p from one state to another. Into a held
--- set, the new state is written first: a held set is the one key the
--- scripts name by a prefix (K.held) rather than get in KEYS, so on a Redis
--- Cluster whose slot is being moved it may be gone from this node while
--- the declared keys are still here, and the write fails mid-script; the
--- message then stays where it was instead of being in no state. (The
--- other uses of a held set read it before they change the message.)
+-- set from another state, the new state is written first: a held set is
+-- the one key the scripts name by a prefix (K.held) rather than get in
+-- KEYS, and should a write to it fail mid-script, the message stays where
+-- it was instead of being in no state. A precaution: while a shard's slot
+-- moves, Redis Cluster refuses a script whose declared keys are not all on
+-- the node before it starts, and most of a shard's declared keys do not
+-- exist. (The other uses of a held set read it before they change the
+-- message.)
 local function move(p, id, from, to)
   if held(to) and not held(from) then
     put(p, id, to)
