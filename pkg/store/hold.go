@@ -85,8 +85,9 @@ func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
 	counts := make([][]*redis.IntCmd, s.shards)
 	pipe := s.rdb.Pipeline()
 	for sh := range s.shards {
-		// both layouts' (a migrate from another process changes a shard's
-		// without a word to this Store); Release runs in the shard's own
+		// Held messages counted in both layouts' keys: a migrate by another
+		// process changes a shard's layout without a word to this Store.
+		// Release then runs in the layout the shard is in.
 		counts[sh] = append(counts[sh], pipe.ZCard(ctx, s.keys.Held(sh, band)))
 		for _, key := range s.keys.DueSets(sh) {
 			counts[sh] = append(counts[sh], pipe.ZCount(ctx, key, from, to))

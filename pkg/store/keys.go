@@ -31,7 +31,9 @@ import (
 //	                           messages held for the sink of that band
 //	<prefix>:{N}:holding hash  layout 2: held message ID -> "<band>:<priority>"
 //	<prefix>:{N}:layout string "2": the shard is in layout 2; "1" (after
-//	                           migrate down) or none: in layout 1
+//	                           migrate down): in layout 1; none: in layout 1
+//	                           if it holds messages, else the first layout-2
+//	                           script to run there marks it "2"
 //	<prefix>:{N}:meta   hash   message ID -> "attempts|deadAt|priority|reason",
 //	                           only once there is something to record (a failed
 //	                           or abandoned attempt, a death)
