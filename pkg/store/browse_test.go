@@ -71,7 +71,9 @@ func oracle(t *testing.T, s *store.Store, dead bool) []oracleEntry {
 					src{key: k.AheadAt(sh, p), mark: 0.75}, src{key: k.SlotAt(sh, p), mark: 0.25})
 			}
 			for b := range 4 {
-				keys = append(keys, src{key: k.Held(sh, b), held: true})
+				for _, key := range k.HeldSets(sh, b) {
+					keys = append(keys, src{key: key, held: true})
+				}
 			}
 		}
 		for _, from := range keys {

@@ -54,12 +54,13 @@ func heldScore(band int, due time.Time) int64 {
 func bandBase(band int) int64 { return HoldBand * int64(1+band) }
 
 // releaseScript moves held messages of a sink back to their due times,
-// earliest first.
+// highest priority first and earliest first within one.
 // (lua/release.lua has its KEYS, ARGV and reply.)
 var releaseScript = loadScript("release")
 
 // Release moves up to max messages held for the sink with band index band
-// back to their due times in a shard, earliest first, and returns how many.
+// back to their due times in a shard, highest priority first and earliest
+// first within one, and returns how many.
 func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) {
 	n, err := s.run(ctx, "release", releaseScript, shard, band, max).Int()
 	if err != nil {
@@ -71,10 +72,10 @@ func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) 
 // ReleaseAll moves every held message of the sink with band index band
 // back to its due time, in every shard, at most max per script call, and
 // returns how many. One pipeline of a ZCOUNT of the band per due set (in
-// layout 2, a ZCARD of the band's held set) finds the shards that hold any
-// first: the gate releases every sink that can
-// take messages each scheduler.max_sleep, and a sink with nothing held,
-// the common case, then costs one round trip and no script.
+// layout 2, an EXISTS of the band's held sets) finds the shards that hold
+// any first: the gate releases every sink that can take messages each
+// scheduler.max_sleep, and a sink with nothing held, the common case, then
+// costs one round trip and no script.
 //
 // A shard whose look failed (its Redis node down, on a Cluster) is left
 // for the next call; the others are released, and the first error is
@@ -88,7 +89,7 @@ func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
 		// Held messages counted in both layouts' keys: a migrate by another
 		// process changes a shard's layout without a word to this Store.
 		// Release then runs in the layout the shard is in.
-		counts[sh] = append(counts[sh], pipe.ZCard(ctx, s.keys.Held(sh, band)))
+		counts[sh] = append(counts[sh], pipe.Exists(ctx, s.keys.HeldSets(sh, band)...))
 		for _, key := range s.keys.DueSets(sh) {
 			counts[sh] = append(counts[sh], pipe.ZCount(ctx, key, from, to))
 		}

@@ -27,8 +27,10 @@ import (
 //	                    zset   layout 2: message ID -> its lease's expiry (in
 //	                           flight; claimed ahead), the slot (waiting for a
 //	                           max_rate slot), Unix ms
-//	<prefix>:{N}:held:<band> zset layout 2: message ID -> due time, of the
-//	                           messages held for the sink of that band
+//	<prefix>:{N}:held:<band> (and :held:<band>:pK...)
+//	                    zset   layout 2: message ID -> due time, of the
+//	                           messages of a priority held for the sink of
+//	                           that band
 //	<prefix>:{N}:holding hash  layout 2: held message ID -> "<band>:<priority>"
 //	<prefix>:{N}:layout string "2": the shard is in layout 2; "1" (after
 //	                           migrate down): in layout 1; none: in layout 1
@@ -162,16 +164,33 @@ func (k Keys) atPriority(shard int, name string, priority int) string {
 	return k.shardKey(shard, name+":p"+strconv.Itoa(priority))
 }
 
-// Held is, in layout 2, the sorted set of a shard's messages held for the
-// sink of hold band band (SinkState.Band), by due time, of any priority.
-func (k Keys) Held(shard, band int) string { return k.heldPrefix(shard) + strconv.Itoa(band) }
+// HeldAt is, in layout 2, the sorted set of a shard's messages of a
+// priority held for the sink of hold band band (SinkState.Band), by due
+// time: held:<band> for priority 0, held:<band>:pK for K.
+func (k Keys) HeldAt(shard, band, priority int) string {
+	key := k.heldPrefix(shard) + strconv.Itoa(band)
+	if priority == 0 {
+		return key
+	}
+	return key + ":p" + strconv.Itoa(priority)
+}
 
-// heldPrefix is what Held appends the band to; the scripts get it as
-// K.held and do the same.
+// HeldSets are, in layout 2, the held sets of a shard's band, for
+// priorities 0 to MaxPriority.
+func (k Keys) HeldSets(shard, band int) []string {
+	out := make([]string, MaxPriority+1)
+	for p := range out {
+		out[p] = k.HeldAt(shard, band, p)
+	}
+	return out
+}
+
+// heldPrefix is what HeldAt appends the band and priority to; the scripts
+// get it as K.held and do the same (lua/lib/heldkey.lua).
 func (k Keys) heldPrefix(shard int) string { return k.shardKey(shard, "held:") }
 
 // Holding is, in layout 2, the hash of a shard's held messages: ID ->
-// "<band>:<priority>", where each is held (Held) and the due set it goes
+// "<band>:<priority>", where each is held (HeldAt) and the due set it goes
 // back to.
 func (k Keys) Holding(shard int) string { return k.shardKey(shard, "holding") }
 

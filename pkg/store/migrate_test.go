@@ -77,13 +77,13 @@ func TestMigrateUpAndDown(t *testing.T) {
 	}
 	band := bands["b"].Band
 	now := time.Now()
-	held := msg("held", now.Add(-time.Second))
-	held.Sink = "b"
+	held, h5 := msg("held", now.Add(-time.Second)), msg("h5", now.Add(-2*time.Second))
+	held.Sink, h5.Sink = "b", "b"
 	p5, f5 := msg("p5", now.Add(time.Hour)), msg("f5", now.Add(-time.Second))
-	p5.Priority, f5.Priority = 5, 5
+	p5.Priority, f5.Priority, h5.Priority = 5, 5, 5
 	park(t, s, store.Parked, msg("parked", now.Add(time.Hour)), msg("flight", now.Add(-time.Second)),
 		msg("ahead", now.Add(20*time.Second)), msg("slot", now.Add(-time.Second)), msg("dead", now.Add(-time.Second)),
-		held, p5, f5)
+		held, h5, p5, f5)
 	l, err := s.ClaimAhead(ctx, 0, nil, nil, store.Ask{Max: 100, Lease: time.Minute, Ahead: 30 * time.Second, Blocked: map[string]int{"b": band}})
 	if err != nil || len(l.Messages) != 5 {
 		t.Fatalf("claim: %+v %v, want flight, slot, dead and f5 due and ahead claimed ahead", l, err)
@@ -95,7 +95,7 @@ func TestMigrateUpAndDown(t *testing.T) {
 	if n, err := s.MarkDead(ctx, l, []store.Failure{{ID: "dead", Reason: "x"}}); err != nil || n != 1 {
 		t.Fatalf("dead: %d %v", n, err)
 	}
-	ids := []string{"parked", "flight", "ahead", "slot", "dead", "held", "p5", "f5"}
+	ids := []string{"parked", "flight", "ahead", "slot", "dead", "held", "h5", "p5", "f5"}
 	// snapshot is what the API reads of the store, its times aside.
 	snapshot := func() string {
 		t.Helper()
@@ -124,18 +124,19 @@ func TestMigrateUpAndDown(t *testing.T) {
 	before := snapshot()
 
 	moved, err := s.MigrateUp(ctx)
-	if err != nil || moved != 5 {
-		t.Fatalf("migrate up: %d %v, want 5 moved (flight, f5, ahead, slot, held)", moved, err)
+	if err != nil || moved != 6 {
+		t.Fatalf("migrate up: %d %v, want 6 moved (flight, f5, ahead, slot, held, h5)", moved, err)
 	}
 	exp := float64(l.ExpiryMs)
 	for key, want := range map[string]map[string]float64{
-		k.DueAt(0, 0):      {"parked": float64(now.Add(time.Hour).Truncate(time.Millisecond).UnixMilli())},
-		k.DueAt(0, 5):      {"p5": float64(now.Add(time.Hour).Truncate(time.Millisecond).UnixMilli())},
-		k.InflightAt(0, 0): {"flight": exp},
-		k.InflightAt(0, 5): {"f5": exp},
-		k.AheadAt(0, 0):    {"ahead": exp},
-		k.SlotAt(0, 0):     {"slot": float64(slotAt.UnixMilli())},
-		k.Held(0, band):    {"held": float64(now.Add(-time.Second).Truncate(time.Millisecond).UnixMilli())},
+		k.DueAt(0, 0):        {"parked": float64(now.Add(time.Hour).Truncate(time.Millisecond).UnixMilli())},
+		k.DueAt(0, 5):        {"p5": float64(now.Add(time.Hour).Truncate(time.Millisecond).UnixMilli())},
+		k.InflightAt(0, 0):   {"flight": exp},
+		k.InflightAt(0, 5):   {"f5": exp},
+		k.AheadAt(0, 0):      {"ahead": exp},
+		k.SlotAt(0, 0):       {"slot": float64(slotAt.UnixMilli())},
+		k.HeldAt(0, band, 0): {"held": float64(now.Add(-time.Second).Truncate(time.Millisecond).UnixMilli())},
+		k.HeldAt(0, band, 5): {"h5": float64(now.Add(-2 * time.Second).Truncate(time.Millisecond).UnixMilli())},
 	} {
 		if got := zset(key); !maps.Equal(got, want) {
 			t.Errorf("%s: %v, want %v", key, got, want)
@@ -143,6 +144,9 @@ func TestMigrateUpAndDown(t *testing.T) {
 	}
 	if v := rdb.HGet(ctx, k.Holding(0), "held").Val(); v != strconv.Itoa(band)+":0" {
 		t.Errorf("holding says %q of the held message, want %d:0", v, band)
+	}
+	if v := rdb.HGet(ctx, k.Holding(0), "h5").Val(); v != strconv.Itoa(band)+":5" {
+		t.Errorf("holding says %q of the held message of priority 5, want %d:5", v, band)
 	}
 	if v := rdb.Get(ctx, k.LayoutMark(0)).Val(); v != "2" {
 		t.Errorf("the shard's marker is %q, want 2", v)
@@ -164,10 +168,10 @@ func TestMigrateUpAndDown(t *testing.T) {
 	before = snapshot()
 
 	down, err := s.MigrateDown(ctx)
-	if err != nil || down.Moved != 4 {
-		t.Fatalf("migrate down: %+v %v, want 4 moved (f5, ahead, slot, held)", down, err)
+	if err != nil || down.Moved != 5 {
+		t.Fatalf("migrate down: %+v %v, want 5 moved (f5, ahead, slot, held, h5)", down, err)
 	}
-	for _, key := range []string{k.InflightAt(0, 0), k.InflightAt(0, 5), k.AheadAt(0, 0), k.SlotAt(0, 0), k.Held(0, band), k.Holding(0)} {
+	for _, key := range []string{k.InflightAt(0, 0), k.InflightAt(0, 5), k.AheadAt(0, 0), k.SlotAt(0, 0), k.HeldAt(0, band, 0), k.HeldAt(0, band, 5), k.Holding(0)} {
 		if rdb.Exists(ctx, key).Val() != 0 {
 			t.Errorf("%s is left after migrate down", key)
 		}
@@ -245,7 +249,7 @@ func TestMigrateWhileADaemonRuns(t *testing.T) {
 		if v := rdb.Get(ctx, k.LayoutMark(shard)).Val(); v != "1" {
 			t.Errorf("shard %d's marker is %q after the daemon ran on it, want 1", shard, v)
 		}
-		for _, key := range []string{k.InflightAt(shard, 0), k.Held(shard, band), k.Holding(shard)} {
+		for _, key := range []string{k.InflightAt(shard, 0), k.HeldAt(shard, band, 0), k.Holding(shard)} {
 			if rdb.Exists(ctx, key).Val() != 0 {
 				t.Errorf("the daemon wrote %s in layout 1", key)
 			}
@@ -263,7 +267,7 @@ func TestMigrateWhileADaemonRuns(t *testing.T) {
 	if occ, err := daemon.Occupied(ctx, []int{sh}); err != nil || !occ[0] {
 		t.Errorf("occupied after migrate up by another process: %v %v, want m's lease seen", occ, err)
 	}
-	if n := rdb.ZCard(ctx, k.Held(sh, band)).Val(); n != 1 {
+	if n := rdb.ZCard(ctx, k.HeldAt(sh, band, 0)).Val(); n != 1 {
 		t.Fatalf("held set of band %d holds %d after migrate up, want the held message", band, n)
 	}
 	if n, err := daemon.ReleaseAll(ctx, band, 100); err != nil || n != 1 {

@@ -515,6 +515,65 @@ func TestHoldAndRelease(t *testing.T) {
 	}
 }
 
+// A release takes a sink's held messages highest priority first, due
+// order within one, in both layouts: with more held than one call takes, a
+// message of a higher priority due later leaves before those of a lower
+// one due earlier, as a claim would take them.
+func TestReleaseTakesHigherPriorityFirst(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	states, err := s.SinkStates(ctx, []string{"down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	band := states["down"].Band
+	now := time.Now().Truncate(time.Millisecond)
+	// low0..low2 at priority 0, due 10, 9, 8 s ago; high0, high1 at 7 and
+	// mid0 at 3, due 2 and 1 s ago and just now
+	var msgs []*envelope.Message
+	add := func(id string, prio uint8, ago time.Duration) {
+		m := msg(id, now.Add(-ago))
+		m.Sink, m.Priority = "down", prio
+		msgs = append(msgs, m)
+	}
+	for i := range 3 {
+		add(fmt.Sprint("low", i), 0, time.Duration(10-i)*time.Second)
+	}
+	add("high0", 7, 2*time.Second)
+	add("high1", 7, time.Second)
+	add("mid0", 3, 0)
+	park(t, s, store.Parked, msgs...)
+	if c, err := s.Claim(ctx, 0, 100, time.Minute, map[string]int{"down": band}); err != nil || len(c.Messages) != 0 {
+		t.Fatalf("claim with the sink down: %d %v", len(c.Messages), err)
+	}
+	for _, m := range msgs {
+		if info := inspect(t, s, m.ID); !info.Held || info.Message.Priority != m.Priority {
+			t.Fatalf("%s before the release: %+v", m.ID, info)
+		}
+	}
+	// each call's two, found by which are no longer held
+	var calls [][]string
+	left := msgs
+	for range 3 {
+		if n, err := s.Release(ctx, 0, band, 2); err != nil || n != 2 {
+			t.Fatalf("release of 2: %d %v", n, err)
+		}
+		var out []string
+		left = slices.DeleteFunc(left, func(m *envelope.Message) bool {
+			if inspect(t, s, m.ID).Held {
+				return false
+			}
+			out = append(out, m.ID)
+			return true
+		})
+		calls = append(calls, out)
+	}
+	want := [][]string{{"high0", "high1"}, {"low0", "mid0"}, {"low1", "low2"}}
+	if !slices.EqualFunc(calls, want, slices.Equal) {
+		t.Fatalf("released by call %v, want %v", calls, want)
+	}
+}
+
 // Pause is kept in Redis for every instance.
 func TestPause(t *testing.T) {
 	ctx := context.Background()

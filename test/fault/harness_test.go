@@ -1105,7 +1105,9 @@ func stateSets(keys store.Keys, sh int) []stateSet {
 			stateSet{keys.AheadAt(sh, p), 0.75}, stateSet{keys.SlotAt(sh, p), 0.25})
 	}
 	for b := range 4 {
-		out = append(out, stateSet{keys.Held(sh, b), 0})
+		for _, key := range keys.HeldSets(sh, b) {
+			out = append(out, stateSet{key, 0})
+		}
 	}
 	return out
 }

@@ -7,8 +7,8 @@ the shard is empty, instead of marking it "2" again. A shard with no
 marker (no script of either layout has written it since the store began,
 or only the previous release has) gets "1" too, for the same reason; one
 marked "1" is left alone. One call per shard, as migrateup.lua.
---! keys: due inflight ahead slot held holding layout
---! include: bulk wire
+--! keys: due inflight ahead slot holding layout
+--! include: bulk wire heldkey
 
 returns   how many messages moved into the due sets
 ]]
@@ -36,18 +36,19 @@ for p = 0, MAXPRIO do
   end
 end
 local holding = redis.call('HGETALL', K.holding)
-local bands = {}
+local sets = {}
 for i = 1, #holding, 2 do
   local id = holding[i]
   local k, p = string.match(holding[i + 1], '^(%d+):(%d+)$')
-  local due = redis.call('ZSCORE', K.held .. k, id)
+  local key = heldkey(k, p)
+  local due = redis.call('ZSCORE', key, id)
   if due then
     redis.call('ZADD', K.due[tonumber(p)], fmtscore(bandlow(k) + tonumber(due), 0), id)
     moved = moved + 1
   end
-  bands[k] = true
+  sets[key] = true
 end
-for k in pairs(bands) do redis.call('DEL', K.held .. k) end
+for key in pairs(sets) do redis.call('DEL', key) end
 redis.call('DEL', K.holding)
 redis.call('SET', K.layout, '1')
 return moved

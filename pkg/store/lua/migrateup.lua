@@ -1,10 +1,10 @@
 --[[ migrateup: converts a shard from layout 1 to layout 2 (Store.MigrateUp):
 each message that is not parked leaves its due set for the key of its state
-(lib/due2.lua), scored by its time, and the shard gets its marker. A shard
+and priority (lib/due2.lua), scored by its time, and the shard gets its marker. A shard
 that has it already is left alone. One call per shard, so that no script of
 either layout sees it half converted.
---! keys: due inflight ahead slot held holding layout
---! include: bulk wire
+--! keys: due inflight ahead slot holding layout
+--! include: bulk wire heldkey
 
 returns   how many messages moved out of the due sets
 ]]
@@ -28,7 +28,7 @@ for p = 0, MAXPRIO do
       redis.call('HSET', K.holding, hs[i], k .. ':' .. p)
       ids[#ids + 1] = hs[i]
     end
-    for k, adds in pairs(byband) do callmany('ZADD', K.held .. k, adds) end
+    for k, adds in pairs(byband) do callmany('ZADD', heldkey(k, p), adds) end
     callmany('ZREM', key, ids)
     moved = moved + #ids
     -- leases, claims ahead and slots: a fraction, anywhere below the bands

@@ -1,5 +1,5 @@
 --[[ release: moves held messages of a sink back to their due times,
-earliest first.
+highest priority first and earliest first within one.
 --! firing
 --! include: due
 

@@ -6,12 +6,13 @@ else (see Keys in keys.go):
   inflight   in flight: its lease's expiry
   ahead      claimed ahead of its due time: its lease's expiry
   slot       waiting for a max_rate slot: the slot
-  held:<k>   held for the sink of hold band k: its due time, any priority,
-             with holding (hash: ID -> "<k>:<priority>") saying where
+  held:<k>   held for the sink of hold band k: its due time (held:<k>:pP
+             for priority P), with holding (hash: ID -> "<k>:<priority>")
+             saying where
 Each function takes and gives scores on the wire (lib/wire.lua), as the
 layout-1 one does, so that the scripts and Go are the same for both.
---! keys: pool due inflight ahead slot held holding meta layout
---! include: meta bulk wire
+--! keys: pool due inflight ahead slot holding meta layout
+--! include: meta bulk wire heldkey
 ]]
 
 -- A shard in layout 2 has its marker "2" (Keys.LayoutMark). One without a
@@ -41,7 +42,6 @@ local function statekey(p, score)
   if slotted(n) then return K.slot[p], n - SLOT_MARK end
   return K.due[p], score
 end
-local function heldkey(k) return K.held .. k end
 -- maxprio is the highest priority any of whose sets exists, 0 when only
 -- the default ones may hold messages (held messages aside: holding knows
 -- their priority).
@@ -61,7 +61,7 @@ local function heldat(id)
   local v = redis.call('HGET', K.holding, id)
   if not v then return false, 0 end
   local k, p = string.match(v, '^(%d+):(%d+)$')
-  local due = redis.call('ZSCORE', heldkey(k), id)
+  local due = redis.call('ZSCORE', heldkey(k, p), id)
   if not due then return false, 0 end
   return fmtscore(bandlow(k) + tonumber(due), 0), tonumber(p)
 end
@@ -114,7 +114,7 @@ local function put(p, id, to)
   if held(to) then
     local n = tonumber(to)
     local k = math.floor(n / HOLDBAND) - 1
-    redis.call('ZADD', heldkey(k), n - bandlow(k), id)
+    redis.call('ZADD', heldkey(k, p), n - bandlow(k), id)
     redis.call('HSET', K.holding, id, k .. ':' .. p)
     return
   end
@@ -124,7 +124,7 @@ end
 -- drop takes an ID of priority p out of its state.
 local function drop(p, id, from)
   if held(from) then
-    redis.call('ZREM', heldkey(math.floor(tonumber(from) / HOLDBAND) - 1), id)
+    redis.call('ZREM', heldkey(math.floor(tonumber(from) / HOLDBAND) - 1, p), id)
     redis.call('HDEL', K.holding, id)
     return
   end
@@ -132,9 +132,9 @@ local function drop(p, id, from)
 end
 -- move takes an ID of priority p from one state to another. Into a held
 -- set from another state, the new state is written first: a held set is
--- the one key the scripts name by a prefix (K.held) rather than get in
--- KEYS, and should a write to it fail mid-script, the message stays where
--- it was instead of being in no state. A precaution: while a shard's slot
+-- the one key the scripts name by a prefix (lib/heldkey.lua) rather than
+-- get in KEYS, and should a write to it fail mid-script, the message stays
+-- where it was instead of being in no state. A precaution: while a shard's slot
 -- moves, Redis Cluster refuses a script whose declared keys are not all on
 -- the node before it starts, and most of a shard's declared keys do not
 -- exist. (The other uses of a held set read it before they change the
@@ -281,23 +281,28 @@ end
 
 -- Held messages.
 
--- heldof returns up to n messages held in band k, due order, as {id1,
--- priority1, due1, id2, ...}.
+-- heldof returns up to n messages held in band k, highest priority first
+-- and due order within one, as {id1, priority1, due1, id2, ...}.
 local function heldof(k, n)
-  if n <= 0 then return {} end
-  local r = redis.call('ZRANGE', heldkey(k), 0, n - 1, 'WITHSCORES')
   local out = {}
-  for i = 1, #r, 2 do
-    local v = redis.call('HGET', K.holding, r[i])
-    local p = tonumber(string.match(v or '', ':(%d+)$') or 0)
-    out[#out + 1] = r[i]
-    out[#out + 1] = p
-    out[#out + 1] = tonumber(r[i + 1])
+  for p = MAXPRIO, 0, -1 do
+    if n <= 0 then break end
+    local r = redis.call('ZRANGE', heldkey(k, p), 0, n - 1, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      out[#out + 1] = r[i]
+      out[#out + 1] = p
+      out[#out + 1] = tonumber(r[i + 1])
+      n = n - 1
+    end
   end
   return out
 end
 -- heldcount counts the messages held in band k.
-local function heldcount(k) return redis.call('ZCARD', heldkey(k)) end
+local function heldcount(k)
+  local n = 0
+  for p = 0, MAXPRIO do n = n + redis.call('ZCARD', heldkey(k, p)) end
+  return n
+end
 
 -- Walking a shard's states (browse, stats).
 
@@ -305,7 +310,7 @@ local function heldcount(k) return redis.call('ZCARD', heldkey(k)) end
 -- sorted set key whose entries, from off (inclusive) to off + top
 -- (exclusive), have positions score - off (a score on the wire less its
 -- hold band); held says they are held. They are the sets of each state
--- and priority, and the held sets of the first bands hold bands.
+-- and priority, held in the first bands hold bands included.
 local function spans(bands)
   local out = {}
   for p = 0, maxprio() do
@@ -317,8 +322,11 @@ local function spans(bands)
     end
   end
   for k = 0, bands - 1 do
-    if redis.call('EXISTS', heldkey(k)) == 1 then
-      out[#out + 1] = {key = heldkey(k), off = 0, top = HOLDBAND, held = true}
+    for p = 0, MAXPRIO do
+      local key = heldkey(k, p)
+      if redis.call('EXISTS', key) == 1 then
+        out[#out + 1] = {key = key, off = 0, top = HOLDBAND, held = true}
+      end
     end
   end
   return out
