@@ -28,9 +28,11 @@ import (
 // A script is assembled once, at start, as: the constants of the Go side
 // (luaConstants: the hold band, the priorities, the park results, the
 // stored layout...), the table K of its keys by name (KEYS in the order of
-// shardKeyNames) and NKEYS, how many there are, so that per-message keys
-// follow at KEYS[NKEYS + j]; then its includes, each once, after the ones
-// it includes; then the file. A script gets the keys that it and its
+// shardKeyNames, a per-priority key there at priority 0, then the other
+// priorities of every per-priority key in one run, from index PRIOFROM to
+// PRIOTO) and NKEYS, how many there are, so that per-message keys follow at
+// KEYS[NKEYS + j]; then its includes, each once, after the ones it
+// includes; then the file. A script gets the keys that it and its
 // includes name, and no other.
 //
 //go:embed lua/*.lua lua/lib/*.lua
@@ -161,29 +163,46 @@ func assemble(main luaFile, l int) *scriptForm {
 		}
 	}
 	sc := &scriptForm{name: strings.TrimSuffix(path.Base(main.name), ".lua"), layout: l}
+	// KEYS: each key named once, a per-priority one at priority 0; then,
+	// in one run from PRIOFROM to PRIOTO, the per-priority ones at
+	// priorities 1 to MaxPriority, which maxprio looks at with one EXISTS
+	// and no table built (lua/lib/due.lua).
+	at := map[string][]int{} // key name -> its KEYS index per priority
+	n := 0
+	for _, k := range shardKeyNames {
+		if want[k] {
+			n++
+			at[k] = []int{n}
+			sc.keys = append(sc.keys, k)
+		}
+	}
+	prioFrom := n + 1
+	for _, k := range perPriority {
+		if want[k] {
+			for range MaxPriority {
+				n++
+				at[k] = append(at[k], n)
+				sc.keys = append(sc.keys, k)
+			}
+		}
+	}
 	var b strings.Builder
 	b.WriteString(luaConstants)
 	b.WriteString("local K = {")
-	n := 0
 	for _, k := range shardKeyNames {
-		if !want[k] {
-			continue
-		}
-		if slices.Contains(perPriority, k) {
+		switch {
+		case !want[k]:
+		case slices.Contains(perPriority, k):
 			b.WriteString(k + " = {")
-			for p := 0; p <= MaxPriority; p++ {
-				n++
-				fmt.Fprintf(&b, "[%d] = KEYS[%d], ", p, n)
-				sc.keys = append(sc.keys, k)
+			for p, i := range at[k] {
+				fmt.Fprintf(&b, "[%d] = KEYS[%d], ", p, i)
 			}
 			b.WriteString("}, ")
-			continue
+		default:
+			fmt.Fprintf(&b, "%s = KEYS[%d], ", k, at[k][0])
 		}
-		n++
-		fmt.Fprintf(&b, "%s = KEYS[%d], ", k, n)
-		sc.keys = append(sc.keys, k)
 	}
-	fmt.Fprintf(&b, "}\nlocal NKEYS = %d\n", n)
+	fmt.Fprintf(&b, "}\nlocal NKEYS = %d\nlocal PRIOFROM, PRIOTO = %d, %d\n", n, prioFrom, n)
 	for _, lib := range libs {
 		b.WriteString(lib.body)
 		b.WriteString("\n")

@@ -20,12 +20,11 @@ if redis.call('GET', K.layout) == '2' then return redis.error_reply('LAYOUT the 
 -- zkey is the due set of priority p.
 local function zkey(p) return K.due[p] end
 -- maxprio is the highest priority whose due set exists, 0 when only the
--- default set may hold messages: one EXISTS instead of a lookup per set
--- for the common case of no priorities in use.
+-- default set may hold messages: one EXISTS of the due sets of priorities
+-- 1 and up (the KEYS from PRIOFROM to PRIOTO, scripts.go) instead of a
+-- lookup per set for the common case of no priorities in use.
 local function maxprio()
-  local sets = {}
-  for p = 1, MAXPRIO do sets[p] = K.due[p] end
-  if redis.call('EXISTS', unpack(sets)) == 0 then return 0 end
+  if redis.call('EXISTS', unpack(KEYS, PRIOFROM, PRIOTO)) == 0 then return 0 end
   return MAXPRIO
 end
 

@@ -44,13 +44,10 @@ local function statekey(p, score)
 end
 -- maxprio is the highest priority any of whose sets exists, 0 when only
 -- the default ones may hold messages (held messages aside: holding knows
--- their priority).
+-- their priority): one EXISTS of the sets of priorities 1 and up
+-- (the KEYS from PRIOFROM to PRIOTO, scripts.go), no table built.
 local function maxprio()
-  local sets = {}
-  for p = 1, MAXPRIO do
-    for _, st in ipairs(PLAIN) do sets[#sets + 1] = K[st][p] end
-  end
-  if redis.call('EXISTS', unpack(sets)) == 0 then return 0 end
+  if redis.call('EXISTS', unpack(KEYS, PRIOFROM, PRIOTO)) == 0 then return 0 end
   return MAXPRIO
 end
 
