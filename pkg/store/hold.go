@@ -72,8 +72,8 @@ func (s *Store) Release(ctx context.Context, shard, band, max int) (int, error) 
 // ReleaseAll moves every held message of the sink with band index band
 // back to its due time, in every shard, at most max per script call, and
 // returns how many. One pipeline of a ZCOUNT of the band per due set (in
-// layout 2, an EXISTS of the band's held sets) finds the shards that hold
-// any first: the gate releases every sink that can take messages each
+// layout 2, a ZCARD of each of the band's held sets) finds the shards that
+// hold any first: the gate releases every sink that can take messages each
 // scheduler.max_sleep, and a sink with nothing held, the common case, then
 // costs one round trip and no script.
 //
@@ -89,7 +89,12 @@ func (s *Store) ReleaseAll(ctx context.Context, band, max int) (int, error) {
 		// Held messages counted in both layouts' keys: a migrate by another
 		// process changes a shard's layout without a word to this Store.
 		// Release then runs in the layout the shard is in.
-		counts[sh] = append(counts[sh], pipe.Exists(ctx, s.keys.HeldSets(sh, band)...))
+		for _, key := range s.keys.HeldSets(sh, band) {
+			// one key per command: a command of several keys is refused
+			// (TRYAGAIN) while Redis Cluster moves their slot, where one
+			// of a single key is redirected (ASK)
+			counts[sh] = append(counts[sh], pipe.ZCard(ctx, key))
+		}
 		for _, key := range s.keys.DueSets(sh) {
 			counts[sh] = append(counts[sh], pipe.ZCount(ctx, key, from, to))
 		}
