@@ -116,13 +116,14 @@ func (h *aheadQueue) take(redisNow time.Time) map[*store.Lease][]store.Claimed {
 // returns the earliest time (our clock) a message was parked again for,
 // whether a Notify came while it waited for an instant, and updates the
 // offset from the commit's Redis time. On error what it took is back in
-// the queue.
+// the queue. The acks that ride gives (none: a nil lease) go with the
+// first commit, which then tells ride's done how it went.
 //
 // Never early: a message is published when floor says its instant has
 // come on Redis's clock, not by the offset, an estimate that may be off by
 // half a round trip either way.
 func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue, offset *time.Duration, floor *redisFloor, tr *Trace,
-	keep func(ds []store.Done, c *store.Lease, at time.Time)) (retryAt time.Time, notified bool, err error) {
+	ride func() (*store.Lease, []store.Done, func(error)), keep func(ds []store.Done, c *store.Lease, at time.Time)) (retryAt time.Time, notified bool, err error) {
 	woke := s.p.Clock.Now()
 	var committed []heldMsg // in flight now, each published at its instant
 	var answered time.Time
@@ -141,11 +142,15 @@ func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue
 				commit = append(commit, m)
 			}
 		}
+		prev, ds, rode := ride()
 		sent := s.p.Clock.Now()
 		var redisNow time.Time
 		var res []store.Committed
-		redisNow, res, err = s.p.Store.Commit(ctx, c, commit, back)
+		redisNow, res, _, err = s.p.Store.CommitAfter(ctx, c, commit, back, prev, ds)
 		answered = s.p.Clock.Now()
+		if rode != nil {
+			rode(err)
+		}
 		if err != nil {
 			h.insert(c, ms) // a commit is idempotent: tried again
 			continue
@@ -260,7 +265,7 @@ func byInstant(ms []heldMsg) {
 // once for any instance, rather than at the end of the lease.
 func (s *Scheduler) giveBack(ctx context.Context, h *aheadQueue) {
 	for c, ms := range h.take(time.Time{}) {
-		if _, _, err := s.p.Store.Commit(ctx, c, nil, ms); err != nil {
+		if _, _, _, err := s.p.Store.CommitAfter(ctx, c, nil, ms, nil, nil); err != nil {
 			s.log.Warn("cannot give back messages claimed ahead; their lease brings them back", "shard", c.Shard, "messages", len(ms), "err", err)
 			continue
 		}

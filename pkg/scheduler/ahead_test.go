@@ -1,8 +1,17 @@
 package scheduler
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/metrics"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // The floor of Redis's clock never runs ahead of it, whatever the round
@@ -57,5 +66,61 @@ func TestRedisFloorNeverAhead(t *testing.T) {
 	g.observe(base.Add(time.Millisecond), base.Add(500*time.Microsecond), base.Add(1500*time.Microsecond))
 	if got, want := g.local(base.Add(2*time.Millisecond)), base.Add(2*time.Millisecond); got.Sub(want) > 10*time.Microsecond {
 		t.Errorf("the floor took the reply that says less: a message due at our +2ms (Redis's clock = ours) is published at +%v", got.Sub(base))
+	}
+}
+
+// The acks of a message published at its instant ride with the shard's
+// next commit, a moment later, instead of a call of their own: on a real
+// Redis, twenty messages 20 ms apart, all claimed ahead at once, are each
+// published once and gone from Redis, with a settle call of their own
+// only for the last (nothing comes after it) where each had one before.
+func TestAcksRideWithTheNextCommit(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	calls := map[string]int{}
+	st := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "r", Shards: 1, Observe: func(op string, _ time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			calls[op]++
+		}
+	}})
+	const n = 20
+	first := time.Now().Add(500 * time.Millisecond)
+	var msgs []*envelope.Message
+	for i := range n {
+		msgs = append(msgs, &envelope.Message{ID: fmt.Sprintf("m%02d", i), DueAt: first.Add(time.Duration(i) * 20 * time.Millisecond).Truncate(time.Millisecond),
+			Sink: "s", Destination: "out", Ingest: "in", IngestedAt: time.Now(), Body: []byte("x")})
+	}
+	if _, err := st.Park(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	sink := &fakeSink{}
+	p := Params{Store: st, Sinks: map[string]sinks.Sink{"s": sink}, Metrics: metrics.New(), Ahead: 2 * time.Second, MaxSleep: 100 * time.Millisecond}
+	withDefaults(&p)
+	sched := New(p)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = sched.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		s, err := st.Stats(ctx)
+		return err == nil && s.Parked == 0
+	}, "the messages were not all acked")
+	cancel()
+	<-done
+	sink.mu.Lock()
+	published := len(sink.published)
+	sink.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if published != n {
+		t.Fatalf("published %d messages, want each of the %d once", published, n)
+	}
+	if calls["commit"] < n/2 {
+		t.Fatalf("%d commits for %d messages 20 ms apart: %v", calls["commit"], n, calls)
+	}
+	if calls["settle"] > 3 {
+		t.Fatalf("%d settle calls of their own for %d messages, want the acks to ride with the commits: %v", calls["settle"], n, calls)
 	}
 }

@@ -44,7 +44,10 @@ type Store interface {
 	// Node names the Redis node that serves the shard now ("" when there
 	// is one), for claimsPerNode.
 	Node(ctx context.Context, shard int) string
-	Commit(ctx context.Context, l *store.Lease, commit, back []store.Claimed) (time.Time, []store.Committed, error)
+	// CommitAfter acks the messages ds of the shard's lease prev (none:
+	// nil), then puts the messages commit of lease l, claimed ahead, in
+	// flight and gives back the messages back, in one call.
+	CommitAfter(ctx context.Context, l *store.Lease, commit, back []store.Claimed, prev *store.Lease, ds []store.Done) (time.Time, []store.Committed, int, error)
 	CommitLead() time.Duration
 	// Settle writes every outcome of a batch of a lease (delivered,
 	// retried, dead, held, deferred to a rate slot, postponed) in one
@@ -355,7 +358,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	var tr Trace // this iteration's times, for Params.Trace
 	tr.Shard = shard
 	// The acks of the last batches of one lease, when they ride with the
-	// next claim.
+	// next claim or commit.
 	var acks []store.Done
 	var acksLease *store.Lease
 	var acksAt time.Time // when acksLease was claimed, on our clock
@@ -379,6 +382,19 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		acks = append(acks, ds...)
 	}
+	// ride hands the acks waiting to the shard's next commit, with what to
+	// do once it is answered: on error they go out on their own.
+	ride := func() (*store.Lease, []store.Done, func(error)) {
+		if len(acks) == 0 || acksLease.Shard != shard {
+			return nil, nil, nil
+		}
+		return acksLease, acks, func(err error) {
+			if err != nil {
+				flush(work) // on its own, retried until done or the lease ends
+			}
+			acks = nil
+		}
+	}
 	var held aheadQueue // claimed ahead, waiting for their due instant
 	var offset time.Duration
 	var floor redisFloor // never early: when an instant has come on Redis's clock
@@ -391,7 +407,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	claimAt := s.p.Clock.Now() // when to claim next, on our clock
 	for ctx.Err() == nil {
 		if at, ok := held.next(); ok && !at.Add(-offset-s.p.Store.CommitLead()).After(s.p.Clock.Now()) {
-			retryAt, notified, err := s.commitDue(work, st, &held, &offset, &floor, &tr, keep)
+			retryAt, notified, err := s.commitDue(work, st, &held, &offset, &floor, &tr, ride, keep)
 			if !retryAt.IsZero() {
 				claimAt = earliest(claimAt, retryAt)
 			}
@@ -422,13 +438,13 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			}
 			sent := s.p.Clock.Now()
 			ask.Blocked = s.gate.blocked(sent)
-			ride := acks
-			if len(ride) > 0 && acksLease.Shard != shard {
-				ride = nil
+			riding := acks
+			if len(riding) > 0 && acksLease.Shard != shard {
+				riding = nil
 			}
-			c, err := s.p.Store.ClaimAhead(ctx, shard, acksLease, ride, ask)
+			c, err := s.p.Store.ClaimAhead(ctx, shard, acksLease, riding, ask)
 			done()
-			if len(ride) > 0 {
+			if len(riding) > 0 {
 				if err != nil {
 					flush(work) // on its own, retried until done or the lease ends
 				}
@@ -481,10 +497,16 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			}
 		}
 		wakeAt := claimAt
+		now := s.p.Clock.Now()
+		// the acks wait for a claim within ackRide or a commit within
+		// commitRide, else they go out now
+		soon := !claimAt.After(now.Add(ackRide))
 		if at, ok := held.next(); ok {
-			wakeAt = earliest(wakeAt, at.Add(-offset-s.p.Store.CommitLead()))
+			commitAt := at.Add(-offset - s.p.Store.CommitLead())
+			wakeAt = earliest(wakeAt, commitAt)
+			soon = soon || !commitAt.After(now.Add(commitRide))
 		}
-		if len(acks) > 0 && claimAt.Sub(s.p.Clock.Now()) > ackRide {
+		if len(acks) > 0 && !soon {
 			flush(work)
 		}
 		st.planned.Store(claimAt.Add(offset + s.p.Ahead).UnixMilli())
@@ -549,6 +571,15 @@ func (s *Scheduler) claimTurn(ctx context.Context, shard int) (done func(), ok b
 // with it instead of going out on their own: a round trip saved per batch
 // when messages come due back to back, and never an ack held longer.
 const ackRide = 2 * time.Millisecond
+
+// commitRide is how soon the shard's next commit (of a message claimed
+// ahead, just before its instant) must be for the acks to wait for it
+// instead. At a moderate rate each commit and each ack carries about one
+// message, and a call's fixed part is most of what a message costs Redis:
+// riding with the commit makes two calls per message one. Until then the
+// published message shows as in flight; a cancel of it is refused as it
+// would be a moment before.
+const commitRide = 50 * time.Millisecond
 
 func earliest(a, b time.Time) time.Time {
 	if b.Before(a) {

@@ -232,8 +232,8 @@ func (f *fakeStore) ClaimAhead(ctx context.Context, shard int, prev *store.Lease
 
 func (f *fakeStore) Node(context.Context, int) string { return "" }
 
-func (f *fakeStore) Commit(context.Context, *store.Lease, []store.Claimed, []store.Claimed) (time.Time, []store.Committed, error) {
-	return time.Time{}, nil, errors.New("fakeStore: nothing is claimed ahead")
+func (f *fakeStore) CommitAfter(context.Context, *store.Lease, []store.Claimed, []store.Claimed, *store.Lease, []store.Done) (time.Time, []store.Committed, int, error) {
+	return time.Time{}, nil, 0, errors.New("fakeStore: nothing is claimed ahead")
 }
 
 func (f *fakeStore) CommitLead() time.Duration { return store.DefaultCommitLead }

@@ -219,8 +219,43 @@ const (
 // their scores before the claim. It returns Redis's time and what became
 // of each message of commit, in order.
 func (s *Store) Commit(ctx context.Context, l *Lease, commit, back []Claimed) (time.Time, []Committed, error) {
-	res, err := s.run(ctx, "commit", commitScript, l.Shard, s.commitArgs(l, commit, back)...).Slice()
-	return committed(l.Shard, len(commit), res, err)
+	now, res, _, err := s.CommitAfter(ctx, l, commit, back, nil, nil)
+	return now, res, err
+}
+
+// commitAckScript is the ack of the shard's previous lease, then
+// commitScript, in one call.
+// (lua/commitack.lua has its KEYS, ARGV and reply.)
+var commitAckScript = loadScript("commitack")
+
+// CommitAfter acks the messages ds of the shard's lease prev (as Ack does)
+// and then commits (as Commit does), in one round trip, and also returns
+// how many of ds were still held under prev: the acks of a publish travel
+// with the shard's next commit, as with its next claim (ClaimAhead). On
+// error nothing is known of either: ack again.
+func (s *Store) CommitAfter(ctx context.Context, l *Lease, commit, back []Claimed, prev *Lease, ds []Done) (time.Time, []Committed, int, error) {
+	if len(ds) == 0 {
+		res, err := s.run(ctx, "commit", commitScript, l.Shard, s.commitArgs(l, commit, back)...).Slice()
+		now, out, err := committed(l.Shard, len(commit), res, err)
+		return now, out, 0, err
+	}
+	if prev.Shard != l.Shard {
+		return time.Time{}, nil, 0, fmt.Errorf("store.commit shard %d: the acks are of shard %d", l.Shard, prev.Shard)
+	}
+	ackArgs, keys := s.ackArgs(prev, ds)
+	commitArgs := s.commitArgs(l, commit, back)
+	args := make([]any, 0, 1+len(ackArgs)+len(commitArgs))
+	args = append(args, 2+len(ackArgs))
+	args = append(args, ackArgs...)
+	args = append(args, commitArgs...)
+	res, err := s.runKeys(ctx, "commit", commitAckScript, l.Shard, keys, args...).Slice()
+	acked := 0
+	if err == nil && len(res) > 0 {
+		acked = int(toInt64(res[len(res)-1]))
+		res = res[:len(res)-1]
+	}
+	now, out, err := committed(l.Shard, len(commit), res, err)
+	return now, out, acked, err
 }
 
 // commitArgs are commitScript's arguments.

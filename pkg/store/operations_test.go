@@ -801,6 +801,50 @@ func TestClaimAfterAcksThenClaims(t *testing.T) {
 	}
 }
 
+// CommitAfter acks a lease's published messages and commits in one call:
+// the acked one is gone and remembered for the dedupe window, the
+// committed one is in flight, and an ack under a lease that is gone acks
+// nothing while the commit still happens.
+func TestCommitAfterAcksThenCommits(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	s := store.New(r.Client(), store.Options{Prefix: "t", Shards: 1, DedupeWindow: time.Minute})
+	now := time.Now()
+	park(t, s, store.Parked, msg("a", now.Add(-time.Millisecond)))
+	first, err := s.Claim(ctx, 0, 1, time.Minute, nil)
+	if err != nil || len(first.Messages) != 1 {
+		t.Fatalf("first claim: %+v %v", first, err)
+	}
+	due := time.Now().Add(200 * time.Millisecond)
+	park(t, s, store.Parked, msg("b", due), msg("c", due))
+	ahead, err := s.ClaimAhead(ctx, 0, nil, nil, store.Ask{Max: 5, Lease: time.Minute, Ahead: 30 * time.Second})
+	if err != nil || len(ahead.Messages) != 2 {
+		t.Fatalf("claim ahead: %+v %v", ahead, err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return time.Now().After(due.Add(5 * time.Millisecond)) })
+	_, res, acked, err := s.CommitAfter(ctx, ahead, ahead.Messages[:1], nil, first, []store.Done{{ID: "a", Origin: envelope.Origin{Log: "t/0", Pos: 1}}})
+	if err != nil || acked != 1 || len(res) != 1 || res[0] != store.InFlight {
+		t.Fatalf("commit after: acked %d, committed %v, %v; want 1 acked, in flight", acked, res, err)
+	}
+	if _, err := s.Inspect(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the acked message is still known: %v", err)
+	}
+	if mark, _ := remembered(t, r.Client(), s, "a", "t/0"); mark != "1" {
+		t.Fatal("the acked message is not remembered for the dedupe window")
+	}
+	if info, err := s.Inspect(ctx, ahead.Messages[0].ID); err != nil || info.State != store.StateInflight {
+		t.Fatalf("the committed message: %+v %v, want in flight", info, err)
+	}
+	_, res, acked, err = s.CommitAfter(ctx, ahead, ahead.Messages[1:], nil, first, acks("a"))
+	if err != nil || acked != 0 || len(res) != 1 || res[0] != store.InFlight {
+		t.Fatalf("stale ack: acked %d, committed %v, %v; want 0 acked, in flight", acked, res, err)
+	}
+	other := &store.Lease{Shard: 1, ExpiryMs: first.ExpiryMs}
+	if _, _, _, err := s.CommitAfter(ctx, ahead, nil, nil, other, acks("a")); err == nil {
+		t.Fatal("acks of another shard's lease were taken")
+	}
+}
+
 // TestLeasesAreUnique: two claims of a shard never share a lease, however
 // close in time (the second of two claims in the same millisecond got the
 // first's lease, and an ack under the first took the second's messages:

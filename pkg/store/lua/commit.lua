@@ -7,7 +7,7 @@ rescheduled after the claim has another score, or none: it is not
 committed, and so not published. Whatever Redis ran before the due instant
 wins over the claim.
 --! firing
---! include: time due
+--! include: ahead
 
 ARGV[1]   the claim's lease expiry (Lease.ExpiryMs)
 ARGV[2]   the commit lead in µs: a message due within it is committed
@@ -26,39 +26,4 @@ A message committed is in flight before its due instant: whoever changes a
 message in flight answers after the lead (Go's Store.afterCommitLead).
 ]]
 
-local nowus = servertimeus()
-local now = math.floor(nowus / 1000)
-local expiry = tonumber(ARGV[1])
-local lead = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local mine = expiry + AHEAD_MARK
-local inflight = fmtscore(expiry, LEASE_MARK)
-local top = maxprio()
-local out = {nowus}
-for i = 4, 3 + 2 * n, 2 do
-  local id, due = ARGV[i], tonumber(ARGV[i + 1])
-  local score, p = duescore(id, top)
-  local r = 0
-  if score and tonumber(score) == expiry + LEASE_MARK then
-    r = 1 -- committed already (a commit whose reply was lost, sent again)
-  elseif score and tonumber(score) == mine and expiry > now then
-    if due * 1000 <= nowus + lead then
-      move(p, id, score, inflight)
-      r = 1
-    else
-      r = -1
-    end
-  end
-  out[#out + 1] = r
-end
-local given = 0
-for i = 4 + 2 * n, #ARGV, 2 do
-  local id = ARGV[i]
-  local score, p = duescore(id, top)
-  if score and tonumber(score) == mine then
-    move(p, id, score, ARGV[i + 1])
-    given = given + 1
-  end
-end
-out[#out + 1] = given
-return out
+return commitahead(ARGV, 1)
