@@ -67,7 +67,6 @@ func (l *Lease) Expiry() time.Time { return time.UnixMilli(l.ExpiryMs) }
 
 // Ask is what a claim takes.
 type Ask struct {
-	Shard int           // of this shard (Round; ClaimAhead takes it as an argument)
 	Max   int           // at most this many messages
 	Lease time.Duration // held for this long
 	// Ahead, when positive, also claims ahead, with what is left of Max,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // settleScript writes every outcome of a lease's batch in one call.
@@ -13,7 +12,7 @@ import (
 var settleScript = loadScript("settle")
 
 // Settlement is every outcome of messages of one lease that a publish
-// decided: the scheduler hands them to Settle (or Round) together, one
+// decided: the scheduler hands them to Settle together, one
 // script call per lease. Each outcome acts only on a message still held
 // under the lease.
 type Settlement struct {
@@ -103,75 +102,4 @@ func (s *Store) settleOne(ctx context.Context, st Settlement) (Settled, error) {
 	}
 	out, errs := s.Settle(ctx, []Settlement{st})
 	return out[0], errs[0]
-}
-
-// Round is one round trip of the scheduler: what it settles, commits and
-// claims, on any shards, in one pipeline. Round fills the results in;
-// each part fails or succeeds on its own (its error says), and a part that
-// failed changed nothing of Redis and may be tried again.
-type Round struct {
-	Settle []Settlement
-	Commit []CommitAsk
-	Claim  []Ask
-
-	Settled   []Settled
-	SettleErr []error
-	Committed []CommitResult
-	Leases    []*Lease // per Claim, nil when its error is set
-	ClaimErr  []error
-}
-
-// CommitAsk is a Commit of one lease: put in flight the messages Commit
-// names (claimed ahead, due within the commit lead) and give back the
-// messages Back (claimed ahead, not wanted any more).
-type CommitAsk struct {
-	Lease        *Lease
-	Commit, Back []Claimed
-}
-
-// CommitResult is what a CommitAsk did: Redis's time, and what became of
-// each message of Commit, in order.
-type CommitResult struct {
-	Now time.Time
-	Res []Committed
-	Err error
-}
-
-// Round runs r's settlements, commits and claims in one pipeline, in that
-// order (so that a shard's settlement is written before its claim looks
-// at it), and fills in the results.
-func (s *Store) Round(ctx context.Context, r *Round) {
-	calls := make([]call, 0, len(r.Settle)+len(r.Commit)+len(r.Claim))
-	for i := range r.Settle {
-		calls = append(calls, call{sc: settleScript, shardCall: s.settleCall(&r.Settle[i])})
-	}
-	for _, c := range r.Commit {
-		calls = append(calls, call{sc: commitScript, shardCall: shardCall{shard: c.Lease.Shard, args: s.commitArgs(c.Lease, c.Commit, c.Back)}})
-	}
-	for _, a := range r.Claim {
-		calls = append(calls, call{sc: claimScript, shardCall: shardCall{shard: a.Shard, args: claimArgs(a)}})
-	}
-	cmds := s.runCalls(ctx, "round", calls)
-	r.Settled, r.SettleErr = make([]Settled, len(r.Settle)), make([]error, len(r.Settle))
-	for i := range r.Settle {
-		v, err := cmds[i].Int64Slice()
-		r.Settled[i], r.SettleErr[i] = settled(r.Settle[i].Lease.Shard, v, err)
-	}
-	cmds = cmds[len(r.Settle):]
-	r.Committed = make([]CommitResult, len(r.Commit))
-	for i, c := range r.Commit {
-		res, err := cmds[i].Slice()
-		now, out, err := committed(c.Lease.Shard, len(c.Commit), res, err)
-		r.Committed[i] = CommitResult{Now: now, Res: out, Err: err}
-	}
-	cmds = cmds[len(r.Commit):]
-	r.Leases, r.ClaimErr = make([]*Lease, len(r.Claim)), make([]error, len(r.Claim))
-	for i, a := range r.Claim {
-		res, err := cmds[i].Slice()
-		if err != nil {
-			r.ClaimErr[i] = fmt.Errorf("store.claim shard %d: %w", a.Shard, err)
-			continue
-		}
-		r.Leases[i], r.ClaimErr[i] = s.lease(a.Shard, res)
-	}
 }
