@@ -569,7 +569,8 @@ func (s *Scheduler) claimTurn(ctx context.Context, shard int) (done func(), ok b
 
 // ackRide is how soon the next claim must be for a batch's acks to ride
 // with it instead of going out on their own: a round trip saved per batch
-// when messages come due back to back, and never an ack held longer.
+// when messages come due back to back, and never an ack held longer for a
+// claim (commitRide says how long for a commit).
 const ackRide = 2 * time.Millisecond
 
 // commitRide is how soon the shard's next commit (of a message claimed
