@@ -993,3 +993,27 @@ func TestClaimsTakeTurnsPerNode(t *testing.T) {
 	}
 	dones[1]()
 }
+
+// A shard's publisher runs a publish at once whether it is idle or busy:
+// one left running (a stalled destination) never holds the next, which
+// runs on a goroutine of its own; once idle again it takes the next one.
+func TestPublisherNeverMakesAPublishWait(t *testing.T) {
+	p := newPublisher()
+	defer p.stop()
+	release := make(chan struct{})
+	stuck := make(chan struct{})
+	p.run(func() { close(stuck); <-release }) // busy until released
+	<-stuck
+	ran := make(chan struct{})
+	p.run(func() { close(ran) })
+	recv(t, ran, "a publish while the publisher was busy")
+	close(release)
+	testenv.Eventually(t, 10*time.Second, p.idle.Load, "the publisher is not idle after its job")
+	started, block := make(chan struct{}), make(chan struct{})
+	p.run(func() { close(started); <-block })
+	recv(t, started, "a publish once the publisher was idle again")
+	if p.idle.Load() {
+		t.Fatal("the idle publisher did not take the publish: it ran on a goroutine of its own")
+	}
+	close(block)
+}
