@@ -425,8 +425,8 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		acks = append(acks, ds...)
 	}
-	// ride hands the acks waiting to the shard's next commit, with what to
-	// do once it is answered: on error they go out on their own.
+	// ride hands the acks waiting to the shard's next claim or commit, with
+	// what to do once it is answered: on error they go out on their own.
 	ride := func() (*store.Lease, []store.Done, func(error)) {
 		if len(acks) == 0 || acksLease.Shard != shard {
 			return nil, nil, nil
@@ -481,17 +481,11 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			}
 			sent := s.p.Clock.Now()
 			ask.Blocked = s.gate.blocked(sent)
-			riding := acks
-			if len(riding) > 0 && acksLease.Shard != shard {
-				riding = nil
-			}
-			c, err := s.p.Store.ClaimAhead(ctx, shard, acksLease, riding, ask)
+			prev, riding, rode := ride()
+			c, err := s.p.Store.ClaimAhead(ctx, shard, prev, riding, ask)
 			done()
-			if len(riding) > 0 {
-				if err != nil {
-					flush(work) // on its own, retried until done or the lease ends
-				}
-				acks = nil
+			if rode != nil {
+				rode(err)
 			}
 			claimedAt := s.p.Clock.Now()
 			if err != nil {
