@@ -41,49 +41,28 @@ func openStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	var rdb redis.UniversalClient
+	// go-redis picks the client the options describe: Sentinel with a
+	// master name, Cluster with IsClusterMode, else one server.
+	opts := &redis.UniversalOptions{
+		Addrs:         []string{rc.Addr},
+		Username:      rc.Username,
+		Password:      rc.Password.Reveal(),
+		DB:            rc.DB,
+		DialTimeout:   rc.DialTimeout.D(),
+		ReadTimeout:   rc.ReadTimeout.D(),
+		WriteTimeout:  rc.WriteTimeout.D(),
+		PoolSize:      rc.PoolSize,
+		TLSConfig:     tlsCfg,
+		OnConnect:     onConnect,
+		IsClusterMode: rc.Cluster,
+	}
 	switch {
 	case len(rc.SentinelAddrs) > 0:
-		rdb = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:       rc.MasterName,
-			SentinelAddrs:    rc.SentinelAddrs,
-			SentinelPassword: rc.SentinelPassword.Reveal(),
-			Username:         rc.Username,
-			Password:         rc.Password.Reveal(),
-			DB:               rc.DB,
-			DialTimeout:      rc.DialTimeout.D(),
-			ReadTimeout:      rc.ReadTimeout.D(),
-			WriteTimeout:     rc.WriteTimeout.D(),
-			PoolSize:         rc.PoolSize,
-			TLSConfig:        tlsCfg,
-			OnConnect:        onConnect,
-		})
+		opts.Addrs, opts.MasterName, opts.SentinelPassword = rc.SentinelAddrs, rc.MasterName, rc.SentinelPassword.Reveal()
 	case rc.Cluster:
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:        rc.Addrs,
-			Username:     rc.Username,
-			Password:     rc.Password.Reveal(),
-			DialTimeout:  rc.DialTimeout.D(),
-			ReadTimeout:  rc.ReadTimeout.D(),
-			WriteTimeout: rc.WriteTimeout.D(),
-			PoolSize:     rc.PoolSize,
-			TLSConfig:    tlsCfg,
-			OnConnect:    onConnect,
-		})
-	default:
-		rdb = redis.NewClient(&redis.Options{
-			Addr:         rc.Addr,
-			Username:     rc.Username,
-			Password:     rc.Password.Reveal(),
-			DB:           rc.DB,
-			DialTimeout:  rc.DialTimeout.D(),
-			ReadTimeout:  rc.ReadTimeout.D(),
-			WriteTimeout: rc.WriteTimeout.D(),
-			PoolSize:     rc.PoolSize,
-			TLSConfig:    tlsCfg,
-			OnConnect:    onConnect,
-		})
+		opts.Addrs = rc.Addrs
 	}
+	rdb := redis.NewUniversalClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, rc.DialTimeout.D()+time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
