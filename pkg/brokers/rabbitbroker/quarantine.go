@@ -284,7 +284,9 @@ func (s *Sink) bisect(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Pu
 		// Alone, and the broker closed again: its fault.
 		i := units[0]
 		why := unwrapClosed(subErrs[0])
-		s.log.Warn("rabbitmq sink: the broker closes the channel or connection when this message is published; "+
+		// Debug: the scheduler logs the failed publish at WARN with its
+		// reason, at most once per destination per log.repeat_interval.
+		s.log.Debug("rabbitmq sink: the broker closes the channel or connection when this message is published; "+
 			"it fails (an attempt) and is published apart from the others", "id", msgs[i].ID, "exchange", s.cfg.Exchange,
 			"routing_key", msgs[i].Destination, "err", why)
 		errs[i] = sinks.Rejected(sinks.Because(closeReason(why), fmt.Errorf("rabbitmq sink %s: the broker closed the channel when the message was published to routing key %q on exchange %q: %w",

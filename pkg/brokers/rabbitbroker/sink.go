@@ -173,7 +173,10 @@ func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 			if lost(err) {
 				s.log.Warn("rabbitmq sink connection lost; reconnecting at once", "err", err)
 			} else {
-				s.log.Warn("rabbitmq sink connection closed by the broker for a publish; reconnecting at once", "err", err)
+				// Debug: that publish fails as its message's (an attempt),
+				// which the scheduler logs at WARN at most once per
+				// destination per log.repeat_interval.
+				s.log.Debug("rabbitmq sink connection closed by the broker for a publish; reconnecting at once", "err", err)
 			}
 			if conn, err = s.connect(ctx); err == nil {
 				continue
@@ -251,7 +254,12 @@ func (s *Sink) watch(ctx context.Context, conn *amqp.Connection) error {
 				}
 			}
 		}
-		s.log.Warn("rabbitmq sink channel closed by the broker; reopening", "err", pool[i].err)
+		if attributable(pool[i].err) {
+			// For a publish: logged as its message's failure (above).
+			s.log.Debug("rabbitmq sink channel closed by the broker for a publish; reopening", "err", pool[i].err)
+		} else {
+			s.log.Warn("rabbitmq sink channel closed by the broker; reopening", "err", pool[i].err)
+		}
 		p, err := s.openChan(conn)
 		if err != nil {
 			// The connection is going away too: connDown will say so.

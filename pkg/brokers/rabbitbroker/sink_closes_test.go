@@ -54,7 +54,7 @@ func TestChannelCloseIsTheMessagesFault(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := rabbitbroker.NewSink(ctx, rabbitbroker.SinkParams{Name: "r", URL: node.URL, Mandatory: true},
-		slog.New(slog.NewTextHandler(logs, nil)))
+		slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +145,14 @@ func TestChannelCloseIsTheMessagesFault(t *testing.T) {
 	if n := strings.Count(logs.String(), "connection closed by the broker for a publish") +
 		strings.Count(logs.String(), "connection lost; reconnecting at once"); n != 1 {
 		t.Errorf("the sink's connection was closed %d times, want 1:\n%s", n, logs)
+	}
+	// The sink says what it does at DEBUG: each failed message is the
+	// scheduler's to log at WARN, at most once per destination per
+	// log.repeat_interval, and a WARN here per message would flood.
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "level=WARN") && (strings.Contains(l, replyTo) || strings.Contains(l, "for a publish")) {
+			t.Errorf("the sink logged a failed message at WARN: %s", l)
+		}
 	}
 	noErrors(t, publish(t, s, batch("after", q, 10)))
 }
