@@ -140,8 +140,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 
 	var deadLetter *sinks.DeadLetter
 	if cfg.Dead.Sink != "" {
-		deadLetter = &sinks.DeadLetter{Sink: d.sinks[cfg.Dead.Sink], Destination: cfg.Dead.Destination,
-			Timeout: cfg.Scheduler.PublishTimeout.D(), Logger: log, Count: d.metrics.CountDeadLetters}
+		deadLetter = &sinks.DeadLetter{Sink: d.sinks[cfg.Dead.Sink], SinkName: cfg.Dead.Sink, Destination: cfg.Dead.Destination,
+			Timeout: cfg.Scheduler.PublishTimeout.D(), Logger: log, Interval: cfg.Log.RepeatInterval.D(), Count: d.metrics.CountDeadLetters,
+			Errors: func(r sinks.Reason, n int) {
+				d.metrics.PublishErrors.WithLabelValues(cfg.Dead.Sink, string(r)).Add(float64(n))
+			}}
 	}
 
 	rates := map[string]float64{}

@@ -3,9 +3,11 @@ package sinks
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/logrepeat"
 )
 
 // HeaderDeadReason carries the reason on a dead-letter copy.
@@ -14,15 +16,48 @@ const HeaderDeadReason = "x-delaybridge-dead-reason"
 // DeadLetter publishes a copy of every message that becomes dead to one
 // sink and destination (config dead.sink / dead.destination). It is best
 // effort: the dead message stays in Redis whatever happens here, so a
-// failed copy is logged and counted, not retried. A nil *DeadLetter does
-// nothing.
+// failed copy is logged and counted, not retried: like any failed publish,
+// at WARN with the sink, destination and reason at most once per Interval
+// (the next line says how many were not logged), and counted by reason in
+// Errors. A nil *DeadLetter does nothing.
 type DeadLetter struct {
 	Sink        Sink
+	SinkName    string // Sink's name, in the log lines and Errors
 	Destination string
 	Timeout     time.Duration // bound of one publish (default 5s)
 	Logger      *slog.Logger
+	// Interval is log.repeat_interval; 0 logs every failure.
+	Interval time.Duration
 	// Count, when set, is told how many copies were confirmed and failed.
 	Count func(ok, failed int)
+	// Errors, when set, is told the failed copies by reason
+	// (delaybridge_sink_publish_errors_total{sink,reason}).
+	Errors func(reason Reason, n int)
+
+	once sync.Once
+	lim  *logrepeat.Limiter[struct{}]
+}
+
+// failed counts the copies that failed with err and logs it, at most once
+// per Interval per kind of line.
+func (d *DeadLetter) failed(msg string, n int, err error, args ...any) {
+	reason := ReasonOf(err)
+	if d.Errors != nil {
+		d.Errors(reason, n)
+	}
+	if d.Logger == nil {
+		return
+	}
+	d.once.Do(func() { d.lim = logrepeat.New[struct{}](d.Interval, 2) })
+	ok, quiet := d.lim.Allow(msg, time.Now(), struct{}{})
+	if !ok {
+		return
+	}
+	args = append([]any{"sink", d.SinkName, "destination", d.Destination, "reason", string(reason), "copies", n}, args...)
+	if quiet > 0 {
+		args = append(args, "not_logged", quiet)
+	}
+	d.Logger.Warn(msg, append(args, "err", err)...)
 }
 
 // Dead is a message that became dead, with its reason and the attempts made.
@@ -56,10 +91,8 @@ func (d *DeadLetter) Publish(ctx context.Context, dead []Dead) {
 	// long as the dead-letter sink is down.
 	if r, ok := d.Sink.(Ready); ok {
 		if err := r.Ready(); err != nil {
-			if d.Logger != nil {
-				d.Logger.Warn("dead-letter sink not ready: copies not published; the dead messages are still kept in redis",
-					"copies", len(out), "destination", d.Destination, "err", err)
-			}
+			d.failed("dead-letter sink not ready: copies not published; the dead messages are still kept in redis",
+				len(out), Because(ReasonUnavailable, err))
 			if d.Count != nil {
 				d.Count(0, len(out))
 			}
@@ -79,10 +112,7 @@ func (d *DeadLetter) Publish(ctx context.Context, dead []Dead) {
 			continue
 		}
 		failed++
-		if d.Logger != nil {
-			d.Logger.Warn("dead-letter copy not published; the dead message is still kept in redis",
-				"id", out[i].ID, "destination", d.Destination, "err", err)
-		}
+		d.failed("dead-letter copy not published; the dead message is still kept in redis", 1, err, "id", out[i].ID)
 	}
 	if d.Count != nil {
 		d.Count(ok, failed)

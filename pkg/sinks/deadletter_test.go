@@ -1,8 +1,11 @@
 package sinks_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +44,45 @@ func TestDeadLetterSkipsASinkThatIsNotReady(t *testing.T) {
 	}
 	if sink.published != 0 || ok != 0 || failed != 2 {
 		t.Errorf("published %d, counted ok %d failed %d; want 0, 0, 2", sink.published, ok, failed)
+	}
+}
+
+// refusingSink refuses every message: the destination does not exist.
+type refusingSink struct{}
+
+func (refusingSink) Publish(_ context.Context, msgs []sinks.Outgoing) []error {
+	return sinks.Fill(make([]error, len(msgs)), sinks.Rejected(sinks.Because(sinks.ReasonNotFound, errors.New("no stream for subject dead"))))
+}
+func (refusingSink) Close() error { return nil }
+
+// A failed copy speaks up as any failed publish does: counted by its
+// reason under the dead-letter sink's name, and logged at WARN with the
+// sink, destination and reason at most once per interval, the next line
+// saying how many were not.
+func TestDeadLetterFailuresAreCountedAndLoggedOncePerInterval(t *testing.T) {
+	var logs bytes.Buffer
+	counted := map[sinks.Reason]int{}
+	d := &sinks.DeadLetter{Sink: refusingSink{}, SinkName: "events", Destination: "dead", Timeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Interval: time.Hour,
+		Errors: func(r sinks.Reason, n int) { counted[r] += n }}
+	batch := []sinks.Dead{{Message: &envelope.Message{ID: "a"}, Reason: "r"}, {Message: &envelope.Message{ID: "b"}, Reason: "r"}}
+	d.Publish(context.Background(), batch)
+	d.Publish(context.Background(), batch)
+	if counted[sinks.ReasonNotFound] != 4 || len(counted) != 1 {
+		t.Errorf("counted %v, want 4 not_found", counted)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "sink=events") ||
+		!strings.Contains(lines[0], "destination=dead") || !strings.Contains(lines[0], "reason=not_found") {
+		t.Errorf("logged %d lines, want one WARN naming the sink, destination and reason:\n%s", len(lines), logs.String())
+	}
+
+	// Interval 0: every failure is logged.
+	logs.Reset()
+	d = &sinks.DeadLetter{Sink: refusingSink{}, SinkName: "events", Destination: "dead", Timeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	d.Publish(context.Background(), batch)
+	if n := strings.Count(logs.String(), "level=WARN"); n != 2 {
+		t.Errorf("with no interval, logged %d WARN lines for 2 failed copies:\n%s", n, logs.String())
 	}
 }
