@@ -330,11 +330,22 @@ func pathValue(w http.ResponseWriter, p *itemPath, escaped string) (string, bool
 	return v, true
 }
 
-// checkQuery refuses an unknown, repeated or empty query parameter of an
-// operation that reads known ones, so that a misspelt filter, or one given
-// empty (?group=), does not list or purge everything.
+// checkQuery refuses an unknown, repeated, empty or malformed query
+// parameter of an operation that reads known ones, so that a misspelt
+// filter, or one given empty (?group=) or not validly URL-encoded
+// (?group=%zz, which would reach the operation empty), does not list or
+// purge everything.
 func checkQuery(w http.ResponseWriter, r *http.Request, known []string) bool {
-	for k, vs := range r.URL.Query() {
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		reason := fmt.Sprintf("the query is not validly URL-encoded (%s): encode each name and value, %%25 for a %%, and separate them with &", clipped(err.Error()))
+		if rec, ok := w.(*recorder); ok {
+			rec.errMsg = reason
+		}
+		writeJSON(w, http.StatusBadRequest, &ErrorBody{Message: reason})
+		return false
+	}
+	for k, vs := range query {
 		reason := ""
 		switch {
 		case !slices.Contains(known, k):

@@ -625,6 +625,14 @@ func TestEmptyFiltersRefused(t *testing.T) {
 			t.Errorf("%s: the answer names the field %q: %s", req, field, r.body)
 		}
 	}
+	// Not validly URL-encoded: the value would reach the operation empty.
+	for _, req := range []string{"DELETE /v1/dead?ingest=%zz", "DELETE /v1/dead?group=%ZZ", "DELETE /v1/dead?dead_before=%",
+		"DELETE /v1/dead?group=a;b", "GET /v1/messages?group=%zz", "GET /v1/messages?state=%", "GET /v1/groups/g?state=%zz"} {
+		method, path, _ := strings.Cut(req, " ")
+		if r := e.do(method, path, ""); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "not validly URL-encoded") {
+			t.Errorf("%s: %d, want 400 saying the query is not validly URL-encoded: %.300s", req, r.status, r.body)
+		}
+	}
 	if n := dead(); n != 3 {
 		t.Fatalf("%d dead messages left after refused purges, want 3", n)
 	}
