@@ -67,7 +67,7 @@ func newStateCollector(s State) *stateCollector {
 		oldestAge: prometheus.NewDesc("delaybridge_oldest_due_age_seconds",
 			"How long the oldest due message has been waiting (0 when nothing is due).", nil, nil),
 		paused: prometheus.NewDesc("delaybridge_ingest_paused",
-			"1 while an ingest waits before parking new messages (it reads on for cancels; they go through): a limit (limits.max_parked_messages, max_redis_memory, its own max_parked) is reached or Redis refuses parks; else 0.", []string{"ingest"}, nil),
+			"1 while an ingest waits before parking new messages (it reads on for cancels; they go through), in the series of its reason: max_parked (its own ingests[].max_parked), max_parked_messages or max_redis_memory (limits) reached, or redis (Redis refuses parks); 0 in the others.", []string{"ingest", "reason"}, nil),
 		ingestParked: prometheus.NewDesc("delaybridge_ingest_parked_messages",
 			"Messages of the ingest live in Redis (parked, in flight or held; not dead), which its max_parked bounds.", []string{"ingest"}, nil),
 		ingestSeries: prometheus.NewDesc("delaybridge_ingest_recurring_series",
@@ -147,7 +147,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.memLimit, prometheus.GaugeValue, float64(limit), "max_redis_memory")
 	}
 	for _, in := range c.s.Ingests {
-		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, boolValue(in.Paused != nil && in.Paused() != nil), in.Name)
+		var why store.PauseReason
+		if in.Paused != nil {
+			why = store.PauseReasonOf(in.Paused())
+		}
+		for _, r := range store.PauseReasons {
+			ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, boolValue(why == r), in.Name, string(r))
+		}
 		if in.MaxParked > 0 {
 			ch <- prometheus.MustNewConstMetric(c.ingestMaxParked, prometheus.GaugeValue, float64(in.MaxParked), in.Name)
 		}

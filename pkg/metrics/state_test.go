@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -16,8 +17,12 @@ func TestStateCollector(t *testing.T) {
 	m.Registry.MustRegister(metrics.NewStateCollector(metrics.State{
 		Store:          st,
 		MaxRedisMemory: 1 << 30,
-		Ingests:        []metrics.Component{{Name: "in", Paused: func() error { return errors.New("full") }}},
-		Sinks:          []metrics.Component{{Name: "down", Ready: func() error { return errors.New("down") }}, {Name: "up"}},
+		Ingests: []metrics.Component{
+			{Name: "in", Paused: func() error { return errors.New("redis: connection refused") }},
+			{Name: "full", Paused: func() error { return store.NewCapacity(st, 0, 1, nil).For("full")(context.Background(), 1) }},
+			{Name: "calm", Paused: func() error { return nil }},
+		},
+		Sinks: []metrics.Component{{Name: "down", Ready: func() error { return errors.New("down") }}, {Name: "up"}},
 	}))
 	fams, err := m.Registry.Gather()
 	if err != nil {
@@ -38,7 +43,13 @@ func TestStateCollector(t *testing.T) {
 		"delaybridge_connection_up ingest in":                   1,
 		"delaybridge_connection_up sink down":                   0,
 		"delaybridge_connection_up sink up":                     1,
-		"delaybridge_ingest_paused in":                          1,
+		"delaybridge_ingest_paused in redis":                    1,
+		"delaybridge_ingest_paused in max_parked":               0,
+		"delaybridge_ingest_paused full max_redis_memory":       1, // a limit of 1 byte
+		"delaybridge_ingest_paused full max_parked":             0,
+		"delaybridge_ingest_paused full redis":                  0,
+		"delaybridge_ingest_paused calm max_parked":             0,
+		"delaybridge_ingest_paused calm redis":                  0,
 		"delaybridge_parked_messages 0":                         0,
 		"delaybridge_parked_messages 1":                         0,
 		"delaybridge_redis_memory_limit_bytes max_redis_memory": 1 << 30,

@@ -94,7 +94,7 @@ func (c *Capacity) check(ctx context.Context, source string, n int) error {
 		case err != nil:
 			c.memErr = err
 		case used >= c.maxMemory:
-			c.memErr = fmt.Errorf("%w: redis uses %d bytes, limits.max_redis_memory is %d: waiting for firing to make room", ErrFull, used, c.maxMemory)
+			c.memErr = full(FullMaxRedisMemory, "redis uses %d bytes, limits.max_redis_memory is %d: waiting for firing to make room", used, c.maxMemory)
 		}
 	}
 	if stale {
@@ -104,10 +104,10 @@ func (c *Capacity) check(ctx context.Context, source string, n int) error {
 		return c.memErr
 	}
 	if c.maxParked > 0 && c.parked >= c.maxParked {
-		return fmt.Errorf("%w: %d messages parked, limits.max_parked_messages is %d: waiting for firing to make room", ErrFull, c.parked, c.maxParked)
+		return full(FullMaxParkedMessages, "%d messages parked, limits.max_parked_messages is %d: waiting for firing to make room", c.parked, c.maxParked)
 	}
 	if srcMax > 0 && c.sources[source] >= srcMax {
-		return fmt.Errorf("%w: ingest %q has %d messages parked, its max_parked is %d: waiting for them to fire (cancels go through)", ErrFull, source, c.sources[source], srcMax)
+		return full(FullMaxParked, "ingest %q has %d messages parked, its max_parked is %d: waiting for them to fire (cancels go through)", source, c.sources[source], srcMax)
 	}
 	c.parked += int64(n)
 	if srcMax > 0 {
@@ -118,7 +118,49 @@ func (c *Capacity) check(ctx context.Context, source string, n int) error {
 
 // ErrFull is the error of Capacity's gate when a limit is reached (as
 // opposed to Redis failing to answer): room comes back as messages fire.
+// PauseReason says which limit.
 var ErrFull = errors.New("store: full")
+
+// PauseReason is why an ingest waits before parking: the reason label of
+// delaybridge_ingest_paused.
+type PauseReason string
+
+// The reasons, PauseReasons in the order the metric lists them.
+const (
+	FullMaxParked         PauseReason = "max_parked"          // the ingest's own ingests[].max_parked
+	FullMaxParkedMessages PauseReason = "max_parked_messages" // limits.max_parked_messages
+	FullMaxRedisMemory    PauseReason = "max_redis_memory"    // limits.max_redis_memory
+	PausedRedis           PauseReason = "redis"               // Redis refuses parks, or the limits cannot be read
+)
+
+// PauseReasons lists every PauseReason.
+var PauseReasons = []PauseReason{FullMaxParked, FullMaxParkedMessages, FullMaxRedisMemory, PausedRedis}
+
+// fullError is ErrFull with the limit reached.
+type fullError struct {
+	reason PauseReason
+	msg    string
+}
+
+func (e *fullError) Error() string        { return ErrFull.Error() + ": " + e.msg }
+func (e *fullError) Is(target error) bool { return target == ErrFull }
+
+func full(reason PauseReason, format string, args ...any) error {
+	return &fullError{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// PauseReasonOf returns the reason of a pause whose error is err (nil:
+// ""): the limit an ErrFull reached, else PausedRedis.
+func PauseReasonOf(err error) PauseReason {
+	var fe *fullError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &fe):
+		return fe.reason
+	}
+	return PausedRedis
+}
 
 // usedMemory is INFO memory's used_memory; on a cluster, the largest of
 // the masters'.

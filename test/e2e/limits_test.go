@@ -108,8 +108,9 @@ sinks:
 		return v
 	}
 	held := func() bool {
+		paused, _ := metricValue(e.d.metrics(), "delaybridge_ingest_paused", map[string]string{"ingest": "in", "reason": "max_parked"})
 		return gauge("delaybridge_ingest_parked_messages", "in") == 5 && gauge("delaybridge_ingest_parked_messages", "calm") == 20 &&
-			gauge("delaybridge_ingest_paused", "in") == 1
+			gauge("delaybridge_ingest_paused", "in") == 1 && paused == 1
 	}
 	if !testenv.Poll(20*time.Second, held) {
 		t.Fatalf("the noisy ingest was not held at its max_parked of 5 while the calm one parked its 20: parked %v and %v, paused %v",

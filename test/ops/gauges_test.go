@@ -71,6 +71,9 @@ sinks:
 	if n != 4 {
 		t.Errorf("paused after %d messages, want 4", n)
 	}
+	if v, _ := value(d.metrics(), "delaybridge_ingest_paused", map[string]string{"ingest": "in", "reason": "max_parked_messages"}); v != 1 {
+		t.Errorf(`delaybridge_ingest_paused{ingest="in",reason="max_parked_messages"} = %v, want 1`, v)
+	}
 
 	// Cancelling what is parked makes room: the rest is parked and ingest resumes.
 	testenv.Eventually(t, 20*time.Second, func() bool {
