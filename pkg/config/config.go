@@ -193,6 +193,11 @@ type Limits struct {
 	// recurring message (x-delay-every, and the closest occurrences of an
 	// x-delay-cron); a shorter schedule is rejected with the reason.
 	MinInterval Duration `yaml:"min_interval"`
+	// MaxDead bounds the dead messages each source keeps: every ingest,
+	// and the admin API as one more. Beyond it the source's oldest are
+	// deleted, within a second; the other sources keep theirs. 0: no bound
+	// of its own (dead.max_messages bounds them all).
+	MaxDead int `yaml:"max_dead"`
 }
 
 // Dead configures what is kept of messages that are rejected or undeliverable.

@@ -202,6 +202,9 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxRedisMemory < 0 {
 		p.Add("limits.max_redis_memory", "must not be negative (0: no limit)")
 	}
+	if c.Limits.MaxDead < 0 {
+		p.Add("limits.max_dead", "must not be negative (0: no bound of its own)")
+	}
 	p.Positive("dead.max_messages", int64(c.Dead.MaxMessages))
 	p.Positive("shutdown_timeout", int64(c.ShutdownTimeout))
 

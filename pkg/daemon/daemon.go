@@ -368,6 +368,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	go d.rates.Run(runCtx)
 	go d.persistence.run(runCtx)
+	if max := d.cfg.Limits.MaxDead; max > 0 {
+		sources := []string{""} // the admin API
+		for _, in := range d.cfg.Ingest {
+			sources = append(sources, in.Name)
+		}
+		go boundDead(runCtx, d.store, sources, max, d.log)
+	}
 
 	var schedWG sync.WaitGroup
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))

@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -263,5 +264,57 @@ func TestDeadBoundedPerSource(t *testing.T) {
 	}
 	if n, _ := r.Client().ZCard(ctx, keys.DeadBy(0)).Result(); n != 10 {
 		t.Errorf("deadby holds %d entries, want 10", n)
+	}
+}
+
+// limits.max_dead holds each source to its own bound across the shards:
+// the oldest of a source beyond it go, the other sources keep theirs, and
+// a source under it is left alone.
+func TestTrimDeadPerSource(t *testing.T) {
+	ctx := context.Background()
+	s := newStoreWith(t, store.Options{Prefix: "t", Shards: 16})
+	var want []string
+	reject := func(src, prefix string, n, keep int) {
+		t.Helper()
+		for i := range n {
+			m := msg(fmt.Sprintf("%s%02d", prefix, i), time.Now())
+			m.Ingest = src
+			if _, err := s.Reject(ctx, []store.Rejected{{Message: m, Reason: "bad"}}); err != nil {
+				t.Fatal(err)
+			}
+			if i >= n-keep {
+				want = append(want, m.ID)
+			}
+		}
+	}
+	reject("noisy", "n", 40, 5)
+	reject("calm", "c", 3, 3)
+	reject("", "api", 7, 5) // the admin API
+	n, err := s.TrimDeadPerSource(ctx, []string{"", "noisy", "calm"}, 5)
+	if err != nil || n != 37 {
+		t.Fatalf("TrimDeadPerSource deleted %d (%v), want 35 of noisy and 2 of the API", n, err)
+	}
+	infos, err := s.ListDead(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, in := range infos {
+		got = append(got, in.ID)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("dead after the trim: %v, want each source's newest 5: %v", got, want)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sources["noisy"].Dead != 5 || st.Sources["calm"].Dead != 3 || st.Sources[""].Dead != 5 {
+		t.Errorf("tally of the dead: %+v", st.Sources)
+	}
+	if n, err := s.TrimDeadPerSource(ctx, []string{"", "noisy", "calm"}, 5); n != 0 || err != nil {
+		t.Errorf("a second trim deleted %d (%v), want 0", n, err)
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,27 @@ sinks:
 		if n := len(e.firedCopies(id)); n != 0 {
 			t.Errorf("%s was cancelled and fired %d times", id, n)
 		}
+	}
+}
+
+// limits.max_dead bounds the dead messages an ingest keeps: its oldest
+// beyond it are deleted, its newest stay.
+func TestMaxDeadKeepsAnIngestsNewest(t *testing.T) {
+	e := newNATSEnv(t, "", "limits: {max_dead: 3}\n")
+	for i := range 10 {
+		id := fmt.Sprintf("bad-%02d", i)
+		// a destination the route does not allow: dead at ingest
+		e.publish("delayed.x", []byte(id), "x-delay", "100", "x-message-id", id, "x-delay-destination", "elsewhere.x")
+	}
+	var ids []string
+	if !testenv.Poll(20*time.Second, func() bool {
+		ids = ids[:0]
+		for _, m := range e.d.dead() {
+			ids = append(ids, m.ID)
+		}
+		slices.Sort(ids)
+		return e.d.stats().Dead <= 3 && slices.Equal(ids, []string{"bad-07", "bad-08", "bad-09"})
+	}) {
+		t.Fatalf("dead messages %v (stats: %d), want the newest 3 of the 10", ids, e.d.stats().Dead)
 	}
 }
