@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -541,7 +543,14 @@ func wait(ctx context.Context, f func() error) error {
 // contentPrint is the fingerprint of a delivery's content (envelope.Origin.Print):
 // a redelivery of the message has the same; a new publish that reuses its
 // ID (a Celery task retried, a timer armed again) differs in a header, a
-// property or the body, and is parked as the new message it is.
+// property or the body, and is parked as the new message it is. The
+// headers a broker adds as it redelivers (redeliveryHeaders) are not the
+// content.
+// redeliveryHeaders are the headers RabbitMQ adds to a message as it
+// delivers it again: a quorum queue's count of deliveries (and of
+// acquisitions, since RabbitMQ 4.0).
+var redeliveryHeaders = []string{"x-delivery-count", "x-acquired-count"}
+
 func contentPrint(in *envelope.Incoming) uint64 {
 	h := xxhash.New()
 	var n [binary.MaxVarintLen64]byte
@@ -552,8 +561,11 @@ func contentPrint(in *envelope.Incoming) uint64 {
 	}
 	field(in.Source)
 	for _, list := range []envelope.Headers{in.Headers, in.Properties} {
-		count(len(list))
-		for _, kv := range list {
+		content := slices.DeleteFunc(slices.Clone(list), func(kv envelope.Header) bool {
+			return slices.ContainsFunc(redeliveryHeaders, func(r string) bool { return strings.EqualFold(kv.Key, r) })
+		})
+		count(len(content))
+		for _, kv := range content {
 			field(kv.Key)
 			field(kv.Value)
 			field(kv.Native)

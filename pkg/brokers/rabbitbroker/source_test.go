@@ -289,6 +289,34 @@ func TestSourceExistingQuorumQueue(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return a.ready(q) == 0 }, "acked")
 }
 
+// A quorum queue counts a message's deliveries in a header it adds
+// (x-delivery-count): the redelivery is still the same content, with the
+// same print, so that the store knows it for a re-read.
+func TestQuorumRedeliveryKeepsItsPrint(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	q := unique(t)
+	a := newAdmin(t, node.URL)
+	if _, err := a.ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		t.Fatal(err)
+	}
+	s := newSource(t, node.URL, q, 10)
+	a.publishIDs(q, "q1")
+	in, ack := read(t, s)
+	if err := ack(context.Background(), errors.New("redis down")); err != nil { // nack: requeued
+		t.Fatal(err)
+	}
+	in2, ack2 := read(t, s)
+	if err := ack2(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, counted := in2.Headers.Get("x-delivery-count"); !in2.Redelivered || !counted {
+		t.Fatalf("the redelivery: redelivered %v, headers %v; want it redelivered with x-delivery-count", in2.Redelivered, in2.Headers)
+	}
+	if in.Origin.Print == 0 || in2.Origin.Print != in.Origin.Print {
+		t.Errorf("print %x of the delivery, %x of its redelivery: want the same", in.Origin.Print, in2.Origin.Print)
+	}
+}
+
 func TestSourceNewFailsOnBadURL(t *testing.T) {
 	node := testenv.RabbitMQ(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
