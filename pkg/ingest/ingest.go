@@ -70,12 +70,17 @@ type Releaser interface {
 // an ack (AMQP) and flags a redelivery alike whether the delivery was
 // acked and the ack lost, or returned by some other consumer: the store
 // remembers each message such a source parks (its content print) as a
-// possible re-read until the broker is seen to process its ack.
-// ConfirmAcks returns once the broker has processed every ack given
-// before it (nil), or an error when that cannot be known; the pipeline
-// calls it after the acks of a batch, then has the store forget them.
+// possible re-read until the broker is seen to process its ack. The
+// pipeline takes an AckMark before the acks of a batch and calls
+// ConfirmAcks with it after them, then has the store forget the marks of
+// the messages whose acks went out.
 type AckConfirmer interface {
-	ConfirmAcks(ctx context.Context) error
+	// AckMark marks the acks given so far.
+	AckMark() uint64
+	// ConfirmAcks returns once the broker has processed every ack given
+	// after mark (nil), or an error when that cannot be known (the
+	// channel of one of them closed since).
+	ConfirmAcks(ctx context.Context, mark uint64) error
 }
 
 // Ready is implemented by sources that know whether they are connected.

@@ -271,6 +271,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		codes = append(codes, envelope.CodeOf(err))
 	}
 	var marked []*envelope.Message // parked: their re-read marks go once their acks are confirmed
+	var markedAt []int             // the batch index of each of marked
 	var parkAt []int               // the batch index of each of parks
 	held := map[int]bool{}         // batch indexes that went to the waiting room
 	// flush parks what is pending, so that a control message sees every
@@ -294,7 +295,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			}
 			return nil
 		case why != nil: // the limits cannot be read: wait for them, as for any Redis failure
-			marked = append(marked, parks...)
+			marked, markedAt = append(marked, parks...), append(markedAt, parkAt...)
 			refused, err := pl.park(ctx, parks)
 			for _, r := range refused {
 				rejected(r.m, r.err)
@@ -302,7 +303,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			parks, parkAt = parks[:0], parkAt[:0]
 			return err
 		}
-		marked = append(marked, parks...)
+		marked, markedAt = append(marked, parks...), append(markedAt, parkAt...)
 		refused, err := pl.parkChecked(ctx, parks)
 		for _, r := range refused {
 			rejected(r.m, r.err)
@@ -401,25 +402,41 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	}
 	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
+	confirmer, confirms := pl.p.Source.(AckConfirmer)
+	var mark uint64
+	if confirms {
+		mark = confirmer.AckMark()
+	}
+	acked := make([]bool, len(batch))
 	for i, it := range batch {
 		if !held[i] {
-			pl.acknowledge(ackCtx, it.ack, nil)
+			acked[i] = pl.acknowledge(ackCtx, it.ack, nil)
 		}
 	}
-	pl.confirmAcks(ackCtx, marked)
+	if confirms {
+		// Only the messages whose acks went out: a failed ack (the channel
+		// closed) leaves its message to be delivered again, a re-read.
+		var sent []*envelope.Message
+		for j, m := range marked {
+			if acked[markedAt[j]] {
+				sent = append(sent, m)
+			}
+		}
+		pl.confirmAcks(ackCtx, confirmer, mark, sent)
+	}
 }
 
 // confirmAcks, for a source whose acks the broker does not answer
-// (AckConfirmer), waits until the broker processed the acks just given and
-// has the store forget the re-read marks of msgs, the messages parked: a
-// redelivery of the same content after that is a new message. When that
-// cannot be known, the marks stay until the dedupe window ends.
-func (pl *Pipeline) confirmAcks(ctx context.Context, msgs []*envelope.Message) {
-	c, ok := pl.p.Source.(AckConfirmer)
-	if !ok || len(msgs) == 0 {
+// (AckConfirmer), waits until the broker processed the acks given since
+// mark and has the store forget the re-read marks of msgs, the messages
+// parked whose acks went out: a redelivery of the same content after that
+// is a new message. When that cannot be known, the marks stay until the
+// dedupe window ends.
+func (pl *Pipeline) confirmAcks(ctx context.Context, c AckConfirmer, mark uint64, msgs []*envelope.Message) {
+	if len(msgs) == 0 {
 		return
 	}
-	if err := c.ConfirmAcks(ctx); err != nil {
+	if err := c.ConfirmAcks(ctx, mark); err != nil {
 		pl.log.Debug("acks not confirmed: a redelivery of their messages within the dedupe window is taken for a re-read", "err", err)
 		return
 	}
@@ -677,8 +694,10 @@ func (pl *Pipeline) nackAll(batch []item, err error) {
 // acknowledge tells the broker a message's fate through its AckFunc (err
 // nil: done; else deliver it again). ctx is not the pipeline's: acks are
 // still sent while shutting down.
-func (pl *Pipeline) acknowledge(ctx context.Context, ack AckFunc, err error) {
+func (pl *Pipeline) acknowledge(ctx context.Context, ack AckFunc, err error) bool {
 	if aerr := ack(ctx, err); aerr != nil {
 		pl.log.Warn("cannot acknowledge the message to the broker; it may be delivered again", "err", aerr)
+		return false
 	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -568,4 +569,70 @@ func TestCancelsGoThroughWhileFull(t *testing.T) {
 		t.Fatalf("waits: %+v %v", info, err)
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return e.pl.Ready() == nil }, "still not ready once the room emptied")
+}
+
+// confirmingSource is a chanSource whose broker answers no ack
+// (ingest.AckConfirmer), and whose acks of the IDs in lost fail, as on a
+// channel that closed under them.
+type confirmingSource struct {
+	*chanSource
+	lost map[string]bool
+}
+
+func (s confirmingSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	in, ack, err := s.chanSource.Read(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, _ := in.Headers.Get("x-message-id")
+	return in, func(ctx context.Context, handleErr error) error {
+		if s.lost[id] {
+			return errors.New("delivery of a closed channel")
+		}
+		return ack(ctx, handleErr)
+	}, nil
+}
+
+func (confirmingSource) AckMark() uint64                           { return 0 }
+func (confirmingSource) ConfirmAcks(context.Context, uint64) error { return nil }
+
+// forgetting records the messages whose re-read marks the pipeline has
+// the store forget.
+type forgetting struct {
+	ingest.Store
+	mu     sync.Mutex
+	forgot []string
+}
+
+func (f *forgetting) AcksConfirmed(ctx context.Context, msgs []*envelope.Message) error {
+	f.mu.Lock()
+	for _, m := range msgs {
+		f.forgot = append(f.forgot, m.ID)
+	}
+	f.mu.Unlock()
+	return f.Store.AcksConfirmed(ctx, msgs)
+}
+
+// A message whose ack did not go out keeps its re-read mark: the broker
+// delivers it again, and that is a re-read, not a new message.
+func TestAFailedAckKeepsTheReReadMark(t *testing.T) {
+	var f *forgetting
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.source = confirmingSource{chanSource: e.src, lost: map[string]bool{"lost": true}}
+		f = &forgetting{Store: e.store}
+		return f
+	})
+	for _, id := range []string{"ok1", "lost", "ok2"} {
+		e.src.send(id, "x-delay", "1h")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Contains(f.forgot, "ok1") && slices.Contains(f.forgot, "ok2")
+	}, "the marks of the acked messages not forgotten")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if slices.Contains(f.forgot, "lost") {
+		t.Errorf("the mark of the message whose ack failed was forgotten: %v", f.forgot)
+	}
 }

@@ -219,13 +219,23 @@ func (pl *Pipeline) parkRoomBatch(ctx context.Context) bool {
 	rejectErr := pl.reject(ctx, rejects, codes)
 	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
+	confirmer, confirms := pl.p.Source.(AckConfirmer)
+	var mark uint64
+	if confirms {
+		mark = confirmer.AckMark()
+	}
+	var sent []*envelope.Message // acked: their re-read marks go once the acks are confirmed
 	for _, w := range ws {
 		var err error
 		if rejectErr != nil && slices.ContainsFunc(refused, func(rf refusal) bool { return rf.m == w.m }) {
 			err = rejectErr // not kept as dead: the broker delivers it again
 		}
-		pl.acknowledge(ackCtx, w.it.ack, err)
+		if pl.acknowledge(ackCtx, w.it.ack, err) && err == nil {
+			sent = append(sent, w.m)
+		}
 	}
-	pl.confirmAcks(ackCtx, msgs)
+	if confirms {
+		pl.confirmAcks(ackCtx, confirmer, mark, sent)
+	}
 	return true
 }

@@ -60,11 +60,13 @@ type Source struct {
 	released bool          // Release was called, Resume not yet: no new sessions
 	resume   chan struct{} // closed by Resume; made by Release
 	acks     sync.WaitGroup
-	// acked is the session of the acks sent since the last ConfirmAcks;
-	// lostAcks says that some of them went out on a session that ended
-	// since, so that nobody can tell whether the broker processed them.
-	acked    *session
-	lostAcks bool
+	// ackSeq numbers the acks sent (AckMark); sent holds, for the sessions
+	// of the latest acks (at most maxSentSessions), the number of the last
+	// ack each took, and forgot the last number of a session dropped from
+	// it (ConfirmAcks).
+	ackSeq uint64
+	sent   []sentAcks
+	forgot uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -75,26 +77,53 @@ var _ ingest.Ready = (*Source)(nil)
 var _ ingest.Releaser = (*Source)(nil)
 var _ ingest.AckConfirmer = (*Source)(nil)
 
-// ConfirmAcks returns once the broker has processed every ack sent before
-// it: AMQP has no reply to basic.ack, so it sends a synchronous method on
-// the channel the acks went out on (basic.qos, answered by qos-ok), which
+// sentAcks is a session and the number of the last ack sent on it.
+type sentAcks struct {
+	sess *session
+	last uint64
+}
+
+// maxSentSessions bounds the sessions ConfirmAcks remembers acks of: one
+// per reconnect, and a batch's acks span one or two.
+const maxSentSessions = 8
+
+// AckMark implements ingest.AckConfirmer: the number of the last ack sent.
+func (s *Source) AckMark() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ackSeq
+}
+
+// ConfirmAcks returns once the broker has processed every ack sent after
+// mark: AMQP has no reply to basic.ack, so it sends a synchronous method on
+// each channel they went out on (basic.qos, answered by qos-ok), which
 // the broker answers after everything sent before it on that channel. It
-// returns an error when that channel has closed since, or closes before
+// returns an error when such a channel has closed since, or closes before
 // the answer: the broker may not have processed them, and delivers those
 // messages again with redelivered set (re-reads, see ingest.AckConfirmer).
-func (s *Source) ConfirmAcks(ctx context.Context) error {
+// Acks that other batches sent meanwhile are confirmed with them.
+func (s *Source) ConfirmAcks(ctx context.Context, mark uint64) error {
 	s.mu.Lock()
-	sess, lost := s.acked, s.lostAcks
-	s.acked, s.lostAcks = nil, false
+	if s.forgot > mark {
+		s.mu.Unlock()
+		return fmt.Errorf("rabbitmq ingest %s: acks went out on more channels than are remembered; cannot tell whether the broker processed them", s.cfg.Name)
+	}
+	var sessions []*session
+	for _, e := range s.sent {
+		if e.last > mark {
+			sessions = append(sessions, e.sess)
+		}
+	}
 	s.mu.Unlock()
-	if lost {
-		return fmt.Errorf("rabbitmq ingest %s: acks went out on a channel that closed before the broker was seen to process them", s.cfg.Name)
-	}
-	if sess == nil {
-		return nil
-	}
-	if err := wait(ctx, func() error { return sess.ch.Qos(s.cfg.Prefetch, 0, false) }); err != nil {
-		return fmt.Errorf("rabbitmq ingest %s: confirm acks: %w", s.cfg.Name, err)
+	for _, sess := range sessions {
+		select {
+		case <-sess.dead:
+			return fmt.Errorf("rabbitmq ingest %s: acks went out on a channel that closed before the broker was seen to process them", s.cfg.Name)
+		default:
+		}
+		if err := wait(ctx, func() error { return sess.ch.Qos(s.cfg.Prefetch, 0, false) }); err != nil {
+			return fmt.Errorf("rabbitmq ingest %s: confirm acks: %w", s.cfg.Name, err)
+		}
 	}
 	return nil
 }
@@ -103,14 +132,18 @@ func (s *Source) ConfirmAcks(ctx context.Context) error {
 func (s *Source) ackSent(sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.acked != nil && s.acked != sess {
-		select {
-		case <-s.acked.dead:
-			s.lostAcks = true
-		default:
+	s.ackSeq++
+	for i := len(s.sent) - 1; i >= 0; i-- {
+		if s.sent[i].sess == sess {
+			s.sent[i].last = s.ackSeq
+			return
 		}
 	}
-	s.acked = sess
+	s.sent = append(s.sent, sentAcks{sess: sess, last: s.ackSeq})
+	if len(s.sent) > maxSentSessions {
+		s.forgot = s.sent[0].last
+		s.sent = slices.Delete(s.sent, 0, 1)
+	}
 }
 
 // Release closes the consuming channel, so that the broker requeues every

@@ -447,9 +447,10 @@ func TestSourceConfirmAcks(t *testing.T) {
 	s := newSource(t, node.URL, q, 10)
 	a := newAdmin(t, node.URL)
 	ctx := context.Background()
-	if err := s.ConfirmAcks(ctx); err != nil {
+	if err := s.ConfirmAcks(ctx, s.AckMark()); err != nil {
 		t.Fatalf("nothing acked: %v", err)
 	}
+	mark := s.AckMark()
 	a.publishIDs(q, "a", "b")
 	for range 2 {
 		_, ack := read(t, s)
@@ -457,19 +458,33 @@ func TestSourceConfirmAcks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.ConfirmAcks(ctx); err != nil {
+	if err := s.ConfirmAcks(ctx, mark); err != nil {
 		t.Fatalf("ConfirmAcks: %v", err)
 	}
 
-	a.publishIDs(q, "c")
+	// Two batches: the first one's confirm does not vouch for the second
+	// one's acks once their channel has closed.
+	a.publishIDs(q, "c", "d")
+	first := s.AckMark()
 	_, ack := read(t, s)
 	if err := ack(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
+	second := s.AckMark()
+	_, ack = read(t, s)
+	if err := ack(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ConfirmAcks(ctx, first); err != nil {
+		t.Fatalf("ConfirmAcks of the first: %v", err)
+	}
 	if err := s.Release(ctx); err != nil { // the channel closes
 		t.Fatal(err)
 	}
-	if err := s.ConfirmAcks(ctx); err == nil {
-		t.Fatal("ConfirmAcks after the channel closed: nil, want an error")
+	if err := s.ConfirmAcks(ctx, second); err == nil {
+		t.Fatal("ConfirmAcks of the second after the channel closed: nil, want an error")
+	}
+	if err := s.ConfirmAcks(ctx, s.AckMark()); err != nil {
+		t.Fatalf("no ack since: %v", err)
 	}
 }
