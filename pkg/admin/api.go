@@ -70,10 +70,16 @@ func init() {
 	}
 }
 
+// maxEcho bounds what an error sentence huma wrote may quote of the
+// request (the contract's 256 bytes).
+const maxEcho = 256
+
 // newHumaError is huma's error of binding a request, as an ErrorBody
 // naming the field.
 func newHumaError(status int, msg string, errs ...error) huma.StatusError {
-	e := &ErrorBody{status: status, Message: msg}
+	// huma's own sentences may hold a request's input whole (a
+	// Content-Type it does not know): at most maxEcho bytes of them.
+	e := &ErrorBody{status: status, Message: jsonlimit.Clip(msg, maxEcho)}
 	if status == http.StatusUnprocessableEntity {
 		e.status = http.StatusBadRequest
 	}
@@ -81,7 +87,7 @@ func newHumaError(status int, msg string, errs ...error) huma.StatusError {
 		var d *huma.ErrorDetail
 		if !errors.As(err, &d) {
 			if err != nil {
-				e.Message = err.Error()
+				e.Message = jsonlimit.Clip(err.Error(), maxEcho)
 			}
 			continue
 		}
@@ -107,6 +113,11 @@ func detailSentence(d *huma.ErrorDetail) (field, reason string) {
 	where, name, _ := strings.Cut(d.Location, ".")
 	switch where {
 	case "body":
+		if ct, ok := strings.CutPrefix(d.Message, huma.ErrUnknownContentType.Error()+": "); ok {
+			// A Content-Type the guard took for JSON that huma does not
+			// match (another case, a space before its parameters).
+			return "", fmt.Sprintf("Content-Type %q is not one this API reads: send application/json", clipped(ct))
+		}
 		return name, d.Message // strictjson's reason names the field itself
 	case "query", "path":
 		name, value := clipped(name), clipped(fmt.Sprint(d.Value))

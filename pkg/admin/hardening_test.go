@@ -502,6 +502,17 @@ func TestErrorsQuoteLittle(t *testing.T) {
 		"repeated header":    `{"delay":1,"headers":{"` + long + `":"1","` + long + `":"2"}}`,
 		"long number":        `{"delay":"x","priority":` + strings.Repeat("9", 60_000) + `}`,
 		"deep unknown field": `{"delay":1,"headers":{"a":{"` + long + `":1}}}`,
+		"delay of a type":    `{"delay":{"x":"` + long + `"},"sink":"rabbit","destination":"q","body":"x"}`,
+		"deliver_at array":   `{"deliver_at":["` + long + `"],"sink":"rabbit","destination":"q","body":"x"}`,
+		"delay":              `{"delay":"` + long + `","sink":"rabbit","destination":"q","body":"x"}`,
+		"cron descriptor":    `{"delay":1,"cron":"@` + long + `","sink":"rabbit","destination":"q","body":"x"}`,
+		"cron fields":        `{"delay":1,"cron":"` + strings.Repeat("k ", 20_000) + `","sink":"rabbit","destination":"q","body":"x"}`,
+		"cron field":         `{"delay":1,"cron":"` + long + ` * * * *","sink":"rabbit","destination":"q","body":"x"}`,
+		"every":              `{"delay":1,"every":"` + long + `","sink":"rabbit","destination":"q","body":"x"}`,
+		"timezone":           `{"delay":1,"cron":"@hourly","timezone":"` + long + `","sink":"rabbit","destination":"q","body":"x"}`,
+		"until":              `{"delay":1,"every":"1h","until":"` + long + `","sink":"rabbit","destination":"q","body":"x"}`,
+		"sink":               `{"delay":1,"sink":"` + long + `","destination":"q","body":"x"}`,
+		"destination":        `{"delay":1,"sink":"rabbit","destination":"` + long + `","body":"x"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := e.do("POST", "/v1/messages", body)
@@ -512,6 +523,18 @@ func TestErrorsQuoteLittle(t *testing.T) {
 				t.Errorf("the answer is %d bytes: %.300s", len(r.body), r.body)
 			}
 		})
+	}
+}
+
+// TestContentTypeUnechoed: a Content-Type the guard lets through as JSON
+// but huma cannot read back is refused without being echoed whole.
+func TestContentTypeUnechoed(t *testing.T) {
+	e := newEnv(t, withToken(testToken))
+	for _, ct := range []string{"APPLICATION/JSON; charset=" + strings.Repeat("k", 2000), "application/json ;charset=" + strings.Repeat("k", 2000)} {
+		r := e.raw("POST", "/v1/messages", `{"delay":1}`, map[string]string{"Content-Type": ct, "Authorization": bearer(testToken)})
+		if r.status < 400 || strings.Contains(string(r.body), strings.Repeat("k", 257)) {
+			t.Errorf("Content-Type %.40s...: %d, %d bytes: %.300s", ct, r.status, len(r.body), r.body)
+		}
 	}
 }
 

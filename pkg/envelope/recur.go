@@ -109,7 +109,7 @@ func parseCron(spec string) (cron.Schedule, error) {
 	}
 	sched, err := cronParser.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a 5- or 6-field cron expression or a descriptor such as @hourly: %v", printable(spec), err)
+		return nil, fmt.Errorf("%q is not a 5- or 6-field cron expression or a descriptor such as @hourly: %s", printable(spec), printable(err.Error()))
 	}
 	return sched, nil
 }

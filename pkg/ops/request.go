@@ -56,7 +56,21 @@ func (s Scalar) text(field string) (text string, given bool, err *Error) {
 	case c == '-' || (c >= '0' && c <= '9'):
 		return string(raw), true, nil
 	}
-	return "", false, invalid(field, "%s must be an integer or a string, not %s", field, raw)
+	return "", false, invalid(field, "%s must be an integer or a string, not %s", field, jsonKind(raw[0]))
+}
+
+// jsonKind names the kind of JSON value that starts with c, for a reason
+// that must not quote the value.
+func jsonKind(c byte) string {
+	switch c {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "that"
 }
 
 // PostRequest is a new message (POST /v1/messages): delay and deliver_at
