@@ -556,7 +556,7 @@ func TestPostInvalid(t *testing.T) {
 	}
 
 	// Over the request cap: 413.
-	huge := valid(map[string]any{"body": strings.Repeat("b", int(e.server.maxRequestBytes()))})
+	huge := valid(map[string]any{"body": strings.Repeat("b", int(e.server.ops.Limits().MaxDocumentBytes()))})
 	r := e.do("POST", "/v1/messages", huge)
 	e.expect(r, http.StatusRequestEntityTooLarge)
 	r.errorText(t)

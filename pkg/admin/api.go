@@ -329,7 +329,7 @@ func (o op) security() []map[string][]string {
 func (o op) maxBody(s *Server) int64 {
 	switch o.body {
 	case bodyMessage:
-		return s.maxRequestBytes()
+		return s.ops.Limits().MaxDocumentBytes()
 	case bodySmall:
 		return maxSmallBody
 	}

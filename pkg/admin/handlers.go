@@ -196,16 +196,6 @@ func (s *Server) postMessage(ctx context.Context, in *postInput) (*postedOutput,
 	return &postedOutput{Location: "/v1/messages/" + url.PathEscape(v.ID), Body: *v}, nil
 }
 
-// maxRequestBytes caps a POST body: the body may come base64-encoded or
-// JSON-escaped, and so may the headers. Without limits it is 64 MiB.
-func (s *Server) maxRequestBytes() int64 {
-	lim := s.ops.Limits()
-	if lim.MaxPayloadBytes <= 0 || lim.MaxHeaderBytes <= 0 {
-		return 64 << 20
-	}
-	return 2*int64(lim.MaxPayloadBytes) + 2*int64(lim.MaxHeaderBytes) + 64<<10
-}
-
 func (s *Server) getMessage(ctx context.Context, in *struct {
 	IDParam
 	ContentParam

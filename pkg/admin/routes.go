@@ -63,7 +63,7 @@ type bodyKind int
 
 const (
 	bodyNone    bodyKind = iota
-	bodyMessage          // a message: bounded by limits (maxRequestBytes)
+	bodyMessage          // a message: bounded by limits (envelope.Limits.MaxDocumentBytes)
 	bodySmall            // a few short fields
 )
 

@@ -115,6 +115,18 @@ type Limits struct {
 	MinInterval time.Duration
 }
 
+// MaxDocumentBytes bounds a JSON document that carries one message within
+// the limits (a POST /v1/messages body, a line of an import): twice the
+// body and the headers, which may come base64-encoded or JSON-escaped, and
+// 64 KiB for the fields around them; 64 MiB without a payload or header
+// limit.
+func (l Limits) MaxDocumentBytes() int64 {
+	if l.MaxPayloadBytes <= 0 || l.MaxHeaderBytes <= 0 {
+		return 64 << 20
+	}
+	return 2*int64(l.MaxPayloadBytes) + 2*int64(l.MaxHeaderBytes) + 64<<10
+}
+
 // Action is what to do with an ingested message.
 type Action int
 

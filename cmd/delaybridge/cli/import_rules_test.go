@@ -72,8 +72,8 @@ func TestImportRefusesWhatIngestRefuses(t *testing.T) {
 			"destination contains a control character such as NUL, CR or LF"},
 		{"empty destination", func(f map[string]string) { f["destination"] = q("") }, `"destination" is empty`},
 		{"body over max_payload_bytes", func(f map[string]string) {
-			f["body_base64"] = q(base64.StdEncoding.EncodeToString(make([]byte, 2<<20)))
-		}, "body is 2097152 bytes, over limits.max_payload_bytes 1048576\n"},
+			f["body_base64"] = q(base64.StdEncoding.EncodeToString(make([]byte, 3<<19)))
+		}, "body is 1572864 bytes, over limits.max_payload_bytes 1048576\n"},
 		{"due in 2100, beyond max_delay", func(f map[string]string) { f["due_at"] = q("2100-01-01T00:00:00.000Z") },
 			"due time 2100-01-01T00:00:00.000Z is more than limits.max_delay 8760h0m0s from now"},
 		{"control header x-delay-cancel", func(f map[string]string) { f["headers"] = `[{"key":"x-delay-cancel","value":"victim"}]` },
@@ -98,6 +98,26 @@ func TestImportRefusesWhatIngestRefuses(t *testing.T) {
 				t.Errorf("the refused record was written: %v", err)
 			}
 		})
+	}
+}
+
+// A line longer than a POST /v1/messages body may be (twice
+// max_payload_bytes and max_header_bytes, and 64 KiB) is refused before it
+// is decoded.
+func TestImportRefusesALineOverTheDocumentLimit(t *testing.T) {
+	r := testenv.Redis(t)
+	cfg := writeConfig(t, fmt.Sprintf(importRulesConfig, r.Addr, "long"))
+	file := filepath.Join(t.TempDir(), "in.jsonl")
+	huge := importRecord("huge", func(f map[string]string) {
+		f["body_base64"] = q(base64.StdEncoding.EncodeToString(make([]byte, 2<<20)))
+	})
+	if err := os.WriteFile(file, []byte(huge+importRecord("fine", nil)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error", "skip")
+	if want := fmt.Sprintf("line 1: not a valid export record: longer than %d bytes", 2<<20+2*(64<<10)+64<<10); code != 1 || !strings.Contains(errOut, want) ||
+		!strings.Contains(errOut, "imported 1 (0 dead)") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1, %q and the second line imported", code, errOut, want)
 	}
 }
 
