@@ -894,6 +894,14 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			earliest(at)
 			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
 			s.failures.warn(now, "destination did not answer; publishing it again later, apart from the others", sink, dest, "id", m.ID, "err", err)
+		case sinks.IsAgain(err):
+			// The sink could not tell whether this message was at fault
+			// (it answered the others): published again soon, not
+			// counted, the sink not held.
+			at := now.Add(s.p.Backoff.Delay(1, s.p.Rand()))
+			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
+			earliest(at)
+			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
 		case sinks.IsUnavailable(err) && !errors.As(err, new(*lateError)):
 			holds = append(holds, store.Unavailable{ID: m.ID, Band: s.gate.band(sink), DueAt: m.Message.DueAt})
 			s.gate.unavailable(sink, now, err)

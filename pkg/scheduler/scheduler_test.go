@@ -769,6 +769,38 @@ func TestUnavailableSinkHoldsWithoutCountingAttempts(t *testing.T) {
 	}, "the held message delivered after the sink came back")
 }
 
+// A publish the sink could not decide (sinks.Again) is put back for a
+// little later without counting an attempt, and the sink is not held: the
+// other message of the batch, to the same sink, is delivered.
+func TestUndecidedPublishIsPutBackNotHeld(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 1, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+		h.sink.fail = func(m sinks.Outgoing) error {
+			if m.ID == "undecided" {
+				return sinks.Again(errors.New("the broker closed the channel; not probed"))
+			}
+			return nil
+		}
+		h.store.park("undecided", h.clock.Now(), "s")
+		h.store.park("fine", h.clock.Now(), "s")
+	})
+	r := recv(t, h.store.postponed, "the undecided message put back")
+	if r.ID != "undecided" || !r.At.After(h.clock.Now()) {
+		t.Fatalf("put back %+v, want undecided a little later", r)
+	}
+	if id := recv(t, h.store.acked, "the other message delivered"); id != "fine" {
+		t.Fatalf("acked %s, want fine", id)
+	}
+	select {
+	case u := <-h.store.holds:
+		t.Fatalf("held %+v: the sink was taken for down", u)
+	case d := <-h.store.dead:
+		t.Fatalf("dead %+v: an attempt was counted", d)
+	case rt := <-h.store.retried:
+		t.Fatalf("retried %+v: an attempt was counted", rt)
+	default:
+	}
+}
+
 // A paused sink's messages are held, not published, until it is resumed.
 func TestPausedSinkHolds(t *testing.T) {
 	h := start(t, Params{MaxSleep: 20 * time.Millisecond}, func(h *harness) {

@@ -93,10 +93,29 @@ func IsRejected(err error) bool {
 	return errors.As(err, &r)
 }
 
+// AgainError marks a publish whose fate the sink could not decide while
+// it was connected: not the sink's fault, and not known yet to be the
+// message's (a RabbitMQ close among many that the sink had no time left
+// to attribute). The scheduler publishes it again soon, apart, without
+// counting an attempt and without holding the sink.
+type AgainError struct{ Err error }
+
+func (e *AgainError) Error() string { return e.Err.Error() }
+func (e *AgainError) Unwrap() error { return e.Err }
+
+// Again wraps err as an AgainError.
+func Again(err error) error { return &AgainError{Err: err} }
+
+// IsAgain reports whether err is or wraps an AgainError.
+func IsAgain(err error) bool {
+	var a *AgainError
+	return errors.As(err, &a)
+}
+
 // IsUnavailable reports whether a publish failed because the sink could not
-// take it (neither Rejected nor Permanent): not the message's fault.
+// take it (neither Rejected, Permanent nor Again): not the message's fault.
 func IsUnavailable(err error) bool {
-	return err != nil && !IsRejected(err) && !IsPermanent(err)
+	return err != nil && !IsRejected(err) && !IsPermanent(err) && !IsAgain(err)
 }
 
 // Fill sets every nil entry of errs to err; it returns errs, for the

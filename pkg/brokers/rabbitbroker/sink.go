@@ -363,6 +363,18 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	}
 	if len(suspects) > 0 {
 		s.isolate(ctx, msgs, pubs, errs, suspects)
+		if s.state.Err() == nil {
+			// A suspect the quarantine could not decide (no probe or time
+			// left: many messages to a destination the broker closes for)
+			// while the sink is connected is not the sink's fault: it is
+			// published again soon, and the sink is not held for it.
+			for _, i := range suspects {
+				var c *closedError
+				if errors.As(errs[i], &c) && !c.lost {
+					errs[i] = sinks.Again(errs[i])
+				}
+			}
+		}
 	}
 	return errs
 }

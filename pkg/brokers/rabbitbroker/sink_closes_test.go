@@ -263,3 +263,43 @@ func TestConnectionLostWhilePublishing(t *testing.T) {
 	confirmedIDs.Range(func(id, _ any) bool { want[id.(string)] = true; return true })
 	a.arrived(t, q, want, 20*time.Second)
 }
+
+// More messages to a destination the broker closes the connection for
+// than the quarantine can probe in one publish: the others of the batch
+// are confirmed, and each bad one is its own fault (Rejected) or not
+// decided yet (Again: published again later), never the sink's, which
+// would hold every destination of the sink.
+func TestManyMessagesToAClosingDestination(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	q := a.queue(unique(t))
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
+	var msgs []sinks.Outgoing
+	for i := range 150 {
+		if i%5 == 0 {
+			msgs = append(msgs, msg(fmt.Sprintf("good-%d", i), q))
+		} else {
+			msgs = append(msgs, msg(fmt.Sprintf("bad-%d", i), replyTo))
+		}
+	}
+	errs := publish(t, s, msgs)
+	var rejected, again int
+	for i, m := range msgs {
+		err := errs[i]
+		switch {
+		case m.Destination == q && err != nil:
+			t.Errorf("%s, to a good queue: %v", m.ID, err)
+		case m.Destination == q:
+		case sinks.IsRejected(err):
+			rejected++
+		case sinks.IsAgain(err):
+			again++
+		default:
+			t.Errorf("%s, to %s: %v (unavailable: %v), want Rejected or Again", m.ID, replyTo, err, sinks.IsUnavailable(err))
+		}
+	}
+	t.Logf("of %d to the closing destination: %d rejected, %d to publish again", 120, rejected, again)
+	if err := s.Ready(); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+}
