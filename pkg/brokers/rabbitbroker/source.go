@@ -573,17 +573,17 @@ func wait(ctx context.Context, f func() error) error {
 	}
 }
 
+// redeliveryHeaders are the headers RabbitMQ adds to a message as it
+// delivers it again: a quorum queue's count of deliveries (and of
+// acquisitions, since RabbitMQ 4.0).
+var redeliveryHeaders = []string{"x-delivery-count", "x-acquired-count"}
+
 // contentPrint is the fingerprint of a delivery's content (envelope.Origin.Print):
 // a redelivery of the message has the same; a new publish that reuses its
 // ID (a Celery task retried, a timer armed again) differs in a header, a
 // property or the body, and is parked as the new message it is. The
 // headers a broker adds as it redelivers (redeliveryHeaders) are not the
 // content.
-// redeliveryHeaders are the headers RabbitMQ adds to a message as it
-// delivers it again: a quorum queue's count of deliveries (and of
-// acquisitions, since RabbitMQ 4.0).
-var redeliveryHeaders = []string{"x-delivery-count", "x-acquired-count"}
-
 func contentPrint(in *envelope.Incoming) uint64 {
 	h := xxhash.New()
 	var n [binary.MaxVarintLen64]byte
