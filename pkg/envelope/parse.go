@@ -201,9 +201,11 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	p := parser{in: in, r: r, lim: lim, now: now, published: published}
 
 	rd, dialectErr := p.reader()
-	id, idErr := rd.id(&p, newID)
+	generated := false
+	id, idErr := rd.id(&p, func() string { generated = true; return newID() })
 	msg := &Message{
 		ID:          id,
+		GeneratedID: generated,
 		DueAt:       now,
 		Sink:        r.Sink,
 		Destination: r.Destination,

@@ -127,6 +127,32 @@ func TestDedupeWindow(t *testing.T) {
 	if err := s.Cancel(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
+	// Without an ID of its own (an AMQP publish without message_id), each
+	// delivery's ID is made up anew: a redelivery of a delivery parked is
+	// known by its print, whatever its new ID; a new publish of the same
+	// content is a new message, and so is a redelivery once the broker is
+	// seen to process the ack.
+	noID := func(redelivered bool) *envelope.Message {
+		m := at(envelope.NewID(), envelope.Origin{Print: 0x5eed}, redelivered)
+		m.GeneratedID = true
+		return m
+	}
+	first, again, later := noID(false), noID(false), noID(true)
+	park(t, s, store.Parked, first)
+	for range 8 {
+		park(t, s, store.Duplicate, noID(true))
+	}
+	park(t, s, store.Parked, again)
+	if err := s.AcksConfirmed(ctx, []*envelope.Message{first}); err != nil {
+		t.Fatal(err)
+	}
+	park(t, s, store.Parked, later)
+	for _, m := range []*envelope.Message{first, again, later} {
+		if err := s.Cancel(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Once the broker is seen to process the ack (AcksConfirmed), a
 	// redelivery of the same content is a new publish that some other
 	// consumer returned (nack with requeue): parked, not a duplicate.

@@ -114,6 +114,9 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	for _, m := range msgs {
+		s.placeByPrint(m)
+	}
 	calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
 		replace, redelivered, nolog := 0, 0, 0
 		if m.Replace {
@@ -126,7 +129,7 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 			nolog = 1
 		}
 		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered,
-			SeenField(m.ID, m.Origin.Log), m.Ingest, s.sourceSeries[m.Ingest], nolog}
+			s.seenFieldOf(m), m.Ingest, s.sourceSeries[m.Ingest], nolog}
 	})
 	now := time.Now()
 	var seenAt int64
@@ -163,6 +166,38 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 		}
 	}
 	return res, nil
+}
+
+// byPrint reports whether the dedupe window knows m by its content print
+// rather than its ID: an ID made up for a message without one (no ID and
+// no log, an AMQP publish without message_id), which a redelivery of it
+// does not get again.
+func (s *Store) byPrint(m *envelope.Message) bool {
+	return s.dedupe > 0 && m.GeneratedID && m.Origin.Log == "" && m.Origin.Print != 0
+}
+
+// seenFieldOf is m's field in the dedupe window's buckets: SeenField of
+// its ID and log, or, known by its print (byPrint), "p:" and the print in
+// hex, which no SeenField begins with.
+func (s *Store) seenFieldOf(m *envelope.Message) string {
+	if s.byPrint(m) {
+		return "p:" + strconv.FormatUint(m.Origin.Print, 16)
+	}
+	return SeenField(m.ID, m.Origin.Log)
+}
+
+// placeByPrint gives a message known by its print (byPrint) a new ID in
+// the shard its print names, so that a redelivery, whose ID is made up
+// anew, is parked in the same shard and finds the first delivery's mark:
+// a re-read, not a new message. A shard is one in s.shards: a few draws.
+func (s *Store) placeByPrint(m *envelope.Message) {
+	if !s.byPrint(m) {
+		return
+	}
+	want := int(m.Origin.Print % uint64(s.shards))
+	for s.ShardOf(m.ID) != want {
+		m.ID = envelope.NewID()
+	}
 }
 
 // doneMark is what the dedupe window remembers of a message, in its key
@@ -218,7 +253,7 @@ func (s *Store) AcksConfirmed(ctx context.Context, msgs []*envelope.Message) err
 	n := 0
 	for _, m := range msgs {
 		if m.Origin.Log == "" && m.Origin.Print != 0 {
-			shard, f := s.ShardOf(m.ID), SeenField(m.ID, "")
+			shard, f := s.ShardOf(m.ID), s.seenFieldOf(m)
 			for _, k := range []int64{b.cur - 1, b.cur, b.cur + 1} {
 				pipe.HDel(ctx, s.keys.Seen(shard, k), f)
 			}
@@ -289,6 +324,9 @@ func (s *Store) Reject(ctx context.Context, rs []Rejected) ([]string, error) {
 		reasons := make(map[*envelope.Message]string, len(pending))
 		for _, i := range pending {
 			reasons[rs[i].Message] = rs[i].Reason
+		}
+		for _, m := range msgs {
+			s.placeByPrint(m)
 		}
 		calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
 			return []any{m.ID, s.encode(m), s.codec.SealReason(m.ID, reasons[m]), min(int(m.Priority), MaxPriority)}
