@@ -330,6 +330,9 @@ func (d *Daemon) Ready() error {
 	} else if _, err := d.store.CheckEviction(ctx); err != nil {
 		// CONFIG SET can change it while we run.
 		errs = append(errs, "redis: "+err.Error())
+	} else if err := d.store.KnowsLayout(ctx); err != nil {
+		// A newer delaybridge's migrate can change it while we run.
+		errs = append(errs, "redis: "+err.Error())
 	}
 	for _, p := range d.pipes {
 		if err := p.Ready(); err != nil {

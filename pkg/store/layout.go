@@ -56,6 +56,31 @@ if l ~= '' and ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'layout', l) end
 return l
 `)
 
+// KnowsLayout returns nil while the layout Redis records (if any) is one
+// this build knows, else ErrLayoutUnknown with what to do: a newer
+// delaybridge's migrate may change it while this one runs, and /readyz
+// says so. It reads only.
+func (s *Store) KnowsLayout(ctx context.Context) error {
+	v, err := s.rdb.HGet(ctx, s.keys.Config(), "layout").Result()
+	switch {
+	case err == redis.Nil:
+		return nil
+	case err != nil:
+		return fmt.Errorf("store: read the layout from %s: %w", s.keys.Config(), err)
+	}
+	if l, err := strconv.Atoi(v); err != nil || l < Layout1 || l > LayoutNewest {
+		return unknownLayout(s.keys.Config(), v)
+	}
+	return nil
+}
+
+// unknownLayout is ErrLayoutUnknown for the layout v that config records.
+func unknownLayout(config, v string) error {
+	return fmt.Errorf("%w: %s says layout %q, and this build knows layouts %d to %d; run the delaybridge that wrote it "+
+		"(or a newer one), or move the store back to a layout this build knows with that build's `delaybridge migrate down` "+
+		"(docs/store.md, \"Upgrades and rollbacks\")", ErrLayoutUnknown, config, v, Layout1, LayoutNewest)
+}
+
 // CheckLayout returns the layout Redis holds, recording LayoutNew on a
 // store that holds nothing yet when record is set (a daemon's start; a
 // command that only reads does not). A layout this build does not know is
@@ -81,9 +106,7 @@ func (s *Store) CheckLayout(ctx context.Context, record bool) (int, error) {
 		}
 	}
 	if err != nil || l < Layout1 || l > LayoutNewest {
-		return l, fmt.Errorf("%w: %s says layout %q, and this build knows layouts %d to %d; run the delaybridge that wrote it "+
-			"(or a newer one), or move the store back to a layout this build knows with that build's `delaybridge migrate down` "+
-			"(docs/store.md, \"Upgrades and rollbacks\")", ErrLayoutUnknown, s.keys.Config(), v, Layout1, LayoutNewest)
+		return l, unknownLayout(s.keys.Config(), v)
 	}
 	return l, nil
 }

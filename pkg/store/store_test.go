@@ -698,3 +698,40 @@ func TestLayoutRecorded(t *testing.T) {
 		t.Fatalf("the newer layout was overwritten: %q", v)
 	}
 }
+
+// A layout a newer delaybridge records while this one runs is noticed,
+// never guessed at: KnowsLayout says so (for /readyz), and every script,
+// migrate up and down included, refuses a shard whose marker names a
+// layout this build does not know.
+func TestNewerLayoutWhileRunning(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "t", Shards: 1})
+	if _, err := s.CheckLayout(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	park(t, s, store.Parked, msg("m", time.Now().Add(time.Hour)))
+	if err := s.KnowsLayout(ctx); err != nil {
+		t.Fatalf("KnowsLayout of this build's layout: %v", err)
+	}
+	newer := strconv.Itoa(store.LayoutNewest + 1)
+	rdb.HSet(ctx, s.Keys().Config(), "layout", newer)
+	if err := s.KnowsLayout(ctx); !errors.Is(err, store.ErrLayoutUnknown) {
+		t.Fatalf("KnowsLayout of layout %s: %v", newer, err)
+	}
+	rdb.Set(ctx, s.Keys().LayoutMark(0), newer, 0)
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "layout "+newer+", which this build does not know") {
+			t.Errorf("%s on a shard of layout %s: %v, want refused", what, newer, err)
+		}
+	}
+	_, err := s.Claim(ctx, 0, 10, time.Minute, nil)
+	refused("claim", err)
+	_, err = s.Park(ctx, []*envelope.Message{msg("n", time.Now().Add(time.Hour))})
+	refused("park", err)
+	_, err = s.MigrateUp(ctx)
+	refused("migrate up", err)
+	_, err = s.MigrateDown(ctx)
+	refused("migrate down", err)
+}

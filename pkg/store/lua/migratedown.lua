@@ -15,6 +15,7 @@ returns   how many messages moved into the due sets
 
 local mark = redis.call('GET', K.layout)
 if mark == '1' then return 0 end
+if mark and mark ~= '2' then return redis.error_reply('LAYOUT the shard is in layout ' .. mark .. ', which this build does not know') end
 if not mark then
   redis.call('SET', K.layout, '1')
   return 0

@@ -9,7 +9,9 @@ either layout sees it half converted.
 returns   how many messages moved out of the due sets
 ]]
 
-if redis.call('GET', K.layout) == '2' then return 0 end
+local mark = redis.call('GET', K.layout)
+if mark == '2' then return 0 end
+if mark and mark ~= '1' then return redis.error_reply('LAYOUT the shard is in layout ' .. mark .. ', which this build does not know') end
 local moved = 0
 local chunk = 1000
 for p = 0, MAXPRIO do

@@ -14,8 +14,12 @@ fraction or band (see Keys in keys.go).
 
 -- A shard converted to layout 2 (migrate up) has its marker "2": this
 -- build's layout-1 scripts refuse it, and Go runs the layout-2 ones
--- instead. One converted back (migrate down) has "1".
-if redis.call('GET', K.layout) == '2' then return redis.error_reply('LAYOUT the shard is in layout 2') end
+-- instead. One converted back (migrate down) has "1". A marker of a
+-- layout this build does not know (a newer delaybridge's) is refused,
+-- never guessed at.
+local mark = redis.call('GET', K.layout)
+if mark == '2' then return redis.error_reply('LAYOUT the shard is in layout 2') end
+if mark and mark ~= '1' then return redis.error_reply('LAYOUT the shard is in layout ' .. mark .. ', which this build does not know') end
 
 -- zkey is the due set of priority p.
 local function zkey(p) return K.due[p] end

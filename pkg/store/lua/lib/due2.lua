@@ -22,6 +22,7 @@ layout-1 one does, so that the scripts and Go are the same for both.
 -- build's layout-1 scripts run there instead.
 local mark = redis.call('GET', K.layout)
 if mark ~= '2' then
+  if mark and mark ~= '1' then return redis.error_reply('LAYOUT the shard is in layout ' .. mark .. ', which this build does not know') end
   if mark or redis.call('EXISTS', K.pool) == 1 then return redis.error_reply('LAYOUT the shard is in layout 1') end
   redis.call('SET', K.layout, '2')
 end
