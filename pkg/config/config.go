@@ -132,8 +132,9 @@ type Scheduler struct {
 	// take it again; it bounds failover time after a crash.
 	Lease Duration `yaml:"lease"`
 	// LeaseMargin is how much of its lease a claimed message must have
-	// left, by the instance's monotonic clock, for its publish to start;
-	// past that it is put back and claimed again first, so that a process
+	// left, by the instance's monotonic clock, for its publish to start
+	// (each message of a batch a sink sends one at a time: none is begun
+	// past it); past that it is put back and claimed again first, so that a process
 	// paused past its lease publishes nothing that was cancelled or taken
 	// over meanwhile. Unset: a fifth of the lease.
 	LeaseMargin Duration `yaml:"lease_margin"`

@@ -1068,8 +1068,16 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 		timeout, byLease = left, true
 	}
 	pctx, cancel := context.WithDeadline(ctx, checked.Add(timeout))
+	// No message of the batch begins after the fence, by the wall clock
+	// (a batch sent one message at a time, behind slow confirms).
+	pctx = sinks.WithSendBy(pctx, checked.Add(fence.Sub(start)))
 	res := s.p.Sinks[name].Publish(pctx, out)
 	cancel()
+	for j, err := range res {
+		if errors.Is(err, sinks.ErrSendBy) {
+			res[j] = errFenced // not sent: claimed again, not counted
+		}
+	}
 	done := s.p.Clock.Now()
 	if byLease && !done.Before(leaseEnd) {
 		for j, err := range res {

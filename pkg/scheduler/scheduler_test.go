@@ -402,7 +402,9 @@ func start(t *testing.T, p Params, setup func(*harness)) *harness {
 		setup(h)
 	}
 	p.Store = h.store
-	p.Sinks = map[string]sinks.Sink{"s": h.sink}
+	if p.Sinks == nil {
+		p.Sinks = map[string]sinks.Sink{"s": h.sink}
+	}
 	p.Clock = h.clock
 	p.Metrics = metrics.New()
 	p.Rand = func() float64 { return 0.5 } // no jitter
@@ -713,6 +715,58 @@ func TestPausePastTheLeasePublishesNothing(t *testing.T) {
 	})
 	if id := recv(t, h.store.acked, "ack"); id != "m" || len(h.store.postponed) != 0 {
 		t.Fatalf("acked %s, %d put back", id, len(h.store.postponed))
+	}
+}
+
+// fenceSink publishes the first message of a batch, then waits (polling,
+// with a deadline) until the publish may begin no more (sinks.Expired):
+// a sink whose confirms come slowly, one message at a time.
+type fenceSink struct {
+	mu        sync.Mutex
+	published []string
+	stopped   error // Expired's answer that stopped the batch
+}
+
+func (s *fenceSink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if i == 1 {
+			testenv.Poll(10*time.Second, func() bool { return sinks.Expired(ctx) != nil })
+		}
+		if err := sinks.Expired(ctx); err != nil {
+			s.mu.Lock()
+			s.stopped = err
+			s.mu.Unlock()
+			errs[i] = fmt.Errorf("not sent: %w", err)
+			continue
+		}
+		s.mu.Lock()
+		s.published = append(s.published, m.ID)
+		s.mu.Unlock()
+	}
+	return errs
+}
+
+func (s *fenceSink) Close() error { return nil }
+
+// A batch sent one message at a time sends none from the fence on (the
+// lease's last lease_margin): the ones left are put back, not counted, and
+// claimed again, as a batch that could not start.
+func TestNoMessageOfABatchBeginsPastTheFence(t *testing.T) {
+	sink := &fenceSink{}
+	h := start(t, Params{MaxSleep: time.Minute, Lease: 2 * time.Second, LeaseMargin: time.Second, Sinks: map[string]sinks.Sink{"s": sink}},
+		func(h *harness) {
+			h.store.park("a", h.clock.Now(), "s")
+			h.store.park("b", h.clock.Now(), "s")
+		})
+	r := recv(t, h.store.postponed, "the message left put back")
+	if !strings.Contains(r.Reason, "lease_margin") {
+		t.Fatalf("put back %+v, want fenced", r)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if !errors.Is(sink.stopped, sinks.ErrSendBy) || len(sink.published) != 1 || sink.published[0] == r.ID {
+		t.Fatalf("stopped by %v, published %v, put back %s: want one published and the other put back at the fence", sink.stopped, sink.published, r.ID)
 	}
 }
 

@@ -86,3 +86,21 @@ func TestDeadLetterFailuresAreCountedAndLoggedOncePerInterval(t *testing.T) {
 		t.Errorf("with no interval, logged %d WARN lines for 2 failed copies:\n%s", n, logs.String())
 	}
 }
+
+// WithSendBy bounds when a message may begin to be sent: Expired says so
+// from that instant (the message is not sent), Over does not (a message
+// sent waits for its confirm until the deadline).
+func TestSendBy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if err := sinks.Expired(sinks.WithSendBy(ctx, time.Now().Add(time.Hour))); err != nil {
+		t.Errorf("before the instant: %v", err)
+	}
+	past := sinks.WithSendBy(ctx, time.Now().Add(-time.Millisecond))
+	if err := sinks.Expired(past); !errors.Is(err, sinks.ErrSendBy) {
+		t.Errorf("from the instant: %v, want ErrSendBy", err)
+	}
+	if err := sinks.Over(past); err != nil {
+		t.Errorf("Over from the send-by instant, before the deadline: %v", err)
+	}
+}

@@ -133,8 +133,21 @@ func Fill(errs []error, err error) []error {
 // passed by the clock although its timer has not fired yet: a process
 // resumed from a pause runs its goroutines before its timers, so a sink
 // that checked ctx.Err() alone went on sending a batch whose time had run
-// out during the pause. A sink checks it before each message it sends.
+// out during the pause. It is ErrSendBy from the instant WithSendBy set
+// on. A sink checks it before each message it sends.
 func Expired(ctx context.Context) error {
+	if err := Over(ctx); err != nil {
+		return err
+	}
+	if by, ok := ctx.Value(sendByKey{}).(time.Time); ok && !time.Now().Before(by) {
+		return ErrSendBy
+	}
+	return nil
+}
+
+// Over is Expired without WithSendBy's bound: whether the caller's time is
+// up, for a message already sent whose confirm did not come.
+func Over(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -142,4 +155,18 @@ func Expired(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// ErrSendBy is Expired's error from the instant WithSendBy set on: the
+// message was not sent, and will not be in this publish.
+var ErrSendBy = errors.New("the time to begin sending it was over")
+
+type sendByKey struct{}
+
+// WithSendBy bounds when a sink may still begin sending a message of a
+// publish: from t on (by the clock) Expired is ErrSendBy, while the
+// confirms of what was sent are still awaited until ctx's deadline. The
+// scheduler sets it to the lease's fence (scheduler.lease_margin).
+func WithSendBy(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, sendByKey{}, t)
 }

@@ -288,7 +288,7 @@ func (s *Sink) write(ctx context.Context, w *kafka.Writer, batch []kafka.Message
 // ended: the caller's time ran out before the broker confirmed (a timeout,
 // to the scheduler), and kafka-go's reason follows.
 func late(ctx context.Context, err error) error {
-	if over := sinks.Expired(ctx); over != nil && !errors.Is(err, over) {
+	if over := sinks.Over(ctx); over != nil && !errors.Is(err, over) {
 		return fmt.Errorf("%w, and the broker did not confirm: %w", over, err)
 	}
 	return err

@@ -3,6 +3,7 @@ package rabbitbroker_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -301,5 +302,26 @@ func TestManyMessagesToAClosingDestination(t *testing.T) {
 	t.Logf("of %d to the closing destination: %d rejected, %d to publish again", 120, rejected, again)
 	if err := s.Ready(); err != nil {
 		t.Errorf("Ready: %v", err)
+	}
+}
+
+// From the instant the scheduler's fence gives (sinks.WithSendBy) no
+// message of a batch is sent: each says so, and the queue gets none.
+func TestNothingSentPastTheSendBy(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	q := a.queue(unique(t))
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := s.Publish(sinks.WithSendBy(ctx, time.Now().Add(-time.Millisecond)), batch("late", q, 5))
+	for i, err := range errs {
+		if !errors.Is(err, sinks.ErrSendBy) {
+			t.Errorf("message %d: %v, want ErrSendBy", i, err)
+		}
+	}
+	noErrors(t, publish(t, s, batch("after", q, 1)))
+	if n := a.ready(q); n != 1 {
+		t.Errorf("%d messages in the queue, want only the one sent after", n)
 	}
 }
