@@ -339,7 +339,7 @@ func CheckToken(v string) string {
 }
 
 // CheckTokens is CheckToken for each dot-separated token of v (what
-// {source} and {source.N:} expand to): several tokens, none of them empty
+// {source.N:} expands to): several tokens, none of them empty
 // or holding a wildcard, white space or a control character.
 func CheckTokens(v string) string {
 	if v == "" {

@@ -162,8 +162,8 @@ func (t *Template) Expand(source string, h Headers) (string, string) {
 				return "", fmt.Sprintf("%s: the message has no header %s", placeholderName(p), printable(p.text))
 			}
 		}
-		check := destination.CheckToken
-		if p.kind == tmplSource || p.kind == tmplTail {
+		check := destination.CheckToken // every placeholder but {source.N:} is one token
+		if p.kind == tmplTail {
 			check = destination.CheckTokens
 		}
 		if why := check(v); why != "" {

@@ -39,7 +39,8 @@ func TestTemplateExpand(t *testing.T) {
 	}{
 		{"orders.expired", "x", "orders.expired", true},
 		{"", "x", "", true},
-		{"{source}", "orders.created.eu", "orders.created.eu", false},
+		{"{source}", "orders", "orders", false},
+		{"{source.1:}", "orders.created.eu", "orders.created.eu", false},
 		{"delayed.{source}", "a", "delayed.a", false},
 		{"{source.1}", "orders.created.eu", "orders", false},
 		{"{source.3}", "orders.created.eu", "eu", false},
@@ -51,7 +52,7 @@ func TestTemplateExpand(t *testing.T) {
 		{"{header.TENANT}", "", "eu", false}, // case-insensitive, the first
 		{"{{literal}}.{source}", "s", "{literal}.s", false},
 		{"{{}}", "s", "{}", true},
-		{"q-{source}-{source.1}", "a.b", "q-a.b-a", false},
+		{"q-{source}-{source.1}", "a", "q-a-a", false},
 	}
 	for _, c := range cases {
 		tm, err := ParseTemplate(c.tmpl)
@@ -74,8 +75,9 @@ func TestTemplateExpandMissing(t *testing.T) {
 		{"{source.4:}", "orders.created.eu", "{source.4:}"},
 		{"{source.1}", "", "has 0 dot-separated tokens"},
 		{"{header.nope}", "x", "{header.nope}: the message has no header nope"},
-		// Every placeholder but {source} and {source.N:} is one token
+		// Every placeholder but {source.N:} is one token
 		// (docs/reference.md: destinations stay in their lane).
+		{"{source}", "orders.created", `{source} "orders.created" holds the separator`},
 		{"{source.2}", "a..c", "{source.2} is empty"},
 		{"fired.{header.empty}.orders", "", "{header.empty} is empty"},
 		{"fired.{header.tenant}", "", `holds the separator`},
@@ -83,7 +85,7 @@ func TestTemplateExpandMissing(t *testing.T) {
 		{"fired.{header.gt}", "", `holds a wildcard`},
 		{"fired.{header.space}", "", `white space`},
 		{"{source.2:}", "a.b..c", "has an empty token"},
-		{"{source}", "orders.*", "holds a wildcard"},
+		{"{source}", "orders*", "holds a wildcard"},
 	}
 	for _, c := range cases {
 		tm, err := ParseTemplate(c.tmpl)
@@ -113,7 +115,9 @@ func TestParseDestinationTemplate(t *testing.T) {
 		code     Code
 	}
 	cases := []tc{
-		{name: "source", route: "{source}", source: "orders.created", want: "orders.created"},
+		{name: "source", route: "{source}", source: "orders", want: "orders"},
+		{name: "source of tokens", route: "{source}", source: "orders.created", reason: "holds the separator", code: CodeInvalidDestination},
+		{name: "whole source", route: "{source.1:}", source: "orders.created", want: "orders.created"},
 		{name: "token", route: "fired.{source.2}", source: "delayed.orders", want: "fired.orders"},
 		{name: "tail", route: "{source.2:}", source: "delayed.orders.eu", want: "orders.eu"},
 		{name: "header", route: "{header.x-tenant}.due", headers: hdrs("x-tenant", "acme"), want: "acme.due"},

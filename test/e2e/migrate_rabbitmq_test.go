@@ -65,7 +65,7 @@ func TestTopicMatch(t *testing.T) {
 // plain topic exchange bound only to delaybridge's ingest queue (the ingest
 // declares that binding itself), and the consumer queues are bound, with
 // the same patterns, to the exchange delaybridge publishes to, with the
-// routing key each message was published with ({source}). The publisher is
+// routing key each message was published with ({source.1:}). The publisher is
 // written as plugin users write it: x-delay as an AMQP integer (int32 as Go
 // and pika write it, int64 as Java's Long, the string form the plugin also
 // reads), routing keys on the topic exchange, some messages without x-delay,
@@ -129,7 +129,7 @@ ingest:
       url: "%s"
       queue: %s
       bindings: [{exchange: %s, routing_key: "#", exchange_type: topic}]
-    route: {sink: events, destination: "{source}", default_delay: 0s}
+    route: {sink: events, destination: "{source.1:}", default_delay: 0s}
 sinks:
   - name: events
     rabbitmq: {url: "%s", exchange: %s, mandatory: false}   # as the plugin: an unroutable message is dropped

@@ -41,8 +41,8 @@ type IngestConfig struct {
 	Prefetch int `yaml:"prefetch"`
 	// Bindings bind the queue to exchanges at every connect, the topology
 	// Bento's bindings_declare or a Spring Binding bean would declare. The
-	// messages' routing keys stay theirs: {source} in a destination is the
-	// routing key a message was published with.
+	// messages' routing keys stay theirs: {source.1:} in a destination is
+	// the routing key a message was published with.
 	Bindings []Binding `yaml:"bindings"`
 }
 
