@@ -113,11 +113,6 @@ func detailSentence(d *huma.ErrorDetail) (field, reason string) {
 	where, name, _ := strings.Cut(d.Location, ".")
 	switch where {
 	case "body":
-		if ct, ok := strings.CutPrefix(d.Message, huma.ErrUnknownContentType.Error()+": "); ok {
-			// A Content-Type the guard took for JSON that huma does not
-			// match (another case, a space before its parameters).
-			return "", fmt.Sprintf("Content-Type %q is not one this API reads: send application/json", clipped(ct))
-		}
 		return name, d.Message // strictjson's reason names the field itself
 	case "query", "path":
 		name, value := clipped(name), clipped(fmt.Sprint(d.Value))

@@ -91,14 +91,19 @@ var crossOrigin = http.NewCrossOriginProtection()
 
 // jsonBody reports whether a state-changing request's body is acceptable:
 // none at all (no Content-Type and an empty body, as curl -X POST and the
-// dashboard send for actions), or declared application/json.
+// dashboard send for actions), or declared application/json, whatever its
+// case and parameters, which it makes the one the API reads.
 func jsonBody(r *http.Request) bool {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" && r.ContentLength == 0 {
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	r.Header.Set("Content-Type", "application/json")
+	return true
 }
 
 // guard runs the guards for r and answers the refusal; false means the
