@@ -130,7 +130,7 @@ sinks:
   - name: out
     mem: {}
 `), nil)
-	for _, want := range []string{"ingest[0] (in).mem.queue: required", "kafka-scheduler reads Kafka records (key, tombstones): only on a kafka ingest, not mem"} {
+	for _, want := range []string{"ingest[0].mem.queue (in): required", "kafka-scheduler reads Kafka records (key, tombstones): only on a kafka ingest, not mem"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse: %v, want it to say %q", err, want)
 		}

@@ -3,7 +3,7 @@
 // Load expands ${VAR} (and ${VAR:-default}) in every value from the
 // environment, rejects unknown keys, applies defaults and validates the
 // result; every problem is reported with its field path, an entry of a list
-// with its name, e.g. "ingest[0] (orders-in).kafka.brokers: at least one
+// with its name, e.g. "ingest[0].kafka.brokers (orders-in): at least one
 // broker is required", and a misspelt key with the key it likely meant.
 // config.example.yaml documents every key.
 package config

@@ -142,7 +142,7 @@ ingest:
     nats: {url: "nats://x:1", subject: s, stremm: S}
     route: {sink: s, destination: d}
 sinks: [{name: s, nats: {url: "nats://x:1"}}]
-`, []string{"redis.adress: unknown key", "colour: unknown key", "ingest[0] (i).nats.stremm: unknown key"}},
+`, []string{"redis.adress: unknown key", "colour: unknown key", "ingest[0].nats.stremm (i): unknown key"}},
 		{"env var unset", `
 redis: {addr: "${NOPE}"}
 sinks: [{name: s, nats: {url: "nats://x:1"}}]
@@ -194,8 +194,8 @@ sinks:
   - {name: a, kafka: {brokers: []}}
   - {name: "", rabbitmq: {url: "http://x"}}
   - {name: c}
-`, []string{"sinks[0] (a): give exactly one of kafka, nats, rabbitmq (got 2)", `sinks[1] (a).name: "a" is used by another sink`,
-			"sinks[1] (a).kafka.brokers: at least one broker is required", "sinks[2].name: required",
+`, []string{"sinks[0] (a): give exactly one of kafka, nats, rabbitmq (got 2)", `sinks[1].name (a): "a" is used by another sink`,
+			"sinks[1].kafka.brokers (a): at least one broker is required", "sinks[2].name: required",
 			`sinks[2].rabbitmq.url: scheme "http" is not one of amqp, amqps`, "sinks[3] (c): give exactly one"}},
 		{"admin", `
 redis: {addr: "a:1"}
@@ -217,9 +217,9 @@ ingest:
     nats: {url: "nats://x:1", subject: a}
     route: {sink: s, destination: d, missed: sometimes}
 `, []string{"scheduler.dedupe_window: 10s is shorter than scheduler.lease 30s",
-			"sinks[0] (s).max_rate: must not be negative", "sinks[1] (t).max_rate: 1e+09 messages/s is over",
-			"sinks[2] (u).max_rate: 0.0001 messages/s is under one message in 1000 s",
-			`ingest[0] (n).route.missed: "sometimes" is not one of once, all, skip`}},
+			"sinks[0].max_rate (s): must not be negative", "sinks[1].max_rate (t): 1e+09 messages/s is over",
+			"sinks[2].max_rate (u): 0.0001 messages/s is under one message in 1000 s",
+			`ingest[0].route.missed (n): "sometimes" is not one of once, all, skip`}},
 		{"dedupe window bounds", `
 redis: {addr: "a:1"}
 scheduler: {dedupe_window: 200h}
@@ -249,12 +249,12 @@ ingest:
     route: {sink: s, destination: d}
 limits: {max_delay: 24h}
 sinks: [{name: s, nats: {url: "nats://x:1"}}]
-`, []string{"ingest[0] (k).kafka.brokers: at least one broker", "ingest[0] (k).kafka.topic: required", "ingest[0] (k).kafka.group: required",
-			`ingest[0] (k).route.sink: "nope" names no sink`, "ingest[0] (k).route.destination: required",
-			`ingest[1] (k).name: "k" is used by another ingest`, "ingest[1] (k).rabbitmq.queue: required",
-			"ingest[1] (k).route.allow_override", "ingest[2] (n).nats.durable: a durable consumer needs a JetStream stream",
-			`ingest[2] (n).route.allowed_sinks[0]: "zzz" names no sink`, `ingest[2] (n).route.allowed_destinations[0]: "fired.a*": in a NATS subject pattern a wildcard is a whole token`,
-			"ingest[2] (n).route.default_delay: 9000h0m0s is over limits.max_delay", "ingest[3] (none): give exactly one of kafka, nats, rabbitmq (got 0)"}},
+`, []string{"ingest[0].kafka.brokers (k): at least one broker", "ingest[0].kafka.topic (k): required", "ingest[0].kafka.group (k): required",
+			`ingest[0].route.sink (k): "nope" names no sink`, "ingest[0].route.destination (k): required",
+			`ingest[1].name (k): "k" is used by another ingest`, "ingest[1].rabbitmq.queue (k): required",
+			"ingest[1].route.allow_override (k)", "ingest[2].nats.durable (n): a durable consumer needs a JetStream stream",
+			`ingest[2].route.allowed_sinks[0] (n): "zzz" names no sink`, `ingest[2].route.allowed_destinations[0] (n): "fired.a*": in a NATS subject pattern a wildcard is a whole token`,
+			"ingest[2].route.default_delay (n): 9000h0m0s is over limits.max_delay", "ingest[3] (none): give exactly one of kafka, nats, rabbitmq (got 0)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

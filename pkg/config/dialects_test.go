@@ -75,17 +75,17 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 		t.Fatalf("err = %v, want Problems", err)
 	}
 	for _, want := range []string{
-		`ingest[0] (k).dialects[0]: kafka-scheduler publishes to the record's scheduler-target-topic: set route.allow_override: true`,
-		`ingest[0] (k).dialects[1]: "etf1" is not one of delaybridge, kafka-scheduler`,
-		`ingest[0] (k).dialects[2]: "kafka-scheduler" is given twice`,
-		`ingest[0] (k).route.destination: "{sourec}": unknown placeholder "{sourec}"`,
-		`ingest[1] (r).rabbitmq.bindings[0].exchange: required`,
-		`ingest[1] (r).rabbitmq.bindings[1].exchange_type: x-delayed-message is the plugin delaybridge replaces`,
-		`ingest[1] (r).rabbitmq.bindings[2].exchange_type: "headers" is not one of direct, topic, fanout`,
-		`ingest[1] (r).rabbitmq.bindings[3].exchange_type: "amq.topic" is a built-in exchange`,
-		`ingest[1] (r).dialects[0]: kafka-scheduler reads Kafka records (key, tombstones): only on a kafka ingest, not rabbitmq`,
-		`ingest[1] (r).route.destination: "q.{source.0}": placeholder "{source.0}": the token number must be an integer from 1`,
-		`ingest[2] (n).route.destination: "{header.}{": placeholder "{header.}": a header name is required`,
+		`ingest[0].dialects[0] (k): kafka-scheduler publishes to the record's scheduler-target-topic: set route.allow_override: true`,
+		`ingest[0].dialects[1] (k): "etf1" is not one of delaybridge, kafka-scheduler`,
+		`ingest[0].dialects[2] (k): "kafka-scheduler" is given twice`,
+		`ingest[0].route.destination (k): "{sourec}": unknown placeholder "{sourec}"`,
+		`ingest[1].rabbitmq.bindings[0].exchange (r): required`,
+		`ingest[1].rabbitmq.bindings[1].exchange_type (r): x-delayed-message is the plugin delaybridge replaces`,
+		`ingest[1].rabbitmq.bindings[2].exchange_type (r): "headers" is not one of direct, topic, fanout`,
+		`ingest[1].rabbitmq.bindings[3].exchange_type (r): "amq.topic" is a built-in exchange`,
+		`ingest[1].dialects[0] (r): kafka-scheduler reads Kafka records (key, tombstones): only on a kafka ingest, not rabbitmq`,
+		`ingest[1].route.destination (r): "q.{source.0}": placeholder "{source.0}": the token number must be an integer from 1`,
+		`ingest[2].route.destination (n): "{header.}{": placeholder "{header.}": a header name is required`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%s", want, err)

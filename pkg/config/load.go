@@ -25,8 +25,9 @@ type Problem struct {
 
 	line, col int  // where in the file, for the order of the list (0: not in the file)
 	unread    bool // the value at Path could not be read and is taken as absent
-	// shown is Path as String shows it, each entry of a list that has a
-	// name with its name: "ingest[1] (orders-in).route.sink" (see named).
+	// shown is Path as String shows it, followed by the names of the list
+	// entries on it that have one: "ingest[1].route.sink (orders-in)" (see
+	// named).
 	shown string
 }
 
@@ -40,28 +41,26 @@ func (p Problem) String() string {
 	return p.Path + ": " + p.Msg
 }
 
-// named sets each problem's shown path: every list entry of its path
-// whose name nameOf knows ("" when none) is followed by that name in
-// parentheses, so that "ingest[1].route.sink" reads
-// "ingest[1] (orders-in).route.sink". Path stays the plain path.
+// named sets each problem's shown path: the plain path, then the name
+// nameOf knows of each list entry on it ("" when none), in parentheses,
+// so that "ingest[1].route.sink" reads "ingest[1].route.sink
+// (orders-in)": the field path stays whole for whoever looks for it.
 func (ps Problems) named(nameOf func(entry string) string) Problems {
 	for i := range ps {
-		p := ps[i].Path
-		var b strings.Builder
-		for {
-			end := strings.IndexByte(p, ']')
-			if end < 0 {
+		path := ps[i].Path
+		var names []string
+		for end := 0; ; {
+			j := strings.IndexByte(path[end:], ']')
+			if j < 0 {
 				break
 			}
-			b.WriteString(p[:end+1])
-			if name := nameOf(ps[i].Path[:len(ps[i].Path)-len(p)+end+1]); name != "" {
-				b.WriteString(" (" + name + ")")
+			end += j + 1
+			if name := nameOf(path[:end]); name != "" {
+				names = append(names, name)
 			}
-			p = p[end+1:]
 		}
-		if b.Len() > 0 {
-			b.WriteString(p)
-			ps[i].shown = b.String()
+		if len(names) > 0 {
+			ps[i].shown = path + " (" + strings.Join(names, ", ") + ")"
 		}
 	}
 	return ps

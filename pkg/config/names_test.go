@@ -9,7 +9,7 @@ import (
 )
 
 // A problem in a list entry that has a name says which one by its name as
-// well as its index: "ingest[1] (orders-in).route.sink", since "ingest[1]"
+// well as its index: "ingest[1].route.sink (orders-in)", since "ingest[1]"
 // alone sends the reader counting entries. A misspelt key
 // gets the key it most likely meant. Problem.Path stays the plain path.
 func TestProblemsNameTheEntryAndGuessTheKey(t *testing.T) {
@@ -34,9 +34,9 @@ sinks:
 	}
 	text := err.Error()
 	for _, want := range []string{
-		`ingest[1] (orders-in).route.sink: "nope" names no sink`,
+		`ingest[1].route.sink (orders-in): "nope" names no sink`,
 		`log.repeat_intervall: unknown key; did you mean repeat_interval? (known keys here: format, level, repeat_interval)`,
-		`sinks[0] (out).rabbitmq.exchnage: unknown key; did you mean exchange?`,
+		`sinks[0].rabbitmq.exchnage (out): unknown key; did you mean exchange?`,
 		`colour: unknown key (known keys here:`,
 	} {
 		if !strings.Contains(text, want) {
@@ -63,7 +63,7 @@ sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0].String(), "ingest[0] (orders-in).route.allowed_destinations: not set") {
+	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0].String(), "ingest[0].route.allowed_destinations (orders-in): not set") {
 		t.Errorf("warnings: %q", w)
 	}
 }

@@ -48,7 +48,7 @@ ingest:
 sinks:
   - name: kafka
     kafka: {brokers: 127.0.0.1:9092}
-`, []string{`sinks[0] (kafka).kafka.brokers: expected a list, got "127.0.0.1:9092"`}},
+`, []string{`sinks[0].kafka.brokers (kafka): expected a list, got "127.0.0.1:9092"`}},
 		{"a sink name that cannot be read: no lookup of the routes' sinks in it", `
 redis: {addr: 127.0.0.1:6379}
 ingest:
@@ -112,7 +112,7 @@ ingest:
 		"colour: unknown key (known keys here: admin, dead, encryption, ingest, limits, log, redis, scheduler, shutdown_timeout, sinks, tracing)",
 		`scheduler.batch_size: "0x" is not an integer`,
 		"scheduler.max_attempts: must be at least 1",
-		`ingest[0] (in).route.sink: "nowhere" names no sink in sinks`,
+		`ingest[0].route.sink (in): "nowhere" names no sink in sinks`,
 		"sinks: at least one sink is required",
 	}
 	if !slices.Equal(got, want) {

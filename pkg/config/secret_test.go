@@ -106,11 +106,11 @@ sinks:
 	for _, want := range []string{
 		"redis.tls.enabled: TLS settings are given but enabled is false",
 		"admin.tls: give both cert_file and key_file",
-		`sinks[0] (k).kafka.sasl.mechanism: "gssapi" is not one of`,
-		"sinks[1] (k2).kafka.sasl.username: required", "sinks[1] (k2).kafka.sasl.password: required",
-		"sinks[2] (n).nats: give one way to authenticate",
-		"sinks[3] (r).rabbitmq.external: SASL EXTERNAL authenticates with the TLS client certificate",
-		"sinks[4] (r2).rabbitmq.username: required with a password",
+		`sinks[0].kafka.sasl.mechanism (k): "gssapi" is not one of`,
+		"sinks[1].kafka.sasl.username (k2): required", "sinks[1].kafka.sasl.password (k2): required",
+		"sinks[2].nats (n): give one way to authenticate",
+		"sinks[3].rabbitmq.external (r): SASL EXTERNAL authenticates with the TLS client certificate",
+		"sinks[4].rabbitmq.username (r2): required with a password",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
@@ -125,7 +125,7 @@ func TestBadURLDoesNotPrintThePassword(t *testing.T) {
 redis: {addr: "a:1"}
 sinks: [{name: r, rabbitmq: {url: "amqp://guest:s3cr/et@host/"}}]
 `), noEnv)
-	if err == nil || !strings.Contains(err.Error(), "sinks[0] (r).rabbitmq.url: not a URL") {
+	if err == nil || !strings.Contains(err.Error(), "sinks[0].rabbitmq.url (r): not a URL") {
 		t.Fatalf("err = %v", err)
 	}
 	if strings.Contains(err.Error(), "s3cr") {

@@ -91,7 +91,7 @@ sinks:
 	}
 	v := testenv.StartProcess(t, testenv.Build(t), "validate", "-c", path)
 	if code := v.Wait(30 * time.Second); code != 0 ||
-		!strings.Contains(v.Output(), "warning: ingest[0] (override).route.allowed_destinations: not set, and allow_override lets a publisher choose any destination") {
+		!strings.Contains(v.Output(), "warning: ingest[0].route.allowed_destinations (override): not set, and allow_override lets a publisher choose any destination") {
 		t.Fatalf("validate: exit %d\n%s", code, v.Output())
 	}
 

@@ -77,7 +77,7 @@ sinks:
 		t.Fatal(err)
 	}
 	v := testenv.StartProcess(t, testenv.Build(t), "validate", "-c", badPath)
-	if code := v.Wait(30 * time.Second); code == 0 || !strings.Contains(v.Output(), `ingest[1] (from-kafka).route.destination: "fired.{topic}": unknown placeholder "{topic}"`) {
+	if code := v.Wait(30 * time.Second); code == 0 || !strings.Contains(v.Output(), `ingest[1].route.destination (from-kafka): "fired.{topic}": unknown placeholder "{topic}"`) {
 		t.Fatalf("validate of an unknown placeholder: exit %d\n%s", code, v.Output())
 	}
 

@@ -195,10 +195,10 @@ func TestScheduleCommandsHelp(t *testing.T) {
 // field path, never a crash.
 func TestBadSinkKnobs(t *testing.T) {
 	for _, c := range []struct{ value, want string }{
-		{"-5", "sinks[0] (s).max_rate: must not be negative"},
-		{"1e12", "sinks[0] (s).max_rate: 1e+12 messages/s is over"},
-		{"0.0000001", "sinks[0] (s).max_rate: 1e-07 messages/s is under one message in 1000 s"},
-		{".nan", "sinks[0] (s).max_rate: must not be negative"},
+		{"-5", "sinks[0].max_rate (s): must not be negative"},
+		{"1e12", "sinks[0].max_rate (s): 1e+12 messages/s is over"},
+		{"0.0000001", "sinks[0].max_rate (s): 1e-07 messages/s is under one message in 1000 s"},
+		{".nan", "sinks[0].max_rate (s): must not be negative"},
 		{"fast", "max_rate"},
 	} {
 		cfg := writeConfig(t, fmt.Sprintf(`
