@@ -59,8 +59,8 @@ import (
 //	                           ends at least 1 ms after that one, so that a
 //	                           lease's expiry identifies it alone
 //	<prefix>:{N}:series set    the IDs of the shard's live recurring series
-//	                           (parked or in flight, not dead), bounded by
-//	                           its share of limits.max_series
+//	                           (parked or in flight, not dead): counted,
+//	                           every shard's, against limits.max_series
 //	<prefix>:{N}:tally  hash   what each source (an ingest's name; "" the
 //	                           admin API) holds in the shard: "p:<source>" ->
 //	                           its live messages (parked, in flight or held;

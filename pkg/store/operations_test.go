@@ -1106,6 +1106,60 @@ func TestMaxSeries(t *testing.T) {
 	count(3)
 }
 
+// limits.max_series and ingest[].max_series bound the whole store, not
+// each shard: with 16 shards and a bound of 3, the fourth new series is
+// refused wherever its ID lands, in one call or one at a time, and a
+// source's bound likewise.
+func TestMaxSeriesIsTheWholeStores(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "t", Shards: 16, MaxSeries: 3,
+		SourceSeries: map[string]int64{"noisy": 2}})
+	series := func(id, src string) *envelope.Message {
+		m := msg(id, time.Now().Add(time.Hour))
+		m.Ingest = src
+		m.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: m.DueAt, N: 1}
+		return m
+	}
+	var batch []*envelope.Message
+	for i := range 8 {
+		batch = append(batch, series(fmt.Sprintf("s%d", i), "calm"))
+	}
+	res, err := s.Park(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := 0
+	for i, r := range res {
+		switch {
+		case r == store.Parked:
+			parked++
+		case r != store.OverSeries:
+			t.Fatalf("%s: %v", batch[i].ID, r)
+		}
+	}
+	if parked != 3 {
+		t.Fatalf("a call of 8 new series parked %d, want 3 (%v)", parked, res)
+	}
+	for i := range 8 {
+		park(t, s, store.OverSeries, series(fmt.Sprintf("late%d", i), "calm"))
+	}
+	park(t, s, store.Known, batch[0]) // one of the three again: not a new series
+
+	// A source's own bound, across the shards.
+	other := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "u", Shards: 16, SourceSeries: map[string]int64{"noisy": 2}})
+	for i := range 2 {
+		park(t, other, store.Parked, series(fmt.Sprintf("n%d", i), "noisy"))
+	}
+	for i := 2; i < 10; i++ {
+		park(t, other, store.OverSourceSeries, series(fmt.Sprintf("n%d", i), "noisy"))
+	}
+	park(t, other, store.Parked, series("calm-one", "calm"))
+	st, err := other.Stats(ctx)
+	if err != nil || st.Series != 3 {
+		t.Fatalf("series %d (%v), want 3", st.Series, err)
+	}
+}
+
 // TestRetryDeadAsMaxSeries: a dead recurring message retried is a live
 // series again, under the rule Park applies to a new one: past the shard's
 // share of limits.max_series it is ErrOverSeries and stays dead; a one-shot

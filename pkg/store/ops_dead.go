@@ -27,14 +27,18 @@ var ErrOverSourceSeries = errors.New("store: a new recurring series past its ing
 // RetryDeadAs schedules the dead message of m's ID again as m (a new
 // version: its sink, destination, headers and due time as given), due at
 // m.DueAt, with its attempt count reset. It returns ErrNotFound when the ID
-// is not a dead message, and ErrOverSeries when m recurs and its shard
-// holds its share of Options.MaxSeries live series already (the rule Park
-// applies to a new series), ErrOverSourceSeries when it holds its share of
-// its source's (Options.SourceSeries); nothing changes then.
+// is not a dead message, and ErrOverSeries when m recurs and the store
+// holds Options.MaxSeries live series already (the rule Park applies to a
+// new series), ErrOverSourceSeries when it holds its source's
+// (Options.SourceSeries); nothing changes then.
 func (s *Store) RetryDeadAs(ctx context.Context, m *envelope.Message) error {
 	shard := s.ShardOf(m.ID)
-	n, err := s.run(ctx, "retry_dead_as", retryDeadAsScript, shard, s.seriesQuota,
-		m.ID, s.encode(m), ms(m.DueAt), min(int(m.Priority), MaxPriority), s.codec.GroupIndex(m.Group), s.sourceSeries[m.Ingest]).Int()
+	quotas, err := s.seriesQuotasFor(ctx, []*envelope.Message{m})
+	if err != nil {
+		return fmt.Errorf("store.retry_dead_as: %w", err)
+	}
+	n, err := s.run(ctx, "retry_dead_as", retryDeadAsScript, shard, quotas.storeQuota(shard),
+		m.ID, s.encode(m), ms(m.DueAt), min(int(m.Priority), MaxPriority), s.codec.GroupIndex(m.Group), quotas.sourceQuota(shard, m.Ingest)).Int()
 	if err != nil {
 		return fmt.Errorf("store.retry_dead_as shard %d: %w", shard, err)
 	}

@@ -117,6 +117,10 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 	for _, m := range msgs {
 		s.placeByPrint(m)
 	}
+	quotas, err := s.seriesQuotasFor(ctx, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("store.park: %w", err)
+	}
 	calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
 		replace, redelivered, nolog := 0, 0, 0
 		if m.Replace {
@@ -129,7 +133,7 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 			nolog = 1
 		}
 		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered,
-			s.seenFieldOf(m), m.Ingest, s.sourceSeries[m.Ingest], nolog}
+			s.seenFieldOf(m), m.Ingest, quotas.sourceQuota(s.ShardOf(m.ID), m.Ingest), nolog}
 	})
 	now := time.Now()
 	var seenAt int64
@@ -146,7 +150,7 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 		q = 1
 	}
 	for c := range calls {
-		calls[c].args = append([]any{s.seriesQuota, q, seenAt}, calls[c].args...)
+		calls[c].args = append([]any{quotas.storeQuota(calls[c].shard), q, seenAt}, calls[c].args...)
 	}
 	cmds := s.runEach(ctx, "park", parkScript, calls)
 	res := make([]ParkResult, len(msgs))

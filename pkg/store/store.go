@@ -36,10 +36,10 @@ type Store struct {
 	loaded     sync.Map // *redis.Script -> true once loaded (runCalls)
 	shards     int
 	maxDead    int // dead messages kept per shard
-	// seriesQuota is each shard's share of limits.max_series (0: no bound)
-	seriesQuota int64
-	// sourceSeries is each shard's share of a source's ingest[].max_series
-	// (absent: no bound of its own)
+	// maxSeries is limits.max_series (0: no bound)
+	maxSeries int64
+	// sourceSeries is a source's ingest[].max_series (absent: no bound of
+	// its own)
 	sourceSeries map[string]int64
 	dedupe       time.Duration
 	noFlags      bool // the Redis cannot read script flags (before 7.0, miniredis)
@@ -68,14 +68,13 @@ type Options struct {
 	// deleted. 0 keeps them all.
 	MaxDead int
 
-	// MaxSeries bounds the live recurring series (limits.max_series): each
-	// shard holds at most its share, ceil(MaxSeries/Shards) (a message's
-	// shard is a hash of its ID, so the shares fill evenly), and Park
-	// refuses a new series past it (OverSeries). 0: no bound.
+	// MaxSeries bounds the live recurring series of the whole store
+	// (limits.max_series): Park refuses a new series past it (OverSeries),
+	// counting every shard's (seriesQuotas). 0: no bound.
 	MaxSeries int64
 
 	// SourceSeries bounds the live recurring series of each source named
-	// (ingest[].max_series, by ingest name) the same way, shard by shard
+	// (ingest[].max_series, by ingest name) the same way
 	// (OverSourceSeries); a source not named has no bound of its own.
 	SourceSeries map[string]int64
 
@@ -124,22 +123,17 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	for i := range s.layouts {
 		s.layouts[i].Store(int32(newLayout))
 	}
-	if o.MaxSeries > 0 {
-		s.seriesQuota = shardShare(o.MaxSeries, o.Shards)
-	}
+	s.maxSeries = max(o.MaxSeries, 0)
 	for src, n := range o.SourceSeries {
 		if n > 0 {
 			if s.sourceSeries == nil {
 				s.sourceSeries = map[string]int64{}
 			}
-			s.sourceSeries[src] = shardShare(n, o.Shards)
+			s.sourceSeries[src] = n
 		}
 	}
 	return s
 }
-
-// shardShare is each shard's share of a bound n spread over shards.
-func shardShare(n int64, shards int) int64 { return (n + int64(shards) - 1) / int64(shards) }
 
 // ScriptFlagsSupported reports whether rdb runs scripts with a
 // "#!lua flags=" line (Redis 7.0 and later).

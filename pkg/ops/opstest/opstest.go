@@ -728,11 +728,11 @@ func retryDiedAtSink(e *env) {
 }
 
 // retryPastMaxSeries: a dead recurring message is a new series when
-// retried: with its shard's share of limits.max_series (4 over 4 shards:
-// one) held by another, it is a conflict with the reason and stays dead;
-// once that series is cancelled, the retry goes through.
+// retried: with limits.max_series (one, for the whole store) held by
+// another series, on any shard, it is a conflict with the reason and stays
+// dead; once that series is cancelled, the retry goes through.
 func retryPastMaxSeries(e *env) {
-	e.open(4)
+	e.open(1)
 	recurring := func(id string) *envelope.Message {
 		m := msg(id, time.Now())
 		m.Recur = &envelope.Recurrence{Every: time.Hour, Anchor: time.Now().Add(-time.Hour).Truncate(time.Millisecond), N: 2}
@@ -740,10 +740,10 @@ func retryPastMaxSeries(e *env) {
 	}
 	e.dieAtSink(recurring("tick"), "late: due 2026-12-01T10:00:00Z, claimed 2026-12-01T10:05:00Z, more than scheduler.max_lateness 1m0s after (late_policy dead)")
 	other := "tock"
-	for i := 0; e.store.ShardOf(other) != e.store.ShardOf("tick"); i++ {
-		other = fmt.Sprintf("tock-%d", i)
+	for i := 0; e.store.ShardOf(other) == e.store.ShardOf("tick"); i++ {
+		other = fmt.Sprintf("tock-%d", i) // another shard's
 	}
-	e.park(recurring(other)) // the shard's one series
+	e.park(recurring(other)) // the store's one series
 	e.refused("retry past max_series", e.ops.RetryDead(e.ctx, "tick", ops.RetryRequest{}), ops.ErrConflict, "", "limits.max_series")
 	if e.stored("tick").State != store.StateDead {
 		e.t.Error("a retry refused for max_series changed the message")

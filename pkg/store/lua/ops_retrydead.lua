@@ -4,13 +4,14 @@ itself (a retry through the ingest rules, due now; pkg/ops RetryDead).
 --! keys: pool meta dead
 --! include: blob group due series dead
 
-ARGV[1]   the shard's share of limits.max_series (0: no bound)
+ARGV[1]   the most live series the shard may hold under limits.max_series
+          (-1: no bound; seriesbound.go)
 ARGV[2]   message ID
 ARGV[3]   the message to park: its blob (its due time is the retry's time)
 ARGV[4]   its due time, Unix ms: its score
 ARGV[5]   its priority (which due set)
 ARGV[6]   its group ("" none)
-ARGV[7]   the shard's share of its source's ingest[].max_series (0: no bound)
+ARGV[7]   the same under its source's ingest[].max_series (-1: no bound)
 returns   1 if it was dead and is scheduled now; 0 if it was not dead
           (retried, deleted or cancelled meanwhile), R.OVERSERIES or
           R.OVERSOURCE if it recurs and would be a series past the shard's

@@ -9,7 +9,8 @@ KEYS    the shard's keys above, then the dedupe window's buckets (Keys.Seen):
         the current one (written), the one before and the one after (read
         too: instances' clocks differ), then per message the done key an
         earlier build wrote (Keys.Done, read only)
-ARGV[1] the shard's share of limits.max_series (0: no bound)
+ARGV[1] the most live series the shard may hold under limits.max_series
+        (-1: no bound; Go counts the other shards', seriesbound.go)
 ARGV[2] 1: a replacement of the version in flight waits behind it
         (QUEUED); 0: it is not written (FIRING): that version may be
         committed ahead of its due instant (commit.lua), and the caller
@@ -21,8 +22,9 @@ ARGV[4..] per message 12 values: ID, due time (Unix ms), priority (0-9),
         (doneMark: its position in its log, or without a log its content
         print; '' none), redelivered (1: its broker says it delivered it
         before), its field in the buckets (seenField), its source (the
-        ingest's name, '' the admin API: the stored message's), the shard's
-        share of that source's ingest[].max_series (0: no bound), and 1
+        ingest's name, '' the admin API: the stored message's), the most
+        live series of that source the shard may hold under its
+        ingest[].max_series (-1: no bound), and 1
         when it has no log (its mark is left here, not at its ack; the
         encoded message says the same, and Go says it so that no blob is
         read for it)
@@ -33,8 +35,8 @@ returns one ParkResult (R) per message: PARKED; KNOWN, the ID is known
         dedupe window; QUEUED, waits behind the version in flight (a
         replacement, or a new message of that ID: a follower, Keys.Next);
         NOTNEWER than the one parked, which stays; OVERSERIES, a new
-        recurring series past the shard's share of limits.max_series;
-        OVERSOURCE, the same past its source's share of ingest[].max_series;
+        recurring series past limits.max_series; OVERSOURCE, the same past
+        its source's ingest[].max_series;
         FIRING (ARGV[2]); IDTAKEN, the ID is known as a message of another
         source (an ingest, or the admin API): nothing changed
 
@@ -67,7 +69,7 @@ for i = 4, #ARGV, 12 do
       or (nxtthere and redis.call('HGET', nxt, field)) or redis.call('GET', KEYS[NKEYS + 3 + j])
   end
   local dup = done and reread(done, blob, ARGV[i + 6], ARGV[i + 7])
-  local over = not dup and (quota > 0 or srcquota > 0) and recurs(blob) and redis.call('HEXISTS', K.pool, id) == 0
+  local over = not dup and (quota >= 0 or srcquota >= 0) and recurs(blob) and redis.call('HEXISTS', K.pool, id) == 0
     and overseries(quota, id, true, src, srcquota)
   local r = R.KNOWN
   if dup then

@@ -38,11 +38,12 @@ end
 -- script that can make a live series (park, the retry of a dead message):
 -- a message of source src that recurs (recur) and would make id a series of
 -- the shard, which it is not yet, is refused when the shard holds quota
--- series already, or srcquota of its source (0: no bound). It returns false,
--- or which bound refused it: 'max_series' or 'source'.
+-- series already, or srcquota of its source (negative: no bound; Go works
+-- out each shard's quota from the whole store's count, seriesbound.go). It
+-- returns false, or which bound refused it: 'max_series' or 'source'.
 local function overseries(quota, id, recur, src, srcquota)
-  if not recur or (quota <= 0 and srcquota <= 0) or redis.call('SISMEMBER', K.series, id) == 1 then return false end
-  if quota > 0 and redis.call('SCARD', K.series) >= quota then return 'max_series' end
-  if srcquota > 0 and select(2, sourcelive(src)) >= srcquota then return 'source' end
+  if not recur or (quota < 0 and srcquota < 0) or redis.call('SISMEMBER', K.series, id) == 1 then return false end
+  if quota >= 0 and redis.call('SCARD', K.series) >= quota then return 'max_series' end
+  if srcquota >= 0 and select(2, sourcelive(src)) >= srcquota then return 'source' end
   return false
 end
