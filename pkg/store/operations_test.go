@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -1158,6 +1159,25 @@ func TestMaxSeriesIsTheWholeStores(t *testing.T) {
 	if err != nil || st.Series != 3 {
 		t.Fatalf("series %d (%v), want 3", st.Series, err)
 	}
+
+	// Calls at once on one shard, far under the bound, each park theirs
+	// (each counted the shard before the other's series joined).
+	roomy := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "v", Shards: 16, MaxSeries: 1000})
+	var ids []string
+	for i := 0; len(ids) < 40; i++ {
+		if id := fmt.Sprintf("same-%d", i); roomy.ShardOf(id) == 0 {
+			ids = append(ids, id)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			if res, err := roomy.Park(ctx, []*envelope.Message{series(id, "calm")}); err != nil || res[0] != store.Parked {
+				t.Errorf("park %s at once with others on its shard: %v %v", id, res, err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestRetryDeadAsMaxSeries: a dead recurring message retried is a live

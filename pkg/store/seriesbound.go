@@ -18,9 +18,10 @@ const noBound = -1
 // ingest[].max_series each shard's script applies to a new series, so
 // that the bounds hold for the whole store and not shard by shard: the
 // room a bound leaves (the bound less the live series of every shard) goes
-// to the new series of the call in their order, and a shard may hold its
-// live series and what it was given. Another instance parking at the same
-// time can pass a bound by what it adds, as Capacity's limits can.
+// to the new series of the call in their order, and a shard may hold the
+// bound less what the others hold and are given. Calls on other shards at
+// the same time can pass a bound by what they add together, as Capacity's
+// limits can.
 type seriesQuotas struct {
 	store   map[int]int64            // shard -> quota; nil: no bound
 	sources map[int]map[string]int64 // shard -> source -> quota; absent: no bound
@@ -94,47 +95,57 @@ func (s *Store) seriesQuotasFor(ctx context.Context, msgs []*envelope.Message) (
 		}
 	}
 
-	// The room of each bound goes to the new series in their order.
-	if s.maxSeries > 0 {
-		q.store = map[int]int64{}
-		for sh := range s.shards {
-			q.store[sh] = count[sh]
-		}
-	}
-	q.sources = map[int]map[string]int64{}
-	for sh := range s.shards {
-		q.sources[sh] = map[string]int64{}
-		for src := range srcs {
-			q.sources[sh][src] = srcCount[src][sh]
-		}
-	}
+	// The room each bound leaves goes to the call's new series in their
+	// order; a shard may then hold the bound less what the other shards
+	// hold and what the call gives them. (Its own count is left out: two
+	// calls on one shard at once both count what the first adds.)
 	room := s.maxSeries - total
 	srcRoom := map[string]int64{}
 	for src := range srcs {
 		srcRoom[src] = s.sourceSeries[src] - srcTotal[src]
 	}
+	given := make([]int64, s.shards)
+	var givenAll int64
+	srcGiven := map[string][]int64{}
+	srcGivenAll := map[string]int64{}
 	seen := map[string]bool{}
 	for i, m := range recurring {
 		if member[i].Val() || seen[m.ID] {
 			continue // a series already, or one more message of it in this call
 		}
 		seen[m.ID] = true
-		sh := s.ShardOf(m.ID)
-		if s.maxSeries > 0 {
-			if room <= 0 {
-				continue
-			}
-		}
-		if srcs[m.Ingest] && srcRoom[m.Ingest] <= 0 {
+		bounded := srcs[m.Ingest]
+		if (s.maxSeries > 0 && room <= 0) || (bounded && srcRoom[m.Ingest] <= 0) {
 			continue
 		}
-		if s.maxSeries > 0 {
-			room--
-			q.store[sh]++
-		}
-		if srcs[m.Ingest] {
+		sh := s.ShardOf(m.ID)
+		room--
+		given[sh]++
+		givenAll++
+		if bounded {
 			srcRoom[m.Ingest]--
-			q.sources[sh][m.Ingest]++
+			if srcGiven[m.Ingest] == nil {
+				srcGiven[m.Ingest] = make([]int64, s.shards)
+			}
+			srcGiven[m.Ingest][sh]++
+			srcGivenAll[m.Ingest]++
+		}
+	}
+	if s.maxSeries > 0 {
+		q.store = map[int]int64{}
+		for sh := range s.shards {
+			q.store[sh] = max(0, s.maxSeries-(total-count[sh])-(givenAll-given[sh]))
+		}
+	}
+	q.sources = map[int]map[string]int64{}
+	for sh := range s.shards {
+		q.sources[sh] = map[string]int64{}
+		for src := range srcs {
+			var g int64
+			if srcGiven[src] != nil {
+				g = srcGiven[src][sh]
+			}
+			q.sources[sh][src] = max(0, s.sourceSeries[src]-(srcTotal[src]-srcCount[src][sh])-(srcGivenAll[src]-g))
 		}
 	}
 	return q, nil
