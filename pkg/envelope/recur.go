@@ -224,17 +224,35 @@ func sameWall(a, w time.Time) bool {
 		a.Hour() == w.Hour() && a.Minute() == w.Minute() && a.Second() == w.Second()
 }
 
-// Skip reports whether the occurrence due at due should not be published
-// under the skip policy: it fell due after the series was parked, and a
-// later occurrence is already due at now, so this one was missed. An
-// occurrence due before the series was parked (its first, named by
-// x-deliver-at or x-delay) is never a missed one.
+// Skip reports whether the occurrence due at due should not be published,
+// fired at now: it fell due after the series was parked and was missed,
+// and under the skip policy a later occurrence is already due at now;
+// under all, the missed_max most recent are due at now without it (all
+// publishes those, the most recent). An occurrence due before the series
+// was parked (its first, named by x-deliver-at or x-delay) is never a
+// missed one.
 func (r *Recurrence) Skip(due, now time.Time) bool {
-	if r.Missed != MissedSkip || (!r.Parked.IsZero() && !due.After(r.Parked)) {
+	if !r.Parked.IsZero() && !due.After(r.Parked) {
 		return false
 	}
-	next := r.after(due)
-	return !next.IsZero() && !next.After(now)
+	later := 0 // of the occurrences after due, how many are due at now (up to what counts)
+	want := 1
+	switch r.Missed {
+	case MissedSkip:
+	case MissedAll:
+		want = r.missedMax()
+		if r.Every > 0 { // by arithmetic, however many
+			return r.number(now)-r.number(due) >= want
+		}
+	default:
+		return false
+	}
+	for c := due; later < want; later++ {
+		if c = r.after(c); c.IsZero() || c.After(now) {
+			return false
+		}
+	}
+	return true
 }
 
 // Next returns the occurrence that follows the one due at due, fired at

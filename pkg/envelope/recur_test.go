@@ -237,6 +237,18 @@ func TestSeriesAnchoredInThePast(t *testing.T) {
 	if !ok || !next.Equal(now.Add(-99*time.Second)) || n != int(next.Sub(anchor)/time.Second)+1 {
 		t.Fatalf("missed all after downtime: %v #%d %v, want %v", next, n, ok, now.Add(-99*time.Second))
 	}
+	// ... and not the one at due, the oldest missed: 100 in all, not 101.
+	if !r.Skip(due, now) {
+		t.Error("missed all: the oldest missed occurrence, 600 before the 100 most recent, is published")
+	}
+	for _, c := range []struct {
+		after time.Duration
+		skip  bool
+	}{{99 * time.Second, false}, {100 * time.Second, true}, {500 * time.Millisecond, false}} {
+		if got := r.Skip(due, due.Add(c.after)); got != c.skip {
+			t.Errorf("missed all, fired %v after due: Skip %v, want %v", c.after, got, c.skip)
+		}
+	}
 	// The same for a cron schedule in a zone with daylight saving.
 	c := &Recurrence{Cron: "* * * * * *", TimeZone: "America/New_York", Anchor: anchor, N: 1, Missed: MissedAll, MissedMax: 100, Parked: parked}
 	next, _, ok = c.Next(anchor, parked)
@@ -246,6 +258,9 @@ func TestSeriesAnchoredInThePast(t *testing.T) {
 	next, _, ok = c.Next(parked.Add(time.Second), now)
 	if !ok || !next.Equal(now.Add(-99*time.Second)) {
 		t.Fatalf("cron, missed all after downtime: %v %v, want %v", next, ok, now.Add(-99*time.Second))
+	}
+	if !c.Skip(parked.Add(time.Second), now) || c.Skip(parked.Add(time.Second), parked.Add(100*time.Second)) {
+		t.Error("cron, missed all: the oldest missed is published past the 100 most recent, or skipped within them")
 	}
 	// Skip: an occurrence due after parking and overtaken is skipped.
 	s := &Recurrence{Every: time.Second, Anchor: anchor, N: 1, Missed: MissedSkip, Parked: parked}
