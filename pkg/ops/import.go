@@ -58,7 +58,9 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 	if dead {
 		due = m.DueAt
 	}
-	d := envelope.Parse(incoming(m, due), s.importRoute(m), s.p.Limits, s.now(), nil)
+	in := incoming(m, due)
+	route := s.importRoute(m, in)
+	d := envelope.Parse(in, route, s.p.Limits, s.now(), nil)
 	switch {
 	case d.Action == envelope.Reject && dead && retryChecks(d.Err):
 		return m, nil
@@ -124,20 +126,36 @@ func incoming(m *envelope.Message, due time.Time) *envelope.Incoming {
 		Properties: m.Properties, Origin: m.Origin, Source: m.Source, Tombstone: m.NullBody}
 }
 
-// importRoute is the route a record's message is admitted by: its ingest's
-// (its allowed destinations, recurring and missed_max), else one of its
-// own, with the record's sink and destination as the route's and the
-// headers of the delaybridge dialect (incoming writes those).
-func (s *Service) importRoute(m *envelope.Message) *envelope.Route {
-	r := envelope.Route{Ingest: m.Ingest, Sinks: s.p.Destinations}
+// importRoute is the route a record's message is admitted by, in for the
+// message as its ingest read it. Under its ingest's route, what the
+// publisher chose is said as they would have said it, so that the route's
+// rules decide as they did at ingest: a sink other than the route's is an
+// x-delay-sink (allow_override, allowed_sinks), a destination other than
+// the route's literal one an x-delay-destination (allow_override,
+// allowed_destinations); one that the route's template gave (the
+// message's own name is not kept, so the template cannot be expanded
+// again) is taken as that template's, a destination chosen by the
+// publisher held to allowed_destinations. Without a route (an ingest not
+// configured, the admin API), a route of its own with the record's sink
+// and destination.
+func (s *Service) importRoute(m *envelope.Message, in *envelope.Incoming) *envelope.Route {
 	if s.p.Routes != nil {
 		if ir, ok := s.p.Routes(m.Ingest); ok {
-			r = *ir
+			r := *ir
+			r.Dialects = nil // the record's fields come as the delaybridge dialect's headers (incoming)
+			if m.Sink != r.Sink {
+				in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderSink, Value: m.Sink})
+			}
+			switch t, err := envelope.ParseTemplate(r.Destination); {
+			case err == nil && !t.Literal():
+				r.Destination, in.Source = "{source.1:}", m.Destination
+			case m.Destination != r.Destination:
+				in.Headers = append(in.Headers, envelope.Header{Key: envelope.HeaderDestination, Value: literal.Replace(m.Destination)})
+			}
+			return &r
 		}
 	}
-	r.Sink, r.Destination = m.Sink, literal.Replace(m.Destination)
-	r.AllowOverride, r.AllowedSinks, r.Dialects = false, nil, nil
-	return &r
+	return &envelope.Route{Ingest: m.Ingest, Sinks: s.p.Destinations, Sink: m.Sink, Destination: literal.Replace(m.Destination)}
 }
 
 // literal writes a destination as a template that expands to itself.
@@ -157,6 +175,7 @@ var recordFields = strings.NewReplacer(
 	envelope.HeaderPriority, `"priority"`,
 	envelope.HeaderGroup, `"group"`,
 	envelope.HeaderDestination, `"destination"`,
+	envelope.HeaderSink, `"sink"`,
 	envelope.HeaderDeliverAt, `"due_at"`,
 	envelope.HeaderMessageID, `"id"`,
 	"route.destination", `"destination"`,

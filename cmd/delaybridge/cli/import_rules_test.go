@@ -124,19 +124,21 @@ func TestImportRefusesALineOverTheDocumentLimit(t *testing.T) {
 // What ingest would have parked is what import writes, under the route of
 // the record's ingest: among valid lines, each refused one is named with
 // its own line number (--on-error=skip); a destination in the KV API is
-// imported for the ingest whose allowed_destinations name it and refused
-// for any other; a scheduled message for a sink the configuration lacks is
+// imported for the ingest whose route gives it and refused for any other,
+// and for that ingest too when its route would not have let a publisher
+// choose it (no allow_override); a scheduled message for a sink the configuration lacks is
 // refused, a dead one kept (a retry asks for a sink); a message that died
 // at ingest keeps the control headers ingest kept.
 func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 	ctx := context.Background()
 	r := testenv.Redis(t)
 	cfg := writeConfig(t, fmt.Sprintf(importRulesConfig, r.Addr, "routes"))
-	kv := func(f map[string]string) { f["destination"], f["ingest"] = q("$KV.orders.42"), q("kv-in") }
+	kv := func(f map[string]string) { f["destination"], f["ingest"] = q("$KV.orders.x"), q("kv-in") }
 	lines := []string{
 		importRecord("ok-1", nil),
 		importRecord("kv-other", func(f map[string]string) { f["destination"] = q("$KV.orders.42") }),
 		importRecord("kv", kv),
+		importRecord("kv-chosen", func(f map[string]string) { f["destination"], f["ingest"] = q("$KV.orders.42"), q("kv-in") }),
 		importRecord("no-sink", func(f map[string]string) { f["sink"] = q("gone") }),
 		importRecord("dead-no-sink", func(f map[string]string) {
 			f["sink"], f["state"], f["attempts"], f["dead_at"], f["reason"] = q("gone"), q("dead"), "3", f["due_at"], q("unroutable")
@@ -154,8 +156,9 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error=skip")
 	for _, want := range []string{
 		`line 2: refused by the rules of ingest: destination_reserved: NATS subject "$KV.orders.42" begins with "$"`,
-		`line 4: refused by the rules of ingest: sink "gone" names no configured sink`,
-		"imported 5 (2 dead), replaced 0, skipped 0 known, 2 bad line(s): lines 2, 4",
+		`line 4: refused by the rules of ingest: "sink"/"destination" given, but the route of ingest "kv-in" does not allow overrides (route.allow_override)`,
+		`line 5: refused by the rules of ingest: sink "gone" names no configured sink`,
+		"imported 5 (2 dead), replaced 0, skipped 0 known, 3 bad line(s): lines 2, 4, 5",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
@@ -166,7 +169,7 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 	}
 	s := store.New(r.Client(), store.Options{Prefix: "routes", Shards: 4})
 	for id, state := range map[string]string{"ok-1": store.StateScheduled, "kv": store.StateScheduled, "ok-2": store.StateScheduled,
-		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "no-sink": ""} {
+		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "kv-chosen": "", "no-sink": ""} {
 		info, err := s.Inspect(ctx, id)
 		switch {
 		case state == "" && !errors.Is(err, store.ErrNotFound):
