@@ -338,6 +338,9 @@ func TestReplace(t *testing.T) {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	park(t, s, store.Queued, version(2*time.Second, t0.Add(3*time.Hour), "v3"))
+	// An older replacement read after it (a redelivery) does not take its
+	// place behind the version in flight.
+	park(t, s, store.NotNewer, version(1500*time.Millisecond, t0.Add(time.Minute), "v2.5"))
 	if info := inspect(t, s, "r"); info.State != store.StateInflight || string(info.Message.Body) != "v2" {
 		t.Fatalf("in flight: %s %s", info.State, info.Message.Body)
 	}

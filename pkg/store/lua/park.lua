@@ -94,8 +94,15 @@ for i = 4, #ARGV, 12 do
     elseif score and leased(score) and not queue then
       r = R.FIRING
     elseif score and leased(score) then
-      redis.call('HSET', K.next, id, blob)
-      r = R.QUEUED
+      -- it waits behind the version in flight, unless a newer one waits
+      -- there already (a redelivery of an older replacement, read after it)
+      local waiting = redis.call('HGET', K.next, id)
+      if waiting and not follows(waiting) and not newer(blobinfo(blob), blobinfo(waiting)) then
+        r = R.NOTNEWER
+      else
+        redis.call('HSET', K.next, id, blob)
+        r = R.QUEUED
+      end
     else
       local band = 0
       if score then
