@@ -75,9 +75,10 @@ func TestBrokerRefused(t *testing.T) {
 		`publish failed 5 times, last: rabbitmq sink r: unroutable: exchange "" has no queue bound for routing key "q" (returned 312 NO_ROUTE)`: true,
 		`publish failed 5 times, last: kafka sink k: topic "t" does not exist (create it; the message is retried): unknown topic`:               true,
 		`sink "old" is not configured`: true,
-		`destination "q" of sink n did not answer within scheduler.publish_timeout 5s (3 times in a row) while the sink confirmed other messages: context deadline exceeded`: true,
-		`late: due 2026-12-01T10:00:00Z, claimed 2026-12-01T10:05:00Z, more than scheduler.max_lateness 1m0s after (late_policy dead)`:                                       false,
-		`cannot decode the stored message: envelope: corrupt stored message`:                                                                                                 false,
+		`publish failed 3 times, last: rabbitmq sink r: the broker closed the channel when the message was published to routing key "amq.rabbitmq.reply-to.x" on exchange "": Exception (541) Reason: "INTERNAL_ERROR"`: true,
+		`destination "q" of sink n did not answer within scheduler.publish_timeout 5s (3 times in a row) while the sink confirmed other messages: context deadline exceeded`:                                            true,
+		`late: due 2026-12-01T10:00:00Z, claimed 2026-12-01T10:05:00Z, more than scheduler.max_lateness 1m0s after (late_policy dead)`:                                                                                  false,
+		`cannot decode the stored message: envelope: corrupt stored message`:                                                                                                                                            false,
 	} {
 		if got := brokerRefused(reason); got != want {
 			t.Errorf("brokerRefused(%q) = %v, want %v", reason, got, want)
