@@ -353,6 +353,38 @@ func TestReplace(t *testing.T) {
 	}
 }
 
+// A new message of a series' ID that comes while an occurrence is in
+// flight waits (a follower) and, when the occurrence's ack parks the next
+// one, is dropped: the series goes on, as such a message is a no-op while
+// the series is parked.
+func TestFollowerOfASeriesInFlight(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 2)
+	due := time.Now().Add(-time.Millisecond).Truncate(time.Millisecond)
+	series := msg("s", due)
+	series.Body = []byte("the series")
+	series.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 1}
+	park(t, s, store.Parked, series)
+	c, err := s.Claim(ctx, s.ShardOf("s"), 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	newcomer := msg("s", due.Add(time.Hour))
+	newcomer.Body = []byte("a new message of its ID")
+	park(t, s, store.Queued, newcomer)
+	next := *series
+	next.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 2}
+	next.DueAt = due.Add(time.Minute)
+	if _, err := s.Ack(ctx, c, []store.Done{{ID: "s", Next: &next}}); err != nil {
+		t.Fatal(err)
+	}
+	info := inspect(t, s, "s")
+	if string(info.Message.Body) != "the series" || info.Message.Recur == nil || info.Message.Recur.N != 2 {
+		t.Fatalf("after the occurrence's ack: %q %+v, want the series' occurrence 2", info.Message.Body, info.Message.Recur)
+	}
+	park(t, s, store.Known, newcomer) // as while the series is parked
+}
+
 // Occupied tells a shard a claim could take something from (a parked
 // message of any priority, one in flight whose lease will end) from an
 // empty one, and from one that holds only held messages.

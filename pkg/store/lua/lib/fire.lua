@@ -30,6 +30,13 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
         marks[#marks + 1] = args[i + 1]
       end
       local waiting = anynext and redis.call('HGET', K.next, id)
+      if waiting and follows(waiting) and args[i + 4] ~= '' then
+        -- A new message of a series' ID came while an occurrence was in
+        -- flight: the series goes on, and it is one more message of that
+        -- ID, as it is while the series is parked (KNOWN), not its end.
+        redis.call('HDEL', K.next, id)
+        waiting = false
+      end
       if waiting then
         drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
