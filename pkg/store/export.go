@@ -99,6 +99,11 @@ type Record struct {
 // scripts).
 const followsMark = "F"
 
+// endsMark is the value in Keys.Next of a recurring message cancelled
+// while an occurrence was in flight (ENDS of the scripts): the series ends
+// with that occurrence, which no blob or follower value can be taken for.
+const endsMark = "E"
+
 // RecordHeader is a header or a property of a Record.
 type RecordHeader struct {
 	Key          Text   `json:"key"`
@@ -476,7 +481,7 @@ func (s *Store) exportOne(enc *json.Encoder, st *ExportStats, o ExportOptions, v
 		}
 	}
 	rec.Attempts = attempts
-	if nb, ok := toString(v[5]); ok {
+	if nb, ok := toString(v[5]); ok && nb != endsMark { // an ending series: nothing waits
 		nb, follows := strings.CutPrefix(nb, followsMark)
 		nm, err := s.decode(id, nb)
 		if err != nil {

@@ -385,6 +385,61 @@ func TestFollowerOfASeriesInFlight(t *testing.T) {
 	park(t, s, store.Known, newcomer) // as while the series is parked
 }
 
+// A cancel (by ID or by group) that finds an occurrence of a series in
+// flight answers so (ErrInFlight: it may be published), and ends the
+// series with it: its ack parks no next occurrence, and a failed publish
+// is not tried again.
+func TestCancelInFlightEndsTheSeries(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 2)
+	due := time.Now().Add(-time.Millisecond).Truncate(time.Millisecond)
+	series := func(id string) *envelope.Message {
+		m := msg(id, due)
+		m.Group = "g-" + id
+		m.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 1}
+		return m
+	}
+	claim := func(id string) *store.Lease {
+		t.Helper()
+		c, err := s.Claim(ctx, s.ShardOf(id), 10, time.Minute, nil)
+		if err != nil || len(c.Messages) != 1 || c.Messages[0].ID != id {
+			t.Fatalf("claim %s: %+v %v", id, c, err)
+		}
+		return c
+	}
+	gone := func(id string) {
+		t.Helper()
+		if _, err := s.Inspect(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s after its cancelled occurrence: %v, want not found", id, err)
+		}
+	}
+	// Acked: no next occurrence.
+	park(t, s, store.Parked, series("a"))
+	c := claim("a")
+	if err := s.Cancel(ctx, "a"); !errors.Is(err, store.ErrInFlight) {
+		t.Fatalf("cancel in flight: %v, want ErrInFlight", err)
+	}
+	next := *series("a")
+	next.DueAt, next.Recur = due.Add(time.Minute), &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 2}
+	if _, err := s.Ack(ctx, c, []store.Done{{ID: "a", Next: &next}}); err != nil {
+		t.Fatal(err)
+	}
+	gone("a")
+	// A failed publish: not tried again. By group this time.
+	park(t, s, store.Parked, series("b"))
+	c = claim("b")
+	if n, inflight, err := s.CancelGroup(ctx, "g-b"); err != nil || n != 0 || inflight != 1 {
+		t.Fatalf("cancel group in flight: %d %d %v", n, inflight, err)
+	}
+	if _, err := s.Retry(ctx, c, []store.RetryAt{{ID: "b", At: due.Add(time.Second), Reason: "timeout"}}); err != nil {
+		t.Fatal(err)
+	}
+	gone("b")
+	if st, err := s.Stats(ctx); err != nil || st.Series != 0 {
+		t.Errorf("live series %d (%v), want 0", st.Series, err)
+	}
+}
+
 // Occupied tells a shard a claim could take something from (a parked
 // message of any priority, one in flight whose lease will end) from an
 // empty one, and from one that holds only held messages.

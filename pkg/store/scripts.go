@@ -230,9 +230,10 @@ local LEASE_MARK = %s
 local SLOT_MARK = %s
 local AHEAD_MARK = %s
 local FOLLOWS = %q
+local ENDS = %q
 local R = {KNOWN = %d, PARKED = %d, REPLACED = %d, DUPLICATE = %d, QUEUED = %d, NOTNEWER = %d, OVERSERIES = %d, FIRING = %d, IDTAKEN = %d, OVERSOURCE = %d}
 local B = {V1 = %d, V2 = %d, V3 = %d, EXT_PUBLISHED = %d, EXT_GROUP = %d, EXT_RECUR = %d, EXT_ORIGIN = %d, EXT_PRINT = %d, FLAG_SOURCE = %d}
-`, HoldBand, MaxPriority, leaseMark, slotMark, aheadMark, followsMark,
+`, HoldBand, MaxPriority, leaseMark, slotMark, aheadMark, followsMark, endsMark,
 	Known, Parked, Replaced, Duplicate, Queued, NotNewer, OverSeries, firing, IDTaken, OverSourceSeries,
 	envelope.StoredLayout.V1, envelope.StoredLayout.V2, envelope.StoredLayout.V3,
 	envelope.StoredLayout.ExtPublished, envelope.StoredLayout.ExtGroup, envelope.StoredLayout.ExtRecur,

@@ -10,14 +10,18 @@ ARGV[1]   message ID
 ARGV[2]   when that bucket expires (Unix ms; 0: the window is off)
 returns   0 unknown; 1 forgotten (parked, claimed ahead and not committed,
           under a lease that expired, or dead: it will not be published);
-          2 in flight: nothing changed (it may be published)
+          2 in flight: it may be published (a recurring one's series ends
+          with it: endseries)
 ]]
 
 local id = ARGV[1]
 local blob = redis.call('HGET', K.pool, id)
 if not blob then return 0 end
 local score = duescore(id)
-if firing(score, servertime()) then return 2 end
+if firing(score, servertime()) then
+  endseries(id, blob)
+  return 2
+end
 unschedule(id)
 undead(id, blob)
 remember(KEYS[NKEYS + 1], tonumber(ARGV[2]), id, blob)

@@ -24,6 +24,7 @@ for _, m in ipairs(members) do
   local id = string.sub(m, prefix)
   local score = duescore(id)
   if firing(score, now) then
+    endseries(id, redis.call('HGET', K.pool, id))
     inflight = inflight + 1
   else
     local blob = redis.call('HGET', K.pool, id)

@@ -97,7 +97,7 @@ for i = 4, #ARGV, 12 do
       -- it waits behind the version in flight, unless a newer one waits
       -- there already (a redelivery of an older replacement, read after it)
       local waiting = redis.call('HGET', K.next, id)
-      if waiting and not follows(waiting) and not newer(blobinfo(blob), blobinfo(waiting)) then
+      if waiting and waiting ~= ENDS and not follows(waiting) and not newer(blobinfo(blob), blobinfo(waiting)) then
         r = R.NOTNEWER
       else
         redis.call('HSET', K.next, id, blob)

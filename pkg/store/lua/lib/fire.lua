@@ -37,7 +37,11 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
         redis.call('HDEL', K.next, id)
         waiting = false
       end
-      if waiting then
+      if waiting == ENDS then
+        -- cancelled in flight (endseries): the series ends here
+        drop(p, id, mine)
+        forget(id, redis.call('HGET', K.pool, id), true)
+      elseif waiting then
         drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)

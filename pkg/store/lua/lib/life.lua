@@ -81,6 +81,14 @@ local function trimdead(max)
 end
 -- promote parks what waited in next for the version in flight, which the
 -- caller forgot: a replacement, or a follower (FOLLOWS and the blob).
+-- endseries marks a recurring message whose occurrence is in flight as
+-- cancelled: its series ends with that occurrence (no next one is parked
+-- at its ack, and a failed publish is not tried again), and whatever
+-- waited for it is dropped. Cancel by ID ends the series.
+local function endseries(id, blob)
+  if blob and recurs(blob) then redis.call('HSET', K.next, id, ENDS) end
+end
+
 local function promote(id, blob)
   if follows(blob) then blob = string.sub(blob, #FOLLOWS + 1) end
   local info = blobinfo(blob)

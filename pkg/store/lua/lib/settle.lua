@@ -31,7 +31,10 @@ local function retrylease(expiry, args, from, to, top)
     local ok, p, a = claimedattempts(id, expiry, top)
     if ok then
       local waiting = redis.call('HGET', K.next, id)
-      if waiting and not follows(waiting) then
+      if waiting == ENDS then -- cancelled in flight (endseries): not tried again
+        drop(p, id, mine)
+        forget(id, redis.call('HGET', K.pool, id), true)
+      elseif waiting and not follows(waiting) then
         drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
@@ -60,7 +63,9 @@ local function deadlease(expiry, maxdead, args, from, to, top)
     if ok then
       drop(p, id, mine)
       local waiting = redis.call('HGET', K.next, id)
-      if waiting then
+      if waiting == ENDS then -- cancelled in flight (endseries)
+        forget(id, redis.call('HGET', K.pool, id), true)
+      elseif waiting then
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
       else
