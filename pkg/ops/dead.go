@@ -332,7 +332,7 @@ var brokerRefusals = []string{
 	"is longer than 255 bytes",                        // RabbitMQ: a routing key it cannot take
 	"route.allowed_destinations",                      // a destination check (destination.Syntax.Check)
 	"did not answer within scheduler.publish_timeout", // the scheduler: a destination that never answers
-	"the broker closed the channel when the message was published", // RabbitMQ: a close for that routing key (quarantine.go)
+	"the broker closed the channel when the message was published", // RabbitMQ: a close for that routing key (pkg/brokers/rabbitbroker)
 }
 
 func brokerRefused(reason string) bool {
