@@ -235,20 +235,21 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 	if !r.Parked.IsZero() && !due.After(r.Parked) {
 		return false
 	}
-	later := 0 // of the occurrences after due, how many are due at now (up to what counts)
-	want := 1
+	want := 1 // of the occurrences after due that the series has, how many must be due at now
 	switch r.Missed {
 	case MissedSkip:
 	case MissedAll:
 		want = r.missedMax()
 		if r.Every > 0 { // by arithmetic, however many
-			return r.number(now)-r.number(due) >= want
+			return r.lastBy(now)-r.number(due) >= want
 		}
 	default:
 		return false
 	}
-	for c := due; later < want; later++ {
-		if c = r.after(c); c.IsZero() || c.After(now) {
+	c, n := due, r.N
+	for range want {
+		c, n = r.after(c), n+1
+		if c.IsZero() || c.After(now) || (!r.Until.IsZero() && c.After(r.Until)) || (r.Count > 0 && n > r.Count) {
 			return false
 		}
 	}
@@ -290,7 +291,7 @@ func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 		case r.Missed != MissedAll:
 			next, n = r.step(next, n, now)
 		case r.Every > 0:
-			if last := r.number(now); last-n+1 > keep {
+			if last := r.lastBy(now); last-n+1 > keep {
 				// Only the most recent keep of them: the first of those.
 				n = last - keep + 1
 				next = r.Anchor.Add(time.Duration(n-1) * r.Every)
@@ -306,6 +307,19 @@ func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 		return time.Time{}, 0, false
 	}
 	return next.Truncate(time.Millisecond), n, true
+}
+
+// lastBy is the number of an every schedule's last occurrence due at now
+// that the series has (within its until and its count).
+func (r *Recurrence) lastBy(now time.Time) int {
+	last := r.number(now)
+	if !r.Until.IsZero() && r.Until.Before(now) {
+		last = r.number(r.Until)
+	}
+	if r.Count > 0 {
+		last = min(last, r.Count)
+	}
+	return last
 }
 
 func (r *Recurrence) missedMax() int {

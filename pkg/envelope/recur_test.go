@@ -262,6 +262,21 @@ func TestSeriesAnchoredInThePast(t *testing.T) {
 	if !c.Skip(parked.Add(time.Second), now) || c.Skip(parked.Add(time.Second), parked.Add(100*time.Second)) {
 		t.Error("cron, missed all: the oldest missed is published past the 100 most recent, or skipped within them")
 	}
+	// ... counting only the occurrences the series has (its count, its
+	// until): with fewer than missed_max left, the one at due is published.
+	counted := *r
+	counted.Count = r.N + 3
+	if counted.Skip(due, now) {
+		t.Error("missed all: an occurrence skipped although its series has only 3 more")
+	}
+	if next, n, ok := counted.Next(due, now); !ok || n != r.N+1 || !next.Equal(due.Add(time.Second)) {
+		t.Errorf("missed all with 3 more to go: next %v #%d %v, want the one after due", next, n, ok)
+	}
+	until := *r
+	until.Until = due.Add(5 * time.Second)
+	if until.Skip(due, now) {
+		t.Error("missed all: an occurrence skipped although its series ends 5 s later")
+	}
 	// Skip: an occurrence due after parking and overtaken is skipped.
 	s := &Recurrence{Every: time.Second, Anchor: anchor, N: 1, Missed: MissedSkip, Parked: parked}
 	if !s.Skip(parked.Add(time.Second), parked.Add(5*time.Second)) {
