@@ -481,7 +481,15 @@ func (s *Store) exportOne(enc *json.Encoder, st *ExportStats, o ExportOptions, v
 		}
 	}
 	rec.Attempts = attempts
-	if nb, ok := toString(v[5]); ok && nb != endsMark { // an ending series: nothing waits
+	nb, waits := toString(v[5])
+	if ends := strings.HasPrefix(nb, endsMark); waits && ends {
+		// Its series was cancelled while this occurrence was in flight: it
+		// is exported as the last occurrence, and what came after follows.
+		rec.Recurrence = nil
+		nb, waits = strings.CutPrefix(nb, endsMark)
+		waits = waits && nb != ""
+	}
+	if waits {
 		nb, follows := strings.CutPrefix(nb, followsMark)
 		nm, err := s.decode(id, nb)
 		if err != nil {

@@ -425,6 +425,27 @@ func TestCancelInFlightEndsTheSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone("a")
+	// A new message of the ID after such a cancel waits for the occurrence
+	// and is parked once the series has ended.
+	park(t, s, store.Parked, series("a2"))
+	c = claim("a2")
+	if err := s.Cancel(ctx, "a2"); !errors.Is(err, store.ErrInFlight) {
+		t.Fatalf("cancel in flight: %v", err)
+	}
+	again := msg("a2", due.Add(time.Hour))
+	again.Body = []byte("after the cancel")
+	park(t, s, store.Queued, again)
+	next = *series("a2")
+	next.DueAt, next.Recur = due.Add(time.Minute), &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 2}
+	if _, err := s.Ack(ctx, c, []store.Done{{ID: "a2", Next: &next}}); err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, s, "a2"); string(info.Message.Body) != "after the cancel" || info.Message.Recur != nil {
+		t.Fatalf("after the series ended: %q %+v, want the new message", info.Message.Body, info.Message.Recur)
+	}
+	if err := s.Cancel(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
 	// A failed publish: not tried again. By group this time.
 	park(t, s, store.Parked, series("b"))
 	c = claim("b")

@@ -97,7 +97,7 @@ for i = 4, #ARGV, 12 do
       -- it waits behind the version in flight, unless a newer one waits
       -- there already (a redelivery of an older replacement, read after it)
       local waiting = redis.call('HGET', K.next, id)
-      if waiting and waiting ~= ENDS and not follows(waiting) and not newer(blobinfo(blob), blobinfo(waiting)) then
+      if waiting and not ending(waiting) and not follows(waiting) and not newer(blobinfo(blob), blobinfo(waiting)) then
         r = R.NOTNEWER
       else
         redis.call('HSET', K.next, id, blob)
@@ -114,6 +114,7 @@ for i = 4, #ARGV, 12 do
       end
       groupdel(old.group, id)
       redis.call('HDEL', K.meta, id)
+      redis.call('HDEL', K.next, id) -- a mark left by a cancel in flight (endseries): the replacement is its own
       redis.call('HSET', K.pool, id, blob)
       put(prio, id, band + tonumber(due))
       groupadd(group, id)
@@ -126,9 +127,14 @@ for i = 4, #ARGV, 12 do
     -- (not one read before it), which follows it: parked once that one is
     -- delivered.
     local score = duescore(id)
-    if score and leased(score) and not readbefore(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)), ARGV[i + 7], seenat > 0)
-        and redis.call('HSETNX', K.next, id, FOLLOWS .. blob) == 1 then
-      r = R.QUEUED
+    if score and leased(score) and not readbefore(blobinfo(blob), blobinfo(redis.call('HGET', K.pool, id)), ARGV[i + 7], seenat > 0) then
+      if redis.call('HSETNX', K.next, id, FOLLOWS .. blob) == 1 then
+        r = R.QUEUED
+      elseif redis.call('HGET', K.next, id) == ENDS then
+        -- its series ends with the occurrence in flight: it follows that
+        redis.call('HSET', K.next, id, ENDS .. FOLLOWS .. blob)
+        r = R.QUEUED
+      end
     end
   end
   if seenat > 0 and ARGV[i + 6] ~= '' and r ~= R.OVERSERIES and r ~= R.OVERSOURCE and ARGV[i + 11] == '1' then

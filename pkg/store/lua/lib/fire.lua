@@ -30,6 +30,7 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
         marks[#marks + 1] = args[i + 1]
       end
       local waiting = anynext and redis.call('HGET', K.next, id)
+      local ends, after = ending(waiting)
       if waiting and follows(waiting) and args[i + 4] ~= '' then
         -- A new message of a series' ID came while an occurrence was in
         -- flight: the series goes on, and it is one more message of that
@@ -37,10 +38,12 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
         redis.call('HDEL', K.next, id)
         waiting = false
       end
-      if waiting == ENDS then
-        -- cancelled in flight (endseries): the series ends here
+      if ends then
+        -- cancelled in flight (endseries): the series ends here, and a
+        -- new message of its ID that came after takes its place
         drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
+        if after ~= '' then promote(id, after) end
       elseif waiting then
         drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)

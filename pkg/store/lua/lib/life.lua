@@ -84,9 +84,17 @@ end
 -- endseries marks a recurring message whose occurrence is in flight as
 -- cancelled: its series ends with that occurrence (no next one is parked
 -- at its ack, and a failed publish is not tried again), and whatever
--- waited for it is dropped. Cancel by ID ends the series.
+-- waited for it is dropped. Cancel by ID ends the series. A new message of
+-- its ID that comes after waits behind the mark (ENDS, then FOLLOWS and
+-- its blob: park.lua) and is parked when the series has ended.
 local function endseries(id, blob)
   if blob and recurs(blob) then redis.call('HSET', K.next, id, ENDS) end
+end
+-- ending reports whether what waits for a message (its Keys.Next value)
+-- ends its series (endseries), and what waits after that ('' none).
+local function ending(waiting)
+  if waiting and string.sub(waiting, 1, #ENDS) == ENDS then return true, string.sub(waiting, #ENDS + 1) end
+  return false, ''
 end
 
 local function promote(id, blob)

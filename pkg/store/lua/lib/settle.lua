@@ -31,9 +31,11 @@ local function retrylease(expiry, args, from, to, top)
     local ok, p, a = claimedattempts(id, expiry, top)
     if ok then
       local waiting = redis.call('HGET', K.next, id)
-      if waiting == ENDS then -- cancelled in flight (endseries): not tried again
+      local ends, after = ending(waiting)
+      if ends then -- cancelled in flight (endseries): not tried again
         drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
+        if after ~= '' then promote(id, after) end
       elseif waiting and not follows(waiting) then
         drop(p, id, mine)
         forget(id, redis.call('HGET', K.pool, id), true)
@@ -63,8 +65,10 @@ local function deadlease(expiry, maxdead, args, from, to, top)
     if ok then
       drop(p, id, mine)
       local waiting = redis.call('HGET', K.next, id)
-      if waiting == ENDS then -- cancelled in flight (endseries)
+      local ends, after = ending(waiting)
+      if ends then -- cancelled in flight (endseries)
         forget(id, redis.call('HGET', K.pool, id), true)
+        if after ~= '' then promote(id, after) end
       elseif waiting then
         forget(id, redis.call('HGET', K.pool, id), true)
         promote(id, waiting)
