@@ -67,6 +67,9 @@ type Source struct {
 	ackSeq uint64
 	sent   []sentAcks
 	forgot uint64
+	// requeued is the number of the last ack that a hand-back (Release)
+	// answered for: not sent, its message delivered again (ConfirmAcks).
+	requeued uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -108,6 +111,10 @@ func (s *Source) ConfirmAcks(ctx context.Context, mark uint64) error {
 		s.mu.Unlock()
 		return fmt.Errorf("rabbitmq ingest %s: acks went out on more channels than are remembered; cannot tell whether the broker processed them", s.cfg.Name)
 	}
+	if s.requeued > mark {
+		s.mu.Unlock()
+		return fmt.Errorf("rabbitmq ingest %s: acks were not sent: the deliveries were handed back (Release), and the broker delivers them again", s.cfg.Name)
+	}
 	var sessions []*session
 	for _, e := range s.sent {
 		if e.last > mark {
@@ -126,6 +133,15 @@ func (s *Source) ConfirmAcks(ctx context.Context, mark uint64) error {
 		}
 	}
 	return nil
+}
+
+// ackRequeued records an ack not sent because Release handed its delivery
+// back, for ConfirmAcks.
+func (s *Source) ackRequeued() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ackSeq++
+	s.requeued = s.ackSeq
 }
 
 // ackSent records an ack sent on sess, for ConfirmAcks.
@@ -473,6 +489,7 @@ func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
 			released := s.released
 			s.mu.Unlock()
 			if released {
+				s.ackRequeued()
 				return nil // requeued by Release
 			}
 			return fmt.Errorf("rabbitmq ingest %s: %w", s.cfg.Name, ErrStaleDelivery)
@@ -493,6 +510,7 @@ func (s *Source) ackFunc(sess *session, tag uint64) ingest.AckFunc {
 				released := s.released
 				s.mu.Unlock()
 				if released {
+					s.ackRequeued()
 					return nil // requeued by Release
 				}
 				return fmt.Errorf("rabbitmq ingest %s: %w (%v)", s.cfg.Name, ErrStaleDelivery, err)

@@ -478,11 +478,21 @@ func TestSourceConfirmAcks(t *testing.T) {
 	if err := s.ConfirmAcks(ctx, first); err != nil {
 		t.Fatalf("ConfirmAcks of the first: %v", err)
 	}
+	a.publishIDs(q, "e")
+	_, ackE := read(t, s)
 	if err := s.Release(ctx); err != nil { // the channel closes
 		t.Fatal(err)
 	}
 	if err := s.ConfirmAcks(ctx, second); err == nil {
 		t.Fatal("ConfirmAcks of the second after the channel closed: nil, want an error")
+	}
+	// An ack that the hand-back answers for (not sent: delivered again).
+	third := s.AckMark()
+	if err := ackE(ctx, nil); err != nil {
+		t.Fatalf("ack of a delivery handed back: %v", err)
+	}
+	if err := s.ConfirmAcks(ctx, third); err == nil {
+		t.Fatal("ConfirmAcks of an ack the hand-back answered for: nil, want an error")
 	}
 	if err := s.ConfirmAcks(ctx, s.AckMark()); err != nil {
 		t.Fatalf("no ack since: %v", err)
