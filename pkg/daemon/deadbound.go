@@ -20,6 +20,7 @@ const deadBoundEvery = time.Second
 func boundDead(ctx context.Context, st *store.Store, sources []string, max int, log *slog.Logger) {
 	t := time.NewTicker(deadBoundEvery)
 	defer t.Stop()
+	var warned time.Time // the last failure logged: at most one a minute while Redis fails
 	for {
 		select {
 		case <-ctx.Done():
@@ -28,8 +29,9 @@ func boundDead(ctx context.Context, st *store.Store, sources []string, max int, 
 		}
 		n, err := st.TrimDeadPerSource(ctx, sources, max)
 		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Warn("limits.max_dead: could not delete the oldest dead messages beyond it; trying again", "err", err)
+		case err != nil && ctx.Err() == nil && time.Since(warned) >= time.Minute:
+			warned = time.Now()
+			log.Warn("limits.max_dead: could not delete the oldest dead messages beyond it; trying again every second", "err", err)
 		case n > 0:
 			log.Debug("limits.max_dead: deleted the oldest dead messages beyond it", "deleted", n, "max_dead", max)
 		}

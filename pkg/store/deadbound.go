@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -13,40 +12,32 @@ import (
 // TrimDeadPerSource deletes, of each source (an ingest's name; "" the
 // admin API) that keeps more than max dead messages across the shards, the
 // oldest beyond max (limits.max_dead), and returns how many it deleted.
-// It reads each shard's tally of the sources' dead messages in one
-// pipeline, and only for a source over max the heads of its runs of
-// deadby (oldest first); the deletes go through the delete-dead script, so
-// a message retried or deleted meanwhile is left alone. Two instances
-// trimming at once pick the same oldest messages. max <= 0: no bound.
+// It counts each source's run of deadby in every shard in one pipeline
+// (ZLEXCOUNT, exact whatever the tally says), and reads only for a source
+// over max the heads of its runs (oldest first); the deletes go through
+// the delete-dead script, so a message retried or deleted meanwhile is
+// left alone. Two instances trimming at once pick the same oldest
+// messages. max <= 0: no bound.
 func (s *Store) TrimDeadPerSource(ctx context.Context, sources []string, max int) (int, error) {
 	if max <= 0 || len(sources) == 0 {
 		return 0, nil
 	}
-	fields := make([]string, len(sources))
-	for i, src := range sources {
-		fields[i] = "d:" + src
-	}
 	pipe := s.rdb.Pipeline()
-	tallies := make([]*redis.SliceCmd, s.shards)
-	for sh := range tallies {
-		tallies[sh] = pipe.HMGet(ctx, s.keys.Tally(sh), fields...)
+	runs := make([][]*redis.IntCmd, len(sources)) // source -> shard -> its count
+	for i, src := range sources {
+		runs[i] = make([]*redis.IntCmd, s.shards)
+		for sh := range s.shards {
+			runs[i][sh] = pipe.ZLexCount(ctx, s.keys.DeadBy(sh), "["+src+"/", "("+src+"0") // '0' follows '/'
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return 0, fmt.Errorf("store.trim_dead: read the tallies: %w", err)
+		return 0, fmt.Errorf("store.trim_dead: count the dead messages: %w", err)
 	}
 	counts := make([][]int, len(sources)) // source -> shard -> dead
-	for i := range counts {
+	for i := range sources {
 		counts[i] = make([]int, s.shards)
-	}
-	for sh, cmd := range tallies {
-		vals, err := cmd.Result()
-		if err != nil && err != redis.Nil {
-			return 0, fmt.Errorf("store.trim_dead shard %d: %w", sh, err)
-		}
-		for i, v := range vals {
-			if str, ok := v.(string); ok {
-				counts[i][sh], _ = strconv.Atoi(str)
-			}
+		for sh, c := range runs[i] {
+			counts[i][sh] = int(c.Val())
 		}
 	}
 	deleted := 0
