@@ -329,9 +329,6 @@ func (s *Store) Reject(ctx context.Context, rs []Rejected) ([]string, error) {
 		for _, i := range pending {
 			reasons[rs[i].Message] = rs[i].Reason
 		}
-		for _, m := range msgs {
-			s.placeByPrint(m)
-		}
 		calls, index := s.groupByShard(msgs, func(m *envelope.Message) []any {
 			return []any{m.ID, s.encode(m), s.codec.SealReason(m.ID, reasons[m]), min(int(m.Priority), MaxPriority)}
 		})
