@@ -125,10 +125,9 @@ func (t *Template) Literal() bool {
 // Expand fills the placeholders from the message's source name and
 // headers. It returns the reason when a placeholder names what the message
 // does not have, or expands to what is not one token: every placeholder but
-// {source} and {source.N:} expands to exactly one token
-// (destination.CheckToken: not empty, no separator, wildcard, white space
-// or control character), and those two to tokens that each are one
-// (destination.CheckTokens). Whether the result is a valid destination for
+// {source.N:} expands to exactly one token (destination.CheckToken: not
+// empty, no separator, wildcard, white space or control character), and
+// that one to tokens that each are one (destination.CheckTokens). Whether the result is a valid destination for
 // its sink is destination.Syntax.Check's concern.
 func (t *Template) Expand(source string, h Headers) (string, string) {
 	if len(t.parts) == 1 && t.parts[0].kind == tmplLiteral {

@@ -14,8 +14,8 @@ ARGV[6]   its group ("" none)
 ARGV[7]   the same under its source's ingest[].max_series (-1: no bound)
 returns   1 if it was dead and is scheduled now; 0 if it was not dead
           (retried, deleted or cancelled meanwhile), R.OVERSERIES or
-          R.OVERSOURCE if it recurs and would be a series past the shard's
-          share of either bound, as park refuses a new one: nothing changed
+          R.OVERSOURCE if it recurs and would be a series past either
+          bound (ARGV[1], ARGV[7]), as park refuses a new one: nothing changed
           then
 ]]
 
