@@ -211,7 +211,7 @@ sinks: [{name: s, nats: {url: %q, jetstream: true}}]
 	if code != 0 || m == nil {
 		t.Fatalf("send --id --delay: exit %d, %q %q", code, out, errOut)
 	}
-	if due, err := time.Parse(time.RFC3339Nano, m[1]); err != nil || due.Before(before.Add(30*time.Minute).Truncate(time.Millisecond)) || due.After(time.Now().Add(30*time.Minute)) {
+	if due, err := time.Parse(time.RFC3339Nano, m[1]); err != nil || due.Before(before.Add(30*time.Minute).Truncate(time.Millisecond)) || due.After(time.Now().Add(30*time.Minute).Truncate(time.Millisecond).Add(time.Millisecond)) { // due times round up to the millisecond
 		t.Errorf("due %s (%v): not 30m from the send", m[1], err)
 	}
 
