@@ -67,3 +67,26 @@ sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
 		t.Errorf("warnings: %q", w)
 	}
 }
+
+// A route whose destination holds {source} is warned about: the whole
+// name is one token there, and a dotted one makes the message dead.
+func TestSourcePlaceholderWarned(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+redis: {addr: "127.0.0.1:6379"}
+ingest:
+  - name: whole
+    nats: {url: "nats://127.0.0.1:4222", subject: "orders.>", stream: ORDERS}
+    route: {sink: out, destination: "fired.{source}", allowed_destinations: ["fired.>"]}
+  - name: tail
+    nats: {url: "nats://127.0.0.1:4222", subject: "events.>", stream: EVENTS}
+    route: {sink: out, destination: "fired.{source.1:}", allowed_destinations: ["fired.>"]}
+sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
+`), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0].String(), "ingest[0].route.destination (whole): \"fired.{source}\": {source} is the message's whole name as one token") ||
+		!strings.Contains(w[0].String(), "{source.1:}") {
+		t.Errorf("warnings: %q", w)
+	}
+}

@@ -519,6 +519,11 @@ func (c *Config) Warnings() Problems {
 		in := &c.Ingest[i]
 		r := &in.Route
 		at := fmt.Sprintf("ingest[%d].route", i)
+		if strings.Contains(strings.ReplaceAll(r.Destination, "{{", ""), "{source}") {
+			w.Add(at+".destination", "%q: {source} is the message's whole name as one token: a name with a dot "+
+				"(a subject orders.created, a topic com.acme.orders) makes the message dead; {source.1:} is the whole name, dots included",
+				r.Destination)
+		}
 		if len(r.AllowedDestinations) > 0 {
 			continue
 		}
