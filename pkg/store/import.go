@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -92,6 +93,8 @@ type importItem struct {
 	args  []any // the script's 8 values
 	size  int
 	dead  bool
+	line  int               // its line, from 1
+	msg   *envelope.Message // what it parks, for the series bounds (seriesQuotasFor)
 }
 
 // Import reads the export format from r and writes each record as a
@@ -117,11 +120,20 @@ func (s *Store) Import(ctx context.Context, r io.Reader, o ImportOptions) (Impor
 	if o.Admit == nil {
 		return ImportStats{}, errors.New("store.import: ImportOptions.Admit is required (the rules of ingest: ops.Service.Import)")
 	}
-	var st ImportStats // lines read, bad ones
+	var st ImportStats            // lines read, bad ones
+	if bad := o.Bad; bad != nil { // the writer tells of lines too (a series past its bound)
+		var mu sync.Mutex
+		o.Bad = func(le *LineError) {
+			mu.Lock()
+			defer mu.Unlock()
+			bad(le)
+		}
+	}
 	w := s.startImportWriter(ctx, o)
 	err := s.importLines(ctx, r, o, batch, maxLine, w, &st)
 	ws, werr := w.close()
 	st.Imported, st.Dead, st.Replaced, st.Known = ws.Imported, ws.Dead, ws.Replaced, ws.Known
+	st.Bad += ws.Bad
 	if werr != nil {
 		return st, werr
 	}
@@ -168,6 +180,7 @@ func (s *Store) importLines(ctx context.Context, r io.Reader, o ImportOptions, b
 			err = fmt.Errorf("longer than %d bytes", maxLine)
 		} else {
 			it, err = s.importItem(line, o)
+			it.line = n
 		}
 		if err != nil {
 			if !errors.Is(err, ErrRefused) {
@@ -211,7 +224,7 @@ func (s *Store) startImportWriter(ctx context.Context, o ImportOptions) *importW
 	go func() {
 		defer close(w.done)
 		for items := range w.batches {
-			if err := s.importBatch(ctx, o.Replace, items, &w.st); err != nil {
+			if err := s.importBatch(ctx, o, items, &w.st); err != nil {
 				w.err = err
 				return
 			}
@@ -296,7 +309,7 @@ func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
 		}
 	}
 	prio := min(int(m.Priority), MaxPriority)
-	it := importItem{shard: s.ShardOf(m.ID), dead: meta.State == StateDead}
+	it := importItem{shard: s.ShardOf(m.ID), dead: meta.State == StateDead, msg: m}
 	blob := s.encode(m)
 	score, state := meta.NextAt.UnixMilli(), "s"
 	metaV := ""
@@ -318,14 +331,27 @@ func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
 	return it, nil
 }
 
-// importBatch writes items, one script call per shard in one pipeline.
-func (s *Store) importBatch(ctx context.Context, replace bool, items []importItem, st *ImportStats) error {
+// importBatch writes items, one script call per shard in one pipeline. A
+// scheduled record that would be a new recurring series past
+// limits.max_series or its ingest's max_series is refused as ingest
+// refuses it: a bad line (o.Bad), nothing of it written.
+func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []importItem, st *ImportStats) error {
 	if len(items) == 0 {
 		return nil
 	}
 	flag := 0
-	if replace {
+	if o.Replace {
 		flag = 1
+	}
+	var live []*envelope.Message
+	for _, it := range items {
+		if !it.dead && it.msg != nil {
+			live = append(live, it.msg)
+		}
+	}
+	quotas, err := s.seriesQuotasFor(ctx, live)
+	if err != nil {
+		return fmt.Errorf("store.import: %w", err)
 	}
 	pos := map[int]int{}
 	var calls []shardCall
@@ -335,10 +361,14 @@ func (s *Store) importBatch(ctx context.Context, replace bool, items []importIte
 		if !ok {
 			c = len(calls)
 			pos[it.shard] = c
-			calls = append(calls, shardCall{shard: it.shard, args: []any{flag}})
+			calls = append(calls, shardCall{shard: it.shard, args: []any{flag, quotas.storeQuota(it.shard)}})
 			index = append(index, nil)
 		}
-		calls[c].args = append(calls[c].args, it.args...)
+		srcQuota := int64(noBound)
+		if !it.dead && it.msg != nil {
+			srcQuota = quotas.sourceQuota(it.shard, it.msg.Ingest)
+		}
+		calls[c].args = append(append(calls[c].args, it.args...), srcQuota)
 		index[c] = append(index[c], i)
 	}
 	inflight := false
@@ -354,6 +384,17 @@ func (s *Store) importBatch(ctx context.Context, replace bool, items []importIte
 			switch v {
 			case 0:
 				st.Known++
+				continue
+			case 4, 5:
+				st.Bad++
+				it := items[index[c][j]]
+				why := "the store holds as many live recurring series as limits.max_series allows"
+				if v == 5 {
+					why = fmt.Sprintf("ingest %q holds as many live recurring series as its max_series allows", it.msg.Ingest)
+				}
+				if o.Bad != nil {
+					o.Bad(&LineError{Line: it.line, Err: fmt.Errorf("%w: %s", ErrRefused, why)})
+				}
 				continue
 			case 2, 3:
 				st.Replaced++

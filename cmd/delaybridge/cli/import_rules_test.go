@@ -182,3 +182,36 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 		t.Errorf("the rejected message lost the control headers ingest kept: %v", info.Message.Headers)
 	}
 }
+
+// Import holds new recurring series to limits.max_series, as ingest does:
+// past it a record is refused with the rule and its line, nothing of it
+// written.
+func TestImportHoldsTheSeriesBound(t *testing.T) {
+	r := testenv.Redis(t)
+	cfg := writeConfig(t, fmt.Sprintf(importRulesConfig, r.Addr, "series")+"limits: {max_series: 1}\n")
+	series := func(f map[string]string) {
+		f["recurrence"] = `{"every":"1h","anchor":` + f["due_at"] + `,"n":1,"missed":"once"}`
+	}
+	file := filepath.Join(t.TempDir(), "in.jsonl")
+	lines := importRecord("s1", series) + importRecord("s2", series) + importRecord("one-shot", nil) + importRecord("s3", series)
+	if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error=skip")
+	for _, want := range []string{
+		"line 2: refused by the rules of ingest: the store holds as many live recurring series as limits.max_series allows",
+		"line 4: refused by the rules of ingest: the store holds as many live recurring series as limits.max_series allows",
+		"imported 2 (0 dead), replaced 0, skipped 0 known, 2 bad line(s)",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	s := store.New(r.Client(), store.Options{Prefix: "series", Shards: 4})
+	if st, err := s.Stats(context.Background()); err != nil || st.Series != 1 || st.Parked != 2 {
+		t.Errorf("stats: %d series, %d parked (%v); want 1 and 2", st.Series, st.Parked, err)
+	}
+}

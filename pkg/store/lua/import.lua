@@ -5,23 +5,35 @@ bytes, due or dead entry, meta, group entry and what waits for it.
 
 ARGV[1]   1: replace a message known under the ID (whatever its state, in
           flight included); 0: leave it alone
-ARGV[2..] per message 8 values: ID, state ("s" scheduled, "d" dead), score
+ARGV[2]   the most live series the shard may hold under limits.max_series
+          (-1: no bound; seriesbound.go)
+ARGV[3..] per message 9 values: ID, state ("s" scheduled, "d" dead), score
           (due time or next attempt for scheduled, time of death for dead,
           Unix ms), priority (0-9), encoded message, meta value ('' none),
           the value of next waiting for the version in flight ('' none),
-          group ('' none)
+          group ('' none), and the same as ARGV[2] under its ingest's
+          max_series (-1: no bound)
 returns   one integer per message: 1 imported; 0 the ID is known (parked, in
           flight or dead) and nothing changed; 2 replaced the known one; 3
           replaced the known one in flight, perhaps committed ahead of its
-          due instant (the caller answers CommitLead later)
+          due instant (the caller answers CommitLead later); 4 (5) a new
+          recurring series past limits.max_series (its ingest's
+          max_series): nothing written
 ]]
 
 local replace = ARGV[1] == '1'
+local quota = tonumber(ARGV[2])
 local out = {}
-for i = 2, #ARGV, 8 do
+for i = 3, #ARGV, 9 do
   local id, score, blob, m, nxt = ARGV[i], ARGV[i + 2], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local r = 1
-  if not replace then
+  local srcquota = tonumber(ARGV[i + 8])
+  local over = ARGV[i + 1] ~= 'd' and (quota >= 0 or srcquota >= 0) and recurs(blob)
+    and (replace or redis.call('HEXISTS', K.pool, id) == 0) -- a known one is skipped, not refused
+    and overseries(quota, id, true, blobinfo(blob).ingest, srcquota)
+  if over then
+    r = over == 'max_series' and 4 or 5
+  elseif not replace then
     if redis.call('HSETNX', K.pool, id, blob) == 0 then r = 0 end
   else
     local old = redis.call('HGET', K.pool, id)
@@ -35,7 +47,7 @@ for i = 2, #ARGV, 8 do
     end
     redis.call('HSET', K.pool, id, blob)
   end
-  if r ~= 0 then
+  if r == 1 or r == 2 or r == 3 then
     if ARGV[i + 1] == 'd' then
       deadadd(id, score, blobinfo(blob).ingest)
     else
