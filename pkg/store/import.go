@@ -90,11 +90,11 @@ const (
 // importItem is a validated record, ready for importScript.
 type importItem struct {
 	shard int
-	args  []any // the script's 8 values
+	args  []any // the script's values of a message but the last (importBatch adds its source's series quota)
 	size  int
 	dead  bool
 	line  int               // its line, from 1
-	msg   *envelope.Message // what it parks, for the series bounds (seriesQuotasFor)
+	recur *envelope.Message // of a recurring message, its ID, ingest and schedule: for the series bounds (seriesQuotasFor)
 }
 
 // Import reads the export format from r and writes each record as a
@@ -309,7 +309,10 @@ func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
 		}
 	}
 	prio := min(int(m.Priority), MaxPriority)
-	it := importItem{shard: s.ShardOf(m.ID), dead: meta.State == StateDead, msg: m}
+	it := importItem{shard: s.ShardOf(m.ID), dead: meta.State == StateDead}
+	if m.Recur != nil {
+		it.recur = &envelope.Message{ID: m.ID, Ingest: m.Ingest, Recur: m.Recur}
+	}
 	blob := s.encode(m)
 	score, state := meta.NextAt.UnixMilli(), "s"
 	metaV := ""
@@ -345,8 +348,8 @@ func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []import
 	}
 	var live []*envelope.Message
 	for _, it := range items {
-		if !it.dead && it.msg != nil {
-			live = append(live, it.msg)
+		if !it.dead && it.recur != nil {
+			live = append(live, it.recur)
 		}
 	}
 	quotas, err := s.seriesQuotasFor(ctx, live)
@@ -365,8 +368,8 @@ func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []import
 			index = append(index, nil)
 		}
 		srcQuota := int64(noBound)
-		if !it.dead && it.msg != nil {
-			srcQuota = quotas.sourceQuota(it.shard, it.msg.Ingest)
+		if !it.dead && it.recur != nil {
+			srcQuota = quotas.sourceQuota(it.shard, it.recur.Ingest)
 		}
 		calls[c].args = append(append(calls[c].args, it.args...), srcQuota)
 		index[c] = append(index[c], i)
@@ -390,7 +393,7 @@ func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []import
 				it := items[index[c][j]]
 				why := "the store holds as many live recurring series as limits.max_series allows"
 				if v == 5 {
-					why = fmt.Sprintf("ingest %q holds as many live recurring series as its max_series allows", it.msg.Ingest)
+					why = fmt.Sprintf("ingest %q holds as many live recurring series as its max_series allows", it.recur.Ingest)
 				}
 				if o.Bad != nil {
 					o.Bad(&LineError{Line: it.line, Err: fmt.Errorf("%w: %s", ErrRefused, why)})
