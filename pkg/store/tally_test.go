@@ -224,15 +224,7 @@ func TestDeadBoundedPerSource(t *testing.T) {
 	}
 	dead := func(step string, want ...string) {
 		t.Helper()
-		infos, err := s.ListDead(ctx, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, in := range infos {
-			got = append(got, in.ID)
-		}
-		slices.Sort(got)
+		got := deadIDs(t, s)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: dead %v, want %v", step, got, want)
@@ -294,15 +286,7 @@ func TestTrimDeadPerSource(t *testing.T) {
 	if err != nil || n != 37 {
 		t.Fatalf("TrimDeadPerSource deleted %d (%v), want 35 of noisy and 2 of the API", n, err)
 	}
-	infos, err := s.ListDead(ctx, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, in := range infos {
-		got = append(got, in.ID)
-	}
-	slices.Sort(got)
+	got := deadIDs(t, s)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("dead after the trim: %v, want each source's newest 5: %v", got, want)
@@ -317,4 +301,19 @@ func TestTrimDeadPerSource(t *testing.T) {
 	if n, err := s.TrimDeadPerSource(ctx, []string{"", "noisy", "calm"}, 5); n != 0 || err != nil {
 		t.Errorf("a second trim deleted %d (%v), want 0", n, err)
 	}
+}
+
+// deadIDs returns the IDs of the store's dead messages, sorted.
+func deadIDs(t *testing.T, s *store.Store) []string {
+	t.Helper()
+	infos, err := s.ListDead(context.Background(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, in := range infos {
+		ids = append(ids, in.ID)
+	}
+	slices.Sort(ids)
+	return ids
 }

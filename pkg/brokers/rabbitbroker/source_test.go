@@ -268,14 +268,21 @@ func TestSourceSend(t *testing.T) {
 	}
 }
 
-// An existing queue is used as it is, quorum queues included.
-func TestSourceExistingQuorumQueue(t *testing.T) {
-	node := testenv.RabbitMQ(t)
+// quorumQueue declares a quorum queue of the test's own.
+func quorumQueue(t *testing.T, a *admin) string {
+	t.Helper()
 	q := unique(t)
-	a := newAdmin(t, node.URL)
 	if _, err := a.ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
 		t.Fatal(err)
 	}
+	return q
+}
+
+// An existing queue is used as it is, quorum queues included.
+func TestSourceExistingQuorumQueue(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	q := quorumQueue(t, a)
 	s := newSource(t, node.URL, q, 10)
 	a.publishIDs(q, "q1")
 	in, ack := read(t, s)
@@ -294,11 +301,8 @@ func TestSourceExistingQuorumQueue(t *testing.T) {
 // same print, so that the store knows it for a re-read.
 func TestQuorumRedeliveryKeepsItsPrint(t *testing.T) {
 	node := testenv.RabbitMQ(t)
-	q := unique(t)
 	a := newAdmin(t, node.URL)
-	if _, err := a.ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
-		t.Fatal(err)
-	}
+	q := quorumQueue(t, a)
 	s := newSource(t, node.URL, q, 10)
 	a.publishIDs(q, "q1")
 	in, ack := read(t, s)
