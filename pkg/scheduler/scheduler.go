@@ -886,22 +886,18 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			postpones = append(postpones, store.RetryAt{ID: m.ID, At: m.Message.DueAt, Reason: err.Error()})
 			earliest(now)
 			fenced++
-		case postponed(err):
-			// A destination that stalled while its sink answered: not the
-			// sink's fault (no hold) and, the first times, not counted.
+		case postponed(err) || sinks.IsAgain(err):
+			// A destination that stalled while its sink answered, or a
+			// publish the sink could not tell was this message's fault (it
+			// answered the others): not the sink's (no hold) and, for a
+			// stall the first times, not counted. Published again soon.
 			at := now.Add(s.p.Backoff.Delay(1, s.p.Rand()))
 			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
 			earliest(at)
 			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
-			s.failures.warn(now, "destination did not answer; publishing it again later, apart from the others", sink, dest, "id", m.ID, "err", err)
-		case sinks.IsAgain(err):
-			// The sink could not tell whether this message was at fault
-			// (it answered the others): published again soon, not
-			// counted, the sink not held.
-			at := now.Add(s.p.Backoff.Delay(1, s.p.Rand()))
-			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
-			earliest(at)
-			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
+			if postponed(err) {
+				s.failures.warn(now, "destination did not answer; publishing it again later, apart from the others", sink, dest, "id", m.ID, "err", err)
+			}
 		case sinks.IsUnavailable(err) && !errors.As(err, new(*lateError)):
 			holds = append(holds, store.Unavailable{ID: m.ID, Band: s.gate.band(sink), DueAt: m.Message.DueAt})
 			s.gate.unavailable(sink, now, err)
