@@ -313,3 +313,24 @@ func TestMigrateDownMarksUntouchedShards(t *testing.T) {
 		t.Errorf("the due set holds %d, want m in flight there at its layout-1 score", n)
 	}
 }
+
+// Migrate down takes out the marks a cancel leaves on a series in flight
+// (endseries), which the previous release would take for a message
+// waiting, and keeps a message that waited behind one.
+func TestMigrateDownDropsTheSeriesEndMarks(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "t", Shards: 1})
+	next := s.Keys().Next(0)
+	rdb.HSet(ctx, next, "ended", "E", "ended-then-new", "EFblob", "replaced", "blob")
+	if _, err := s.MigrateDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rdb.HGetAll(ctx, next).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["ended-then-new"] != "Fblob" || got["replaced"] != "blob" {
+		t.Errorf("Keys.Next after migrate down: %v, want the follower and the replacement, no end mark", got)
+	}
+}

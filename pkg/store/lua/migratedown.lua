@@ -7,11 +7,27 @@ the shard is empty, instead of marking it "2" again. A shard with no
 marker (no script of either layout has written it since the store began,
 or only the previous release has) gets "1" too, for the same reason; one
 marked "1" is left alone. One call per shard, as migrateup.lua.
---! keys: due inflight ahead slot holding layout
+--! keys: due inflight ahead slot holding layout next
 --! include: bulk wire heldkey
 
 returns   how many messages moved into the due sets
 ]]
+
+-- A cancel's mark on a series in flight (ENDS, lib/life.lua endseries) is
+-- this build's alone: the previous release would take it for a message
+-- waiting. It goes, and a message that waited behind it stays; the series
+-- then goes on (the cancel is lost) unless its occurrence settled first.
+local waiting = redis.call('HGETALL', K.next)
+for i = 1, #waiting, 2 do
+  local v = waiting[i + 1]
+  if string.sub(v, 1, #ENDS) == ENDS then
+    if #v == #ENDS then
+      redis.call('HDEL', K.next, waiting[i])
+    else
+      redis.call('HSET', K.next, waiting[i], string.sub(v, #ENDS + 1))
+    end
+  end
+end
 
 local mark = redis.call('GET', K.layout)
 if mark == '1' then return 0 end
