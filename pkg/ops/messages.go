@@ -28,6 +28,9 @@ func (s *Service) inspect(ctx context.Context, id string, content, deadOnly bool
 		return nil, err
 	}
 	info, err := s.p.Store.Inspect(ctx, id)
+	if err == nil && info.State == store.StateInflight && s.settled(ctx, id) {
+		info, err = s.p.Store.Inspect(ctx, id) // its publish here ended: delivered (unknown) or back in its state
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound) && deadOnly, err == nil && deadOnly && info.State != store.StateDead:
 		return nil, noDeadMessage(id)
@@ -46,7 +49,7 @@ func (s *Service) Cancel(ctx context.Context, id string) error {
 	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
-	err := s.p.Store.Cancel(ctx, id)
+	err := s.again(ctx, id, func() error { return s.p.Store.Cancel(ctx, id) })
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return noMessage(id)
@@ -265,7 +268,11 @@ func (s *Service) Reschedule(ctx context.Context, id string, req RescheduleReque
 	if verr != nil {
 		return nil, verr
 	}
-	set, err := s.p.Store.Reschedule(ctx, id, due, ifDueAt)
+	var set time.Time
+	err := s.again(ctx, id, func() (err error) {
+		set, err = s.p.Store.Reschedule(ctx, id, due, ifDueAt)
+		return err
+	})
 	if errors.Is(err, store.ErrDueAtMismatch) {
 		e := conflict("the message's due time is %s, not if_due_at %s: it was changed meanwhile; read it again",
 			envelope.FormatTime(set), envelope.FormatTime(ifDueAt))
@@ -328,7 +335,7 @@ func (s *Service) Fire(ctx context.Context, id string) error {
 	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
-	if err := s.p.Store.Fire(ctx, id); err != nil {
+	if err := s.again(ctx, id, func() error { return s.p.Store.Fire(ctx, id) }); err != nil {
 		return s.changeError(ctx, id, "fired", err)
 	}
 	s.notify(id, s.p.Now())

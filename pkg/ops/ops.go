@@ -30,6 +30,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -126,6 +127,14 @@ type Params struct {
 	// within scheduler.max_sleep). It is called concurrently.
 	Notify func(id string, due time.Time)
 
+	// Settled waits, until ctx ends, for this instance's publishes of the
+	// shard of message id to end and their acks to be written, and reports
+	// whether there were any (the scheduler's Settled): a message met in
+	// flight may then be delivered (unknown) or back in its state, and the
+	// call is made again. nil: the first answer stands. It is called
+	// concurrently.
+	Settled func(ctx context.Context, id string) bool
+
 	// Persistence returns what Redis keeps on disk, for Stats
 	// (StatsView.RedisPersistence); nil leaves it out. The daemon's returns
 	// what it read last; the command line's reads it.
@@ -170,6 +179,34 @@ func (s *Service) notify(id string, due time.Time) {
 	if s.p.Notify != nil {
 		s.p.Notify(id, due)
 	}
+}
+
+// settleWait bounds how long a request that met a message in flight
+// waits for this instance's publish of it to be settled (Params.Settled):
+// a confirmed publish's acks are written in a round trip; past it the
+// message stays in flight, and the answer says so.
+const settleWait = time.Second
+
+// again makes the store call op and, when it met message id in flight
+// while this instance had a publish of the shard under way or acks of one
+// waiting, makes it once more after they are written: a message this
+// instance delivered is then unknown, not in flight.
+func (s *Service) again(ctx context.Context, id string, op func() error) error {
+	err := op()
+	if errors.Is(err, store.ErrInFlight) && s.settled(ctx, id) {
+		err = op()
+	}
+	return err
+}
+
+// settled is Params.Settled within settleWait; false without one.
+func (s *Service) settled(ctx context.Context, id string) bool {
+	if s.p.Settled == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	return s.p.Settled(ctx, id)
 }
 
 // now is the Service's clock in whole milliseconds, the precision of due

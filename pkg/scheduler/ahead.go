@@ -204,6 +204,7 @@ func (s *Scheduler) commitDue(ctx context.Context, st *shardState, h *aheadQueue
 			fire.Messages = append(fire.Messages, hm.m)
 		}
 		for _, fire := range order {
+			st.publishing()
 			ds, again := s.fire(ctx, fire, answered, fences[fire], *offset, tr)
 			keep(ds, fire, answered)
 			if !again.IsZero() && (retryAt.IsZero() || again.Before(retryAt)) {

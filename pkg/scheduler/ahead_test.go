@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -122,5 +123,53 @@ func TestAcksRideWithTheNextCommit(t *testing.T) {
 	}
 	if calls["settle"] > 3 {
 		t.Fatalf("%d settle calls of their own for %d messages, want the acks to ride with the commits: %v", calls["settle"], n, calls)
+	}
+}
+
+// A message its sink confirmed is delivered, not in flight, to whoever asks
+// this instance, even while its ack waits to ride with the shard's next
+// commit: Settled writes the acks this instance holds (or waits for the
+// publish under way) so that a cancel right after the consumer got the
+// message answers "unknown", as for any delivered message, not "in
+// flight". On a real Redis, two messages 40 ms apart on one shard, both
+// claimed ahead: the first one's ack would ride with the second's commit.
+func TestADeliveredMessageIsNotInFlight(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "d", Shards: 1})
+	first := time.Now().Add(500 * time.Millisecond).Truncate(time.Millisecond)
+	var msgs []*envelope.Message
+	for i := range 2 {
+		msgs = append(msgs, &envelope.Message{ID: fmt.Sprintf("m%d", i), DueAt: first.Add(time.Duration(i) * 40 * time.Millisecond),
+			Sink: "s", Destination: "out", Ingest: "in", IngestedAt: time.Now(), Body: []byte("x")})
+	}
+	if _, err := st.Park(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan struct{}, 1)
+	sink := &fakeSink{fail: func(m sinks.Outgoing) error {
+		if m.ID == "m0" {
+			sent <- struct{}{}
+		}
+		return nil
+	}}
+	p := Params{Store: st, Sinks: map[string]sinks.Sink{"s": sink}, Metrics: metrics.New(), Ahead: 2 * time.Second, MaxSleep: 100 * time.Millisecond}
+	withDefaults(&p)
+	sched := New(p)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = sched.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-sent:
+	case <-time.After(30 * time.Second):
+		t.Fatal("m0 was not published")
+	}
+	waitCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if !sched.Settled(waitCtx, "m0") {
+		t.Error("Settled found nothing under way on m0's shard, though m0's publish was")
+	}
+	if err := st.Cancel(ctx, "m0"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("cancel of a delivered message: %v, want store.ErrNotFound", err)
 	}
 }

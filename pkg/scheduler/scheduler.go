@@ -146,6 +146,58 @@ type shardState struct {
 	// pub runs the shard's publishes (set by its loop, which alone calls
 	// fire).
 	pub *publisher
+	// settling is open while a publish of the shard is under way or the
+	// acks of one wait to ride with the shard's next claim or commit, and
+	// closed once they are written (Settled waits on it); nil while
+	// neither. Guarded by settleMu.
+	settleMu sync.Mutex
+	settling chan struct{}
+}
+
+// publishing marks a publish of the shard begun: Settled waits until its
+// acks are written.
+func (st *shardState) publishing() {
+	st.settleMu.Lock()
+	if st.settling == nil {
+		st.settling = make(chan struct{})
+	}
+	st.settleMu.Unlock()
+}
+
+// settled says nothing of the shard is published or waits to be acked
+// any more: Settled's callers go on.
+func (st *shardState) settled() {
+	st.settleMu.Lock()
+	if st.settling != nil {
+		close(st.settling)
+		st.settling = nil
+	}
+	st.settleMu.Unlock()
+}
+
+// Settled waits, until ctx ends, for the publishes this instance has under
+// way on the shard of message id to end and their acks to be in Redis,
+// waking the shard so that acks waiting to ride with its next claim or
+// commit (ackRide, commitRide) go at once. It reports whether there were
+// any and all were written: a message this instance delivered is then
+// gone from Redis, not shown in flight, and one it failed to publish is
+// back in its state. A publish another instance has under way is not
+// waited for. Safe for concurrent use.
+func (s *Scheduler) Settled(ctx context.Context, id string) bool {
+	st := &s.shards[s.p.Store.ShardOf(id)]
+	st.settleMu.Lock()
+	ch := st.settling
+	st.settleMu.Unlock()
+	if ch == nil {
+		return false
+	}
+	st.poke()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // publisher is a shard's goroutine for its publishes, alive as long as the
@@ -414,16 +466,18 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 	// keep adds the acks of a fired batch of lease c (claimed at) to those
 	// waiting, which must be of the same lease.
 	keep := func(ds []store.Done, c *store.Lease, at time.Time) {
-		if len(ds) == 0 {
-			return
-		}
-		if len(acks) > 0 && acksLease.ExpiryMs != c.ExpiryMs {
-			flush(work)
+		if len(ds) > 0 {
+			if len(acks) > 0 && acksLease.ExpiryMs != c.ExpiryMs {
+				flush(work)
+			}
+			if len(acks) == 0 {
+				acksLease, acksAt = c, at
+			}
+			acks = append(acks, ds...)
 		}
 		if len(acks) == 0 {
-			acksLease, acksAt = c, at
+			st.settled()
 		}
-		acks = append(acks, ds...)
 	}
 	// ride hands the acks waiting to the shard's next claim or commit, with
 	// what to do once it is answered: on error they go out on their own.
@@ -436,6 +490,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				flush(work) // on its own, retried until done or the lease ends
 			}
 			acks = nil
+			st.settled()
 		}
 	}
 	var held aheadQueue // claimed ahead, waiting for their due instant
@@ -446,6 +501,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		if len(acks) > 0 {
 			flush(work) // stopping: the last acks go out within the drain budget
 		}
+		st.settled()
 	}()
 	claimAt := s.p.Clock.Now() // when to claim next, on our clock
 	for ctx.Err() == nil {
@@ -519,6 +575,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			if n := len(c.Messages); n > 0 {
 				s.p.Metrics.ClaimBatchSize.Observe(float64(n))
 				if len(due.Messages) > 0 {
+					st.publishing()
 					ds, retryAt := s.fire(work, due, claimedAt, fence, offset, &tr)
 					keep(ds, due, claimedAt)
 					if !retryAt.IsZero() {
@@ -545,6 +602,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 		}
 		if len(acks) > 0 && !soon {
 			flush(work)
+			st.settled()
 		}
 		st.planned.Store(claimAt.Add(offset + s.p.Ahead).UnixMilli())
 		wait := wakeAt.Sub(s.p.Clock.Now())
@@ -614,9 +672,9 @@ const ackRide = 2 * time.Millisecond
 // ahead, just before its instant) must be for the acks to wait for it
 // instead. At a moderate rate each commit and each ack carries about one
 // message, and a call's fixed part is most of what a message costs Redis:
-// riding with the commit makes two calls per message one. Until then the
-// published message shows as in flight; a cancel of it is refused as it
-// would be a moment before.
+// riding with the commit makes two calls per message one. Until then Redis
+// shows the published message in flight; the admin API asks Settled, which
+// sends the acks at once, before it answers so.
 const commitRide = 50 * time.Millisecond
 
 func earliest(a, b time.Time) time.Time {

@@ -7,7 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // TestCancelAnswered204IsNeverPublished: cancels sent from 40 ms before to
@@ -70,4 +75,54 @@ func TestCancelAnswered204IsNeverPublished(t *testing.T) {
 		}
 	}
 	t.Logf("answers: %s", fmt.Sprint(count))
+}
+
+// TestDeliveredIsUnknownAtOnce: a consumer that cancels or reads a message
+// the moment it gets it hears that it is unknown (404: delivered), not in
+// flight (409), though its ack may be waiting to ride with the shard's next
+// commit, here that of a message due 40 ms later on the same shard.
+func TestDeliveredIsUnknownAtOnce(t *testing.T) {
+	e := newNATSEnv(t, "", "")
+	nc, err := nats.Connect(e.nats.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("fired.delivered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pairs = 8
+	due := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	firsts := map[string]bool{}
+	for i := range pairs {
+		first := fmt.Sprintf("first-%d", i)
+		next := first
+		for j := 0; next == first || store.ShardOf(next, config.DefaultShards) != store.ShardOf(first, config.DefaultShards); j++ {
+			next = fmt.Sprintf("next-%d-%d", i, j)
+		}
+		firsts[first] = true
+		at := due.Add(time.Duration(i) * 150 * time.Millisecond)
+		for id, at := range map[string]time.Time{first: at, next: at.Add(40 * time.Millisecond)} {
+			e.publish("delayed.delivered", []byte("x"), envelope.HeaderDeliverAt, at.UTC().Format(time.RFC3339Nano),
+				envelope.HeaderMessageID, id, envelope.HeaderDestination, "fired.delivered")
+		}
+	}
+	for seen := 0; seen < pairs; {
+		m, err := sub.NextMsg(30 * time.Second)
+		if err != nil {
+			t.Fatalf("after %d of the %d first messages: %v", seen, pairs, err)
+		}
+		id := m.Header.Get(envelope.HeaderMessageID)
+		if !firsts[id] {
+			continue
+		}
+		seen++
+		if code, body := e.d.do(http.MethodDelete, "/v1/messages/"+id, nil); code != http.StatusNotFound {
+			t.Errorf("DELETE of %s, delivered: %d %s, want 404", id, code, body)
+		}
+		if code, body := e.d.get("/v1/messages/"+id, nil); code != http.StatusNotFound {
+			t.Errorf("GET of %s, delivered: %d %s, want 404", id, code, body)
+		}
+	}
 }
