@@ -97,19 +97,13 @@ func TestAcksRideWithTheNextCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := &fakeSink{}
-	p := Params{Store: st, Sinks: map[string]sinks.Sink{"s": sink}, Metrics: metrics.New(), Ahead: 2 * time.Second, MaxSleep: 100 * time.Millisecond}
-	withDefaults(&p)
-	sched := New(p)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = sched.Run(runCtx); close(done) }()
-	defer func() { cancel(); <-done }()
+	_, stop := runAhead(st, sink)
+	defer stop()
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		s, err := st.Stats(ctx)
 		return err == nil && s.Parked == 0
 	}, "the messages were not all acked")
-	cancel()
-	<-done
+	stop()
 	sink.mu.Lock()
 	published := len(sink.published)
 	sink.mu.Unlock()
@@ -152,13 +146,8 @@ func TestADeliveredMessageIsNotInFlight(t *testing.T) {
 		}
 		return nil
 	}}
-	p := Params{Store: st, Sinks: map[string]sinks.Sink{"s": sink}, Metrics: metrics.New(), Ahead: 2 * time.Second, MaxSleep: 100 * time.Millisecond}
-	withDefaults(&p)
-	sched := New(p)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = sched.Run(runCtx); close(done) }()
-	defer func() { cancel(); <-done }()
+	sched, stop := runAhead(st, sink)
+	defer stop()
 	select {
 	case <-sent:
 	case <-time.After(30 * time.Second):
@@ -172,4 +161,16 @@ func TestADeliveredMessageIsNotInFlight(t *testing.T) {
 	if err := st.Cancel(ctx, "m0"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("cancel of a delivered message: %v, want store.ErrNotFound", err)
 	}
+}
+
+// runAhead runs a scheduler on the real store st with sink "s", claiming
+// 2 s ahead; stop ends it and waits for it, and may be called again.
+func runAhead(st *store.Store, sink sinks.Sink) (sched *Scheduler, stop func()) {
+	p := Params{Store: st, Sinks: map[string]sinks.Sink{"s": sink}, Metrics: metrics.New(), Ahead: 2 * time.Second, MaxSleep: 100 * time.Millisecond}
+	withDefaults(&p)
+	sched = New(p)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = sched.Run(ctx); close(done) }()
+	return sched, sync.OnceFunc(func() { cancel(); <-done })
 }
