@@ -94,6 +94,8 @@ func TestCheck(t *testing.T) {
 		{name: "kafka bad char", s: Kafka, dest: "$JS.API.STREAM.DELETE.X", want: destination.ErrInvalid},
 		{name: "kafka too long", s: Kafka, dest: strings.Repeat("a", 250), want: destination.ErrInvalid},
 		{name: "kafka topic", s: Kafka, dest: "online-videos_1.x"},
+		{name: "nats subject too long for a publish's protocol line", s: NATS, dest: "fired." + strings.Repeat("x", 4100), want: destination.ErrInvalid, reason: "max_control_line"},
+		{name: "nats long subject", s: NATS, dest: "fired." + strings.Repeat("x", 1000)},
 		{name: "rabbit any key", s: RabbitMQ, dest: "$anything goes#"},
 		{name: "rabbit too long", s: RabbitMQ, dest: strings.Repeat("a", 256), want: destination.ErrInvalid},
 		{name: "rabbit pattern", s: RabbitMQ, dest: "orders.eu.late", allowed: []string{"orders.#"}, chosen: true},

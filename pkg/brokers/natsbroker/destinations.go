@@ -22,9 +22,21 @@ var Destinations = destination.Syntax{
 	Patterns: destination.Subjects{},
 }
 
+// maxSubject is the longest subject a sink publishes to. nats-server
+// answers a protocol line longer than its max_control_line (4,096 bytes
+// unless configured) with an error and closes the connection, which
+// nats.go then never reopens; a publish's line holds, besides the subject,
+// its verb, a reply inbox (JetStream) and two sizes, for which 256 bytes
+// are kept.
+const maxSubject = 4096 - 256
+
 // invalidSubject returns why dest is not a subject a message is published
-// to, or "": an empty token, a wildcard token, white space.
+// to, or "": too long (maxSubject), an empty token, a wildcard token, white
+// space.
 func invalidSubject(dest string) string {
+	if len(dest) > maxSubject {
+		return fmt.Sprintf("NATS subject %q is %d bytes, over the %d a publish's protocol line has room for (nats-server's max_control_line is 4096 by default)", destination.Printable(dest), len(dest), maxSubject)
+	}
 	for rest := dest; ; {
 		t, tail, more := strings.Cut(rest, destination.Separator)
 		switch {
