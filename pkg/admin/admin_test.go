@@ -321,6 +321,29 @@ func TestAuth(t *testing.T) {
 			}
 		})
 	}
+	// Without the token, the answer is 401 whatever else is wrong with the
+	// request: a body that is not JSON (curl -d sends a form's type), or a
+	// page of another origin.
+	for _, h := range []map[string]string{
+		{"Content-Type": "application/x-www-form-urlencoded"},
+		{"Content-Type": "application/json", "Origin": "https://elsewhere.example", "Sec-Fetch-Site": "cross-site"},
+	} {
+		req, err := http.NewRequest("POST", e.url+"/v1/messages", strings.NewReader(`{"delay":1,"sink":"rabbit","destination":"q"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST /v1/messages without the token, %v: %d, want 401", h, resp.StatusCode)
+		}
+	}
 	if strings.Contains(e.logs.String(), testToken) {
 		t.Errorf("the token appears in the log")
 	}

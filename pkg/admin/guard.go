@@ -106,14 +106,24 @@ func jsonBody(r *http.Request) bool {
 	return true
 }
 
-// guard runs the guards for r and answers the refusal; false means the
-// request must not go further.
-func (s *Server) guard(w http.ResponseWriter, r *http.Request) bool {
+// guardHost refuses a request for a Host this server does not answer to,
+// and answers the refusal; false means the request must not go further.
+// It runs first: a name rebound to this address learns nothing, not even
+// whether a token is needed.
+func (s *Server) guardHost(w http.ResponseWriter, r *http.Request) bool {
 	if !s.hosts.allows(r) {
 		writeError(w, http.StatusForbidden, "Host "+quoteHost(r.Host)+" is not one this server answers to; "+
 			"use the address it listens on, or add the name to admin.allowed_hosts")
 		return false
 	}
+	return true
+}
+
+// guardChange refuses a state-changing request from a page of another
+// origin or with a body that is not JSON, and answers the refusal; false
+// means the request must not go further. It runs after the token check,
+// so that a request without the token is a 401 whatever else it is.
+func (s *Server) guardChange(w http.ResponseWriter, r *http.Request) bool {
 	if safeMethod(r) {
 		return true
 	}

@@ -247,10 +247,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if !s.guard(rec, r) {
+	if !s.guardHost(rec, r) {
 		return
 	}
 	if needsToken(r) && !s.authorized(rec, r) {
+		return
+	}
+	if !s.guardChange(rec, r) {
 		return
 	}
 	s.router.ServeHTTP(rec, r)
