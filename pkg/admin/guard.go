@@ -137,6 +137,12 @@ func (s *Server) guardChange(w http.ResponseWriter, r *http.Request) bool {
 			quoteHost(r.Header.Get("Content-Type"))+")")
 		return false
 	}
+	if r.Method == http.MethodDelete && r.ContentLength != 0 {
+		// Nothing reads it: a purge whose filters came in a body would
+		// delete every dead message.
+		writeError(w, http.StatusBadRequest, "a DELETE takes no body: give its filters as query parameters (DELETE /v1/dead?group=...)")
+		return false
+	}
 	return true
 }
 

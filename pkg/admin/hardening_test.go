@@ -657,6 +657,16 @@ func TestEmptyFiltersRefused(t *testing.T) {
 			t.Errorf("%s: %d, want 400 saying the query is not validly URL-encoded: %.300s", req, r.status, r.body)
 		}
 	}
+	// A filter in a body is not read: the purge is refused, not made of
+	// every dead message.
+	for _, body := range []string{`{"group":"none"}`, `{}`} {
+		if r := e.do("DELETE", "/v1/dead", body); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "query") {
+			t.Errorf("DELETE /v1/dead with the body %s: %d, want 400 saying filters go in the query: %.300s", body, r.status, r.body)
+		}
+	}
+	if r := e.do("DELETE", "/v1/messages/A", `{"x":1}`); r.status != http.StatusBadRequest {
+		t.Errorf("DELETE /v1/messages/A with a body: %d, want 400: %.300s", r.status, r.body)
+	}
 	if n := dead(); n != 3 {
 		t.Fatalf("%d dead messages left after refused purges, want 3", n)
 	}
