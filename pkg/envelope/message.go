@@ -175,11 +175,6 @@ type Message struct {
 	// Redelivered is Incoming.Redelivered, for the store's re-read check
 	// (see Origin). Not stored.
 	Redelivered bool
-	// GeneratedID marks an ID Parse made up: the message had none and its
-	// broker gives no position (an AMQP publish without message_id), so a
-	// redelivery of it is given another, and the store knows it for a
-	// re-read by its content print instead (Origin). Not stored.
-	GeneratedID bool
 }
 
 // Origin is where a message sits in its broker's own order: what tells a

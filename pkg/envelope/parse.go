@@ -201,11 +201,9 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	p := parser{in: in, r: r, lim: lim, now: now, published: published}
 
 	rd, dialectErr := p.reader()
-	generated := false
-	id, idErr := rd.id(&p, func() string { generated = true; return newID() })
+	id, idErr := rd.id(&p, newID)
 	msg := &Message{
 		ID:          id,
-		GeneratedID: generated,
 		DueAt:       now,
 		Sink:        r.Sink,
 		Destination: r.Destination,

@@ -1105,26 +1105,6 @@ func TestParseDoesNotCallNewIDNeedlessly(t *testing.T) {
 	}
 }
 
-// An ID Parse made up is marked so (the store then knows a redelivery by
-// its print); one the message or its broker gave is not.
-func TestParseMarksAGeneratedID(t *testing.T) {
-	newID, _ := genIDs()
-	for _, c := range []struct {
-		in        *Incoming
-		generated bool
-	}{
-		{&Incoming{Headers: hdrs(HeaderDelay, "1")}, true},
-		{&Incoming{Headers: hdrs(HeaderDelay, "1", HeaderMessageID, "given")}, false},
-		{&Incoming{Headers: hdrs(HeaderDelay, "1"), NativeID: "amqp-id"}, false},
-		{&Incoming{Headers: hdrs(HeaderDelay, "1"), Origin: Origin{Log: "orders/0", Pos: 7}}, false},
-	} {
-		d := Parse(c.in, testRoute(), testLimits, testNow, newID)
-		if d.Message.GeneratedID != c.generated {
-			t.Errorf("ID %q: GeneratedID %v, want %v", d.Message.ID, d.Message.GeneratedID, c.generated)
-		}
-	}
-}
-
 // testLimits are the configuration's default limits.
 var testLimits = Limits{
 	MaxDelay:        365 * 24 * time.Hour,

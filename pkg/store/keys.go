@@ -78,9 +78,7 @@ import (
 //	                           log (L bytes long; "" without one) and its
 //	                           position in the log; without a log (AMQP), the
 //	                           content print of a delivery parked and not yet
-//	                           confirmed acked (see envelope.Origin), under
-//	                           "p:<print in hex>" for a message whose ID was
-//	                           made up (Store.seenFieldOf)
+//	                           confirmed acked (see envelope.Origin)
 //	<prefix>:{N}:done:<L>:<log>:<ID>
 //	                           the same as one string with a TTL, as builds
 //	                           before the seen buckets wrote it: read, never

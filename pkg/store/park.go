@@ -114,9 +114,6 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	for _, m := range msgs {
-		s.placeByPrint(m)
-	}
 	quotas, err := s.seriesQuotasFor(ctx, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("store.park: %w", err)
@@ -133,7 +130,7 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 			nolog = 1
 		}
 		return []any{m.ID, ms(m.DueAt), min(int(m.Priority), MaxPriority), s.encode(m), replace, s.codec.GroupIndex(m.Group), doneMark(m.Origin), redelivered,
-			s.seenFieldOf(m), m.Ingest, quotas.sourceQuota(s.ShardOf(m.ID), m.Ingest), nolog}
+			SeenField(m.ID, m.Origin.Log), m.Ingest, quotas.sourceQuota(s.ShardOf(m.ID), m.Ingest), nolog}
 	})
 	now := time.Now()
 	var seenAt int64
@@ -170,38 +167,6 @@ func (s *Store) park(ctx context.Context, msgs []*envelope.Message, queue bool) 
 		}
 	}
 	return res, nil
-}
-
-// byPrint reports whether the dedupe window knows m by its content print
-// rather than its ID: an ID made up for a message without one (no ID and
-// no log, an AMQP publish without message_id), which a redelivery of it
-// does not get again.
-func (s *Store) byPrint(m *envelope.Message) bool {
-	return s.dedupe > 0 && m.GeneratedID && m.Origin.Log == "" && m.Origin.Print != 0
-}
-
-// seenFieldOf is m's field in the dedupe window's buckets: SeenField of
-// its ID and log, or, known by its print (byPrint), "p:" and the print in
-// hex, which no SeenField begins with.
-func (s *Store) seenFieldOf(m *envelope.Message) string {
-	if s.byPrint(m) {
-		return "p:" + strconv.FormatUint(m.Origin.Print, 16)
-	}
-	return SeenField(m.ID, m.Origin.Log)
-}
-
-// placeByPrint gives a message known by its print (byPrint) a new ID in
-// the shard its print names, so that a redelivery, whose ID is made up
-// anew, is parked in the same shard and finds the first delivery's mark:
-// a re-read, not a new message. A shard is one in s.shards: a few draws.
-func (s *Store) placeByPrint(m *envelope.Message) {
-	if !s.byPrint(m) {
-		return
-	}
-	want := int(m.Origin.Print % uint64(s.shards))
-	for s.ShardOf(m.ID) != want {
-		m.ID = envelope.NewID()
-	}
 }
 
 // doneMark is what the dedupe window remembers of a message, in its key
@@ -257,7 +222,7 @@ func (s *Store) AcksConfirmed(ctx context.Context, msgs []*envelope.Message) err
 	n := 0
 	for _, m := range msgs {
 		if m.Origin.Log == "" && m.Origin.Print != 0 {
-			shard, f := s.ShardOf(m.ID), s.seenFieldOf(m)
+			shard, f := s.ShardOf(m.ID), SeenField(m.ID, m.Origin.Log)
 			for _, k := range []int64{b.cur - 1, b.cur, b.cur + 1} {
 				pipe.HDel(ctx, s.keys.Seen(shard, k), f)
 			}
