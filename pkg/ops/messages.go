@@ -44,15 +44,31 @@ func (s *Service) inspect(ctx context.Context, id string, content, deadOnly bool
 }
 
 // Cancel deletes a parked or dead message, so that it is never published;
-// a message being published is refused (ErrConflict, with RetryAfter).
+// a message being published is refused (ErrConflict, with RetryAfter),
+// after waiting for this instance's publish of it (Params.Settled): a
+// message that publish delivered is then unknown, and a series whose
+// occurrence it was has ended with it (store.ErrSeriesEnds): cancelled.
 func (s *Service) Cancel(ctx context.Context, id string) error {
 	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
-	err := s.again(ctx, id, func() error { return s.p.Store.Cancel(ctx, id) })
+	err := s.p.Store.Cancel(ctx, id)
+	ends := errors.Is(err, store.ErrSeriesEnds)
+	if errors.Is(err, store.ErrInFlight) && s.settled(ctx, id) {
+		err = s.p.Store.Cancel(ctx, id)
+		if ends && errors.Is(err, store.ErrNotFound) {
+			return nil // the occurrence in flight was its series' last: nothing more of it is published
+		}
+		ends = errors.Is(err, store.ErrSeriesEnds)
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return noMessage(id)
+	case ends:
+		e := conflict("message %s is an occurrence of a series being published now, which cannot be stopped; "+
+			"its series ends with it: nothing after it is published", quote(id))
+		e.RetryAfter = inFlightRetry
+		return e
 	case errors.Is(err, store.ErrInFlight):
 		return inFlight(id, "cancelled")
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -15,7 +16,8 @@ var cancelScript = loadScript("cancel")
 // (never parked, cancelled, or delivered already) and ErrInFlight for a
 // message being published under a lease (its publish may be under way:
 // cancel again once it is settled; a failed publish makes it scheduled
-// again). A message claimed ahead is not in flight until the commit just
+// again); for an occurrence of a series, ErrSeriesEnds with it: the series
+// ends with that occurrence. A message claimed ahead is not in flight until the commit just
 // before its due instant, and Cancel takes it from the claim. A cancelled
 // message read from a log leaves its position in the dedupe window, so
 // that its ingest reading it again does not park it again.
@@ -31,6 +33,15 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 		return ErrNotFound
 	case 2:
 		return ErrInFlight
+	case 3:
+		return errSeriesInFlight
 	}
 	return nil
 }
+
+// ErrSeriesEnds is returned, with ErrInFlight, for a cancel that met an
+// occurrence of a recurring message in flight: that occurrence may still
+// be published, and its series ends with it (nothing more of it is).
+var ErrSeriesEnds = errors.New("store: its series ends with the occurrence in flight")
+
+var errSeriesInFlight = fmt.Errorf("%w; %w", ErrInFlight, ErrSeriesEnds)

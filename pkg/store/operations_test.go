@@ -413,8 +413,8 @@ func TestCancelInFlightEndsTheSeries(t *testing.T) {
 	// Acked: no next occurrence.
 	park(t, s, store.Parked, series("a"))
 	c := claim("a")
-	if err := s.Cancel(ctx, "a"); !errors.Is(err, store.ErrInFlight) {
-		t.Fatalf("cancel in flight: %v, want ErrInFlight", err)
+	if err := s.Cancel(ctx, "a"); !errors.Is(err, store.ErrInFlight) || !errors.Is(err, store.ErrSeriesEnds) {
+		t.Fatalf("cancel in flight: %v, want ErrInFlight and ErrSeriesEnds", err)
 	}
 	next := *series("a")
 	next.DueAt, next.Recur = due.Add(time.Minute), &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 2}

@@ -10,8 +10,9 @@ ARGV[1]   message ID
 ARGV[2]   when that bucket expires (Unix ms; 0: the window is off)
 returns   0 unknown; 1 forgotten (parked, claimed ahead and not committed,
           under a lease that expired, or dead: it will not be published);
-          2 in flight: it may be published (a recurring one's series ends
-          with it: endseries)
+          2 in flight: it may be published; 3 an occurrence of a series in
+          flight: it may be published, and its series ends with it
+          (endseries): nothing of it is published after it
 ]]
 
 local id = ARGV[1]
@@ -19,7 +20,7 @@ local blob = redis.call('HGET', K.pool, id)
 if not blob then return 0 end
 local score = duescore(id)
 if firing(score, servertime()) then
-  endseries(id, blob)
+  if endseries(id, blob) then return 3 end
   return 2
 end
 unschedule(id)

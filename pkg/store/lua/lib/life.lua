@@ -86,9 +86,14 @@ end
 -- at its ack, and a failed publish is not tried again), and whatever
 -- waited for it is dropped. Cancel by ID ends the series. A new message of
 -- its ID that comes after waits behind the mark (ENDS, then FOLLOWS and
--- its blob: park.lua) and is parked when the series has ended.
+-- its blob: park.lua) and is parked when the series has ended. It
+-- reports whether it marked one.
 local function endseries(id, blob)
-  if blob and recurs(blob) then redis.call('HSET', K.next, id, ENDS) end
+  if blob and recurs(blob) then
+    redis.call('HSET', K.next, id, ENDS)
+    return true
+  end
+  return false
 end
 -- ending reports whether what waits for a message (its Keys.Next value)
 -- ends its series (endseries), and what waits after that ('' none).

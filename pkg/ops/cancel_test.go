@@ -1,0 +1,84 @@
+package ops_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// A cancel that meets a message in flight while this instance publishes
+// it (Params.Settled) answers as things stand once that publish is
+// written: a one-shot message delivered is unknown (404); an occurrence of
+// a series is the series' last, so the cancel took (204: nothing more of
+// it is published). Without Settled (another instance publishes) both are
+// 409, and the series' says that it ends with the occurrence.
+func TestCancelMeetsAPublishOfThisInstance(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "o", Shards: 1})
+	due := time.Now().Add(-time.Millisecond).Truncate(time.Millisecond)
+	message := func(id string, recur bool) *envelope.Message {
+		m := &envelope.Message{ID: id, DueAt: due, Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x")}
+		if recur {
+			m.Recur = &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 1}
+		}
+		return m
+	}
+	for _, c := range []struct {
+		id      string
+		recur   bool
+		settled bool
+		want    error // nil: 204
+		words   string
+	}{
+		{"once", false, true, ops.ErrNotFound, "no message"},
+		{"series", true, true, nil, ""},
+		{"once-elsewhere", false, false, ops.ErrConflict, "being published"},
+		{"series-elsewhere", true, false, ops.ErrConflict, "its series ends"},
+	} {
+		m := message(c.id, c.recur)
+		if _, err := st.Park(ctx, []*envelope.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := st.Claim(ctx, 0, 10, time.Minute, nil)
+		if err != nil || len(lease.Messages) != 1 {
+			t.Fatalf("%s: claim %+v %v", c.id, lease, err)
+		}
+		// The publish confirmed: the scheduler acks it, a series' with
+		// its next occurrence.
+		ack := func() {
+			d := store.Done{ID: c.id}
+			if c.recur {
+				next := *m
+				next.DueAt, next.Recur = due.Add(time.Minute), &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 2}
+				d.Next = &next
+			}
+			if _, err := st.Ack(ctx, lease, []store.Done{d}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := ops.Params{Store: st}
+		if c.settled {
+			p.Settled = func(context.Context, string) bool { ack(); return true }
+		}
+		err = ops.New(p).Cancel(ctx, c.id)
+		switch {
+		case c.want == nil && err != nil:
+			t.Errorf("%s: cancel: %v, want nil (204)", c.id, err)
+		case c.want != nil && (!errors.Is(err, c.want) || !strings.Contains(err.Error(), c.words)):
+			t.Errorf("%s: cancel: %v, want %v saying %q", c.id, err, c.want, c.words)
+		}
+		if !c.settled {
+			ack()
+		}
+		if _, err := st.Inspect(ctx, c.id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: after its publish: %v, want not found (nothing more of it)", c.id, err)
+		}
+	}
+}
