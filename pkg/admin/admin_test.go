@@ -551,7 +551,7 @@ func TestPostInvalid(t *testing.T) {
 		{"empty header name", valid(map[string]any{"headers": map[string]string{"": "a"}}), "header name is empty"},
 		{"bad header name", valid(map[string]any{"headers": map[string]string{"a b": "a"}}), "contains a space"},
 		{"bad header value", valid(map[string]any{"headers": map[string]string{"a": "x\r\ny"}}), "NUL, CR or LF"},
-		{"header value number", valid(map[string]any{"headers": map[string]any{"a": 1}}), "must be a string"},
+		{"header value number", valid(map[string]any{"headers": map[string]any{"a": 1}}), "must be an object of strings, not one with a value of type number"},
 		{"headers too large", valid(map[string]any{"headers": map[string]string{"a": strings.Repeat("v", 40)}}), "limits.max_header_bytes 40"},
 		{"no body", valid(map[string]any{"body": nil}), "body is required"},
 		{"body and base64", valid(map[string]any{"body_base64": "aGk="}), "not both"},

@@ -65,7 +65,7 @@ func Decode(raw []byte, dst any) (int, string) {
 	strict := json.NewDecoder(bytes.NewReader(raw))
 	strict.DisallowUnknownFields()
 	if err := strict.Decode(dst); err != nil {
-		return decodeError(err)
+		return decodeError(err, t)
 	}
 	return 0, ""
 }
@@ -176,7 +176,7 @@ func syntaxReason(err error) string {
 	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
-	_, reason := decodeError(err)
+	_, reason := decodeError(err, nil)
 	return reason
 }
 
@@ -294,8 +294,9 @@ func hex4(b []byte) rune {
 	return r
 }
 
-// decodeError turns a JSON decoding error into a status and a reason.
-func decodeError(err error) (int, string) {
+// decodeError turns a JSON decoding error of a value of type t (nil: not
+// known) into a status and a reason.
+func decodeError(err error, t reflect.Type) (int, string) {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -307,10 +308,38 @@ func decodeError(err error) (int, string) {
 		if typ.Field == "" {
 			return http.StatusBadRequest, "the request body must be a JSON object"
 		}
-		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", jsonlimit.Clip(typ.Field, maxQuoted), jsonKind(typ.Type.String()),
+		field, ft := apiPath(t, typ.Field)
+		if ft != nil && ft.Kind() == reflect.Map {
+			return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not one with a value of type %s", jsonlimit.Clip(field, maxQuoted), jsonKind(ft.String()),
+				jsonlimit.Clip(typ.Value, maxQuoted))
+		}
+		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", jsonlimit.Clip(field, maxQuoted), jsonKind(typ.Type.String()),
 			jsonlimit.Clip(typ.Value, maxQuoted))
 	}
 	return http.StatusBadRequest, fmt.Sprintf("the request body cannot be read: %v", err)
+}
+
+// apiPath is the path of encoding/json's UnmarshalTypeError.Field in a
+// value of type t as the API names it: without the Go names of embedded
+// structs, which encoding/json puts in ("Options.priority"); and the type
+// of the field it ends at (nil when not found).
+func apiPath(t reflect.Type, path string) (string, reflect.Type) {
+	var out []string
+	for _, seg := range strings.Split(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			out, t = append(out, seg), nil
+			continue
+		}
+		if f, ok := t.FieldByName(seg); ok && f.Anonymous && f.Tag.Get("json") == "" {
+			t = f.Type // an embedded struct: its fields are the outer's
+			continue
+		}
+		out, t = append(out, seg), jsonFields(t)[seg]
+	}
+	return strings.Join(out, "."), t
 }
 
 func jsonKind(goType string) string {

@@ -61,6 +61,8 @@ func TestDecode(t *testing.T) {
 		{`{"sink":"s"} {}`, "exactly one JSON object"},
 		{`[]`, "must be a JSON object"},
 		{`{"count":"x"}`, `field "count" must be an integer`},
+		{`{"group":7}`, `field "group" must be a string, not number`}, // the embedded struct's name is not the API's
+		{`{"headers":{"a":1}}`, `field "headers" must be an object of strings, not one with a value of type number`},
 		{``, "empty request body"},
 	} {
 		var r request
