@@ -630,7 +630,7 @@ func TestEmptyFiltersRefused(t *testing.T) {
 	for _, p := range []string{"sink", "destination", "ingest", "state", "cursor", "limit"} {
 		requests = append(requests, "GET /v1/groups/g?"+p+"=")
 	}
-	requests = append(requests, "GET /v1/dead?limit=", "GET /v1/messages/A?body=")
+	requests = append(requests, "GET /v1/dead?limit=", "GET /v1/messages/A?body=", "GET /v1/groups/no-such-group?limit=0")
 	// Malformed: blank, a control character, a group over max_id_bytes.
 	for _, q := range []string{"sink=%20", "destination=%09", "ingest=a%00b", "group=g%E2%80%AE", "group=" + strings.Repeat("g", 257), "dead_after=soon"} {
 		requests = append(requests, "DELETE /v1/dead?"+q, "GET /v1/dead?"+q)

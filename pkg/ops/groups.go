@@ -9,17 +9,17 @@ func (s *Service) Group(ctx context.Context, key string, q ListQuery) (*GroupVie
 	if err := s.checkID("key", "the group", key); err != nil {
 		return nil, err
 	}
+	q.Group = key
+	bq, verr := s.listBrowse(q) // a query that is wrong is a 400 whether or not the group exists
+	if verr != nil {
+		return nil, verr
+	}
 	n, err := s.p.Store.GroupSize(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, noGroup(key)
-	}
-	q.Group = key
-	bq, verr := s.listBrowse(q)
-	if verr != nil {
-		return nil, verr
 	}
 	v, err := s.browse(ctx, bq, q.Content)
 	if err != nil {
