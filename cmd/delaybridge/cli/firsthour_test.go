@@ -232,6 +232,14 @@ sinks: [{name: s, nats: {url: %q, jetstream: true}}]
 	if code != 2 || out != "" || !strings.Contains(errOut, "give --delay or --at, not both") || strings.Contains(errOut, "none of the others can be") {
 		t.Errorf("send --delay --at: exit %d, %q %q", code, out, errOut)
 	}
+	// An ID the daemon would not take is refused before anything is sent:
+	// an empty --id, and one over limits.max_id_bytes (256 by default).
+	for _, id := range []string{"", strings.Repeat("i", 257)} {
+		code, out, errOut = run(t, "send", "-c", cfg, "--ingest", "in", "--delay", "5s", "--id", id, "x")
+		if code != 2 || out != "" || !strings.Contains(errOut, "--id") {
+			t.Errorf("send --id of %d bytes: exit %d, %q %q", len(id), code, out, errOut)
+		}
+	}
 	code, _, errOut = run(t, "send", "-c", cfg, "--ingest", "nope", "x")
 	if code != 2 || !strings.Contains(errOut, `no ingest named "nope"`) || !strings.Contains(errOut, "its ingests: in") {
 		t.Errorf("send to an unknown ingest: exit %d, %q", code, errOut)

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/brokers"
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 )
 
 func (a *app) sendCmd() *cobra.Command {
@@ -38,15 +41,15 @@ prints "due about" the time counted from when the broker took the message.`,
 			if req.Delay != "" && req.At != "" {
 				return exit(2, fmt.Errorf("give --delay or --at, not both: --delay %s counts from now, --at %s names the time", req.Delay, req.At))
 			}
-			if req.ID != "" {
-				// The daemon would keep it as dead under another ID.
-				if err := checkIDs(req.ID); err != nil {
-					return err
-				}
-			}
 			cfg, err := a.load()
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("id") {
+				// The daemon would keep it as dead under another ID.
+				if reason := envelope.CheckID("--id "+strconv.QuoteToASCII(jsonlimit.Clip(req.ID, 64)), req.ID, cfg.Limits.MaxIDBytes); reason != "" {
+					return exit(2, errors.New(reason))
+				}
 			}
 			if req.Ingest == "" {
 				return exit(2, fmt.Errorf("--ingest is required: the name of one of the configuration's ingests (%s)", ingestNames(cfg)))
