@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -186,8 +187,16 @@ func apiReason(e *jetstream.APIError) sinks.Reason {
 // that cannot be carried exactly is a permanent error. The ingest's
 // properties follow as headers (sinks.PropertyHeaders).
 func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
-	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") {
-		return nil, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("%q is not a NATS subject to publish to", m.Destination)))
+	if m.Destination == "" || strings.ContainsAny(m.Destination, " \t\r\n*>") || len(m.Destination) > maxSubject {
+		// A subject over maxSubject would make the server close the
+		// connection, which nats.go does not reopen: every message after
+		// it held.
+		why := invalidSubject(m.Destination)
+		if why == "" {
+			why = "it holds * or >"
+		}
+		return nil, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("%q is not a NATS subject to publish to: %s",
+			destination.Printable(m.Destination), why)))
 	}
 	out, props := m.OutHeaders(m.Attempt), sinks.PropertyHeaders(m.Message)
 	// The header map sized once, and one backing array for the values of

@@ -236,3 +236,37 @@ func TestSinkKeepsNothingWhileDisconnected(t *testing.T) {
 		t.Errorf("the stream holds %d messages, want only the one published after the restart: the failed publishes were sent on reconnect", info.State.Msgs)
 	}
 }
+
+// A message to a subject too long for a publish's protocol line fails on
+// its own (permanent): sent, it would make nats-server close the sink's
+// connection, which nats.go does not reopen, and hold every message after
+// it. The next message goes out.
+func TestSinkRefusesASubjectTheServerWouldCloseFor(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := consumer(t, ns.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LONG", Subjects: []string{"long.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	sk := openSink(ns.URL, true)(t)
+	defer sk.Close()
+	out := func(dest string) sinks.Outgoing {
+		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: "m", Destination: dest, Body: []byte("x")}}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	errs := sk.Publish(pctx, []sinks.Outgoing{out("long." + strings.Repeat("x", 4100)), out("long.ok")})
+	if errs[0] == nil || !sinks.IsPermanent(errs[0]) {
+		t.Errorf("a subject of 4,105 bytes: %v, want a permanent error", errs[0])
+	}
+	if errs[1] != nil {
+		t.Errorf("the next message: %v", errs[1])
+	}
+	if err := sk.(sinks.Ready).Ready(); err != nil {
+		t.Errorf("the sink after it: %v", err)
+	}
+}
