@@ -126,3 +126,25 @@ func TestDeliveredIsUnknownAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestArmedAgainIsDeliveredAgain: a message that reuses a delivered ID (an
+// order timer armed again) is delivered again, though the sink stream's
+// duplicate window (2 min) knows its Nats-Msg-Id; and so is a new series
+// of an ID whose series has ended.
+func TestArmedAgainIsDeliveredAgain(t *testing.T) {
+	e := newNATSEnv(t, "", "")
+	for i, body := range []string{"armed", "armed again", "armed a third time"} {
+		e.publish("delayed.rearm", []byte(body), envelope.HeaderDelay, "50", envelope.HeaderMessageID, "timer-7", envelope.HeaderDestination, "fired.rearm")
+		testenv.Eventually(t, 30*time.Second, func() bool { return len(e.firedCopies("timer-7")) == i+1 }, "version %d of timer-7 not delivered", i+1)
+	}
+	for i := range 2 {
+		e.publish("delayed.rearm", []byte(fmt.Sprint("series ", i)), envelope.HeaderDelay, "50", envelope.HeaderEvery, "1s", envelope.HeaderCount, "1",
+			envelope.HeaderMessageID, "series-7", envelope.HeaderDestination, "fired.rearm")
+		testenv.Eventually(t, 30*time.Second, func() bool { return len(e.firedCopies("series-7")) == i+1 }, "series %d of series-7 not delivered", i+1)
+	}
+	for id, want := range map[string]int{"timer-7": 3, "series-7": 2} {
+		if got := len(e.firedCopies(id)); got != want {
+			t.Errorf("%s: %d copies, want %d", id, got, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package natsbroker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,8 +64,8 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 }
 
 // Publish publishes msgs. With JetStream all are sent at once and then their
-// PubAcks awaited; a PubAck that reports a duplicate counts as confirmed (the
-// stream already holds the message).
+// PubAcks awaited; a PubAck that reports a duplicate counts as confirmed
+// when the stream holds this very version of the message (duplicate).
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	errs := make([]error, len(msgs))
 	nmsgs := make([]*nats.Msg, len(msgs))
@@ -98,7 +99,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		// PubAck that never came must not turn one that did into a failure
 		// (the message would be published again).
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 			continue
 		case err := <-f.Err():
 			errs[i] = s.classify(err)
@@ -106,7 +108,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		default:
 		}
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 		case err := <-f.Err():
 			errs[i] = s.classify(err)
 		case <-ctx.Done():
@@ -114,6 +117,32 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		}
 	}
 	return errs
+}
+
+// duplicate settles a PubAck that may say the stream's duplicate window
+// knew the message's Nats-Msg-Id (DedupeID: its ID). That is this very
+// version published before (a PubAck lost, the publish tried again), or
+// another version of the ID within the window, which JetStream dropped: a
+// timer armed again, a replacement of a message delivered, a new series of
+// the ID. The stored message tells them apart by its due time and body;
+// another version is published again under a Nats-Msg-Id of its own
+// (versionID), which a retry of it finds in turn. A stored message that
+// cannot be read counts as another version: a duplicate at worst.
+func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ack *jetstream.PubAck) error {
+	if ack == nil || !ack.Duplicate || nm.Header.Get(envelope.HeaderNatsMsgID) != DedupeID(m.Message) {
+		return nil
+	}
+	if stream, err := s.js.Stream(ctx, ack.Stream); err == nil {
+		if stored, err := stream.GetMsg(ctx, ack.Sequence); err == nil &&
+			stored.Header.Get(envelope.HeaderDueAt) == nm.Header.Get(envelope.HeaderDueAt) && bytes.Equal(stored.Data, nm.Data) {
+			return nil
+		}
+	}
+	nm.Header.Set(envelope.HeaderNatsMsgID, versionID(m.Message))
+	if _, err := s.js.PublishMsg(ctx, nm, jetstream.WithRetryAttempts(0)); err != nil {
+		return s.classify(s.publishErr(err))
+	}
+	return nil
 }
 
 func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
@@ -272,4 +301,12 @@ func DedupeID(m *envelope.Message) string {
 		return m.ID + "#" + strconv.Itoa(m.Recur.N)
 	}
 	return m.ID
+}
+
+// versionID is the Nats-Msg-Id of a version of an ID that JetStream's
+// window took for another (Sink.duplicate): DedupeID and, after "@", when
+// this version was taken in (Unix ms, base 36), which every publish of it
+// keeps.
+func versionID(m *envelope.Message) string {
+	return DedupeID(m) + "@" + strconv.FormatInt(m.IngestedAt.UnixMilli(), 36)
 }

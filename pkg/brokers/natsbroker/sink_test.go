@@ -270,3 +270,60 @@ func TestSinkRefusesASubjectTheServerWouldCloseFor(t *testing.T) {
 		t.Errorf("the sink after it: %v", err)
 	}
 }
+
+// JetStream's duplicate window drops a publish whose Nats-Msg-Id it has
+// seen, and the message's ID is that field. A new version of a delivered
+// ID (a timer armed again, a replacement of a message already published)
+// must still reach the stream; a publish of the same version again (its
+// PubAck was lost) must not. A series' occurrence is the same.
+func TestSinkPublishesANewVersionOfADeliveredID(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := consumer(t, ns.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "VERS", Subjects: []string{"vers.>"}, Duplicates: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := openSink(ns.URL, true)(t)
+	defer sk.Close()
+	t0 := time.Now().Truncate(time.Millisecond)
+	version := func(body string, ingested time.Duration, recur bool) sinks.Outgoing {
+		m := &envelope.Message{ID: "timer-7", Destination: "vers.x", Body: []byte(body), DueAt: t0.Add(ingested + time.Second), IngestedAt: t0.Add(ingested)}
+		if recur {
+			m.Recur = &envelope.Recurrence{Every: time.Second, Anchor: m.DueAt, N: 1}
+		}
+		return sinks.Outgoing{Attempt: 1, Message: m}
+	}
+	for _, step := range []struct {
+		what string
+		out  sinks.Outgoing
+		want uint64 // messages in the stream after it
+	}{
+		{"the first version", version("armed", 0, false), 1},
+		{"the first version again (its PubAck lost)", version("armed", 0, false), 1},
+		{"a new version of the delivered ID", version("armed again", time.Minute, false), 2},
+		{"that version again", version("armed again", time.Minute, false), 2},
+		{"a third version", version("armed a third time", 2*time.Minute, false), 3},
+		{"a series' first occurrence", version("series", 3*time.Minute, true), 4},
+		{"a new series of the ID", version("series again", 4*time.Minute, true), 5},
+		{"its first occurrence again", version("series again", 4*time.Minute, true), 5},
+	} {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := sk.Publish(pctx, []sinks.Outgoing{step.out})[0]
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs != step.want {
+			t.Errorf("after %s the stream holds %d messages, want %d", step.what, info.State.Msgs, step.want)
+		}
+	}
+}
