@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -237,9 +236,11 @@ func (p *partition) begin(offset int64) bool {
 // fetch reads from offset until ctx ends (it returns -1) or a nack asks for
 // a rewind (it returns the offset to re-read from).
 //
-// It fetches with the protocol client (kafka.Client.Fetch), not a
+// It fetches with the protocol's own request (fetchCommitted), not a
 // kafka.Reader: the Reader reads a null and an empty value (key, header
-// value) alike as nil, and a scheduled tombstone must stay one.
+// value) alike as nil, and a scheduled tombstone must stay one; nor
+// kafka.Client.Fetch, which drops the list of aborted transactions whose
+// records read_committed leaves to the client to skip.
 func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 	cfg := &p.g.src.cfg
 	fctx, cancel := context.WithCancel(ctx)
@@ -249,14 +250,7 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 	epoch := p.epoch
 	p.mu.Unlock()
 	for {
-		res, err := p.g.src.client.Fetch(fctx, &kafka.FetchRequest{
-			Topic: p.topic, Partition: p.id, Offset: offset,
-			MinBytes: 1, MaxBytes: fetchMaxBytes, MaxWait: time.Second,
-			IsolationLevel: kafka.ReadCommitted,
-		})
-		if err == nil {
-			err = res.Error
-		}
+		recs, err := fetchCommitted(fctx, p.g.src.client, p.topic, p.id, offset, time.Second, fetchMaxBytes)
 		switch {
 		case ctx.Err() != nil:
 			return -1
@@ -281,11 +275,8 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 			}
 			continue
 		}
-		if _, control := res.Records.(*protocol.ControlBatch); control {
-			continue // a transaction marker alone (a RecordStream skips them itself)
-		}
 		for {
-			rec, err := res.Records.ReadRecord()
+			rec, err := recs.ReadRecord()
 			if errors.Is(err, io.EOF) {
 				break
 			}
