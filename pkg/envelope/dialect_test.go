@@ -75,6 +75,13 @@ func TestParseKafkaScheduler(t *testing.T) {
 	if m := mustPark(t, parseWith(t, in, schedRoute(DialectKafkaScheduler), testLimits)); m.Key != nil {
 		t.Fatalf("key %q without scheduler-target-key", m.Key)
 	}
+	// An empty scheduler-target-key is an empty key, not a null one (a
+	// compacted target topic refuses a record without a key).
+	in = schedRecord("k", epoch(time.Minute))
+	in.Headers = hdrs(HeaderSchedulerEpoch, epoch(time.Minute), HeaderSchedulerTargetTopic, "t", HeaderSchedulerTargetKey, "")
+	if m := mustPark(t, parseWith(t, in, schedRoute(DialectKafkaScheduler), testLimits)); m.Key == nil || len(m.Key) != 0 {
+		t.Fatalf("key %q (nil: %v) for an empty scheduler-target-key, want an empty key", m.Key, m.Key == nil)
+	}
 	// Without scheduler-target-topic the route's destination, which may be
 	// a template.
 	in = schedRecord("k", epoch(time.Minute))

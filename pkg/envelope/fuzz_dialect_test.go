@@ -97,7 +97,7 @@ func FuzzParseDialects(f *testing.F) {
 			if m.ID != key || !m.Replace {
 				t.Fatalf("kafka-scheduler record parked as %q (key %q), replace %v", m.ID, key, m.Replace)
 			}
-			if tk, ok := in.Headers.Get(HeaderSchedulerTargetKey); ok && tk != "" && !bytes.Equal(m.Key, []byte(tk)) || (!ok || tk == "") && m.Key != nil {
+			if tk, ok := in.Headers.Get(HeaderSchedulerTargetKey); ok && (m.Key == nil || !bytes.Equal(m.Key, []byte(tk))) || !ok && m.Key != nil {
 				t.Fatalf("published key %q, scheduler-target-key %q", m.Key, tk)
 			}
 			if tt, ok := in.Headers.Get(HeaderSchedulerTargetTopic); ok && m.Destination != tt {

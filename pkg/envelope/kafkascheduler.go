@@ -127,8 +127,13 @@ func (schedulerReader) destination() (string, bool) { return HeaderSchedulerTarg
 func (schedulerReader) finish(p *parser, m *Message) {
 	m.Replace = true
 	m.Key = nil
-	if k, _ := p.in.Headers.Get(HeaderSchedulerTargetKey); k != "" {
-		m.Key = []byte(k)
+	for _, h := range p.in.Headers {
+		if strings.EqualFold(h.Key, HeaderSchedulerTargetKey) {
+			if !h.Null { // a null value: a null key, as no header
+				m.Key = append([]byte{}, h.Value...) // an empty value: an empty key, not a null one
+			}
+			break
+		}
 	}
 	at := p.published
 	if at.IsZero() {
