@@ -328,3 +328,24 @@ func TestEveryHelpHasAnExample(t *testing.T) {
 		}
 	}
 }
+
+// send to an ingest that reads only the kafka-scheduler dialect refuses
+// the delaybridge dialect's --delay, --at and --id, which the daemon would
+// keep as dead, and says what to give instead; nothing is sent.
+func TestSendToAKafkaSchedulerIngest(t *testing.T) {
+	cfg := writeConfig(t, `
+redis: {addr: "127.0.0.1:6379"}
+ingest:
+  - name: sched
+    kafka: {brokers: ["127.0.0.1:1"], topic: schedules, group: db}
+    dialects: [kafka-scheduler]
+    route: {sink: s, destination: out, allow_override: true}
+sinks: [{name: s, kafka: {brokers: ["127.0.0.1:1"]}}]
+`)
+	for _, args := range [][]string{{"--delay", "1s"}, {"--at", "2099-12-01T10:00:00Z"}, {"--id", "job-9"}} {
+		code, out, errOut := run(t, append([]string{"send", "-c", cfg, "--ingest", "sched", "--key", "job-9"}, append(args, "x")...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "kafka-scheduler") || !strings.Contains(errOut, "scheduler-epoch") {
+			t.Errorf("send %v to a kafka-scheduler ingest: exit %d, %q %q", args, code, out, errOut)
+		}
+	}
+}

@@ -66,6 +66,12 @@ prints "due about" the time counted from when the broker took the message.`,
 				req.Headers = append(req.Headers, envelope.Header{Key: k, Value: v})
 			}
 			readsIDs := slices.Contains(in.Dialects, string(envelope.DialectDelaybridge))
+			if !readsIDs && (req.Delay != "" || req.At != "" || req.ID != "") {
+				// The daemon would keep the message as dead ("x-delay given,
+				// but the ingest reads only ...").
+				return exit(2, fmt.Errorf("ingest %s reads only the %s dialect, and --delay, --at and --id are the delaybridge dialect's: give its headers instead, e.g. --key ID --header scheduler-epoch=<Unix seconds> --header scheduler-target-topic=TOPIC",
+					in.Name, strings.Join(in.Dialects, ", ")))
+			}
 			if req.ID == "" && readsIDs && !hasHeader(req.Headers, envelope.HeaderMessageID) {
 				req.ID = envelope.NewID()
 			}
