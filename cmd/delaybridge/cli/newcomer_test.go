@@ -225,7 +225,7 @@ sinks: [{name: out, nats: {url: "%s", jetstream: false}}]
 		code, out, errOut := run(t, append([]string{"sinks", "resume", "out"}, via...)...)
 		want := "resumed out for every instance: 2 held messages released, firing in due order\n"
 		if via[0] == "-c" {
-			want = "resumed out for every instance: 2 held messages released, to fire in due order at the daemons' next refresh (within scheduler.max_sleep)\n"
+			want = "resumed out for every instance: 2 held messages released, to fire in due order within each shard at the daemons' next refresh (within scheduler.max_sleep)\n"
 		}
 		if code != 0 || out != want {
 			t.Errorf("sinks resume %v: exit %d, %q %q; want %q", via, code, out, errOut, want)
