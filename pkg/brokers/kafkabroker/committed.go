@@ -21,7 +21,7 @@ import (
 // that list on, so the request is made here with the protocol's own types.
 // The error is the broker's (a kafka.Error: errors.Is(err,
 // kafka.OffsetOutOfRange)) or the round trip's.
-func fetchCommitted(ctx context.Context, c *kafka.Client, topic string, partition int, offset int64, maxWait time.Duration, maxBytes int) (protocol.RecordReader, error) {
+func fetchCommitted(ctx context.Context, c *kafka.Client, topic string, partition int, offset int64, maxWait time.Duration, maxBytes int) (*committedReader, error) {
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout+maxWait)
@@ -70,39 +70,99 @@ func fetchCommitted(ctx context.Context, c *kafka.Client, topic string, partitio
 	return &committedReader{batches: batches, aborted: aborted, inAborted: map[int64]bool{}}, nil
 }
 
-// committedReader reads the batches of a fetch, skipping those of aborted
-// transactions and the control batches (transaction markers): a producer's
-// aborted transaction begins at the first offset the broker lists for it
-// and ends at its marker.
+// committedReader reads the batches of a fetch as Kafka's own
+// read_committed consumers do: a producer's aborted transaction begins at
+// the first offset the broker lists for it, and its data batches are
+// skipped until its ABORT marker; transaction markers (control batches)
+// are skipped. Next is the offset after the last record read or skipped,
+// where the next fetch begins even when every batch was skipped (an
+// aborted transaction larger than a fetch, a marker at the end of the log).
 type committedReader struct {
 	batches   []protocol.RecordReader
 	aborted   []fetchapi.ResponseTransaction // by first offset, not begun yet
 	inAborted map[int64]bool                 // producers inside an aborted transaction
+	open      bool                           // batches[0]'s records are being read
+	next      int64
 }
+
+// Next is the offset after the last record read or skipped; 0 before any.
+func (c *committedReader) Next() int64 { return c.next }
 
 func (c *committedReader) ReadRecord() (*protocol.Record, error) {
 	for len(c.batches) > 0 {
-		switch b := c.batches[0].(type) {
-		case *protocol.ControlBatch:
-			delete(c.inAborted, b.ProducerID) // its transaction ended, committed or aborted
+		b := c.batches[0]
+		if !c.open && c.skip(b) {
+			c.drain(b)
 			c.batches = c.batches[1:]
 			continue
-		case *protocol.RecordBatch:
-			for len(c.aborted) > 0 && c.aborted[0].FirstOffset <= b.BaseOffset {
-				c.inAborted[c.aborted[0].ProducerID] = true
-				c.aborted = c.aborted[1:]
-			}
-			if b.Attributes.Transactional() && c.inAborted[b.ProducerID] {
-				c.batches = c.batches[1:]
-				continue
-			}
 		}
-		rec, err := c.batches[0].ReadRecord()
+		c.open = true
+		rec, err := b.ReadRecord()
 		if errors.Is(err, io.EOF) {
-			c.batches = c.batches[1:]
+			c.batches, c.open = c.batches[1:], false
 			continue
 		}
-		return rec, err
+		if err != nil {
+			return nil, err
+		}
+		c.next = rec.Offset + 1
+		return rec, nil
 	}
 	return nil, io.EOF
+}
+
+// skip takes in a batch's header and reports whether its records are
+// skipped: a marker (which, for ABORT, ends its producer's aborted
+// transaction), or data of a producer inside an aborted transaction.
+func (c *committedReader) skip(b protocol.RecordReader) bool {
+	switch b := b.(type) {
+	case *protocol.ControlBatch:
+		c.begun(b.BaseOffset)
+		for {
+			r, err := b.ReadControlRecord()
+			if err != nil {
+				break
+			}
+			c.next = r.Offset + 1
+			if r.Type == controlAbort {
+				delete(c.inAborted, b.ProducerID)
+			}
+		}
+		return true
+	case *protocol.RecordBatch:
+		if b.ProducerID >= 0 {
+			c.begun(b.BaseOffset)
+		}
+		return b.Attributes.Transactional() && c.inAborted[b.ProducerID]
+	}
+	return false
+}
+
+// controlAbort is the type of an ABORT marker's control record (COMMIT
+// is 1).
+const controlAbort = 0
+
+// begun takes in the aborted transactions that began by offset.
+func (c *committedReader) begun(offset int64) {
+	for len(c.aborted) > 0 && c.aborted[0].FirstOffset <= offset {
+		c.inAborted[c.aborted[0].ProducerID] = true
+		c.aborted = c.aborted[1:]
+	}
+}
+
+// drain reads what is left of a skipped batch, for Next.
+func (c *committedReader) drain(b protocol.RecordReader) {
+	for {
+		r, err := b.ReadRecord()
+		if err != nil {
+			return
+		}
+		c.next = r.Offset + 1
+		if r.Key != nil {
+			r.Key.Close()
+		}
+		if r.Value != nil {
+			r.Value.Close()
+		}
+	}
 }

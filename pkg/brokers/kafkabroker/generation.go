@@ -278,6 +278,9 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 		for {
 			rec, err := recs.ReadRecord()
 			if errors.Is(err, io.EOF) {
+				// What was skipped (an aborted transaction, markers) is
+				// not fetched again.
+				offset = max(offset, recs.Next())
 				break
 			}
 			if err != nil {

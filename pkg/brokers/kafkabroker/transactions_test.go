@@ -15,16 +15,13 @@ import (
 // read_committed consumer of Kafka's own never sees them, and neither does
 // the source. The broker sends them with the list of aborted transactions
 // for the client to drop; what was committed, and records written outside
-// any transaction, are read in order.
+// any transaction, are read in order. (TestCommittedReader has the cases
+// kfake does not show.)
 func TestSourceSkipsAbortedTransactions(t *testing.T) {
 	const topic = "txn"
 	k := testenv.Kafka(t, testenv.WithTopic(topic, 1))
 	ctx := ctxT(t, 30*time.Second)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID("delaybridge-test"), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := transactional(t, k, topic, "delaybridge-test")
 	for _, c := range []struct {
 		bodies []string
 		commit bool
@@ -59,4 +56,16 @@ func TestSourceSkipsAbortedTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// transactional is a franz-go client that writes to topic in
+// transactions of its own ID.
+func transactional(t *testing.T, k *testenv.KafkaCluster, topic, id string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(id), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }
