@@ -82,3 +82,53 @@ func TestCancelMeetsAPublishOfThisInstance(t *testing.T) {
 		}
 	}
 }
+
+// A change that meets an occurrence of a series in flight, and waits for
+// this instance's publish of it, does not act on the next occurrence its
+// ack parks under the same ID: the request named the one in flight. Fire
+// and reschedule answer 409, and the next occurrence keeps its time.
+func TestChangeOfASeriesInFlightLeavesTheNextOccurrence(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "o", Shards: 1})
+	due := time.Now().Add(-time.Millisecond).Truncate(time.Millisecond)
+	m := &envelope.Message{ID: "s", DueAt: due, Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x"),
+		Recur: &envelope.Recurrence{Every: time.Hour, Anchor: due, N: 1}}
+	nextDue := due.Add(time.Hour)
+	for _, change := range []struct {
+		name string
+		do   func(*ops.Service) error
+	}{
+		{"fire", func(s *ops.Service) error { return s.Fire(ctx, "s") }},
+		{"reschedule", func(s *ops.Service) error {
+			_, err := s.Reschedule(ctx, "s", ops.RescheduleRequest{Delay: ops.Scalar(`"1s"`)})
+			return err
+		}},
+	} {
+		if _, err := st.Park(ctx, []*envelope.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := st.Claim(ctx, 0, 10, time.Minute, nil)
+		if err != nil || len(lease.Messages) != 1 {
+			t.Fatalf("claim %+v %v", lease, err)
+		}
+		settled := func(context.Context, string) bool {
+			next := *m
+			next.DueAt, next.Recur = nextDue, &envelope.Recurrence{Every: time.Hour, Anchor: due, N: 2}
+			if _, err := st.Ack(ctx, lease, []store.Done{{ID: "s", Next: &next}}); err != nil {
+				t.Fatal(err)
+			}
+			return true
+		}
+		err = change.do(ops.New(ops.Params{Store: st, Settled: settled}))
+		if !errors.Is(err, ops.ErrConflict) {
+			t.Errorf("%s of an occurrence in flight: %v, want a conflict", change.name, err)
+		}
+		info, err := st.Inspect(ctx, "s")
+		if err != nil || !info.Message.DueAt.Equal(nextDue) {
+			t.Errorf("%s: the next occurrence %+v %v, want it due at %v", change.name, info, err, nextDue)
+		}
+		if err := st.Cancel(ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -28,8 +28,8 @@ func (s *Service) inspect(ctx context.Context, id string, content, deadOnly bool
 		return nil, err
 	}
 	info, err := s.p.Store.Inspect(ctx, id)
-	if err == nil && info.State == store.StateInflight && s.settled(ctx, id) {
-		info, err = s.p.Store.Inspect(ctx, id) // its publish here ended: delivered (unknown) or back in its state
+	if err == nil && info.State == store.StateInflight {
+		info, err = s.afterPublish(ctx, id) // delivered (unknown), or as it is now
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound) && deadOnly, err == nil && deadOnly && info.State != store.StateDead:
@@ -53,18 +53,18 @@ func (s *Service) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	err := s.p.Store.Cancel(ctx, id)
-	ends := errors.Is(err, store.ErrSeriesEnds)
-	if errors.Is(err, store.ErrInFlight) && s.settled(ctx, id) {
-		err = s.p.Store.Cancel(ctx, id)
-		if ends && errors.Is(err, store.ErrNotFound) {
-			return nil // the occurrence in flight was its series' last: nothing more of it is published
+	if errors.Is(err, store.ErrInFlight) {
+		if _, ierr := s.afterPublish(ctx, id); errors.Is(ierr, store.ErrNotFound) {
+			if errors.Is(err, store.ErrSeriesEnds) {
+				return nil // the occurrence in flight was its series' last: nothing more of it is published
+			}
+			return noMessage(id) // delivered
 		}
-		ends = errors.Is(err, store.ErrSeriesEnds)
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return noMessage(id)
-	case ends:
+	case errors.Is(err, store.ErrSeriesEnds):
 		e := conflict("message %s is an occurrence of a series being published now, which cannot be stopped; "+
 			"its series ends with it: nothing after it is published", quote(id))
 		e.RetryAfter = inFlightRetry
@@ -284,11 +284,7 @@ func (s *Service) Reschedule(ctx context.Context, id string, req RescheduleReque
 	if verr != nil {
 		return nil, verr
 	}
-	var set time.Time
-	err := s.again(ctx, id, func() (err error) {
-		set, err = s.p.Store.Reschedule(ctx, id, due, ifDueAt)
-		return err
-	})
+	set, err := s.p.Store.Reschedule(ctx, id, due, ifDueAt)
 	if errors.Is(err, store.ErrDueAtMismatch) {
 		e := conflict("the message's due time is %s, not if_due_at %s: it was changed meanwhile; read it again",
 			envelope.FormatTime(set), envelope.FormatTime(ifDueAt))
@@ -351,7 +347,7 @@ func (s *Service) Fire(ctx context.Context, id string) error {
 	if err := s.checkID("id", "the message ID", id); err != nil {
 		return err
 	}
-	if err := s.again(ctx, id, func() error { return s.p.Store.Fire(ctx, id) }); err != nil {
+	if err := s.p.Store.Fire(ctx, id); err != nil {
 		return s.changeError(ctx, id, "fired", err)
 	}
 	s.notify(id, s.p.Now())
@@ -363,6 +359,9 @@ func (s *Service) Fire(ctx context.Context, id string) error {
 func (s *Service) changeError(ctx context.Context, id, what string, err error) error {
 	switch {
 	case errors.Is(err, store.ErrInFlight):
+		if _, ierr := s.afterPublish(ctx, id); errors.Is(ierr, store.ErrNotFound) {
+			return noMessage(id) // delivered
+		}
 		return inFlight(id, what)
 	case errors.Is(err, store.ErrNotFound):
 		if info, ierr := s.p.Store.Inspect(ctx, id); ierr == nil && info.State == store.StateDead {

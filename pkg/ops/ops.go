@@ -30,7 +30,6 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -130,8 +129,8 @@ type Params struct {
 	// Settled waits, until ctx ends, for this instance's publishes of the
 	// shard of message id to end and their acks to be written, and reports
 	// whether there were any (the scheduler's Settled): a message met in
-	// flight may then be delivered (unknown) or back in its state, and the
-	// call is made again. nil: the first answer stands. It is called
+	// flight is then read again, and one its publish delivered is unknown
+	// (afterPublish). nil: the message is read again at once. It is called
 	// concurrently.
 	Settled func(ctx context.Context, id string) bool
 
@@ -187,26 +186,21 @@ func (s *Service) notify(id string, due time.Time) {
 // message stays in flight, and the answer says so.
 const settleWait = time.Second
 
-// again makes the store call op and, when it met message id in flight
-// while this instance had a publish of the shard under way or acks of one
-// waiting, makes it once more after they are written: a message this
-// instance delivered is then unknown, not in flight.
-func (s *Service) again(ctx context.Context, id string, op func() error) error {
-	err := op()
-	if errors.Is(err, store.ErrInFlight) && s.settled(ctx, id) {
-		err = op()
+// afterPublish reads message id again after a store call met it in flight,
+// once this instance's publishes of its shard are written (Params.Settled,
+// within settleWait). ErrNotFound means the publish delivered it: the
+// answer is then that of a delivered message. Anything else (the message
+// back in its state after a failed publish, or another version of the ID:
+// a series' next occurrence, a replacement or a message of the ID that
+// waited) is not acted on, since the request did not name it: the 409
+// stands, and the caller tries again.
+func (s *Service) afterPublish(ctx context.Context, id string) (*store.Info, error) {
+	if s.p.Settled != nil {
+		wctx, cancel := context.WithTimeout(ctx, settleWait)
+		s.p.Settled(wctx, id)
+		cancel()
 	}
-	return err
-}
-
-// settled is Params.Settled within settleWait; false without one.
-func (s *Service) settled(ctx context.Context, id string) bool {
-	if s.p.Settled == nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, settleWait)
-	defer cancel()
-	return s.p.Settled(ctx, id)
+	return s.p.Store.Inspect(ctx, id)
 }
 
 // now is the Service's clock in whole milliseconds, the precision of due

@@ -181,8 +181,10 @@ func (st *shardState) settled() {
 // commit (ackRide, commitRide) go at once. It reports whether there were
 // any and all were written: a message this instance delivered is then
 // gone from Redis, not shown in flight, and one it failed to publish is
-// back in its state. A publish another instance has under way is not
-// waited for. Safe for concurrent use.
+// back in its state. Not waited for: a publish another instance has under
+// way, and one this instance sent apart to a stalled destination or left
+// running past its grace (they settle on their own). Safe for concurrent
+// use.
 func (s *Scheduler) Settled(ctx context.Context, id string) bool {
 	st := &s.shards[s.p.Store.ShardOf(id)]
 	st.settleMu.Lock()

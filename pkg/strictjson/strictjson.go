@@ -309,7 +309,7 @@ func decodeError(err error, t reflect.Type) (int, string) {
 			return http.StatusBadRequest, "the request body must be a JSON object"
 		}
 		field, ft := apiPath(t, typ.Field)
-		if ft != nil && ft.Kind() == reflect.Map {
+		if ft != nil && ft.Kind() == reflect.Map && typ.Type == ft.Elem() { // a value in it, not the field itself
 			return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not one with a value of type %s", jsonlimit.Clip(field, maxQuoted), jsonKind(ft.String()),
 				jsonlimit.Clip(typ.Value, maxQuoted))
 		}

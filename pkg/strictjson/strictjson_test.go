@@ -63,6 +63,7 @@ func TestDecode(t *testing.T) {
 		{`{"count":"x"}`, `field "count" must be an integer`},
 		{`{"group":7}`, `field "group" must be a string, not number`}, // the embedded struct's name is not the API's
 		{`{"headers":{"a":1}}`, `field "headers" must be an object of strings, not one with a value of type number`},
+		{`{"headers":5}`, `field "headers" must be an object of strings, not number`},
 		{``, "empty request body"},
 	} {
 		var r request
