@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -127,13 +128,18 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 // the ID. The stored message tells them apart by its due time and body;
 // another version is published again under a Nats-Msg-Id of its own
 // (versionID), which a retry of it finds in turn. A stored message that
-// cannot be read counts as another version: a duplicate at worst.
+// cannot be read within duplicateLookup (the user may not read the
+// stream: $JS.API.STREAM.INFO and MSG.GET; a work-queue stream removed it)
+// counts as another version: a duplicate at worst. Two versions of the
+// same due time and body are one.
 func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ack *jetstream.PubAck) error {
 	if ack == nil || !ack.Duplicate || nm.Header.Get(envelope.HeaderNatsMsgID) != DedupeID(m.Message) {
 		return nil
 	}
-	if stream, err := s.js.Stream(ctx, ack.Stream); err == nil {
-		if stored, err := stream.GetMsg(ctx, ack.Sequence); err == nil &&
+	lctx, cancel := context.WithTimeout(ctx, duplicateLookup)
+	defer cancel()
+	if stream, err := s.js.Stream(lctx, ack.Stream); err == nil {
+		if stored, err := stream.GetMsg(lctx, ack.Sequence); err == nil &&
 			stored.Header.Get(envelope.HeaderDueAt) == nm.Header.Get(envelope.HeaderDueAt) && bytes.Equal(stored.Data, nm.Data) {
 			return nil
 		}
@@ -144,6 +150,11 @@ func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ac
 	}
 	return nil
 }
+
+// duplicateLookup bounds the reading of the stored message a duplicate
+// PubAck names, out of the publish's own time: nats.go answers a request
+// the user may not make only at its deadline.
+const duplicateLookup = 500 * time.Millisecond
 
 func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
 	for i, nm := range nmsgs {
