@@ -147,6 +147,15 @@ sinks:
 func TestMaxDeadKeepsAnIngestsNewest(t *testing.T) {
 	e := newNATSEnv(t, "", "limits: {max_dead: 3}\n")
 	for i := range 10 {
+		if i == 7 {
+			// The ingest parks (and rejects) a batch by several workers,
+			// in no set order: the last three are sent once the first
+			// seven are dead, so that they die after them.
+			testenv.Eventually(t, 20*time.Second, func() bool {
+				v, _ := metricValue(e.d.metrics(), "delaybridge_ingest_messages_total", map[string]string{"ingest": "in", "result": "rejected"})
+				return v == 7
+			}, "the first seven not rejected")
+		}
 		id := fmt.Sprintf("bad-%02d", i)
 		// a destination the route does not allow: dead at ingest
 		e.publish("delayed.x", []byte(id), "x-delay", "100", "x-message-id", id, "x-delay-destination", "elsewhere.x")
