@@ -233,6 +233,14 @@ sinks: [{name: s, nats: {url: "nats://x:1"}}]
 		{"no sinks", `
 redis: {addr: "a:1"}
 `, []string{"sinks: at least one sink is required"}},
+		{"negative ack_wait", `
+redis: {addr: "a:1"}
+ingest:
+  - name: j
+    nats: {url: "nats://x:1", subject: a, stream: S, ack_wait: -1s}
+    route: {sink: s, destination: d}
+sinks: [{name: s, nats: {url: "nats://x:1"}}]
+`, []string{"ingest[0].nats.ack_wait (j): must be positive"}},
 		{"ingests", `
 redis: {addr: "a:1"}
 ingest:

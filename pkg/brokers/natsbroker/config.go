@@ -82,6 +82,9 @@ func (c *IngestConfig) Validate(_ *config.Ingest, at string, p *config.Problems)
 	if c.Stream == "" && c.Durable != "" {
 		p.Add(at+".durable", "a durable consumer needs a JetStream stream (nats.stream)")
 	}
+	if c.Stream != "" {
+		p.Positive(at+".ack_wait", int64(c.AckWait))
+	}
 	if strings.ContainsAny(c.Durable, ".*> \t") {
 		p.Add(at+".durable", "%q must not contain '.', '*', '>' or white space", c.Durable)
 	}
