@@ -54,6 +54,12 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 				`(an exported message has none; the record's fields say what it controls): remove it`, i, destination.Printable(h.Key))
 		}
 	}
+	if s.p.Routes != nil && m.Ingest != "" && !dead {
+		if _, ok := s.p.Routes(m.Ingest); !ok {
+			return nil, refused(`no ingest %q is configured, whose rules the message would meet: give the record the "ingest" of one that is, `+
+				`or "" for the admin API's`, destination.Printable(m.Ingest))
+		}
+	}
 	due := meta.NextAt
 	if dead {
 		due = m.DueAt
@@ -135,9 +141,9 @@ func incoming(m *envelope.Message, due time.Time) *envelope.Incoming {
 // allowed_destinations); one that the route's template gave (the
 // message's own name is not kept, so the template cannot be expanded
 // again) is taken as that template's, a destination chosen by the
-// publisher held to allowed_destinations. Without a route (an ingest not
-// configured, the admin API), a route of its own with the record's sink
-// and destination.
+// publisher held to allowed_destinations. Without a route (the admin
+// API's, or no Routes), a route of its own with the record's sink and
+// destination; a record of an ingest not configured is refused (admit).
 func (s *Service) importRoute(m *envelope.Message, in *envelope.Incoming) *envelope.Route {
 	if s.p.Routes != nil {
 		if ir, ok := s.p.Routes(m.Ingest); ok {

@@ -148,6 +148,7 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 			f["headers"] = `[{"key":"x-delay","value":"5s"},{"key":"x-deliver-at","value":"2030-01-01T00:00:00Z"}]`
 		}),
 		importRecord("ok-2", nil),
+		importRecord("ghost", func(f map[string]string) { f["destination"], f["ingest"] = q("elsewhere.z"), q("ghost") }),
 	}
 	file := filepath.Join(t.TempDir(), "in.jsonl")
 	if err := os.WriteFile(file, []byte(strings.Join(lines, "")), 0o600); err != nil {
@@ -158,7 +159,8 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 		`line 2: refused by the rules of ingest: destination_reserved: NATS subject "$KV.orders.42" begins with "$"`,
 		`line 4: refused by the rules of ingest: "sink"/"destination" given, but the route of ingest "kv-in" does not allow overrides (route.allow_override)`,
 		`line 5: refused by the rules of ingest: sink "gone" names no configured sink`,
-		"imported 5 (2 dead), replaced 0, skipped 0 known, 3 bad line(s): lines 2, 4, 5",
+		`line 9: refused by the rules of ingest: no ingest "ghost" is configured`,
+		"imported 5 (2 dead), replaced 0, skipped 0 known, 4 bad line(s): lines 2, 4, 5, 9",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
@@ -169,7 +171,7 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 	}
 	s := store.New(r.Client(), store.Options{Prefix: "routes", Shards: 4})
 	for id, state := range map[string]string{"ok-1": store.StateScheduled, "kv": store.StateScheduled, "ok-2": store.StateScheduled,
-		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "kv-chosen": "", "no-sink": ""} {
+		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "kv-chosen": "", "no-sink": "", "ghost": ""} {
 		info, err := s.Inspect(ctx, id)
 		switch {
 		case state == "" && !errors.Is(err, store.ErrNotFound):
