@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,11 +44,14 @@ type Daemon struct {
 	tracer      *tracing.Tracer
 	stopTracing func(context.Context) error
 	log         *slog.Logger
-	metrics     *metrics.Metrics
-	store       *store.Store
-	sinks       map[string]sinks.Sink
-	sources     []ingest.Source
-	pipes       []*ingest.Pipeline
+	// recordErr is what keepRecord last found wrong ("" nothing), so that
+	// it says each problem once.
+	recordErr atomic.Pointer[string]
+	metrics   *metrics.Metrics
+	store     *store.Store
+	sinks     map[string]sinks.Sink
+	sources   []ingest.Source
+	pipes     []*ingest.Pipeline
 	// sourcesClosed is set by Run once it closed (and committed) the sources.
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
@@ -116,6 +120,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	} else if warning != "" {
 		log.Warn("redis: " + warning)
 	}
+	d.persistence.record = d.keepRecord
 	d.persistence.check(ctx)
 	localNow, schedClock, skew := localClock()
 	if skew != 0 {
@@ -515,4 +520,23 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.log.Debug("redis client: " + fmt.Sprintf(format, v...))
+}
+
+// keepRecord writes the store's layout and shard count into Redis again
+// when Redis lost them while this daemon ran (it restarted without
+// persistence, or was flushed): otherwise another instance with another
+// shard count is let in, and finds parked messages unknown. A record that
+// no longer matches (another layout, another shard count) is logged: /readyz
+// says it too.
+func (d *Daemon) keepRecord(ctx context.Context) {
+	_, lerr := d.store.CheckLayout(ctx, true)
+	serr := d.store.CheckShards(ctx)
+	msg := ""
+	if err := errors.Join(lerr, serr); err != nil {
+		msg = err.Error()
+	}
+	if prev := d.recordErr.Swap(&msg); msg == "" || prev != nil && *prev == msg {
+		return // nothing to say, or said already
+	}
+	d.log.Error("redis: the store's record does not match this daemon: "+msg, "redis_key", d.store.Keys().Config())
 }

@@ -256,6 +256,10 @@ type persistenceWatch struct {
 	// the next one is a reconnect, said again even when nothing changed.
 	lost atomic.Bool
 
+	// record, when set, runs after each reading (keepRecord): what else
+	// a Redis that restarted empty has lost.
+	record func(context.Context)
+
 	mu   sync.Mutex
 	last *Persistence
 	err  error // of the last try, when it failed
@@ -294,6 +298,9 @@ func (w *persistenceWatch) check(ctx context.Context) {
 			w.log.Debug("cannot read redis's persistence settings; trying again at the next reconnect", "err", err)
 		}
 		return
+	}
+	if w.record != nil {
+		w.record(ctx)
 	}
 	reconnected := w.lost.Swap(false)
 	w.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/daemon"
 	"github.com/delaybridge/delaybridge/pkg/ops"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // noPersistence are the arguments of a Redis that keeps nothing on disk.
@@ -116,6 +117,14 @@ sinks: [{name: s, nats: {url: "%s"}}]
 	rs.Start()
 	testenv.Eventually(t, 20*time.Second, func() bool { return len(warns()) == 2 },
 		"no second WARN after Redis restarted and the daemon reconnected; the log:\n%s", lazy(logs.String))
+	// The restarted Redis is empty: the daemon records the store's shard
+	// count and layout again, so that an instance with another shard count
+	// is refused as it was before.
+	cfgKey := store.NewKeys("p").Config()
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		v, _ := rs.Client().HMGet(context.Background(), cfgKey, "shards", "layout").Result()
+		return len(v) == 2 && v[0] == "2" && v[1] == fmt.Sprint(store.LayoutNewest)
+	}, "%s not recorded again after Redis restarted empty", cfgKey)
 
 	// AOF on, then a reconnect (every client connection closed by Redis):
 	// the warning is gone.
