@@ -53,10 +53,10 @@ to stderr; exit 1 when a message could not be read (each is named).`,
 				st, err := s.Export(ctx, w, store.ExportOptions{Dead: dead, Failed: func(id string, err error) {
 					fmt.Fprintf(a.stderr, "cannot read %s: %v\n", show(id), err)
 				}})
-				if err == nil {
+				if err == nil && st.Failed == 0 {
 					err = commit()
 				} else {
-					abort()
+					abort() // a file is whole or not there: one that lacks a message is not written
 				}
 				fmt.Fprintf(a.stderr, "exported %d (%d dead), dead left out %d, unreadable %d, removed while read %d\n",
 					st.Exported, st.Dead, st.LeftOut, st.Failed, st.Vanished)
@@ -64,6 +64,9 @@ to stderr; exit 1 when a message could not be read (each is named).`,
 					return exit(1, fmt.Errorf("export incomplete: %w", err))
 				}
 				if st.Failed > 0 {
+					if out != "" && out != "-" {
+						return exit(1, fmt.Errorf("%d message(s) could not be read (each named above), so %s was not written", st.Failed, out))
+					}
 					return exit(1, fmt.Errorf("%d message(s) could not be read and are not in the export", st.Failed))
 				}
 				return nil

@@ -45,6 +45,17 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 	}
 	code, stdout, _ := run(t, "export", "-c", oldCfg)
 	data, err := os.ReadFile(file)
+	defer func() { // after the rest: a message that cannot be read
+		pool := store.NewKeys("old").Pool(src.ShardOf("m-0"))
+		if err := r.Client().HSet(ctx, pool, "m-0", "\xff not a stored message").Err(); err != nil {
+			t.Fatal(err)
+		}
+		partial := filepath.Join(t.TempDir(), "partial.jsonl")
+		code, _, errOut := run(t, "export", "-c", oldCfg, "--out", partial)
+		if _, serr := os.Stat(partial); code != 1 || !strings.Contains(errOut, "m-0") || !os.IsNotExist(serr) {
+			t.Errorf("export with an unreadable message: exit %d, %q, the file: %v; want exit 1 naming it and no file", code, errOut, serr)
+		}
+	}()
 	if err != nil || code != 0 || len(stdout) != len(data) || bytes.Count(data, []byte("\n")) != 50 {
 		t.Fatalf("stdout export (%d bytes, exit %d) vs file (%d bytes, %v)", len(stdout), code, len(data), err)
 	}
