@@ -79,6 +79,10 @@ func checkValue(dec *json.Decoder, t reflect.Type, at fieldPath) string {
 	if err != nil {
 		return syntaxReason(err)
 	}
+	if tok == nil && inMap(at) && t != nil && t.Kind() == reflect.String {
+		// encoding/json would read it as "", which it is not.
+		return fmt.Sprintf("%s is null: a value here is a string", at)
+	}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -113,6 +117,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, at fieldPath) string {
 				sub = ft
 			case t != nil && t.Kind() == reflect.Map:
 				sub = t.Elem()
+				path[len(path)-1].mapKey = true
 			}
 			if reason := checkValue(dec, sub, path); reason != "" {
 				return reason
@@ -143,9 +148,13 @@ func checkValue(dec *json.Decoder, t reflect.Type, at fieldPath) string {
 type fieldPath []pathStep
 
 type pathStep struct {
-	key   string
-	index int // -1 for a key
+	key    string
+	index  int  // -1 for a key
+	mapKey bool // a key of a map, not a field
 }
+
+// inMap reports whether the value at p is one of a map's.
+func inMap(p fieldPath) bool { return len(p) > 0 && p[len(p)-1].mapKey }
 
 // maxQuoted bounds what a reason quotes of the request (a field name, a
 // value): an error answer never echoes more than a few hundred bytes.

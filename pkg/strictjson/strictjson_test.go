@@ -64,6 +64,7 @@ func TestDecode(t *testing.T) {
 		{`{"group":7}`, `field "group" must be a string, not number`}, // the embedded struct's name is not the API's
 		{`{"headers":{"a":1}}`, `field "headers" must be an object of strings, not one with a value of type number`},
 		{`{"headers":5}`, `field "headers" must be an object of strings, not number`},
+		{`{"headers":{"a":null}}`, `field "headers.a" is null: a value here is a string`},
 		{``, "empty request body"},
 	} {
 		var r request
