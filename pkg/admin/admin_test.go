@@ -952,6 +952,11 @@ func TestDead(t *testing.T) {
 	if msg := r.errorText(t); !strings.Contains(msg, "NO_ROUTE") || !strings.Contains(msg, "destination") {
 		t.Errorf("retry of C without a destination: %s", msg)
 	}
+	r = e.do("POST", "/v1/dead/C/retry", `{"destination":""}`) // empty is not "the message's own"
+	e.expect(r, 400)
+	if msg := r.errorText(t); !strings.Contains(msg, `"destination" is empty`) {
+		t.Errorf("retry of C with an empty destination: %s", msg)
+	}
 	before := time.Now().Add(-time.Second)
 	r = e.do("POST", "/v1/dead/C/retry", `{"destination":"q.C2"}`)
 	e.expect(r, 204)

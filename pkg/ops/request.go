@@ -108,6 +108,32 @@ type RetryRequest struct {
 	Destination string `json:"destination,omitempty" doc:"the destination to publish to instead of the message's"`
 }
 
+// UnmarshalJSON reads the request and refuses a field given empty, which
+// would otherwise read as not given (the message's own sink or
+// destination): `dead retry --destination ""` is refused alike.
+func (r *RetryRequest) UnmarshalJSON(b []byte) error {
+	var given struct {
+		Sink        *string `json:"sink"`
+		Destination *string `json:"destination"`
+	}
+	if err := json.Unmarshal(b, &given); err != nil {
+		return err
+	}
+	for name, v := range map[string]*string{"sink": given.Sink, "destination": given.Destination} {
+		if v != nil && *v == "" {
+			return fmt.Errorf("%q is empty: give a %s, or leave the field out to keep the message's", name, name)
+		}
+	}
+	*r = RetryRequest{}
+	if given.Sink != nil {
+		r.Sink = *given.Sink
+	}
+	if given.Destination != nil {
+		r.Destination = *given.Destination
+	}
+	return nil
+}
+
 // ListQuery selects a page of messages (GET /v1/messages, `delaybridge
 // list`). Times are RFC 3339 or epoch milliseconds, as given.
 type ListQuery struct {
