@@ -181,18 +181,8 @@ func TestSinkConformanceCoreNATS(t *testing.T) {
 // sent on reconnect would be a second copy of every message published
 // during the outage (test/fault counts each as a duplicate).
 func TestSinkKeepsNothingWhileDisconnected(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := consumer(t, ns.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, js, _, sk := streamSink(t, jetstream.StreamConfig{Name: "KEPT", Subjects: []string{"kept.>"}, Storage: jetstream.FileStorage})
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KEPT", Subjects: []string{"kept.>"}, Storage: jetstream.FileStorage}); err != nil {
-		t.Fatal(err)
-	}
-	sk := openSink(ns.URL, true)(t)
-	defer sk.Close()
 	out := func(id string) sinks.Outgoing {
 		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: "kept.x", Body: []byte(id)}}
 	}
@@ -242,18 +232,8 @@ func TestSinkKeepsNothingWhileDisconnected(t *testing.T) {
 // connection, which nats.go does not reopen, and hold every message after
 // it. The next message goes out.
 func TestSinkRefusesASubjectTheServerWouldCloseFor(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := consumer(t, ns.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, _, sk := streamSink(t, jetstream.StreamConfig{Name: "LONG", Subjects: []string{"long.>"}})
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LONG", Subjects: []string{"long.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	sk := openSink(ns.URL, true)(t)
-	defer sk.Close()
 	out := func(dest string) sinks.Outgoing {
 		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: "m", Destination: dest, Body: []byte("x")}}
 	}
@@ -277,19 +257,8 @@ func TestSinkRefusesASubjectTheServerWouldCloseFor(t *testing.T) {
 // must still reach the stream; a publish of the same version again (its
 // PubAck was lost) must not. A series' occurrence is the same.
 func TestSinkPublishesANewVersionOfADeliveredID(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := consumer(t, ns.URL)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, stream, sk := streamSink(t, jetstream.StreamConfig{Name: "VERS", Subjects: []string{"vers.>"}, Duplicates: time.Minute})
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "VERS", Subjects: []string{"vers.>"}, Duplicates: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk := openSink(ns.URL, true)(t)
-	defer sk.Close()
 	t0 := time.Now().Truncate(time.Millisecond)
 	version := func(body string, ingested time.Duration, recur bool) sinks.Outgoing {
 		m := &envelope.Message{ID: "timer-7", Destination: "vers.x", Body: []byte(body), DueAt: t0.Add(ingested + time.Second), IngestedAt: t0.Add(ingested)}
@@ -326,4 +295,22 @@ func TestSinkPublishesANewVersionOfADeliveredID(t *testing.T) {
 			t.Errorf("after %s the stream holds %d messages, want %d", step.what, info.State.Msgs, step.want)
 		}
 	}
+}
+
+// streamSink starts a nats-server with the stream cfg and a JetStream sink
+// on it (closed at the end of the test).
+func streamSink(t *testing.T, cfg jetstream.StreamConfig) (*testenv.NATSServer, jetstream.JetStream, jetstream.Stream, sinks.Sink) {
+	t.Helper()
+	ns := testenv.NATS(t)
+	js, err := jetstream.New(consumer(t, ns.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := openSink(ns.URL, true)(t)
+	t.Cleanup(func() { _ = sk.Close() })
+	return ns, js, stream, sk
 }
