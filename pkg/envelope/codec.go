@@ -591,6 +591,16 @@ func (c Codec) decode(id string, b []byte, src string) (*Message, error) {
 	return m, nil
 }
 
+// DecodeClear returns the part of a stored message that is kept in clear
+// (its due time, route, ingest, priority and origin; no body, headers or
+// key): what can be shown of a message whose sealed part cannot be opened
+// (a key not configured, the wrong bytes under its ID). The error wraps
+// ErrCorrupt.
+func DecodeClear(id string, b []byte) (*Message, error) {
+	m, _, _, _, err := decodeRouting(id, b)
+	return m, err
+}
+
 // SealedKeyID reports whether a stored message is sealed and with which key
 // ID, reading only the part in clear (nothing is opened or authenticated).
 // The error wraps ErrCorrupt.

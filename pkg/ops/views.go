@@ -76,6 +76,10 @@ func NewMessageView(info *store.Info, withContent bool) MessageView {
 		if info.State != store.StateDead {
 			v.NextAttemptAt = formatTime(info.NextAt)
 		}
+		if c := info.Clear; c != nil { // what is stored in clear of a message that cannot be read whole
+			v.DueAt, v.Sink, v.Destination = envelope.FormatTime(c.DueAt), c.Sink, c.Destination
+			v.Ingest, v.IngestedAt, v.Priority = c.Ingest, formatTime(c.IngestedAt), c.Priority
+		}
 		return v
 	}
 	v.DueAt = envelope.FormatTime(m.DueAt)

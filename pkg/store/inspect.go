@@ -23,6 +23,10 @@ type Info struct {
 	State       string
 	Message     *envelope.Message // nil when Err is set
 	Err         error             // the stored message could not be decoded
+	// Clear is, when Err is set, the part of the message kept in clear
+	// (envelope.DecodeClear: due time and route) if it could be read:
+	// what is shown of a message sealed with a key not configured.
+	Clear *envelope.Message
 	Attempts    int               // publish attempts so far
 	NextAt      time.Time         // scheduled: next attempt; inflight: lease expiry
 	Held        bool              // State is StateHeld
@@ -53,6 +57,9 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	now := toInt64(res[0])
 	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob)}
 	info.Message, info.Err = s.decode(id, blob)
+	if info.Err != nil {
+		info.Clear, _ = envelope.DecodeClear(id, []byte(blob))
+	}
 	var deadAt int64
 	if m, ok := toString(res[3]); ok {
 		info.Attempts, deadAt, info.Reason = s.meta(id, m)

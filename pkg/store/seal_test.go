@@ -292,6 +292,10 @@ func TestSealedWithUnknownKey(t *testing.T) {
 	if err != nil || info.Message != nil || !errors.Is(info.Err, envelope.ErrSealed) {
 		t.Fatalf("Inspect = %+v, %v", info, err)
 	}
+	// What is stored in clear is still shown: the due time and the route.
+	if c := info.Clear; c == nil || c.Sink != "s" || c.Destination == "" || c.DueAt.IsZero() || len(c.Body) != 0 || c.Headers != nil {
+		t.Fatalf("the part in clear of a message sealed with another key: %+v", c)
+	}
 	c, err := s2.Claim(ctx, s2.ShardOf("lost"), 10, time.Minute, nil)
 	if err != nil || len(c.Messages) != 1 {
 		t.Fatalf("Claim = %+v, %v", c, err)

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -176,6 +178,14 @@ func TestEncryptionEndToEnd(t *testing.T) {
 	}, "a message sealed with an unknown key is not dead with the reason")
 	if n := len(e.firedCopies("orphan")); n != 0 {
 		t.Fatalf("orphan fired %d times", n)
+	}
+	// inspect shows what is stored in clear of it (its due time and route)
+	// and says in its exit status that the content asked for cannot be read.
+	out, err := exec.Command(e.d.bin, "inspect", "-c", e.d.cfgPath, "--body", "orphan").CombinedOutput()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 || !strings.Contains(string(out), "fired.default") ||
+		!strings.Contains(string(out), "cannot be read") || strings.Contains(string(out), secretBody) {
+		t.Errorf("inspect --body of a message sealed with an unknown key: %v\n%s", err, out)
 	}
 	e.d.stop()
 }

@@ -52,7 +52,14 @@ func (a *app) inspectCmd() *cobra.Command {
 				if err != nil {
 					return failed(err)
 				}
-				return a.printJSON(v)
+				if err := a.printJSON(v); err != nil {
+					return err
+				}
+				if body && v.DecodeError != "" {
+					// The content asked for cannot be shown: say so in the status too.
+					return exit(1, fmt.Errorf("the content of %s cannot be read: %s", show(args[0]), v.DecodeError))
+				}
+				return nil
 			})
 		},
 	}
