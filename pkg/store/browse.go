@@ -316,7 +316,7 @@ func (s *Store) readEntries(ctx context.Context, entries []browseEntry) ([]*Info
 			continue // delivered or cancelled since the script saw it
 		}
 		info := &Info{ID: e.id, Shard: e.shard, EncodedSize: len(blob)}
-		info.Message, info.Err = s.decode(e.id, blob)
+		s.decodeInto(info, blob)
 		var deadAt int64
 		if m, err := metas[i].Result(); err == nil {
 			info.Attempts, deadAt, info.Reason = s.meta(e.id, m)

@@ -73,7 +73,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]*Info, error) {
 			}
 			if blob, ok := toString(res[i+2]); ok {
 				info.EncodedSize = len(blob)
-				info.Message, info.Err = s.decode(id, blob)
+				s.decodeInto(info, blob)
 			}
 			out = append(out, info)
 		}

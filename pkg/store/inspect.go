@@ -56,10 +56,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	}
 	now := toInt64(res[0])
 	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob)}
-	info.Message, info.Err = s.decode(id, blob)
-	if info.Err != nil {
-		info.Clear, _ = envelope.DecodeClear(id, []byte(blob))
-	}
+	s.decodeInto(info, blob)
 	var deadAt int64
 	if m, ok := toString(res[3]); ok {
 		info.Attempts, deadAt, info.Reason = s.meta(id, m)
@@ -90,4 +87,13 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 		return nil, ErrNotFound // a pool entry in neither set: being removed
 	}
 	return info, nil
+}
+
+// decodeInto decodes the stored message blob of info.ID into info: its
+// Message, or the Err why not and, when it can be read, the Clear part.
+func (s *Store) decodeInto(info *Info, blob string) {
+	info.Message, info.Err = s.decode(info.ID, blob)
+	if info.Err != nil {
+		info.Clear, _ = envelope.DecodeClear(info.ID, []byte(blob))
+	}
 }
