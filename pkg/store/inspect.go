@@ -23,10 +23,6 @@ type Info struct {
 	State       string
 	Message     *envelope.Message // nil when Err is set
 	Err         error             // the stored message could not be decoded
-	// Clear is, when Err is set, the part of the message kept in clear
-	// (envelope.DecodeClear: due time and route) if it could be read:
-	// what is shown of a message sealed with a key not configured.
-	Clear *envelope.Message
 	Attempts    int               // publish attempts so far
 	NextAt      time.Time         // scheduled: next attempt; inflight: lease expiry
 	Held        bool              // State is StateHeld
@@ -34,6 +30,10 @@ type Info struct {
 	Reason      string            // dead: why; scheduled after a failure: the last error
 	Shard       int
 	EncodedSize int
+	// Clear is, when Err is set, the part of the message kept in clear
+	// (envelope.DecodeClear: due time and route) if it could be read:
+	// what is shown of a message sealed with a key not configured.
+	Clear *envelope.Message
 }
 
 // inspectScript reads everything known about one message.
