@@ -44,14 +44,17 @@ type Daemon struct {
 	tracer      *tracing.Tracer
 	stopTracing func(context.Context) error
 	log         *slog.Logger
-	// recordErr is what keepRecord last found wrong ("" nothing), so that
-	// it says each problem once.
-	recordErr atomic.Pointer[string]
-	metrics   *metrics.Metrics
-	store     *store.Store
-	sinks     map[string]sinks.Sink
-	sources   []ingest.Source
-	pipes     []*ingest.Pipeline
+	// layout is the store's layout this daemon found at its start, which
+	// keepRecord writes again if Redis lost it.
+	layout int
+	// mismatch is what keepRecord last found wrong with the store's record
+	// ("" nothing): said once in the log, and by /readyz while it lasts.
+	mismatch atomic.Pointer[string]
+	metrics  *metrics.Metrics
+	store    *store.Store
+	sinks    map[string]sinks.Sink
+	sources  []ingest.Source
+	pipes    []*ingest.Pipeline
 	// sourcesClosed is set by Run once it closed (and committed) the sources.
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
@@ -102,7 +105,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		return nil, err
 	}
 	d.persistence.rdb = d.store.Client()
-	if _, err := d.store.CheckLayout(ctx, true); errors.Is(err, store.ErrLayoutUnknown) {
+	if d.layout, err = d.store.CheckLayout(ctx, true); errors.Is(err, store.ErrLayoutUnknown) {
 		log.Error("not running: "+err.Error(), "redis_key", d.store.Keys().Config())
 		d.refused = err
 		return d, nil
@@ -339,6 +342,8 @@ func (d *Daemon) Ready() error {
 	} else if err := d.store.KnowsLayout(ctx); err != nil {
 		// A newer delaybridge's migrate can change it while we run.
 		errs = append(errs, "redis: "+err.Error())
+	} else if m := d.mismatch.Load(); m != nil && *m != "" {
+		errs = append(errs, "redis: "+*m) // keepRecord's
 	}
 	for _, p := range d.pipes {
 		if err := p.Ready(); err != nil {
@@ -526,16 +531,22 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 // when Redis lost them while this daemon ran (it restarted without
 // persistence, or was flushed): otherwise another instance with another
 // shard count is let in, and finds parked messages unknown. A record that
-// no longer matches (another layout, another shard count) is logged: /readyz
-// says it too.
+// no longer matches (another shard count, a layout this build does not
+// know) is logged once at ERROR and turns /readyz 503 while it lasts;
+// Redis not answering is the readiness probe's to say.
 func (d *Daemon) keepRecord(ctx context.Context) {
-	_, lerr := d.store.CheckLayout(ctx, true)
-	serr := d.store.CheckShards(ctx)
+	ctx, cancel := context.WithTimeout(ctx, readyPing)
+	defer cancel()
+	err := d.store.Rerecord(ctx, d.layout)
+	if err != nil && !errors.Is(err, store.ErrShardMismatch) && !errors.Is(err, store.ErrLayoutUnknown) {
+		d.log.Debug("cannot check the store's record; trying again at the next reading", "err", err)
+		return
+	}
 	msg := ""
-	if err := errors.Join(lerr, serr); err != nil {
+	if err != nil {
 		msg = err.Error()
 	}
-	if prev := d.recordErr.Swap(&msg); msg == "" || prev != nil && *prev == msg {
+	if prev := d.mismatch.Swap(&msg); msg == "" || prev != nil && *prev == msg {
 		return // nothing to say, or said already
 	}
 	d.log.Error("redis: the store's record does not match this daemon: "+msg, "redis_key", d.store.Keys().Config())

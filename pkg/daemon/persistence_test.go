@@ -125,6 +125,26 @@ sinks: [{name: s, nats: {url: "%s"}}]
 		v, _ := rs.Client().HMGet(context.Background(), cfgKey, "shards", "layout").Result()
 		return len(v) == 2 && v[0] == "2" && v[1] == fmt.Sprint(store.LayoutNewest)
 	}, "%s not recorded again after Redis restarted empty", cfgKey)
+	// A record another instance wrote meanwhile, with another shard count:
+	// /readyz says so (503) at the next reading, and is ready again once
+	// it matches.
+	kick := func() {
+		if err := rs.Client().Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs.Client().HSet(context.Background(), cfgKey, "shards", 8)
+	kick()
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		code, _ := getBody(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable
+	}, "/readyz not 503 with redis.shards 2 against a record of 8")
+	rs.Client().HSet(context.Background(), cfgKey, "shards", 2)
+	kick()
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		code, _ := getBody(t, base+"/readyz")
+		return code == http.StatusOK
+	}, "/readyz not 200 again once the record matches")
 
 	// AOF on, then a reconnect (every client connection closed by Redis):
 	// the warning is gone.
@@ -295,4 +315,16 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// getBody fetches url and returns its status and body.
+func getBody(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -81,6 +81,35 @@ func unknownLayout(config, v string) error {
 		"(docs/store.md, \"Upgrades and rollbacks\")", ErrLayoutUnknown, config, v, Layout1, LayoutNewest)
 }
 
+// Rerecord writes the shard count and layout into <prefix>:config where
+// they are missing (Redis lost them while a daemon ran: it restarted
+// without persistence, or was flushed), and checks what is there: another
+// shard count is ErrShardMismatch, a layout this build does not know
+// ErrLayoutUnknown. layout is the one the daemon found at its start: a
+// store of an earlier layout stays recorded as such. It changes nothing
+// the Store holds in memory, and never a value Redis has.
+func (s *Store) Rerecord(ctx context.Context, layout int) error {
+	key := s.keys.Config()
+	pipe := s.rdb.Pipeline()
+	pipe.HSetNX(ctx, key, "shards", s.shards)
+	pipe.HSetNX(ctx, key, "layout", layout)
+	got := pipe.HMGet(ctx, key, "shards", "layout")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: record the shard count and layout in %s: %w", key, err)
+	}
+	v := got.Val()
+	shards, _ := v[0].(string)
+	l, _ := v[1].(string)
+	if shards != strconv.Itoa(s.shards) {
+		return fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
+			ErrShardMismatch, s.shards, key, shards, shards)
+	}
+	if n, err := strconv.Atoi(l); err != nil || n < Layout1 || n > LayoutNewest {
+		return unknownLayout(key, l)
+	}
+	return nil
+}
+
 // CheckLayout returns the layout Redis holds, recording LayoutNew on a
 // store that holds nothing yet when record is set (a daemon's start; a
 // command that only reads does not). A layout this build does not know is

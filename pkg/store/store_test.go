@@ -735,3 +735,34 @@ func TestNewerLayoutWhileRunning(t *testing.T) {
 	_, err = s.MigrateDown(ctx)
 	refused("migrate down", err)
 }
+
+// Rerecord writes the shard count and the layout given where Redis lost
+// them, never over what is there, and says when what is there does not
+// match: another shard count, a layout this build does not know.
+func TestRerecord(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "rr", Shards: 4})
+	key := store.NewKeys("rr").Config()
+	if err := s.Rerecord(ctx, store.Layout1); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := rdb.HMGet(ctx, key, "shards", "layout").Result(); fmt.Sprint(v) != "[4 1]" {
+		t.Fatalf("recorded %v, want [4 1]: the layout the daemon found, not the newest", v)
+	}
+	rdb.HSet(ctx, key, "layout", store.LayoutNewest)
+	if err := s.Rerecord(ctx, store.Layout1); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := rdb.HGet(ctx, key, "layout").Result(); v != fmt.Sprint(store.LayoutNewest) {
+		t.Fatalf("layout %s: Rerecord wrote over what Redis had", v)
+	}
+	rdb.HSet(ctx, key, "layout", "99")
+	if err := s.Rerecord(ctx, store.Layout1); !errors.Is(err, store.ErrLayoutUnknown) {
+		t.Fatalf("layout 99: %v, want ErrLayoutUnknown", err)
+	}
+	rdb.HSet(ctx, key, "layout", store.LayoutNewest, "shards", 8)
+	if err := s.Rerecord(ctx, store.Layout1); !errors.Is(err, store.ErrShardMismatch) {
+		t.Fatalf("shards 8: %v, want ErrShardMismatch", err)
+	}
+}
