@@ -42,6 +42,13 @@ func (s *Service) Import(ctx context.Context, r io.Reader, o store.ImportOptions
 // headers over the limits.
 func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.Message, error) {
 	dead := meta.State == store.StateDead
+	if s.p.Routes != nil && m.Ingest != "" {
+		// Its rules could not be applied, now or at a retry of a dead one.
+		if _, ok := s.p.Routes(m.Ingest); !ok {
+			return nil, refused(`no ingest %q is configured, whose rules the message would meet: give the record the "ingest" of one that is, `+
+				`or "" for the admin API's`, destination.Printable(m.Ingest))
+		}
+	}
 	if dead && meta.Attempts == 0 {
 		if err := s.p.Limits.CheckSize(m.Body, m.Headers, m.Key); err != nil {
 			return nil, refused("%s (ingest keeps a rejected message without it)", recordFields.Replace(err.Error()))
@@ -52,12 +59,6 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 		if envelope.IsControlHeader(h.Key) {
 			return nil, refused(`"headers"[%d] %q is a control header, which ingest reads and never forwards `+
 				`(an exported message has none; the record's fields say what it controls): remove it`, i, destination.Printable(h.Key))
-		}
-	}
-	if s.p.Routes != nil && m.Ingest != "" && !dead {
-		if _, ok := s.p.Routes(m.Ingest); !ok {
-			return nil, refused(`no ingest %q is configured, whose rules the message would meet: give the record the "ingest" of one that is, `+
-				`or "" for the admin API's`, destination.Printable(m.Ingest))
 		}
 	}
 	due := meta.NextAt

@@ -149,6 +149,9 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 		}),
 		importRecord("ok-2", nil),
 		importRecord("ghost", func(f map[string]string) { f["destination"], f["ingest"] = q("elsewhere.z"), q("ghost") }),
+		importRecord("dead-ghost", func(f map[string]string) { // a retry would publish it by a route of its own
+			f["destination"], f["ingest"], f["state"], f["attempts"], f["dead_at"], f["reason"] = q("elsewhere.z"), q("ghost"), q("dead"), "1", f["due_at"], q("timeout")
+		}),
 	}
 	file := filepath.Join(t.TempDir(), "in.jsonl")
 	if err := os.WriteFile(file, []byte(strings.Join(lines, "")), 0o600); err != nil {
@@ -160,7 +163,8 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 		`line 4: refused by the rules of ingest: "sink"/"destination" given, but the route of ingest "kv-in" does not allow overrides (route.allow_override)`,
 		`line 5: refused by the rules of ingest: sink "gone" names no configured sink`,
 		`line 9: refused by the rules of ingest: no ingest "ghost" is configured`,
-		"imported 5 (2 dead), replaced 0, skipped 0 known, 4 bad line(s): lines 2, 4, 5, 9",
+		`line 10: refused by the rules of ingest: no ingest "ghost" is configured`,
+		"imported 5 (2 dead), replaced 0, skipped 0 known, 5 bad line(s): lines 2, 4, 5, 9, 10",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
@@ -171,7 +175,7 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 	}
 	s := store.New(r.Client(), store.Options{Prefix: "routes", Shards: 4})
 	for id, state := range map[string]string{"ok-1": store.StateScheduled, "kv": store.StateScheduled, "ok-2": store.StateScheduled,
-		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "kv-chosen": "", "no-sink": "", "ghost": ""} {
+		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "kv-chosen": "", "no-sink": "", "ghost": "", "dead-ghost": ""} {
 		info, err := s.Inspect(ctx, id)
 		switch {
 		case state == "" && !errors.Is(err, store.ErrNotFound):
