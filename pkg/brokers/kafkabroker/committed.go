@@ -67,7 +67,7 @@ func fetchCommitted(ctx context.Context, c *kafka.Client, topic string, partitio
 	}
 	aborted := slices.Clone(p.AbortedTransactions)
 	slices.SortFunc(aborted, func(a, b fetchapi.ResponseTransaction) int { return int(a.FirstOffset - b.FirstOffset) })
-	return &committedReader{batches: batches, aborted: aborted, inAborted: map[int64]bool{}}, nil
+	return &committedReader{batches: batches, aborted: aborted, inAborted: map[int64]bool{}, answered: len(batches) > 0}, nil
 }
 
 // committedReader reads the batches of a fetch as Kafka's own
@@ -83,7 +83,13 @@ type committedReader struct {
 	inAborted map[int64]bool                 // producers inside an aborted transaction
 	open      bool                           // batches[0]'s records are being read
 	next      int64
+	answered  bool // the fetch held batches (maybe nothing to read in them)
 }
+
+// Answered reports whether the fetch held any batch: one that did and
+// moved nothing on (Next) holds only what kafka-go does not show, such as
+// the empty batches a compacted topic keeps.
+func (c *committedReader) Answered() bool { return c.answered }
 
 // Next is the offset after the last record read or skipped; 0 before any.
 func (c *committedReader) Next() int64 { return c.next }

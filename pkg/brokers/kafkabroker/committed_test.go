@@ -72,4 +72,11 @@ func TestCommittedReader(t *testing.T) {
 			t.Errorf("%s: read %v, next %d; want %v, next %d", c.name, got, r.Next(), c.want, c.wantNext)
 		}
 	}
+	// A batch with no record (a compacted topic keeps them) moves nothing
+	// on, and the fetch says it held one: the loop pauses, not spins.
+	empty := &committedReader{batches: []protocol.RecordReader{&protocol.RecordBatch{BaseOffset: 5, ProducerID: -1, Records: protocol.NewRecordReader()}},
+		inAborted: map[int64]bool{}, answered: true}
+	if _, err := empty.ReadRecord(); !errors.Is(err, io.EOF) || empty.Next() != 0 || !empty.Answered() {
+		t.Errorf("an empty batch: %v, next %d, answered %v", err, empty.Next(), empty.Answered())
+	}
 }

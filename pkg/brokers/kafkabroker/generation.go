@@ -275,12 +275,20 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 			}
 			continue
 		}
+		from := offset
 		for {
 			rec, err := recs.ReadRecord()
 			if errors.Is(err, io.EOF) {
 				// What was skipped (an aborted transaction, markers) is
 				// not fetched again.
 				offset = max(offset, recs.Next())
+				if offset == from && recs.Answered() && !sleep(fctx, emptyFetchPause) && ctx.Err() != nil {
+					// Nothing to read and nothing to skip that kafka-go
+					// shows (a compacted topic keeps empty batches): the
+					// broker answers such a fetch at once, so wait a
+					// little before the next instead of spinning.
+					return -1
+				}
 				break
 			}
 			if err != nil {
@@ -316,6 +324,10 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 		}
 	}
 }
+
+// emptyFetchPause is the wait after a fetch that held batches and moved
+// nothing on (a fetch with nothing at all waits at the broker, MaxWait).
+const emptyFetchPause = 100 * time.Millisecond
 
 // fetchMaxBytes bounds one fetch of a partition.
 const fetchMaxBytes = 1 << 20
