@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,9 @@ type Sink struct {
 	cfg SinkParams
 	nc  *nats.Conn
 	js  jetstream.JetStream
+	// noLookupUntil (Unix ns) skips the lookup of duplicate after one ran
+	// out of time.
+	noLookupUntil atomic.Int64
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -130,18 +134,29 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 // (versionID), which a retry of it finds in turn. A stored message that
 // cannot be read within duplicateLookup (the user may not read the
 // stream: $JS.API.STREAM.INFO and MSG.GET; a work-queue stream removed it)
-// counts as another version: a duplicate at worst. Two versions of the
-// same due time and body are one.
+// counts as another version: a duplicate at worst; after a lookup that
+// ran out of time, none is made for noLookupFor. Two versions of the same
+// due time and body are one.
 func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ack *jetstream.PubAck) error {
 	if ack == nil || !ack.Duplicate || nm.Header.Get(envelope.HeaderNatsMsgID) != DedupeID(m.Message) {
 		return nil
 	}
-	lctx, cancel := context.WithTimeout(ctx, duplicateLookup)
-	defer cancel()
-	if stream, err := s.js.Stream(lctx, ack.Stream); err == nil {
-		if stored, err := stream.GetMsg(lctx, ack.Sequence); err == nil &&
-			stored.Header.Get(envelope.HeaderDueAt) == nm.Header.Get(envelope.HeaderDueAt) && bytes.Equal(stored.Data, nm.Data) {
+	if time.Now().UnixNano() >= s.noLookupUntil.Load() {
+		lctx, cancel := context.WithTimeout(ctx, duplicateLookup)
+		defer cancel()
+		stream, err := s.js.Stream(lctx, ack.Stream)
+		var stored *jetstream.RawStreamMsg
+		if err == nil {
+			stored, err = stream.GetMsg(lctx, ack.Sequence)
+		}
+		switch {
+		case err == nil && stored.Header.Get(envelope.HeaderDueAt) == nm.Header.Get(envelope.HeaderDueAt) && bytes.Equal(stored.Data, nm.Data):
 			return nil
+		case lctx.Err() != nil:
+			// The stream cannot be read in time (no rights: nats.go waits
+			// out the request): the next duplicates are published again
+			// without a lookup for a while, not each after a wait.
+			s.noLookupUntil.Store(time.Now().Add(noLookupFor).UnixNano())
 		}
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, versionID(m.Message))
@@ -155,6 +170,10 @@ func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ac
 // PubAck names, out of the publish's own time: nats.go answers a request
 // the user may not make only at its deadline.
 const duplicateLookup = 500 * time.Millisecond
+
+// noLookupFor is how long duplicates are published again without a lookup
+// after one ran out of time.
+const noLookupFor = time.Minute
 
 func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
 	for i, nm := range nmsgs {
