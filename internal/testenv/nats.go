@@ -31,16 +31,20 @@ type NATSServer struct {
 func NATS(t testing.TB) *NATSServer {
 	skipShort(t, "a NATS server")
 	t.Helper()
-	port := reservePorts(t, portLo, portHi)
-	n := &NATSServer{
-		URL:      fmt.Sprintf("nats://127.0.0.1:%d", port),
-		Port:     port,
-		StoreDir: t.TempDir(),
-		t:        t,
-	}
+	n := &NATSServer{StoreDir: t.TempDir(), t: t}
 	t.Cleanup(n.Shutdown)
-	n.start()
-	return n
+	// A port reserved in this process can still be taken by another test
+	// process before the server listens: then it never gets ready, and
+	// another port is tried.
+	for try := 1; ; try++ {
+		n.Port = reservePorts(t, portLo, portHi)
+		n.URL = fmt.Sprintf("nats://127.0.0.1:%d", n.Port)
+		if err := n.tryStart(); err == nil {
+			return n
+		} else if try == 3 {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
 }
 
 func (n *NATSServer) options() *server.Options {
@@ -57,22 +61,30 @@ func (n *NATSServer) options() *server.Options {
 
 func (n *NATSServer) start() {
 	n.t.Helper()
+	if err := n.tryStart(); err != nil {
+		n.t.Fatalf("testenv: %v", err)
+	}
+}
+
+// tryStart starts the server on n.Port and waits until it is ready.
+func (n *NATSServer) tryStart() error {
 	s, err := server.NewServer(n.options())
 	if err != nil {
-		n.t.Fatalf("testenv: nats NewServer: %v", err)
+		return fmt.Errorf("nats NewServer: %w", err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(15 * time.Second) {
 		s.Shutdown()
-		n.t.Fatalf("testenv: nats-server on %s not ready after 15s", n.URL)
+		return fmt.Errorf("nats-server on %s not ready after 15s", n.URL)
 	}
 	if !s.JetStreamEnabled() {
 		s.Shutdown()
-		n.t.Fatalf("testenv: nats-server on %s started without JetStream", n.URL)
+		return fmt.Errorf("nats-server on %s started without JetStream", n.URL)
 	}
 	n.mu.Lock()
 	n.Server = s
 	n.mu.Unlock()
+	return nil
 }
 
 // Shutdown stops the server and waits until it is down; connected clients see a
