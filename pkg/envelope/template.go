@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -54,6 +55,8 @@ func ParseTemplate(s string) (*Template, error) {
 			lit.Reset()
 		}
 	}
+	var bad []string // the placeholders that are wrong (maxNamed), named in one error
+	more := 0        // and how many more
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '{' && i+1 < len(s) && s[i+1] == '{':
@@ -63,15 +66,19 @@ func ParseTemplate(s string) (*Template, error) {
 			lit.WriteByte('}')
 			i++
 		case c == '}':
-			return nil, fmt.Errorf("a lone } at byte %d (write }} for a literal brace)", i)
+			return nil, errors.New(strings.Join(append(bad, fmt.Sprintf("a lone } at byte %d (write }} for a literal brace)", i)), "; "))
 		case c == '{':
 			end := strings.IndexByte(s[i:], '}')
 			if end < 0 {
-				return nil, fmt.Errorf("unclosed { at byte %d (write {{ for a literal brace)", i)
+				return nil, errors.New(strings.Join(append(bad, fmt.Sprintf("unclosed { at byte %d (write {{ for a literal brace)", i)), "; "))
 			}
 			part, err := parsePlaceholder(s[i+1 : i+end])
-			if err != nil {
-				return nil, err
+			switch {
+			case err == nil:
+			case len(bad) < maxNamed:
+				bad = append(bad, err.Error())
+			default:
+				more++
 			}
 			flush()
 			t.parts = append(t.parts, part)
@@ -80,9 +87,19 @@ func ParseTemplate(s string) (*Template, error) {
 			lit.WriteByte(c)
 		}
 	}
+	if more > 0 {
+		bad = append(bad, fmt.Sprintf("and %d more", more))
+	}
+	if len(bad) > 0 {
+		return nil, errors.New(strings.Join(bad, "; "))
+	}
 	flush()
 	return t, nil
 }
+
+// maxNamed is how many wrong placeholders an error names, so that it
+// stays short (an error answer quotes at most 256 bytes of a request).
+const maxNamed = 2
 
 func parsePlaceholder(p string) (tmplPart, error) {
 	const known = "{source}, {source.N}, {source.N:} or {header.NAME}"

@@ -22,6 +22,9 @@ func TestParseTemplateErrors(t *testing.T) {
 		{"orders.{source", "unclosed {"},
 		{"orders.}", "lone }"},
 		{"{source}}", "lone }"},
+		// every bad placeholder is named, not only the first
+		{"f.{source.0}.{header.}", "integer from 1"},
+		{"f.{source.0}.{header.}", "header name is required"},
 	}
 	for _, c := range cases {
 		_, err := ParseTemplate(c.tmpl)
