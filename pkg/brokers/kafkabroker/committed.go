@@ -1,6 +1,7 @@
 package kafkabroker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func fetchCommitted(ctx context.Context, c *kafka.Client, topic string, partitio
 		batches = []protocol.RecordReader{r}
 	}
 	aborted := slices.Clone(p.AbortedTransactions)
-	slices.SortFunc(aborted, func(a, b fetchapi.ResponseTransaction) int { return int(a.FirstOffset - b.FirstOffset) })
+	slices.SortFunc(aborted, func(a, b fetchapi.ResponseTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
 	return &committedReader{batches: batches, aborted: aborted, inAborted: map[int64]bool{}, answered: len(batches) > 0}, nil
 }
 

@@ -152,7 +152,7 @@ func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ac
 		switch {
 		case err == nil && stored.Header.Get(envelope.HeaderDueAt) == nm.Header.Get(envelope.HeaderDueAt) && bytes.Equal(stored.Data, nm.Data):
 			return nil
-		case lctx.Err() != nil:
+		case lctx.Err() != nil && ctx.Err() == nil: // the lookup's own time ran out, not the publish's
 			// The stream cannot be read in time (no rights: nats.go waits
 			// out the request): the next duplicates are published again
 			// without a lookup for a while, not each after a wait.
