@@ -158,21 +158,14 @@ func TestImportUnderTheRoutesOfIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error=skip")
-	for _, want := range []string{
+	wantRefused(t, code, errOut,
 		`line 2: refused by the rules of ingest: destination_reserved: NATS subject "$KV.orders.42" begins with "$"`,
 		`line 4: refused by the rules of ingest: "sink"/"destination" given, but the route of ingest "kv-in" does not allow overrides (route.allow_override)`,
 		`line 5: refused by the rules of ingest: sink "gone" names no configured sink`,
 		`line 9: refused by the rules of ingest: no ingest "ghost" is configured`,
 		`line 10: refused by the rules of ingest: no ingest "ghost" is configured`,
 		"imported 5 (2 dead), replaced 0, skipped 0 known, 5 bad line(s): lines 2, 4, 5, 9, 10",
-	} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errOut)
-		}
-	}
-	if code != 1 {
-		t.Errorf("exit %d, want 1", code)
-	}
+	)
 	s := store.New(r.Client(), store.Options{Prefix: "routes", Shards: 4})
 	for id, state := range map[string]string{"ok-1": store.StateScheduled, "kv": store.StateScheduled, "ok-2": store.StateScheduled,
 		"dead-no-sink": store.StateDead, "rejected": store.StateDead, "kv-other": "", "kv-chosen": "", "no-sink": "", "ghost": "", "dead-ghost": ""} {
@@ -204,20 +197,27 @@ func TestImportHoldsTheSeriesBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error=skip")
-	for _, want := range []string{
+	wantRefused(t, code, errOut,
 		"line 2: refused by the rules of ingest: the store holds as many live recurring series as limits.max_series allows",
 		"line 4: refused by the rules of ingest: the store holds as many live recurring series as limits.max_series allows",
 		"imported 2 (0 dead), replaced 0, skipped 0 known, 2 bad line(s)",
-	} {
+	)
+	s := store.New(r.Client(), store.Options{Prefix: "series", Shards: 4})
+	if st, err := s.Stats(context.Background()); err != nil || st.Series != 1 || st.Parked != 2 {
+		t.Errorf("stats: %d series, %d parked (%v); want 1 and 2", st.Series, st.Parked, err)
+	}
+}
+
+// wantRefused checks an import that refused lines: exit 1, and stderr
+// holding each of wants.
+func wantRefused(t *testing.T, code int, errOut string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
 	}
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
-	}
-	s := store.New(r.Client(), store.Options{Prefix: "series", Shards: 4})
-	if st, err := s.Stats(context.Background()); err != nil || st.Series != 1 || st.Parked != 2 {
-		t.Errorf("stats: %d series, %d parked (%v); want 1 and 2", st.Series, st.Parked, err)
 	}
 }
