@@ -65,7 +65,7 @@ func TestCancelMeetsAPublishOfThisInstance(t *testing.T) {
 		}
 		p := ops.Params{Store: st}
 		if c.settled {
-			p.Settled = func(context.Context, string) bool { ack(); return true }
+			p.Settled = func(context.Context, string) { ack() }
 		}
 		err = ops.New(p).Cancel(ctx, c.id)
 		switch {
@@ -111,13 +111,12 @@ func TestChangeOfASeriesInFlightLeavesTheNextOccurrence(t *testing.T) {
 		if err != nil || len(lease.Messages) != 1 {
 			t.Fatalf("claim %+v %v", lease, err)
 		}
-		settled := func(context.Context, string) bool {
+		settled := func(context.Context, string) {
 			next := *m
 			next.DueAt, next.Recur = nextDue, &envelope.Recurrence{Every: time.Hour, Anchor: due, N: 2}
 			if _, err := st.Ack(ctx, lease, []store.Done{{ID: "s", Next: &next}}); err != nil {
 				t.Fatal(err)
 			}
-			return true
 		}
 		err = change.do(ops.New(ops.Params{Store: st, Settled: settled}))
 		if !errors.Is(err, ops.ErrConflict) {

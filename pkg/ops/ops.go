@@ -127,12 +127,12 @@ type Params struct {
 	Notify func(id string, due time.Time)
 
 	// Settled waits, until ctx ends, for this instance's publishes of the
-	// shard of message id to end and their acks to be written, and reports
-	// whether there were any (the scheduler's Settled): a message met in
+	// shard of message id to end and their acks to be written (the
+	// scheduler's Settled): a message met in
 	// flight is then read again, and one its publish delivered is unknown
 	// (afterPublish). nil: the message is read again at once. It is called
 	// concurrently.
-	Settled func(ctx context.Context, id string) bool
+	Settled func(ctx context.Context, id string)
 
 	// Persistence returns what Redis keeps on disk, for Stats
 	// (StatsView.RedisPersistence); nil leaves it out. The daemon's returns

@@ -155,7 +155,7 @@ func TestADeliveredMessageIsNotInFlight(t *testing.T) {
 	}
 	waitCtx, stop := context.WithTimeout(ctx, 10*time.Second)
 	defer stop()
-	sched.Settled(waitCtx, "m0") // false when the ack already rode with m1's commit
+	sched.Settled(waitCtx, "m0") // at once when the ack already rode with m1's commit
 	if err := st.Cancel(ctx, "m0"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("cancel of a delivered message: %v, want store.ErrNotFound", err)
 	}

@@ -178,27 +178,24 @@ func (st *shardState) settled() {
 // Settled waits, until ctx ends, for the publishes this instance has under
 // way on the shard of message id to end and their acks to be in Redis,
 // waking the shard so that acks waiting to ride with its next claim or
-// commit (ackRide, commitRide) go at once. It reports whether there were
-// any and all were written: a message this instance delivered is then
-// gone from Redis, not shown in flight, and one it failed to publish is
-// back in its state. Not waited for: a publish another instance has under
+// commit (ackRide, commitRide) go at once: a message this instance
+// delivered is then gone from Redis, not shown in flight, and one it
+// failed to publish is back in its state. Not waited for: a publish another instance has under
 // way, and one this instance sent apart to a stalled destination or left
 // running past its grace (they settle on their own). Safe for concurrent
 // use.
-func (s *Scheduler) Settled(ctx context.Context, id string) bool {
+func (s *Scheduler) Settled(ctx context.Context, id string) {
 	st := &s.shards[s.p.Store.ShardOf(id)]
 	st.settleMu.Lock()
 	ch := st.settling
 	st.settleMu.Unlock()
 	if ch == nil {
-		return false
+		return
 	}
 	st.poke()
 	select {
 	case <-ch:
-		return true
 	case <-ctx.Done():
-		return false
 	}
 }
 
