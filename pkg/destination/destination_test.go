@@ -122,6 +122,10 @@ func TestCheck(t *testing.T) {
 		{name: "loop: named", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed.orders", allowed: []string{"delayed.orders"}, chosen: true},
 		{name: "loop: beside the ingest's subject", s: NATS.Reserve(NATS.Consumed("delayed.>")), dest: "delayed", allowed: []string{">"}, chosen: true},
 		{name: "loop: a Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in", want: destination.ErrReserved},
+		{name: "loop: a binding's # matching no word", s: RabbitMQ.Reserve(RabbitMQ.Consumed("evt.#")), dest: "evt", allowed: []string{"#"}, chosen: true, want: destination.ErrReserved, reason: `is in "evt.#"`},
+		{name: "loop: # matching no word, twice", s: RabbitMQ.Reserve(RabbitMQ.Consumed("d.#.#")), dest: "d", want: destination.ErrReserved},
+		{name: "loop: a binding's #, named", s: RabbitMQ.Reserve(RabbitMQ.Consumed("evt.#")), dest: "evt", allowed: []string{"evt"}, chosen: true},
+		{name: "loop: beside a binding's #", s: RabbitMQ.Reserve(RabbitMQ.Consumed("evt.#")), dest: "evtx"},
 		{name: "loop: another Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in-2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -151,7 +155,10 @@ func TestConsumed(t *testing.T) {
 		{NATS, "delayed.*.in", "delayed."},
 		{NATS, "*.in", ""},
 		{NATS, "in", "in"},
-		{RabbitMQ, "orders.#", "orders."},
+		{RabbitMQ, "orders.#", "orders"}, // # matches no word too: "orders"
+		{RabbitMQ, "orders.#.late", "orders"},
+		{RabbitMQ, "orders.*.late", "orders."},
+		{RabbitMQ, "#.late", ""},
 		{Kafka, "orders-in", "orders-in"},
 	} {
 		if r := c.s.Consumed(c.pattern); r.Prefix != c.prefix || r.Pattern != c.pattern {

@@ -57,7 +57,16 @@ func (topics) Match(pattern, dest string) bool {
 	return topicMatch(strings.Split(pattern, destination.Separator), strings.Split(dest, destination.Separator))
 }
 
-func (topics) Literal(pattern string) string { return destination.LiteralTokens(pattern) }
+// Literal is the words before the first wildcard; before a `#` without
+// the separator, since `#` matches no word too (`orders.#` matches
+// `orders`).
+func (topics) Literal(pattern string) string {
+	lit := destination.LiteralTokens(pattern)
+	if strings.HasPrefix(pattern[len(lit):], "#") {
+		return strings.TrimSuffix(lit, destination.Separator)
+	}
+	return lit
+}
 
 // Check refuses a wildcard inside a word; `#` may be anywhere.
 func (topics) Check(noun, pattern string) string {
