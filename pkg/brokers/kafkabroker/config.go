@@ -168,7 +168,7 @@ func (*SinkConfig) Destinations() destination.Syntax { return Destinations }
 
 // Opens says what a route that lets publishers choose any topic opens.
 func (*SinkConfig) Opens(name string) string {
-	return fmt.Sprintf("sink %s writes to any topic its Kafka user may write to (the __ topics stay refused)", name)
+	return fmt.Sprintf("sink %s writes to any topic its Kafka user may write to (the reserved topics stay refused: docs/security.md)", name)
 }
 
 // ApplyDefaults fills the unset fields.

@@ -134,7 +134,7 @@ func (*SinkConfig) Destinations() destination.Syntax { return Destinations }
 
 // Opens says what a route that lets publishers choose any subject opens.
 func (*SinkConfig) Opens(name string) string {
-	return fmt.Sprintf("sink %s publishes to any subject its NATS user may publish to (the $ and _INBOX. subjects stay refused)", name)
+	return fmt.Sprintf("sink %s publishes to any subject its NATS user may publish to (the reserved subjects stay refused: docs/security.md)", name)
 }
 
 // ApplyDefaults has nothing to fill.

@@ -2,6 +2,7 @@ package rabbitbroker
 
 // For the tests of package rabbitbroker_test.
 var (
-	SameField      = sameField
-	EveryFieldType = everyFieldType
+	SameField          = sameField
+	EveryFieldType     = everyFieldType
+	PublishCloseReason = closeReason
 )

@@ -87,14 +87,19 @@ func lost(err error) bool {
 
 // closeReason names the close of a channel or connection the broker
 // answered a publish with: 403 is the destination's permission, 404 a
-// name that does not exist (a reply-to queue), the rest (541...) a
-// refusal.
+// name that does not exist (a reply-to queue), 406 for a body over the
+// broker's max_message_size its size, the rest (541...) a refusal.
 func closeReason(err error) sinks.Reason {
 	switch Code(err) {
 	case amqp.AccessRefused:
 		return sinks.ReasonUnauthorized
 	case amqp.NotFound:
 		return sinks.ReasonNotFound
+	case amqp.PreconditionFailed:
+		var e *amqp.Error
+		if errors.As(err, &e) && strings.Contains(e.Reason, "message size") {
+			return sinks.ReasonTooLarge
+		}
 	}
 	return sinks.ReasonRejected
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -323,5 +325,25 @@ func TestNothingSentPastTheSendBy(t *testing.T) {
 	noErrors(t, publish(t, s, batch("after", q, 1)))
 	if n := a.ready(q); n != 1 {
 		t.Errorf("%d messages in the queue, want only the one sent after", n)
+	}
+}
+
+// The reason a close names for delaybridge_sink_publish_errors_total:
+// RabbitMQ closes the channel with 406 for a body over its
+// max_message_size, and with 406 for other preconditions too.
+func TestCloseReason(t *testing.T) {
+	for _, c := range []struct {
+		err  *amqp.Error
+		want sinks.Reason
+	}{
+		{&amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - message size 2000 is larger than configured max size 1024", Server: true}, sinks.ReasonTooLarge},
+		{&amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - invalid expiration 'soon'", Server: true}, sinks.ReasonRejected},
+		{&amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED - write access to topic 'bad.1'", Server: true}, sinks.ReasonUnauthorized},
+		{&amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND - no queue 'amq.rabbitmq.reply-to.x'", Server: true}, sinks.ReasonNotFound},
+		{&amqp.Error{Code: amqp.InternalError, Reason: "INTERNAL_ERROR", Server: true}, sinks.ReasonRejected},
+	} {
+		if got := rabbitbroker.PublishCloseReason(fmt.Errorf("publish: %w", c.err)); got != c.want {
+			t.Errorf("%s: %q, want %q", c.err.Reason, got, c.want)
+		}
 	}
 }
