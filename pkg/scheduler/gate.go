@@ -96,9 +96,14 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 		g.metrics.SinkPaused.WithLabelValues(name).Set(paused)
 	}
 	g.mu.Unlock()
+	for name, rs := range states {
+		if _, ok := g.state[name]; !ok && !rs.Paused {
+			release = append(release, name) // another instance's, or an earlier configuration's
+		}
+	}
 	released := 0
 	for _, name := range release {
-		n, err := g.releaseAll(ctx, name)
+		n, err := g.releaseAll(ctx, name, states[name].Band)
 		released += n
 		if err != nil {
 			if released > 0 {
@@ -113,14 +118,24 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// releaseAll moves every held message of a sink back to its due time.
-func (g *gate) releaseAll(ctx context.Context, name string) (int, error) {
-	total, err := g.store.ReleaseAll(ctx, g.band(name), g.batch)
+// releaseAll moves every held message of a sink (of hold band band) back
+// to its due time. A sink this instance does not configure, and that is
+// not paused, is released too: its messages were held while another
+// instance, or an earlier configuration, had it, and would otherwise wait
+// for a release no instance makes. Claimed here, they fail as "not
+// configured" and die after their attempts, where an operator sees them
+// and can retry them to another sink.
+func (g *gate) releaseAll(ctx context.Context, name string, band int) (int, error) {
+	total, err := g.store.ReleaseAll(ctx, band, g.batch)
 	if err != nil {
 		return total, err
 	}
-	if total > 0 {
+	switch _, configured := g.sinks[name]; {
+	case total > 0 && configured:
 		g.log.Info("released held messages", "sink", name, "messages", total)
+	case total > 0:
+		g.log.Warn("released held messages of a sink this instance does not configure: they fail as not configured and go dead after their attempts, unless an instance that configures it publishes them first",
+			"sink", name, "messages", total)
 	}
 	return total, nil
 }

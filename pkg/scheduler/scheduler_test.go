@@ -120,6 +120,8 @@ type fakeStore struct {
 
 	held     map[string]time.Time // held for a sink: the score it had
 	paused   map[string]bool
+	bands    map[string]int             // the hold band of each sink SinkStates named
+	others   map[string]store.SinkState // sinks in Redis that the scheduler does not configure
 	nextSlot time.Time
 	holds    chan store.Unavailable
 
@@ -145,6 +147,7 @@ func newFakeStore(c *fakeClock) *fakeStore {
 	return &fakeStore{
 		clock: c, scores: map[string]time.Time{}, msgs: map[string]*envelope.Message{},
 		corrupt: map[string]bool{}, attempt: map[string]int{}, held: map[string]time.Time{}, paused: map[string]bool{},
+		bands: map[string]int{}, others: map[string]store.SinkState{},
 		holds: make(chan store.Unavailable, 1000),
 		acked: make(chan string, 1000), retried: make(chan store.RetryAt, 1000), postponed: make(chan store.RetryAt, 1000),
 		dead: make(chan store.Failure, 1000), claims: make(chan int, 1000),
@@ -288,11 +291,14 @@ func (f *fakeStore) Occupied(_ context.Context, shards []int) ([]bool, error) {
 	return out, nil
 }
 
-func (f *fakeStore) ReleaseAll(context.Context, int, int) (int, error) {
+func (f *fakeStore) ReleaseAll(_ context.Context, band, _ int) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
 	for id := range f.held {
+		if b, ok := f.bands[f.msgs[id].Sink]; !ok || b != band {
+			continue
+		}
 		f.scores[id] = f.msgs[id].DueAt
 		delete(f.held, id)
 		n++
@@ -321,6 +327,11 @@ func (f *fakeStore) SinkStates(_ context.Context, names []string) (map[string]st
 	out := map[string]store.SinkState{}
 	for i, n := range names {
 		out[n] = store.SinkState{Band: i, Paused: f.paused[n]}
+		f.bands[n] = i
+	}
+	for n, st := range f.others {
+		out[n] = st
+		f.bands[n] = st.Band
 	}
 	return out, nil
 }
@@ -633,6 +644,40 @@ func TestUnknownSinkIsRetried(t *testing.T) {
 	r := recv(t, h.store.retried, "retry")
 	if !strings.Contains(r.Reason, `sink "gone" is not configured`) {
 		t.Fatalf("reason %q", r.Reason)
+	}
+}
+
+// A message held for a sink no instance configures any more (removed from
+// the configuration while it was down) is released and fails as not
+// configured, as a parked one does, instead of waiting for ever; one held
+// for such a sink that is paused stays held.
+func TestHeldForAnUnconfiguredSinkIsReleased(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 5, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+		h.store.others["gone"] = store.SinkState{Band: 7}
+		h.store.others["stopped"] = store.SinkState{Band: 8, Paused: true}
+		for id, sink := range map[string]string{"g": "gone", "p": "stopped"} {
+			h.store.park(id, h.clock.Now(), sink)
+			h.store.held[id] = h.clock.Now()
+			delete(h.store.scores, id)
+		}
+	})
+	var r store.RetryAt
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		h.clock.Advance(20 * time.Millisecond)
+		select {
+		case r = <-h.store.retried:
+			return true
+		default:
+			return false
+		}
+	}, "the message held for the unconfigured sink claimed")
+	if r.ID != "g" || !strings.Contains(r.Reason, `sink "gone" is not configured`) {
+		t.Fatalf("retried %s: %q", r.ID, r.Reason)
+	}
+	h.store.mu.Lock()
+	defer h.store.mu.Unlock()
+	if _, held := h.store.held["p"]; !held {
+		t.Fatal("the message of the paused sink was released")
 	}
 }
 
