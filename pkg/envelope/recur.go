@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +157,15 @@ func (r *Recurrence) after(t time.Time) time.Time {
 	return cronAfter(s.cron, t, s.loc)
 }
 
+// timeOf is when an every schedule's occurrence n is due, and false when
+// that is past what a time.Time holds from its anchor.
+func (r *Recurrence) timeOf(n int) (time.Time, bool) {
+	if r.Every <= 0 || n < 1 || int64(n-1) > int64(math.MaxInt64/r.Every) {
+		return time.Time{}, false
+	}
+	return r.Anchor.Add(time.Duration(n-1) * r.Every), true
+}
+
 // number is the occurrence number of the schedule's time t, for an every
 // schedule (occurrence 1 is the anchor).
 func (r *Recurrence) number(t time.Time) int {
@@ -266,14 +276,19 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 // while nothing fired: once and skip pass over them (once fired the one at
 // due for them all, skip fires none), all fires each of the MissedMax most
 // recent. Finding the next one costs the same however far back the series
-// is anchored (step).
+// is anchored (step). An occurrence of an every schedule fired before its
+// time (a fire, a reschedule earlier) is followed by the next one on the
+// schedule, never by itself again.
 func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 	var next time.Time
 	var n int
 	switch {
 	case r.Every > 0:
 		from := due
-		if due.Before(r.Parked) {
+		if at, ok := r.timeOf(r.N); ok && at.After(from) {
+			from = at // fired before its time (fire, reschedule): the next is N+1, on the schedule
+		}
+		if from.Before(r.Parked) {
 			from = r.Parked // due before parking: passed over
 		}
 		next = r.after(from)

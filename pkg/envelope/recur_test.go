@@ -23,6 +23,36 @@ func TestEveryDoesNotDrift(t *testing.T) {
 	}
 }
 
+// An every schedule's occurrence fired or rescheduled before its time is
+// followed by the next one on the schedule: not by itself again (a fire
+// published occurrence 1 twice), not by one further on.
+func TestEveryFiredEarly(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name     string
+		n        int
+		due, now time.Time // the occurrence's due time as changed, and when it fires
+		wantNext time.Time
+		wantN    int
+	}{
+		{"first fired 5 s early", 1, start.Add(-5 * time.Second), start.Add(-5 * time.Second), start.Add(3 * time.Second), 2},
+		{"first rescheduled 7 s earlier", 1, start.Add(-7 * time.Second), start.Add(-7 * time.Second), start.Add(3 * time.Second), 2},
+		{"second fired 1 s early", 2, start.Add(2 * time.Second), start.Add(2 * time.Second), start.Add(6 * time.Second), 3},
+		{"first rescheduled 1.5 s later", 1, start.Add(1500 * time.Millisecond), start.Add(1500 * time.Millisecond), start.Add(3 * time.Second), 2},
+		{"on time", 1, start, start, start.Add(3 * time.Second), 2},
+	} {
+		r := &Recurrence{Every: 3 * time.Second, Anchor: start, N: c.n, Count: 3}
+		next, n, ok := r.Next(c.due, c.now)
+		if !ok || n != c.wantN || !next.Equal(c.wantNext) {
+			t.Errorf("%s: next %v #%d %v, want %v #%d", c.name, next, n, ok, c.wantNext, c.wantN)
+		}
+	}
+	r := &Recurrence{Every: time.Hour, Anchor: start, N: 1 << 40} // past what a time holds: as before
+	if _, _, ok := r.Next(start, start); !ok {
+		t.Error("an occurrence number past the range of a time ends the series")
+	}
+}
+
 // After downtime: once fires one occurrence and goes on with the first one
 // in the future; all fires each missed one; skip publishes none of them.
 func TestMissedPolicies(t *testing.T) {
