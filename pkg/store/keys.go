@@ -226,6 +226,11 @@ func (k Keys) Tally(shard int) string { return k.shardKey(shard, "tally") }
 // death (lua/lib/dead.lua).
 func (k Keys) DeadBy(shard int) string { return k.shardKey(shard, "deadby") }
 
+// Unconfirmed is the hash of a shard's messages a publish of which was
+// sent and never confirmed: ID -> the SHA-1 of the message as it was sent
+// (lua/lib/unconfirmed.lua). A cancel or a change meets them as in flight.
+func (k Keys) Unconfirmed(shard int) string { return k.shardKey(shard, "unconfirmed") }
+
 // LayoutMark is the marker of a shard's layout (layout.go): "2" in layout
 // 2; "1", which migrate down leaves, or none in layout 1.
 func (k Keys) LayoutMark(shard int) string { return k.shardKey(shard, "layout") }

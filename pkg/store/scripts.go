@@ -41,7 +41,7 @@ var luaFiles embed.FS
 // shardKeyNames are the names a script's keys may have, in KEYS order:
 // the keys of one shard (Keys), then the deployment's that a script may
 // name instead (sinks, rate), which Go passes itself.
-var shardKeyNames = []string{"pool", "due", "inflight", "ahead", "slot", "held", "holding", "meta", "dead", "groups", "next", "lease", "series", "tally", "deadby", "layout", "sinks", "rate"}
+var shardKeyNames = []string{"pool", "due", "inflight", "ahead", "slot", "held", "holding", "meta", "dead", "groups", "next", "lease", "series", "tally", "deadby", "unconfirmed", "layout", "sinks", "rate"}
 
 // script is a Lua file of lua/ ready to run, in one form per layout
 // (layout.go): a script that reads or writes a message's state includes
@@ -297,6 +297,8 @@ func (k Keys) scriptKeys(sc *scriptForm, shard int, deployment ...string) []stri
 			out = append(out, k.Tally(shard))
 		case "deadby":
 			out = append(out, k.DeadBy(shard))
+		case "unconfirmed":
+			out = append(out, k.Unconfirmed(shard))
 		case "layout":
 			out = append(out, k.LayoutMark(shard))
 		default: // sinks, rate

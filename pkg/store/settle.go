@@ -25,6 +25,11 @@ type Settlement struct {
 	// Postpone puts messages back at At without counting the attempt (a
 	// destination that stalled, a lease nearly over).
 	Postpone []RetryAt
+	// Unconfirmed are the IDs, among those retried, held or postponed,
+	// whose publish was sent and never confirmed (a timeout): the broker
+	// may take it yet, so until the message is gone a cancel or a change
+	// meets it as in flight (ErrInFlight).
+	Unconfirmed []string
 }
 
 // Len is how many outcomes s holds.
@@ -43,8 +48,8 @@ func (s *Store) settleCall(st *Settlement) shardCall {
 	l := st.Lease
 	acks, keys := s.ackArgs(l, st.Done) // the expiry and when the window's bucket expires, then the acks
 	back := len(st.Hold) + len(st.Defer) + len(st.Postpone)
-	args := make([]any, 0, 7+len(acks)+3*len(st.Retry)+2*len(st.Dead)+2*back)
-	args = append(args, acks[0], acks[1], s.maxDead, len(st.Done), len(st.Retry), len(st.Dead), back)
+	args := make([]any, 0, 8+len(acks)+3*len(st.Retry)+2*len(st.Dead)+2*back+len(st.Unconfirmed))
+	args = append(args, acks[0], acks[1], s.maxDead, len(st.Done), len(st.Retry), len(st.Dead), back, len(st.Unconfirmed))
 	args = append(args, acks[2:]...)
 	for _, r := range st.Retry {
 		args = append(args, r.ID, ms(r.At), s.codec.SealReason(r.ID, r.Reason))
@@ -60,6 +65,9 @@ func (s *Store) settleCall(st *Settlement) shardCall {
 	}
 	for _, r := range st.Postpone {
 		args = append(args, r.ID, ms(r.At))
+	}
+	for _, id := range st.Unconfirmed {
+		args = append(args, id)
 	}
 	return shardCall{shard: l.Shard, keys: keys, args: args}
 }

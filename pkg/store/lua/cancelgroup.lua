@@ -1,8 +1,8 @@
 --[[ cancelgroup: cancels up to ARGV[3] messages of a group in one shard,
-leaving those in flight (as cancel does).
+leaving those in flight or sent without a confirmation (as cancel does).
 --! keys: pool groups
 --! firing
---! include: time due life
+--! include: time due life unconfirmed
 
 KEYS      the shard's keys above, then the dedupe window's current bucket
           (Keys.Seen), which keeps each cancelled message's mark (remember)
@@ -23,11 +23,11 @@ local cancelled, inflight = 0, 0
 for _, m in ipairs(members) do
   local id = string.sub(m, prefix)
   local score = duescore(id)
-  if firing(score, now) then
-    endseries(id, redis.call('HGET', K.pool, id))
+  local blob = redis.call('HGET', K.pool, id)
+  if firing(score, now) or (score ~= false and unconfirmed(id, blob)) then
+    endseries(id, blob)
     inflight = inflight + 1
   else
-    local blob = redis.call('HGET', K.pool, id)
     unschedule(id)
     undead(id, blob)
     remember(KEYS[NKEYS + 1], tonumber(ARGV[4]), id, blob)

@@ -7,7 +7,7 @@ the shard is empty, instead of marking it "2" again. A shard with no
 marker (no script of either layout has written it since the store began,
 or only the previous release has) gets "1" too, for the same reason; one
 marked "1" is left alone. One call per shard, as migrateup.lua.
---! keys: due inflight ahead slot holding layout next
+--! keys: due inflight ahead slot holding layout next unconfirmed
 --! include: bulk wire heldkey
 
 returns   how many messages moved into the due sets
@@ -28,6 +28,11 @@ for i = 1, #waiting, 2 do
     end
   end
 end
+
+-- The marks of messages sent without a confirmation (lib/unconfirmed.lua)
+-- are this build's alone too: the previous release neither reads them nor
+-- removes them with their messages.
+redis.call('DEL', K.unconfirmed)
 
 local mark = redis.call('GET', K.layout)
 if mark == '1' then return 0 end

@@ -2,14 +2,15 @@
 encoding (whose due time is the new one), unless it changed meanwhile.
 --! firing
 --! keys: pool
---! include: time due
+--! include: time due unconfirmed
 
 ARGV[1]   message ID
 ARGV[2]   the encoded message the new one was made from
 ARGV[3]   the new encoded message
 ARGV[4]   the new due time (Unix ms); "now" for the Redis server time
 returns   {result, due}: result 1 done, 0 not found (or dead), -1 in flight
-          under a lease that has not expired,
+          under a lease that has not expired, or sent before without a
+          confirmation (lib/unconfirmed.lua),
           -2 changed meanwhile (read it again); due: the due time set (Unix ms)
 ]]
 
@@ -18,8 +19,9 @@ local score, p = duescore(id)
 if not score then return {0, 0} end
 -- Under a lease that has not expired its publish may be under way; one
 -- whose lease expired is parked (as cancel.lua takes it): its holder is gone.
-if firing(score, servertime()) then return {-1, 0} end
-if redis.call('HGET', K.pool, id) ~= ARGV[2] then return {-2, 0} end
+local blob = redis.call('HGET', K.pool, id)
+if firing(score, servertime()) or unconfirmed(id, blob) then return {-1, 0} end
+if blob ~= ARGV[2] then return {-2, 0} end
 local due = ARGV[4]
 if due == 'now' then due = servertime() else due = tonumber(due) end
 local s = bandbase(score) + due

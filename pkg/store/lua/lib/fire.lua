@@ -1,6 +1,6 @@
 --[[ fire: claiming due messages and acking delivered ones, the per-message
 path of the scheduler (claim, claimack and ack).
---! keys: pool meta next lease
+--! keys: pool meta next lease unconfirmed
 --! include: time blob bulk meta due group life series tally
 ]]
 
@@ -17,6 +17,7 @@ path of the scheduler (claim, claimack and ack).
 local function acklease(expiry, seenat, args, from, to, seen, top)
   if from > to then return 0 end
   local anynext = redis.call('EXISTS', K.next) == 1
+  local anyunconfirmed = redis.call('EXISTS', K.unconfirmed) == 1
   local mine = fmtscore(expiry, LEASE_MARK)
   local n = 0
   local gone, gonesrc, zgone, marks = {}, {}, {}, {}
@@ -53,6 +54,7 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
         drop(p, id, mine)
         groupdel(group, id)
         redis.call('HDEL', K.meta, id)
+        if anyunconfirmed then redis.call('HDEL', K.unconfirmed, id) end
         redis.call('HSET', K.pool, id, nxt)
         put(tonumber(args[i + 5]), id, args[i + 4])
         groupadd(blobinfo(nxt).group, id)
@@ -70,6 +72,7 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
   for p, ids in pairs(zgone) do dropmany(p, ids, mine) end
   callmany('HDEL', K.pool, gone)
   callmany('HDEL', K.meta, gone)
+  if anyunconfirmed then callmany('HDEL', K.unconfirmed, gone) end
   seriesgone(gone, gonesrc) -- a series that ended
   for src, k in pairs(ended) do live(src, -k) end
   if #marks > 0 then

@@ -1,5 +1,5 @@
 --[[ life: forgetting a message, trimming the dead, promoting what waited.
---! keys: pool meta dead next tally deadby
+--! keys: pool meta dead next tally deadby unconfirmed
 --! include: blob group identity due series tally dead
 ]]
 
@@ -10,6 +10,7 @@ local function forget(id, blob, waslive)
   redis.call('HDEL', K.pool, id)
   redis.call('HDEL', K.meta, id)
   redis.call('HDEL', K.next, id)
+  redis.call('HDEL', K.unconfirmed, id)
   local info = blobinfo(blob)
   groupdel(info.group, id)
   if info.recur then leaveseries(id, info.ingest) end
