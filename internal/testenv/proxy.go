@@ -20,10 +20,14 @@ type Proxy struct {
 	ln    net.Listener
 	conns map[net.Conn]bool
 	wg    sync.WaitGroup
+	// flowing is closed while what the target answers is passed on; Stall
+	// makes a new one, Flow closes it.
+	flowing chan struct{}
 }
 
 func NewProxy(t testing.TB, target string) *Proxy {
-	p := &Proxy{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), target: target, conns: map[net.Conn]bool{}, flowing: make(chan struct{})}
+	close(p.flowing)
 	p.Up(t)
 	t.Cleanup(func() { p.Down(t) })
 	return p
@@ -79,11 +83,58 @@ func (p *Proxy) pipe(c net.Conn) {
 	}
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, answers{p, u}); done <- struct{}{} }()
 	<-done
 	c.Close()
 	u.Close()
 	<-done
+}
+
+// answers reads what the target answers, holding it while the proxy is
+// stalled.
+type answers struct {
+	p *Proxy
+	u net.Conn
+}
+
+func (a answers) Read(b []byte) (int, error) {
+	n, err := a.u.Read(b)
+	a.p.mu.Lock()
+	flowing := a.p.flowing
+	a.p.mu.Unlock()
+	<-flowing
+	return n, err
+}
+
+// Stall holds what the target answers from now on, on every connection,
+// while what the clients send still reaches it: a server that takes a
+// request and whose answer does not come (a publish stored, its
+// confirmation late).
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+		p.flowing = make(chan struct{})
+	default: // stalled already
+	}
+}
+
+// Flow passes on what the target answered during a Stall, and what it
+// answers next.
+func (p *Proxy) Flow() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flow()
+}
+
+// flow is Flow with p.mu held.
+func (p *Proxy) flow() {
+	select {
+	case <-p.flowing:
+	default:
+		close(p.flowing)
+	}
 }
 
 // Cut closes every connection and keeps listening: the clients see their
@@ -91,6 +142,7 @@ func (p *Proxy) pipe(c net.Conn) {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.flow() // what was held is dropped with its connection
 	for c := range p.conns {
 		c.Close()
 	}
@@ -101,6 +153,7 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Down(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
+	p.flow() // what was held is dropped with its connection
 	ln := p.ln
 	p.ln = nil
 	for c := range p.conns {

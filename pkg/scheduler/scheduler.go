@@ -911,6 +911,7 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 		postpones []store.RetryAt
 		deads     []store.Failure
 		holds     []store.Unavailable
+		unsure    []string
 		letters   []sinks.Dead
 		late      int
 		fenced    int
@@ -926,6 +927,9 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 		sink, dest := "", ""
 		if m.Message != nil {
 			sink, dest = m.Message.Sink, m.Message.Destination
+		}
+		if maybeSent(err) {
+			unsure = append(unsure, m.ID) // marked if it is retried or put back; a dead one is not cancelled
 		}
 		switch {
 		case err == nil:
@@ -987,12 +991,27 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 		s.p.Metrics.DeadTotal.WithLabelValues("sink").Add(float64(len(deads) - late))
 		s.p.Metrics.DeadTotal.WithLabelValues("late").Add(float64(late))
 	}
-	st := store.Settlement{Lease: c, Retry: retries, Dead: deads, Hold: holds, Defer: slots, Postpone: postpones}
+	st := store.Settlement{Lease: c, Retry: retries, Dead: deads, Hold: holds, Defer: slots, Postpone: postpones, Unconfirmed: unsure}
 	s.record(ctx, c, claimedAt, "settle", st.Len(), func(ctx context.Context) error {
 		return s.settleOne(ctx, st)
 	})
 	s.p.DeadLetter.Publish(ctx, letters)
 	return acks, retryAt
+}
+
+// maybeSent reports whether a failed publish may have reached its broker
+// all the same: it was sent and its confirmation did not come in time, or
+// the sink could not tell (sinks.Again), or its destination stalled. Such
+// a message is published again, and until it is gone a cancel or a change
+// meets it as in flight (store.Settlement.Unconfirmed): its broker may
+// still take the copy sent. A message not sent (the lease's fence, the
+// time to begin sending over) is not.
+func maybeSent(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, errFenced), errors.Is(err, sinks.ErrSendBy):
+		return false
+	}
+	return sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)
 }
 
 // settleOne writes one settlement (Store.Settle).

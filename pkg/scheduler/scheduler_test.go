@@ -121,6 +121,7 @@ type fakeStore struct {
 	held     map[string]time.Time // held for a sink: the score it had
 	paused   map[string]bool
 	bands    map[string]int             // the hold band of each sink SinkStates named
+	unsure   map[string]bool            // Settlement.Unconfirmed
 	others   map[string]store.SinkState // sinks in Redis that the scheduler does not configure
 	nextSlot time.Time
 	holds    chan store.Unavailable
@@ -147,7 +148,7 @@ func newFakeStore(c *fakeClock) *fakeStore {
 	return &fakeStore{
 		clock: c, scores: map[string]time.Time{}, msgs: map[string]*envelope.Message{},
 		corrupt: map[string]bool{}, attempt: map[string]int{}, held: map[string]time.Time{}, paused: map[string]bool{},
-		bands: map[string]int{}, others: map[string]store.SinkState{},
+		bands: map[string]int{}, others: map[string]store.SinkState{}, unsure: map[string]bool{},
 		holds: make(chan store.Unavailable, 1000),
 		acked: make(chan string, 1000), retried: make(chan store.RetryAt, 1000), postponed: make(chan store.RetryAt, 1000),
 		dead: make(chan store.Failure, 1000), claims: make(chan int, 1000),
@@ -359,6 +360,11 @@ func (f *fakeStore) Settle(ctx context.Context, sts []store.Settlement) ([]store
 		d, _ := f.Defer(ctx, st.Lease, st.Defer)
 		p, _ := f.Postpone(ctx, st.Lease, st.Postpone)
 		out[i].PutBack = h + d + p
+		f.mu.Lock()
+		for _, id := range st.Unconfirmed {
+			f.unsure[id] = true
+		}
+		f.mu.Unlock()
 	}
 	return out, errs
 }
@@ -830,6 +836,56 @@ func withDefaults(p *Params) {
 	config.Default(&p.Backoff, lifecycle.Backoff{Min: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax,
 		Multiplier: config.DefaultBackoffMultiplier, Jitter: config.DefaultBackoffJitter})
 	config.Default(&p.DrainTimeout, config.DefaultShutdownTimeout)
+}
+
+// A publish sent and not confirmed in time may reach the broker all the
+// same: the message is put back marked unconfirmed (a cancel then meets it
+// as in flight), whether its sink is held for it or it is tried again; a
+// publish the broker refused, or one never begun past the fence, is not.
+func TestTimedOutPublishIsUnconfirmed(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 5, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+		h.sink.fail = func(o sinks.Outgoing) error {
+			switch o.Message.ID {
+			case "timeout":
+				return fmt.Errorf("nats: no PubAck for %s: %w", o.Message.ID, context.DeadlineExceeded)
+			case "refused":
+				return sinks.Rejected(errors.New("no stream for the subject"))
+			}
+			return nil
+		}
+		h.store.park("timeout", h.clock.Now(), "s")
+		h.store.park("refused", h.clock.Now(), "s")
+	})
+	for range 2 {
+		select {
+		case <-h.store.holds:
+		case <-h.store.retried:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no outcome for both messages")
+		}
+	}
+	h.store.mu.Lock()
+	defer h.store.mu.Unlock()
+	if !h.store.unsure["timeout"] || h.store.unsure["refused"] {
+		t.Fatalf("unconfirmed %v, want timeout alone", h.store.unsure)
+	}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{sinks.Because(sinks.ReasonTimeout, errors.New("no confirm")), true},
+		{sinks.Again(errors.New("closed among many")), true},
+		{errFenced, false},
+		{fmt.Errorf("publish: %w", sinks.ErrSendBy), false},
+		{sinks.Rejected(errors.New("unroutable")), false},
+		{errors.New("nats: connection closed"), false},
+		{nil, false},
+	} {
+		if got := maybeSent(c.err); got != c.want {
+			t.Errorf("maybeSent(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }
 
 // A publish that fails because the sink is unavailable is not the

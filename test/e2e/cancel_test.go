@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,5 +147,52 @@ func TestArmedAgainIsDeliveredAgain(t *testing.T) {
 		if got := len(e.firedCopies(id)); got != want {
 			t.Errorf("%s: %d copies, want %d", id, got, want)
 		}
+	}
+}
+
+// TestUnconfirmedPublishIsNotCancelled: the sink's broker stores a publish
+// and its confirmation does not come within scheduler.publish_timeout (the
+// answers from its server held by a proxy). The daemon cannot know that it
+// was stored, so it must not answer a cancel 204 (the previous build did,
+// and the message had been published) nor move it: 409 until a publish of
+// it is confirmed, after which it is gone (404), and the sink stream holds
+// it once (its Nats-Msg-Id drops the copy published again).
+func TestUnconfirmedPublishIsNotCancelled(t *testing.T) {
+	var proxy *testenv.Proxy
+	e := newNATSEnvEdit(t, func(e *natsEnv, cfg string) string {
+		proxy = testenv.NewProxy(t, strings.TrimPrefix(e.nats.URL, "nats://"))
+		sink := fmt.Sprintf(`nats: {url: "%s", jetstream: true}`, e.nats.URL)
+		if !strings.Contains(cfg, sink) {
+			t.Fatalf("no sink %s in\n%s", sink, cfg)
+		}
+		return strings.Replace(cfg, sink, fmt.Sprintf(`nats: {url: "nats://%s", jetstream: true}`, proxy.Addr), 1)
+	}, ", publish_timeout: 500ms")
+	const id = "unconfirmed-1"
+	e.publish("delayed.x", []byte("pay"), envelope.HeaderDelay, "1500ms", envelope.HeaderMessageID, id)
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 1 }, "parked")
+	proxy.Stall()
+	e.waitFired(10*time.Second, id) // stored by the sink's server, its PubAck held
+	var v struct {
+		State     string `json:"state"`
+		LastError string `json:"last_error"`
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		code, _ := e.d.get("/v1/messages/"+id, &v)
+		return code == http.StatusOK && v.State != "inflight"
+	}, "the publish given up on after publish_timeout")
+	if code, body := e.d.do(http.MethodDelete, "/v1/messages/"+id, nil); code != http.StatusConflict {
+		t.Errorf("DELETE of a message stored by the broker, its publish unconfirmed (%s, %q): %d %s, want 409", v.State, v.LastError, code, body)
+	}
+	if code, body := e.d.do(http.MethodPost, "/v1/messages/"+id+"/fire", nil); code != http.StatusConflict {
+		t.Errorf("fire of it: %d %s, want 409", code, body)
+	}
+	proxy.Flow()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		code, _ := e.d.get("/v1/messages/"+id, nil)
+		return code == http.StatusNotFound
+	}, "the message delivered once its publish is confirmed")
+	e.caughtUp()
+	if n := len(e.firedCopies(id)); n != 1 {
+		t.Errorf("%d copies in the sink stream, want 1", n)
 	}
 }
