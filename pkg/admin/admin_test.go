@@ -578,11 +578,25 @@ func TestPostInvalid(t *testing.T) {
 		})
 	}
 
-	// Over the request cap: 413.
-	huge := valid(map[string]any{"body": strings.Repeat("b", int(e.server.ops.Limits().MaxDocumentBytes()))})
+	// Over the request cap: 413; at it, read (and here refused for its
+	// body, over max_payload_bytes).
+	limit := int(e.server.ops.Limits().MaxDocumentBytes())
+	huge := valid(map[string]any{"body": strings.Repeat("b", limit)})
 	r := e.do("POST", "/v1/messages", huge)
 	e.expect(r, http.StatusRequestEntityTooLarge)
-	r.errorText(t)
+	if got := r.errorText(t); !strings.Contains(got, fmt.Sprintf("request body over %d bytes", limit)) {
+		t.Errorf("413: %q", got)
+	}
+	atLimit := valid(map[string]any{"body": strings.Repeat("b", limit-1000)})
+	atLimit += strings.Repeat(" ", limit-len(atLimit))
+	e.expect(e.do("POST", "/v1/messages", atLimit), http.StatusBadRequest)
+	patch := `{"delay":"1s"}`
+	e.expect(e.do("PATCH", "/v1/messages/none", patch+strings.Repeat(" ", 64<<10-len(patch))), http.StatusNotFound)
+	r = e.do("PATCH", "/v1/messages/none", patch+strings.Repeat(" ", 64<<10+1-len(patch)))
+	e.expect(r, http.StatusRequestEntityTooLarge)
+	if got := r.errorText(t); !strings.Contains(got, "over 65536 bytes") || strings.Contains(got, "max_payload_bytes") {
+		t.Errorf("413 of a PATCH: %q", got)
+	}
 
 	// The valid request itself is accepted, and nothing else was parked.
 	e.expect(e.do("POST", "/v1/messages", valid(nil)), 201)

@@ -99,12 +99,24 @@ func newHumaError(status int, msg string, errs ...error) huma.StatusError {
 	}
 	switch {
 	case status == http.StatusRequestEntityTooLarge:
-		e.Message = "request body over " + strings.TrimSuffix(strings.TrimPrefix(msg, "request body is too large limit="), " bytes") +
-			" bytes; the message body may be at most limits.max_payload_bytes"
+		e.Message = tooLarge(msg)
 	case msg == "request body is required":
 		e.Message = "empty request body: send a JSON object"
 	}
 	return e
+}
+
+// tooLarge is the 413 of huma's message for a body that reached its bound
+// (maxBody: the limit + 1).
+func tooLarge(msg string) string {
+	bound, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(msg, "request body is too large limit="), " bytes"), 10, 64)
+	switch {
+	case err != nil:
+		return msg
+	case bound-1 == maxSmallBody:
+		return fmt.Sprintf("request body over %d bytes: this request takes a few short fields", maxSmallBody)
+	}
+	return fmt.Sprintf("request body over %d bytes; the message body may be at most limits.max_payload_bytes", bound-1)
 }
 
 // detailSentence is what huma found wrong with a parameter or the body, in
@@ -320,13 +332,15 @@ func (o op) security() []map[string][]string {
 	return []map[string][]string{}
 }
 
-// maxBody bounds the operation's request body (0: huma's default).
+// maxBody bounds the operation's request body (0: huma's default): one
+// byte over the limit, since huma refuses a body that fills its bound, and
+// a body of the limit itself is allowed.
 func (o op) maxBody(s *Server) int64 {
 	switch o.body {
 	case bodyMessage:
-		return s.ops.Limits().MaxDocumentBytes()
+		return s.ops.Limits().MaxDocumentBytes() + 1
 	case bodySmall:
-		return maxSmallBody
+		return maxSmallBody + 1
 	}
 	return 0
 }
