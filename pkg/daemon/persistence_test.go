@@ -241,7 +241,11 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:1"}}]
 		if err := bare.Client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
 			t.Fatal(err)
 		}
-		p, err := daemon.ReadPersistence(ctx, open(t, fmt.Sprintf("cluster: true, addrs: [%q]", cl.Addrs[0])), "")
+		rdb := open(t, fmt.Sprintf("cluster: true, addrs: [%q]", cl.Addrs[0]))
+		if cc, ok := rdb.(*redis.ClusterClient); !ok || cc.Options().ClusterStateReloadInterval != daemon.ClusterReload {
+			t.Errorf("the cluster client %T does not read the slots again every %s", rdb, daemon.ClusterReload)
+		}
+		p, err := daemon.ReadPersistence(ctx, rdb, "")
 		if err != nil {
 			t.Fatal(err)
 		}
