@@ -384,8 +384,14 @@ func TestImportBadLines(t *testing.T) {
 		{strings.Replace(fmt.Sprintf(valid, "v2", "b2s="), `"v":1,`, `"v":2,`, 1), "v2", "written by a newer delaybridge"},
 		{strings.Replace(fmt.Sprintf(valid, "deep", "b2s="), `"v":1,`, `"v":1,"headers":{"a":`+strings.Repeat("[", 70)+strings.Repeat("]", 70)+`},`, 1),
 			"deep", "too_deep: the JSON document nests objects and arrays deeper than 64 levels"},
+		// Read as strictly as the admin API reads a request: encoding/json
+		// took the last of two ids, "ID" for "id", and a lone surrogate as
+		// U+FFFD, an ID the API refuses.
+		{strings.Replace(fmt.Sprintf(valid, "twice", "b2s="), `"v":1,`, `"v":1,"id":"once",`, 1), "twice", `"id" is given twice`},
+		{strings.Replace(fmt.Sprintf(valid, "upper", "b2s="), `"id":`, `"ID":`, 1), "upper", `did you mean "id"`},
+		{fmt.Sprintf(valid, `lone\ud800`, "b2s="), "", "lone UTF-16 surrogate"},
 	}
-	// good-1, bad..., good-2, "", good-3: line numbers 1, 2..8, 9, 10, 11.
+	// good-1, bad..., good-2, "", good-3: line numbers 1, 2..11, 12, 13, 14.
 	file := []string{lines[1]}
 	for _, b := range bad {
 		file = append(file, b.line)

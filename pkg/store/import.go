@@ -5,16 +5,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
-	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
+	"github.com/delaybridge/delaybridge/pkg/strictjson"
 )
 
 // importScript writes imported messages, each whole or not at all: its
@@ -284,17 +284,12 @@ func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, tooLong bool,
 // importItem parses and validates one line, and has o.Admit apply the
 // rules of ingest to its messages.
 func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
-	if err := jsonlimit.Check(line, jsonlimit.MaxDepth); err != nil {
-		return importItem{}, fmt.Errorf("%s: %w", jsonlimit.Code, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
+	// Read as strictly as the admin API reads a request (strictjson: its
+	// depth bound, no key twice or in another case, no invalid UTF-8), so
+	// that a line is what every reader of it takes it for.
 	var rec Record
-	if err := dec.Decode(&rec); err != nil {
-		return importItem{}, fmt.Errorf("not a JSON record: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return importItem{}, errors.New("not one JSON object: something follows it")
+	if status, reason := strictjson.Decode(line, &rec); status != 0 {
+		return importItem{}, fmt.Errorf("not a JSON record: %s", strings.ReplaceAll(reason, "request body", "line"))
 	}
 	m, meta, err := rec.Parse(o.MaxIDBytes)
 	if err != nil {
