@@ -131,3 +131,26 @@ func TestChangeOfASeriesInFlightLeavesTheNextOccurrence(t *testing.T) {
 		}
 	}
 }
+
+// A POST that meets Redis at its maxmemory (a limit of Redis's own, past
+// the daemon's) is told to come back, as at the daemon's limits: 503 with
+// Retry-After and the reason, not a 500 with Redis's words.
+func TestPostAtRedisMaxmemory(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t, testenv.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", "noeviction"))
+	st := store.New(r.Client(), store.Options{Prefix: "o", Shards: 1})
+	body := strings.Repeat("x", 1000)
+	o := ops.New(ops.Params{Store: st, Limits: envelope.Limits{MaxDelay: 24 * time.Hour}})
+	for i := range 100_000 {
+		_, err := o.Post(ctx, &ops.PostRequest{Sink: "s", Destination: "d", Body: &body, Delay: ops.Text("1h")})
+		if err == nil {
+			continue
+		}
+		var e *ops.Error
+		if !errors.As(err, &e) || !errors.Is(err, ops.ErrUnavailable) || e.RetryAfter == 0 || !strings.Contains(e.Reason, "maxmemory") {
+			t.Fatalf("POST %d at maxmemory: %#v, want ErrUnavailable with RetryAfter", i, err)
+		}
+		return
+	}
+	t.Fatal("never reached maxmemory")
+}

@@ -143,7 +143,11 @@ func (s *Service) Post(ctx context.Context, req *PostRequest) (*PostedView, erro
 		}
 	}
 	res, err := s.p.Store.Park(ctx, []*envelope.Message{m})
-	if err != nil {
+	switch {
+	case store.IsOutOfMemory(err):
+		return nil, &Error{Kind: ErrUnavailable, RetryAfter: fullRetry,
+			Reason: "Redis is at its maxmemory and takes no new message until some fire; set limits.max_redis_memory below maxmemory so that delaybridge pauses before Redis refuses"}
+	case err != nil:
 		return nil, fmt.Errorf("park %q: %w", m.ID, err)
 	}
 	switch res[0] {

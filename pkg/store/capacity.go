@@ -121,6 +121,15 @@ func (c *Capacity) check(ctx context.Context, source string, n int) error {
 // PauseReason says which limit.
 var ErrFull = errors.New("store: full")
 
+// IsOutOfMemory reports whether err is Redis refusing a write at its
+// maxmemory (noeviction): a limit of Redis's own, which the daemon's
+// (limits.max_redis_memory) should keep it from reaching. Like ErrFull it
+// passes as messages fire.
+func IsOutOfMemory(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
+}
+
 // PauseReason is why an ingest waits before parking: the reason label of
 // delaybridge_ingest_paused.
 type PauseReason string
