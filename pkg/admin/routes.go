@@ -139,7 +139,7 @@ var (
 	opPauseSink = op{id: "pauseSink", method: post, path: "/v1/sinks/{name}/pause", tag: "sinks", status: 200, errors: []int{failed},
 		summary: "Stops firing to a sink, for every instance and across restarts: its due messages are held."}
 	opResumeSink = op{id: "resumeSink", method: post, path: "/v1/sinks/{name}/resume", tag: "sinks", status: 200, errors: []int{failed},
-		summary: "Resumes firing to a sink, for every instance: its held messages fire in due order within each shard."}
+		summary: "Resumes firing to a sink, for every instance: its held messages fire by priority, then in due order, within each shard."}
 )
 
 // paramStatuses are the statuses of a path parameter: 400 for an ID or a

@@ -337,7 +337,7 @@ type SinkView struct {
 	// restarts.
 	Paused bool `json:"paused"`
 	// Due counts the sink's due messages that wait for it: held while it
-	// is paused or down, and released to fire, in due order, once it takes
+	// is paused or down, and released to fire (by priority, then in due order) once it takes
 	// messages again.
 	Due int64 `json:"due"`
 	// Rate is what this instance published to the sink, in messages/s over
@@ -348,7 +348,7 @@ type SinkView struct {
 	// Redis; 0 means none.
 	MaxRate float64 `json:"max_rate"`
 	// Released, in the answer of a resume, counts the messages the pause
-	// held that the resume released to fire, in due order: at once on the
+	// held that the resume released to fire (by priority, then in due order): at once on the
 	// instance that answered (status ready), at their next refresh on the
 	// others (within scheduler.max_sleep). Due, read after the release, no
 	// longer counts them.

@@ -223,9 +223,9 @@ sinks: [{name: out, nats: {url: "%s", jetstream: false}}]
 		testenv.Eventually(t, 15*time.Second, func() bool { return due() == 2 }, "the paused sink does not show its 2 due messages held")
 
 		code, out, errOut := run(t, append([]string{"sinks", "resume", "out"}, via...)...)
-		want := "resumed out for every instance: 2 held messages released, firing in due order\n"
+		want := "resumed out for every instance: 2 held messages released, firing by priority, then in due order\n"
 		if via[0] == "-c" {
-			want = "resumed out for every instance: 2 held messages released, to fire in due order within each shard at the daemons' next refresh (within scheduler.max_sleep)\n"
+			want = "resumed out for every instance: 2 held messages released, to fire by priority, then in due order, within each shard at the daemons' next refresh (within scheduler.max_sleep)\n"
 		}
 		if code != 0 || out != want {
 			t.Errorf("sinks resume %v: exit %d, %q %q; want %q", via, code, out, errOut, want)

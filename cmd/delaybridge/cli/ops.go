@@ -354,7 +354,7 @@ DUE counts the sink's due messages held while it is paused or down.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	pause := func(paused bool) *cobra.Command {
 		verb, done, example := "resume", "resumed", "resume"
-		short := "Resume firing to a sink, for every instance: its held messages fire in due order within each shard"
+		short := "Resume firing to a sink, for every instance: its held messages fire by priority, then in due order, within each shard"
 		if paused {
 			verb, done, example = "pause", "paused", "pause"
 			short = "Stop firing to a sink, for every instance and across restarts: its due messages are held"
@@ -377,10 +377,10 @@ DUE counts the sink's due messages held while it is paused or down.`,
 						fmt.Fprintf(a.stdout, "%s %s for every instance (no messages were held)\n", done, show(v.Name))
 					case v.Status == "unknown" || v.Status == "resuming":
 						// Through Redis, or a daemon that has not applied it yet.
-						fmt.Fprintf(a.stdout, "%s %s for every instance: %s released, to fire in due order within each shard at the daemons' next refresh (within scheduler.max_sleep)\n",
+						fmt.Fprintf(a.stdout, "%s %s for every instance: %s released, to fire by priority, then in due order, within each shard at the daemons' next refresh (within scheduler.max_sleep)\n",
 							done, show(v.Name), count(int(v.Released), "held message"))
 					default:
-						fmt.Fprintf(a.stdout, "%s %s for every instance: %s released, firing in due order\n", done, show(v.Name), count(int(v.Released), "held message"))
+						fmt.Fprintf(a.stdout, "%s %s for every instance: %s released, firing by priority, then in due order\n", done, show(v.Name), count(int(v.Released), "held message"))
 					}
 					return nil
 				})

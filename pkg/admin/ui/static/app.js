@@ -710,7 +710,7 @@
       await api('POST', `v1/sinks/${idPath(name)}/${paused ? 'pause' : 'resume'}`);
       toast(paused
         ? `Paused ${shown(name)} for every instance: its due messages are held.`
-        : `Resumed ${shown(name)}: its held messages fire in due order.`);
+        : `Resumed ${shown(name)}: its held messages fire by priority, then in due order.`);
     } catch (e) {
       if (e.status !== 401) toast(`${paused ? 'Pause' : 'Resume'} of ${shown(name)} failed: ${e.message}`, true);
     } finally {
