@@ -51,6 +51,15 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	// when the sink is back.
 	opts := append([]nats.Option{nats.ReconnectBufSize(-1)}, cfg.Options...)
 	nc, err := Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, opts...)
+	if errors.Is(err, nats.ErrNoServers) {
+		// No server answers now (down, or not started yet): the sink
+		// connects as soon as one does, and meanwhile is not ready, so that
+		// its messages are held and the daemon's other sinks and ingests
+		// go on. A server that answers and refuses (credentials, TLS) is
+		// a configuration error, which stops the start.
+		log.Warn("nats sink cannot reach its server: its messages are held until it connects, which it keeps trying", "err", err)
+		nc, err = Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, append(opts, nats.RetryOnFailedConnect(true))...)
+	}
 	if err != nil {
 		return nil, err
 	}

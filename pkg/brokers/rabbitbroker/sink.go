@@ -84,10 +84,22 @@ func NewSink(ctx context.Context, cfg SinkParams, log *slog.Logger) (*Sink, erro
 		up:    make(chan struct{}),
 	}
 	conn, err := s.connect(ctx)
-	if err != nil {
+	switch {
+	case err != nil && unreachable(err):
+		// No broker answers now (down, or not started yet): the sink
+		// connects as soon as one does (supervise), and meanwhile is not
+		// ready, so that its messages are held and the daemon's other
+		// sinks and ingests go on. A broker that answers and refuses
+		// (credentials, vhost, TLS) is a configuration error, which stops
+		// the start.
+		s.state.Down(fmt.Errorf("not connected yet, connecting: %w", err))
+		s.log.Warn("rabbitmq sink cannot reach its broker: its messages are held until it connects, which it keeps trying", "err", err)
+		conn = nil
+	case err != nil:
 		return nil, fmt.Errorf("rabbitmq sink %s: %w", cfg.Name, err)
+	default:
+		s.checkExchange(conn)
 	}
-	s.checkExchange(conn)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
 	go s.supervise(runCtx, conn)
@@ -151,6 +163,13 @@ func (s *Sink) checkExchange(conn *amqp.Connection) {
 func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 	defer close(s.done)
 	var bo lifecycle.Backoff
+	if conn == nil { // not connected at the start
+		if conn = s.redial(ctx, &bo); conn == nil {
+			return
+		}
+		s.log.Info("rabbitmq sink connected")
+		s.checkExchange(conn)
+	}
 	for {
 		err := s.watch(ctx, conn)
 		if ctx.Err() != nil {
@@ -187,18 +206,27 @@ func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 		}
 		s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", err))
 		s.log.Warn("rabbitmq sink disconnected; reconnecting", "err", err)
-		for {
-			if !bo.Wait(ctx, nil) {
-				return
-			}
-			if conn, err = s.connect(ctx); err == nil {
-				break
-			}
-			s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", err))
-			s.log.Debug("rabbitmq sink reconnect failed", "err", err)
+		if conn = s.redial(ctx, &bo); conn == nil {
+			return
 		}
-		bo.Reset()
 		s.log.Info("rabbitmq sink reconnected")
+	}
+}
+
+// redial connects after each back-off of bo until it succeeds (the
+// connection, bo reset) or ctx ends (nil).
+func (s *Sink) redial(ctx context.Context, bo *lifecycle.Backoff) *amqp.Connection {
+	for {
+		if !bo.Wait(ctx, nil) {
+			return nil
+		}
+		conn, err := s.connect(ctx)
+		if err == nil {
+			bo.Reset()
+			return conn
+		}
+		s.state.Down(fmt.Errorf("disconnected, reconnecting: %w", err))
+		s.log.Debug("rabbitmq sink reconnect failed", "err", err)
 	}
 }
 
