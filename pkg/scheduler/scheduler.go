@@ -1000,8 +1000,9 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 }
 
 // maybeSent reports whether a failed publish may have reached its broker
-// all the same: it was sent and its confirmation did not come in time, or
-// the sink could not tell (sinks.Again), or its destination stalled. Such
+// all the same: it was sent and its confirmation did not come in time or
+// was lost with the connection (sinks.Sent), or the sink could not tell
+// (sinks.Again), or its destination stalled. Such
 // a message is published again, and until it is gone a cancel or a change
 // meets it as in flight (store.Settlement.Unconfirmed): its broker may
 // still take the copy sent. A message not sent (the lease's fence, the
@@ -1011,7 +1012,7 @@ func maybeSent(err error) bool {
 	case err == nil, errors.Is(err, errFenced), errors.Is(err, sinks.ErrSendBy):
 		return false
 	}
-	return sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)
+	return sinks.IsSent(err) || sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)
 }
 
 // settleOne writes one settlement (Store.Settle).

@@ -353,6 +353,11 @@ func (f *fakeStore) Retry(_ context.Context, _ *store.Lease, rs []store.RetryAt)
 func (f *fakeStore) Settle(ctx context.Context, sts []store.Settlement) ([]store.Settled, []error) {
 	out, errs := make([]store.Settled, len(sts)), make([]error, len(sts))
 	for i, st := range sts {
+		f.mu.Lock() // before the outcomes, which a test waits for
+		for _, id := range st.Unconfirmed {
+			f.unsure[id] = true
+		}
+		f.mu.Unlock()
 		out[i].Acked, _ = f.Ack(ctx, st.Lease, st.Done)
 		out[i].Retried, _ = f.Retry(ctx, st.Lease, st.Retry)
 		out[i].Dead, _ = f.MarkDead(ctx, st.Lease, st.Dead)
@@ -360,11 +365,6 @@ func (f *fakeStore) Settle(ctx context.Context, sts []store.Settlement) ([]store
 		d, _ := f.Defer(ctx, st.Lease, st.Defer)
 		p, _ := f.Postpone(ctx, st.Lease, st.Postpone)
 		out[i].PutBack = h + d + p
-		f.mu.Lock()
-		for _, id := range st.Unconfirmed {
-			f.unsure[id] = true
-		}
-		f.mu.Unlock()
 	}
 	return out, errs
 }
@@ -876,6 +876,7 @@ func TestTimedOutPublishIsUnconfirmed(t *testing.T) {
 		{context.DeadlineExceeded, true},
 		{sinks.Because(sinks.ReasonTimeout, errors.New("no confirm")), true},
 		{sinks.Again(errors.New("closed among many")), true},
+		{sinks.Sent(errors.New("no publisher confirm, the connection lost")), true},
 		{errFenced, false},
 		{fmt.Errorf("publish: %w", sinks.ErrSendBy), false},
 		{sinks.Rejected(errors.New("unroutable")), false},

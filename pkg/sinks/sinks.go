@@ -112,6 +112,25 @@ func IsAgain(err error) bool {
 	return errors.As(err, &a)
 }
 
+// SentError marks a failed publish whose message was sent and whose
+// confirmation never came (the connection was lost meanwhile): the broker
+// may hold it. It changes nothing of the class (a sink that lost its
+// connection is unavailable); the scheduler tells the store, so that a
+// cancel does not promise what the broker may already have.
+type SentError struct{ Err error }
+
+func (e *SentError) Error() string { return e.Err.Error() }
+func (e *SentError) Unwrap() error { return e.Err }
+
+// Sent wraps err as a SentError.
+func Sent(err error) error { return &SentError{Err: err} }
+
+// IsSent reports whether err is or wraps a SentError.
+func IsSent(err error) bool {
+	var e *SentError
+	return errors.As(err, &e)
+}
+
 // IsUnavailable reports whether a publish failed because the sink could not
 // take it (neither Rejected, Permanent nor Again): not the message's fault.
 func IsUnavailable(err error) bool {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -206,5 +207,36 @@ func TestSealedReasonsAcrossRotation(t *testing.T) {
 		if strings.Contains(r.text, "REASON-SECRET") {
 			t.Errorf("%s %s holds a reason in clear: %q", r.key, r.what, r.text)
 		}
+	}
+}
+
+// A message sent without a confirmation stays so when a key rotation
+// encrypts it anew (Reencrypt): it is the same message, which its broker
+// may take yet.
+func TestReencryptKeepsTheUnconfirmedMark(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s1 := sealedStore(rdb, keyringOf(t, "k1", "k1"))
+	park(t, s1, store.Parked, secretMsg("sent", time.Now().Add(-time.Second)))
+	var l *store.Lease
+	for sh := 0; sh < s1.Shards() && (l == nil || len(l.Messages) == 0); sh++ {
+		var err error
+		if l, err = s1.Claim(ctx, sh, 10, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(l.Messages) != 1 {
+		t.Fatalf("claimed %+v", l.Messages)
+	}
+	st := store.Settlement{Lease: l, Retry: []store.RetryAt{{ID: "sent", At: time.Now().Add(time.Hour), Reason: "timeout"}}, Unconfirmed: []string{"sent"}}
+	if _, errs := s1.Settle(ctx, []store.Settlement{st}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	s12 := sealedStore(rdb, keyringOf(t, "k2", "k1", "k2"))
+	if r, err := s12.Reencrypt(ctx, 10, nil); err != nil || r.Reencrypted != 1 {
+		t.Fatalf("reencrypt: %+v %v", r, err)
+	}
+	if err := s12.Cancel(ctx, "sent"); !errors.Is(err, store.ErrInFlight) {
+		t.Fatalf("cancel after the rotation: %v, want ErrInFlight", err)
 	}
 }

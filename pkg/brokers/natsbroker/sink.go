@@ -117,7 +117,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 			continue
 		case err := <-f.Err():
-			errs[i] = s.classify(err)
+			errs[i] = s.unconfirmed(err)
 			continue
 		default:
 		}
@@ -125,7 +125,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		case ack := <-f.Ok():
 			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 		case err := <-f.Err():
-			errs[i] = s.classify(err)
+			errs[i] = s.unconfirmed(err)
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, ctx.Err())
 		}
@@ -219,6 +219,17 @@ func (s *Sink) publishErr(err error) error {
 		return fmt.Errorf("nats sink %s: not connected, reconnecting: %w", s.cfg.Name, err)
 	}
 	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
+}
+
+// unconfirmed is the error of a publish that was sent and whose PubAck
+// did not come (the connection lost meanwhile: nats.go fails the pending
+// ones with ErrDisconnected): the stream may have stored it (sinks.Sent),
+// unless the server said it has no stream for it or refused it.
+func (s *Sink) unconfirmed(err error) error {
+	if err = s.classify(err); sinks.IsRejected(err) {
+		return err
+	}
+	return sinks.Sent(err)
 }
 
 // classify names the common JetStream failure.

@@ -149,7 +149,7 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 	p.mu.Lock()
 	p.err = reason
 	for tag, e := range p.pending {
-		err := fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason)
+		err := sinks.Sent(fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason))
 		if Code(reason) == amqp.AccessRefused && !suspect(reason) {
 			err = sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, err)) // not authorized for that exchange
 		}
@@ -189,7 +189,7 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 	for t := p.lowest; t < c.DeliveryTag; t++ {
 		if e, ok := p.pending[t]; ok {
 			delete(p.pending, t)
-			p.resolve(e, fmt.Errorf("rabbitmq sink %s: publisher confirm lost", cfg.Name))
+			p.resolve(e, sinks.Sent(fmt.Errorf("rabbitmq sink %s: publisher confirm lost", cfg.Name)))
 		}
 	}
 	if c.DeliveryTag >= p.lowest {

@@ -2,9 +2,11 @@
 read (compare and set), so that a message cancelled, fired, or cancelled and
 parked again meanwhile is never overwritten or brought back (Reencrypt).
 The group index follows the new blob's group field (sealed with another
-key, or sealed for the first time, a group is indexed by another token).
+key, or sealed for the first time, a group is indexed by another token),
+and a mark of a publish sent unconfirmed (lib/unconfirmed.lua) the new
+blob: it is the same message.
 --! keys: pool
---! include: blob group
+--! include: blob group unconfirmed
 
 ARGV      triples: message ID, the blob read, the blob to store
 returns   one integer per message: 1 replaced, 0 changed or gone meanwhile
@@ -20,6 +22,7 @@ for i = 1, #ARGV, 3 do
       groupdel(from, id)
       groupadd(to, id)
     end
+    carrymark(id, old, new)
     redis.call('HSET', K.pool, id, new)
     out[#out + 1] = 1
   else

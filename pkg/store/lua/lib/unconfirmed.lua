@@ -17,6 +17,12 @@ local function unconfirmed(id, blob)
   return mark ~= false and mark == redis.sha1hex(blob)
 end
 
+-- carrymark moves the mark of the message id from its stored form old to
+-- new, the same message stored anew (re-encrypted).
+local function carrymark(id, old, new)
+  if unconfirmed(id, old) then redis.call('HSET', K.unconfirmed, id, redis.sha1hex(new)) end
+end
+
 -- sentblobs reads the messages of args[from .. to] (IDs) as they are
 -- stored before their outcome is written: the versions that were sent.
 local function sentblobs(args, from, to)
