@@ -33,7 +33,18 @@ type gate struct {
 
 	mu    sync.Mutex
 	state map[string]*sinkGate
+	// orphansAt is when the next refresh looks for held messages of sinks
+	// this instance does not configure (orphanEvery).
+	orphansAt time.Time
 }
+
+// orphanEvery is how often a gate releases the held messages of the sinks
+// in Redis that this instance does not configure: a sink removed from the
+// configuration, or, while a configuration change rolls out, one that
+// other instances have. Their messages then fail here as not configured,
+// an attempt each; once a minute bounds what that costs a sink that is
+// only down, and the look itself (a read per shard and priority).
+const orphanEvery = time.Minute
 
 // sinkGate is the gate's view of one sink.
 type sinkGate struct {
@@ -95,12 +106,15 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 		}
 		g.metrics.SinkPaused.WithLabelValues(name).Set(paused)
 	}
-	g.mu.Unlock()
-	for name, rs := range states {
-		if _, ok := g.state[name]; !ok && !rs.Paused {
-			release = append(release, name) // another instance's, or an earlier configuration's
+	if !now.Before(g.orphansAt) {
+		g.orphansAt = now.Add(orphanEvery)
+		for name, rs := range states {
+			if _, ok := g.state[name]; !ok && !rs.Paused {
+				release = append(release, name) // another instance's, or an earlier configuration's
+			}
 		}
 	}
+	g.mu.Unlock()
 	released := 0
 	for _, name := range release {
 		n, err := g.releaseAll(ctx, name, states[name].Band)
