@@ -142,7 +142,7 @@ func (p *Proxy) flow() {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.flow() // what was held is dropped with its connection
+	p.flow() // unblocks the copies, so that they end with their connections
 	for c := range p.conns {
 		c.Close()
 	}
@@ -153,7 +153,7 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Down(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
-	p.flow() // what was held is dropped with its connection
+	p.flow() // unblocks the copies, so that they end with their connections
 	ln := p.ln
 	p.ln = nil
 	for c := range p.conns {

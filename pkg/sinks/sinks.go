@@ -11,6 +11,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -129,6 +130,17 @@ func Sent(err error) error { return &SentError{Err: err} }
 func IsSent(err error) bool {
 	var e *SentError
 	return errors.As(err, &e)
+}
+
+// Unreachable reports whether connecting to a broker failed because
+// nothing answered at its address (refused, no route, no such host, no
+// answer in time), as opposed to a broker that answered and refused
+// (credentials, TLS): a sink opened so waits for its broker instead of
+// stopping the daemon's start.
+func Unreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return (errors.As(err, &op) && op.Op == "dial") || errors.As(err, &dns)
 }
 
 // IsUnavailable reports whether a publish failed because the sink could not

@@ -126,8 +126,8 @@ var ErrFull = errors.New("store: full")
 // (limits.max_redis_memory) should keep it from reaching. Like ErrFull it
 // passes as messages fire.
 func IsOutOfMemory(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
+	var re redis.Error // "OOM command not allowed...", after "ERR Error running script" before Redis 7
+	return errors.As(err, &re) && strings.Contains(re.Error(), "OOM command not allowed")
 }
 
 // PauseReason is why an ingest waits before parking: the reason label of

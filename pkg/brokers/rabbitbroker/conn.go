@@ -130,14 +130,6 @@ func display(rawURL string, a Auth) string {
 	return u.Redacted()
 }
 
-// unreachable reports whether a connect failed because no broker answered
-// at the address (refused, unreachable, no such host, no answer in time),
-// as opposed to one that answered and refused.
-func unreachable(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // explain adds to err, a failed dial, what to check.
 func explain(err error, rawURL string, a Auth) error {
 	var (

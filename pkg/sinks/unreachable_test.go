@@ -1,0 +1,36 @@
+package sinks_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// A broker that nothing answers for (a port nobody listens on, a host
+// name that does not resolve) is unreachable; a broker that answered and
+// refused is not.
+func TestUnreachable(t *testing.T) {
+	_, refused := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), time.Second)
+	_, noHost := net.DialTimeout("tcp", "no-such-host.invalid:5672", time.Second)
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("connect to rabbitmq: %w", refused), true},
+		{fmt.Errorf("connect to nats: %w", noHost), true},
+		{errors.New("Exception (403) Reason: \"username or password not allowed\""), false},
+		{nil, false},
+	} {
+		if c.err == nil && c.want {
+			t.Fatal("no dial error to test")
+		}
+		if got := sinks.Unreachable(c.err); got != c.want {
+			t.Errorf("Unreachable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
