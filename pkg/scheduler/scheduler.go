@@ -1008,8 +1008,7 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 // still take the copy sent. A message not sent (the lease's fence, the
 // time to begin sending over) is not.
 func maybeSent(err error) bool {
-	switch {
-	case err == nil, errors.Is(err, errFenced), errors.Is(err, sinks.ErrSendBy):
+	if err == nil || errors.Is(err, sinks.ErrSendBy) {
 		return false
 	}
 	return sinks.IsSent(err) || sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)
@@ -1154,8 +1153,11 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 	done := s.p.Clock.Now()
 	if byLease && !done.Before(leaseEnd) {
 		for j, err := range res {
-			if err != nil {
-				res[j] = errFenced // not sent, or not confirmed within the lease: claimed again, not counted
+			switch {
+			case maybeSent(err): // sent, not confirmed within the lease: claimed again, not counted, and marked
+				res[j] = fmt.Errorf("%w (%w)", errFenced, err)
+			case err != nil:
+				res[j] = errFenced // not sent: claimed again, not counted
 			}
 		}
 	}

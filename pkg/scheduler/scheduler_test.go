@@ -878,6 +878,7 @@ func TestTimedOutPublishIsUnconfirmed(t *testing.T) {
 		{sinks.Again(errors.New("closed among many")), true},
 		{sinks.Sent(errors.New("no publisher confirm, the connection lost")), true},
 		{errFenced, false},
+		{fmt.Errorf("%w (%w)", errFenced, context.DeadlineExceeded), true}, // sent, not confirmed within the lease
 		{fmt.Errorf("publish: %w", sinks.ErrSendBy), false},
 		{sinks.Rejected(errors.New("unroutable")), false},
 		{errors.New("nats: connection closed"), false},

@@ -138,9 +138,8 @@ func IsSent(err error) bool {
 // (credentials, TLS): a sink opened so waits for its broker instead of
 // stopping the daemon's start.
 func Unreachable(err error) bool {
-	var op *net.OpError
-	var dns *net.DNSError
-	return (errors.As(err, &op) && op.Op == "dial") || errors.As(err, &dns)
+	var op *net.OpError // a name that does not resolve is one too: net.Dial wraps the resolver's error
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // IsUnavailable reports whether a publish failed because the sink could not

@@ -5,4 +5,5 @@ var (
 	SameField          = sameField
 	EveryFieldType     = everyFieldType
 	PublishCloseReason = closeReason
+	KeepSent           = keepSent
 )

@@ -275,7 +275,7 @@ func (s *Sink) bisect(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Pu
 			left = append(left, i) // its error stays the first close's
 			continue
 		}
-		errs[i] = subErrs[k]
+		errs[i] = keepSent(errs[i], subErrs[k])
 	}
 	switch {
 	case len(left) == 0:
@@ -283,7 +283,7 @@ func (s *Sink) bisect(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Pu
 	case len(units) == 1 && isLost(subErrs[0]):
 		// Alone, and the connection was lost: nothing says it was this
 		// message; it fails as the sink's (published again later).
-		errs[units[0]] = subErrs[0]
+		errs[units[0]] = keepSent(errs[units[0]], subErrs[0])
 		return culprits
 	case len(units) == 1:
 		// Alone, and the broker closed again: its fault.
@@ -319,4 +319,15 @@ func unwrapClosed(err error) error {
 		return e
 	}
 	return err
+}
+
+// keepSent is the error of a message published again apart (next) after
+// its first publish failed (first): a first copy that may have reached
+// the broker (sinks.Sent) still may, whatever became of the second, unless
+// the second was confirmed.
+func keepSent(first, next error) error {
+	if next != nil && sinks.IsSent(first) && !sinks.IsSent(next) {
+		return sinks.Sent(next)
+	}
+	return next
 }

@@ -347,3 +347,19 @@ func TestCloseReason(t *testing.T) {
 		}
 	}
 }
+
+// A message published again apart after its first publish lost its
+// confirm keeps the mark of a copy that may have arrived, whatever the
+// second try gave, unless it was confirmed.
+func TestKeepSent(t *testing.T) {
+	first := sinks.Sent(errors.New("no publisher confirm, the connection lost"))
+	if err := rabbitbroker.KeepSent(first, nil); err != nil {
+		t.Errorf("confirmed the second time: %v", err)
+	}
+	if err := rabbitbroker.KeepSent(first, errors.New("not sent: the time to begin sending it was over")); !sinks.IsSent(err) {
+		t.Errorf("not sent the second time: %v, want it Sent still", err)
+	}
+	if err := rabbitbroker.KeepSent(errors.New("channel closed before sending"), errors.New("not sent")); sinks.IsSent(err) {
+		t.Errorf("never sent: %v marked Sent", err)
+	}
+}
