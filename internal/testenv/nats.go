@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATSServer is an embedded nats-server with JetStream, running in the test process.
@@ -107,4 +109,20 @@ func (n *NATSServer) Restart() {
 	n.t.Helper()
 	n.Shutdown()
 	n.start()
+}
+
+// Client connects a test's own client to the server (opts added to
+// nats.go's defaults), closed in t.Cleanup, with its JetStream context.
+func (n *NATSServer) Client(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(n.URL, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }

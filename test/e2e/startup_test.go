@@ -129,15 +129,7 @@ func TestStartsWithASinkDown(t *testing.T) {
 	rabbitProxy := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", rabbit.Port))
 	natsProxy.Down(t)
 	rabbitProxy.Down(t)
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := ns.Client(t)
 	ctx := context.Background()
 	for name, subj := range map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"} {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {

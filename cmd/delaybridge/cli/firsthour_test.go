@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -182,15 +181,7 @@ delaybridge: ` + bad + `: 1 problem; fix it and run validate again
 // refused in our own words.
 func TestSendSaysWhatItSent(t *testing.T) {
 	ns := testenv.NATS(t)
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := ns.Client(t)
 	ctx := context.Background()
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	if err != nil {
