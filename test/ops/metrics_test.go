@@ -311,15 +311,7 @@ sinks:
 // jetStream connects to ns and creates the given streams (name -> subject).
 func jetStream(t *testing.T, ns *testenv.NATSServer, streams map[string]string) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := ns.Client(t)
 	for name, subject := range streams {
 		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subject}}); err != nil {
 			t.Fatal(err)

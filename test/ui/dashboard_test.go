@@ -79,15 +79,7 @@ func newEnv(t *testing.T) *env { return newEnvToken(t, adminToken, "info") }
 func newEnvToken(t *testing.T, token, level string, redisOpts ...testenv.RedisOption) *env {
 	t.Helper()
 	rs, ns := testenv.Redis(t, redisOpts...), testenv.NATS(t)
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := ns.Client(t)
 	for name, subject := range map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"} {
 		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subject}}); err != nil {
 			t.Fatal(err)
