@@ -78,17 +78,9 @@ func (s *scheduleSide) consume(stream string) {
 	s.t.Cleanup(cc.Stop)
 }
 
-func jetStream(t *testing.T, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+// jetStreamOf is a JetStream context of the test's own on ns.
+func jetStreamOf(t *testing.T, ns *testenv.NATSServer) jetstream.JetStream {
+	_, js := ns.Client(t)
 	return js
 }
 
@@ -97,7 +89,7 @@ func jetStream(t *testing.T, url string) jetstream.JetStream {
 // Redis and publishing to a stream OUT (orders.>).
 func newScheduleSides(t *testing.T) (native, bridge *scheduleSide) {
 	ctx := context.Background()
-	native = &scheduleSide{name: "NATS schedules", t: t, js: jetStream(t, testenv.NATS(t).URL),
+	native = &scheduleSide{name: "NATS schedules", t: t, js: jetStreamOf(t, testenv.NATS(t)),
 		headers: func(_ string, due time.Time, target string) nats.Header {
 			return nats.Header{
 				jetstream.ScheduleHeader:       {"@at " + due.UTC().Format(time.RFC3339Nano)},
@@ -114,7 +106,7 @@ func newScheduleSides(t *testing.T) (native, bridge *scheduleSide) {
 	// schedule per subject -> x-message-id: <subject> with
 	// x-delay-replace: true.
 	ns := testenv.NATS(t)
-	bridge = &scheduleSide{name: "delaybridge", t: t, js: jetStream(t, ns.URL),
+	bridge = &scheduleSide{name: "delaybridge", t: t, js: jetStreamOf(t, ns),
 		headers: func(subject string, due time.Time, target string) nats.Header {
 			return nats.Header{
 				"x-deliver-at":        {due.UTC().Format(time.RFC3339Nano)},
