@@ -278,7 +278,9 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 // recent. Finding the next one costs the same however far back the series
 // is anchored (step). An occurrence of an every schedule fired before its
 // time (a fire, a reschedule earlier) is followed by the next one on the
-// schedule, never by itself again.
+// schedule, never by itself again; so is the first occurrence of a cron
+// schedule (Anchor), and a later one is followed by the schedule's first
+// time after it fired.
 func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 	var next time.Time
 	var n int
@@ -298,7 +300,13 @@ func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 		// count from its first occurrence (maxWalk).
 		next, n = r.after(r.Parked), r.N+1
 	default:
-		next, n = r.after(due), r.N+1
+		from := due
+		if r.N == 1 && r.Anchor.After(from) {
+			// The first occurrence fired before its time: its time is the
+			// anchor (a later one's is not kept).
+			from = r.Anchor
+		}
+		next, n = r.after(from), r.N+1
 	}
 	if !next.After(now) { // missed while nothing fired
 		keep := r.missedMax()

@@ -47,6 +47,11 @@ func TestEveryFiredEarly(t *testing.T) {
 			t.Errorf("%s: next %v #%d %v, want %v #%d", c.name, next, n, ok, c.wantNext, c.wantN)
 		}
 	}
+	cr := &Recurrence{Cron: "0 9 * * *", Anchor: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC), N: 1}
+	fired := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	if next, n, ok := cr.Next(fired, fired); !ok || n != 2 || !next.Equal(cr.Anchor.Add(24*time.Hour)) {
+		t.Errorf("cron's first occurrence fired an hour early: next %v #%d %v, want %v #2", next, n, ok, cr.Anchor.Add(24*time.Hour))
+	}
 	r := &Recurrence{Every: time.Hour, Anchor: start, N: 1 << 40} // past what a time holds: as before
 	if _, _, ok := r.Next(start, start); !ok {
 		t.Error("an occurrence number past the range of a time ends the series")
