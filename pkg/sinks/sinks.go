@@ -134,12 +134,14 @@ func IsSent(err error) bool {
 
 // Unreachable reports whether connecting to a broker failed because
 // nothing answered at its address (refused, no route, no such host, no
-// answer in time), as opposed to a broker that answered and refused
-// (credentials, TLS): a sink opened so waits for its broker instead of
-// stopping the daemon's start.
+// answer in time, a connection taken and never answered: a broker hung,
+// or a load balancer in front of none), as opposed to a broker that
+// answered and refused (credentials, TLS): a sink opened so waits for its
+// broker instead of stopping the daemon's start.
 func Unreachable(err error) bool {
 	var op *net.OpError // a name that does not resolve is one too: net.Dial wraps the resolver's error
-	return errors.As(err, &op) && op.Op == "dial"
+	var ne net.Error
+	return (errors.As(err, &op) && op.Op == "dial") || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // IsUnavailable reports whether a publish failed because the sink could not

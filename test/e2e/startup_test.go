@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -116,8 +117,9 @@ sinks:
 }
 
 // TestStartsWithASinkDown: a sink whose broker does not answer at start
-// (down, or not started yet: here a proxy that refuses connections) does
-// not stop the daemon, which would stop every ingest and every other sink
+// (down, or not started yet: here a proxy that refuses connections; or
+// hung: a server that takes the connection and says nothing) does not stop
+// the daemon, which would stop every ingest and every other sink
 // with it: the daemon starts, /readyz answers 503 naming the sink, the
 // messages of the other sink are delivered, and the sink's own are held
 // until its broker answers, then delivered.
@@ -129,6 +131,26 @@ func TestStartsWithASinkDown(t *testing.T) {
 	rabbitProxy := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", rabbit.Port))
 	natsProxy.Down(t)
 	rabbitProxy.Down(t)
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() { // takes every connection and keeps it, answering nothing
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
 	nc, js := ns.Client(t)
 	ctx := context.Background()
 	for name, subj := range map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"} {
@@ -156,7 +178,9 @@ sinks:
     nats: {url: "nats://%s", jetstream: true}
   - name: rabbit
     rabbitmq: {url: "amqp://guest:guest@%s/"}
-`, rs.Addr, admin, ns.URL, ns.URL, natsProxy.Addr, rabbitProxy.Addr)
+  - name: hung
+    nats: {url: "nats://%s", jetstream: true}
+`, rs.Addr, admin, ns.URL, ns.URL, natsProxy.Addr, rabbitProxy.Addr, hung.Addr())
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -178,8 +202,8 @@ sinks:
 		code, _ := readyz()
 		return code != 0
 	}, "the admin API answering")
-	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "later") || !strings.Contains(body, "rabbit") {
-		t.Errorf("/readyz with two sinks down: %d %s, want 503 naming them", code, body)
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "later") || !strings.Contains(body, "rabbit") || !strings.Contains(body, "hung") {
+		t.Errorf("/readyz with three sinks down: %d %s, want 503 naming them", code, body)
 	}
 	publish := func(id, sink, dest string) {
 		m := nats.NewMsg("delayed.x")
@@ -209,6 +233,11 @@ sinks:
 	if id := next("the held message once its sink's broker answers"); id != "to-later" {
 		t.Fatalf("delivered %s, want to-later", id)
 	}
-	testenv.Eventually(t, 30*time.Second, func() bool { code, _ := readyz(); return code == http.StatusOK },
-		"/readyz 200 once both brokers answer")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, body := readyz()
+		return !strings.Contains(body, "later") && !strings.Contains(body, "rabbit")
+	}, "/readyz no longer naming the sinks whose brokers answer")
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "hung") {
+		t.Errorf("/readyz with the hung server's sink down: %d %s, want 503 naming it", code, body)
+	}
 }

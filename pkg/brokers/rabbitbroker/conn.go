@@ -130,6 +130,14 @@ func display(rawURL string, a Auth) string {
 	return u.Redacted()
 }
 
+// silent reports whether a connect failed because the broker took the
+// connection and never answered the handshake: amqp091-go reports the
+// read's timeout as a frame error, in words.
+func silent(err error) bool {
+	var e *amqp.Error
+	return errors.As(err, &e) && e.Code == amqp.FrameError && strings.Contains(e.Reason, "i/o timeout")
+}
+
 // explain adds to err, a failed dial, what to check.
 func explain(err error, rawURL string, a Auth) error {
 	var (

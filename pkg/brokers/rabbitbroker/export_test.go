@@ -6,4 +6,5 @@ var (
 	EveryFieldType     = everyFieldType
 	PublishCloseReason = closeReason
 	KeepSent           = keepSent
+	Silent             = silent
 )

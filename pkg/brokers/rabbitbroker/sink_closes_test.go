@@ -363,3 +363,15 @@ func TestKeepSent(t *testing.T) {
 		t.Errorf("never sent: %v marked Sent", err)
 	}
 }
+
+// A broker that takes the connection and never answers the handshake is
+// one that does not answer (a sink waits for it), as amqp091-go words it;
+// one that refuses the login is not.
+func TestSilent(t *testing.T) {
+	if !rabbitbroker.Silent(fmt.Errorf("connect: %w", &amqp.Error{Code: amqp.FrameError, Reason: "read tcp 127.0.0.1:40000->127.0.0.1:5800: i/o timeout"})) {
+		t.Error("a handshake that timed out is not silent")
+	}
+	if rabbitbroker.Silent(&amqp.Error{Code: amqp.AccessRefused, Reason: "username or password not allowed"}) {
+		t.Error("a refused login is silent")
+	}
+}
