@@ -999,6 +999,27 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 	return acks, retryAt
 }
 
+// fencedSentError is a publish claimed again first, as errFenced (it Is
+// errFenced), whose message was sent and not confirmed: the broker may
+// hold a copy (it Is a sinks.Sent). It wraps neither the publish's error
+// nor its timeout, which would make the lease's end a destination's
+// stall; it keeps its text.
+type fencedSentError struct{ err string }
+
+func (e *fencedSentError) Error() string {
+	return "claimed again first, the lease nearly over (this process was paused or starved); a publish of it was sent and not confirmed, and may have arrived: " + e.err
+}
+
+func (e *fencedSentError) Is(target error) bool { return target == errFenced }
+
+func (e *fencedSentError) As(target any) bool {
+	if t, ok := target.(**sinks.SentError); ok {
+		*t = &sinks.SentError{Err: errors.New(e.err)}
+		return true
+	}
+	return false
+}
+
 // maybeSent reports whether a failed publish may have reached its broker
 // all the same: it was sent and its confirmation did not come in time or
 // was lost with the connection (sinks.Sent), or the sink could not tell
@@ -1008,10 +1029,15 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 // still take the copy sent. A message not sent (the lease's fence, the
 // time to begin sending over) is not.
 func maybeSent(err error) bool {
-	if err == nil || errors.Is(err, sinks.ErrSendBy) {
+	switch {
+	case err == nil:
+		return false
+	case sinks.IsSent(err): // an earlier copy, whatever became of this try
+		return true
+	case errors.Is(err, sinks.ErrSendBy):
 		return false
 	}
-	return sinks.IsSent(err) || sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)
+	return sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)
 }
 
 // settleOne writes one settlement (Store.Settle).
@@ -1145,20 +1171,18 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 	pctx = sinks.WithSendBy(pctx, checked.Add(fence.Sub(start)))
 	res := s.p.Sinks[name].Publish(pctx, out)
 	cancel()
-	for j, err := range res {
-		if errors.Is(err, sinks.ErrSendBy) {
-			res[j] = errFenced // not sent: claimed again, not counted
-		}
-	}
 	done := s.p.Clock.Now()
-	if byLease && !done.Before(leaseEnd) {
-		for j, err := range res {
-			switch {
-			case maybeSent(err): // sent, not confirmed within the lease: claimed again, not counted, and marked
-				res[j] = fmt.Errorf("%w (%w)", errFenced, err)
-			case err != nil:
-				res[j] = errFenced // not sent: claimed again, not counted
-			}
+	outlived := byLease && !done.Before(leaseEnd)
+	for j, err := range res {
+		switch {
+		case err == nil:
+		case maybeSent(err) && (outlived || errors.Is(err, sinks.ErrSendBy)):
+			// Sent, not confirmed within the lease (or sent before, and
+			// not again past the fence): claimed again, not counted, and
+			// marked, since the broker may hold a copy.
+			res[j] = &fencedSentError{err: err.Error()}
+		case outlived, errors.Is(err, sinks.ErrSendBy):
+			res[j] = errFenced // not sent: claimed again, not counted
 		}
 	}
 	s.p.Metrics.PublishDuration.WithLabelValues(name).Observe(done.Sub(start).Seconds())

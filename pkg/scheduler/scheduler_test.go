@@ -878,7 +878,8 @@ func TestTimedOutPublishIsUnconfirmed(t *testing.T) {
 		{sinks.Again(errors.New("closed among many")), true},
 		{sinks.Sent(errors.New("no publisher confirm, the connection lost")), true},
 		{errFenced, false},
-		{fmt.Errorf("%w (%w)", errFenced, context.DeadlineExceeded), true}, // sent, not confirmed within the lease
+		{&fencedSentError{err: "no PubAck"}, true},                      // sent, not confirmed within the lease
+		{sinks.Sent(fmt.Errorf("not sent: %w", sinks.ErrSendBy)), true}, // sent before, not again past the fence
 		{fmt.Errorf("publish: %w", sinks.ErrSendBy), false},
 		{sinks.Rejected(errors.New("unroutable")), false},
 		{errors.New("nats: connection closed"), false},
@@ -887,6 +888,11 @@ func TestTimedOutPublishIsUnconfirmed(t *testing.T) {
 		if got := maybeSent(c.err); got != c.want {
 			t.Errorf("maybeSent(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+	// Claimed again first like any fenced publish, and no destination's
+	// stall: the lease ended, not the publish timeout.
+	if fs := error(&fencedSentError{err: "timeout"}); !errors.Is(fs, errFenced) || timedOut(fs) || publishReason(fs) != sinks.ReasonTimeout {
+		t.Errorf("fencedSentError: fenced %v, timed out %v, reason %s", errors.Is(fs, errFenced), timedOut(fs), publishReason(fs))
 	}
 }
 
