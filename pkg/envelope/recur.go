@@ -157,6 +157,22 @@ func (r *Recurrence) after(t time.Time) time.Time {
 	return cronAfter(s.cron, t, s.loc)
 }
 
+// scheduled is where the occurrence this message is (N), due at due, stands
+// on the schedule: its own time when a fire or a reschedule moved it
+// earlier and that time is known (an every schedule's occurrence; a cron
+// schedule's first, the anchor; a later cron occurrence's is not kept),
+// else due.
+func (r *Recurrence) scheduled(due time.Time) time.Time {
+	at, ok := r.timeOf(r.N)
+	if r.Every <= 0 {
+		at, ok = r.Anchor, r.N == 1
+	}
+	if ok && at.After(due) {
+		return at
+	}
+	return due
+}
+
 // timeOf is when an every schedule's occurrence n is due, and false when
 // that is past what a time.Time holds from its anchor.
 func (r *Recurrence) timeOf(n int) (time.Time, bool) {
@@ -234,14 +250,15 @@ func sameWall(a, w time.Time) bool {
 		a.Hour() == w.Hour() && a.Minute() == w.Minute() && a.Second() == w.Second()
 }
 
-// Skip reports whether the occurrence due at due should not be published,
-// fired at now: it fell due after the series was parked and was missed,
+// Skip reports whether the occurrence due at due (where it stands on the
+// schedule: scheduled) should not be published, fired at now: it fell due after the series was parked and was missed,
 // and under the skip policy a later occurrence is already due at now;
 // under all, the missed_max most recent are due at now without it (all
 // publishes those, the most recent). An occurrence due before the series
 // was parked (its first, named by x-deliver-at or x-delay) is never a
 // missed one.
 func (r *Recurrence) Skip(due, now time.Time) bool {
+	due = r.scheduled(due)
 	if !r.Parked.IsZero() && !due.After(r.Parked) {
 		return false
 	}
@@ -282,14 +299,12 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 // schedule (Anchor), and a later one is followed by the schedule's first
 // time after it fired.
 func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
+	due = r.scheduled(due) // fired before its time (fire, reschedule): the next is N+1, on the schedule
 	var next time.Time
 	var n int
 	switch {
 	case r.Every > 0:
 		from := due
-		if at, ok := r.timeOf(r.N); ok && at.After(from) {
-			from = at // fired before its time (fire, reschedule): the next is N+1, on the schedule
-		}
 		if from.Before(r.Parked) {
 			from = r.Parked // due before parking: passed over
 		}
@@ -300,13 +315,7 @@ func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 		// count from its first occurrence (maxWalk).
 		next, n = r.after(r.Parked), r.N+1
 	default:
-		from := due
-		if r.N == 1 && r.Anchor.After(from) {
-			// The first occurrence fired before its time: its time is the
-			// anchor (a later one's is not kept).
-			from = r.Anchor
-		}
-		next, n = r.after(from), r.N+1
+		next, n = r.after(due), r.N+1
 	}
 	if !next.After(now) { // missed while nothing fired
 		keep := r.missedMax()

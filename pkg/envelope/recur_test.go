@@ -52,6 +52,18 @@ func TestEveryFiredEarly(t *testing.T) {
 	if next, n, ok := cr.Next(fired, fired); !ok || n != 2 || !next.Equal(cr.Anchor.Add(24*time.Hour)) {
 		t.Errorf("cron's first occurrence fired an hour early: next %v #%d %v, want %v #2", next, n, ok, cr.Anchor.Add(24*time.Hour))
 	}
+	// Moved an hour earlier and claimed only after its own time: it is not
+	// a missed occurrence to pass over, under any policy.
+	for _, m := range []Missed{MissedAll, MissedSkip} {
+		for _, r := range []*Recurrence{
+			{Every: time.Hour, Anchor: cr.Anchor, N: 1, Missed: m, MissedMax: 1},
+			{Cron: "0 9 * * *", Anchor: cr.Anchor, N: 1, Missed: m, MissedMax: 1},
+		} {
+			if r.Skip(fired, cr.Anchor.Add(30*time.Minute)) {
+				t.Errorf("%s, missed %s: the first occurrence moved early and claimed late is skipped", r, m)
+			}
+		}
+	}
 	r := &Recurrence{Every: time.Hour, Anchor: start, N: 1 << 40} // past what a time holds: as before
 	if _, _, ok := r.Next(start, start); !ok {
 		t.Error("an occurrence number past the range of a time ends the series")
