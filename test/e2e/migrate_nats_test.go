@@ -80,6 +80,7 @@ func (s *scheduleSide) consume(stream string) {
 
 // jetStreamOf is a JetStream context of the test's own on ns.
 func jetStreamOf(t *testing.T, ns *testenv.NATSServer) jetstream.JetStream {
+	t.Helper()
 	_, js := ns.Client(t)
 	return js
 }
