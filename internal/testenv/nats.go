@@ -111,11 +111,17 @@ func (n *NATSServer) Restart() {
 	n.start()
 }
 
-// Client connects a test's own client to the server (opts added to
-// nats.go's defaults), closed in t.Cleanup, with its JetStream context.
+// Client connects a test's own client to the server (ConnectNATS).
 func (n *NATSServer) Client(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(n.URL, opts...)
+	return ConnectNATS(t, n.URL, opts...)
+}
+
+// ConnectNATS connects a test's own client to url (opts added to nats.go's
+// defaults), closed in t.Cleanup, with its JetStream context.
+func ConnectNATS(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -715,16 +715,8 @@ func (p *publisher) doomedSent() map[string]string {
 // JetStream context of the connection.
 func connectJetStream(t *testing.T, url, name string) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
+	_, js := testenv.ConnectNATS(t, url, nats.Name(name), nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return js
 }
 
