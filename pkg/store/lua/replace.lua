@@ -3,8 +3,8 @@ read (compare and set), so that a message cancelled, fired, or cancelled and
 parked again meanwhile is never overwritten or brought back (Reencrypt).
 The group index follows the new blob's group field (sealed with another
 key, or sealed for the first time, a group is indexed by another token),
-and a mark of a publish sent unconfirmed (lib/unconfirmed.lua) the new
-blob: it is the same message.
+and so does the mark of a publish sent unconfirmed (lib/unconfirmed.lua):
+it is the same message.
 --! keys: pool
 --! include: blob group unconfirmed
 
