@@ -379,7 +379,9 @@ func TestDashboard(t *testing.T) {
 	phase("dead messages listed as text")
 
 	// Retry: the message is scheduled again, on the page and in the API.
-	run(t, "retry dead-soon", ctx, chromedp.Click(chromedp.CSS(`#dead-rows tr[data-id="dead-soon"] button.retry`)))
+	// The clicks find and click a button in one step: the list may be drawn
+	// again between a lookup of a node and a click on it.
+	clickNow(t, ctx, "retry dead-soon", `#dead-rows tr[data-id="dead-soon"] button.retry`)
 	poll(t, ctx, "retried message shown as scheduled",
 		`document.getElementById('lookup-title').textContent === 'dead-soon' &&
 		 document.getElementById('lookup-state').textContent === 'scheduled' &&
@@ -399,13 +401,22 @@ func TestDashboard(t *testing.T) {
 
 	// One that died for its destination: the retry is refused (409) and
 	// asks for one; given fired.orders, it is scheduled and delivered.
-	run(t, "retry dead-lane", ctx, chromedp.Click(chromedp.CSS(`#dead-rows tr[data-id="dead-lane"] button.retry`)))
+	clickNow(t, ctx, "retry dead-lane", `#dead-rows tr[data-id="dead-lane"] button.retry`)
 	poll(t, ctx, "retry refused, destination asked for", `!document.querySelector('#dead-rows tr[data-id="dead-lane"] form.retry-to').hidden &&
 		document.getElementById('toast').textContent.includes('route.allowed_destinations')`)
-	run(t, "retry dead-lane to fired.orders", ctx,
-		chromedp.SendKeys(chromedp.CSS(`#dead-rows tr[data-id="dead-lane"] input.retry-destination`), "fired.orders"),
-		chromedp.Click(chromedp.CSS(`#dead-rows tr[data-id="dead-lane"] button.retry-with`)),
-	)
+	lane := `#dead-rows tr[data-id="dead-lane"]`
+	run(t, "type fired.orders", ctx, chromedp.SendKeys(chromedp.CSS(lane+` input.retry-destination`), "fired.orders"))
+	// Another message dies meanwhile: the list is drawn again, and the open
+	// form keeps what was typed in it.
+	if err := e.publish("dead-meanwhile", "x-delay", "later"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the list drawn with the new dead message", `!!document.querySelector('#dead-rows tr[data-id="dead-meanwhile"]')`)
+	if got := value[string](t, ctx, fmt.Sprintf(`(() => { const f = document.querySelector('%s form.retry-to');
+		return f.hidden ? 'hidden' : f.querySelector('input.retry-destination').value; })()`, lane)); got != "fired.orders" {
+		t.Errorf("after the list was drawn again, the open retry form shows %q, want the destination typed, fired.orders", got)
+	}
+	clickNow(t, ctx, "retry dead-lane to fired.orders", lane+` button.retry-with`)
 	testenv.Eventually(t, 15*time.Second, func() bool { return e.delivered("fired.orders", "dead-lane") },
 		"dead-lane not delivered to fired.orders after its retry")
 	poll(t, ctx, "dead-lane gone from the list", `!document.querySelector('#dead-rows tr[data-id="dead-lane"]')`)

@@ -954,6 +954,7 @@
 
   let deadCount = -1; // the dead count the dead list was last read at
   let deadSig = ''; // what the rendered list shows, to leave it alone when unchanged
+  let deadRows = new Map(); // id → { key: the message's JSON, tr: its row } as rendered
 
   async function loadStats(tickNo) {
     const st = await api('GET', 'v1/stats');
@@ -976,7 +977,24 @@
     // would drop the armed button under the user's pointer.
     if (sig !== deadSig && !armedIn('dead-rows')) {
       deadSig = sig;
-      $('dead-rows').replaceChildren(...list.map(deadRow));
+      // A row whose message is unchanged stays the same element, with a
+      // retry form the user has open and what is typed in it; rows gone are
+      // removed and new ones inserted in place.
+      const next = new Map();
+      const rows = list.map((d) => {
+        const key = JSON.stringify(d);
+        const old = deadRows.get(d.id);
+        const tr = old && old.key === key ? old.tr : deadRow(d);
+        next.set(d.id, { key, tr });
+        return tr;
+      });
+      deadRows = next;
+      const body = $('dead-rows');
+      const keep = new Set(rows);
+      for (const tr of [...body.children]) if (!keep.has(tr)) tr.remove();
+      rows.forEach((tr, i) => {
+        if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
+      });
     }
   }
 
