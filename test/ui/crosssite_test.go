@@ -157,7 +157,7 @@ func TestCrossSiteAttacksFromABrowser(t *testing.T) {
 	// the content of a message is refused without a token.
 	run(t, "open the dashboard", ctx, chromedp.Navigate(e.admin+"/"))
 	poll(t, ctx, "dead list shown", `document.querySelectorAll('#dead-rows tr').length === 2`)
-	run(t, "retry ui-dead", ctx, chromedp.Click(chromedp.CSS(`#dead-rows tr[data-id="ui-dead"] button.retry`)))
+	clickNow(t, ctx, "retry ui-dead", `#dead-rows tr[data-id="ui-dead"] button.retry`)
 	poll(t, ctx, "retried message shown as scheduled",
 		`document.getElementById('lookup-title').textContent === 'ui-dead' &&
 		 document.getElementById('lookup-state').textContent === 'scheduled'`)

@@ -132,7 +132,17 @@ func TestDashboardScheduleOps(t *testing.T) {
 	// A message's detail: reschedule, fire now, cancel.
 	run(t, "open order-00", ctx, chromedp.Click(chromedp.ID("browse-first")))
 	poll(t, ctx, "order-00 listed", `!!document.querySelector('#browse-rows tr[data-id="order-00"] button.link')`)
-	run(t, "open order-00 from the listing", ctx, chromedp.Click(chromedp.CSS(`#browse-rows tr[data-id="order-00"] button.link`)))
+	// The first page is drawn again on every poll; a row whose message is
+	// unchanged stays the element it was, so a click on it is not lost.
+	run(t, "mark order-00's row", ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector('#browse-rows tr[data-id="order-00"]').kept = true`))
+	for range 2 {
+		at := value[string](t, ctx, `document.getElementById('updated').textContent`)
+		poll(t, ctx, "the page polled again", fmt.Sprintf(`document.getElementById('updated').textContent !== %q`, at))
+	}
+	if !value[bool](t, ctx, `document.querySelector('#browse-rows tr[data-id="order-00"]').kept === true`) {
+		t.Error("the listing drew order-00's row anew though its message did not change")
+	}
+	clickNow(t, ctx, "open order-00 from the listing", `#browse-rows tr[data-id="order-00"] button.link`)
 	poll(t, ctx, "detail shown", `document.getElementById('lookup-title').textContent === 'order-00' &&
 		!document.getElementById('reschedule-form').hidden && document.getElementById('lookup-facts').textContent.includes('cart-7')`)
 	run(t, "reschedule in 3h", ctx,
@@ -208,11 +218,10 @@ func TestDashboardScheduleOps(t *testing.T) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	run(t, "end the heartbeat series", ctx,
-		chromedp.Click(chromedp.CSS(`#recurring-rows tr[data-id="heartbeat"] button.cancel`)),
-		chromedp.WaitVisible(chromedp.CSS(`#recurring-rows tr[data-id="heartbeat"] button.cancel.armed`)),
-		chromedp.Click(chromedp.CSS(`#recurring-rows tr[data-id="heartbeat"] button.cancel`)),
-	)
+	endBtn := `#recurring-rows tr[data-id="heartbeat"] button.cancel`
+	clickNow(t, ctx, "end the heartbeat series", endBtn)
+	poll(t, ctx, "end armed", fmt.Sprintf(`!!document.querySelector('%s.armed')`, endBtn))
+	clickNow(t, ctx, "confirm the end of the heartbeat series", endBtn)
 	testenv.Eventually(t, 10*time.Second, func() bool { return e.gone("heartbeat") }, "the heartbeat series not ended")
 	poll(t, ctx, "one series left", `document.querySelectorAll('#recurring-rows tr').length === 1`)
 

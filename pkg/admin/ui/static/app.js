@@ -71,6 +71,30 @@
     return b;
   }
 
+  // keepRows shows items as the rows (from build) of a table body. A row
+  // whose item is unchanged (the same JSON) stays the same element, so a
+  // click under way, a form the user has open and what is typed in it
+  // survive the list being drawn again; rows gone are removed and new ones
+  // inserted in place.
+  function keepRows(body, items, build) {
+    const old = new Map();
+    for (const tr of [...body.children]) {
+      if (tr.rowKey !== undefined && !old.has(tr.rowKey)) old.set(tr.rowKey, tr);
+      else tr.remove();
+    }
+    const rows = items.map((it) => {
+      const key = JSON.stringify(it);
+      const tr = old.get(key) || build(it);
+      old.delete(key);
+      tr.rowKey = key;
+      return tr;
+    });
+    for (const tr of old.values()) tr.remove();
+    rows.forEach((tr, i) => {
+      if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
+    });
+  }
+
   // armedIn reports whether a button under the element of that id waits for
   // its second click (armConfirm): a list re-rendered then would lose it.
   function armedIn(id) {
@@ -813,7 +837,7 @@
     $('browse-note').classList.remove('error');
     browse.next = page.next_cursor;
     const limit = Number(browse.query.get('limit'));
-    $('browse-rows').replaceChildren(...page.messages.map((m) => messageRow(m, true)));
+    keepRows($('browse-rows'), page.messages, (m) => messageRow(m, true));
     $('browse-empty').hidden = page.messages.length > 0;
     $('browse-next').disabled = !browse.next;
     $('browse-first').disabled = !browse.cursor;
@@ -872,7 +896,7 @@
       : found.length >= RECURRING_LIMIT ? `the first ${RECURRING_LIMIT} to fire`
         : `${found.length} series among the first ${fmtInt(examined)} parked messages to fire; more may follow`;
     if (armedIn('recurring-rows')) return; // an end of series waits for its second click
-    $('recurring-rows').replaceChildren(...found.map((m) => {
+    keepRows($('recurring-rows'), found, (m) => {
       const r = m.recurrence || {};
       const next = el('td', 'when', fromNow(r.next_at || m.due_at));
       next.title = r.next_at || m.due_at;
@@ -886,7 +910,7 @@
         el('td', 'route', shown(`${m.sink} → ${m.destination}`)), el('td', 'actions', cancel));
       tr.dataset.id = m.id;
       return tr;
-    }));
+    });
   }
 
   async function cancelMessage(id, what) {
@@ -918,7 +942,7 @@
       $('group-count').textContent = `${fmtInt(g.count)} messages` + (g.next_cursor ? ', the first 100 to fire listed' : '');
       $('group-message').textContent = '';
       $('group-cancel').hidden = false;
-      $('group-rows').replaceChildren(...g.messages.map((m) => messageRow(m, false)));
+      keepRows($('group-rows'), g.messages, (m) => messageRow(m, false));
     } catch (e) {
       if (key !== groupKey || e.status === 401) return;
       $('group-count').textContent = '';
@@ -954,7 +978,6 @@
 
   let deadCount = -1; // the dead count the dead list was last read at
   let deadSig = ''; // what the rendered list shows, to leave it alone when unchanged
-  let deadRows = new Map(); // id → { key: the message's JSON, tr: its row } as rendered
 
   async function loadStats(tickNo) {
     const st = await api('GET', 'v1/stats');
@@ -977,24 +1000,7 @@
     // would drop the armed button under the user's pointer.
     if (sig !== deadSig && !armedIn('dead-rows')) {
       deadSig = sig;
-      // A row whose message is unchanged stays the same element, with a
-      // retry form the user has open and what is typed in it; rows gone are
-      // removed and new ones inserted in place.
-      const next = new Map();
-      const rows = list.map((d) => {
-        const key = JSON.stringify(d);
-        const old = deadRows.get(d.id);
-        const tr = old && old.key === key ? old.tr : deadRow(d);
-        next.set(d.id, { key, tr });
-        return tr;
-      });
-      deadRows = next;
-      const body = $('dead-rows');
-      const keep = new Set(rows);
-      for (const tr of [...body.children]) if (!keep.has(tr)) tr.remove();
-      rows.forEach((tr, i) => {
-        if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
-      });
+      keepRows($('dead-rows'), list, deadRow);
     }
   }
 
