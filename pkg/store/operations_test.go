@@ -650,6 +650,62 @@ func TestHoldAndRelease(t *testing.T) {
 	}
 }
 
+// A held message moved later, by a reschedule or a replacement, is
+// scheduled until its new time (a paused sink's message not yet due is not
+// held), and a replacement for another sink leaves the band of the first;
+// one still due for the same sink stays held.
+func TestHeldMovedLaterIsScheduled(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 1)
+	states, err := s.SinkStates(ctx, []string{"down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := map[string]int{"down": states["down"].Band}
+	past := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	var msgs []*envelope.Message
+	for i := range 4 {
+		m := msg(fmt.Sprintf("h%d", i), past.Add(time.Duration(i)*time.Second))
+		m.Sink = "down"
+		msgs = append(msgs, m)
+	}
+	park(t, s, store.Parked, msgs...)
+	if c, err := s.Claim(ctx, 0, 100, time.Minute, blocked); err != nil || len(c.Messages) != 0 {
+		t.Fatalf("claimed %d messages of a blocked sink (%v)", len(c.Messages), err)
+	}
+	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if _, err := s.Reschedule(ctx, "h0", later, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, s, "h0"); info.State != store.StateScheduled || info.Held || !info.NextAt.Equal(later) {
+		t.Fatalf("held message rescheduled an hour later: %+v, want scheduled at %v", info, later)
+	}
+	if _, err := s.Reschedule(ctx, "h1", past.Add(-time.Second), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, s, "h1"); info.State != store.StateHeld {
+		t.Fatalf("held message rescheduled to a time passed: %+v, want held", info)
+	}
+	elsewhere := msg("h2", past)
+	elsewhere.Sink, elsewhere.Replace = "up", true
+	same := msg("h3", past)
+	same.Sink, same.Replace = "down", true
+	if r, err := s.Park(ctx, []*envelope.Message{elsewhere, same}); err != nil || r[0] != store.Replaced || r[1] != store.Replaced {
+		t.Fatalf("replace of held messages: %v %v", r, err)
+	}
+	if info := inspect(t, s, "h3"); info.State != store.StateHeld {
+		t.Fatalf("held message replaced, due, same sink: %+v, want held", info)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Held != 2 {
+		t.Fatalf("stats: held %d (%v), want h1 and h3", st.Held, err)
+	}
+	c, err := s.Claim(ctx, 0, 100, time.Minute, blocked)
+	if err != nil || len(c.Messages) != 1 || c.Messages[0].ID != "h2" {
+		t.Fatalf("claim with down blocked: %v (%v), want h2, replaced for sink up", c.Messages, err)
+	}
+}
+
 // A release takes a sink's held messages highest priority first, due
 // order within one, in both layouts: with more held than one call takes, a
 // message of a higher priority due later leaves before those of a lower

@@ -26,7 +26,8 @@ var rescheduleScript = loadScript("reschedule")
 // so when the message's due time is ifDueAt (ErrDueAtMismatch otherwise). It
 // returns ErrNotFound for an unknown or dead message, ErrInFlight for one
 // being published (after its due instant: CommitLead). A message held for
-// its sink stays held, at its new time.
+// its sink stays held when its new time has come; one moved later is
+// scheduled until then.
 func (s *Store) Reschedule(ctx context.Context, id string, due, ifDueAt time.Time) (time.Time, error) {
 	shard := s.ShardOf(id)
 	for range 10 { // a message changed between the read and the write: read again

@@ -3,7 +3,7 @@ to when they are newer. Run by Store.Park for the ingest and the admin
 API; an import writes exported records with their state through
 import.lua instead.
 --! keys: pool meta dead next series
---! include: blob bulk due group identity life series tally
+--! include: blob bulk due group identity life series tally time
 
 KEYS    the shard's keys above, then the dedupe window's buckets (Keys.Seen):
         the current one (written), the one before and the one after (read
@@ -107,7 +107,10 @@ for i = 4, #ARGV, 12 do
       local band = 0
       if score then
         drop(p, id, score)
-        band = bandbase(score)
+        -- A held message's replacement stays held when it is due, for the
+        -- same sink; one due later, or for another sink, is scheduled (a
+        -- claim holds it again if its sink is still blocked then).
+        if held(score) and old.sink == blobinfo(blob).sink and tonumber(due) <= servertime() then band = bandbase(score) end
       else
         undead(id, redis.call('HGET', K.pool, id)) -- dead: parked again as the replacement
         add(src)

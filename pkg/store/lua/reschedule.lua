@@ -22,9 +22,12 @@ if not score then return {0, 0} end
 local blob = redis.call('HGET', K.pool, id)
 if firing(score, servertime()) or unconfirmed(id, blob) then return {-1, 0} end
 if blob ~= ARGV[2] then return {-2, 0} end
-local due = ARGV[4]
-if due == 'now' then due = servertime() else due = tonumber(due) end
-local s = bandbase(score) + due
+local due, now = ARGV[4], servertime()
+if due == 'now' then due = now else due = tonumber(due) end
+-- A held message stays held when its new time has come; one moved later
+-- is scheduled (a claim holds it again if its sink is still blocked then).
+local s = due
+if due <= now then s = bandbase(score) + due end
 redis.call('HSET', K.pool, id, ARGV[3])
 move(p, id, score, s)
 return {1, due}
