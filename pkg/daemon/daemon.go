@@ -72,7 +72,7 @@ type Daemon struct {
 // fails with an error that names the component when a connection cannot be
 // made; nothing is left open then.
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, err error) {
-	redis.SetLogger(redisLogger{log})
+	LogRedisTo(log)
 	// d is not the named result: every failure returns a nil *Daemon, and the
 	// cleanup below must still see the half-built one.
 	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), sinks: map[string]sinks.Sink{}}
@@ -521,6 +521,12 @@ func NewLogger(c config.Log, w io.Writer) *slog.Logger {
 // redisLogger sends go-redis's own messages (dial retries and the like) to
 // slog at debug level: the failures that matter surface as errors of the
 // operations, with context.
+// LogRedisTo sends the Redis client's own log lines to log at DEBUG. By
+// default go-redis prints them to stderr: a pool's dial failures, several
+// lines for each, which the caller's error and the readiness probe already
+// report in the daemon's (or the command line's) own format.
+func LogRedisTo(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) {

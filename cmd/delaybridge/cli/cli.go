@@ -70,6 +70,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// daemon's logger instead.
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(slog.New(&cliHandler{w: stderr, level: slog.LevelError}))
+	daemon.LogRedisTo(slog.Default()) // errors are one line, the command's
 
 	return exitCode(root.Execute(), stderr)
 }
