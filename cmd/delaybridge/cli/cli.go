@@ -122,7 +122,34 @@ and publishes them to a sink when they are due. Every command is described in do
 		}
 	}
 	inheritExamples(root)
+	needSubcommand(root)
 	return root
+}
+
+// needsSubcommand is the annotation of a command that needSubcommand made
+// runnable: it has no usage of its own.
+const needsSubcommand = "needs-subcommand"
+
+// needSubcommand makes a command that only groups others (dead, groups,
+// migrate...) a usage error when given alone: exit 2 naming its
+// subcommands, where cobra would print its help and exit 0.
+func needSubcommand(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		needSubcommand(sub)
+	}
+	if c.Runnable() || !c.HasAvailableSubCommands() || !c.HasParent() {
+		return
+	}
+	var names []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	c.Annotations = map[string]string{needsSubcommand: "true"}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		return exit(2, fmt.Errorf("%s needs a subcommand: %s (see %s --help)", cmd.CommandPath(), strings.Join(names, ", "), cmd.CommandPath()))
+	}
 }
 
 // adminFlags gives c (and its subcommands) --admin and --token.

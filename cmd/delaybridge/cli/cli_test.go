@@ -238,3 +238,17 @@ func TestHelpExamplesAndCompletion(t *testing.T) {
 		}
 	}
 }
+
+// A command that only groups others is a usage error alone (exit 2, as
+// the reference says), naming its subcommands.
+func TestGroupingCommandAloneIsAUsageError(t *testing.T) {
+	for _, c := range []string{"dead", "groups", "migrate", "completion"} {
+		code, out, errOut := run(t, c)
+		if code != 2 || !strings.Contains(errOut, "needs a subcommand") || out != "" {
+			t.Errorf("%s alone: exit %d, stdout %q, stderr %q, want 2 naming its subcommands", c, code, out, errOut)
+		}
+	}
+	if code, out, _ := run(t, "dead", "--help"); code != 0 || !strings.Contains(out, "Available Commands") {
+		t.Errorf("dead --help: exit %d, %q", code, out)
+	}
+}

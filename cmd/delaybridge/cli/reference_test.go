@@ -135,7 +135,7 @@ func referenceCLI() string {
 				continue
 			}
 			fmt.Fprintf(&b, "\n#### `%s`\n\n%s.", sub.CommandPath(), strings.TrimSuffix(sub.Short, "."))
-			if sub.Runnable() {
+			if sub.Runnable() && sub.Annotations[needsSubcommand] == "" {
 				fmt.Fprintf(&b, " Usage: `%s`.", strings.TrimSpace(sub.Parent().CommandPath()+" "+sub.Use))
 			}
 			b.WriteString("\n")
