@@ -1060,15 +1060,17 @@ func TestRedisDown(t *testing.T) {
 		{"POST", "/v1/messages", `{"delay":1,"sink":"rabbit","destination":"q","body":"x"}`},
 	} {
 		r := e.do(rq.method, rq.path, rq.body)
-		if r.status != http.StatusInternalServerError {
-			t.Errorf("%s %s with Redis down: %d, want 500: %s", rq.method, rq.path, r.status, r.body)
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s with Redis down: %d, Retry-After %q, want 503 with Retry-After: %s", rq.method, rq.path, r.status, r.header.Get("Retry-After"), r.body)
 			continue
 		}
-		r.errorText(t)
+		if text := r.errorText(t); !strings.Contains(text, "is Redis running") || !strings.Contains(text, "nothing was done") {
+			t.Errorf("%s %s with Redis down: %q, want what was done and what to check", rq.method, rq.path, text)
+		}
 	}
 	logs := e.logs.String()
-	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "status=500") {
-		t.Errorf("500 not logged at warn:\n%s", logs)
+	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "status=503") {
+		t.Errorf("503 not logged at warn:\n%s", logs)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 	"github.com/delaybridge/delaybridge/pkg/ops"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 // The /v1/ API is described by its Go types: huma (danielgtaylor/huma)
@@ -139,12 +141,23 @@ func detailSentence(d *huma.ErrorDetail) (field, reason string) {
 	return "", d.Message
 }
 
-// failure is an operation's error as its answer: 404, 409 and 400 for the
-// kinds of ops.Error with its sentence, 500 for anything else (Redis could
-// not be reached). It is the one mapping of errors to statuses; the reason
-// goes to the request log too.
+// failure is an operation's error as its answer: 404, 409, 400 and 503 for
+// the kinds of ops.Error with its sentence, 503 when this daemon cannot
+// reach Redis (nothing was done; try again), 500 for anything else (Redis
+// answered an error). It is the one mapping of errors to statuses; the
+// reason goes to the request log too.
 func failure(ctx context.Context, err error) error {
 	e := &ErrorBody{status: http.StatusInternalServerError, Message: err.Error()}
+	if store.Unreachable(err) && ctx.Err() == nil {
+		done := "nothing was done" // no connection was made
+		if op := (*net.OpError)(nil); !errors.As(err, &op) || op.Op != "dial" {
+			done = "a change asked for may or may not have been made: look again" // the connection failed under way
+		}
+		e.status = http.StatusServiceUnavailable
+		e.Message = fmt.Sprintf("Redis cannot be reached from this daemon (%v), so %s once GET /readyz answers 200; "+
+			"is Redis running, and redis.addr right?", err, done)
+		e.headers = http.Header{"Retry-After": {"1"}}
+	}
 	var oe *ops.Error
 	if errors.As(err, &oe) {
 		e.Message, e.Field, e.DueAt = oe.Reason, oe.Field, oe.DueAt
@@ -270,6 +283,9 @@ func registered(api huma.API, o op) *huma.Operation {
 func (o op) statuses() []int {
 	st := append([]int{o.status}, o.errors...)
 	st = append(st, http.StatusForbidden) // the Host guard
+	if !o.raw && slices.Contains(o.errors, failed) {
+		st = append(st, http.StatusServiceUnavailable) // Redis cannot be reached (failure)
+	}
 	if strings.HasPrefix(o.path, "/v1/") || strings.HasPrefix(o.path, "/debug/") {
 		st = append(st, http.StatusUnauthorized)
 	}
@@ -371,9 +387,9 @@ func statusMeaning(status int) string {
 	case http.StatusUnsupportedMediaType:
 		return "A body that is not Content-Type: application/json."
 	case http.StatusInternalServerError:
-		return "Redis could not be reached or answered an error."
+		return "Redis answered an error."
 	case http.StatusServiceUnavailable:
-		return "Not ready, and why."
+		return "Not done now, and why: not ready, Redis cannot be reached, or a limit is reached; Retry-After says when to try again."
 	}
 	return http.StatusText(status)
 }

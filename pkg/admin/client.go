@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -81,6 +82,9 @@ func (c *Client) do(ctx context.Context, o op, params []string, q url.Values, in
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("admin API: %w (is the daemon running, and is %s its admin address?)", err, c.base)
+		}
 		return fmt.Errorf("admin API: %w", err)
 	}
 	defer resp.Body.Close()

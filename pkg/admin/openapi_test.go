@@ -199,7 +199,7 @@ func TestOpenAPIDriftIsCaught(t *testing.T) {
 		{"path parameter", func(doc *openapi3.T) { path(doc, "/v1/groups/{key}").Delete.Parameters = nil },
 			"DELETE /v1/groups/{key}: path parameters [] documented, the route has [key]"},
 		{"status", func(doc *openapi3.T) { path(doc, "/v1/messages/{id}").Patch.Responses.Delete("409") },
-			"PATCH /v1/messages/{id}: statuses [200 400 401 403 404 413 415 500] documented, the route answers [200 400 401 403 404 409 413 415 500]"},
+			"PATCH /v1/messages/{id}: statuses [200 400 401 403 404 413 415 500 503] documented, the route answers [200 400 401 403 404 409 413 415 500 503]"},
 		{"operation not served", func(doc *openapi3.T) {
 			path(doc, "/v1/stats").Put = path(doc, "/v1/stats").Get
 		}, "PUT /v1/stats: documented, not served"},
@@ -738,13 +738,19 @@ func TestOpenAPIAnswers(t *testing.T) {
 		c.do(newEnv(t, withToken(tok), withReady(notReady)), a("GET", "/readyz", "", 503))
 	}
 
-	// Redis down: every route that reads it answers 500.
+	// Redis down: every route that reads it answers 503 (try again);
+	// Redis answering an error (here: the user may run no command), 500.
 	downSinks := &fakeSinks{statuses: []SinkStatus{{Name: "rabbit", Known: true}}}
 	down := newEnv(t, withToken(testToken), withFailFast(), func(p *Params, o *ops.Params, _ *redis.Options) { o.Sinks = downSinks.get })
 	down.redis.Kill()
+	refusing := newEnv(t, withToken(testToken), withFailFast(), func(p *Params, o *ops.Params, _ *redis.Options) { o.Sinks = downSinks.get })
+	if err := refusing.redis.Client().Do(context.Background(), "ACL", "SETUSER", "default", "-@all").Err(); err != nil {
+		t.Fatal(err)
+	}
 	for _, rt := range down.server.Routes() {
 		if slices.Contains(rt.Statuses, 500) && !strings.HasPrefix(rt.Path, "/debug/") {
-			c.do(down, a(rt.Method, concrete(rt.Path), validBody(rt.Method, rt.Path), 500))
+			c.do(down, a(rt.Method, concrete(rt.Path), validBody(rt.Method, rt.Path), 503))
+			c.do(refusing, a(rt.Method, concrete(rt.Path), validBody(rt.Method, rt.Path), 500))
 		}
 	}
 

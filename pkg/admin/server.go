@@ -238,9 +238,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		attrs := []any{"method", r.Method, "path", path, "status", rec.status,
 			"duration", time.Since(start), "remote", r.RemoteAddr}
-		// 503 is /readyz answering "not ready", which probes ask every few
+		// A 503 of /readyz is "not ready", which probes ask every few
 		// seconds: the reason is in readiness, not worth a warning each time.
-		if rec.status >= 500 && rec.status != http.StatusServiceUnavailable {
+		if rec.status >= 500 && (rec.status != http.StatusServiceUnavailable || path != "/readyz") {
 			s.log.Warn("admin request failed", append(attrs, "err", rec.errMsg)...)
 		} else {
 			s.log.Debug("admin request", attrs...)

@@ -78,6 +78,7 @@ func TestHealthProbesOnlyDelaybridge(t *testing.T) {
 		{"a web page is not delaybridge, --ready", []string{"health", "--url", other.URL, "--ready"}, 1, "not delaybridge's answer"},
 		{"other JSON is not delaybridge", []string{"health", "--admin", otherJSON.URL, "--ready"}, 1, "not delaybridge's answer"},
 		{"nothing listening", []string{"health", "--admin", "http://127.0.0.1:1"}, 1, "is the daemon running"},
+		{"nothing listening, another command", []string{"list", "--admin", "http://127.0.0.1:1"}, 1, "is the daemon running"},
 	}
 	for _, c := range cases {
 		code, out, errOut := run(t, c.args...)
