@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -719,8 +720,18 @@ func (p *Problems) Positive(at string, v int64) {
 
 // HostPort reports a value that is not host:port.
 func (p *Problems) HostPort(at, v string) {
-	if _, _, err := net.SplitHostPort(v); err != nil {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
 		p.Add(at, "%q is not host:port", v)
+		return
+	}
+	p.port(at, port, 0) // a listener's port 0 is any free one
+}
+
+// port reports a port number out of range.
+func (p *Problems) port(at, port string, lowest int) {
+	if n, err := strconv.Atoi(port); err == nil && (n < lowest || n > 65535) {
+		p.Add(at, "port %s is not one of %d to 65535", port, lowest)
 	}
 }
 
@@ -731,19 +742,26 @@ func (p *Problems) URL(at, v string, schemes ...string) {
 		p.Add(at, "required")
 		return
 	}
+	if !strings.Contains(v, "://") && len(schemes) > 0 {
+		p.Add(at, "not a URL: give its scheme and host, such as %s://127.0.0.1:%s", schemes[0], defaultPorts[schemes[0]])
+		return
+	}
 	u, err := url.Parse(v)
 	if err != nil {
 		// url.Error quotes the URL, password included, and its inner error a piece of it.
 		p.Add(at, "not a URL (a reserved character in the user or password, such as / # ? @ %%, must be percent-encoded)")
 		return
 	}
-	for _, s := range schemes {
-		if u.Scheme == s {
-			return
-		}
+	if !slices.Contains(schemes, u.Scheme) {
+		p.Add(at, "scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
+		return
 	}
-	p.Add(at, "scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
+	p.port(at, u.Port(), 1)
 }
+
+// defaultPorts are the usual ports of the brokers' URL schemes, for the
+// example in a problem.
+var defaultPorts = map[string]string{"nats": "4222", "tls": "4222", "amqp": "5672", "amqps": "5671"}
 
 // TLS reports a client TLS block that is inconsistent.
 func (p *Problems) TLS(at string, t TLS) {
