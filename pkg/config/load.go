@@ -392,7 +392,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 		fields := map[string]reflect.Type{}
 		addFields(t, fields)
 		brokerFields(t, fields)
-		seen := map[string]bool{}
+		seen := map[string]int{} // key -> the line it is first given on
 		kept := n.Content[:0:0]
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
@@ -407,12 +407,12 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 				}
 				continue
 			}
-			if seen[k] {
-				// The first one is read; the decoder would refuse the file.
-				probs.addAt(n.Content[i], p, "key given twice (the first one is read)")
+			if first, ok := seen[k]; ok {
+				// The first one is read on; the decoder would refuse the file.
+				probs.addAt(n.Content[i], p, "key given twice, here and on line %d; give it once (merge what the two hold)", first)
 				continue
 			}
-			seen[k] = true
+			seen[k] = n.Content[i].Line
 			checkKeys(n.Content[i+1], ft, p, probs)
 			kept = append(kept, n.Content[i], n.Content[i+1])
 		}
