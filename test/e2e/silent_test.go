@@ -16,10 +16,9 @@ import (
 )
 
 // silentRig is the daemon with one JetStream sink beside a destination that
-// never answers: fired.silent.x has no stream, and its
-// only subscriber, the rig's, never answers, so a publish there waits for a
-// PubAck that never comes instead of failing at once with "no stream"; the
-// subscriber counts each publish (each time the daemon handed the message
+// never answers: the stream of fired.silent.x sends no PubAcks (NoAck), and
+// its subscriber, the rig's, never answers either, so a publish there waits
+// for a PubAck that never comes; the subscriber counts each publish (each time the daemon handed the message
 // to the broker). fired.ok.x has a stream; the rig's subscriber there takes
 // the lateness of each arrival against its due time.
 type silentRig struct {
@@ -48,8 +47,8 @@ func startSilentRig(t *testing.T, sched string) *silentRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, subj := range map[string]string{"SILENT_IN": "silent.in.>", "SILENT_OK": "fired.ok.>"} {
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+	for name, subj := range map[string]string{"SILENT_IN": "silent.in.>", "SILENT_OK": "fired.ok.>", "SILENT": "fired.silent.>"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, NoAck: name == "SILENT"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,8 +16,8 @@ import (
 )
 
 // TestOneDestinationNeverAnswers with the real binary and a real NATS: 32
-// messages to a subject that a plain subscriber takes and never answers (no
-// stream: the JetStream publish waits for a PubAck that never comes) among
+// messages to a subject whose stream sends no PubAcks (NoAck: the JetStream
+// publish waits for a PubAck that never comes) among
 // 40 messages to a subject with a stream, due one after the other. The 40
 // must arrive once each, none waiting for the publish timeout (the sink is
 // not taken for down, and no confirmed PubAck is lost to the timeout of
@@ -33,13 +33,13 @@ func TestOneDestinationNeverAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	js, _ := jetstream.New(nc)
-	for name, subj := range map[string]string{"STALL_IN": "stall.in.>", "STALL_OK": "fired.ok.>"} {
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+	for name, subj := range map[string]string{"STALL_IN": "stall.in.>", "STALL_OK": "fired.ok.>", "STALL_STUCK": "fired.stuck.>"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, NoAck: name == "STALL_STUCK"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Core subscribers see every publish (JetStream would drop a duplicate
-	// by its Nats-Msg-Id); the one on fired.stuck never answers.
+	// by its Nats-Msg-Id); the one on fired.stuck never answers either.
 	var mu sync.Mutex
 	got := map[string][]time.Duration{} // ID -> lateness of each arrival
 	if _, err := nc.Subscribe("fired.ok.>", func(m *nats.Msg) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -15,18 +15,18 @@ import (
 )
 
 // TestProbeTellsASilentSubjectFromASilentServer: a JetStream publish to a
-// subject whose PubAck never comes (a subscriber takes it and never
-// answers) times out, while the sink's probe answers: the server and its
+// subject whose PubAck never comes (its stream sends none: NoAck) times
+// out, while the sink's probe answers: the server and its
 // JetStream do. A server that is gone, or that runs without JetStream,
 // does not answer the probe (the scheduler then takes the timeout for the
 // sink being down).
 func TestProbeTellsASilentSubjectFromASilentServer(t *testing.T) {
 	ns := testenv.NATS(t)
-	nc := consumer(t, ns.URL)
-	if _, err := nc.Subscribe("silent.x", func(*nats.Msg) {}); err != nil {
+	js, err := jetstream.New(consumer(t, ns.URL))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "SILENT", Subjects: []string{"silent.x"}, NoAck: true}); err != nil {
 		t.Fatal(err)
 	}
 	sk := openSink(ns.URL, true)(t)
@@ -38,7 +38,7 @@ func TestProbeTellsASilentSubjectFromASilentServer(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err := sk.Publish(ctx, []sinks.Outgoing{{Attempt: 1, Message: &envelope.Message{ID: "s", Destination: "silent.x", Body: []byte("s")}}})[0]
+	err = sk.Publish(ctx, []sinks.Outgoing{{Attempt: 1, Message: &envelope.Message{ID: "s", Destination: "silent.x", Body: []byte("s")}}})[0]
 	cancel()
 	if err == nil || !sinks.IsUnavailable(err) || ctx.Err() == nil {
 		t.Fatalf("publish to a subject that never answers: %v, want a timeout", err)

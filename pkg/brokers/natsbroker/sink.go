@@ -105,6 +105,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		futures[i], errs[i] = s.js.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0))
 		errs[i] = s.publishErr(errs[i])
 	}
+	var lost map[string][]int // subject -> the messages whose PubAck did not come
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -128,9 +129,46 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			errs[i] = s.unconfirmed(err)
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, ctx.Err())
+			if lost == nil {
+				lost = map[string][]int{}
+			}
+			lost[nmsgs[i].Subject] = append(lost[nmsgs[i].Subject], i)
 		}
 	}
+	s.noStream(lost, errs)
 	return errs
+}
+
+// noStream asks, of the subjects whose PubAcks did not come, whether a
+// stream stores them. A JetStream publish to a subject that no stream
+// stores and that a core NATS subscriber listens on goes to that
+// subscriber, which does not answer it: it times out where it would be
+// refused at once ("no responders"), and the subscriber has a copy. Such
+// a publish is Rejected as not found (an attempt, with back-off) and
+// Sent. The lookups share duplicateLookup, past the caller's time, and
+// stop at the first that does not answer: a server that sends no PubAcks
+// answers no lookup either.
+func (s *Sink) noStream(lost map[string][]int, errs []error) {
+	if len(lost) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), duplicateLookup)
+	defer cancel()
+	for subject, idx := range lost {
+		_, err := s.js.StreamNameBySubject(ctx, subject)
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		err = sinks.Sent(sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf(
+			"nats sink %s: no stream stores %q, and a core NATS subscriber of it took the publish without answering (create a stream for it, or set jetstream: false)",
+			s.cfg.Name, subject))))
+		for _, i := range idx {
+			errs[i] = err
+		}
+	}
 }
 
 // duplicate settles a PubAck that may say the stream's duplicate window

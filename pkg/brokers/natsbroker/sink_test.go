@@ -251,6 +251,40 @@ func TestSinkRefusesASubjectTheServerWouldCloseFor(t *testing.T) {
 	}
 }
 
+// A JetStream publish to a subject that no stream stores is refused at
+// once ("no responders") unless a core NATS subscriber listens on it: the
+// subscriber takes it and does not answer, and the publish times out. The
+// sink then finds that no stream stores the subject: not found (an
+// attempt, with back-off, and the reason to fix), and sent (the subscriber
+// has a copy), where it was a destination's stall with no reason given.
+func TestSinkNamesANoStreamSubjectACoreSubscriberTook(t *testing.T) {
+	ns, _, _, sk := streamSink(t, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}})
+	nc := consumer(t, ns.URL)
+	sub, err := nc.SubscribeSync("orders.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // the server knows the subscription
+		t.Fatal(err)
+	}
+	out := func(dest string) sinks.Outgoing {
+		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: dest, Destination: dest, Body: []byte("x")}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	errs := sk.Publish(ctx, []sinks.Outgoing{out("orders.expired"), out("out.ok")})
+	if err := errs[0]; !sinks.IsRejected(err) || sinks.ReasonOf(err) != sinks.ReasonNotFound || !sinks.IsSent(err) ||
+		!strings.Contains(err.Error(), "core NATS subscriber") {
+		t.Errorf("a subject no stream stores, with a core subscriber: %v, want rejected, not found, sent, naming the subscriber", err)
+	}
+	if errs[1] != nil {
+		t.Errorf("a subject a stream stores: %v", errs[1])
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || m.Subject != "orders.expired" {
+		t.Errorf("the core subscriber got %v, %v; want the publish", m, err)
+	}
+}
+
 // JetStream's duplicate window drops a publish whose Nats-Msg-Id it has
 // seen, and the message's ID is that field. A new version of a delivered
 // ID (a timer armed again, a replacement of a message already published)
