@@ -1064,7 +1064,7 @@ func TestRedisDown(t *testing.T) {
 			t.Errorf("%s %s with Redis down: %d, Retry-After %q, want 503 with Retry-After: %s", rq.method, rq.path, r.status, r.header.Get("Retry-After"), r.body)
 			continue
 		}
-		if text := r.errorText(t); !strings.Contains(text, "is Redis running") || !strings.Contains(text, "nothing was done") {
+		if text := r.errorText(t); !strings.Contains(text, "is Redis up") || !strings.Contains(text, "may or may not have been made") {
 			t.Errorf("%s %s with Redis down: %q, want what was done and what to check", rq.method, rq.path, text)
 		}
 	}

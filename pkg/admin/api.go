@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -143,19 +142,19 @@ func detailSentence(d *huma.ErrorDetail) (field, reason string) {
 
 // failure is an operation's error as its answer: 404, 409, 400 and 503 for
 // the kinds of ops.Error with its sentence, 503 when this daemon cannot
-// reach Redis (nothing was done; try again), 500 for anything else (Redis
+// reach Redis (look again, and retry), 500 for anything else (Redis
 // answered an error). It is the one mapping of errors to statuses; the
 // reason goes to the request log too.
 func failure(ctx context.Context, err error) error {
 	e := &ErrorBody{status: http.StatusInternalServerError, Message: err.Error()}
 	if store.Unreachable(err) && ctx.Err() == nil {
-		done := "nothing was done" // no connection was made
-		if op := (*net.OpError)(nil); !errors.As(err, &op) || op.Op != "dial" {
-			done = "a change asked for may or may not have been made: look again" // the connection failed under way
-		}
+		// Whether a change was made cannot be told: go-redis retries a
+		// command whose connection broke (the last error, a dial, is the
+		// one returned), and an operation over several shards stops at the
+		// first that fails.
 		e.status = http.StatusServiceUnavailable
-		e.Message = fmt.Sprintf("Redis cannot be reached from this daemon (%v), so %s once GET /readyz answers 200; "+
-			"is Redis running, and redis.addr right?", err, done)
+		e.Message = fmt.Sprintf("Redis cannot be reached from this daemon (%v): a change asked for may or may not have been made; "+
+			"once GET /readyz answers 200, look again and retry (is Redis up, and the configured Redis address right?)", err)
 		e.headers = http.Header{"Retry-After": {"1"}}
 	}
 	var oe *ops.Error
