@@ -1161,10 +1161,7 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 	// batch sends none of the rest when it resumes past the lease).
 	start := s.p.Clock.Now()
 	leaseEnd := fence.Add(s.p.LeaseMargin)
-	timeout, byLease := s.p.PublishTimeout, false
-	if left := leaseEnd.Sub(start); left < timeout {
-		timeout, byLease = left, true
-	}
+	timeout := min(s.p.PublishTimeout, leaseEnd.Sub(start))
 	pctx, cancel := context.WithDeadline(ctx, checked.Add(timeout))
 	// No message of the batch begins after the fence, by the wall clock
 	// (a batch sent one message at a time, behind slow confirms).
@@ -1172,7 +1169,10 @@ func (s *Scheduler) publish(ctx context.Context, name string, c *store.Lease, id
 	res := s.p.Sinks[name].Publish(pctx, out)
 	cancel()
 	done := s.p.Clock.Now()
-	outlived := byLease && !done.Before(leaseEnd)
+	// Past the lease's end, whatever bounded the publish (the lease, or a
+	// sink that took longer than its context), another instance may hold
+	// the messages.
+	outlived := !done.Before(leaseEnd)
 	for j, err := range res {
 		switch {
 		case err == nil:

@@ -825,6 +825,34 @@ func TestNoMessageOfABatchBeginsPastTheFence(t *testing.T) {
 	}
 }
 
+// A publish that returns past its lease's end counts as fenced whatever
+// bounded it: a sink that took longer than its context (here the clock
+// passes the lease inside the publish, the publish timeout being the
+// shorter bound) leaves the message to whoever claims it next, put back
+// uncounted and marked unconfirmed, not retried as this claim's.
+func TestPublishReturningPastTheLeaseIsFenced(t *testing.T) {
+	var once sync.Once
+	h := start(t, Params{MaxSleep: time.Minute}, func(h *harness) {
+		h.sink.fail = func(o sinks.Outgoing) error {
+			err := error(nil)
+			once.Do(func() {
+				h.clock.Advance(config.DefaultLease)
+				err = fmt.Errorf("no PubAck: %w", context.DeadlineExceeded)
+			})
+			return err
+		}
+		h.store.park("m", h.clock.Now(), "s")
+	})
+	if r := recv(t, h.store.postponed, "the message put back"); r.ID != "m" {
+		t.Fatalf("put back %+v", r)
+	}
+	h.store.mu.Lock()
+	defer h.store.mu.Unlock()
+	if !h.store.unsure["m"] {
+		t.Error("the message sent past its lease is not marked unconfirmed")
+	}
+}
+
 func withDefaults(p *Params) {
 	config.Default(&p.BatchSize, config.DefaultBatchSize)
 	config.Default(&p.Lease, config.DefaultLease)

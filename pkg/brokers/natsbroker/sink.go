@@ -36,6 +36,9 @@ type Sink struct {
 	// noLookupUntil (Unix ns) skips the lookup of duplicate after one ran
 	// out of time.
 	noLookupUntil atomic.Int64
+	// noStreamLookupUntil (Unix ns) skips noStream's lookups after one ran
+	// out of time.
+	noStreamLookupUntil atomic.Int64
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -140,16 +143,18 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 }
 
 // noStream asks, of the subjects whose PubAcks did not come, whether a
-// stream stores them. A JetStream publish to a subject that no stream
-// stores and that a core NATS subscriber listens on goes to that
-// subscriber, which does not answer it: it times out where it would be
-// refused at once ("no responders"), and the subscriber has a copy. Such
-// a publish is Rejected as not found (an attempt, with back-off) and
-// Sent. The lookups share duplicateLookup, past the caller's time, and
-// stop at the first that does not answer: a server that sends no PubAcks
-// answers no lookup either.
+// stream of this account stores them, to say what to fix. A JetStream
+// publish to a subject that no stream stores is refused at once ("no
+// responders") unless a core NATS subscriber listens on it: that
+// subscriber takes it (it gets a copy each time) and does not answer, so
+// the publish times out like a stalled stream. The error stays a timeout,
+// the stall it looks like to the scheduler: a stream in another JetStream
+// domain or account, which this lookup does not see, may be the one that
+// stalled. The lookups share duplicateLookup, past the caller's time, and
+// stop at the first that does not answer, after which none is made for
+// noLookupFor (a user without $JS.API.STREAM.NAMES waits out each).
 func (s *Sink) noStream(lost map[string][]int, errs []error) {
-	if len(lost) == 0 {
+	if len(lost) == 0 || time.Now().UnixNano() < s.noStreamLookupUntil.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), duplicateLookup)
@@ -157,16 +162,15 @@ func (s *Sink) noStream(lost map[string][]int, errs []error) {
 	for subject, idx := range lost {
 		_, err := s.js.StreamNameBySubject(ctx, subject)
 		if ctx.Err() != nil {
+			s.noStreamLookupUntil.Store(time.Now().Add(noLookupFor).UnixNano())
 			return
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
 		}
-		err = sinks.Sent(sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf(
-			"nats sink %s: no stream stores %q, and a core NATS subscriber of it took the publish without answering (create a stream for it, or set jetstream: false)",
-			s.cfg.Name, subject))))
 		for _, i := range idx {
-			errs[i] = err
+			errs[i] = fmt.Errorf("%w; no stream of this account stores %q: if a core NATS subscriber listens on it, it takes each publish without answering (create a stream for it, or set jetstream: false)",
+				errs[i], subject)
 		}
 	}
 }
