@@ -518,15 +518,15 @@ func NewLogger(c config.Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// redisLogger sends go-redis's own messages (dial retries and the like) to
-// slog at debug level: the failures that matter surface as errors of the
-// operations, with context.
 // LogRedisTo sends the Redis client's own log lines to log at DEBUG. By
 // default go-redis prints them to stderr: a pool's dial failures, several
 // lines for each, which the caller's error and the readiness probe already
 // report in the daemon's (or the command line's) own format.
 func LogRedisTo(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
 
+// redisLogger sends go-redis's own messages (dial retries and the like) to
+// slog at debug level: the failures that matter surface as errors of the
+// operations, with context.
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) {

@@ -146,7 +146,13 @@ func needSubcommand(c *cobra.Command) {
 			names = append(names, sub.Name())
 		}
 	}
-	c.Annotations = map[string]string{needsSubcommand: "true"}
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[needsSubcommand] = "true"
+	if c.Args == nil {
+		c.Args = cobra.NoArgs // an unknown word is an unknown command, with suggestions
+	}
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		return exit(2, fmt.Errorf("%s needs a subcommand: %s (see %s --help)", cmd.CommandPath(), strings.Join(names, ", "), cmd.CommandPath()))
 	}

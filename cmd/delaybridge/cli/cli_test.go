@@ -251,4 +251,7 @@ func TestGroupingCommandAloneIsAUsageError(t *testing.T) {
 	if code, out, _ := run(t, "dead", "--help"); code != 0 || !strings.Contains(out, "Available Commands") {
 		t.Errorf("dead --help: exit %d, %q", code, out)
 	}
+	if code, _, errOut := run(t, "dead", "lsit"); code != 2 || !strings.Contains(errOut, `unknown command "lsit"`) {
+		t.Errorf("dead lsit: exit %d, %q, want 2 naming the unknown command", code, errOut)
+	}
 }

@@ -29,16 +29,24 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
 	if err != nil {
 		t.Fatal(err)
 	}
+	restore := func() { // once, even on a panic: a test's failure must be seen
+		if saved >= 0 {
+			_ = syscall.Dup3(saved, 2, 0)
+			_ = syscall.Close(saved)
+			saved = -1
+		}
+	}
+	defer restore()
 	if err := syscall.Dup3(int(w.Fd()), 2, 0); err != nil {
 		t.Fatal(err)
 	}
+	// The pipe is read while the command runs: a full pipe would block it.
+	read := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); read <- b }()
 	code, _, errOut := run(t, "list", "-c", cfg)
-	if err := syscall.Dup3(saved, 2, 0); err != nil {
-		t.Fatal(err)
-	}
-	syscall.Close(saved)
+	restore()
 	w.Close()
-	stray, _ := io.ReadAll(r)
+	stray := <-read
 	if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.HasPrefix(errOut, "delaybridge: ") {
 		t.Errorf("list with Redis down: exit %d, stderr %q, want 1 and one line", code, errOut)
 	}

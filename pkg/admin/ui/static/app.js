@@ -819,13 +819,20 @@
 
   async function loadBrowse() {
     if (browse.query == null) return;
-    const q = new URLSearchParams(browse.query);
-    if (browse.cursor) q.set('cursor', browse.cursor);
-    const query = q.toString();
+    // The query as it is now: a page asked for before the filters or the
+    // page changed is not shown over the newer one.
+    const current = () => {
+      if (browse.query == null) return null;
+      const q = new URLSearchParams(browse.query);
+      if (browse.cursor) q.set('cursor', browse.cursor);
+      return q.toString();
+    };
+    const query = current();
     let page;
     try {
       page = await api('GET', 'v1/messages?' + query);
     } catch (e) {
+      if (current() !== query) return;
       if (e.status === 400) {
         $('browse-note').textContent = e.message;
         $('browse-note').classList.add('error');
@@ -833,7 +840,7 @@
       }
       throw e;
     }
-    if (q.toString() !== query) return;
+    if (current() !== query) return;
     $('browse-note').classList.remove('error');
     browse.next = page.next_cursor;
     const limit = Number(browse.query.get('limit'));
