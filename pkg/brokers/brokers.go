@@ -117,3 +117,9 @@ func ingestOf(in *config.Ingest) (Ingest, error) {
 	}
 	return b, nil
 }
+
+// Unreachable reports whether opening an ingest or a sink failed because
+// no broker answered at its address (refused, no such host, no answer in
+// time: sinks.Unreachable; nats.go's "no servers available"), as opposed to
+// a broker that answered and refused (credentials, TLS, a missing stream).
+func Unreachable(err error) bool { return natsbroker.Unreachable(err) }

@@ -53,8 +53,7 @@ type Daemon struct {
 	metrics  *metrics.Metrics
 	store    *store.Store
 	sinks    map[string]sinks.Sink
-	sources  []ingest.Source
-	pipes    []*ingest.Pipeline
+	pipes    []*ingest.Pipeline // each with its source (Source: nil while connecting)
 	// sourcesClosed is set by Run once it closed (and committed) the sources.
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
@@ -198,14 +197,30 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	roomToPark := store.NewCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory, perIngest)
 	for i := range cfg.Ingest {
 		ic := &cfg.Ingest[i]
-		src, err := brokers.OpenSource(ctx, ic, log)
-		if err != nil {
+		// An ingest whose broker does not answer yet does not stop the
+		// start: its pipeline connects when the broker answers (Open,
+		// Waiting), not ready meanwhile, and the sinks deliver what is
+		// parked. A broker that answers and refuses does stop it.
+		open := func(ctx context.Context) (ingest.Source, error) {
+			s, err := brokers.OpenSource(ctx, ic, log)
+			if err != nil {
+				return nil, err
+			}
+			return faultSource(s, log), nil
+		}
+		src, err := open(ctx)
+		switch {
+		case err == nil:
+		case brokers.Unreachable(err):
+			log.Warn("ingest cannot reach its broker: it starts connecting, not ready, and the rest of the bridge runs meanwhile", "ingest", ic.Name, "err", err)
+		default:
 			return nil, err
 		}
-		d.sources = append(d.sources, src)
 		d.pipes = append(d.pipes, ingest.NewPipeline(ingest.PipelineParams{
 			Name:         ic.Name,
-			Source:       faultSource(src, log),
+			Source:       src,
+			Open:         open,
+			Waiting:      brokers.Unreachable,
 			Route:        Route(cfg, ic),
 			Limits:       limits,
 			Store:        d.store,
@@ -224,8 +239,14 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	state := metrics.State{Store: d.store, MaxRedisMemory: cfg.Limits.MaxRedisMemory, Persistence: d.persistence.kinds}
 	for i, p := range d.pipes {
 		in := metrics.Component{Name: cfg.Ingest[i].Name, Paused: p.Paused, MaxParked: cfg.Ingest[i].MaxParked}
-		if r, ok := d.sources[i].(ingest.Ready); ok {
-			in.Ready = r.Ready
+		in.Ready = func() error {
+			switch src := p.Source().(type) {
+			case nil:
+				return p.Ready() // connecting
+			case ingest.Ready:
+				return src.Ready()
+			}
+			return nil
 		}
 		state.Ingests = append(state.Ingests, in)
 	}
@@ -426,9 +447,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("stopping: no new messages are read or claimed; finishing what is in flight", "timeout", budget)
 	stopSched()
 	pipeWG.Wait()
-	for i, src := range d.sources {
-		if err := src.Close(shutdown); err != nil {
-			d.log.Warn("closing ingest", "ingest", d.cfg.Ingest[i].Name, "err", err)
+	for i, p := range d.pipes {
+		if src := p.Source(); src != nil {
+			if err := src.Close(shutdown); err != nil {
+				d.log.Warn("closing ingest", "ingest", d.cfg.Ingest[i].Name, "err", err)
+			}
 		}
 	}
 	d.sourcesClosed = true
@@ -492,8 +515,10 @@ func (d *Daemon) closeAll(ctx context.Context) {
 		_ = d.admin.Shutdown(ctx)
 	}
 	if !d.sourcesClosed {
-		for _, src := range d.sources {
-			_ = src.Close(ctx)
+		for _, p := range d.pipes {
+			if src := p.Source(); src != nil {
+				_ = src.Close(ctx)
+			}
 		}
 	}
 	for _, s := range d.sinks {

@@ -32,11 +32,17 @@ type Store interface {
 
 // PipelineParams configure a Pipeline.
 type PipelineParams struct {
-	Name   string
-	Source Source
-	Route  *envelope.Route
-	Limits envelope.Limits
-	Store  Store
+	Name string
+	// Source is what the pipeline reads; or, when it is nil, Open opens it
+	// at the start of Run, again with back-off while Waiting says its error
+	// is one to wait out (its broker does not answer yet), Ready saying so
+	// meanwhile; another error of Open ends Run with it.
+	Source  Source
+	Open    func(ctx context.Context) (Source, error)
+	Waiting func(error) bool
+	Route   *envelope.Route
+	Limits  envelope.Limits
+	Store   Store
 
 	// Notify is told of every newly parked message, so that the scheduler
 	// wakes early for a message due sooner than it planned. May be nil.
@@ -87,9 +93,11 @@ var errHandedBack = errors.New("this instance cannot reach redis: the message is
 type Pipeline struct {
 	p        PipelineParams
 	log      *slog.Logger
-	redisErr atomic.Pointer[error] // last Redis failure while parking, or why the waiting room fills; nil when fine
-	cut      atomic.Bool           // handed back: Redis unreachable (handBack)
-	room     *waitingRoom          // what waits for the store to have room (room.go)
+	redisErr atomic.Pointer[error]  // last Redis failure while parking, or why the waiting room fills; nil when fine
+	cut      atomic.Bool            // handed back: Redis unreachable (handBack)
+	room     *waitingRoom           // what waits for the store to have room (room.go)
+	src      atomic.Pointer[Source] // the source; nil until Open succeeds
+	openErr  atomic.Pointer[error]  // why Open has not succeeded yet
 }
 
 // parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
@@ -120,12 +128,63 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.HandBackAfter <= 0 {
 		p.HandBackAfter = DefaultHandBackAfter
 	}
-	return &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), room: newWaitingRoom(p.MaxInFlight)}
+	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), room: newWaitingRoom(p.MaxInFlight)}
+	if p.Source != nil {
+		pl.src.Store(&p.Source)
+	} else if p.Open == nil {
+		panic(fmt.Sprintf("ingest.NewPipeline %s: Source or Open is required", p.Name))
+	}
+	return pl
+}
+
+// Source returns what the pipeline reads; nil before Open succeeded.
+func (pl *Pipeline) Source() Source {
+	if s := pl.src.Load(); s != nil {
+		return *s
+	}
+	return nil
+}
+
+// open opens the source (PipelineParams.Open), waiting out the errors
+// Waiting names with back-off; it returns nil when ctx ends first.
+func (pl *Pipeline) open(ctx context.Context) error {
+	var bo lifecycle.Backoff
+	for {
+		src, err := pl.p.Open(ctx)
+		if err == nil {
+			pl.src.Store(&src)
+			pl.openErr.Store(nil)
+			if bo.Failing() {
+				pl.log.Info("ingest connected to its broker")
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if pl.p.Waiting == nil || !pl.p.Waiting(err) {
+			return err
+		}
+		if !bo.Failing() {
+			pl.log.Warn("ingest cannot reach its broker: it keeps trying, and the rest of the bridge runs meanwhile", "err", err)
+		}
+		pl.openErr.Store(&err)
+		if !bo.Wait(ctx, nil) {
+			return nil
+		}
+	}
 }
 
 // Ready returns nil when the source is connected and parking works.
 func (pl *Pipeline) Ready() error {
-	if r, ok := pl.p.Source.(Ready); ok {
+	src := pl.Source()
+	if src == nil {
+		if err := pl.openErr.Load(); err != nil {
+			return fmt.Errorf("ingest %s: its broker does not answer; connecting: %w", pl.p.Name, *err)
+		}
+		return fmt.Errorf("ingest %s: connecting to its broker", pl.p.Name)
+	}
+	if r, ok := src.(Ready); ok {
 		if err := r.Ready(); err != nil {
 			return fmt.Errorf("ingest %s: %w", pl.p.Name, err)
 		}
@@ -164,6 +223,11 @@ type item struct {
 // stops reading, parks and acknowledges what was already read (within
 // DrainTimeout), and returns nil.
 func (pl *Pipeline) Run(ctx context.Context) error {
+	if pl.Source() == nil {
+		if err := pl.open(ctx); err != nil || pl.Source() == nil {
+			return err // nil: stopped before the broker answered
+		}
+	}
 	// Messages in flight: those waiting in the channel plus a batch per worker.
 	maxBatch := min(parkBatch, pl.p.MaxInFlight)
 	items := make(chan item, max(1, pl.p.MaxInFlight-parkWorkers*maxBatch))
@@ -238,7 +302,7 @@ func ordered(it item) bool {
 
 func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
 	for {
-		in, ack, err := pl.p.Source.Read(ctx)
+		in, ack, err := pl.Source().Read(ctx)
 		if err != nil {
 			return err
 		}
@@ -402,7 +466,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	}
 	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	confirmer, confirms := pl.p.Source.(AckConfirmer)
+	confirmer, confirms := pl.Source().(AckConfirmer)
 	var mark uint64
 	if confirms {
 		mark = confirmer.AckMark()
@@ -626,7 +690,7 @@ func (pl *Pipeline) retryEvery(ctx context.Context, what string, longest time.Du
 // It reports false for a source that cannot be released (core NATS: there
 // is nobody to give a message to), which keeps retrying instead.
 func (pl *Pipeline) handBack(ctx context.Context, err error) bool {
-	rel, ok := pl.p.Source.(Releaser)
+	rel, ok := pl.Source().(Releaser)
 	if !ok {
 		return false
 	}

@@ -89,7 +89,9 @@ type pipelineEnv struct {
 	done  chan error
 
 	// Set by a setup function, before the pipeline starts.
-	source        ingest.Source // instead of src
+	source        ingest.Source                                // instead of src
+	open          func(context.Context) (ingest.Source, error) // instead of a source: Open
+	waiting       func(error) bool
 	handBackAfter time.Duration
 	capacity      func(context.Context, int) error
 }
@@ -112,9 +114,14 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 	if e.source != nil {
 		src = e.source
 	}
+	if e.open != nil {
+		src = nil
+	}
 	e.pl = ingest.NewPipeline(ingest.PipelineParams{
-		Name:   "test",
-		Source: src,
+		Name:    "test",
+		Source:  src,
+		Open:    e.open,
+		Waiting: e.waiting,
 		Route: &envelope.Route{Ingest: "test", Sink: "s", Destination: "d",
 			Sinks: destination.Sinks{"s": natsbroker.Destinations}.Lookup},
 		Limits:        envelope.Limits{MaxDelay: 24 * time.Hour, MaxPayloadBytes: 1 << 20, MaxHeaderBytes: 64 << 10, MaxIDBytes: 256},
@@ -131,6 +138,55 @@ func startPipelineWith(t *testing.T, drain time.Duration, setup func(e *pipeline
 	go func() { e.done <- e.pl.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-e.done })
 	return e
+}
+
+// A source the pipeline opens itself (Open) is tried again, with back-off,
+// while its error is one to wait out (its broker does not answer), Ready
+// saying why; once open it is read as any. Another error ends Run with it.
+func TestPipelineOpensItsSourceWhenItsBrokerAnswers(t *testing.T) {
+	errDown := errors.New("the broker does not answer")
+	var up atomic.Bool
+	var tries atomic.Int32
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.open = func(context.Context) (ingest.Source, error) {
+			tries.Add(1)
+			if !up.Load() {
+				return nil, errDown
+			}
+			return e.src, nil
+		}
+		e.waiting = func(err error) bool { return errors.Is(err, errDown) }
+		return e.store
+	})
+	testenv.Eventually(t, 10*time.Second, func() bool { return tries.Load() >= 2 }, "Open not tried again")
+	if err := e.pl.Ready(); err == nil || !strings.Contains(err.Error(), "the broker does not answer") || e.pl.Source() != nil {
+		t.Errorf("Ready while the broker does not answer: %v (source %v), want the reason", err, e.pl.Source())
+	}
+	up.Store(true)
+	e.src.send("m1", "x-delay", "1h")
+	testenv.Eventually(t, 30*time.Second, func() bool { _, ok := e.src.result("m1"); return ok }, "m1 not read once the source opened")
+	if err, _ := e.src.result("m1"); err != nil {
+		t.Errorf("m1 settled with %v, want parked and acked", err)
+	}
+	if err := e.pl.Ready(); err != nil {
+		t.Errorf("Ready once open: %v", err)
+	}
+
+	refused := errors.New("the broker refuses the credentials")
+	e2 := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.open = func(context.Context) (ingest.Source, error) { return nil, refused }
+		e.waiting = func(err error) bool { return errors.Is(err, errDown) }
+		return e.store
+	})
+	select {
+	case err := <-e2.done:
+		if !errors.Is(err, refused) {
+			t.Errorf("Run with a broker that refuses: %v, want its error", err)
+		}
+		e2.done <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Error("Run goes on with a broker that refuses")
+	}
 }
 
 func TestAckOnlyAfterPark(t *testing.T) {

@@ -219,7 +219,7 @@ func (pl *Pipeline) parkRoomBatch(ctx context.Context) bool {
 	rejectErr := pl.reject(ctx, rejects, codes)
 	ackCtx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	confirmer, confirms := pl.p.Source.(AckConfirmer)
+	confirmer, confirms := pl.Source().(AckConfirmer)
 	var mark uint64
 	if confirms {
 		mark = confirmer.AckMark()

@@ -24,8 +24,8 @@ import (
 // RabbitMQ credentials, an ingest nobody listens for) and checks what the
 // user sees: exit status 1, the last line "delaybridge: ..." naming the
 // component and what to check, no panic or stack trace, no secret. A sink
-// whose broker does not answer is not one of them
-// (TestStartsWithASinkDown).
+// or an ingest whose broker does not answer is not one of them
+// (TestStartsWithASinkDown, TestStartsWithAnIngestDown).
 func TestStartupFailures(t *testing.T) {
 	const (
 		redisPass  = "redis-Right-5c1e"
@@ -69,9 +69,6 @@ func TestStartupFailures(t *testing.T) {
 		{"rabbitmq wrong password", goodRedis, "nats: " + natsIn,
 			fmt.Sprintf("rabbitmq: {url: %q}", fmt.Sprintf("amqp://startup:%s@%s/", wrongPass, fmt.Sprintf("127.0.0.1:%d", rabbit.Port))),
 			[]string{"sink out", "rabbitmq"}},
-		{"kafka ingest unreachable", goodRedis,
-			fmt.Sprintf("kafka: {brokers: [%q], topic: delayed, group: db}", dead), "nats: " + natsOut,
-			[]string{"ingest in", dead}},
 	}
 	bin := testenv.Build(t)
 	for _, c := range cases {
@@ -239,5 +236,114 @@ sinks:
 	}, "/readyz no longer naming the sinks whose brokers answer")
 	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "hung") {
 		t.Errorf("/readyz with the hung server's sink down: %d %s, want 503 naming it", code, body)
+	}
+}
+
+// TestStartsWithAnIngestDown: an ingest whose broker does not answer at
+// start (NATS and RabbitMQ behind a proxy that refuses connections, Kafka
+// at an address where nothing listens) does not stop the daemon, which
+// would stop every sink with it: messages already parked, and those of the
+// ingest that is up, are delivered; /readyz answers 503 naming the ingests
+// that are down; an ingest connects when its broker answers and delivers
+// what was published meanwhile.
+func TestStartsWithAnIngestDown(t *testing.T) {
+	rs := testenv.Redis(t)
+	ns := testenv.NATS(t)
+	rabbit := testenv.RabbitMQ(t)
+	natsProxy := testenv.NewProxy(t, strings.TrimPrefix(ns.URL, "nats://"))
+	rabbitProxy := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", rabbit.Port))
+	natsProxy.Down(t)
+	rabbitProxy.Down(t)
+	dead := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) // nothing listens here
+	nc, js := ns.Client(t)
+	ctx := context.Background()
+	for name, subj := range map[string]string{"UP": "up.>", "LATER": "later.>", "FIRED": "fired.>"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fired, err := nc.SubscribeSync("fired.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg := fmt.Sprintf(`
+redis: {addr: %q}
+admin: {listen: %q}
+scheduler: {max_sleep: 100ms}
+ingest:
+  - name: up
+    nats: {url: %q, subject: "up.>", stream: UP}
+    route: {sink: out, destination: fired.up}
+  - name: later
+    nats: {url: "nats://%s", subject: "later.>", stream: LATER}
+    route: {sink: out, destination: fired.later}
+  - name: rabbit
+    rabbitmq: {url: "amqp://guest:guest@%s/", queue: delayed-in}
+    route: {sink: out, destination: fired.rabbit}
+  - name: kafka
+    kafka: {brokers: [%q], topic: delayed, group: db}
+    route: {sink: out, destination: fired.kafka}
+sinks:
+  - name: out
+    nats: {url: %q, jetstream: true}
+`, rs.Addr, admin, ns.URL, natsProxy.Addr, rabbitProxy.Addr, dead, ns.URL)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		if p.Exited() {
+			t.Fatalf("delaybridge exited with its ingests' brokers down:\n%s", p.Output())
+		}
+		code, _ := readyz()
+		return code != 0
+	}, "the admin API answering")
+	if code, body := readyz(); code != http.StatusServiceUnavailable ||
+		!strings.Contains(body, "ingest later") || !strings.Contains(body, "ingest rabbit") || !strings.Contains(body, "ingest kafka") {
+		t.Errorf("/readyz with three ingests down: %d %s, want 503 naming them", code, body)
+	}
+	publish := func(subject, id string) {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(id)
+		m.Header.Set("x-message-id", id)
+		m.Header.Set("x-delay", "100ms")
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(what string) string {
+		m, err := fired.NextMsg(30 * time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, p.Output())
+		}
+		return m.Header.Get("x-message-id")
+	}
+	publish("later.x", "to-later") // read once its ingest connects
+	publish("up.x", "to-up")
+	if id := next("the message of the ingest that is up"); id != "to-up" {
+		t.Fatalf("delivered %s first, while its ingest's broker was down", id)
+	}
+	natsProxy.Up(t)
+	if id := next("the message published while its ingest's broker was down"); id != "to-later" {
+		t.Fatalf("delivered %s, want to-later", id)
+	}
+	rabbitProxy.Up(t)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, body := readyz()
+		return !strings.Contains(body, "ingest later") && !strings.Contains(body, "ingest rabbit")
+	}, "/readyz no longer naming the ingests whose brokers answer")
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "ingest kafka") {
+		t.Errorf("/readyz with the Kafka ingest down: %d %s, want 503 naming it", code, body)
 	}
 }

@@ -2,6 +2,7 @@ package natsbroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/tlsutil"
 )
 
@@ -112,4 +114,11 @@ func redact(servers string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// Unreachable reports whether connecting failed because no server answered
+// (nats.go's "no servers available", or sinks.Unreachable), as opposed to
+// one that answered and refused (credentials, TLS).
+func Unreachable(err error) bool {
+	return errors.Is(err, nats.ErrNoServers) || sinks.Unreachable(err)
 }

@@ -54,7 +54,7 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	// when the sink is back.
 	opts := append([]nats.Option{nats.ReconnectBufSize(-1)}, cfg.Options...)
 	nc, err := Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, opts...)
-	if errors.Is(err, nats.ErrNoServers) || sinks.Unreachable(err) {
+	if Unreachable(err) {
 		// No server answers now (down, or not started yet): the sink
 		// connects as soon as one does, and meanwhile is not ready, so that
 		// its messages are held and the daemon's other sinks and ingests
