@@ -18,8 +18,10 @@ package brokers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
@@ -118,8 +120,23 @@ func ingestOf(in *config.Ingest) (Ingest, error) {
 	return b, nil
 }
 
-// Unreachable reports whether opening an ingest or a sink failed because
-// no broker answered at its address (refused, no such host, no answer in
-// time: sinks.Unreachable; nats.go's "no servers available"), as opposed to
-// a broker that answered and refused (credentials, TLS, a missing stream).
-func Unreachable(err error) bool { return natsbroker.Unreachable(err) }
+// Unreachable reports whether opening an ingest failed because no broker
+// answered at its address (refused, no such host, no answer to the dial or
+// the handshake: sinks.Unreachable, nats.go's "no servers available", a
+// RabbitMQ broker silent after the connect), as opposed to one that
+// answered and refused (credentials, TLS, a missing stream or topic). A
+// request that timed out on a connection made (a JetStream API call the
+// user may not make, a JetStream that is off) is not one: the broker is
+// there, and the start stops with the cause.
+func Unreachable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) && !dialed(err) {
+		return false
+	}
+	return natsbroker.Unreachable(err) || rabbitbroker.Unreachable(err)
+}
+
+// dialed reports whether err is a failed dial (a *net.OpError of Op "dial").
+func dialed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

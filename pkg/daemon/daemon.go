@@ -208,19 +208,20 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			}
 			return faultSource(s, log), nil
 		}
-		src, err := open(ctx)
+		src, openErr := open(ctx)
 		switch {
-		case err == nil:
-		case brokers.Unreachable(err):
-			log.Warn("ingest cannot reach its broker: it starts connecting, not ready, and the rest of the bridge runs meanwhile", "ingest", ic.Name, "err", err)
+		case openErr == nil:
+		case brokers.Unreachable(openErr):
+			log.Warn("ingest cannot reach its broker: it starts connecting, not ready, and the rest of the bridge runs meanwhile", "ingest", ic.Name, "err", openErr)
 		default:
-			return nil, err
+			return nil, openErr
 		}
 		d.pipes = append(d.pipes, ingest.NewPipeline(ingest.PipelineParams{
 			Name:         ic.Name,
 			Source:       src,
 			Open:         open,
 			Waiting:      brokers.Unreachable,
+			OpenErr:      openErr,
 			Route:        Route(cfg, ic),
 			Limits:       limits,
 			Store:        d.store,

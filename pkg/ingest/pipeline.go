@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,10 @@ type PipelineParams struct {
 	Source  Source
 	Open    func(ctx context.Context) (Source, error)
 	Waiting func(error) bool
+	// OpenErr is why Open failed before the pipeline was made (the
+	// caller's first try, which it reported): Run waits before trying
+	// again, and Ready says it from the start.
+	OpenErr error
 	Route   *envelope.Route
 	Limits  envelope.Limits
 	Store   Store
@@ -129,6 +134,9 @@ func NewPipeline(p PipelineParams) *Pipeline {
 		p.HandBackAfter = DefaultHandBackAfter
 	}
 	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), room: newWaitingRoom(p.MaxInFlight)}
+	if p.OpenErr != nil {
+		pl.openErr.Store(&p.OpenErr)
+	}
 	if p.Source != nil {
 		pl.src.Store(&p.Source)
 	} else if p.Open == nil {
@@ -149,6 +157,9 @@ func (pl *Pipeline) Source() Source {
 // Waiting names with back-off; it returns nil when ctx ends first.
 func (pl *Pipeline) open(ctx context.Context) error {
 	var bo lifecycle.Backoff
+	if pl.openErr.Load() != nil && !bo.Wait(ctx, nil) { // the caller's try failed
+		return nil
+	}
 	for {
 		src, err := pl.p.Open(ctx)
 		if err == nil {
@@ -165,7 +176,7 @@ func (pl *Pipeline) open(ctx context.Context) error {
 		if pl.p.Waiting == nil || !pl.p.Waiting(err) {
 			return err
 		}
-		if !bo.Failing() {
+		if pl.openErr.Load() == nil {
 			pl.log.Warn("ingest cannot reach its broker: it keeps trying, and the rest of the bridge runs meanwhile", "err", err)
 		}
 		pl.openErr.Store(&err)
@@ -180,7 +191,8 @@ func (pl *Pipeline) Ready() error {
 	src := pl.Source()
 	if src == nil {
 		if err := pl.openErr.Load(); err != nil {
-			return fmt.Errorf("ingest %s: its broker does not answer; connecting: %w", pl.p.Name, *err)
+			why := strings.TrimPrefix((*err).Error(), "ingest "+pl.p.Name+": ") // the opener's error may name the ingest
+			return fmt.Errorf("ingest %s: its broker does not answer; connecting: %s", pl.p.Name, why)
 		}
 		return fmt.Errorf("ingest %s: connecting to its broker", pl.p.Name)
 	}

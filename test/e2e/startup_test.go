@@ -21,7 +21,7 @@ import (
 
 // TestStartupFailures runs `delaybridge run` against every kind of server a
 // new user can get wrong at start (Redis not running, wrong Redis, NATS or
-// RabbitMQ credentials, an ingest nobody listens for) and checks what the
+// RabbitMQ credentials) and checks what the
 // user sees: exit status 1, the last line "delaybridge: ..." naming the
 // component and what to check, no panic or stack trace, no secret. A sink
 // or an ingest whose broker does not answer is not one of them

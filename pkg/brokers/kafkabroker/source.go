@@ -192,6 +192,9 @@ func (c *SourceParams) check() error {
 	return nil
 }
 
+// checkTopicTimeout bounds checkTopic's read of a topic's partitions.
+const checkTopicTimeout = 10 * time.Second
+
 // checkTopic fails when no broker answers or the topic does not exist.
 func checkTopic(ctx context.Context, d *kafka.Dialer, brokers []string, topic string) error {
 	var err error
@@ -201,8 +204,13 @@ func checkTopic(ctx context.Context, d *kafka.Dialer, brokers []string, topic st
 		if err != nil {
 			continue
 		}
+		// A broker that takes the connection and never answers, or a stop
+		// meanwhile, must not hold the read: bounded, and ended with ctx.
+		_ = conn.SetDeadline(time.Now().Add(checkTopicTimeout))
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		var parts []kafka.Partition
 		parts, err = conn.ReadPartitions(topic)
+		stop()
 		conn.Close()
 		if err == nil && len(parts) == 0 {
 			err = kafka.UnknownTopicOrPartition

@@ -17,6 +17,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/tlsutil"
 )
 
@@ -129,6 +130,11 @@ func display(rawURL string, a Auth) string {
 	}
 	return u.Redacted()
 }
+
+// Unreachable reports whether connecting failed because no broker answered
+// (sinks.Unreachable), or one took the connection and never answered the
+// handshake (silent), as opposed to one that answered and refused.
+func Unreachable(err error) bool { return sinks.Unreachable(err) || silent(err) }
 
 // silent reports whether a connect failed because the broker took the
 // connection and never answered the handshake: amqp091-go reports the

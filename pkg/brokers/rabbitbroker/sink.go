@@ -85,7 +85,7 @@ func NewSink(ctx context.Context, cfg SinkParams, log *slog.Logger) (*Sink, erro
 	}
 	conn, err := s.connect(ctx)
 	switch {
-	case err != nil && (sinks.Unreachable(err) || silent(err)):
+	case err != nil && Unreachable(err):
 		// No broker answers now (down, or not started yet): the sink
 		// connects as soon as one does (supervise), and meanwhile is not
 		// ready, so that its messages are held and the daemon's other
