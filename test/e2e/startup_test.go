@@ -148,17 +148,8 @@ func TestStartsWithASinkDown(t *testing.T) {
 			held = append(held, c)
 		}
 	}()
-	nc, js := ns.Client(t)
+	js, fired := streamsAndFired(t, ns, map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"})
 	ctx := context.Background()
-	for name, subj := range map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"} {
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fired, err := nc.SubscribeSync("fired.>")
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg := fmt.Sprintf(`
 redis: {addr: %q}
@@ -178,27 +169,7 @@ sinks:
   - name: hung
     nats: {url: "nats://%s", jetstream: true}
 `, rs.Addr, admin, ns.URL, ns.URL, natsProxy.Addr, rabbitProxy.Addr, hung.Addr())
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
-	readyz := func() (int, string) {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		if p.Exited() {
-			t.Fatalf("delaybridge exited with its sinks' brokers down:\n%s", p.Output())
-		}
-		code, _ := readyz()
-		return code != 0
-	}, "the admin API answering")
+	p, readyz := runWithBrokersDown(t, cfg, admin)
 	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "later") || !strings.Contains(body, "rabbit") || !strings.Contains(body, "hung") {
 		t.Errorf("/readyz with three sinks down: %d %s, want 503 naming them", code, body)
 	}
@@ -255,17 +226,8 @@ func TestStartsWithAnIngestDown(t *testing.T) {
 	natsProxy.Down(t)
 	rabbitProxy.Down(t)
 	dead := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) // nothing listens here
-	nc, js := ns.Client(t)
+	js, fired := streamsAndFired(t, ns, map[string]string{"UP": "up.>", "LATER": "later.>", "FIRED": "fired.>"})
 	ctx := context.Background()
-	for name, subj := range map[string]string{"UP": "up.>", "LATER": "later.>", "FIRED": "fired.>"} {
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fired, err := nc.SubscribeSync("fired.>")
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg := fmt.Sprintf(`
 redis: {addr: %q}
@@ -288,27 +250,7 @@ sinks:
   - name: out
     nats: {url: %q, jetstream: true}
 `, rs.Addr, admin, ns.URL, natsProxy.Addr, rabbitProxy.Addr, dead, ns.URL)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
-	readyz := func() (int, string) {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		if p.Exited() {
-			t.Fatalf("delaybridge exited with its ingests' brokers down:\n%s", p.Output())
-		}
-		code, _ := readyz()
-		return code != 0
-	}, "the admin API answering")
+	p, readyz := runWithBrokersDown(t, cfg, admin)
 	if code, body := readyz(); code != http.StatusServiceUnavailable ||
 		!strings.Contains(body, "ingest later") || !strings.Contains(body, "ingest rabbit") || !strings.Contains(body, "ingest kafka") {
 		t.Errorf("/readyz with three ingests down: %d %s, want 503 naming them", code, body)
@@ -346,4 +288,51 @@ sinks:
 	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "ingest kafka") {
 		t.Errorf("/readyz with the Kafka ingest down: %d %s, want 503 naming it", code, body)
 	}
+}
+
+// runWithBrokersDown runs the daemon with cfg, whose admin server listens on
+// admin, and waits until that server answers; it fails the test if the
+// daemon exits meanwhile (some of its brokers do not answer: it must start
+// all the same). readyz asks GET /readyz (0 and the error when it cannot).
+func runWithBrokersDown(t *testing.T, cfg, admin string) (p *testenv.Process, readyz func() (int, string)) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
+	readyz = func() (int, string) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		if p.Exited() {
+			t.Fatalf("delaybridge exited with some of its brokers down:\n%s", p.Output())
+		}
+		code, _ := readyz()
+		return code != 0
+	}, "the admin API answering")
+	return p, readyz
+}
+
+// streamsAndFired creates the streams (name: subject) on ns and subscribes
+// to fired.> there, where the tests' sinks publish.
+func streamsAndFired(t *testing.T, ns *testenv.NATSServer, streams map[string]string) (jetstream.JetStream, *nats.Subscription) {
+	t.Helper()
+	nc, js := ns.Client(t)
+	for name, subj := range streams {
+		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fired, err := nc.SubscribeSync("fired.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, fired
 }
