@@ -20,8 +20,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/brokers/kafkabroker"
@@ -133,6 +135,19 @@ func Unreachable(err error) bool {
 		return false
 	}
 	return natsbroker.Unreachable(err) || rabbitbroker.Unreachable(err)
+}
+
+// Waiting reports whether an ingest that waits for its broker (its first
+// try was Unreachable) goes on waiting after err: what is Unreachable, or
+// a connection made and then lost before the broker answered (EOF, a
+// reset, a broken pipe: a broker restarting, a proxy in front of one that
+// is still down). At start such a loss is not waited for, since a TLS or
+// SASL mismatch looks the same; once the broker was found not answering,
+// it is one more sign of the same.
+func Waiting(err error) bool {
+	return Unreachable(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
+		rabbitbroker.Lost(err)
 }
 
 // dialed reports whether err is a failed dial (a *net.OpError of Op "dial").

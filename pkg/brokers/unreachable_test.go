@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -34,6 +35,30 @@ func TestUnreachable(t *testing.T) {
 	} {
 		if got := Unreachable(c.err); got != c.want {
 			t.Errorf("%s (%v): Unreachable %v, want %v", c.what, c.err, got, c.want)
+		}
+		if c.want && !Waiting(c.err) {
+			t.Errorf("%s (%v): not Waiting", c.what, c.err)
+		}
+	}
+	// A connection made and lost before the broker answered: not waited
+	// for at start (a TLS or SASL mismatch looks the same), but once the
+	// ingest waits for its broker, it goes on waiting.
+	for _, c := range []struct {
+		what string
+		err  error
+	}{
+		{"an EOF", fmt.Errorf("connect to nats: %w", io.EOF)},
+		{"a reset", fmt.Errorf("no broker answered: %w", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})},
+		{"a connection closed", fmt.Errorf("answered: %w", &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed})},
+		{"amqp091-go's EOF", fmt.Errorf("connect: %w", &amqp.Error{Code: amqp.FrameError, Reason: "EOF"})},
+	} {
+		if Unreachable(c.err) || !Waiting(c.err) {
+			t.Errorf("%s (%v): Unreachable %v, Waiting %v; want false, true", c.what, c.err, Unreachable(c.err), Waiting(c.err))
+		}
+	}
+	for _, err := range []error{nats.ErrAuthorization, &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED", Server: true}} {
+		if Waiting(err) {
+			t.Errorf("%v: Waiting, want a refusal to end the wait", err)
 		}
 	}
 }

@@ -409,7 +409,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, probs *Problems) {
 			}
 			if first, ok := seen[k]; ok {
 				// The first one is read on; the decoder would refuse the file.
-				probs.addAt(n.Content[i], p, "key given twice, here and on line %d; give it once (merge what the two hold)", first)
+				probs.addAt(n.Content[i], p, "key given twice, on lines %d and %d; give it once (merge what the two hold)", first, n.Content[i].Line)
 				continue
 			}
 			seen[k] = n.Content[i].Line

@@ -78,7 +78,7 @@ scheduler:
   lease: 20s
   lease: 40s
 sinks: [{name: s, nats: {url: "nats://127.0.0.1:4222"}}]
-`, []string{"scheduler.lease: key given twice, here and on line 4; give it once (merge what the two hold)"}},
+`, []string{"scheduler.lease: key given twice, on lines 4 and 5; give it once (merge what the two hold)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -136,6 +136,14 @@ func display(rawURL string, a Auth) string {
 // handshake (silent), as opposed to one that answered and refused.
 func Unreachable(err error) bool { return sinks.Unreachable(err) || silent(err) }
 
+// Lost reports whether a connection was made and then lost without an
+// answer from the broker: amqp091-go reports a read's or write's failure
+// (EOF, a reset, a timeout) as a frame error of its own, in words.
+func Lost(err error) bool {
+	var e *amqp.Error
+	return errors.As(err, &e) && !e.Server && e.Code == amqp.FrameError
+}
+
 // silent reports whether a connect failed because the broker took the
 // connection and never answered the handshake: amqp091-go reports the
 // read's timeout as a frame error, in words.
