@@ -202,10 +202,10 @@ redis: {addr: "a:70000"}
 sinks:
   - {name: a, nats: {url: "127.0.0.1:4222"}}
   - {name: b, rabbitmq: {url: "amqp://guest:guest@127.0.0.1:99999/"}}
-  - {name: c, kafka: {brokers: ["b:70000"]}}
-`, []string{"redis.addr: port 70000 is not one of 0 to 65535",
+  - {name: c, kafka: {brokers: ["b:0"]}}
+`, []string{"redis.addr: port 70000 is not one of 1 to 65535",
 			"sinks[0].nats.url (a): not a URL: give its scheme and host, such as nats://127.0.0.1:4222",
-			"sinks[1].rabbitmq.url (b): port 99999 is not one of 1 to 65535", "sinks[2].kafka.brokers[0] (c): port 70000 is not one of 0 to 65535"}},
+			"sinks[1].rabbitmq.url (b): port 99999 is not one of 1 to 65535", "sinks[2].kafka.brokers[0] (c): port 0 is not one of 1 to 65535"}},
 		{"admin", `
 redis: {addr: "a:1"}
 admin: {pprof: true, allowed_hosts: ["admin.example.com", "10.0.0.7", "::1", "", "http://x", "host:7070", "bad host", "-x.example", "a..b"]}

@@ -161,7 +161,7 @@ func (c *Config) Validate() error {
 	var p Problems
 	c.validateRedis(&p)
 	if c.Admin.Listen != "" {
-		p.HostPort("admin.listen", c.Admin.Listen)
+		p.Listen("admin.listen", c.Admin.Listen)
 	}
 	if t := c.Admin.TLS; (t.CertFile == "") != (t.KeyFile == "") {
 		p.Add("admin.tls", "give both cert_file and key_file")
@@ -718,14 +718,21 @@ func (p *Problems) Positive(at string, v int64) {
 	}
 }
 
-// HostPort reports a value that is not host:port.
-func (p *Problems) HostPort(at, v string) {
+// HostPort reports a value that is not host:port of a server to dial
+// (port 1 to 65535).
+func (p *Problems) HostPort(at, v string) { p.hostPort(at, v, 1) }
+
+// Listen reports a value that is not host:port to listen on (port 0: any
+// free one).
+func (p *Problems) Listen(at, v string) { p.hostPort(at, v, 0) }
+
+func (p *Problems) hostPort(at, v string, lowest int) {
 	_, port, err := net.SplitHostPort(v)
 	if err != nil {
 		p.Add(at, "%q is not host:port", v)
 		return
 	}
-	p.port(at, port, 0) // a listener's port 0 is any free one
+	p.port(at, port, lowest)
 }
 
 // port reports a port number out of range.

@@ -431,7 +431,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() {
 			defer pipeWG.Done()
 			if err := p.Run(runCtx); err != nil {
-				errc <- fmt.Errorf("ingest %s: %w", d.cfg.Ingest[i].Name, err)
+				if name := d.cfg.Ingest[i].Name; !strings.HasPrefix(err.Error(), "ingest "+name+": ") {
+					err = fmt.Errorf("ingest %s: %w", name, err) // an opener's error names it already
+				}
+				errc <- err
 				stop() // one ingest failed for good: stop the daemon so that it is restarted
 			}
 		}()
