@@ -62,6 +62,11 @@ type Sink struct {
 	next    atomic.Uint32
 
 	quarantine quarantine // suspects and poisoned destinations (quarantine.go)
+
+	// noExchange is why the configured exchange cannot be used (it does not
+	// exist); nil when it can. Ready reports it, so that the sink's messages
+	// are held, not tried; watchExchange looks again until it exists.
+	noExchange atomic.Pointer[error]
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -103,7 +108,37 @@ func NewSink(ctx context.Context, cfg SinkParams, log *slog.Logger) (*Sink, erro
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
 	go s.supervise(runCtx, conn)
+	if cfg.Exchange != "" {
+		go s.watchExchange(runCtx)
+	}
 	return s, nil
+}
+
+// exchangeRecheck is how often a sink whose exchange does not exist looks
+// again.
+const exchangeRecheck = 2 * time.Second
+
+// watchExchange looks at the configured exchange again every
+// exchangeRecheck while it is missing (noExchange), until ctx ends.
+func (s *Sink) watchExchange(ctx context.Context) {
+	t := time.NewTicker(exchangeRecheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.noExchange.Load() == nil {
+			continue
+		}
+		s.mu.Lock()
+		conn := s.conn
+		s.mu.Unlock()
+		if conn != nil {
+			s.checkExchange(conn)
+		}
+	}
 }
 
 // connect dials and opens the pool.
@@ -143,7 +178,8 @@ func loginUser(rawURL string, a Auth) string {
 	return u.Username
 }
 
-// checkExchange warns when the configured exchange does not exist.
+// checkExchange records whether the configured exchange exists
+// (noExchange), and warns when it starts to be missing.
 func (s *Sink) checkExchange(conn *amqp.Connection) {
 	if s.cfg.Exchange == "" {
 		return
@@ -153,8 +189,18 @@ func (s *Sink) checkExchange(conn *amqp.Connection) {
 		return
 	}
 	defer ch.Close()
-	if err := ch.ExchangeDeclarePassive(s.cfg.Exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
-		s.log.Warn("rabbitmq sink exchange not usable; publishes fail until it is declared", "exchange", s.cfg.Exchange, "err", err)
+	err = ch.ExchangeDeclarePassive(s.cfg.Exchange, amqp.ExchangeDirect, false, false, false, false, nil)
+	switch {
+	case err == nil:
+		if s.noExchange.Swap(nil) != nil {
+			s.log.Info("rabbitmq sink exchange declared: publishing its held messages", "exchange", s.cfg.Exchange)
+		}
+	case Code(err) == amqp.NotFound:
+		if s.noExchange.Swap(&err) == nil {
+			s.log.Warn("rabbitmq sink exchange does not exist: its messages are held until it is declared", "exchange", s.cfg.Exchange, "err", err)
+		}
+	default:
+		s.log.Warn("rabbitmq sink exchange not usable", "exchange", s.cfg.Exchange, "err", err)
 	}
 }
 
@@ -388,6 +434,10 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		if suspect(err) {
 			suspects = append(suspects, i)
 		}
+		if s.cfg.Exchange != "" && Code(err) == amqp.NotFound && !attributable(err) && s.noExchange.Load() == nil {
+			s.noExchange.Store(&err) // deleted while running: held from now on, looked at again
+			s.log.Warn("rabbitmq sink exchange does not exist: its messages are held until it is declared", "exchange", s.cfg.Exchange, "err", err)
+		}
 	}
 	if len(suspects) > 0 {
 		s.isolate(ctx, msgs, pubs, errs, suspects)
@@ -452,6 +502,9 @@ func (s *Sink) awaitReconnect(ctx context.Context) *pubChan {
 func (s *Sink) Ready() error {
 	if err := s.state.Err(); err != nil {
 		return fmt.Errorf("rabbitmq sink %s: %w", s.cfg.Name, err)
+	}
+	if err := s.noExchange.Load(); err != nil {
+		return fmt.Errorf("rabbitmq sink %s: exchange %q does not exist (declare it, or fix the sink's exchange): %w", s.cfg.Name, s.cfg.Exchange, *err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -168,8 +168,10 @@ func TestSinkUnroutable(t *testing.T) {
 	noErrors(t, publish(t, s, []sinks.Outgoing{msg("x", q+"-nowhere")}))
 }
 
-// A missing exchange closes the channel (404): a clear error, and the
-// channel is reopened so that publishing works once the exchange exists.
+// A missing exchange closes the channel (404): a clear error, the sink is
+// not ready (naming the exchange: its messages are held, not tried), and
+// the channel is reopened so that publishing works once the exchange
+// exists, when the sink is ready again by itself.
 func TestSinkMissingExchange(t *testing.T) {
 	node := testenv.RabbitMQ(t)
 	a := newAdmin(t, node.URL)
@@ -183,12 +185,13 @@ func TestSinkMissingExchange(t *testing.T) {
 			}
 		}
 	}
-	if err := s.Ready(); err != nil {
-		t.Errorf("Ready with a missing exchange (the connection is fine): %v", err)
+	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), ex) || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Ready with a missing exchange: %v, want not ready naming the exchange", err)
 	}
 	if err := a.ch.ExchangeDeclare(ex, amqp.ExchangeDirect, false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
+	testenv.Eventually(t, 15*time.Second, func() bool { return s.Ready() == nil }, "the sink not ready again once its exchange exists")
 	if err := a.ch.QueueBind(q, q, ex, false, nil); err != nil {
 		t.Fatal(err)
 	}
