@@ -56,7 +56,9 @@ func TestUnreachable(t *testing.T) {
 			t.Errorf("%s (%v): Unreachable %v, Waiting %v; want false, true", c.what, c.err, Unreachable(c.err), Waiting(c.err))
 		}
 	}
-	for _, err := range []error{nats.ErrAuthorization, &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED", Server: true}} {
+	for _, err := range []error{nats.ErrAuthorization, &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED", Server: true},
+		&amqp.Error{Code: amqp.FrameError, Reason: "frame could not be parsed"}, // an answer, in another protocol
+		&amqp.Error{Code: amqp.FrameError, Reason: "remote error: tls: certificate required"}} {
 		if Waiting(err) {
 			t.Errorf("%v: Waiting, want a refusal to end the wait", err)
 		}

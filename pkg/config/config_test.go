@@ -198,12 +198,12 @@ sinks:
 			"sinks[1].kafka.brokers (a): at least one broker is required", "sinks[2].name: required",
 			`sinks[2].rabbitmq.url: scheme "http" is not one of amqp, amqps`, "sinks[3] (c): give exactly one"}},
 		{"urls and ports", `
-redis: {addr: "a:70000"}
+redis: {addr: "a:70000", sentinel_addrs: ["s:"]}
 sinks:
   - {name: a, nats: {url: "127.0.0.1:4222"}}
   - {name: b, rabbitmq: {url: "amqp://guest:guest@127.0.0.1:99999/"}}
   - {name: c, kafka: {brokers: ["b:0"]}}
-`, []string{"redis.addr: port 70000 is not one of 1 to 65535",
+`, []string{"redis.addr: port 70000 is not one of 1 to 65535", "redis.sentinel_addrs[0]: the port is missing (host:port)",
 			"sinks[0].nats.url (a): not a URL: give its scheme and host, such as nats://127.0.0.1:4222",
 			"sinks[1].rabbitmq.url (b): port 99999 is not one of 1 to 65535", "sinks[2].kafka.brokers[0] (c): port 0 is not one of 1 to 65535"}},
 		{"admin", `

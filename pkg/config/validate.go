@@ -737,7 +737,9 @@ func (p *Problems) hostPort(at, v string, lowest int) {
 
 // port reports a port number out of range.
 func (p *Problems) port(at, port string, lowest int) {
-	if n, err := strconv.Atoi(port); err == nil && (n < lowest || n > 65535) {
+	if port == "" {
+		p.Add(at, "the port is missing (host:port)")
+	} else if n, err := strconv.Atoi(port); err == nil && (n < lowest || n > 65535) {
 		p.Add(at, "port %s is not one of %d to 65535", port, lowest)
 	}
 }
@@ -763,7 +765,9 @@ func (p *Problems) URL(at, v string, schemes ...string) {
 		p.Add(at, "scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
 		return
 	}
-	p.port(at, u.Port(), 1)
+	if u.Port() != "" { // none: the scheme's own
+		p.port(at, u.Port(), 1)
+	}
 }
 
 // defaultPorts are the usual ports of the brokers' URL schemes, for the

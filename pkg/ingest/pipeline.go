@@ -176,7 +176,7 @@ func (pl *Pipeline) open(ctx context.Context) error {
 		if pl.p.Waiting == nil || !pl.p.Waiting(err) {
 			return err
 		}
-		if pl.openErr.Load() == nil {
+		if last := pl.openErr.Load(); last == nil || (*last).Error() != err.Error() {
 			pl.log.Warn("ingest cannot reach its broker: it keeps trying, and the rest of the bridge runs meanwhile", "err", err)
 		}
 		pl.openErr.Store(&err)

@@ -137,11 +137,20 @@ func display(rawURL string, a Auth) string {
 func Unreachable(err error) bool { return sinks.Unreachable(err) || silent(err) }
 
 // Lost reports whether a connection was made and then lost without an
-// answer from the broker: amqp091-go reports a read's or write's failure
-// (EOF, a reset, a timeout) as a frame error of its own, in words.
+// answer from the broker: amqp091-go reports a read's failure as a frame
+// error of its own, in words (EOF, a reset, a broken pipe). A frame that
+// could not be parsed or a TLS alert is an answer, and not one of them.
 func Lost(err error) bool {
 	var e *amqp.Error
-	return errors.As(err, &e) && !e.Server && e.Code == amqp.FrameError
+	if !errors.As(err, &e) || e.Server || e.Code != amqp.FrameError {
+		return false
+	}
+	for _, w := range []string{"EOF", "connection reset", "broken pipe"} {
+		if strings.Contains(e.Reason, w) && !strings.Contains(e.Reason, "tls:") {
+			return true
+		}
+	}
+	return false
 }
 
 // silent reports whether a connect failed because the broker took the

@@ -44,7 +44,7 @@
 // The Sink keeps a small pool of channels on one connection and reconnects
 // with back-off when the broker restarts or drops the connection; a channel
 // the broker closes (a missing exchange: 404 NOT_FOUND) is reopened on the
-// same connection. Publishes whose confirm is lost with a channel fail, and
+// same connection, and the sink is not ready until the exchange exists. Publishes whose confirm is lost with a channel fail, and
 // the scheduler publishes them again (consumers drop duplicates by ID).
 //
 // A close the broker sends for a publish (541 INTERNAL_ERROR for a routing

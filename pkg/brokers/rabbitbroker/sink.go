@@ -74,8 +74,8 @@ var _ sinks.Ready = (*Sink)(nil)
 
 // New connects and opens the publishing channels. It fails when the first
 // connection fails (a wrong URL or credentials show at once); later outages
-// are retried for ever. A missing exchange is logged, not fatal: it may be
-// declared later, and until then every publish fails saying so.
+// are retried for ever. A missing exchange is not fatal: it may be declared
+// later, and until then the sink is not ready (noExchange).
 func NewSink(ctx context.Context, cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	if log == nil {
 		log = slog.Default()
@@ -434,8 +434,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		if suspect(err) {
 			suspects = append(suspects, i)
 		}
-		if s.cfg.Exchange != "" && Code(err) == amqp.NotFound && !attributable(err) && s.noExchange.Load() == nil {
-			s.noExchange.Store(&err) // deleted while running: held from now on, looked at again
+		if s.cfg.Exchange != "" && Code(err) == amqp.NotFound && !attributable(err) && s.noExchange.CompareAndSwap(nil, &err) {
+			// Deleted while running: held from now on, looked at again.
 			s.log.Warn("rabbitmq sink exchange does not exist: its messages are held until it is declared", "exchange", s.cfg.Exchange, "err", err)
 		}
 	}
@@ -503,8 +503,8 @@ func (s *Sink) Ready() error {
 	if err := s.state.Err(); err != nil {
 		return fmt.Errorf("rabbitmq sink %s: %w", s.cfg.Name, err)
 	}
-	if err := s.noExchange.Load(); err != nil {
-		return fmt.Errorf("rabbitmq sink %s: exchange %q does not exist (declare it, or fix the sink's exchange): %w", s.cfg.Name, s.cfg.Exchange, *err)
+	if s.noExchange.Load() != nil {
+		return fmt.Errorf("rabbitmq sink %s: exchange %q does not exist (declare it, or fix the sink's exchange); its messages are held until it does", s.cfg.Name, s.cfg.Exchange)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
