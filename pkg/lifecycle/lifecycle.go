@@ -100,3 +100,17 @@ func DrainContext(ctx context.Context, budget time.Duration) (work context.Conte
 	})
 	return work, func() { stop(); cancelWork() }
 }
+
+// Every calls f each d on the wall clock until ctx ends.
+func Every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/logrepeat"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -106,14 +107,5 @@ func (f *failures) flush(now time.Time) {
 // refreshLoop's; the times are the scheduler's clock's, as the lines'.
 func (f *failures) run(ctx context.Context, clock Clock) {
 	tick := min(max(f.lim.Interval()/4, 10*time.Millisecond), time.Second)
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f.flush(clock.Now())
-		}
-	}
+	lifecycle.Every(ctx, tick, func() { f.flush(clock.Now()) })
 }

@@ -353,32 +353,18 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // runs on the wall clock, not the injected one: it reads the state of
 // Redis and of the sinks, which a test's fake clock does not move.
 func (s *Scheduler) refreshLoop(ctx context.Context) {
-	every(ctx, s.p.MaxSleep, func() {
+	lifecycle.Every(ctx, s.p.MaxSleep, func() {
 		if err := s.gate.refresh(ctx, s.p.Clock.Now()); err != nil && ctx.Err() == nil {
 			s.log.Warn("cannot read the sinks' state from redis; retrying", "err", err)
 		}
 	})
 }
 
-// every calls f each d on the wall clock until ctx ends.
-func every(ctx context.Context, d time.Duration, f func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f()
-	}
-}
-
 // lookLoop looks at the empty shards (lookEmpty) every MaxSleep until ctx
 // ends, apart from the gate's refresh, which a long release or a Redis that
 // does not answer can hold up. On the wall clock, as refreshLoop.
 func (s *Scheduler) lookLoop(ctx context.Context) {
-	every(ctx, s.p.MaxSleep, func() {
+	lifecycle.Every(ctx, s.p.MaxSleep, func() {
 		lctx, cancel := context.WithTimeout(ctx, s.p.MaxSleep)
 		defer cancel()
 		s.lookEmpty(lctx)

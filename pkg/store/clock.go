@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 )
 
 // Offset is Redis's clock minus ours, from one round trip: a command sent
@@ -80,16 +82,9 @@ func (c *Clock) Measure(ctx context.Context) error {
 // Run measures the offset every ClockRefresh until ctx ends; a failed
 // measure keeps the last offset.
 func (c *Clock) Run(ctx context.Context, log *slog.Logger) {
-	t := time.NewTicker(ClockRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, ClockRefresh, func() {
 		if err := c.Measure(ctx); err != nil && ctx.Err() == nil {
 			log.Debug("cannot measure the clock offset to redis; keeping the last one", "err", err)
 		}
-	}
+	})
 }

@@ -121,16 +121,9 @@ const exchangeRecheck = 2 * time.Second
 // watchExchange looks at the configured exchange again every
 // exchangeRecheck while it is missing (noExchange), until ctx ends.
 func (s *Sink) watchExchange(ctx context.Context) {
-	t := time.NewTicker(exchangeRecheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, exchangeRecheck, func() {
 		if s.noExchange.Load() == nil {
-			continue
+			return
 		}
 		s.mu.Lock()
 		conn := s.conn
@@ -138,7 +131,7 @@ func (s *Sink) watchExchange(ctx context.Context) {
 		if conn != nil {
 			s.checkExchange(conn)
 		}
-	}
+	})
 }
 
 // connect dials and opens the pool.
