@@ -149,7 +149,6 @@ func TestStartsWithASinkDown(t *testing.T) {
 		}
 	}()
 	js, fired := streamsAndFired(t, ns, map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"})
-	ctx := context.Background()
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg := fmt.Sprintf(`
 redis: {addr: %q}
@@ -174,25 +173,11 @@ sinks:
 		t.Errorf("/readyz with three sinks down: %d %s, want 503 naming them", code, body)
 	}
 	publish := func(id, sink, dest string) {
-		m := nats.NewMsg("delayed.x")
-		m.Data = []byte(id)
-		m.Header.Set("x-message-id", id)
-		m.Header.Set("x-delay", "100ms")
-		m.Header.Set("x-delay-sink", sink)
-		m.Header.Set("x-delay-destination", dest)
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		publishDelayed(t, js, "delayed.x", id, "x-delay-sink", sink, "x-delay-destination", dest)
 	}
 	publish("to-ok", "ok", "fired.ok")
 	publish("to-later", "later", "fired.later")
-	next := func(what string) string {
-		m, err := fired.NextMsg(30 * time.Second)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, p.Output())
-		}
-		return m.Header.Get("x-message-id")
-	}
+	next := func(what string) string { return nextFired(t, fired, p, what) }
 	if id := next("the message to the sink that is up"); id != "to-ok" {
 		t.Fatalf("delivered %s first, while its sink's broker was down", id)
 	}
@@ -227,7 +212,6 @@ func TestStartsWithAnIngestDown(t *testing.T) {
 	rabbitProxy.Down(t)
 	dead := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) // nothing listens here
 	js, fired := streamsAndFired(t, ns, map[string]string{"UP": "up.>", "LATER": "later.>", "FIRED": "fired.>"})
-	ctx := context.Background()
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg := fmt.Sprintf(`
 redis: {addr: %q}
@@ -255,22 +239,8 @@ sinks:
 		!strings.Contains(body, "ingest later") || !strings.Contains(body, "ingest rabbit") || !strings.Contains(body, "ingest kafka") {
 		t.Errorf("/readyz with three ingests down: %d %s, want 503 naming them", code, body)
 	}
-	publish := func(subject, id string) {
-		m := nats.NewMsg(subject)
-		m.Data = []byte(id)
-		m.Header.Set("x-message-id", id)
-		m.Header.Set("x-delay", "100ms")
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	next := func(what string) string {
-		m, err := fired.NextMsg(30 * time.Second)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, p.Output())
-		}
-		return m.Header.Get("x-message-id")
-	}
+	publish := func(subject, id string) { publishDelayed(t, js, subject, id) }
+	next := func(what string) string { return nextFired(t, fired, p, what) }
 	publish("later.x", "to-later") // read once its ingest connects
 	publish("up.x", "to-up")
 	if id := next("the message of the ingest that is up"); id != "to-up" {
@@ -335,4 +305,31 @@ func streamsAndFired(t *testing.T, ns *testenv.NATSServer, streams map[string]st
 		t.Fatal(err)
 	}
 	return js, fired
+}
+
+// publishDelayed publishes the message id on subject, due in 100 ms, with
+// the headers given as name, value pairs.
+func publishDelayed(t *testing.T, js jetstream.JetStream, subject, id string, headers ...string) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = []byte(id)
+	m.Header.Set("x-message-id", id)
+	m.Header.Set("x-delay", "100ms")
+	for i := 0; i+1 < len(headers); i += 2 {
+		m.Header.Set(headers[i], headers[i+1])
+	}
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextFired returns the ID of the next message on fired (30 s at most;
+// the daemon p's output with the failure).
+func nextFired(t *testing.T, fired *nats.Subscription, p *testenv.Process, what string) string {
+	t.Helper()
+	m, err := fired.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, p.Output())
+	}
+	return m.Header.Get("x-message-id")
 }
