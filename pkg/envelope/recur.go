@@ -24,12 +24,19 @@ type Recurrence struct {
 	// Cron is the x-delay-cron expression (5 or 6 fields, or a descriptor
 	// such as @hourly), evaluated in TimeZone. Empty for an every schedule.
 	Cron     string
-	TimeZone string    // IANA zone of Cron; "" is UTC
-	Anchor   time.Time // the due time of occurrence 1
-	Until    time.Time // no occurrence after it; zero: no end
-	Count    int       // at most this many occurrences; 0: no limit
-	N        int       // the occurrence this parked message is, from 1
-	Missed   Missed    // what firing after downtime does with missed occurrences
+	TimeZone string // IANA zone of Cron; "" is UTC
+	// Anchor is, for an every schedule, the due time of occurrence 1; for
+	// a cron schedule, occurrence N's own time on the schedule (Following
+	// keeps it), so that an occurrence fired or moved early is followed by
+	// the one after its own time. A cron series parked by an earlier
+	// release keeps its first time here: for its later occurrences the
+	// own time is not known, and the next is the first after the one it
+	// fires at (scheduled).
+	Anchor time.Time
+	Until  time.Time // no occurrence after it; zero: no end
+	Count  int       // at most this many occurrences; 0: no limit
+	N      int       // the occurrence this parked message is, from 1
+	Missed Missed    // what firing after downtime does with missed occurrences
 	// MissedMax bounds the missed occurrences MissedAll publishes: the
 	// most recent ones (route.missed_max); 0 means DefaultMissedMax.
 	MissedMax int
@@ -159,13 +166,12 @@ func (r *Recurrence) after(t time.Time) time.Time {
 
 // scheduled is where the occurrence this message is (N), due at due, stands
 // on the schedule: its own time when a fire or a reschedule moved it
-// earlier and that time is known (an every schedule's occurrence; a cron
-// schedule's first, the anchor; a later cron occurrence's is not kept),
-// else due.
+// earlier (an every schedule's by arithmetic, a cron schedule's its
+// Anchor), else due.
 func (r *Recurrence) scheduled(due time.Time) time.Time {
 	at, ok := r.timeOf(r.N)
 	if r.Every <= 0 {
-		at, ok = r.Anchor, r.N == 1
+		at, ok = r.Anchor, true
 	}
 	if ok && at.After(due) {
 		return at
@@ -293,11 +299,9 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 // while nothing fired: once and skip pass over them (once fired the one at
 // due for them all, skip fires none), all fires each of the MissedMax most
 // recent. Finding the next one costs the same however far back the series
-// is anchored (step). An occurrence of an every schedule fired before its
-// time (a fire, a reschedule earlier) is followed by the next one on the
-// schedule, never by itself again; so is the first occurrence of a cron
-// schedule (Anchor), and a later one is followed by the schedule's first
-// time after it fired.
+// is anchored (step). An occurrence fired before its time (a fire, a
+// reschedule earlier) is followed by the next one on the schedule, never
+// by itself again (scheduled).
 func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 	due = r.scheduled(due) // fired before its time (fire, reschedule): the next is N+1, on the schedule
 	var next time.Time
@@ -339,6 +343,22 @@ func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 		return time.Time{}, 0, false
 	}
 	return next.Truncate(time.Millisecond), n, true
+}
+
+// Following returns the occurrence that follows the one due at due, fired
+// at now (Next): its due time and its schedule, numbered and, for a cron
+// schedule, anchored at its own time; false when the series ends.
+func (r *Recurrence) Following(due, now time.Time) (time.Time, *Recurrence, bool) {
+	next, n, ok := r.Next(due, now)
+	if !ok {
+		return time.Time{}, nil, false
+	}
+	f := *r
+	f.N = n
+	if f.Every <= 0 {
+		f.Anchor = next
+	}
+	return next, &f, true
 }
 
 // lastBy is the number of an every schedule's last occurrence due at now

@@ -70,6 +70,51 @@ func TestEveryFiredEarly(t *testing.T) {
 	}
 }
 
+// A cron occurrence after the first, fired or moved before its time, is
+// followed by the schedule's next time after its own, not by its own time
+// again: Following keeps each occurrence's own time in Anchor.
+func TestCronFiredEarly(t *testing.T) {
+	day := func(d, h int) time.Time { return time.Date(2026, 12, d, h, 0, 0, 0, time.UTC) }
+	r := &Recurrence{Cron: "0 9 * * *", Anchor: day(2, 9), N: 1}
+	due, second, ok := r.Following(day(2, 9), day(2, 9))
+	if !ok || second.N != 2 || !due.Equal(day(3, 9)) || !second.Anchor.Equal(day(3, 9)) {
+		t.Fatalf("after the first: %v %+v %v, want occurrence 2 at and anchored %v", due, second, ok, day(3, 9))
+	}
+	for _, c := range []struct {
+		name     string
+		due, now time.Time
+	}{
+		{"fired an hour early", day(3, 8), day(3, 8)},
+		{"rescheduled to the day before", day(2, 12), day(2, 12)},
+		{"moved an hour earlier, claimed after its own time", day(3, 8), day(3, 9).Add(time.Minute)},
+	} {
+		next, third, ok := second.Following(c.due, c.now)
+		if !ok || third.N != 3 || !next.Equal(day(4, 9)) {
+			t.Errorf("occurrence 2 %s: next %v %+v %v, want occurrence 3 at %v", c.name, next, third, ok, day(4, 9))
+		}
+		if second.Skip(c.due, c.now) {
+			t.Errorf("occurrence 2 %s: skipped as missed", c.name)
+		}
+	}
+	// Moved later, past its own time: followed by the first time after
+	// where it fired, as an every occurrence is.
+	if next, _, _ := second.Following(day(4, 10), day(4, 10)); !next.Equal(day(5, 9)) {
+		t.Errorf("occurrence 2 moved a day later: next %v, want %v", next, day(5, 9))
+	}
+	// Parked by an earlier release, the anchor is the first occurrence's
+	// time: fired early, the next is the first time after it fired, as
+	// that release had it (its own time is not known).
+	old := &Recurrence{Cron: "0 9 * * *", Anchor: day(2, 9), N: 2}
+	if next, _, _ := old.Following(day(3, 8), day(3, 8)); !next.Equal(day(3, 9)) {
+		t.Errorf("an earlier release's occurrence 2 fired early: next %v, want %v", next, day(3, 9))
+	}
+	// An every schedule's anchor stays occurrence 1's.
+	e := &Recurrence{Every: time.Hour, Anchor: day(2, 9), N: 1}
+	if _, f, _ := e.Following(day(2, 9), day(2, 9)); f.N != 2 || !f.Anchor.Equal(day(2, 9)) {
+		t.Errorf("every: %+v, want occurrence 2 anchored at %v", f, day(2, 9))
+	}
+}
+
 // After downtime: once fires one occurrence and goes on with the first one
 // in the future; all fires each missed one; skip publishes none of them.
 func TestMissedPolicies(t *testing.T) {

@@ -1054,11 +1054,9 @@ func (s *Scheduler) done(m *envelope.Message, now time.Time, skipped bool) store
 		d.Origin = m.Origin
 	}
 	if r := m.Recur; r != nil {
-		if due, n, ok := r.Next(m.DueAt, now); ok {
+		if due, nr, ok := r.Following(m.DueAt, now); ok {
 			next := *m
-			nr := *r
-			nr.N = n
-			next.DueAt, next.Recur = due, &nr
+			next.DueAt, next.Recur = due, nr
 			d.Next = &next
 		}
 	}
