@@ -136,13 +136,19 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		log.Warn("this machine's clock differs from redis's; due times follow redis's clock", "offset", off.Round(time.Millisecond))
 	}
 
-	for i := range cfg.Sinks {
-		sc := &cfg.Sinks[i]
-		s, err := brokers.OpenSink(ctx, sc, log)
-		if err != nil {
-			return nil, err
+	// The brokers are dialled at once, not one after another: a broker
+	// that takes the connection and never answers delays the start by one
+	// dial timeout, not one per such broker.
+	opened, errs := openAll(len(cfg.Sinks), func(i int) (sinks.Sink, error) {
+		return brokers.OpenSink(ctx, &cfg.Sinks[i], log)
+	})
+	for i, s := range opened {
+		if errs[i] == nil {
+			d.sinks[cfg.Sinks[i].Name] = faultSink(s, log)
 		}
-		d.sinks[sc.Name] = faultSink(s, log)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 
 	var deadLetter *sinks.DeadLetter
@@ -195,31 +201,38 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		perIngest[ic.Name] = ic.MaxParked
 	}
 	roomToPark := store.NewCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory, perIngest)
+	opens := make([]func(context.Context) (ingest.Source, error), len(cfg.Ingest))
 	for i := range cfg.Ingest {
 		ic := &cfg.Ingest[i]
-		// An ingest whose broker does not answer yet does not stop the
-		// start: its pipeline connects when the broker answers (Open,
-		// Waiting), not ready meanwhile, and the sinks deliver what is
-		// parked. A broker that answers and refuses does stop it.
-		open := func(ctx context.Context) (ingest.Source, error) {
+		opens[i] = func(ctx context.Context) (ingest.Source, error) {
 			s, err := brokers.OpenSource(ctx, ic, log)
 			if err != nil {
 				return nil, err
 			}
 			return faultSource(s, log), nil
 		}
-		src, openErr := open(ctx)
+	}
+	srcs, openErrs := openAll(len(opens), func(i int) (ingest.Source, error) { return opens[i](ctx) })
+	var refused []error
+	for i := range cfg.Ingest {
+		ic := &cfg.Ingest[i]
+		// An ingest whose broker does not answer yet does not stop the
+		// start: its pipeline connects when the broker answers (Open,
+		// Waiting), not ready meanwhile, and the sinks deliver what is
+		// parked. A broker that answers and refuses does stop it.
+		src, openErr := srcs[i], openErrs[i]
 		switch {
 		case openErr == nil:
 		case brokers.Unreachable(openErr):
 			log.Warn("ingest cannot reach its broker: it starts connecting, not ready, and the rest of the bridge runs meanwhile", "ingest", ic.Name, "err", openErr)
 		default:
-			return nil, openErr
+			refused = append(refused, openErr)
+			continue
 		}
 		d.pipes = append(d.pipes, ingest.NewPipeline(ingest.PipelineParams{
 			Name:         ic.Name,
 			Source:       src,
-			Open:         open,
+			Open:         opens[i],
 			Waiting:      brokers.Waiting,
 			OpenErr:      openErr,
 			Route:        Route(cfg, ic),
@@ -235,6 +248,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			Tracer:       d.tracer,
 			Logger:       log,
 		}))
+	}
+	if err := errors.Join(refused...); err != nil {
+		return nil, err // the pipelines made close their sources (closeAll)
 	}
 
 	state := metrics.State{Store: d.store, MaxRedisMemory: cfg.Limits.MaxRedisMemory, Persistence: d.persistence.kinds}
@@ -511,6 +527,18 @@ func (d *Daemon) runRefused(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// openAll calls open for 0..n-1 at once and returns each one's result and
+// error, in that order.
+func openAll[T any](n int, open func(i int) (T, error)) ([]T, []error) {
+	out, errs := make([]T, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i], errs[i] = open(i) })
+	}
+	wg.Wait()
+	return out, errs
 }
 
 // closeAll closes every connection that is open.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,26 +130,7 @@ func TestStartsWithASinkDown(t *testing.T) {
 	rabbitProxy := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", rabbit.Port))
 	natsProxy.Down(t)
 	rabbitProxy.Down(t)
-	hung, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hung.Close()
-	go func() { // takes every connection and keeps it, answering nothing
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := hung.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
+	hung, _ := hungServer(t)
 	js, fired := streamsAndFired(t, ns, map[string]string{"DELAYED": "delayed.>", "FIRED": "fired.>"})
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg := fmt.Sprintf(`
@@ -167,7 +150,7 @@ sinks:
     rabbitmq: {url: "amqp://guest:guest@%s/"}
   - name: hung
     nats: {url: "nats://%s", jetstream: true}
-`, rs.Addr, admin, ns.URL, ns.URL, natsProxy.Addr, rabbitProxy.Addr, hung.Addr())
+`, rs.Addr, admin, ns.URL, ns.URL, natsProxy.Addr, rabbitProxy.Addr, hung)
 	p, readyz := runWithBrokersDown(t, cfg, admin)
 	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "later") || !strings.Contains(body, "rabbit") || !strings.Contains(body, "hung") {
 		t.Errorf("/readyz with three sinks down: %d %s, want 503 naming them", code, body)
@@ -192,6 +175,90 @@ sinks:
 	}, "/readyz no longer naming the sinks whose brokers answer")
 	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "hung") {
 		t.Errorf("/readyz with the hung server's sink down: %d %s, want 503 naming it", code, body)
+	}
+}
+
+// hungServer listens on a free loopback port and takes every connection,
+// answering nothing: a broker that hangs. Each connection is sent on conns
+// (when there is room) and closed at the end of the test.
+func hungServer(t *testing.T) (addr string, conns <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ch := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			select {
+			case ch <- c:
+			default:
+			}
+		}
+	}()
+	return ln.Addr().String(), ch
+}
+
+// TestStartDialsTheBrokersAtOnce: the daemon connects to its sinks' brokers
+// at once, not one after another, so that brokers that take the connection
+// and say nothing delay the start by one dial timeout, not one each; and a
+// SIGTERM while it connects stops it at once, with exit status 0 (a stop,
+// not a failure), whatever the brokers do.
+func TestStartDialsTheBrokersAtOnce(t *testing.T) {
+	rs := testenv.Redis(t)
+	hungA, connsA := hungServer(t)
+	hungB, connsB := hungServer(t)
+	hungK, _ := hungServer(t)
+	cfg := fmt.Sprintf(`
+redis: {addr: %q}
+admin: {listen: "127.0.0.1:%d"}
+ingest:
+  - name: in
+    kafka: {brokers: [%q], topic: delayed, group: db}
+    route: {sink: a, destination: fired}
+sinks:
+  - name: a
+    rabbitmq: {url: "amqp://guest:guest@%s/"}
+  - name: b
+    rabbitmq: {url: "amqp://guest:guest@%s/"}
+`, rs.Addr, testenv.FreePort(t), hungK, hungA, hungB)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
+	handshake := func(conns <-chan net.Conn, what string) net.Conn {
+		select {
+		case c := <-conns:
+			if _, err := io.ReadFull(c, make([]byte, 8)); err != nil { // AMQP's protocol header
+				t.Fatalf("%s: %v\n%s", what, err, p.Output())
+			}
+			return c
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s: no connection in 60 s\n%s", what, p.Output())
+			return nil
+		}
+	}
+	a := handshake(connsA, "sink a's broker")
+	handshake(connsB, "sink b's broker")
+	// Dialled one after another, a's handshake would have timed out and
+	// its connection closed before b's was made.
+	_ = a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("sink a's connection, once sink b's broker was dialled: %v, want it still waiting for the broker", err)
+	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(60 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM while connecting: exit status %d, want 0\n%s", code, p.Output())
+	}
+	if out := p.Output(); !strings.Contains(out, "stopped while starting") {
+		t.Errorf("SIGTERM while connecting: the output does not say it stopped while starting:\n%s", out)
 	}
 }
 

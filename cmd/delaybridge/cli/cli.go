@@ -246,6 +246,11 @@ func (a *app) runCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := daemon.New(ctx, cfg, log)
+			if err != nil && ctx.Err() != nil {
+				// SIGINT or SIGTERM while connecting: a stop, not a failure.
+				log.Info("stopped while starting", "err", err)
+				return nil
+			}
 			if err != nil {
 				return exit(1, err)
 			}

@@ -42,6 +42,7 @@ func Dial(ctx context.Context, rawURL, name string, a Auth) (*amqp.Connection, e
 	props.SetClientConnectionName(name)
 	cfg.Heartbeat = Heartbeat
 	cfg.Properties = props
+	stopWatch := func() bool { return true }
 	cfg.Dial = func(network, addr string) (net.Conn, error) {
 		d := net.Dialer{Timeout: DialTimeout}
 		c, err := d.DialContext(ctx, network, addr)
@@ -49,14 +50,22 @@ func Dial(ctx context.Context, rawURL, name string, a Auth) (*amqp.Connection, e
 			return nil, err
 		}
 		// Bounds the TLS and AMQP handshakes; cleared by the library once
-		// they are done.
+		// they are done. ctx ending ends them too (a stop while a broker
+		// that took the connection says nothing).
 		if err := c.SetDeadline(time.Now().Add(DialTimeout)); err != nil {
 			c.Close()
 			return nil, err
 		}
+		stopWatch = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 		return c, nil
 	}
 	conn, err := amqp.DialConfig(u, cfg)
+	if !stopWatch() { // ctx ended during the handshake, which its deadline ended (or breaks)
+		if err == nil {
+			conn.Close()
+		}
+		return nil, fmt.Errorf("connect to rabbitmq %s: %w", display(rawURL, a), ctx.Err())
+	}
 	if err != nil {
 		return nil, explain(fmt.Errorf("connect to rabbitmq %s: %w", display(rawURL, a), err), rawURL, a)
 	}

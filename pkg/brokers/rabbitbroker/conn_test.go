@@ -1,6 +1,7 @@
 package rabbitbroker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,5 +52,36 @@ func TestExplainTLSClosedAfterHandshake(t *testing.T) {
 		if !strings.Contains(got, "check tls.cert_file and tls.key_file") || !errors.Is(explain(cause, url, Auth{}), cause) {
 			t.Errorf("%v: %s", cause, got)
 		}
+	}
+}
+
+// A stop while a broker that took the connection says nothing ends Dial at
+// once, with the stop's cause, not the handshake's timeout DialTimeout later.
+func TestDialEndsWithItsContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // held open, never answered
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Dial(ctx, "amqp://guest:guest@"+ln.Addr().String()+"/", "test", Auth{})
+		done <- err
+	}()
+	c := <-accepted
+	defer c.Close()
+	if _, err := io.ReadFull(c, make([]byte, 8)); err != nil { // the protocol header: the handshake waits for the broker
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Dial after its context ended: %v, want context.Canceled", err)
 	}
 }
