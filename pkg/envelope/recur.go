@@ -224,11 +224,17 @@ func (r *Recurrence) step(from time.Time, n int, t time.Time) (time.Time, int) {
 func cronAfter(sched cron.Schedule, t time.Time, loc *time.Location) time.Time {
 	w := t.In(loc)
 	wall := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), time.UTC)
-	next := sched.Next(wall)
-	if next.IsZero() {
-		return time.Time{}
+	for {
+		wall = sched.Next(wall)
+		if wall.IsZero() {
+			return time.Time{}
+		}
+		// In the repeated hour, a wall time after t's can be one that
+		// first came before t (and fired then): the next one.
+		if at := fromWall(wall, loc); at.After(t) {
+			return at
+		}
 	}
-	return fromWall(next, loc)
 }
 
 // fromWall returns the first instant whose wall clock in loc reads the wall

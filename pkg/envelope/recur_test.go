@@ -212,6 +212,28 @@ func TestCronDaylightSaving(t *testing.T) {
 	}
 }
 
+// The schedule's first time after t is after t for every t of a night
+// with the clock put back, the repeated hour included: an hourly schedule
+// fires at the first 02:30 of the two, and from the second 02:10 its next
+// time is 03:30, not the first 02:30 again, which is past.
+func TestCronAfterIsAfter(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Recurrence{Cron: "30 * * * *", TimeZone: "Europe/Berlin"}
+	start := time.Date(2026, 10, 24, 23, 0, 0, 0, time.UTC) // 01:00 CEST, two hours before the clock goes back
+	for at := start; at.Before(start.Add(4 * time.Hour)); at = at.Add(time.Minute) {
+		if next := r.after(at); !next.After(at) {
+			t.Fatalf("after %v (%v): %v (%v), not after it", at, at.In(berlin), next, next.In(berlin))
+		}
+	}
+	second0210 := time.Date(2026, 10, 25, 1, 10, 0, 0, time.UTC) // 02:10 CET, the repeated hour
+	if next, want := r.after(second0210), time.Date(2026, 10, 25, 2, 30, 0, 0, time.UTC); !next.Equal(want) {
+		t.Errorf("after the second 02:10: %v, want 03:30 CET (%v)", next.In(berlin), want.In(berlin))
+	}
+}
+
 // The recurring headers, good and bad.
 func TestParseRecurring(t *testing.T) {
 	pub := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
