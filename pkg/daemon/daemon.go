@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,7 +70,9 @@ type Daemon struct {
 
 // New connects to Redis and every broker and prepares the components. It
 // fails with an error that names the component when a connection cannot be
-// made; nothing is left open then.
+// made; nothing is left open then. When ctx ends during the start and
+// nothing else failed, the error wraps context.Canceled; a failure's does
+// not.
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, err error) {
 	LogRedisTo(log)
 	// d is not the named result: every failure returns a nil *Daemon, and the
@@ -136,18 +139,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		log.Warn("this machine's clock differs from redis's; due times follow redis's clock", "offset", off.Round(time.Millisecond))
 	}
 
-	// The brokers are dialled at once, not one after another: a broker
-	// that takes the connection and never answers delays the start by one
-	// dial timeout, not one per such broker.
-	opened, errs := openAll(len(cfg.Sinks), func(i int) (sinks.Sink, error) {
-		return brokers.OpenSink(ctx, &cfg.Sinks[i], log)
-	})
-	for i, s := range opened {
-		if errs[i] == nil {
-			d.sinks[cfg.Sinks[i].Name] = faultSink(s, log)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	conn, err := d.connect(ctx, cfg, log)
+	if err != nil {
 		return nil, err
 	}
 
@@ -201,38 +194,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		perIngest[ic.Name] = ic.MaxParked
 	}
 	roomToPark := store.NewCapacity(d.store, cfg.Limits.MaxParkedMessages, cfg.Limits.MaxRedisMemory, perIngest)
-	opens := make([]func(context.Context) (ingest.Source, error), len(cfg.Ingest))
 	for i := range cfg.Ingest {
 		ic := &cfg.Ingest[i]
-		opens[i] = func(ctx context.Context) (ingest.Source, error) {
-			s, err := brokers.OpenSource(ctx, ic, log)
-			if err != nil {
-				return nil, err
-			}
-			return faultSource(s, log), nil
-		}
-	}
-	srcs, openErrs := openAll(len(opens), func(i int) (ingest.Source, error) { return opens[i](ctx) })
-	var refused []error
-	for i := range cfg.Ingest {
-		ic := &cfg.Ingest[i]
-		// An ingest whose broker does not answer yet does not stop the
-		// start: its pipeline connects when the broker answers (Open,
-		// Waiting), not ready meanwhile, and the sinks deliver what is
-		// parked. A broker that answers and refuses does stop it.
-		src, openErr := srcs[i], openErrs[i]
-		switch {
-		case openErr == nil:
-		case brokers.Unreachable(openErr):
+		src, openErr := conn.srcs[i], conn.srcErrs[i]
+		if openErr != nil {
 			log.Warn("ingest cannot reach its broker: it starts connecting, not ready, and the rest of the bridge runs meanwhile", "ingest", ic.Name, "err", openErr)
-		default:
-			refused = append(refused, openErr)
-			continue
 		}
 		d.pipes = append(d.pipes, ingest.NewPipeline(ingest.PipelineParams{
 			Name:         ic.Name,
 			Source:       src,
-			Open:         opens[i],
+			Open:         conn.opens[i],
 			Waiting:      brokers.Waiting,
 			OpenErr:      openErr,
 			Route:        Route(cfg, ic),
@@ -248,9 +219,6 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			Tracer:       d.tracer,
 			Logger:       log,
 		}))
-	}
-	if err := errors.Join(refused...); err != nil {
-		return nil, err // the pipelines made close their sources (closeAll)
 	}
 
 	state := metrics.State{Store: d.store, MaxRedisMemory: cfg.Limits.MaxRedisMemory, Persistence: d.persistence.kinds}
@@ -527,6 +495,95 @@ func (d *Daemon) runRefused(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// connected is what connect opened for the ingests, by index in
+// cfg.Ingest: each one's open, its source (nil while its broker does not
+// answer) and then why (brokers.Unreachable).
+type connected struct {
+	opens   []func(context.Context) (ingest.Source, error)
+	srcs    []ingest.Source
+	srcErrs []error
+}
+
+// connect opens every sink (into d.sinks) and every ingest's source, all
+// at once, so that brokers that take the connection and say nothing delay
+// the start by one dial timeout, not one each. An ingest whose broker does
+// not answer starts connecting (its pipeline opens it when it answers);
+// any other failure stops the start, and ends the opens still under way.
+// The error then names each failure; when the start was stopped (ctx
+// ended) and nothing else failed, it wraps context.Canceled, and otherwise
+// it does not.
+func (d *Daemon) connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (connected, error) {
+	phase, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := connected{opens: make([]func(context.Context) (ingest.Source, error), len(cfg.Ingest))}
+	for i := range cfg.Ingest {
+		ic := &cfg.Ingest[i]
+		c.opens[i] = func(ctx context.Context) (ingest.Source, error) {
+			s, err := brokers.OpenSource(ctx, ic, log)
+			if err != nil {
+				return nil, err
+			}
+			return faultSource(s, log), nil
+		}
+	}
+	var opened []sinks.Sink
+	var sinkErrs []error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		opened, sinkErrs = openAll(len(cfg.Sinks), func(i int) (sinks.Sink, error) {
+			s, err := brokers.OpenSink(phase, &cfg.Sinks[i], log)
+			if err != nil {
+				cancel() // a sink that does not open stops the start: no need to wait for the others
+			}
+			return s, err
+		})
+	})
+	wg.Go(func() {
+		c.srcs, c.srcErrs = openAll(len(c.opens), func(i int) (ingest.Source, error) {
+			s, err := c.opens[i](phase)
+			if err != nil && !brokers.Unreachable(err) {
+				cancel() // a broker that answers and refuses stops the start
+			}
+			return s, err
+		})
+	})
+	wg.Wait()
+	for i, s := range opened {
+		if sinkErrs[i] == nil {
+			d.sinks[cfg.Sinks[i].Name] = faultSink(s, log)
+		}
+	}
+	if phase.Err() == nil {
+		return c, nil // every sink open; each ingest open or connecting
+	}
+	// Stopped, or something failed: the failures first, then what the
+	// stop or a failure ended.
+	var failed, ended []error
+	for i, err := range slices.Concat(sinkErrs, c.srcErrs) {
+		switch {
+		case err == nil:
+		case errors.Is(err, context.Canceled):
+			ended = append(ended, err)
+		case i >= len(sinkErrs) && brokers.Unreachable(err):
+			// an ingest that would have started connecting
+		default:
+			failed = append(failed, err)
+		}
+	}
+	for _, s := range c.srcs {
+		if s != nil {
+			_ = s.Close(context.Background())
+		}
+	}
+	if len(failed) > 0 {
+		return c, errors.Join(failed...)
+	}
+	if len(ended) == 0 {
+		return c, fmt.Errorf("stopped while connecting: %w", ctx.Err())
+	}
+	return c, errors.Join(ended...)
 }
 
 // openAll calls open for 0..n-1 at once and returns each one's result and

@@ -246,8 +246,9 @@ func (a *app) runCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := daemon.New(ctx, cfg, log)
-			if err != nil && ctx.Err() != nil {
-				// SIGINT or SIGTERM while connecting: a stop, not a failure.
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// SIGINT or SIGTERM while connecting, and nothing failed
+				// (daemon.New says which): a stop, not a failure.
 				log.Info("stopped while starting", "err", err)
 				return nil
 			}

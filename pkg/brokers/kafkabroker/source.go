@@ -201,6 +201,9 @@ func checkTopic(ctx context.Context, d *kafka.Dialer, brokers []string, topic st
 	for _, b := range brokers {
 		var conn *kafka.Conn
 		conn, err = d.DialContext(ctx, "tcp", b)
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped while checking topic %q: %w", topic, ctx.Err())
+		}
 		if err != nil {
 			continue
 		}
@@ -217,6 +220,9 @@ func checkTopic(ctx context.Context, d *kafka.Dialer, brokers []string, topic st
 		}
 		if err == nil {
 			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped while checking topic %q: %w", topic, ctx.Err())
 		}
 		if errors.Is(err, kafka.UnknownTopicOrPartition) {
 			return fmt.Errorf("topic %q does not exist on %s (create it first)", topic, b)

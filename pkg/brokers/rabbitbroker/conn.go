@@ -62,7 +62,7 @@ func Dial(ctx context.Context, rawURL, name string, a Auth) (*amqp.Connection, e
 	conn, err := amqp.DialConfig(u, cfg)
 	if !stopWatch() { // ctx ended during the handshake, which its deadline ended (or breaks)
 		if err == nil {
-			conn.Close()
+			_ = conn.CloseDeadline(time.Now().Add(time.Second)) // the broker may not answer the close either
 		}
 		return nil, fmt.Errorf("connect to rabbitmq %s: %w", display(rawURL, a), ctx.Err())
 	}
