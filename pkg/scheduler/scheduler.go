@@ -1063,15 +1063,22 @@ func (s *Scheduler) done(m *envelope.Message, now time.Time, skipped bool) store
 	return d
 }
 
+// slotGrace is how long after its publish slot a message that waited for
+// it may still use it. One claimed later (every instance was down or
+// stopped meanwhile) takes a new slot, as a message that never had one:
+// slots that passed unused must not all be used at once, flooding the
+// sink that max_rate protects.
+const slotGrace = time.Second
+
 // throttle splits the messages idx of a lease for a sink with max_rate into
 // those whose publish slot has come (returned to publish now) and those
 // that wait for theirs (deferred). A message that waited for its slot
-// already is published without a new one. When Redis cannot allot slots,
-// everything waits a second.
+// already is published without a new one, unless the slot passed more than
+// slotGrace ago. When Redis cannot allot slots, everything waits a second.
 func (s *Scheduler) throttle(ctx context.Context, sink string, rate float64, c *store.Lease, idx []int) (now []int, deferred []store.Slot) {
 	var need []int
 	for _, i := range idx {
-		if c.Messages[i].Slotted {
+		if slot := c.Messages[i].Slot; !slot.IsZero() && c.Now.Sub(slot) <= slotGrace {
 			now = append(now, i)
 		} else {
 			need = append(need, i)

@@ -124,6 +124,7 @@ type fakeStore struct {
 	unsure   map[string]bool            // Settlement.Unconfirmed
 	others   map[string]store.SinkState // sinks in Redis that the scheduler does not configure
 	nextSlot time.Time
+	slots    map[string]time.Time // the slot each deferred message waits for
 	holds    chan store.Unavailable
 
 	acked     chan string
@@ -147,7 +148,7 @@ type fakeStore struct {
 func newFakeStore(c *fakeClock) *fakeStore {
 	return &fakeStore{
 		clock: c, scores: map[string]time.Time{}, msgs: map[string]*envelope.Message{},
-		corrupt: map[string]bool{}, attempt: map[string]int{}, held: map[string]time.Time{}, paused: map[string]bool{},
+		corrupt: map[string]bool{}, attempt: map[string]int{}, held: map[string]time.Time{}, paused: map[string]bool{}, slots: map[string]time.Time{},
 		bands: map[string]int{}, others: map[string]store.SinkState{}, unsure: map[string]bool{},
 		holds: make(chan store.Unavailable, 1000),
 		acked: make(chan string, 1000), retried: make(chan store.RetryAt, 1000), postponed: make(chan store.RetryAt, 1000),
@@ -186,7 +187,8 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 		}
 		f.attempt[id]++
 		f.scores[id] = now.Add(lease)
-		m := store.Claimed{ID: id, Attempt: f.attempt[id], Message: f.msgs[id]}
+		m := store.Claimed{ID: id, Attempt: f.attempt[id], Message: f.msgs[id], Slot: f.slots[id]}
+		delete(f.slots, id)
 		if f.corrupt[id] {
 			m.Message, m.Err = nil, envelope.ErrCorrupt
 		}
@@ -258,6 +260,7 @@ func (f *fakeStore) Defer(_ context.Context, _ *store.Lease, slots []store.Slot)
 	defer f.mu.Unlock()
 	for _, sl := range slots {
 		f.scores[sl.ID] = sl.At
+		f.slots[sl.ID] = sl.At
 	}
 	return len(slots), nil
 }
@@ -1074,6 +1077,40 @@ func TestMaxRateDefers(t *testing.T) {
 	h.store.mu.Unlock()
 	if waiting != 4 {
 		t.Fatalf("%d messages wait for a slot, want 4 (one slot per 100 ms at 10/s)", waiting)
+	}
+}
+
+// max_rate after every instance was down: the messages whose slots passed
+// meanwhile take new ones, and go at the rate, not all at once.
+func TestMaxRateSlotsPassedUnusedAreAllottedAgain(t *testing.T) {
+	h := start(t, Params{MaxSleep: time.Hour, MaxRates: map[string]float64{"s": 10}}, func(h *harness) {
+		for i := range 5 {
+			h.store.park(fmt.Sprintf("t%d", i), h.clock.Now(), "s")
+		}
+	})
+	recv(t, h.store.acked, "the first slot's message")
+	waiting := func() (n int) {
+		h.store.mu.Lock()
+		defer h.store.mu.Unlock()
+		for _, at := range h.store.scores {
+			if at.After(h.clock.Now()) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := waiting(); n != 4 {
+		t.Fatalf("%d messages wait for a slot, want 4", n)
+	}
+	// The next claim comes 10 s late (as after every instance was down):
+	// every slot passed unused.
+	h.clock.Advance(10 * time.Second)
+	recv(t, h.store.acked, "one message at once")
+	testenv.Eventually(t, 5*time.Second, func() bool { return waiting() == 3 }, "three messages waiting for new slots")
+	select {
+	case id := <-h.store.acked:
+		t.Fatalf("%s published at once too: the slots that passed were used together", id)
+	default:
 	}
 }
 

@@ -28,7 +28,7 @@ var claimAckScript = loadScript("claimack")
 type Claimed struct {
 	ID      string
 	Attempt int               // this publish attempt, from 1
-	Slotted bool              // it waited for a publish slot of its sink's max_rate (Defer)
+	Slot    time.Time         // the publish slot of its sink's max_rate it waited for (Defer); zero when none
 	Message *envelope.Message // nil when Err is set
 	Err     error             // the stored message could not be decoded
 
@@ -148,7 +148,10 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 		was, _ := toString(res[i+3])
 		blob, _ := toString(res[i+4])
 		m, err := s.decode(id, blob)
-		cl := Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Slotted: toInt64(res[i+2]) == 1, Message: m, Err: err}
+		cl := Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Message: m, Err: err}
+		if slot := toInt64(res[i+2]); slot > 0 {
+			cl.Slot = time.UnixMilli(slot)
+		}
 		if was != "" {
 			score, perr := strconv.ParseFloat(was, 64)
 			if perr != nil {

@@ -824,8 +824,8 @@ func TestSlots(t *testing.T) {
 		got = c.Messages[0]
 		return true
 	}, "the deferred message")
-	if !got.Slotted || got.Attempt != 1 {
-		t.Fatalf("claimed %+v, want slotted and its first attempt", got)
+	if !got.Slot.Equal(slot.Truncate(time.Millisecond)) || got.Attempt != 1 {
+		t.Fatalf("claimed %+v, want its slot %v and its first attempt", got, slot)
 	}
 }
 

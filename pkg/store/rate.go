@@ -14,7 +14,8 @@ type Slot struct {
 }
 
 // Defer puts messages of a lease back until their publish slots (score
-// slot + slotMark, which Claim reports as Slotted): Settle with Defer alone.
+// slot + slotMark; Claim reports the slot, Claimed.Slot): Settle with Defer
+// alone.
 func (s *Store) Defer(ctx context.Context, l *Lease, slots []Slot) (int, error) {
 	r, err := s.settleOne(ctx, Settlement{Lease: l, Defer: slots})
 	return r.PutBack, err

@@ -24,8 +24,8 @@ returns   {now, next, expiry, acked, id1, attempt1, slotted1, ahead1, message1, 
           acked: how many of the previous lease's messages were acked
           (claimack; 0 here);
           attempt: this publish attempt, from 1;
-          slotted: 1 when the message had been given a publish slot by the
-          sink's max_rate (defer), 0 otherwise;
+          slotted: the publish slot (Unix ms) the message had been given
+          by its sink's max_rate (defer), 0 when none;
           ahead: "" for a message claimed due (in flight), else its score
           before the claim (it was claimed ahead: see commit.lua).
 

@@ -146,7 +146,7 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
         anymeta = true
       end
       local wasslotted = 0
-      if slotted(score) then wasslotted = 1 end
+      if slotted(score) then wasslotted = math.floor(tonumber(score)) end
       local was = ''
       moves[#moves + 1] = score
       if isahead then
