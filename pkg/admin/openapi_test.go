@@ -437,11 +437,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 		withLimits(envelope.Limits{MaxPayloadBytes: 4096, MaxHeaderBytes: 4096}),
 		func(p *Params, o *ops.Params, _ *redis.Options) {
 			o.Sinks, o.Refresh, p.Pprof = sinks.get, sinks.refresh, true
-			o.Capacity = func(context.Context, int) error {
+			o.Capacity = func(_ context.Context, n int) (int, func(), error) {
 				if storeFull.Load() {
-					return fmt.Errorf("%w: 10 messages parked, limits.max_parked_messages is 10: waiting for firing to make room", store.ErrFull)
+					return 0, nil, fmt.Errorf("%w: 10 messages parked, limits.max_parked_messages is 10: waiting for firing to make room", store.ErrFull)
 				}
-				return nil
+				return n, func() {}, nil
 			}
 		})
 	sinks.store = e.store

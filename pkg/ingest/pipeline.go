@@ -65,11 +65,11 @@ type PipelineParams struct {
 	// DeadLetter, when set, gets a copy of every rejected message.
 	DeadLetter *sinks.DeadLetter
 
-	// Capacity, when set (store.NewCapacity), returns an error while Redis
-	// is full (limits.max_parked_messages, max_redis_memory): the pipeline
-	// then waits before parking, reading and acknowledging nothing, as
-	// during an outage. It is told how many messages are about to be parked.
-	Capacity func(ctx context.Context, n int) error
+	// Capacity, when set (store.NewCapacity), is asked before messages are
+	// parked, and says how many may be while Redis is near its limits
+	// (limits.max_parked_messages, max_redis_memory, the ingest's
+	// max_parked): the rest wait in the pipeline's waiting room (room.go).
+	Capacity store.Gate
 
 	// HandBackAfter is how long parking may fail because this process
 	// cannot reach Redis (store.Unreachable) before the pipeline hands its
@@ -133,7 +133,8 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.HandBackAfter <= 0 {
 		p.HandBackAfter = DefaultHandBackAfter
 	}
-	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), room: newWaitingRoom(p.MaxInFlight)}
+	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name)}
+	pl.room = newWaitingRoom(p.MaxInFlight, pl.log)
 	if p.OpenErr != nil {
 		pl.openErr.Store(&p.OpenErr)
 	}
@@ -357,35 +358,41 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		if len(parks) == 0 {
 			return nil
 		}
-		full, why := pl.roomFull(ctx, len(parks))
-		switch {
-		case full:
-			ws := make([]waiting, len(parks))
-			for j, m := range parks {
-				ws[j] = waiting{m: m, it: batch[parkAt[j]]}
-				held[parkAt[j]] = true
-			}
-			parks, parkAt = parks[:0], parkAt[:0]
-			if !pl.room.add(ctx, ws, why) {
-				return ctx.Err()
-			}
-			return nil
-		case why != nil: // the limits cannot be read: wait for them, as for any Redis failure
+		defer func() { parks, parkAt = parks[:0], parkAt[:0] }()
+		take, done, why := pl.roomFor(ctx, len(parks))
+		if take == 0 && why != nil && !errors.Is(why, store.ErrFull) {
+			// The limits cannot be read: wait for them, as for any Redis
+			// failure.
 			marked, markedAt = append(marked, parks...), append(markedAt, parkAt...)
 			refused, err := pl.park(ctx, parks)
 			for _, r := range refused {
 				rejected(r.m, r.err)
 			}
-			parks, parkAt = parks[:0], parkAt[:0]
 			return err
 		}
-		marked, markedAt = append(marked, parks...), append(markedAt, parkAt...)
-		refused, err := pl.parkChecked(ctx, parks)
-		for _, r := range refused {
-			rejected(r.m, r.err)
+		if take > 0 {
+			marked, markedAt = append(marked, parks[:take]...), append(markedAt, parkAt[:take]...)
+			refused, err := pl.parkChecked(ctx, parks[:take])
+			done()
+			for _, r := range refused {
+				rejected(r.m, r.err)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		parks, parkAt = parks[:0], parkAt[:0]
-		return err
+		if take == len(parks) {
+			return nil
+		}
+		ws := make([]waiting, 0, len(parks)-take)
+		for j, m := range parks[take:] {
+			ws = append(ws, waiting{m: m, it: batch[parkAt[take+j]]})
+			held[parkAt[take+j]] = true
+		}
+		if !pl.room.add(ctx, ws, why) {
+			return ctx.Err()
+		}
+		return nil
 	}
 	// nackAll gives back what the batch holds but for what waits in the
 	// room (parked later, or cancelled there).
@@ -532,16 +539,28 @@ type refusal struct {
 // reject: new recurring series past limits.max_series, and messages whose
 // ID is another source's.
 func (pl *Pipeline) park(ctx context.Context, msgs []*envelope.Message) (refused []refusal, err error) {
-	if len(msgs) == 0 {
-		return nil, nil
-	}
-	if pl.p.Capacity != nil {
-		// Room comes back as messages fire: look again often.
-		if err := pl.retryEvery(ctx, "capacity", 500*time.Millisecond, func() error { return pl.p.Capacity(ctx, len(msgs)) }); err != nil {
-			return nil, err
+	for len(msgs) > 0 {
+		take, done := len(msgs), func() {}
+		if pl.p.Capacity != nil {
+			// Room comes back as messages fire: look again often.
+			if err := pl.retryEvery(ctx, "capacity", 500*time.Millisecond, func() (err error) {
+				if take, done, err = pl.p.Capacity(ctx, len(msgs)); take > 0 {
+					return nil
+				}
+				return err
+			}); err != nil {
+				return refused, err
+			}
 		}
+		r, err := pl.parkChecked(ctx, msgs[:take])
+		done()
+		refused = append(refused, r...)
+		if err != nil {
+			return refused, err
+		}
+		msgs = msgs[take:]
 	}
-	return pl.parkChecked(ctx, msgs)
+	return refused, nil
 }
 
 // parkChecked is park once the capacity let msgs through.

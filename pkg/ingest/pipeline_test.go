@@ -93,7 +93,7 @@ type pipelineEnv struct {
 	open          func(context.Context) (ingest.Source, error) // instead of a source: Open
 	waiting       func(error) bool
 	handBackAfter time.Duration
-	capacity      func(context.Context, int) error
+	capacity      store.Gate
 }
 
 func startPipeline(t *testing.T, drain time.Duration) *pipelineEnv {
@@ -577,11 +577,11 @@ func TestCancelsGoThroughWhileFull(t *testing.T) {
 	var full atomic.Bool
 	full.Store(true)
 	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
-		e.capacity = func(context.Context, int) error {
+		e.capacity = func(_ context.Context, n int) (int, func(), error) {
 			if full.Load() {
-				return fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
+				return 0, nil, fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
 			}
-			return nil
+			return n, func() {}, nil
 		}
 		return e.store
 	})

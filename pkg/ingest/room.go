@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -33,7 +34,16 @@ type waitingRoom struct {
 	wake  chan struct{}
 	max   int
 	err   error // why the room fills (the capacity's answer)
+	log   *slog.Logger
+	// warned is when the last pause was logged (at most one line per
+	// roomWarnEvery: at a limit the room fills and empties as messages
+	// fire), and announced that its end is to be logged.
+	warned    time.Time
+	announced bool
 }
+
+// roomWarnEvery bounds the lines that say the room fills.
+const roomWarnEvery = time.Minute
 
 // waiting is a message in the room and the item it was read as.
 type waiting struct {
@@ -41,8 +51,8 @@ type waiting struct {
 	it item
 }
 
-func newWaitingRoom(max int) *waitingRoom {
-	r := &waitingRoom{wake: make(chan struct{}, 1), max: max}
+func newWaitingRoom(max int, log *slog.Logger) *waitingRoom {
+	r := &waitingRoom{wake: make(chan struct{}, 1), max: max, log: log}
 	r.space = sync.NewCond(&r.mu)
 	return r
 }
@@ -84,8 +94,14 @@ func (r *waitingRoom) add(ctx context.Context, ws []waiting, why error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
+	if len(r.items) == 0 && time.Since(r.warned) >= roomWarnEvery {
+		r.warned, r.announced = time.Now(), true
+		r.log.Warn("the store has no room for this ingest's messages: they wait, unacknowledged, and reading goes on (cancels go through); see delaybridge_ingest_paused", "reason", why)
+	}
 	r.items = append(r.items, ws...)
-	r.err = why
+	if why != nil {
+		r.err = why
+	}
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -128,20 +144,19 @@ func (r *waitingRoom) takeGroup(group string) []waiting {
 	return out
 }
 
-// roomFull reports whether msgs go to the waiting room: it holds messages
-// already, or the store answers that it is full.
-func (pl *Pipeline) roomFull(ctx context.Context, n int) (bool, error) {
+// roomFor says how many of n messages to park may be parked now, the first
+// take, with done to call once they are; the rest go to the waiting room,
+// and why says why (the store is near a limit: ErrFull; nil: the room
+// holds messages already, which the new ones wait behind). take is 0 and
+// why another error when the limits cannot be read.
+func (pl *Pipeline) roomFor(ctx context.Context, n int) (take int, done func(), why error) {
 	if pl.p.Capacity == nil {
-		return false, nil
+		return n, func() {}, nil
 	}
 	if pl.room.len() > 0 {
-		return true, nil
+		return 0, nil, nil
 	}
-	err := pl.p.Capacity(ctx, n)
-	if errors.Is(err, store.ErrFull) {
-		return true, err
-	}
-	return false, err
+	return pl.p.Capacity(ctx, n)
 }
 
 // parkRoom parks what waits in the room, in order, a batch at a time, as
@@ -191,8 +206,9 @@ func (pl *Pipeline) parkRoomBatch(ctx context.Context) bool {
 		r.mu.Unlock()
 		return false
 	}
-	if err := pl.p.Capacity(ctx, n); err != nil {
-		r.err = err
+	n, done, why := pl.p.Capacity(ctx, n)
+	if n == 0 {
+		r.err = why
 		r.mu.Unlock()
 		return false
 	}
@@ -202,9 +218,17 @@ func (pl *Pipeline) parkRoomBatch(ctx context.Context) bool {
 		msgs[i] = w.m
 	}
 	refused, err := pl.parkChecked(ctx, msgs)
+	done()
 	if err == nil {
 		r.items = r.items[n:]
 		r.space.Broadcast()
+		if why != nil {
+			r.err = why
+		}
+		if len(r.items) == 0 && r.announced {
+			r.announced = false
+			r.log.Info("the store has room again: the messages that waited are parked")
+		}
 	}
 	r.mu.Unlock()
 	if err != nil {

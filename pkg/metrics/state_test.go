@@ -19,7 +19,10 @@ func TestStateCollector(t *testing.T) {
 		MaxRedisMemory: 1 << 30,
 		Ingests: []metrics.Component{
 			{Name: "in", Paused: func() error { return errors.New("redis: connection refused") }},
-			{Name: "full", Paused: func() error { return store.NewCapacity(st, 0, 1, nil).For("full")(context.Background(), 1) }},
+			{Name: "full", Paused: func() error {
+				_, _, err := store.NewCapacity(st, 0, 1, nil).For("full")(context.Background(), 1)
+				return err
+			}},
 			{Name: "calm", Paused: func() error { return nil }},
 		},
 		Sinks: []metrics.Component{{Name: "down", Ready: func() error { return errors.New("down") }}, {Name: "up"}},

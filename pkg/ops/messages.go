@@ -136,11 +136,13 @@ func (s *Service) Post(ctx context.Context, req *PostRequest) (*PostedView, erro
 	}
 	m := d.Message
 	if s.p.Capacity != nil {
-		if err := s.p.Capacity(ctx, 1); errors.Is(err, store.ErrFull) {
+		_, done, err := s.p.Capacity(ctx, 1)
+		if errors.Is(err, store.ErrFull) {
 			return nil, &Error{Kind: ErrUnavailable, Reason: strings.TrimPrefix(err.Error(), store.ErrFull.Error()+": "), RetryAfter: fullRetry}
 		} else if err != nil {
 			return nil, fmt.Errorf("park %q: %w", m.ID, err)
 		}
+		defer done()
 	}
 	res, err := s.p.Store.Park(ctx, []*envelope.Message{m})
 	switch {

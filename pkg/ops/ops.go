@@ -143,7 +143,7 @@ type Params struct {
 	// max_redis_memory (store.NewCapacity) that POST /v1/messages meets as
 	// ingest does: while it answers store.ErrFull, Post refuses
 	// (ErrUnavailable, with RetryAfter). nil: no limit.
-	Capacity func(ctx context.Context, n int) error
+	Capacity store.Gate
 
 	// Now is the clock new messages count their delay from and retries
 	// are due at: the daemon's reads Redis's clock. Default time.Now.

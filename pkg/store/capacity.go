@@ -19,8 +19,12 @@ import (
 // and Redis's memory are measured at most every quarter second, and the
 // counts are counted up by what this process lets through in between, so a
 // busy pipeline costs Redis a few reads a second, not one per batch; the
-// counts are measured again at once when they say a limit is near. It is
-// safe for concurrent use: all pipelines of a process share one.
+// counts are measured again at once when they say a limit is near. What
+// it let through and is not parked yet (its Gate's done not called) counts
+// as parked in a measure. So the gate of one process lets through no more
+// than its limits; processes that share the store can pass them together
+// by what they let through at the same time. It is safe for concurrent
+// use: all pipelines of a process share one.
 type Capacity struct {
 	store     *Store
 	maxParked int64
@@ -32,15 +36,27 @@ type Capacity struct {
 	measuredAt time.Time
 	parked     int64            // measured, plus what was let through since
 	sources    map[string]int64 // the same per source with a bound
+	pending    int64            // let through and not parked yet
+	pendingSrc map[string]int64 // the same per source with a bound
 	memErr     error
 }
+
+// Gate is the capacity's gate of one source (Capacity.For), asked before n
+// messages (n >= 1) are parked. It answers how many of them, the first
+// take, may be parked now, and done, to call once they are parked (or
+// will not be). take is n, or fewer when a limit would be passed, and err
+// then says which (ErrFull) for the rest; take is 0 when a limit is
+// reached (ErrFull) or the limits cannot be read (another error), and
+// done is then nil.
+type Gate func(ctx context.Context, n int) (take int, done func(), err error)
 
 // NewCapacity returns the gate of maxParked (limits.max_parked_messages),
 // maxMemory (limits.max_redis_memory) and perSource (ingest[].max_parked by
 // ingest name; 0 or absent: no bound of its own); nil when nothing is
 // bounded.
 func NewCapacity(s *Store, maxParked, maxMemory int64, perSource map[string]int64) *Capacity {
-	c := &Capacity{store: s, maxParked: maxParked, maxMemory: maxMemory, ttl: 250 * time.Millisecond, sources: map[string]int64{}}
+	c := &Capacity{store: s, maxParked: maxParked, maxMemory: maxMemory, ttl: 250 * time.Millisecond,
+		sources: map[string]int64{}, pendingSrc: map[string]int64{}}
 	for src, n := range perSource {
 		if n > 0 {
 			if c.perSource == nil {
@@ -56,22 +72,18 @@ func NewCapacity(s *Store, maxParked, maxMemory int64, perSource map[string]int6
 }
 
 // For returns the gate of one source (an ingest's name; "" the admin
-// API), which its pipeline calls before parking a batch of n messages
-// (ingest.PipelineParams.Capacity): nil lets the batch through; an error
-// says which limit is reached (ErrFull), or that it cannot be read, and the
-// pipeline waits and asks again. A batch is let through while the count is
-// under the limit, so a limit can be passed by at most one batch per
-// instance. A nil Capacity returns nil: no gate.
-func (c *Capacity) For(source string) func(context.Context, int) error {
+// API), which its pipeline calls before parking a batch
+// (ingest.PipelineParams.Capacity): what it does not let through waits,
+// and the pipeline asks again. A nil Capacity returns nil: no gate.
+func (c *Capacity) For(source string) Gate {
 	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context, n int) error { return c.check(ctx, source, n) }
+	return func(ctx context.Context, n int) (int, func(), error) { return c.check(ctx, source, n) }
 }
 
-// check returns nil when n more messages of source may be parked, else why
-// not.
-func (c *Capacity) check(ctx context.Context, source string, n int) error {
+// check is the gate of source.
+func (c *Capacity) check(ctx context.Context, source string, n int) (int, func(), error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	stale := time.Since(c.measuredAt) >= c.ttl
@@ -80,11 +92,11 @@ func (c *Capacity) check(ctx context.Context, source string, n int) error {
 		(srcMax > 0 && (stale || c.sources[source]+int64(n) > srcMax)) {
 		st, err := c.store.Stats(ctx)
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
-		c.parked = st.Parked
+		c.parked = st.Parked + c.pending
 		for src := range c.perSource {
-			c.sources[src] = st.Sources[src].Live
+			c.sources[src] = st.Sources[src].Live + c.pendingSrc[src]
 		}
 	}
 	if c.maxMemory > 0 && stale {
@@ -101,19 +113,48 @@ func (c *Capacity) check(ctx context.Context, source string, n int) error {
 		c.measuredAt = time.Now()
 	}
 	if c.memErr != nil {
-		return c.memErr
+		return 0, nil, c.memErr
 	}
-	if c.maxParked > 0 && c.parked >= c.maxParked {
+	fullParked := func() error {
 		return full(FullMaxParkedMessages, "%d messages parked, limits.max_parked_messages is %d: waiting for firing to make room", c.parked, c.maxParked)
 	}
-	if srcMax > 0 && c.sources[source] >= srcMax {
+	fullSource := func() error {
 		return full(FullMaxParked, "ingest %q has %d messages parked, its max_parked is %d: waiting for them to fire (cancels go through)", source, c.sources[source], srcMax)
 	}
-	c.parked += int64(n)
-	if srcMax > 0 {
-		c.sources[source] += int64(n)
+	// The bound of the source first: at its own bound, an ingest waits for
+	// its own messages to fire, whatever the store's.
+	if srcMax > 0 && c.sources[source] >= srcMax {
+		return 0, nil, fullSource()
 	}
-	return nil
+	if c.maxParked > 0 && c.parked >= c.maxParked {
+		return 0, nil, fullParked()
+	}
+	take, why := int64(n), fullSource
+	if srcMax > 0 && c.sources[source]+take > srcMax {
+		take = srcMax - c.sources[source]
+	}
+	if c.maxParked > 0 && c.parked+take > c.maxParked {
+		take, why = c.maxParked-c.parked, fullParked
+	}
+	c.parked += take
+	c.pending += take
+	if srcMax > 0 {
+		c.sources[source] += take
+		c.pendingSrc[source] += take
+	}
+	var rest error // why the rest of n waits
+	if take < int64(n) {
+		rest = why()
+	}
+	done := sync.OnceFunc(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.pending -= take
+		if srcMax > 0 {
+			c.pendingSrc[source] -= take
+		}
+	})
+	return int(take), done, rest
 }
 
 // ErrFull is the error of Capacity's gate when a limit is reached (as
