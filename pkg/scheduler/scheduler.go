@@ -754,8 +754,13 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt, fence t
 			errs[i] = sinks.Rejected(fmt.Errorf("sink %q is not configured", m.Message.Sink))
 		case s.refused(m.Message) != nil:
 			errs[i] = sinks.Permanent(s.refused(m.Message))
-		case m.Message.Recur != nil && m.Message.Recur.Skip(m.Message.DueAt, c.Now):
-			skipped[i] = true // a missed occurrence under route.missed skip: parks the next one, publishes nothing
+		case m.Message.Recur != nil && !m.Sent && m.Message.Recur.Skip(m.Message.DueAt, c.Now):
+			// A missed occurrence under route.missed skip: parks the next
+			// one, publishes nothing. Not one sent before without a
+			// confirmation: its broker may have it, and it is published
+			// again (the sink deduplicates it) until it is confirmed, the
+			// series going on from it then.
+			skipped[i] = true
 			s.p.Metrics.Skipped.Inc()
 		case s.stalls.suspect(m.Message.Sink, m.Message.Destination):
 			apart = append(apart, i)

@@ -187,7 +187,7 @@ func (f *fakeStore) Claim(_ context.Context, shard, max int, lease time.Duration
 		}
 		f.attempt[id]++
 		f.scores[id] = now.Add(lease)
-		m := store.Claimed{ID: id, Attempt: f.attempt[id], Message: f.msgs[id], Slot: f.slots[id]}
+		m := store.Claimed{ID: id, Attempt: f.attempt[id], Message: f.msgs[id], Slot: f.slots[id], Sent: f.unsure[id]}
 		delete(f.slots, id)
 		if f.corrupt[id] {
 			m.Message, m.Err = nil, envelope.ErrCorrupt
@@ -1111,6 +1111,30 @@ func TestMaxRateSlotsPassedUnusedAreAllottedAgain(t *testing.T) {
 	case id := <-h.store.acked:
 		t.Fatalf("%s published at once too: the slots that passed were used together", id)
 	default:
+	}
+}
+
+// An occurrence of a series sent before without a confirmation (a publish
+// that timed out while its broker stalled) is published again when it is
+// claimed, however late, never skipped as a missed one under route.missed
+// skip: its broker may have the first copy, and the series must not go on
+// past it (publishing the next ones into the same stall) until it is
+// confirmed.
+func TestUnconfirmedOccurrenceIsNotSkipped(t *testing.T) {
+	h := start(t, Params{MaxSleep: time.Hour}, func(h *harness) {
+		now := h.clock.Now()
+		due := now.Add(-5 * time.Second) // four occurrences of the series due since
+		h.store.park("m", due, "s")
+		h.store.msgs["m"].Recur = &envelope.Recurrence{Every: time.Second, Anchor: due, N: 1, Missed: envelope.MissedSkip, Parked: due.Add(-time.Minute)}
+		h.store.unsure["m"] = true
+	})
+	if id := recv(t, h.store.acked, "the occurrence"); id != "m" {
+		t.Fatalf("acked %s", id)
+	}
+	h.sink.mu.Lock()
+	defer h.sink.mu.Unlock()
+	if len(h.sink.published) != 1 || h.sink.published[0].Message.Recur.N != 1 {
+		t.Fatalf("published %d messages, want occurrence 1 again", len(h.sink.published))
 	}
 }
 

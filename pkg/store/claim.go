@@ -27,8 +27,11 @@ var claimAckScript = loadScript("claimack")
 // Claimed is one message taken by a claim.
 type Claimed struct {
 	ID      string
-	Attempt int               // this publish attempt, from 1
-	Slot    time.Time         // the publish slot of its sink's max_rate it waited for (Defer); zero when none
+	Attempt int       // this publish attempt, from 1
+	Slot    time.Time // the publish slot of its sink's max_rate it waited for (Defer); zero when none
+	// Sent says a publish of this version was sent before and never
+	// confirmed (Settlement.Unconfirmed): its broker may have it.
+	Sent    bool
 	Message *envelope.Message // nil when Err is set
 	Err     error             // the stored message could not be decoded
 
@@ -130,7 +133,7 @@ func claimArgs(a Ask) []any {
 }
 
 // claimFields is how many reply items each claimed message has.
-const claimFields = 5
+const claimFields = 6
 
 // lease reads a claim's reply.
 func (s *Store) lease(shard int, res []any) (*Lease, error) {
@@ -148,7 +151,7 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 		was, _ := toString(res[i+3])
 		blob, _ := toString(res[i+4])
 		m, err := s.decode(id, blob)
-		cl := Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Message: m, Err: err}
+		cl := Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Message: m, Err: err, Sent: toInt64(res[i+5]) == 1}
 		if slot := toInt64(res[i+2]); slot > 0 {
 			cl.Slot = time.UnixMilli(slot)
 		}

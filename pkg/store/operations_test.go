@@ -453,6 +453,33 @@ func TestCancelInFlightEndsTheSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone("b")
+	// Nor put back: postponed (a destination that stalls), held (its sink
+	// went down), or deferred to a publish slot.
+	for i, putBack := range []func(c *store.Lease, id string) error{
+		func(c *store.Lease, id string) error {
+			_, err := s.Postpone(ctx, c, []store.RetryAt{{ID: id, At: due.Add(time.Second), Reason: "did not answer"}})
+			return err
+		},
+		func(c *store.Lease, id string) error {
+			_, err := s.Hold(ctx, c, []store.Unavailable{{ID: id, Band: 0, DueAt: due}})
+			return err
+		},
+		func(c *store.Lease, id string) error {
+			_, err := s.Defer(ctx, c, []store.Slot{{ID: id, At: due.Add(time.Second)}})
+			return err
+		},
+	} {
+		id := fmt.Sprint("put-back-", i)
+		park(t, s, store.Parked, series(id))
+		c = claim(id)
+		if err := s.Cancel(ctx, id); !errors.Is(err, store.ErrSeriesEnds) {
+			t.Fatalf("cancel %s in flight: %v", id, err)
+		}
+		if err := putBack(c, id); err != nil {
+			t.Fatal(err)
+		}
+		gone(id)
+	}
 	if st, err := s.Stats(ctx); err != nil || st.Series != 0 {
 		t.Errorf("live series %d (%v), want 0", st.Series, err)
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,8 +91,8 @@ func TestUnconfirmedIsInFlight(t *testing.T) {
 	}
 	park(t, s, store.Parked, msgs...)
 	c, err := s.Claim(ctx, 0, 100, time.Minute, nil)
-	if err != nil || len(c.Messages) != len(msgs) {
-		t.Fatalf("claim: %+v %v", c, err)
+	if err != nil || len(c.Messages) != len(msgs) || slices.ContainsFunc(c.Messages, func(m store.Claimed) bool { return m.Sent }) {
+		t.Fatalf("claim: %+v %v, want every message, none sent before", c, err)
 	}
 	st := store.Settlement{Lease: c,
 		Retry: []store.RetryAt{{ID: "retried", At: later, Reason: "timeout"}, {ID: "plain", At: later, Reason: "refused"}, {ID: "replaced", At: later, Reason: "timeout"}, {ID: "grouped", At: later, Reason: "timeout"},
@@ -129,8 +130,8 @@ func TestUnconfirmedIsInFlight(t *testing.T) {
 		t.Errorf("%d marks, want 4 (retried, held, grouped, again)", n)
 	}
 	c, err = s.Claim(ctx, 0, 100, time.Minute, nil)
-	if err != nil || len(c.Messages) != 1 || c.Messages[0].ID != "again" {
-		t.Fatalf("claim again: %+v %v", c, err)
+	if err != nil || len(c.Messages) != 1 || c.Messages[0].ID != "again" || !c.Messages[0].Sent {
+		t.Fatalf("claim again: %+v %v, want again, sent before", c, err)
 	}
 	if _, errs := s.Settle(ctx, []store.Settlement{{Lease: c, Done: []store.Done{{ID: "again"}}}}); errs[0] != nil {
 		t.Fatal(errs[0])

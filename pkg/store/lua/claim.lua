@@ -10,7 +10,7 @@ ARGV[1]   at most this many messages
 ARGV[2]   lease in ms
 ARGV[3]   ahead window in ms (0: claim only what is due)
 ARGV[4..] pairs: a blocked sink's name, its hold band index
-returns   {now, next, expiry, acked, id1, attempt1, slotted1, ahead1, message1, id2, ...}
+returns   {now, next, expiry, acked, id1, attempt1, slotted1, ahead1, message1, sent1, id2, ...}
           now: Redis server time (Unix µs), the clock every instance shares
           (a message is due when its score is at most now in ms);
           next: when a claim may find something new (Unix ms): the lowest
@@ -27,7 +27,9 @@ returns   {now, next, expiry, acked, id1, attempt1, slotted1, ahead1, message1, 
           slotted: the publish slot (Unix ms) the message had been given
           by its sink's max_rate (defer), 0 when none;
           ahead: "" for a message claimed due (in flight), else its score
-          before the claim (it was claimed ahead: see commit.lua).
+          before the claim (it was claimed ahead: see commit.lua);
+          sent: 1 when a publish of this version was sent and never
+          confirmed (lib/unconfirmed.lua), 0 otherwise.
 
 A message is due when its score is <= now: a parked message whose due time
 has come, or a message whose lease expired (its claimer died, or stopped

@@ -1,7 +1,7 @@
 --[[ fire: claiming due messages and acking delivered ones, the per-message
 path of the scheduler (claim, claimack and ack).
 --! keys: pool meta next lease unconfirmed
---! include: time blob bulk meta due group life series tally
+--! include: time blob bulk meta due group life series tally unconfirmed
 ]]
 
 -- acklease removes the delivered messages of a lease (the ack script):
@@ -108,6 +108,7 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
     anyblocked = true
   end
   local anymeta = redis.call('EXISTS', K.meta) == 1
+  local anyunconfirmed = redis.call('EXISTS', K.unconfirmed) == 1
   local out = {nowus, -1, lease, acked}
   local top = maxprio()
   -- metas is the meta value of each of ids (HMGET, one call for a round),
@@ -161,6 +162,7 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       out[#out + 1] = wasslotted
       out[#out + 1] = was
       out[#out + 1] = blob
+      out[#out + 1] = (anyunconfirmed and unconfirmed(id, blob)) and 1 or 0
       left = left - 1
     end
   end

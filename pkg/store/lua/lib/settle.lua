@@ -89,14 +89,25 @@ end
 -- putbacklease puts messages of the lease back at the scores given, their
 -- attempt not counted: args[from .. to] are pairs (ID, score). A hold
 -- parks one in its sink's hold band, a defer at its publish slot, a
--- postpone at a later due time. It returns how many.
+-- postpone at a later due time; an occurrence whose series was cancelled
+-- in flight (endseries) is not put back: its series ends. It returns how
+-- many.
 local function putbacklease(expiry, args, from, to, top)
   local n = 0
   local mine = fmtscore(expiry, LEASE_MARK)
+  local anynext = redis.call('EXISTS', K.next) == 1
   for i = from, to, 2 do
-    local ok, p = claimedby(args[i], expiry, top)
+    local id = args[i]
+    local ok, p = claimedby(id, expiry, top)
     if ok then
-      move(p, args[i], mine, args[i + 1])
+      local ends, after = ending(anynext and redis.call('HGET', K.next, id))
+      if ends then
+        drop(p, id, mine)
+        forget(id, redis.call('HGET', K.pool, id), true)
+        if after ~= '' then promote(id, after) end
+      else
+        move(p, id, mine, args[i + 1])
+      end
       n = n + 1
     end
   end
