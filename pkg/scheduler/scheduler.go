@@ -127,6 +127,9 @@ type Scheduler struct {
 	pace     *pace
 	failures *failures
 	detached sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
+	// apart maps the ID of each message published apart to a channel
+	// closed once that publish is settled and written (Settled waits on it).
+	apart sync.Map
 
 	mu       sync.Mutex
 	storeErr error                    // last claim failure, for readiness
@@ -180,22 +183,28 @@ func (st *shardState) settled() {
 // waking the shard so that acks waiting to ride with its next claim or
 // commit (ackRide, commitRide) go at once: a message this instance
 // delivered is then gone from Redis, not shown in flight, and one it
-// failed to publish is back in its state. Not waited for: a publish another instance has under
-// way, and one this instance sent apart to a stalled destination or left
-// running past its grace (they settle on their own). Safe for concurrent
-// use.
+// failed to publish is back in its state; and, when this instance
+// publishes id apart (to a stalled destination, or past its grace), for
+// that publish to be settled. Not waited for: a publish another instance
+// has under way. Safe for concurrent use.
 func (s *Scheduler) Settled(ctx context.Context, id string) {
 	st := &s.shards[s.p.Store.ShardOf(id)]
 	st.settleMu.Lock()
 	ch := st.settling
 	st.settleMu.Unlock()
-	if ch == nil {
-		return
+	if ch != nil {
+		st.poke()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
 	}
-	st.poke()
-	select {
-	case <-ch:
-	case <-ctx.Done():
+	if apart, ok := s.apart.Load(id); ok {
+		select {
+		case <-apart.(chan struct{}):
+		case <-ctx.Done():
+		}
 	}
 }
 
@@ -810,7 +819,8 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt, fence t
 			if p.state.CompareAndSwap(publishRunning, publishDetached) {
 				detached = append(detached, p.idx...)
 				s.detached.Add(1)
-				go func() { <-p.done; s.detached.Done() }()
+				forget := s.publishedApart(c, p.idx, p.done)
+				go func() { <-p.done; forget(); s.detached.Done() }()
 			} else {
 				<-p.done
 			}
@@ -849,8 +859,12 @@ func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt, fence
 	}
 	trace := *tr
 	s.detached.Add(1)
+	done := make(chan struct{})
+	forget := s.publishedApart(c, idx, done)
 	go func() {
 		defer s.detached.Done()
+		defer forget()
+		defer close(done)
 		errs := make([]error, len(c.Messages))
 		var wg sync.WaitGroup
 		for name, idx := range bySink {
@@ -863,6 +877,20 @@ func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt, fence
 		wg.Wait()
 		s.settleApart(ctx, c, claimedAt, toRedis, idx, errs, make([]bool, len(c.Messages)))
 	}()
+}
+
+// publishedApart records that the messages idx of a lease are published
+// apart, settled and written when done is closed, for Settled; the func it
+// returns forgets them (once done is closed).
+func (s *Scheduler) publishedApart(c *store.Lease, idx []int, done chan struct{}) func() {
+	for _, i := range idx {
+		s.apart.Store(c.Messages[i].ID, done)
+	}
+	return func() {
+		for _, i := range idx {
+			s.apart.CompareAndDelete(c.Messages[i].ID, done)
+		}
+	}
 }
 
 // settleApart settles the messages idx of a lease published apart from

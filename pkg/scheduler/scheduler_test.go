@@ -1138,6 +1138,37 @@ func TestUnconfirmedOccurrenceIsNotSkipped(t *testing.T) {
 	}
 }
 
+// Settled waits for a publish this instance runs apart (past its grace):
+// a cancel of that message answers once it is settled (here: delivered, so
+// unknown), not at once while it is still in flight.
+func TestSettledWaitsForAPublishApart(t *testing.T) {
+	release, publishing := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h := start(t, Params{MaxSleep: time.Hour}, func(h *harness) {
+		h.sink.fail = func(o sinks.Outgoing) error {
+			once.Do(func() { close(publishing) })
+			<-release
+			return nil
+		}
+		h.store.park("m", h.clock.Now(), "s")
+	})
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the harness stops, on a failure
+	<-publishing
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := h.sched.apart.Load("m"); return ok }, "the publish left to run apart")
+	// While it runs, Settled waits until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	h.sched.Settled(ctx, "m")
+	if ctx.Err() == nil {
+		t.Fatal("Settled returned while the publish apart was under way")
+	}
+	unblock()
+	recv(t, h.store.acked, "the ack of the publish apart")
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := h.sched.apart.Load("m"); return !ok }, "the publish apart forgotten once settled")
+}
+
 // TestStallingDestination: a destination that does not answer while its
 // sink confirms other messages (docs/reference.md: one destination that never
 // answers") does not block the sink: its message is postponed without
