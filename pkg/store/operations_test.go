@@ -842,6 +842,14 @@ func TestSlots(t *testing.T) {
 	if n, err := s.Defer(ctx, c, []store.Slot{{ID: "late", At: slot}}); err != nil || n != 1 {
 		t.Fatalf("defer: %d %v", n, err)
 	}
+	// Waiting for its slot, it is due (and overdue) in the stats, since
+	// its due time: not scheduled at its slot. (Layout 1 keeps it among the
+	// others at its slot, counted once the slot has come.)
+	if st, err := s.Stats(ctx); err != nil {
+		t.Fatal(err)
+	} else if store.LayoutOfTests() >= 2 && (st.Due != 1 || st.DueIn.Overdue != 1 || !st.OldestDue.Equal(c.Messages[0].Message.DueAt)) {
+		t.Errorf("stats of a message waiting for its slot: due %d, overdue %d, oldest %v; want 1, 1, %v", st.Due, st.DueIn.Overdue, st.OldestDue, c.Messages[0].Message.DueAt)
+	}
 	var got store.Claimed
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		c, err := s.Claim(ctx, 0, 10, time.Minute, nil)

@@ -1,7 +1,7 @@
 --[[ stats: counts one shard at Redis's time, read here: the whole count
 is one round trip, which matters when it waits behind a drain's scripts.
---! keys: dead series tally
---! include: time due
+--! keys: dead series tally pool
+--! include: time due blob
 
 ARGV[1..4] upper bounds of the buckets after overdue (1m, 5m, 1h, 24h), in ms
            after now
@@ -21,21 +21,31 @@ for _, sp in ipairs(spans(tonumber(ARGV[5]))) do
   local n = redis.call('ZCOUNT', key, low, '(' .. top)
   out[1] = out[1] + n
   if sp.held then out[5] = out[5] + n end
-  local due = redis.call('ZCOUNT', key, low, base + now)
-  out[2] = out[2] + due
-  out[6] = out[6] + due
-  if due > 0 then
-    local first = redis.call('ZRANGEBYSCORE', key, low, base + now, 'WITHSCORES', 'LIMIT', 0, 1)
-    local score = tonumber(first[2]) - base
-    if out[4] == -1 or score < out[4] then out[4] = score end
+  if sp.slot then
+    -- Waiting for a max_rate slot: due already, and overdue. The first
+    -- slot's message is the oldest due, as slots are given in due order.
+    out[2] = out[2] + n
+    out[6] = out[6] + n
+    local first = redis.call('ZRANGE', key, 0, 0)[1]
+    local due = first and blobinfo(redis.call('HGET', K.pool, first)).due
+    if due and (out[4] == -1 or due < out[4]) then out[4] = due end
+  else
+    local due = redis.call('ZCOUNT', key, low, base + now)
+    out[2] = out[2] + due
+    out[6] = out[6] + due
+    if due > 0 then
+      local first = redis.call('ZRANGEBYSCORE', key, low, base + now, 'WITHSCORES', 'LIMIT', 0, 1)
+      local score = tonumber(first[2]) - base
+      if out[4] == -1 or score < out[4] then out[4] = score end
+    end
+    local lo = base + now
+    for i = 1, 4 do
+      local hi = base + now + tonumber(ARGV[i])
+      out[6 + i] = out[6 + i] + redis.call('ZCOUNT', key, '(' .. lo, hi)
+      lo = hi
+    end
+    out[11] = out[11] + redis.call('ZCOUNT', key, '(' .. lo, '(' .. top)
   end
-  local lo = base + now
-  for i = 1, 4 do
-    local hi = base + now + tonumber(ARGV[i])
-    out[6 + i] = out[6 + i] + redis.call('ZCOUNT', key, '(' .. lo, hi)
-    lo = hi
-  end
-  out[11] = out[11] + redis.call('ZCOUNT', key, '(' .. lo, '(' .. top)
 end
 for _, v in ipairs(redis.call('HGETALL', K.tally)) do out[#out + 1] = v end
 return out

@@ -149,7 +149,9 @@ end
 -- sorted set key whose entries, from off (inclusive) to off + top
 -- (exclusive), have positions score - off (a score on the wire less its
 -- hold band); held says they are held. They are the not-held run of each
--- priority and the held run of each of the first bands hold bands.
+-- priority and the held run of each of the first bands hold bands. None is
+-- a slot run (lib/due2.lua): here a message waiting for a max_rate slot is
+-- among the others at its slot, and counts as due once the slot has come.
 local function spans(bands)
   local out = {}
   for p = 0, maxprio() do

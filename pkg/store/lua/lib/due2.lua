@@ -307,15 +307,16 @@ end
 -- spans lists the runs of entries a listing or a count walks: each is a
 -- sorted set key whose entries, from off (inclusive) to off + top
 -- (exclusive), have positions score - off (a score on the wire less its
--- hold band); held says they are held. They are the sets of each state
--- and priority, held in the first bands hold bands included.
+-- hold band); held says they are held, slot that they wait for a max_rate
+-- slot (due already: their positions are their slots). They are the sets
+-- of each state and priority, held in the first bands hold bands included.
 local function spans(bands)
   local out = {}
   for p = 0, maxprio() do
     for _, st in ipairs(PLAIN) do
       local key = K[st][p]
       if redis.call('EXISTS', key) == 1 then
-        out[#out + 1] = {key = key, off = -MARKS[st], top = HOLDBAND, held = false}
+        out[#out + 1] = {key = key, off = -MARKS[st], top = HOLDBAND, held = false, slot = st == 'slot'}
       end
     end
   end
