@@ -175,3 +175,22 @@ func writeFile(t *testing.T, path string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// A connection whose server went away says so, with the servers it tries
+// and what to check, not only nats.go's state.
+func TestReadyWhileReconnecting(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc, err := Connect(ns.URL, "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := Ready(nc); err != nil {
+		t.Fatalf("connected: %v", err)
+	}
+	ns.Shutdown()
+	testenv.Eventually(t, 10*time.Second, func() bool { return Ready(nc) != nil }, "the lost connection seen")
+	if err := Ready(nc); !strings.Contains(err.Error(), "reconnecting to "+ns.URL) || !strings.Contains(err.Error(), "is the server running") {
+		t.Errorf("Ready while reconnecting: %v", err)
+	}
+}

@@ -57,16 +57,22 @@ func Flush(ctx context.Context, nc *nats.Conn) error {
 	return nc.FlushWithContext(ctx)
 }
 
-// Ready returns nil when nc is connected, else its state and last error
-// (an authorization violation, for example).
+// Ready returns nil when nc is connected, else its state, the servers it
+// tries while it reconnects, and its last error (an authorization
+// violation, for example).
 func Ready(nc *nats.Conn) error {
-	if s := nc.Status(); s != nats.CONNECTED {
-		if err := nc.LastError(); err != nil {
-			return fmt.Errorf("nats connection is %s: %w", s, err)
-		}
-		return fmt.Errorf("nats connection is %s", s)
+	s := nc.Status()
+	if s == nats.CONNECTED {
+		return nil
 	}
-	return nil
+	what := fmt.Sprintf("nats connection is %s", s)
+	if s == nats.RECONNECTING {
+		what = fmt.Sprintf("nats connection lost, reconnecting to %s (is the server running and reachable?)", redact(strings.Join(nc.Servers(), ",")))
+	}
+	if err := nc.LastError(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return errors.New(what)
 }
 
 // AuthOptions turns the configured authentication and TLS into nats.go
