@@ -390,8 +390,12 @@ func TestImportBadLines(t *testing.T) {
 		{strings.Replace(fmt.Sprintf(valid, "twice", "b2s="), `"v":1,`, `"v":1,"id":"once",`, 1), "twice", `"id" is given twice`},
 		{strings.Replace(fmt.Sprintf(valid, "upper", "b2s="), `"id":`, `"ID":`, 1), "upper", `did you mean "id"`},
 		{fmt.Sprintf(valid, `lone\ud800`, "b2s="), "", "lone UTF-16 surrogate"},
+		{strings.Replace(fmt.Sprintf(valid, "past-count", "b2s="), `"v":1,`, `"v":1,"recurrence":{"every":"1m","anchor":"2030-01-01T00:00:00.000Z","count":4,"n":7,"missed":"once"},`, 1),
+			"past-count", `"recurrence.n" 7 is past "recurrence.count" 4`},
+		{strings.Replace(fmt.Sprintf(valid, "n-zero", "b2s="), `"v":1,`, `"v":1,"recurrence":{"every":"1m","anchor":"2030-01-01T00:00:00.000Z","count":4,"n":0,"missed":"once"},`, 1),
+			"n-zero", `"recurrence.n" 0 is not at least 1`},
 	}
-	// good-1, bad..., good-2, "", good-3: line numbers 1, 2..11, 12, 13, 14.
+	// good-1, bad..., good-2, "", good-3: line 1, then one line per bad record, then the three.
 	file := []string{lines[1]}
 	for _, b := range bad {
 		file = append(file, b.line)

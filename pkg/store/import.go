@@ -592,8 +592,13 @@ func (rr *RecordRecurrence) parse() (*envelope.Recurrence, error) {
 			return nil, err
 		}
 	}
-	if rr.Count < 0 || rr.N < 1 {
-		return nil, fmt.Errorf(`"recurrence": count %d is negative or n %d is not at least 1`, rr.Count, rr.N)
+	switch {
+	case rr.Count < 0:
+		return nil, fmt.Errorf(`"recurrence.count" %d is negative (0: no limit)`, rr.Count)
+	case rr.N < 1:
+		return nil, fmt.Errorf(`"recurrence.n" %d is not at least 1`, rr.N)
+	case rr.Count > 0 && rr.N > rr.Count:
+		return nil, fmt.Errorf(`"recurrence.n" %d is past "recurrence.count" %d: the series has no such occurrence`, rr.N, rr.Count)
 	}
 	if rr.Missed == "" {
 		return nil, errors.New(`"recurrence.missed" is missing`)
