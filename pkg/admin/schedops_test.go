@@ -302,6 +302,31 @@ func TestList(t *testing.T) {
 	}
 }
 
+// A PATCH does not move an occurrence of a series past the series' until
+// (it would be an occurrence after it): 400 naming the field and the end;
+// to it, it moves.
+func TestRescheduleNotPastUntil(t *testing.T) {
+	e := newEnv(t)
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	until := due.Add(2 * time.Hour)
+	m := testMsg("series", due)
+	m.Recur = &envelope.Recurrence{Every: time.Hour, Anchor: due, N: 1, Until: until}
+	e.parkAt(m)
+	r := e.do("PATCH", "/v1/messages/series", fmt.Sprintf(`{"deliver_at":%q}`, until.Add(time.Minute).Format(time.RFC3339Nano)))
+	e.expect(r, http.StatusBadRequest)
+	if body := string(r.body); !strings.Contains(body, "deliver_at") || !strings.Contains(body, envelope.FormatTime(until)+" (until)") {
+		t.Fatalf("moved past until: %s", body)
+	}
+	if !e.dueAt("series").Equal(due) {
+		t.Fatalf("due %v after a refused move, want %v", e.dueAt("series"), due)
+	}
+	r = e.do("PATCH", "/v1/messages/series", fmt.Sprintf(`{"deliver_at":%q}`, until.Format(time.RFC3339Nano)))
+	e.expect(r, http.StatusOK)
+	if !e.dueAt("series").Equal(until) {
+		t.Fatalf("due %v after a move to until, want %v", e.dueAt("series"), until)
+	}
+}
+
 // GET /v1/messages/{id} shows a recurring message's schedule, next time and
 // occurrence, its group and whether it is held.
 func TestInspectRecurrenceGroupHeld(t *testing.T) {

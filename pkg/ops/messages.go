@@ -290,6 +290,19 @@ func (s *Service) Reschedule(ctx context.Context, id string, req RescheduleReque
 	if verr != nil {
 		return nil, verr
 	}
+	if !due.IsZero() {
+		// An occurrence of a series is not moved past the series' end.
+		if info, err := s.p.Store.Inspect(ctx, id); err == nil && info.Message != nil && info.Message.Recur != nil {
+			if until := info.Message.Recur.Until; !until.IsZero() && due.After(until) {
+				field := "delay"
+				if hasAt {
+					field = "deliver_at"
+				}
+				return nil, invalid(field, "message %s is an occurrence of a series that has no occurrence after %s (until): "+
+					"move it to that time or before, or cancel it", quote(id), envelope.FormatTime(until))
+			}
+		}
+	}
 	set, err := s.p.Store.Reschedule(ctx, id, due, ifDueAt)
 	if errors.Is(err, store.ErrDueAtMismatch) {
 		e := conflict("the message's due time is %s, not if_due_at %s: it was changed meanwhile; read it again",
