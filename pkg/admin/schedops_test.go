@@ -351,6 +351,18 @@ func TestInspectRecurrenceGroupHeld(t *testing.T) {
 	if f := mustTime(t, rec.FollowingAt); !f.Equal(time.Date(2030, 1, 2, 8, 0, 0, 0, time.UTC)) {
 		t.Fatalf("following_at %v, want 09:00 in Berlin the next day", f)
 	}
+	// Nor has an occurrence whose series a cancel ended while it was in
+	// flight, nor a dead one.
+	ended := testMsg("ended", time.Now().Add(-time.Second))
+	ended.Recur = &envelope.Recurrence{Every: time.Hour, Anchor: ended.DueAt, N: 1}
+	e.parkAt(ended)
+	if _, err := e.store.Claim(context.Background(), e.store.ShardOf("ended"), 10, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.expect(e.do("DELETE", "/v1/messages/ended", ""), http.StatusConflict)
+	if r := e.do("GET", "/v1/messages/ended", ""); strings.Contains(string(r.body), "following_at") {
+		t.Fatalf("occurrence whose series ended: %s", r.body)
+	}
 	// The last occurrence has no following one.
 	last := testMsg("last", due)
 	last.Recur = &envelope.Recurrence{Every: time.Hour, Anchor: due.Add(-time.Hour), N: 2, Count: 2}

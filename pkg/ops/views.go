@@ -87,7 +87,9 @@ func NewMessageView(info *store.Info, withContent bool) MessageView {
 	v.Ingest, v.IngestedAt, v.Priority = m.Ingest, formatTime(m.IngestedAt), m.Priority
 	v.Group, v.Held = m.Group, info.Held
 	if m.Recur != nil {
-		v.Recurrence = NewRecurrenceView(m.Recur, m.DueAt)
+		// A dead occurrence, or one whose series a cancel ended, has no
+		// following one.
+		v.Recurrence = NewRecurrenceView(m.Recur, m.DueAt, info.State == store.StateDead || info.SeriesEnds)
 	}
 	if info.State == store.StateInflight || ((info.State == store.StateScheduled || info.State == store.StateHeld) && !info.NextAt.Equal(m.DueAt)) {
 		v.NextAttemptAt = formatTime(info.NextAt)
@@ -129,8 +131,9 @@ type RecurrenceView struct {
 	Missed      string `json:"missed" enum:"once,all,skip"` // route.missed
 }
 
-// NewRecurrenceView describes r, whose parked occurrence is due at due.
-func NewRecurrenceView(r *envelope.Recurrence, due time.Time) *RecurrenceView {
+// NewRecurrenceView describes r, whose parked occurrence is due at due;
+// last says it is the series' last, whatever the schedule says.
+func NewRecurrenceView(r *envelope.Recurrence, due time.Time, last bool) *RecurrenceView {
 	v := &RecurrenceView{Schedule: r.String(), Cron: r.Cron, TimeZone: r.TimeZone, Count: r.Count, Occurrence: r.N,
 		NextAt: envelope.FormatTime(due), Missed: r.Missed.String()}
 	if r.Every > 0 {
@@ -139,7 +142,7 @@ func NewRecurrenceView(r *envelope.Recurrence, due time.Time) *RecurrenceView {
 	if !r.Until.IsZero() {
 		v.Until = envelope.FormatTime(r.Until)
 	}
-	if next, _, ok := r.Next(due, due); ok {
+	if next, _, ok := r.Next(due, due); ok && !last {
 		v.FollowingAt = envelope.FormatTime(next)
 	}
 	return v

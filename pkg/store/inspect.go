@@ -30,6 +30,9 @@ type Info struct {
 	Reason      string            // dead: why; scheduled after a failure: the last error
 	Shard       int
 	EncodedSize int
+	// SeriesEnds says a cancel met this occurrence of a series in flight:
+	// the series ends with it, and no next one is parked.
+	SeriesEnds bool
 	// Clear is, when Err is set, the part of the message kept in clear
 	// (envelope.DecodeClear: due time and route) if it could be read:
 	// what is shown of a message sealed with a key not configured.
@@ -47,7 +50,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store.inspect shard %d: %w", shard, err)
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return nil, fmt.Errorf("store.inspect shard %d: unexpected reply of %d items", shard, len(res))
 	}
 	blob, ok := toString(res[4])
@@ -55,7 +58,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 		return nil, ErrNotFound
 	}
 	now := toInt64(res[0])
-	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob)}
+	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob), SeriesEnds: toInt64(res[5]) == 1}
 	s.decodeInto(info, blob)
 	var deadAt int64
 	if m, ok := toString(res[3]); ok {

@@ -416,6 +416,9 @@ func TestCancelInFlightEndsTheSeries(t *testing.T) {
 	if err := s.Cancel(ctx, "a"); !errors.Is(err, store.ErrInFlight) || !errors.Is(err, store.ErrSeriesEnds) {
 		t.Fatalf("cancel in flight: %v, want ErrInFlight and ErrSeriesEnds", err)
 	}
+	if info := inspect(t, s, "a"); !info.SeriesEnds {
+		t.Error("Inspect of the occurrence whose series the cancel ended: SeriesEnds not set")
+	}
 	next := *series("a")
 	next.DueAt, next.Recur = due.Add(time.Minute), &envelope.Recurrence{Every: time.Minute, Anchor: due, N: 2}
 	if _, err := s.Ack(ctx, c, []store.Done{{ID: "a", Next: &next}}); err != nil {
