@@ -1,5 +1,7 @@
 package rabbitbroker
 
+import amqp "github.com/rabbitmq/amqp091-go"
+
 // For the tests of package rabbitbroker_test.
 var (
 	SameField          = sameField
@@ -8,3 +10,9 @@ var (
 	KeepSent           = keepSent
 	Silent             = silent
 )
+
+// Block tells s what the broker's connection.blocked (active) or
+// connection.unblocked says.
+func (s *Sink) Block(active bool, reason string) {
+	s.setBlocked(amqp.Blocking{Active: active, Reason: reason})
+}

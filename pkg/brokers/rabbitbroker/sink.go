@@ -401,6 +401,16 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	if err := sinks.Expired(ctx); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, err))
 	}
+	s.mu.Lock()
+	blocked := s.blocked
+	s.mu.Unlock()
+	if blocked != nil {
+		// The broker reads nothing more from this connection: what is sent
+		// now waits in it, its confirms with it, and comes back as copies
+		// once the publishes time out and are tried again. Not sent: held
+		// until the broker unblocks (Ready).
+		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, blocked))
+	}
 	if len(apart) < len(msgs) {
 		p := s.pick()
 		if p == nil {

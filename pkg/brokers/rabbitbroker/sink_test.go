@@ -204,6 +204,35 @@ func TestSinkMissingExchange(t *testing.T) {
 	}
 }
 
+// A connection the broker blocked (a resource alarm: it reads nothing more
+// from it) is not sent to: a publish is refused at once as not sent, and
+// the sink is not ready, until the broker unblocks it. (The broker's
+// notification is given by hand here: a real alarm would block every
+// test on the shared node.)
+func TestSinkBlockedSendsNothing(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	q := a.queue(unique(t))
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL})
+	s.Block(true, "memory")
+	for i, err := range publish(t, s, batch("b", q, 5)) {
+		if err == nil || !strings.Contains(err.Error(), "not sent") || !strings.Contains(err.Error(), "memory") || sinks.IsSent(err) {
+			t.Fatalf("message %d while blocked: %v, want not sent, saying why", i, err)
+		}
+	}
+	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), "blocks publishing") {
+		t.Errorf("Ready while blocked: %v", err)
+	}
+	if n := a.ready(q); n != 0 {
+		t.Fatalf("%d messages reached the queue while the connection was blocked", n)
+	}
+	s.Block(false, "")
+	noErrors(t, publish(t, s, batch("u", q, 5)))
+	if s.Ready() != nil {
+		t.Errorf("Ready once unblocked: %v", s.Ready())
+	}
+}
+
 func TestSinkPermanentErrors(t *testing.T) {
 	node := testenv.RabbitMQ(t)
 	a := newAdmin(t, node.URL)
