@@ -293,7 +293,7 @@ while it is cancelled is either cancelled or kept whole.`,
 				}
 				fmt.Fprintf(a.stdout, "cancelled %d messages of group %s\n", v.Cancelled, show(key))
 				if v.InFlight > 0 {
-					fmt.Fprintf(a.stdout, "%d more being published now were not cancelled (each may be delivered)\n", v.InFlight)
+					fmt.Fprintf(a.stdout, "%d more being published now may each be delivered; a series among them ends with that occurrence; another whose publish fails stays parked: cancel the group again\n", v.InFlight)
 				}
 				return nil
 			})
