@@ -149,6 +149,10 @@ type shardState struct {
 	// pub runs the shard's publishes (set by its loop, which alone calls
 	// fire).
 	pub *publisher
+	// since is Redis's time at the loop's first claim (read and written
+	// by the loop alone): a max_rate slot that passed before it passed
+	// with no claimer here (staleSlot).
+	since time.Time
 	// settling is open while a publish of the shard is under way or the
 	// acks of one wait to ride with the shard's next claim or commit, and
 	// closed once they are written (Settled waits on it); nil while
@@ -552,6 +556,9 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 			if failing.Failing() {
 				s.setStoreErr(nil)
 				failing.Reset()
+			}
+			if st.since.IsZero() {
+				st.since = c.Now
 			}
 			fence := s.fence(c, sent)
 			offset = store.Offset(sent, c.Now, claimedAt)
@@ -1096,22 +1103,32 @@ func (s *Scheduler) done(m *envelope.Message, now time.Time, skipped bool) store
 	return d
 }
 
-// slotGrace is how long after its publish slot a message that waited for
-// it may still use it. One claimed later (every instance was down or
-// stopped meanwhile) takes a new slot, as a message that never had one:
-// slots that passed unused must not all be used at once, flooding the
-// sink that max_rate protects.
+// staleSlot reports whether a message's max_rate slot passed unused while
+// no instance claimed: more than slotGrace before this shard's loop began
+// to claim (since). Such a message takes a new slot, as one that never had
+// one, so that the slots that passed during a stop of every instance are
+// not all used at once, flooding the sink max_rate protects. A slot that
+// passed while the loop ran (a claim late behind a backlog) is used: a new
+// one there would put the message behind newer ones, again at each late
+// claim, and a claimer that stays late would publish nothing.
+func staleSlot(slot, since time.Time) bool {
+	return !since.IsZero() && slot.Before(since.Add(-slotGrace))
+}
+
+// slotGrace is how long before an instance's first claim a slot may have
+// passed and still be used: what a restart's flood may hold, at most a
+// second's worth of the rate.
 const slotGrace = time.Second
 
 // throttle splits the messages idx of a lease for a sink with max_rate into
 // those whose publish slot has come (returned to publish now) and those
 // that wait for theirs (deferred). A message that waited for its slot
-// already is published without a new one, unless the slot passed more than
-// slotGrace ago. When Redis cannot allot slots, everything waits a second.
+// already is published without a new one, unless the slot is stale
+// (staleSlot). When Redis cannot allot slots, everything waits a second.
 func (s *Scheduler) throttle(ctx context.Context, sink string, rate float64, c *store.Lease, idx []int) (now []int, deferred []store.Slot) {
 	var need []int
 	for _, i := range idx {
-		if slot := c.Messages[i].Slot; !slot.IsZero() && c.Now.Sub(slot) <= slotGrace {
+		if slot := c.Messages[i].Slot; !slot.IsZero() && !staleSlot(slot, s.shards[c.Shard].since) {
 			now = append(now, i)
 		} else {
 			need = append(need, i)

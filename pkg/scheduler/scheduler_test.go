@@ -1084,11 +1084,16 @@ func TestMaxRateDefers(t *testing.T) {
 // meanwhile take new ones, and go at the rate, not all at once.
 func TestMaxRateSlotsPassedUnusedAreAllottedAgain(t *testing.T) {
 	h := start(t, Params{MaxSleep: time.Hour, MaxRates: map[string]float64{"s": 10}}, func(h *harness) {
+		// Five messages that waited for slots 100 ms apart, the last 9 s
+		// before this instance began: no instance ran since.
 		for i := range 5 {
-			h.store.park(fmt.Sprintf("t%d", i), h.clock.Now(), "s")
+			id := fmt.Sprintf("t%d", i)
+			slot := h.clock.Now().Add(-10*time.Second + time.Duration(i)*100*time.Millisecond)
+			h.store.park(id, slot.Add(-time.Minute), "s")
+			h.store.scores[id], h.store.slots[id] = slot, slot
 		}
 	})
-	recv(t, h.store.acked, "the first slot's message")
+	recv(t, h.store.acked, "one message at once")
 	waiting := func() (n int) {
 		h.store.mu.Lock()
 		defer h.store.mu.Unlock()
@@ -1099,18 +1104,34 @@ func TestMaxRateSlotsPassedUnusedAreAllottedAgain(t *testing.T) {
 		}
 		return n
 	}
-	if n := waiting(); n != 4 {
-		t.Fatalf("%d messages wait for a slot, want 4", n)
-	}
-	// The next claim comes 10 s late (as after every instance was down):
-	// every slot passed unused.
-	h.clock.Advance(10 * time.Second)
-	recv(t, h.store.acked, "one message at once")
-	testenv.Eventually(t, 5*time.Second, func() bool { return waiting() == 3 }, "three messages waiting for new slots")
+	testenv.Eventually(t, 5*time.Second, func() bool { return waiting() == 4 }, "four messages waiting for new slots")
 	select {
 	case id := <-h.store.acked:
 		t.Fatalf("%s published at once too: the slots that passed were used together", id)
 	default:
+	}
+}
+
+// A slot is stale, and allotted again, only when it passed well before the
+// claimer began: one that passed while it ran (a claim late behind a
+// backlog, however late) is used, or a claimer that stays late would put
+// every message behind newer ones at each claim and publish nothing.
+func TestStaleSlot(t *testing.T) {
+	since := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		slot  time.Time
+		since time.Time
+		want  bool
+	}{
+		{since.Add(-10 * time.Second), since, true},             // passed while no instance ran
+		{since.Add(-slotGrace - time.Millisecond), since, true}, // just past the grace
+		{since.Add(-slotGrace / 2), since, false},               // within the grace: a second's worth at most
+		{since.Add(time.Second), since, false},                  // passed while it ran, claimed late
+		{since.Add(-time.Hour), time.Time{}, false},             // before the first claim: nothing known
+	} {
+		if got := staleSlot(c.slot, c.since); got != c.want {
+			t.Errorf("staleSlot(%v before the first claim) = %v, want %v", c.since.Sub(c.slot), got, c.want)
+		}
 	}
 }
 
