@@ -94,7 +94,7 @@ func (r *waitingRoom) add(ctx context.Context, ws []waiting, why error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	if len(r.items) == 0 && time.Since(r.warned) >= roomWarnEvery {
+	if len(r.items) == 0 && why != nil && time.Since(r.warned) >= roomWarnEvery {
 		r.warned, r.announced = time.Now(), true
 		r.log.Warn("the store has no room for this ingest's messages: they wait, unacknowledged, and reading goes on (cancels go through); see delaybridge_ingest_paused", "reason", why)
 	}

@@ -303,9 +303,13 @@ func (s *Store) readEntries(ctx context.Context, entries []browseEntry) ([]*Info
 	pipe := s.rdb.Pipeline()
 	blobs := make([]*redis.StringCmd, len(entries))
 	metas := make([]*redis.StringCmd, len(entries))
+	nexts := make([]*redis.StringCmd, len(entries)) // of those in flight: a cancel's mark (Info.SeriesEnds)
 	for i, e := range entries {
 		blobs[i] = pipe.HGet(ctx, s.keys.Pool(e.shard), e.id)
 		metas[i] = pipe.HGet(ctx, s.keys.Meta(e.shard), e.id)
+		if e.state == 'i' {
+			nexts[i] = pipe.HGet(ctx, s.keys.Next(e.shard), e.id)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store.browse: read messages: %w", err)
@@ -331,6 +335,9 @@ func (s *Store) readEntries(ctx context.Context, entries []browseEntry) ([]*Info
 		case 'i':
 			info.State, info.NextAt = StateInflight, at
 			info.Attempts++ // the one under way, as Inspect counts it
+			if waiting, err := nexts[i].Result(); err == nil {
+				info.SeriesEnds = strings.HasPrefix(waiting, endsMark)
+			}
 		case 'h':
 			info.State, info.NextAt, info.Held = StateHeld, at, true
 		default:

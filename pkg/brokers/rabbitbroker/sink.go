@@ -407,8 +407,12 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	if blocked != nil {
 		// The broker reads nothing more from this connection: what is sent
 		// now waits in it, its confirms with it, and comes back as copies
-		// once the publishes time out and are tried again. Not sent: held
-		// until the broker unblocks (Ready).
+		// once the publishes time out and are tried again. Not sent (those
+		// for the quarantine neither): held until the broker unblocks
+		// (Ready).
+		for _, i := range apart {
+			errs[i] = nil
+		}
 		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, blocked))
 	}
 	if len(apart) < len(msgs) {

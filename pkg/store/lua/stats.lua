@@ -12,6 +12,7 @@ returns    {parked, due, dead, oldest due or -1, held, then the six buckets:
            field, value pairs: none when its census was never made}
 ]]
 
+local SLOTLOOK = 32 -- the slots read for the oldest due of a slot set
 local now = servertime()
 local out = {0, 0, redis.call('ZCARD', K.dead), -1, 0, 0, 0, 0, 0, 0, 0, redis.call('SCARD', K.series), now}
 for _, sp in ipairs(spans(tonumber(ARGV[5]))) do
@@ -22,13 +23,19 @@ for _, sp in ipairs(spans(tonumber(ARGV[5]))) do
   out[1] = out[1] + n
   if sp.held then out[5] = out[5] + n end
   if sp.slot then
-    -- Waiting for a max_rate slot: due already, and overdue. The first
-    -- slot's message is the oldest due, as slots are given in due order.
+    -- Waiting for a max_rate slot: due already, and overdue. Slots are
+    -- given about in due order (a priority's first, sinks of several
+    -- rates in one set, retries keep their due times): the oldest due of
+    -- the first SLOTLOOK slots stands for the set's.
     out[2] = out[2] + n
     out[6] = out[6] + n
-    local first = redis.call('ZRANGE', key, 0, 0)[1]
-    local due = first and blobinfo(redis.call('HGET', K.pool, first)).due
-    if due and (out[4] == -1 or due < out[4]) then out[4] = due end
+    local first = redis.call('ZRANGE', key, 0, SLOTLOOK - 1)
+    if #first > 0 then
+      for _, blob in ipairs(redis.call('HMGET', K.pool, unpack(first))) do
+        local due = blob and blobinfo(blob).due
+        if due and due > 0 and (out[4] == -1 or due < out[4]) then out[4] = due end
+      end
+    end
   else
     local due = redis.call('ZCOUNT', key, low, base + now)
     out[2] = out[2] + due
