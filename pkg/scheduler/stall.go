@@ -15,14 +15,15 @@ import (
 // (docs/operations.md, "A destination that never answers"). A publish that
 // timed out while its sink answered otherwise is the destination's fault:
 // the sink is not blocked and its other messages go on. The sink answers
-// when it confirmed other messages (in the same publish, or within two
-// publish timeouts before); when it confirmed none lately (little traffic
-// beside the destination, or none yet since the start), it is asked
-// whether its broker answers (sinks.Prober), and one that does counts as
-// answering for two publish timeouts too. Without that question a timeout
-// with nothing confirmed lately was taken for the sink being down: held
-// without counting an attempt, the sink blocked for a back-off that
-// doubled each time, so the message was published again and again
+// when it confirmed other messages after the publish that timed out began
+// (in the same publish, or another under way meanwhile); when it confirmed
+// none since (little traffic beside the destination; or its broker stopped
+// answering, a server paused or a network cut, after its last
+// confirmation), it is asked whether its broker answers (sinks.Prober),
+// and an answer counts for the publishes begun before it. Without that
+// question a timeout with nothing confirmed was taken for the sink being
+// down: held without counting an attempt, the sink blocked for a back-off
+// that doubled each time, so the message was published again and again
 // without ever ending dead, and the sink's other messages, once they came
 // due, waited out the block.
 //
@@ -100,10 +101,10 @@ func (st *stalls) observe(sink string, start time.Time, dests []string, errs []e
 	if any {
 		st.confirmed[sink] = now
 	}
-	answering := st.answered(sink, now)
+	answering := st.answered(sink, start)
 	st.mu.Unlock()
 	if !answering && slices.ContainsFunc(errs, timedOut) {
-		answering = st.answers(sink)
+		answering = st.answers(sink, start)
 	}
 	if !answering {
 		return // nothing of the sink answers: the sink is down (held as such)
@@ -132,19 +133,22 @@ func (st *stalls) observe(sink string, start time.Time, dests []string, errs []e
 	}
 }
 
-// answered reports whether the sink answered within two publish timeouts
-// before now. st.mu is held.
-func (st *stalls) answered(sink string, now time.Time) bool {
+// answered reports whether the sink answered after since, the start of
+// the publish that timed out: a confirmation from before it says nothing
+// of a broker that stopped answering meanwhile (a server paused, a network
+// cut), whose publishes all time out after the last one it confirmed.
+// st.mu is held.
+func (st *stalls) answered(sink string, since time.Time) bool {
 	at, ok := st.confirmed[sink]
-	return ok && now.Sub(at) < 2*st.timeout
+	return ok && at.After(since)
 }
 
 // answers asks the sink whether its broker answers now (sinks.Prober),
 // one probe at a time per sink: a caller that waited for another's probe
-// takes its answer. A sink that cannot be probed does not answer. A probe
-// that failed is not repeated for a publish timeout (the sink is blocked
-// meanwhile anyway).
-func (st *stalls) answers(sink string) bool {
+// takes its answer when it came after since. A sink that cannot be probed
+// does not answer. A probe that failed is not repeated for a publish
+// timeout (the sink is blocked meanwhile anyway).
+func (st *stalls) answers(sink string, since time.Time) bool {
 	p, ok := st.sinks[sink].(sinks.Prober)
 	if !ok {
 		return false
@@ -160,7 +164,7 @@ func (st *stalls) answers(sink string) bool {
 	defer pl.mu.Unlock()
 	now := st.clock.Now()
 	st.mu.Lock()
-	answered := st.answered(sink, now)
+	answered := st.answered(sink, since)
 	st.mu.Unlock()
 	switch {
 	case answered:

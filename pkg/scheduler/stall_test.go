@@ -140,12 +140,12 @@ func TestSilentDestinationAloneCounts(t *testing.T) {
 	if blocked := h.sched.gate.blocked(h.clock.Now()); len(blocked) > 0 {
 		t.Errorf("sinks blocked: %v", blocked)
 	}
-	// One probe told the sink answers; the ones after came within two
-	// publish timeouts of it and needed none.
+	// Each timeout asked once: nothing else of the sink was confirmed
+	// while it waited.
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
-	if sk.probes != 1 {
-		t.Errorf("%d probes, want 1", sk.probes)
+	if want := maxAttempts + stallAttempts - 1; sk.probes != want {
+		t.Errorf("%d probes, want one per timeout, %d", sk.probes, want)
 	}
 }
 
@@ -220,5 +220,44 @@ func TestGraceIgnoresTimedOutPublishes(t *testing.T) {
 	p.observe("s", 10*time.Second, []error{nil, errors.New("unroutable")})
 	if g := p.grace("s"); g != graceMax {
 		t.Fatalf("grace %v after a slow confirmed publish, want %v", g, graceMax)
+	}
+}
+
+// A sink whose broker stopped answering after it confirmed a message (a
+// server paused, a network cut): a publish begun after that confirmation
+// and timed out is not corroborated by it. The sink is asked, does not
+// answer, and is held as down, not the destination blamed and the sink
+// sent more into the stall.
+func TestTimeoutAfterTheLastConfirmationAsksTheSink(t *testing.T) {
+	sk := &probingSink{}
+	h := startProbing(t, Params{MaxAttempts: 3, MaxSleep: time.Hour}, sk, func(h *harness) {
+		h.store.park("ok", h.clock.Now(), "s")
+	})
+	if id := recv(t, h.store.acked, "the confirmed message"); id != "ok" {
+		t.Fatalf("acked %s", id)
+	}
+	sk.mu.Lock()
+	sk.down = true
+	sk.mu.Unlock()
+	h.clock.Advance(time.Second)
+	h.store.park("later", h.clock.Now(), "s")
+	h.store.mu.Lock()
+	h.store.msgs["later"].Destination = "stuck" // times out, as every publish to a broker that stopped
+	h.store.mu.Unlock()
+	h.sched.Notify("later", h.clock.Now())
+	select {
+	case u := <-h.store.holds:
+		if u.ID != "later" {
+			t.Fatalf("held %+v", u)
+		}
+	case p := <-h.store.postponed:
+		t.Fatalf("postponed %+v: a confirmation from before the publish was taken for the sink answering", p)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no outcome for the timed-out publish")
+	}
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if sk.probes != 1 {
+		t.Errorf("%d probes, want 1", sk.probes)
 	}
 }
