@@ -1116,9 +1116,10 @@ func staleSlot(slot, since time.Time) bool {
 }
 
 // slotGrace is how long before an instance's first claim a slot may have
-// passed and still be used: what a restart's flood may hold, at most a
-// second's worth of the rate.
-const slotGrace = time.Second
+// passed and still be used: what a restart may add to the rate in its
+// first second, a tenth of it (a second's grace doubled it: the slots of
+// the second before the start went out with those of the second after).
+const slotGrace = 100 * time.Millisecond
 
 // throttle splits the messages idx of a lease for a sink with max_rate into
 // those whose publish slot has come (returned to publish now) and those

@@ -36,9 +36,15 @@ type Capacity struct {
 	measuredAt time.Time
 	parked     int64            // measured, plus what was let through since
 	sources    map[string]int64 // the same per source with a bound
+	memErr     error
+
+	// pmu guards what was let through and is not parked yet, apart from mu,
+	// which a measure holds: a park that ends during the measure says so
+	// at once, so that the measure, which may count it already, does not
+	// count it twice.
+	pmu        sync.Mutex
 	pending    int64            // let through and not parked yet
 	pendingSrc map[string]int64 // the same per source with a bound
-	memErr     error
 }
 
 // Gate is the capacity's gate of one source (Capacity.For), asked before n
@@ -94,10 +100,12 @@ func (c *Capacity) check(ctx context.Context, source string, n int) (int, func()
 		if err != nil {
 			return 0, nil, err
 		}
+		c.pmu.Lock()
 		c.parked = st.Parked + c.pending
 		for src := range c.perSource {
 			c.sources[src] = st.Sources[src].Live + c.pendingSrc[src]
 		}
+		c.pmu.Unlock()
 	}
 	if c.maxMemory > 0 && stale {
 		c.memErr = nil
@@ -137,18 +145,22 @@ func (c *Capacity) check(ctx context.Context, source string, n int) (int, func()
 		take, why = c.maxParked-c.parked, fullParked
 	}
 	c.parked += take
-	c.pending += take
 	if srcMax > 0 {
 		c.sources[source] += take
+	}
+	c.pmu.Lock()
+	c.pending += take
+	if srcMax > 0 {
 		c.pendingSrc[source] += take
 	}
+	c.pmu.Unlock()
 	var rest error // why the rest of n waits
 	if take < int64(n) {
 		rest = why()
 	}
 	done := sync.OnceFunc(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.pmu.Lock()
+		defer c.pmu.Unlock()
 		c.pending -= take
 		if srcMax > 0 {
 			c.pendingSrc[source] -= take
