@@ -233,6 +233,32 @@ func (p *partition) begin(offset int64) bool {
 	return true
 }
 
+// outOfRange is where to read on when the partition has no record at
+// offset (kafka.OffsetOutOfRange): from its oldest record, which is after
+// offset when retention deleted what was not read yet (nothing older
+// exists any more), and before it when offset is past the partition's end
+// (the topic was deleted and created again, or its log truncated): the
+// records there now came after, and none may be skipped. False (and it
+// logs nothing) when the partition's offsets cannot be read, or it has a
+// record at offset after all: the fetch is tried again.
+func (p *partition) outOfRange(ctx context.Context, offset int64) (int64, bool) {
+	src := p.g.src
+	first, err := src.resolveOffset(ctx, p.topic, p.id, kafka.FirstOffset)
+	if err != nil {
+		return 0, false
+	}
+	if first > offset {
+		src.log.Warn("kafka: the offset to read was deleted (by retention?) before it was read; reading from the oldest record", "partition", p.id, "offset", offset, "oldest", first)
+		return first, true
+	}
+	end, err := src.resolveOffset(ctx, p.topic, p.id, kafka.LastOffset)
+	if err != nil || end >= offset {
+		return 0, false
+	}
+	src.log.Warn("kafka: the offset to read is past the end of the partition (the topic was deleted and created again, or its log truncated); reading it from its oldest record", "partition", p.id, "offset", offset, "end", end, "oldest", first)
+	return first, true
+}
+
 // fetch reads from offset until ctx ends (it returns -1) or a nack asks for
 // a rewind (it returns the offset to re-read from).
 //
@@ -257,15 +283,10 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 		case fctx.Err() != nil:
 			return p.rewindOffset() // a nack cancelled the fetch
 		case errors.Is(err, kafka.OffsetOutOfRange):
-			// Retention deleted what was not read yet: go on from the
-			// oldest record there is (nothing older exists any more).
-			p.g.src.log.Warn("kafka: the offset to read is out of range (deleted by retention?); reading from the oldest record", "partition", p.id, "offset", offset)
-			abs, rerr := p.g.src.resolveOffset(ctx, p.topic, p.id, kafka.FirstOffset)
-			if rerr == nil && abs > offset {
-				offset = abs
+			if next, ok := p.outOfRange(ctx, offset); ok {
+				offset = next
 				continue
 			}
-			err = errors.Join(err, rerr)
 		}
 		if err != nil {
 			p.setFetchErr(err)

@@ -246,6 +246,40 @@ func TestSourceRoundTrip(t *testing.T) {
 	}
 }
 
+// A topic deleted and created again while the ingest reads it: the offset
+// the ingest holds is past the new partition's end, and it reads the new
+// records from the first, instead of asking for that offset for ever.
+func TestSourceTopicCreatedAgain(t *testing.T) {
+	const topic = "again"
+	k := testenv.Kafka(t, testenv.WithTopic(topic, 1))
+	for i := range 3 {
+		produce(t, k.Brokers, kafka.Message{Topic: topic, Value: []byte(fmt.Sprint("old-", i))})
+	}
+	s := newSource(t, k, SourceParams{Topic: topic, Group: "g"})
+	for i := range 3 {
+		g := readOne(t, s, 15*time.Second)
+		if string(g.in.Body) != fmt.Sprint("old-", i) {
+			t.Fatalf("record %d: %q", i, g.in.Body)
+		}
+		_ = g.ack(context.Background(), nil)
+	}
+	admin := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second}
+	if res, err := admin.DeleteTopics(ctxT(t, 10*time.Second), &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil || res.Errors[topic] != nil {
+		t.Fatalf("delete topic: %v %v", err, res)
+	}
+	if res, err := admin.CreateTopics(ctxT(t, 10*time.Second), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}}); err != nil || res.Errors[topic] != nil {
+		t.Fatalf("create topic: %v %v", err, res)
+	}
+	produce(t, k.Brokers, kafka.Message{Topic: topic, Value: []byte("new-0")}, kafka.Message{Topic: topic, Value: []byte("new-1")})
+	for i := range 2 {
+		g := readOne(t, s, 30*time.Second)
+		if string(g.in.Body) != fmt.Sprint("new-", i) {
+			t.Fatalf("after the topic was created again, record %d: %q", i, g.in.Body)
+		}
+		_ = g.ack(context.Background(), nil)
+	}
+}
+
 func TestSourceNewFails(t *testing.T) {
 	k := testenv.Kafka(t, testenv.WithBrokers(1))
 	_, err := NewSource(ctxT(t, 10*time.Second), withDefaults(SourceParams{Brokers: k.Brokers, Topic: "nope", Group: "g"}), testLog(t))
