@@ -32,6 +32,7 @@ const (
 	DefaultBatchTimeout            = time.Millisecond
 	DefaultBatchSize               = 1000
 	DefaultCompression             = "none"
+	DefaultMaxMessageBytes         = 1 << 20
 )
 
 // IngestConfig is an ingest's kafka: block: a topic consumed by a consumer
@@ -66,6 +67,12 @@ type SinkConfig struct {
 	BatchSize int `yaml:"batch_size"`
 	// Compression: none (default), gzip, snappy, lz4, zstd.
 	Compression string `yaml:"compression"`
+	// MaxMessageBytes is the largest record the sink sends, key, value and
+	// headers with their framing (default 1048576, just under Kafka's
+	// default max.message.bytes); a larger message is dead as too large.
+	// Raise it with limits.max_payload_bytes, and the topics'
+	// max.message.bytes (or the brokers' message.max.bytes) with it.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
 
 // Auth is how a Kafka client authenticates: TLS and/or SASL.
@@ -176,10 +183,23 @@ func (c *SinkConfig) ApplyDefaults() {
 	config.Default(&c.BatchTimeout, config.Duration(DefaultBatchTimeout))
 	config.Default(&c.BatchSize, DefaultBatchSize)
 	config.Default(&c.Compression, DefaultCompression)
+	config.Default(&c.MaxMessageBytes, DefaultMaxMessageBytes)
 }
+
+// maxMessageBytesMin and Max bound sinks[].kafka.max_message_bytes: room
+// for a record's framing and headers, and Kafka's own ceiling (its
+// message.max.bytes is an int32, and brokers refuse requests over
+// socket.request.max.bytes, 100 MiB by default).
+const (
+	maxMessageBytesMin = 1 << 10
+	maxMessageBytesMax = 1 << 30
+)
 
 // Validate checks the block.
 func (c *SinkConfig) Validate(at string, p *config.Problems) {
+	if c.MaxMessageBytes < maxMessageBytesMin || c.MaxMessageBytes > maxMessageBytesMax {
+		p.Add(at+".max_message_bytes", "%d is not between %d and %d", c.MaxMessageBytes, maxMessageBytesMin, maxMessageBytesMax)
+	}
 	checkBrokers(p, at+".brokers", c.Brokers)
 	c.Auth.validate(p, at)
 	p.Positive(at+".batch_timeout", int64(c.BatchTimeout))
@@ -200,7 +220,7 @@ func (c *SinkConfig) Open(ctx context.Context, name string, log *slog.Logger) (s
 		return nil, err
 	}
 	s, err := NewSink(SinkParams{Name: name, Brokers: c.Brokers, BatchTimeout: c.BatchTimeout.D(),
-		BatchSize: c.BatchSize, Compression: c.Compression, TLS: tlsCfg, SASL: mech}, log)
+		BatchSize: c.BatchSize, Compression: c.Compression, MaxMessageBytes: c.MaxMessageBytes, TLS: tlsCfg, SASL: mech}, log)
 	if err == nil {
 		s.Warm(ctx)
 	}

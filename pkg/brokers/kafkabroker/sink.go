@@ -28,19 +28,18 @@ type SinkParams struct {
 	BatchSize int
 	// Compression: none (or empty), gzip, snappy, lz4, zstd.
 	Compression string
+	// MaxMessageBytes is the largest record (key, value and headers with
+	// their framing) the sink sends: kafka-go's batch limit, which must not
+	// pass the topics' max.message.bytes. A larger message is a permanent
+	// error; a topic with a smaller max.message.bytes rejects larger
+	// records itself, which is permanent too. 0: DefaultMaxMessageBytes.
+	MaxMessageBytes int
 
 	// TLS and SASL, when set, secure and authenticate every connection to
 	// the brokers: the writers' and Ready's (Auth makes them).
 	TLS  *tls.Config
 	SASL sasl.Mechanism
 }
-
-// MaxMessageBytes is the largest record (key, value and headers with their
-// framing) the sink sends: kafka-go's batch limit, just under Kafka's
-// default max.message.bytes (1048588). A larger message is a permanent
-// error. A topic with a smaller max.message.bytes rejects larger records
-// itself, which is permanent too.
-const MaxMessageBytes = 1 << 20
 
 // writeAttempts and writeTimeout bound what kafka-go does with one batch:
 // this many produce requests at most (a leader change or a refused
@@ -96,6 +95,9 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, fmt.Errorf("kafka sink %s: no brokers", cfg.Name)
 	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
 	if cfg.BatchTimeout <= 0 || cfg.BatchSize <= 0 {
 		return nil, fmt.Errorf("kafka sink %s: batch timeout (%v) and batch size (%d) are required (the kafka block's defaults give them)", cfg.Name, cfg.BatchTimeout, cfg.BatchSize)
 	}
@@ -133,7 +135,7 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 			RequiredAcks:    kafka.RequireAll,
 			BatchTimeout:    cfg.BatchTimeout,
 			BatchSize:       batchSize,
-			BatchBytes:      MaxMessageBytes,
+			BatchBytes:      int64(cfg.MaxMessageBytes),
 			Compression:     comp,
 			MaxAttempts:     writeAttempts,
 			WriteTimeout:    writeTimeout,
@@ -176,8 +178,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			continue
 		}
 		kms[i] = toKafka(m, now)
-		if n := recordSize(&kms[i]); n > MaxMessageBytes {
-			errs[i] = sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes exceeds the limit of %d bytes", s.cfg.Name, n, MaxMessageBytes)))
+		if n := recordSize(&kms[i]); n > s.cfg.MaxMessageBytes {
+			errs[i] = sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes exceeds its max_message_bytes %d (raise sinks[].kafka.max_message_bytes, and the topic's max.message.bytes with it)", s.cfg.Name, n, s.cfg.MaxMessageBytes)))
 			continue
 		}
 		byTopic[m.Destination] = append(byTopic[m.Destination], i)

@@ -51,8 +51,8 @@ func TestSinkConformance(t *testing.T) {
 			BinaryHeaders:    true,
 			// MaxMessageBytes bounds the whole record (headers and framing
 			// included), as Kafka's default max.message.bytes does.
-			MaxBody:      MaxMessageBytes - 4096,
-			OversizeBody: MaxMessageBytes + 1,
+			MaxBody:      DefaultMaxMessageBytes - 4096,
+			OversizeBody: DefaultMaxMessageBytes + 1,
 		},
 		StopBroker:  func(*testing.T) { k.Close() },
 		StartBroker: func(*testing.T) { k.Restart() },

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,7 +180,7 @@ func TestSinkPerMessageErrors(t *testing.T) {
 		out("ok-a", "a", []byte("k"), []byte("1")),
 		out("unknown", "not-yet", nil, []byte("2")),
 		out("bad-name", "bad topic!", nil, []byte("3")),
-		out("huge", "a", nil, bytes.Repeat([]byte("x"), MaxMessageBytes+1)),
+		out("huge", "a", nil, bytes.Repeat([]byte("x"), DefaultMaxMessageBytes+1)),
 		out("ok-b", "b", nil, []byte("5")),
 		out("ok-a2", "a", nil, []byte("6")),
 	}
@@ -238,6 +239,27 @@ func TestSinkTopicMaxMessageBytes(t *testing.T) {
 	}
 	t.Logf("big: %v", errs[5])
 	consume(t, k, "small", 1, 5)
+}
+
+// max_message_bytes is the sink's own limit: by default a record over 1 MiB
+// is too large, saying what to raise; raised (with the topic's
+// max.message.bytes), a 2 MB body is delivered.
+func TestSinkMaxMessageBytes(t *testing.T) {
+	k := testenv.Kafka(t)
+	if err := k.Cluster.CreateTopic("big", 1, map[string]string{"max.message.bytes": strconv.Itoa(8 << 20)}); err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("x"), 2_000_000)
+	byDefault := newSink(t, k, SinkParams{})
+	err := byDefault.Publish(ctxT(t, 20*time.Second), []sinks.Outgoing{out("m", "big", nil, body)})[0]
+	if !sinks.IsPermanent(err) || !strings.Contains(fmt.Sprint(err), "max_message_bytes 1048576 (raise sinks[].kafka.max_message_bytes") {
+		t.Fatalf("2 MB by default: %v, want too large, saying what to raise", err)
+	}
+	raised := newSink(t, k, SinkParams{MaxMessageBytes: 4 << 20})
+	if err := raised.Publish(ctxT(t, 20*time.Second), []sinks.Outgoing{out("m", "big", nil, body)})[0]; err != nil {
+		t.Fatalf("2 MB with max_message_bytes 4 MiB: %v", err)
+	}
+	consume(t, k, "big", 1, 1)
 }
 
 // Many goroutines publishing one message each: every message is written
