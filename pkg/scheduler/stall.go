@@ -101,7 +101,7 @@ func (st *stalls) observe(sink string, start time.Time, dests []string, errs []e
 	if any {
 		st.confirmed[sink] = now
 	}
-	answering := st.answered(sink, start)
+	answering := any || st.answered(sink, start) // a confirmation in this publish came after its start
 	st.mu.Unlock()
 	if !answering && slices.ContainsFunc(errs, timedOut) {
 		answering = st.answers(sink, start)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,9 +40,8 @@ type Capacity struct {
 	memErr     error
 
 	// pmu guards what was let through and is not parked yet, apart from mu,
-	// which a measure holds: a park that ends during the measure says so
-	// at once, so that the measure, which may count it already, does not
-	// count it twice.
+	// which a measure holds across its round trip: a park that ends says
+	// so without waiting for it.
 	pmu        sync.Mutex
 	pending    int64            // let through and not parked yet
 	pendingSrc map[string]int64 // the same per source with a bound
@@ -96,16 +96,21 @@ func (c *Capacity) check(ctx context.Context, source string, n int) (int, func()
 	srcMax := c.perSource[source]
 	if (c.maxParked > 0 && (stale || c.parked+int64(n) > c.maxParked)) ||
 		(srcMax > 0 && (stale || c.sources[source]+int64(n) > srcMax)) {
+		// What is let through and not parked yet, read before the measure:
+		// a park that ends during it is then counted by both (too many,
+		// which holds back a little longer), never by neither (too few,
+		// which would pass the limit).
+		c.pmu.Lock()
+		pending, pendingSrc := c.pending, maps.Clone(c.pendingSrc)
+		c.pmu.Unlock()
 		st, err := c.store.Stats(ctx)
 		if err != nil {
 			return 0, nil, err
 		}
-		c.pmu.Lock()
-		c.parked = st.Parked + c.pending
+		c.parked = st.Parked + pending
 		for src := range c.perSource {
-			c.sources[src] = st.Sources[src].Live + c.pendingSrc[src]
+			c.sources[src] = st.Sources[src].Live + pendingSrc[src]
 		}
-		c.pmu.Unlock()
 	}
 	if c.maxMemory > 0 && stale {
 		c.memErr = nil

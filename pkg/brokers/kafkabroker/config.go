@@ -68,10 +68,12 @@ type SinkConfig struct {
 	// Compression: none (default), gzip, snappy, lz4, zstd.
 	Compression string `yaml:"compression"`
 	// MaxMessageBytes is the largest record the sink sends, key, value and
-	// headers with their framing (default 1048576, just under Kafka's
-	// default max.message.bytes); a larger message is dead as too large.
-	// Raise it with limits.max_payload_bytes, and the topics'
-	// max.message.bytes (or the brokers' message.max.bytes) with it.
+	// headers with their framing, and the largest batch of records (default
+	// 1048576, just under Kafka's default max.message.bytes); a larger
+	// message is dead as too large. Raise it with limits.max_payload_bytes,
+	// and the max.message.bytes of every topic the sink writes to (or the
+	// brokers' message.max.bytes) with it: a topic refuses a batch over its
+	// own, which then goes one record at a time.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
 
@@ -187,12 +189,11 @@ func (c *SinkConfig) ApplyDefaults() {
 }
 
 // maxMessageBytesMin and Max bound sinks[].kafka.max_message_bytes: room
-// for a record's framing and headers, and Kafka's own ceiling (its
-// message.max.bytes is an int32, and brokers refuse requests over
-// socket.request.max.bytes, 100 MiB by default).
+// for a record's framing and headers, and what a broker takes in one
+// request by default (socket.request.max.bytes, 100 MiB).
 const (
 	maxMessageBytesMin = 1 << 10
-	maxMessageBytesMax = 1 << 30
+	maxMessageBytesMax = 100 << 20
 )
 
 // Validate checks the block.

@@ -237,10 +237,16 @@ func (p *partition) begin(offset int64) bool {
 // offset (kafka.OffsetOutOfRange): from its oldest record, which is after
 // offset when retention deleted what was not read yet (nothing older
 // exists any more), and before it when offset is past the partition's end
-// (the topic was deleted and created again, or its log truncated): the
-// records there now came after, and none may be skipped. False (and it
-// logs nothing) when the partition's offsets cannot be read, or it has a
-// record at offset after all: the fetch is tried again.
+// (the topic was deleted and created again: the records there now came
+// after, and none may be skipped). A log truncated below offset (an
+// unclean leader election, which Kafka disables by default) is read again
+// from its oldest record too: it cannot be told from a topic created
+// again (the group's committed offset is written again by its running
+// members, and the topic's ID is not read here), and reading a record
+// twice, which the dedupe window catches while it is recent, is better
+// than losing the new ones. False (and it logs nothing) when the
+// partition's offsets cannot be read, or it has a record at offset after
+// all: the fetch is tried again.
 func (p *partition) outOfRange(ctx context.Context, offset int64) (int64, bool) {
 	src := p.g.src
 	first, err := src.resolveOffset(ctx, p.topic, p.id, kafka.FirstOffset)
@@ -255,7 +261,7 @@ func (p *partition) outOfRange(ctx context.Context, offset int64) (int64, bool) 
 	if err != nil || end >= offset {
 		return 0, false
 	}
-	src.log.Warn("kafka: the offset to read is past the end of the partition (the topic was deleted and created again, or its log truncated); reading it from its oldest record", "partition", p.id, "offset", offset, "end", end, "oldest", first)
+	src.log.Warn("kafka: the offset to read is past the end of the partition (the topic was deleted and created again, or its log truncated); reading it from its oldest record", "partition", p.id, "offset", offset, "end", end, "oldest", first, "records", end-first)
 	return first, true
 }
 

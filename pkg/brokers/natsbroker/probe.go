@@ -15,7 +15,7 @@ var _ sinks.Prober = (*Sink)(nil)
 // without its meta leader) is told from one subject whose PubAck never
 // comes (its stream without a leader, or a subscriber that takes the
 // publish and never answers): the scheduler asks it when a publish timed
-// out and nothing else of the sink was confirmed lately. Caveat: a user
+// out and nothing else of the sink was confirmed while it waited. Caveat: a user
 // not allowed to make that request gets an error, and such a timeout is
 // then taken for the sink being down, as without a probe. On core NATS it
 // is a PING round trip.
