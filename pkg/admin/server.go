@@ -62,6 +62,9 @@ import (
 // Params configure a Server.
 type Params struct {
 	Listen string // host:port; port 0 picks a free port (see Addr)
+	// Listener, when set, is Listen bound already (the daemon binds it
+	// before it dials the brokers): Start serves on it, and closes it.
+	Listener net.Listener
 
 	// Token, when set, is required on every /v1/ request as
 	// "Authorization: Bearer <token>". It also enables serving message
@@ -169,9 +172,12 @@ func (s *Server) Start() error {
 	if s.srv != nil {
 		return errors.New("admin server already started")
 	}
-	ln, err := net.Listen("tcp", s.p.Listen)
-	if err != nil {
-		return fmt.Errorf("%w (set admin.listen to a free host:port)", err)
+	ln := s.p.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.p.Listen); err != nil {
+			return fmt.Errorf("%w (set admin.listen to a free host:port)", err)
+		}
 	}
 	if s.p.TLS != nil {
 		ln = tls.NewListener(ln, s.p.TLS)

@@ -59,6 +59,7 @@ type Daemon struct {
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
 	admin         *admin.Server
+	adminLn       net.Listener // admin.listen, bound before the brokers are dialled
 	clock         *store.Clock
 	rates         *metrics.RateMeter // what this instance publishes per sink, for /v1/sinks
 	persistence   *persistenceWatch  // what Redis keeps on disk
@@ -139,6 +140,14 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		log.Warn("this machine's clock differs from redis's; due times follow redis's clock", "offset", off.Round(time.Millisecond))
 	}
 
+	if cfg.Admin.Listen != "" {
+		// Bound before the brokers are dialled: a port taken (another
+		// instance running here) stops the start before it joins consumer
+		// groups, which would make the running members rebalance.
+		if d.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			return nil, fmt.Errorf("admin: %w (set admin.listen to a free host:port)", err)
+		}
+	}
 	conn, err := d.connect(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -260,6 +269,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		}
 		d.admin = admin.New(admin.Params{
 			Listen:       cfg.Admin.Listen,
+			Listener:     d.adminLn,
 			Token:        cfg.Admin.Token.Reveal(),
 			TLS:          adminTLS,
 			Pprof:        cfg.Admin.Pprof,
@@ -602,6 +612,9 @@ func openAll[T any](n int, open func(i int) (T, error)) ([]T, []error) {
 func (d *Daemon) closeAll(ctx context.Context) {
 	if d.admin != nil {
 		_ = d.admin.Shutdown(ctx)
+	}
+	if d.adminLn != nil {
+		_ = d.adminLn.Close() // not served yet (a failed start); else closed with the server
 	}
 	if !d.sourcesClosed {
 		for _, p := range d.pipes {

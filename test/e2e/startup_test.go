@@ -262,6 +262,48 @@ sinks:
 	}
 }
 
+// TestAdminPortTakenStopsTheStartFirst: an admin.listen port that is taken
+// (another instance running on this host) stops the start before any
+// broker is dialled, so that a second start does not join consumer groups
+// (making the running members rebalance) only to fail after: here the
+// sink's broker is one that never answers, which the start would wait for.
+func TestAdminPortTakenStopsTheStartFirst(t *testing.T) {
+	rs := testenv.Redis(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	hung, conns := hungServer(t)
+	cfg := fmt.Sprintf(`
+redis: {addr: %q}
+admin: {listen: %q}
+ingest:
+  - name: in
+    rabbitmq: {url: "amqp://guest:guest@%s/", queue: delayed-in}
+    route: {sink: out, destination: fired}
+sinks:
+  - name: out
+    rabbitmq: {url: "amqp://guest:guest@%s/"}
+`, rs.Addr, taken.Addr().String(), hung, hung)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
+	if code := p.Wait(60 * time.Second); code != 1 {
+		t.Fatalf("exit status %d with admin.listen taken, want 1\n%s", code, p.Output())
+	}
+	if out := p.Output(); !strings.Contains(out, "admin: ") || !strings.Contains(out, "address already in use") {
+		t.Errorf("the error does not name the admin port:\n%s", out)
+	}
+	select {
+	case <-conns:
+		t.Errorf("a broker was dialled before the taken admin port stopped the start:\n%s", p.Output())
+	default:
+	}
+}
+
 // TestStartsWithAnIngestDown: an ingest whose broker does not answer at
 // start (NATS and RabbitMQ behind a proxy that refuses connections, Kafka
 // at an address where nothing listens) does not stop the daemon, which
