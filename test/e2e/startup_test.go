@@ -85,11 +85,7 @@ sinks:
   - name: out
     %s
 `, c.redis, c.ingest, c.sink)
-			path := filepath.Join(t.TempDir(), "config.yaml")
-			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			p := testenv.StartProcess(t, bin, "run", "--config", path)
+			p := runConfig(t, bin, cfg)
 			code := p.Wait(60 * time.Second)
 			out := p.Output()
 			if code != 1 {
@@ -228,11 +224,7 @@ sinks:
   - name: b
     rabbitmq: {url: "amqp://guest:guest@%s/"}
 `, rs.Addr, testenv.FreePort(t), hungK, hungA, hungB)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
+	p := runConfig(t, testenv.Build(t), cfg)
 	handshake := func(conns <-chan net.Conn, what string) net.Conn {
 		select {
 		case c := <-conns:
@@ -286,11 +278,7 @@ sinks:
   - name: out
     rabbitmq: {url: "amqp://guest:guest@%s/"}
 `, rs.Addr, taken.Addr().String(), hung, hung)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
+	p := runConfig(t, testenv.Build(t), cfg)
 	if code := p.Wait(60 * time.Second); code != 1 {
 		t.Fatalf("exit status %d with admin.listen taken, want 1\n%s", code, p.Output())
 	}
@@ -369,17 +357,24 @@ sinks:
 	}
 }
 
+// runConfig writes cfg to a file of the test's and starts `bin run` with
+// it.
+func runConfig(t *testing.T, bin, cfg string) *testenv.Process {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return testenv.StartProcess(t, bin, "run", "--config", path)
+}
+
 // runWithBrokersDown runs the daemon with cfg, whose admin server listens on
 // admin, and waits until that server answers; it fails the test if the
 // daemon exits meanwhile (some of its brokers do not answer: it must start
 // all the same). readyz asks GET /readyz (0 and the error when it cannot).
 func runWithBrokersDown(t *testing.T, cfg, admin string) (p *testenv.Process, readyz func() (int, string)) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p = testenv.StartProcess(t, testenv.Build(t), "run", "--config", path)
+	p = runConfig(t, testenv.Build(t), cfg)
 	readyz = func() (int, string) {
 		resp, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
