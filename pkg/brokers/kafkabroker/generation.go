@@ -3,6 +3,7 @@ package kafkabroker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -164,8 +165,12 @@ type partition struct {
 	revoked     bool          // generation ended: ignore acknowledgements
 	rewind      bool          // a record was nacked: re-read from committable
 	cancelFetch context.CancelFunc
-	fetchErr    error
-	fetchErrAt  time.Time
+	// fetchErr is the last error of looking up, fetching or reading the
+	// partition; a fetch answered and read through clears it.
+	fetchErr error
+	// fetching is when the fetch waiting for its answer was sent; zero
+	// when none waits.
+	fetching time.Time
 }
 
 // record is a fetched record on its way to Read.
@@ -281,8 +286,11 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 	p.cancelFetch = cancel
 	epoch := p.epoch
 	p.mu.Unlock()
+	defer p.setFetching(false)
 	for {
-		recs, err := fetchCommitted(fctx, p.g.src.client, p.topic, p.id, offset, time.Second, fetchMaxBytes)
+		p.setFetching(true)
+		recs, err := fetchCommitted(fctx, p.g.src.client, p.topic, p.id, offset, fetchMaxWait, fetchMaxBytes)
+		p.setFetching(false)
 		switch {
 		case ctx.Err() != nil:
 			return -1
@@ -306,6 +314,7 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 		for {
 			rec, err := recs.ReadRecord()
 			if errors.Is(err, io.EOF) {
+				p.setFetchErr(nil) // answered and read through
 				// What was skipped (an aborted transaction, markers) is
 				// not fetched again.
 				offset = max(offset, recs.Next())
@@ -352,9 +361,22 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 	}
 }
 
-// emptyFetchPause is the wait after a fetch that held batches and moved
-// nothing on (a fetch with nothing at all waits at the broker, MaxWait).
-const emptyFetchPause = 100 * time.Millisecond
+const (
+	// emptyFetchPause is the wait after a fetch that held batches and
+	// moved nothing on (a fetch with nothing at all waits at the broker,
+	// fetchMaxWait).
+	emptyFetchPause = 100 * time.Millisecond
+
+	// fetchMaxWait is how long the broker holds a fetch that finds nothing
+	// new before it answers.
+	fetchMaxWait = time.Second
+
+	// fetchUnanswered is how long a fetch may wait for its answer before
+	// Ready says the partition's leader does not answer: the broker
+	// answers within fetchMaxWait, and a request times out only after the
+	// client's timeout (10 s).
+	fetchUnanswered = 5 * time.Second
+)
 
 // fetchMaxBytes bounds one fetch of a partition.
 const fetchMaxBytes = 1 << 20
@@ -448,16 +470,35 @@ func (p *partition) revoke() {
 
 func (p *partition) setFetchErr(err error) {
 	p.mu.Lock()
-	p.fetchErr, p.fetchErrAt = err, time.Now()
+	p.fetchErr = err
 	p.mu.Unlock()
 }
 
-// fetchError returns the last fetch error if it is recent.
+// setFetching records that a fetch was sent (on) or answered (off).
+func (p *partition) setFetching(on bool) {
+	p.mu.Lock()
+	if on {
+		p.fetching = time.Now()
+	} else {
+		p.fetching = time.Time{}
+	}
+	p.mu.Unlock()
+}
+
+// fetchError says why the partition cannot be read: its last error, until
+// a fetch is answered and read through, or a fetch waiting for its answer
+// longer than fetchUnanswered (a broker that takes requests and answers
+// none: stopped, overloaded, or cut off by the network).
 func (p *partition) fetchError() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.fetchErr != nil && time.Since(p.fetchErrAt) < fetchErrTTL {
+	if p.fetchErr != nil {
 		return p.fetchErr
+	}
+	if !p.fetching.IsZero() {
+		if d := time.Since(p.fetching); d > fetchUnanswered {
+			return fmt.Errorf("no answer to a fetch for %s (is its leader stopped, overloaded or cut off by the network?)", d.Truncate(time.Second))
+		}
 	}
 	return nil
 }

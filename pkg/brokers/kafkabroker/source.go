@@ -63,11 +63,6 @@ const (
 	// rewindPause is the pause before a partition is re-read from a record
 	// that was acknowledged with an error.
 	rewindPause = 500 * time.Millisecond
-
-	// fetchErrTTL is how long a fetch error makes Ready fail after it was
-	// last seen (kafka-go's Reader reports errors about once a second while
-	// it cannot fetch, and nothing when it recovered).
-	fetchErrTTL = 5 * time.Second
 )
 
 // Source is a Kafka ingest. Create it with New.

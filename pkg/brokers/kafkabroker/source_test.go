@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/config"
@@ -663,4 +664,59 @@ func withDefaults(p SourceParams) SourceParams {
 	config.Default(&p.MaxInFlightPerPartition, DefaultMaxInFlightPerPartition)
 	config.Default(&p.CommitInterval, DefaultCommitInterval)
 	return p
+}
+
+// TestSourceReadyWhileFetchesGoUnanswered: a leader that takes fetches
+// and answers none (a stopped or cut-off broker) makes Ready fail within
+// fetchUnanswered and keep failing while it stays silent, past the first
+// request's timeout (the error of one timed-out fetch once lasted 5 s, and
+// Ready passed for the 6 s until the next one timed out); an answer makes
+// it pass again.
+func TestSourceReadyWhileFetchesGoUnanswered(t *testing.T) {
+	t.Parallel()
+	const topic = "silent"
+	k := testenv.Kafka(t, testenv.WithTopic(topic, 1))
+	produce(t, k.Brokers, records(topic, 0, 10, 1)...)
+	s := newSource(t, k, SourceParams{Topic: topic, Group: "g"})
+	c := startConsumer(t, "A", s)
+	for i := 0; i < 10; i++ {
+		select {
+		case <-c.recs:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d records before the broker went silent", i)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.Ready() == nil }, "Ready before: %v", s.Ready())
+
+	silent := make(chan struct{})
+	var once sync.Once
+	speak := func() { once.Do(func() { close(silent) }) }
+	t.Cleanup(speak)
+	k.Cluster.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
+		select {
+		case <-silent:
+		default:
+			k.Cluster.SleepControl(func() { <-silent })
+		}
+		return nil, nil, false
+	})
+	start := time.Now()
+	testenv.Eventually(t, fetchUnanswered+5*time.Second, func() bool { return s.Ready() != nil }, "Ready to fail while fetches go unanswered")
+	t.Logf("not ready after %v: %v", time.Since(start).Round(100*time.Millisecond), s.Ready())
+	// Past the first fetch's timeout (10 s and fetchMaxWait) and the 5 s
+	// an error used to last.
+	for until := start.Add(18 * time.Second); time.Now().Before(until); {
+		if err := s.Ready(); err == nil {
+			t.Fatalf("Ready passed %v after the broker went silent", time.Since(start).Round(100*time.Millisecond))
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-c.recs:
+			t.Fatal("a record read while the broker is silent")
+		}
+	}
+	speak()
+	produce(t, k.Brokers, records(topic, 10, 1, 1)...)
+	testenv.Eventually(t, 20*time.Second, func() bool { return s.Ready() == nil }, "Ready once the broker answers: %v", s.Ready())
 }
