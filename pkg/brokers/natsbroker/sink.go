@@ -288,13 +288,28 @@ func (s *Sink) classify(err error) error {
 		// header it does not allow): the message's fault.
 		return sinks.Rejected(sinks.Because(apiReason(apiErr), fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)))
 	}
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed {
+		// The stream that stores the subject could not store it, with a
+		// 503: full under discard new, the message too large for its
+		// file store, or the stream closing. That is its destination's
+		// fault, not the sink's: an attempt of the message, and the
+		// sink's other destinations go on.
+		return sinks.Rejected(sinks.Because(apiReason(apiErr), fmt.Errorf("nats sink %s: the stream did not store it: %w (a stream at its max_msgs, max_bytes or max_msgs_per_subject with discard new refuses new messages: raise the limit, or let it discard old ones)",
+			s.cfg.Name, err)))
+	}
 	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
 }
+
+// jsErrCodeStreamStoreFailed is the JetStream error a stream answers a
+// publish it could not store with (nats-server's JSStreamStoreFailedF,
+// which nats.go does not name).
+const jsErrCodeStreamStoreFailed jetstream.ErrorCode = 10077
 
 // apiReason names a JetStream API error that refused a message.
 func apiReason(e *jetstream.APIError) sinks.Reason {
 	switch {
-	case e.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+	case e.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum,
+		e.ErrorCode == jsErrCodeStreamStoreFailed && strings.Contains(e.Description, "too large"):
 		return sinks.ReasonTooLarge
 	case e.ErrorCode == jetstream.JSErrCodeStreamNotFound || e.Code == 404:
 		return sinks.ReasonNotFound

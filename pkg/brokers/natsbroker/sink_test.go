@@ -349,3 +349,33 @@ func streamSink(t *testing.T, cfg jetstream.StreamConfig) (*testenv.NATSServer, 
 	t.Cleanup(func() { _ = sk.Close() })
 	return ns, js, stream, sk
 }
+
+// TestSinkAFullStreamIsItsDestinationsFault: a stream at its max_msgs
+// with discard new answers a publish with a 503 (JSStreamStoreFailedF).
+// That is the stream's refusal of the message, an attempt of it, not the
+// sink being unavailable, which held every destination of the sink
+// behind the full one and never counted an attempt.
+func TestSinkAFullStreamIsItsDestinationsFault(t *testing.T) {
+	_, js, _, sk := streamSink(t, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}})
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"},
+		MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	out := func(id, dest string) sinks.Outgoing {
+		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: dest, Body: []byte("x")}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := sk.Publish(ctx, []sinks.Outgoing{out("a", "full.a"), out("b", "full.b"), out("c", "out.ok")})
+	if errs[0] != nil {
+		t.Errorf("the first message to the stream with room: %v", errs[0])
+	}
+	if err := errs[1]; !sinks.IsRejected(err) || sinks.IsUnavailable(err) || sinks.IsSent(err) ||
+		sinks.ReasonOf(err) != sinks.ReasonRejected || !strings.Contains(err.Error(), "maximum messages exceeded") || !strings.Contains(err.Error(), "discard new") {
+		t.Errorf("a message to the full stream: %v (rejected %v, unavailable %v, reason %q); want rejected, naming the limit and what to change",
+			err, sinks.IsRejected(err), sinks.IsUnavailable(err), sinks.ReasonOf(err))
+	}
+	if errs[2] != nil {
+		t.Errorf("a message to another stream, in the same batch: %v", errs[2])
+	}
+}
