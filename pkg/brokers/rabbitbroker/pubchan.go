@@ -211,7 +211,11 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 		err = sinks.Rejected(sinks.Because(sinks.ReasonUnroutable, fmt.Errorf("rabbitmq sink %s: %w: exchange %q has no queue bound for routing key %q (returned %d %s)",
 			cfg.Name, ErrUnroutable, e.key.exchange, e.key.routingKey, ri.code, ri.text)))
 	} else if !c.Ack {
-		err = fmt.Errorf("rabbitmq sink %s: the broker nacked the publish (internal error in the queue)", cfg.Name)
+		// A queue it was routed to refused it: its destination's fault,
+		// an attempt of this message; the sink's other destinations go on.
+		err = sinks.Rejected(sinks.Because(sinks.ReasonRejected, fmt.Errorf("rabbitmq sink %s: %w: routing key %q on exchange %q: a queue it routes to refused it "+
+			"(one at its x-max-length or x-max-length-bytes with x-overflow reject-publish: raise the limit, consume it, or let it drop old messages; else the queue failed)",
+			cfg.Name, ErrNacked, e.key.routingKey, e.key.exchange)))
 	}
 	p.resolve(e, err)
 }

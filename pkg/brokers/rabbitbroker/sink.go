@@ -43,6 +43,10 @@ const (
 // returned because no queue is bound for its routing key.
 var ErrUnroutable = errors.New("unroutable")
 
+// ErrNacked is wrapped by the error of a publish the broker confirmed with
+// a nack: a queue it was routed to refused it.
+var ErrNacked = errors.New("the broker nacked the publish")
+
 // Sink publishes to RabbitMQ. Create it with New.
 type Sink struct {
 	cfg   SinkParams

@@ -438,3 +438,34 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// TestSinkAQueueThatRefusesIsItsDestinationsFault: a queue at its
+// x-max-length with x-overflow reject-publish makes the broker nack the
+// publish. That is the queue's refusal of the message, an attempt of it,
+// not the sink being unavailable, which held every destination of the
+// sink behind the full queue and never counted an attempt.
+func TestSinkAQueueThatRefusesIsItsDestinationsFault(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	full := unique(t) + "-full"
+	if _, err := a.ch.QueueDeclare(full, false, true, false, false, amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	other := a.queue(unique(t))
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
+	errs := publish(t, s, []sinks.Outgoing{msg("a", full), msg("b", full), msg("c", other)})
+	if errs[0] != nil {
+		t.Errorf("the first message to the queue with room: %v", errs[0])
+	}
+	if err := errs[1]; !sinks.IsRejected(err) || sinks.IsUnavailable(err) || sinks.ReasonOf(err) != sinks.ReasonRejected ||
+		!errors.Is(err, rabbitbroker.ErrNacked) || !strings.Contains(err.Error(), "reject-publish") {
+		t.Errorf("a message to the full queue: %v (rejected %v, unavailable %v, reason %q); want rejected, naming what to change",
+			err, sinks.IsRejected(err), sinks.IsUnavailable(err), sinks.ReasonOf(err))
+	}
+	if errs[2] != nil {
+		t.Errorf("a message to another queue, in the same batch: %v", errs[2])
+	}
+	if err := s.Ready(); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+}
