@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,13 +42,19 @@ type Source struct {
 	nc  *nats.Conn
 
 	// JetStream
+	js       jetstream.JetStream
 	cons     jetstream.Consumer
+	stood    standing // where the consumer stands, to create it again there
 	iterMu   sync.Mutex
 	iter     jetstream.MessagesContext // draining after Release, then nil until Resume
 	released bool                      // Release was called, Resume not yet
 	resume   chan struct{}             // closed by Resume; made by Release
 	// core NATS
 	sub *nats.Subscription
+
+	// lost says why the consumer, deleted under the ingest, cannot be
+	// created again yet (recreate); nil while it reads.
+	lost atomic.Pointer[error]
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -93,41 +100,202 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 }
 
 func (s *Source) setupJetStream(ctx context.Context) error {
-	cfg := s.cfg
 	js, err := jetstream.New(s.nc)
 	if err != nil {
-		return fmt.Errorf("nats ingest %s: jetstream: %w", cfg.Name, err)
+		return fmt.Errorf("nats ingest %s: jetstream: %w", s.cfg.Name, err)
 	}
-	stream, err := js.Stream(ctx, cfg.Stream)
+	s.js = js
+	stream, err := s.stream(ctx)
+	if err != nil {
+		return err
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, s.consumerConfig())
+	if err != nil {
+		return s.consumerErr(err)
+	}
+	s.cons = cons
+	s.stood.set(stream, cons)
+	iter, err := s.pull()
+	if err != nil {
+		return err
+	}
+	s.iter = iter
+	return nil
+}
+
+// stream returns the ingest's stream, created when it does not exist.
+func (s *Source) stream(ctx context.Context) (jetstream.Stream, error) {
+	cfg := s.cfg
+	stream, err := s.js.Stream(ctx, cfg.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s.log.Info("creating jetstream stream", "stream", cfg.Stream, "subject", cfg.Subject)
-		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		stream, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:     cfg.Stream,
 			Subjects: []string{cfg.Subject},
 			Storage:  jetstream.FileStorage,
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("nats ingest %s: stream %q: %w", cfg.Name, cfg.Stream, err)
+		return nil, fmt.Errorf("nats ingest %s: stream %q: %w", cfg.Name, cfg.Stream, err)
 	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       cfg.Durable,
-		FilterSubject: cfg.Subject,
+	return stream, nil
+}
+
+// consumerConfig is the durable consumer the ingest reads, from the
+// stream's first message.
+func (s *Source) consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       s.cfg.Durable,
+		FilterSubject: s.cfg.Subject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxAckPending: cfg.MaxInFlight,
+		AckWait:       s.cfg.AckWait,
+		MaxAckPending: s.cfg.MaxInFlight,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("nats ingest %s: consumer %q on stream %q (does the stream's subjects cover %q?): %w",
-			cfg.Name, cfg.Durable, cfg.Stream, cfg.Subject, err)
 	}
-	s.cons = cons
-	iter, err := s.pull()
+}
+
+func (s *Source) consumerErr(err error) error {
+	return fmt.Errorf("nats ingest %s: consumer %q on stream %q (does the stream's subjects cover %q?): %w",
+		s.cfg.Name, s.cfg.Durable, s.cfg.Stream, s.cfg.Subject, err)
+}
+
+// standing is where the durable consumer stood in its stream, as this
+// instance last saw it: the consumer's acknowledgement floor (shared by
+// every instance reading it) and the stream's creation time. A consumer
+// deleted under the ingest (by an operator, or with its stream) is
+// created again from the message after that floor, so that what was
+// acknowledged is not read again (a replay of the whole stream would
+// deliver again everything older than the dedupe window), and what was
+// not is read again (a re-read the dedupe window knows). The floor is
+// refreshed at most every standingEvery while messages are read: a
+// message acknowledged since is read again, and the window drops it.
+type standing struct {
+	mu      sync.Mutex
+	cons    jetstream.Consumer
+	created time.Time // the stream's
+	floor   uint64    // the consumer's ack floor, a stream sequence
+	at      time.Time // when floor was read
+	busy    bool      // a refresh is under way
+}
+
+// standingEvery is how often the floor is read again while messages are
+// read: one consumer info request.
+const standingEvery = 2 * time.Second
+
+func (st *standing) set(stream jetstream.Stream, cons jetstream.Consumer) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.cons, st.created = cons, stream.CachedInfo().Created
+	st.floor, st.at = cons.CachedInfo().AckFloor.Stream, time.Now()
+}
+
+// refresh reads the floor again in the background when it is older than
+// standingEvery.
+func (st *standing) refresh() {
+	st.mu.Lock()
+	if st.busy || time.Since(st.at) < standingEvery || st.cons == nil {
+		st.mu.Unlock()
+		return
+	}
+	st.busy, st.at = true, time.Now()
+	cons := st.cons
+	st.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), standingEvery)
+		defer cancel()
+		info, err := cons.Info(ctx)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.busy = false
+		if err == nil && st.cons == cons {
+			st.floor = info.AckFloor.Stream
+		}
+	}()
+}
+
+// from returns where a consumer created again on stream starts: after the
+// floor, or the stream's first message when the stream is not the one the
+// floor was read in (deleted and created again: its sequences start anew).
+func (st *standing) from(stream jetstream.Stream) (jetstream.ConsumerConfig, uint64, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var c jetstream.ConsumerConfig
+	if !stream.CachedInfo().Created.Equal(st.created) || st.floor == 0 {
+		return c, 0, false
+	}
+	c.DeliverPolicy, c.OptStartSeq = jetstream.DeliverByStartSequencePolicy, st.floor+1
+	return c, st.floor + 1, true
+}
+
+// recreate creates the consumer again after it was deleted under the
+// ingest (iter, the pull that saw it, ended), and pulls from it; it tries
+// until it can, the Source closes or ctx ends. Another instance may have
+// created it first: then it reads that one.
+func (s *Source) recreate(ctx context.Context, iter jetstream.MessagesContext, why error) error {
+	s.log.Warn("jetstream consumer gone (deleted by an operator, or with its stream); creating it again", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "err", why)
+	gone := fmt.Errorf("nats ingest %s: consumer %q of stream %q gone (%w); creating it again", s.cfg.Name, s.cfg.Durable, s.cfg.Stream, why)
+	s.lost.Store(&gone)
+	wait := 100 * time.Millisecond
+	for {
+		err := s.recreateOnce(ctx, iter)
+		if err == nil {
+			return nil
+		}
+		if stop := s.stopped(ctx); stop != nil {
+			return stop
+		}
+		s.lost.Store(&err)
+		s.log.Warn("jetstream consumer cannot be created again; trying again", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closed:
+			return ingest.ErrClosed
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContext) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := s.stream(ctx)
 	if err != nil {
 		return err
 	}
-	s.iter = iter
+	cfg := s.consumerConfig()
+	start, seq, after := s.stood.from(stream)
+	if after {
+		cfg.DeliverPolicy, cfg.OptStartSeq = start.DeliverPolicy, start.OptStartSeq
+	}
+	cons, err := stream.CreateConsumer(ctx, cfg)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerExists):
+		cons, err = stream.Consumer(ctx, s.cfg.Durable) // another instance's
+		if err != nil {
+			return s.consumerErr(err)
+		}
+		s.log.Info("jetstream consumer created again by another instance; reading it", "stream", s.cfg.Stream, "consumer", s.cfg.Durable)
+	case err != nil:
+		return s.consumerErr(err)
+	case after:
+		s.log.Info("jetstream consumer created again after the last message acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "from_sequence", seq)
+	default:
+		s.log.Warn("jetstream consumer created again from the stream's first message: the stream is not the one it read (deleted and created again), or nothing was acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable)
+	}
+	s.iterMu.Lock()
+	defer s.iterMu.Unlock()
+	s.cons = cons
+	s.stood.set(stream, cons)
+	if s.iter == iter && !s.released {
+		next, err := s.pull()
+		if err != nil {
+			return err
+		}
+		s.iter = next
+	}
+	s.lost.Store(nil)
 	return nil
 }
 
@@ -255,6 +423,12 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 		if stop := s.stopped(ctx); stop != nil {
 			return nil, nil, stop
 		}
+		if errors.Is(err, jetstream.ErrConsumerDeleted) {
+			if err := s.recreate(ctx, iter, err); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			s.iterMu.Lock()
 			drained := s.released && s.iter == iter
@@ -266,7 +440,11 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 				continue
 			}
 			s.iterMu.Unlock()
-			return nil, nil, ingest.ErrClosed
+			// Ended by nats.go, not by this Source: its consumer is gone.
+			if err := s.recreate(ctx, iter, err); err != nil {
+				return nil, nil, err
+			}
+			continue
 		}
 		// Missed heartbeats and other pull errors while the server is
 		// away: the iterator keeps pulling once the connection is back.
@@ -294,6 +472,7 @@ func (s *Source) stopped(ctx context.Context) error {
 }
 
 func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFunc, error) {
+	s.stood.refresh()
 	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data(), Source: msg.Subject(), HeaderError: jsHeaderError(msg)}
 	if md, err := msg.Metadata(); err == nil {
 		in.PublishedAt = md.Timestamp
@@ -385,8 +564,17 @@ func headers(h nats.Header) envelope.Headers {
 	return out
 }
 
-// Ready returns nil while connected.
-func (s *Source) Ready() error { return Ready(s.nc) }
+// Ready returns nil while connected and, with JetStream, reading its
+// consumer.
+func (s *Source) Ready() error {
+	if err := Ready(s.nc); err != nil {
+		return err
+	}
+	if err := s.lost.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
 
 // Close stops the subscription, gives back what the pull fetched and
 // nobody read, and drains the connection, so that acks already sent reach

@@ -349,3 +349,93 @@ func TestCloseGivesBackWhatThePullFetched(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceConsumerDeletedIsCreatedAgain: a durable consumer deleted
+// under the ingest (an operator's `nats consumer rm`) ended Read with
+// ErrClosed, which stopped the daemon. It is created again after the last
+// message acknowledged: what was acknowledged is not read again, what was
+// not is. A stream deleted and created again starts anew: its messages
+// are read from its first, not skipped up to the old stream's floor.
+func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
+	ns, js := jetStreamServer(t)
+	params := natsbroker.SourceParams{Name: "gone", URL: ns.URL, Subject: subject("gone"), Stream: "GONE", Durable: "delaybridge", AckWait: 30 * time.Second}
+	src := open(t, params)
+	defer src.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	publish := func(from, to int) {
+		for i := from; i <= to; i++ {
+			if _, err := js.Publish(ctx, subject("gone"), fmt.Appendf(nil, "m%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read := func(ack bool) string {
+		t.Helper()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		in, ackf, err := src.Read(rctx)
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if ack {
+			if err := ackf(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return string(in.Body)
+	}
+	// Messages published and acknowledged one by one until the Source
+	// knows a floor of ten or more (it reads it again as it reads, at
+	// most every 2 s); then ten more, not acknowledged.
+	k := 0
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		k++
+		publish(k, k)
+		if got := read(true); got != fmt.Sprintf("m%d", k) {
+			t.Fatalf("read %q, want m%d", got, k)
+		}
+		return natsbroker.StandingFloor(src) >= 10
+	}, "the Source to know a floor of ten")
+	floor := int(natsbroker.StandingFloor(src))
+	publish(k+1, k+10)
+	for i := k + 1; i <= k+10; i++ {
+		if got := read(false); got != fmt.Sprintf("m%d", i) {
+			t.Fatalf("read %q, want m%d", got, i)
+		}
+	}
+
+	if err := js.DeleteConsumer(ctx, "GONE", "delaybridge"); err != nil {
+		t.Fatal(err)
+	}
+	// Read again: what the floor does not cover (acknowledged after the
+	// Source read it, or not acknowledged), nothing below it.
+	seen := map[int]bool{}
+	for len(seen) < 10 || !seen[k+10] {
+		got := read(true)
+		var n int
+		if _, err := fmt.Sscanf(got, "m%d", &n); err != nil || n <= floor || n > k+10 {
+			t.Fatalf("after the consumer was created again: read %q, want m%d..m%d (the floor was %d)", got, floor+1, k+10, floor)
+		}
+		if n > k {
+			seen[n] = true
+		}
+	}
+	if err := src.(ingest.Ready).Ready(); err != nil {
+		t.Errorf("Ready after the consumer was created again: %v", err)
+	}
+
+	// The stream deleted and created again: its sequences start anew.
+	if err := js.DeleteStream(ctx, "GONE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "GONE", Subjects: []string{subject("gone")}}); err != nil {
+		t.Fatal(err)
+	}
+	publish(101, 105)
+	for i := 101; i <= 105; i++ {
+		if got := read(true); got != fmt.Sprintf("m%d", i) {
+			t.Fatalf("the stream created again: read %q, want m%d", got, i)
+		}
+	}
+}

@@ -1,0 +1,12 @@
+package natsbroker
+
+import "github.com/delaybridge/delaybridge/pkg/ingest"
+
+// StandingFloor is the acknowledgement floor a JetStream Source would
+// create its consumer again after, for tests.
+func StandingFloor(src ingest.Source) uint64 {
+	st := &src.(*Source).stood
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.floor
+}
