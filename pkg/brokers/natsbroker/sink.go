@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -352,6 +353,9 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 		if strings.EqualFold(h.Key, envelope.HeaderNatsMsgID) {
 			continue // an earlier hop's ID field: set to this message's below
 		}
+		if isPublishDirective(h.Key) {
+			continue // meant for the ingest's stream (nats.go's ExpectStream...), not the sink's
+		}
 		if reason := headerProblem(h); reason != "" {
 			return nil, sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("header %q cannot be sent over NATS: %s", h.Key, reason)))
 		}
@@ -366,6 +370,35 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, DedupeID(m.Message))
 	return nm, nil
+}
+
+// publishDirectives are the headers a JetStream server acts on when a
+// message is published, beside Nats-Msg-Id: expectations (nats.go's
+// ExpectStream, ExpectLastSequence...), a rollup, a per-message TTL, a
+// counter increment, an atomic batch, a schedule, an API level, a trace;
+// and the ones a stream that sources others writes, which the server
+// refuses from a publisher (Nats-Stream-Source: err_code 10227).
+// A publisher sets the first for its publish to the ingest's stream; sent on
+// to the sink's stream they would refuse the message (an expected stream
+// of another name), purge a subject (a rollup), expire or schedule it, or
+// keep it from being delivered at all (Nats-Trace-Only). The NATS sink
+// leaves them out; other brokers' sinks forward them as any header.
+var publishDirectives = []string{
+	"Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence",
+	"Nats-Expected-Last-Subject-Sequence-Subject", "Nats-Expected-Last-Msg-Id",
+	"Nats-Rollup", "Nats-TTL", "Nats-Incr",
+	"Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit",
+	"Nats-Schedule", "Nats-Schedule-Time-Zone", "Nats-Schedule-TTL", "Nats-Schedule-Rollup",
+	"Nats-Schedule-Target", "Nats-Schedule-Source",
+	"Nats-Required-Api-Level", "Nats-Trace-Dest", "Nats-Trace-Only",
+	"Nats-Stream-Source", "Nats-Counter-Sources",
+}
+
+func isPublishDirective(key string) bool {
+	if len(key) < 5 || !strings.EqualFold(key[:5], "Nats-") {
+		return false
+	}
+	return slices.ContainsFunc(publishDirectives, func(d string) bool { return strings.EqualFold(d, key) })
 }
 
 // headerProblem says why NATS cannot carry h exactly, or returns "". Keys

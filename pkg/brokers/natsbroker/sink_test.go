@@ -379,3 +379,37 @@ func TestSinkAFullStreamIsItsDestinationsFault(t *testing.T) {
 		t.Errorf("a message to another stream, in the same batch: %v", errs[2])
 	}
 }
+
+// TestSinkLeavesOutJetStreamPublishDirectives: a publisher's
+// Nats-Expected-Stream (nats.go's ExpectStream, for its publish to the
+// ingest's stream) made the sink's stream refuse the message ("expected
+// stream does not match") until it was dead, as did the Nats-Stream-Source
+// of a message read from a stream that sources others; a rollup or a TTL
+// would act on the sink's stream. Other headers go on.
+func TestSinkLeavesOutJetStreamPublishDirectives(t *testing.T) {
+	_, _, stream, sk := streamSink(t, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}})
+	m := &envelope.Message{ID: "d1", Destination: "out.d", Body: []byte("x"), Headers: envelope.Headers{
+		{Key: "Nats-Expected-Stream", Value: "INGEST"}, {Key: "nats-expected-last-sequence", Value: "7"},
+		{Key: "Nats-Rollup", Value: "sub"}, {Key: "Nats-TTL", Value: "1s"}, {Key: "Nats-Trace-Only", Value: "true"},
+		{Key: "Nats-Stream-Source", Value: "ORDERS 12 orders.a orders.a"}, {Key: "x-custom", Value: "c"},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if errs := sk.Publish(ctx, []sinks.Outgoing{{Attempt: 1, Message: m}}); errs[0] != nil {
+		t.Fatalf("publish with a publisher's JetStream directives: %v", errs[0])
+	}
+	got, err := stream.GetLastMsgForSubject(ctx, "out.d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Rollup", "Nats-TTL", "Nats-Trace-Only", "Nats-Stream-Source"} {
+		for hk := range got.Header {
+			if strings.EqualFold(hk, k) {
+				t.Errorf("%s was sent to the sink's stream", hk)
+			}
+		}
+	}
+	if got.Header.Get("x-custom") != "c" {
+		t.Errorf("headers %v: want x-custom kept", got.Header)
+	}
+}
