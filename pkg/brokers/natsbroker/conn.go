@@ -26,6 +26,12 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.RetryOnFailedConnect(false),
+		// A server that keeps the connection and answers nothing (stopped,
+		// or cut off by the network) is found by its PINGs going
+		// unanswered: nats.go's default, every 2 minutes with 2
+		// outstanding, left /readyz at 200 and the sink open for minutes.
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: closed on purpose
 				log.Warn("nats disconnected; reconnecting", "err", err)
@@ -43,6 +49,14 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 	}
 	return nc, nil
 }
+
+// A connection whose server has not answered maxPingsOut PINGs sent
+// pingInterval apart is taken for lost, and dialled again: one that
+// answers nothing is found within about (maxPingsOut+1) * pingInterval.
+const (
+	pingInterval = 5 * time.Second
+	maxPingsOut  = 2
+)
 
 // Flush waits until the server has processed everything sent on nc so far,
 // or ctx ends. nats.go's FlushWithContext refuses a context without a

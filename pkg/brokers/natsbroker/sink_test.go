@@ -413,3 +413,26 @@ func TestSinkLeavesOutJetStreamPublishDirectives(t *testing.T) {
 		t.Errorf("headers %v: want x-custom kept", got.Header)
 	}
 }
+
+// TestSinkNotReadyWhileItsServerAnswersNothing: a server that keeps the
+// connection and answers nothing (kill -STOP, a network that drops
+// packets) left the sink ready for minutes (nats.go's default PINGs, every
+// 2 minutes): it is not ready once its PINGs go unanswered, and ready
+// again when the server answers.
+func TestSinkNotReadyWhileItsServerAnswersNothing(t *testing.T) {
+	t.Parallel()
+	ns := testenv.NATS(t)
+	px := testenv.NewProxy(t, strings.TrimPrefix(ns.URL, "nats://"))
+	s := openSink("nats://"+px.Addr, false)(t)
+	t.Cleanup(func() { _ = s.Close() })
+	sk := s.(*natsbroker.Sink)
+	if err := sk.Ready(); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	px.Stall()
+	start := time.Now()
+	testenv.Eventually(t, 30*time.Second, func() bool { return sk.Ready() != nil }, "Ready to fail while the server answers nothing")
+	t.Logf("not ready after %v: %v", time.Since(start).Round(100*time.Millisecond), sk.Ready())
+	px.Flow()
+	testenv.Eventually(t, 30*time.Second, func() bool { return sk.Ready() == nil }, "Ready once the server answers: %v", sk.Ready())
+}
