@@ -43,6 +43,16 @@ type entry struct {
 	b   *batch
 	i   int
 	key returnKey
+	// dc is the library's own confirmation of the publish, which has the
+	// broker's answer right: its NotifyPublish listener reports a nack
+	// that came out of order as an ack when a later multiple ack covers it
+	// (amqp091-go 1.16 confirms.Multiple), and RabbitMQ answers just so
+	// when a queue refuses a message (reject-publish) while another
+	// queue's acks come in batches. nil until the publish returned.
+	dc *amqp.DeferredConfirmation
+	// confirmed: the confirm came before the publish returned; the
+	// publisher settles the entry once it has dc.
+	confirmed bool
 }
 
 type returnKey struct{ exchange, routingKey, messageID string }
@@ -187,7 +197,7 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 	// Confirms arrive in tag order; a tag below this one still pending had
 	// its confirm dropped (amqp091-go gives up on a full listener).
 	for t := p.lowest; t < c.DeliveryTag; t++ {
-		if e, ok := p.pending[t]; ok {
+		if e, ok := p.pending[t]; ok && !e.confirmed {
 			delete(p.pending, t)
 			p.resolve(e, sinks.Sent(fmt.Errorf("rabbitmq sink %s: publisher confirm lost", cfg.Name)))
 		}
@@ -199,7 +209,18 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 	if !ok {
 		return
 	}
+	if e.dc == nil { // its publish has not returned yet: publish settles it
+		e.confirmed = true
+		p.pending[c.DeliveryTag] = e
+		return
+	}
 	delete(p.pending, c.DeliveryTag)
+	p.settle(cfg, e)
+}
+
+// settle resolves a confirmed entry: with the broker's answer (e.dc,
+// done), and the return that came before it, if any. p.mu is held.
+func (p *pubChan) settle(cfg SinkParams, e entry) {
 	var err error
 	if ri, ok := p.returned[e.key]; ok && ri.n > 0 {
 		ri.n--
@@ -210,7 +231,7 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 		}
 		err = sinks.Rejected(sinks.Because(sinks.ReasonUnroutable, fmt.Errorf("rabbitmq sink %s: %w: exchange %q has no queue bound for routing key %q (returned %d %s)",
 			cfg.Name, ErrUnroutable, e.key.exchange, e.key.routingKey, ri.code, ri.text)))
-	} else if !c.Ack {
+	} else if e.dc == nil || !e.dc.Acked() { // nil: never, in confirm mode
 		// A queue it was routed to refused it: its destination's fault,
 		// an attempt of this message; the sink's other destinations go on.
 		err = sinks.Rejected(sinks.Because(sinks.ReasonRejected, fmt.Errorf("rabbitmq sink %s: %w: routing key %q on exchange %q: a queue it routes to refused it "+
@@ -279,7 +300,20 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 		b.left++
 		p.mu.Unlock()
 
-		err := p.ch.Publish(cfg.Exchange, m.Destination, cfg.Mandatory, false, pubs[i])
+		dc, err := p.ch.PublishWithDeferredConfirm(cfg.Exchange, m.Destination, cfg.Mandatory, false, pubs[i])
+		if err == nil {
+			p.mu.Lock()
+			if e, ok := p.pending[tag]; ok && e.b == b {
+				e.dc = dc
+				if e.confirmed {
+					delete(p.pending, tag)
+					p.settle(cfg, e)
+				} else {
+					p.pending[tag] = e
+				}
+			}
+			p.mu.Unlock()
+		}
 		if err != nil {
 			p.mu.Lock()
 			if e, ok := p.pending[tag]; ok && e.b == b {

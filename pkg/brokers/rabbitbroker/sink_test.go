@@ -469,3 +469,54 @@ func TestSinkAQueueThatRefusesIsItsDestinationsFault(t *testing.T) {
 		t.Errorf("Ready: %v", err)
 	}
 }
+
+// TestSinkANackAmongAcksIsNotTakenForAnAck: RabbitMQ nacks a publish a
+// reject-publish queue refuses at once, while a durable queue's acks come
+// later, several in one multiple ack. amqp091-go's NotifyPublish reported
+// such a nack as an ack when the multiple ack covered it: the message was
+// taken for delivered and deleted, lost (the probe: 100-123 of 200 to a
+// full queue beside traffic to another). Each publish is settled with the
+// library's own confirmation of it, which has the nack.
+func TestSinkANackAmongAcksIsNotTakenForAnAck(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	refusing := unique(t) + "-refusing"
+	if _, err := a.ch.QueueDeclare(refusing, false, true, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	durable := unique(t) + "-durable"
+	if _, err := a.ch.QueueDeclare(durable, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = a.ch.QueueDelete(durable, false, false, false) })
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
+	var msgs []sinks.Outgoing
+	for i := range 2000 {
+		dest := durable
+		if i%10 == 3 {
+			dest = refusing
+		}
+		msgs = append(msgs, msg(fmt.Sprint("n", i), dest))
+	}
+	errs := publish(t, s, msgs)
+	taken, good := 0, 0
+	for i, err := range errs {
+		if msgs[i].Destination == refusing {
+			if err == nil {
+				taken++
+			} else if !errors.Is(err, rabbitbroker.ErrNacked) || !sinks.IsRejected(err) {
+				t.Errorf("message %d to the refusing queue: %v, want a nack", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("message %d to the durable queue: %v", i, err)
+			continue
+		}
+		good++
+	}
+	if taken > 0 {
+		t.Errorf("%d of 200 messages the refusing queue nacked were taken for delivered", taken)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.ready(durable) == good }, "%d in the durable queue", good)
+}
