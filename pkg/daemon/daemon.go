@@ -51,10 +51,14 @@ type Daemon struct {
 	// mismatch is what keepRecord last found wrong with the store's record
 	// ("" nothing): said once in the log, and by /readyz while it lasts.
 	mismatch atomic.Pointer[string]
-	metrics  *metrics.Metrics
-	store    *store.Store
-	sinks    map[string]sinks.Sink
-	pipes    []*ingest.Pipeline // each with its source (Source: nil while connecting)
+	// started is when this daemon started; lostAt when Redis was last
+	// found to have lost the store's record after that (keepRecord).
+	started time.Time
+	lostAt  atomic.Pointer[time.Time]
+	metrics *metrics.Metrics
+	store   *store.Store
+	sinks   map[string]sinks.Sink
+	pipes   []*ingest.Pipeline // each with its source (Source: nil while connecting)
 	// sourcesClosed is set by Run once it closed (and committed) the sources.
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
@@ -78,7 +82,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	LogRedisTo(log)
 	// d is not the named result: every failure returns a nil *Daemon, and the
 	// cleanup below must still see the half-built one.
-	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), sinks: map[string]sinks.Sink{}}
+	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), sinks: map[string]sinks.Sink{}, started: time.Now()}
 	defer func() {
 		if err != nil {
 			d.closeAll(context.Background())
@@ -290,7 +294,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			}),
 			Ready:     d.Ready,
 			Addresses: redisAddrs(cfg.Redis),
-			Warnings:  d.persistence.warnings,
+			Warnings:  d.warnings,
 			Metrics:   d.metrics,
 			Logger:    log,
 		})
@@ -660,6 +664,20 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.log.Debug("redis client: " + fmt.Sprintf(format, v...))
 }
 
+// lostSaid is how long /readyz says that Redis lost its data.
+const lostSaid = time.Hour
+
+// warnings are /readyz's: Redis's persistence, and that Redis lost its
+// data within lostSaid.
+func (d *Daemon) warnings() []string {
+	w := d.persistence.warnings()
+	if at := d.lostAt.Load(); at != nil && time.Since(*at) < lostSaid {
+		w = append(w, fmt.Sprintf("redis: lost its data at %s (the store's record was missing): every message parked before then is gone",
+			at.UTC().Format(time.RFC3339)))
+	}
+	return w
+}
+
 // keepRecord writes the store's layout and shard count into Redis again
 // when Redis lost them while this daemon ran (it restarted without
 // persistence, or was flushed): otherwise another instance with another
@@ -670,7 +688,15 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 func (d *Daemon) keepRecord(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, readyPing)
 	defer cancel()
-	err := d.store.Rerecord(ctx, d.layout)
+	lostAt, err := d.store.Rerecord(ctx, d.layout)
+	if lostAt.After(d.started) {
+		if prev := d.lostAt.Swap(&lostAt); prev == nil || !prev.Equal(lostAt) {
+			d.log.Error("redis: the store's record was missing: Redis lost its data (it restarted without its AOF or RDB file, "+
+				"was flushed, or another Redis answers at its address); every message parked before then is gone, and the ingests "+
+				"read none of them again. Check Redis's persistence (appendonly yes) and its data directory",
+				"redis_key", d.store.Keys().Config(), "lost_at", lostAt.UTC().Format(time.RFC3339Nano))
+		}
+	}
 	if err != nil && !errors.Is(err, store.ErrShardMismatch) && !errors.Is(err, store.ErrLayoutUnknown) {
 		d.log.Debug("cannot check the store's record; trying again at the next reading", "err", err)
 		return

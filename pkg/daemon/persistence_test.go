@@ -125,6 +125,31 @@ sinks: [{name: s, nats: {url: "%s"}}]
 		v, _ := rs.Client().HMGet(context.Background(), cfgKey, "shards", "layout").Result()
 		return len(v) == 2 && v[0] == "2" && v[1] == fmt.Sprint(store.LayoutNewest)
 	}, "%s not recorded again after Redis restarted empty", cfgKey)
+	// And says that Redis lost its data: an ERROR, and /readyz's warning
+	// (still 200). It said nothing before: every parked message gone in
+	// silence.
+	lostLines := func() int {
+		n := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "level=ERROR") && strings.Contains(line, "Redis lost its data") && strings.Contains(line, "lost_at=") {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool { return lostLines() == 1 }, "no ERROR that Redis lost its data; the log:\n%s", lazy(logs.String))
+	lostWarning := func(ws []string) bool {
+		for _, w := range ws {
+			if strings.Contains(w, "lost its data") {
+				return true
+			}
+		}
+		return false
+	}
+	ready.Warnings = nil
+	if code := getJSON(t, base+"/readyz", &ready); code != http.StatusOK || !lostWarning(ready.Warnings) {
+		t.Errorf("/readyz after Redis lost its data: %d %+v, want 200 with a warning that says so", code, ready)
+	}
 	// A record another instance wrote meanwhile, with another shard count:
 	// /readyz says so (503) at the next reading, and is ready again once
 	// it matches.
@@ -160,8 +185,11 @@ sinks: [{name: s, nats: {url: "%s"}}]
 		return p.AOF != nil && *p.AOF && p.Warning == ""
 	}, "redis_persistence after CONFIG SET appendonly yes and a reconnect: %s", lazy(func() string { return jsonOf(stats()) }))
 	ready.Warnings = nil
-	if code := getJSON(t, base+"/readyz", &ready); code != http.StatusOK || len(ready.Warnings) != 0 {
-		t.Errorf("/readyz with AOF on: %d %+v, want no warning", code, ready)
+	if code := getJSON(t, base+"/readyz", &ready); code != http.StatusOK || len(ready.Warnings) != 1 || !lostWarning(ready.Warnings) {
+		t.Errorf("/readyz with AOF on: %d %+v, want only the warning that Redis lost its data (said for an hour)", code, ready)
+	}
+	if n := lostLines(); n != 1 {
+		t.Errorf("%d ERRORs that Redis lost its data, want 1: said once", n)
 	}
 	if m := metrics(); !strings.Contains(m, `delaybridge_redis_persistence{kind="aof"} 1`) {
 		t.Errorf("/metrics with AOF on lacks delaybridge_redis_persistence{kind=\"aof\"} 1")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -88,26 +89,42 @@ func unknownLayout(config, v string) error {
 // ErrLayoutUnknown. layout is the one the daemon found at its start: a
 // store of an earlier layout stays recorded as such. It changes nothing
 // the Store holds in memory, and never a value Redis has.
-func (s *Store) Rerecord(ctx context.Context, layout int) error {
+//
+// The daemon that finds the record missing writes when (the field
+// lost_at, Unix ms), so that every daemon learns that Redis lost its data,
+// not only the first to look: lostAt is that time, zero when Redis never
+// lost the record.
+func (s *Store) Rerecord(ctx context.Context, layout int) (lostAt time.Time, err error) {
 	key := s.keys.Config()
 	pipe := s.rdb.Pipeline()
-	pipe.HSetNX(ctx, key, "shards", s.shards)
+	missing := pipe.HSetNX(ctx, key, "shards", s.shards)
 	pipe.HSetNX(ctx, key, "layout", layout)
-	got := pipe.HMGet(ctx, key, "shards", "layout")
+	got := pipe.HMGet(ctx, key, "shards", "layout", "lost_at")
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("store: record the shard count and layout in %s: %w", key, err)
+		return time.Time{}, fmt.Errorf("store: record the shard count and layout in %s: %w", key, err)
 	}
 	v := got.Val()
 	shards, _ := v[0].(string)
 	l, _ := v[1].(string)
+	lost, _ := v[2].(string)
+	if missing.Val() {
+		now := time.Now()
+		if err := s.rdb.HSet(ctx, key, "lost_at", now.UnixMilli()).Err(); err != nil {
+			return time.Time{}, fmt.Errorf("store: record in %s that Redis lost it: %w", key, err)
+		}
+		lost = strconv.FormatInt(now.UnixMilli(), 10)
+	}
+	if ms, err := strconv.ParseInt(lost, 10, 64); err == nil {
+		lostAt = time.UnixMilli(ms)
+	}
 	if shards != strconv.Itoa(s.shards) {
-		return fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
+		return lostAt, fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
 			ErrShardMismatch, s.shards, key, shards, shards)
 	}
 	if n, err := strconv.Atoi(l); err != nil || n < Layout1 || n > LayoutNewest {
-		return unknownLayout(key, l)
+		return lostAt, unknownLayout(key, l)
 	}
-	return nil
+	return lostAt, nil
 }
 
 // CheckLayout returns the layout Redis holds, recording LayoutNew on a

@@ -738,31 +738,49 @@ func TestNewerLayoutWhileRunning(t *testing.T) {
 
 // Rerecord writes the shard count and the layout given where Redis lost
 // them, never over what is there, and says when what is there does not
-// match: another shard count, a layout this build does not know.
+// match: another shard count, a layout this build does not know. Finding
+// them missing, it records when, which every later Rerecord returns.
 func TestRerecord(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
 	s := store.New(rdb, store.Options{Prefix: "rr", Shards: 4})
 	key := store.NewKeys("rr").Config()
-	if err := s.Rerecord(ctx, store.Layout1); err != nil {
+	before := time.Now()
+	lostAt, err := s.Rerecord(ctx, store.Layout1)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := rdb.HMGet(ctx, key, "shards", "layout").Result(); fmt.Sprint(v) != "[4 1]" {
 		t.Fatalf("recorded %v, want [4 1]: the layout the daemon found, not the newest", v)
 	}
+	if lostAt.Before(before.Truncate(time.Millisecond)) || lostAt.After(time.Now()) {
+		t.Fatalf("lost at %v: want when the record was found missing (after %v)", lostAt, before)
+	}
 	rdb.HSet(ctx, key, "layout", store.LayoutNewest)
-	if err := s.Rerecord(ctx, store.Layout1); err != nil {
+	again, err := s.Rerecord(ctx, store.Layout1)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := rdb.HGet(ctx, key, "layout").Result(); v != fmt.Sprint(store.LayoutNewest) {
 		t.Fatalf("layout %s: Rerecord wrote over what Redis had", v)
 	}
+	if !again.Equal(lostAt) {
+		t.Fatalf("a record that was there: lost at %v, want the time it was found missing, %v", again, lostAt)
+	}
 	rdb.HSet(ctx, key, "layout", "99")
-	if err := s.Rerecord(ctx, store.Layout1); !errors.Is(err, store.ErrLayoutUnknown) {
+	if _, err := s.Rerecord(ctx, store.Layout1); !errors.Is(err, store.ErrLayoutUnknown) {
 		t.Fatalf("layout 99: %v, want ErrLayoutUnknown", err)
 	}
 	rdb.HSet(ctx, key, "layout", store.LayoutNewest, "shards", 8)
-	if err := s.Rerecord(ctx, store.Layout1); !errors.Is(err, store.ErrShardMismatch) {
+	if _, err := s.Rerecord(ctx, store.Layout1); !errors.Is(err, store.ErrShardMismatch) {
 		t.Fatalf("shards 8: %v, want ErrShardMismatch", err)
+	}
+	// A store whose record was never lost: no time.
+	fresh := store.New(rdb, store.Options{Prefix: "fresh", Shards: 4})
+	if err := fresh.CheckShards(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lostAt, err := fresh.Rerecord(ctx, store.Layout1); err != nil || !lostAt.IsZero() {
+		t.Fatalf("a record written at start: lost at %v, %v; want none", lostAt, err)
 	}
 }
