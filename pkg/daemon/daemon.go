@@ -55,6 +55,9 @@ type Daemon struct {
 	// found to have lost the store's record after that (keepRecord).
 	started time.Time
 	lostAt  atomic.Pointer[time.Time]
+	// pinging is the PING /readyz waits for (ping), nil when none runs.
+	pingMu  sync.Mutex
+	pinging *pingCall
 	metrics *metrics.Metrics
 	store   *store.Store
 	sinks   map[string]sinks.Sink
@@ -338,15 +341,53 @@ func (d *Daemon) AdminAddr() string {
 // readyPing bounds Ready's ping of Redis.
 const readyPing = time.Second
 
+// ping asks Redis for an answer within readyPing. go-redis bounds a reply
+// by redis.read_timeout (3 s by default), not by its context: a Redis
+// that takes the PING and answers nothing (stopped, cut off) held /readyz
+// that long, past a readiness probe's timeout, which then blamed the
+// daemon. The PING runs apart, and a caller stops waiting for it at
+// readyPing; callers meanwhile wait for the same PING.
+func (d *Daemon) ping() error {
+	d.pingMu.Lock()
+	call := d.pinging
+	if call == nil {
+		call = &pingCall{done: make(chan struct{})}
+		d.pinging = call
+		go func() {
+			call.err = d.store.Ping(context.Background())
+			d.pingMu.Lock()
+			d.pinging = nil
+			d.pingMu.Unlock()
+			close(call.done)
+		}()
+	}
+	d.pingMu.Unlock()
+	t := time.NewTimer(readyPing)
+	defer t.Stop()
+	select {
+	case <-call.done:
+		return call.err
+	case <-t.C:
+		return context.DeadlineExceeded
+	}
+}
+
+// pingCall is a PING under way (Daemon.ping); err is set before done
+// closes.
+type pingCall struct {
+	done chan struct{}
+	err  error
+}
+
 // Ready returns nil when Redis and every ingest and sink are connected, else
 // every reason why not.
 func (d *Daemon) Ready() error {
 	var errs []string
 	ctx, cancel := context.WithTimeout(context.Background(), readyPing)
 	defer cancel()
-	if err := d.store.Ping(ctx); err != nil {
+	if err := d.ping(); err != nil {
 		d.persistence.disconnected()
-		if ctx.Err() != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
 			// go-redis tries a refused dial again (5 times, 100 ms apart)
 			// and a command 3 times: a Redis that is down outlasts the
 			// ping's second, and its error says only that the time ran

@@ -360,3 +360,50 @@ func getBody(t *testing.T, url string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestReadyzAnswersWhileRedisAnswersNothing: a Redis that takes the PING
+// and answers nothing (kill -STOP, a network cut) held /readyz for
+// redis.read_timeout (go-redis bounds a reply by it, not by the ping's
+// second), past a readiness probe's timeout: the probe then blamed the
+// daemon. /readyz answers 503 naming Redis after about a second.
+func TestReadyzAnswersWhileRedisAnswersNothing(t *testing.T) {
+	rs := testenv.Redis(t)
+	px := testenv.NewProxy(t, rs.Addr)
+	ns := testenv.NATS(t)
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+redis: {addr: "%s", key_prefix: p, shards: 2, read_timeout: 60s}
+admin: {listen: "127.0.0.1:0"}
+sinks: [{name: s, nats: {url: "%s"}}]
+`, px.Addr, ns.URL), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	d, err := daemon.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		px.Flow()
+		stop()
+		<-done
+	})
+	testenv.Eventually(t, 20*time.Second, func() bool { return d.AdminAddr() != "" && !strings.HasSuffix(d.AdminAddr(), ":0") },
+		"the admin server did not start")
+	base := "http://" + d.AdminAddr()
+	testenv.Eventually(t, 20*time.Second, func() bool { code, _ := getBody(t, base+"/readyz"); return code == http.StatusOK }, "ready")
+	px.Stall()
+	for range 2 { // the first PING, and one asked while it still waits
+		start := time.Now()
+		code, body := getBody(t, base+"/readyz")
+		took := time.Since(start)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "redis") || took > 15*time.Second {
+			t.Errorf("/readyz while Redis answers nothing: %d %s after %v; want 503 naming redis within about a second (read_timeout is 60 s)",
+				code, body, took.Round(10*time.Millisecond))
+		}
+	}
+	px.Flow()
+	testenv.Eventually(t, 30*time.Second, func() bool { code, _ := getBody(t, base+"/readyz"); return code == http.StatusOK }, "ready again")
+}
