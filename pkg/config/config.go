@@ -168,7 +168,7 @@ type Scheduler struct {
 }
 
 // Backoff is the exponential back-off between publish attempts:
-// initial * multiplier^(attempt-1), capped at max, randomised by ±jitter.
+// initial * multiplier^(attempt-1), capped at max, randomised by ±jitter (never past max).
 type Backoff struct {
 	Initial    Duration `yaml:"initial"`    // the wait after the first failed attempt
 	Max        Duration `yaml:"max"`        // the longest wait

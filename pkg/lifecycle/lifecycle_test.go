@@ -48,8 +48,10 @@ func TestBackoffDelay(t *testing.T) {
 		{3, 0.5, 900 * time.Millisecond},
 		{4, 0.5, time.Second}, // capped
 		{100, 0.5, time.Second},
-		{1, 0, 50 * time.Millisecond},  // -50% jitter
-		{1, 1, 150 * time.Millisecond}, // +50% jitter
+		{100, 1, time.Second},            // jitter never past Max
+		{100, 0, 500 * time.Millisecond}, // but below it
+		{1, 0, 50 * time.Millisecond},    // -50% jitter
+		{1, 1, 150 * time.Millisecond},   // +50% jitter
 		{0, 0.5, 100 * time.Millisecond},
 	}
 	for _, c := range cases {
