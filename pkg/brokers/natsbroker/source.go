@@ -282,7 +282,9 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 	case after:
 		s.log.Info("jetstream consumer created again after the last message acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "from_sequence", seq)
 	default:
-		s.log.Warn("jetstream consumer created again from the stream's first message: the stream is not the one it read (deleted and created again), or nothing was acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable)
+		s.log.Warn("jetstream consumer created again from the stream's first message: the stream is not the one it read (deleted and created again), or nothing was acknowledged; "+
+			"a message without an ID of its own takes the ID stream/sequence again, and one the dedupe window remembers or still parked is dropped as a duplicate (docs/operations.md)",
+			"stream", s.cfg.Stream, "consumer", s.cfg.Durable)
 	}
 	s.iterMu.Lock()
 	defer s.iterMu.Unlock()
