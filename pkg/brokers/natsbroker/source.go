@@ -109,7 +109,14 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, s.consumerConfig())
+	cfg := s.consumerConfig()
+	if have, err := stream.Consumer(ctx, cfg.Durable); err == nil {
+		// Where it starts cannot be updated: one created again after its
+		// acknowledgement floor (recreate) keeps that start.
+		c := have.CachedInfo().Config
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = c.DeliverPolicy, c.OptStartSeq, c.OptStartTime
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {
 		return s.consumerErr(err)
 	}
@@ -167,15 +174,19 @@ func (s *Source) consumerErr(err error) error {
 // acknowledged is not read again (a replay of the whole stream would
 // deliver again everything older than the dedupe window), and what was
 // not is read again (a re-read the dedupe window knows). The floor is
-// refreshed at most every standingEvery while messages are read: a
-// message acknowledged since is read again, and the window drops it.
+// read again at most every standingEvery while messages are read and
+// acknowledged, and once more after the last: a message acknowledged
+// since is read again, and the window drops it. The start of a consumer
+// so created cannot be changed: the Sources that open it later keep it
+// (setupJetStream).
 type standing struct {
-	mu      sync.Mutex
-	cons    jetstream.Consumer
-	created time.Time // the stream's
-	floor   uint64    // the consumer's ack floor, a stream sequence
-	at      time.Time // when floor was read
-	busy    bool      // a refresh is under way
+	mu       sync.Mutex
+	cons     jetstream.Consumer
+	created  time.Time // the stream's
+	floor    uint64    // the consumer's ack floor, a stream sequence
+	at       time.Time // when floor was read
+	busy     bool      // a refresh is under way
+	trailing bool      // a refresh is due when standingEvery has passed
 }
 
 // standingEvery is how often the floor is read again while messages are
@@ -193,7 +204,22 @@ func (st *standing) set(stream jetstream.Stream, cons jetstream.Consumer) {
 // standingEvery.
 func (st *standing) refresh() {
 	st.mu.Lock()
-	if st.busy || time.Since(st.at) < standingEvery || st.cons == nil {
+	if st.cons == nil {
+		st.mu.Unlock()
+		return
+	}
+	if since := time.Since(st.at); st.busy || since < standingEvery {
+		// Once more when the interval has passed, so that the floor of the
+		// last messages read and acknowledged is read too, traffic or not.
+		if !st.trailing {
+			st.trailing = true
+			time.AfterFunc(max(standingEvery-since, 0)+10*time.Millisecond, func() {
+				st.mu.Lock()
+				st.trailing = false
+				st.mu.Unlock()
+				st.refresh()
+			})
+		}
 		st.mu.Unlock()
 		return
 	}
@@ -232,7 +258,7 @@ func (st *standing) from(stream jetstream.Stream) (jetstream.ConsumerConfig, uin
 // until it can, the Source closes or ctx ends. Another instance may have
 // created it first: then it reads that one.
 func (s *Source) recreate(ctx context.Context, iter jetstream.MessagesContext, why error) error {
-	s.log.Warn("jetstream consumer gone (deleted by an operator, or with its stream); creating it again", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "err", why)
+	s.log.Warn("jetstream pull ended by the server (its consumer deleted by an operator, or with its stream); creating the consumer again", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "err", why)
 	gone := fmt.Errorf("nats ingest %s: consumer %q of stream %q gone (%w); creating it again", s.cfg.Name, s.cfg.Durable, s.cfg.Stream, why)
 	s.lost.Store(&gone)
 	wait := 100 * time.Millisecond
@@ -290,6 +316,9 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 	defer s.iterMu.Unlock()
 	s.cons = cons
 	s.stood.set(stream, cons)
+	if s.stopped(ctx) != nil {
+		return s.stopped(ctx)
+	}
 	if s.iter == iter && !s.released {
 		next, err := s.pull()
 		if err != nil {
@@ -369,8 +398,29 @@ func unsubscribed(ctx context.Context, iter jetstream.MessagesContext) error {
 	}
 }
 
-// Resume pulls again after Release.
-func (s *Source) Resume(context.Context) error {
+// consumerGone reports whether the server says the consumer, or its
+// stream, does not exist.
+func (s *Source) consumerGone(ctx context.Context) bool {
+	s.iterMu.Lock()
+	cons := s.cons
+	s.iterMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := cons.Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// Resume pulls again after Release; from the consumer created again when
+// it was deleted meanwhile.
+func (s *Source) Resume(ctx context.Context) error {
+	if s.sub == nil && s.consumerGone(ctx) {
+		s.iterMu.Lock()
+		iter := s.iter
+		s.iterMu.Unlock()
+		if err := s.recreate(ctx, iter, jetstream.ErrConsumerNotFound); err != nil {
+			return err
+		}
+	}
 	s.iterMu.Lock()
 	defer s.iterMu.Unlock()
 	if !s.released || s.sub != nil {
@@ -450,6 +500,14 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 		}
 		// Missed heartbeats and other pull errors while the server is
 		// away: the iterator keeps pulling once the connection is back.
+		// A consumer deleted meanwhile (no pull of ours waited to be told)
+		// answers none of them: it is created again.
+		if errors.Is(err, jetstream.ErrNoHeartbeat) && s.consumerGone(ctx) {
+			if err := s.recreate(ctx, iter, jetstream.ErrConsumerNotFound); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
 		s.log.Debug("jetstream pull interrupted; continuing", "err", err)
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
@@ -484,7 +542,9 @@ func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFu
 		if err != nil {
 			return msg.Nak()
 		}
-		return msg.Ack()
+		err = msg.Ack()
+		s.stood.refresh()
+		return err
 	}
 	return in, ack, nil
 }

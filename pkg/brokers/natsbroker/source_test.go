@@ -424,6 +424,35 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 	if err := src.(ingest.Ready).Ready(); err != nil {
 		t.Errorf("Ready after the consumer was created again: %v", err)
 	}
+	// Another instance, or this one restarted, opens the consumer so
+	// created: where it starts cannot be updated, and is kept.
+	other := open(t, params)
+	if err := other.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleted while the Source is released (Redis away: no pull of its
+	// waits to be told): Resume creates it again.
+	if err := src.(ingest.Releaser).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(ctx, "GONE", "delaybridge"); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.(ingest.Releaser).Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publish(k+11, k+15)
+	for got := map[string]bool{}; len(got) < 5; {
+		m := read(true)
+		var n int
+		if _, err := fmt.Sscanf(m, "m%d", &n); err != nil || n <= floor {
+			t.Fatalf("after Resume: read %q, want m%d..m%d", m, floor+1, k+15)
+		}
+		if n > k+10 {
+			got[m] = true
+		}
+	}
 
 	// The stream deleted and created again: its sequences start anew.
 	if err := js.DeleteStream(ctx, "GONE"); err != nil {
