@@ -10,3 +10,6 @@ func StandingFloor(src ingest.Source) uint64 {
 	defer st.mu.Unlock()
 	return st.floor
 }
+
+// Classify is the Sink's reading of a publish error, for tests.
+func Classify(err error) error { return (&Sink{cfg: SinkParams{Name: "t"}}).classify(err) }

@@ -289,12 +289,13 @@ func (s *Sink) classify(err error) error {
 		// header it does not allow): the message's fault.
 		return sinks.Rejected(sinks.Because(apiReason(apiErr), fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)))
 	}
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed {
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed && !strings.Contains(apiErr.Description, "store is closed") {
 		// The stream that stores the subject could not store it, with a
-		// 503: full under discard new, the message too large for its
-		// file store, or the stream closing. That is its destination's
-		// fault, not the sink's: an attempt of the message, and the
-		// sink's other destinations go on.
+		// 503: full under discard new, or the message too large for its
+		// file store. That is its destination's fault, not the sink's: an
+		// attempt of the message, and the sink's other destinations go
+		// on. A stream closing (a restart, a leader change) is not: the
+		// same code, "store is closed", is left to the sink's rules.
 		return sinks.Rejected(sinks.Because(apiReason(apiErr), fmt.Errorf("nats sink %s: the stream did not store it: %w (a stream at its max_msgs, max_bytes or max_msgs_per_subject with discard new refuses new messages: raise the limit, or let it discard old ones)",
 			s.cfg.Name, err)))
 	}
@@ -376,21 +377,18 @@ func toNATS(m sinks.Outgoing) (*nats.Msg, error) {
 // message is published, beside Nats-Msg-Id: expectations (nats.go's
 // ExpectStream, ExpectLastSequence...), a rollup, a per-message TTL, a
 // counter increment, an atomic batch, a schedule, an API level, a trace;
-// and the ones a stream that sources others writes, which the server
-// refuses from a publisher (Nats-Stream-Source: err_code 10227).
-// A publisher sets the first for its publish to the ingest's stream; sent on
+// and the ones the server writes on messages of a stream that sources
+// others or of a schedule, which it refuses from a publisher
+// (Nats-Stream-Source: err_code 10227; Nats-Scheduler, Nats-Schedule-Next).
+// An entry ending in "-", and Nats-Schedule, stand for every header they
+// begin. A publisher sets the first for its publish to the ingest's stream; sent on
 // to the sink's stream they would refuse the message (an expected stream
 // of another name), purge a subject (a rollup), expire or schedule it, or
 // keep it from being delivered at all (Nats-Trace-Only). The NATS sink
 // leaves them out; other brokers' sinks forward them as any header.
 var publishDirectives = []string{
-	"Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence",
-	"Nats-Expected-Last-Subject-Sequence-Subject", "Nats-Expected-Last-Msg-Id",
-	"Nats-Rollup", "Nats-TTL", "Nats-Incr",
-	"Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit",
-	"Nats-Schedule", "Nats-Schedule-Time-Zone", "Nats-Schedule-TTL", "Nats-Schedule-Rollup",
-	"Nats-Schedule-Target", "Nats-Schedule-Source",
-	"Nats-Required-Api-Level", "Nats-Trace-Dest", "Nats-Trace-Only",
+	"Nats-Expected-", "Nats-Schedule", "Nats-Batch-", // prefixes: every header of these families
+	"Nats-Rollup", "Nats-TTL", "Nats-Incr", "Nats-Required-Api-Level", "Nats-Trace-Dest", "Nats-Trace-Only",
 	"Nats-Stream-Source", "Nats-Counter-Sources",
 }
 
@@ -398,7 +396,12 @@ func isPublishDirective(key string) bool {
 	if len(key) < 5 || !strings.EqualFold(key[:5], "Nats-") {
 		return false
 	}
-	return slices.ContainsFunc(publishDirectives, func(d string) bool { return strings.EqualFold(d, key) })
+	return slices.ContainsFunc(publishDirectives, func(d string) bool {
+		if strings.HasSuffix(d, "-") || d == "Nats-Schedule" { // a family: Nats-Schedule-Target, Nats-Scheduler...
+			return len(key) >= len(d) && strings.EqualFold(key[:len(d)], d)
+		}
+		return strings.EqualFold(d, key)
+	})
 }
 
 // headerProblem says why NATS cannot carry h exactly, or returns "". Keys

@@ -391,7 +391,8 @@ func TestSinkLeavesOutJetStreamPublishDirectives(t *testing.T) {
 	m := &envelope.Message{ID: "d1", Destination: "out.d", Body: []byte("x"), Headers: envelope.Headers{
 		{Key: "Nats-Expected-Stream", Value: "INGEST"}, {Key: "nats-expected-last-sequence", Value: "7"},
 		{Key: "Nats-Rollup", Value: "sub"}, {Key: "Nats-TTL", Value: "1s"}, {Key: "Nats-Trace-Only", Value: "true"},
-		{Key: "Nats-Stream-Source", Value: "ORDERS 12 orders.a orders.a"}, {Key: "x-custom", Value: "c"},
+		{Key: "Nats-Stream-Source", Value: "ORDERS 12 orders.a orders.a"}, {Key: "Nats-Scheduler", Value: "sched.a"},
+		{Key: "Nats-Schedule-Next", Value: "2026-12-07T00:00:00Z"}, {Key: "x-custom", Value: "c"}, {Key: "Nats-Expectation", Value: "kept"},
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -402,15 +403,15 @@ func TestSinkLeavesOutJetStreamPublishDirectives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Rollup", "Nats-TTL", "Nats-Trace-Only", "Nats-Stream-Source"} {
+	for _, k := range []string{"Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Rollup", "Nats-TTL", "Nats-Trace-Only", "Nats-Stream-Source", "Nats-Scheduler", "Nats-Schedule-Next"} {
 		for hk := range got.Header {
 			if strings.EqualFold(hk, k) {
 				t.Errorf("%s was sent to the sink's stream", hk)
 			}
 		}
 	}
-	if got.Header.Get("x-custom") != "c" {
-		t.Errorf("headers %v: want x-custom kept", got.Header)
+	if got.Header.Get("x-custom") != "c" || got.Header.Get("Nats-Expectation") != "kept" {
+		t.Errorf("headers %v: want x-custom and Nats-Expectation (no directive) kept", got.Header)
 	}
 }
 
@@ -435,4 +436,26 @@ func TestSinkNotReadyWhileItsServerAnswersNothing(t *testing.T) {
 	t.Logf("not ready after %v: %v", time.Since(start).Round(100*time.Millisecond), sk.Ready())
 	px.Flow()
 	testenv.Eventually(t, 30*time.Second, func() bool { return sk.Ready() == nil }, "Ready once the server answers: %v", sk.Ready())
+}
+
+// A stream's 503 JSStreamStoreFailed is the destination's refusal when it
+// is full or too small for the message, and the sink's when the stream is
+// closing (a restart, a leader change): that passes.
+func TestClassifyStreamStoreFailed(t *testing.T) {
+	for _, c := range []struct {
+		desc     string
+		rejected bool
+		reason   sinks.Reason
+	}{
+		{"maximum messages exceeded", true, sinks.ReasonRejected},
+		{"maximum bytes exceeded", true, sinks.ReasonRejected},
+		{"maximum messages per subject exceeded", true, sinks.ReasonRejected},
+		{"message too large", true, sinks.ReasonTooLarge},
+		{"store is closed", false, sinks.ReasonUnavailable},
+	} {
+		err := natsbroker.Classify(&jetstream.APIError{Code: 503, ErrorCode: 10077, Description: c.desc})
+		if sinks.IsRejected(err) != c.rejected || sinks.ReasonOf(err) != c.reason {
+			t.Errorf("%q: %v (rejected %v, reason %q), want rejected %v, reason %q", c.desc, err, sinks.IsRejected(err), sinks.ReasonOf(err), c.rejected, c.reason)
+		}
+	}
 }
