@@ -166,7 +166,8 @@ type partition struct {
 	rewind      bool          // a record was nacked: re-read from committable
 	cancelFetch context.CancelFunc
 	// fetchErr is the last error of looking up, fetching or reading the
-	// partition; a fetch answered and read through clears it.
+	// partition; a fetch answered clears it (one of its records that
+	// cannot be read sets it again).
 	fetchErr error
 	// fetching is when the fetch waiting for its answer was sent; zero
 	// when none waits.
@@ -310,11 +311,11 @@ func (p *partition) fetch(ctx context.Context, offset int64) int64 {
 			}
 			continue
 		}
+		p.setFetchErr(nil) // answered; a record it cannot read sets it again
 		from := offset
 		for {
 			rec, err := recs.ReadRecord()
 			if errors.Is(err, io.EOF) {
-				p.setFetchErr(nil) // answered and read through
 				// What was skipped (an aborted transaction, markers) is
 				// not fetched again.
 				offset = max(offset, recs.Next())
@@ -486,7 +487,7 @@ func (p *partition) setFetching(on bool) {
 }
 
 // fetchError says why the partition cannot be read: its last error, until
-// a fetch is answered and read through, or a fetch waiting for its answer
+// a fetch is answered, or a fetch waiting for its answer
 // longer than fetchUnanswered (a broker that takes requests and answers
 // none: stopped, overloaded, or cut off by the network).
 func (p *partition) fetchError() error {
