@@ -96,26 +96,19 @@ func unknownLayout(config, v string) error {
 // lost the record.
 func (s *Store) Rerecord(ctx context.Context, layout int) (lostAt time.Time, err error) {
 	key := s.keys.Config()
-	pipe := s.rdb.Pipeline()
-	missing := pipe.HSetNX(ctx, key, "shards", s.shards)
-	pipe.HSetNX(ctx, key, "layout", layout)
-	got := pipe.HMGet(ctx, key, "shards", "layout", "lost_at")
-	if _, err := pipe.Exec(ctx); err != nil {
+	v, err := rerecordScript.Run(ctx, s.rdb, []string{key}, s.shards, layout, time.Now().UnixMilli()).Slice()
+	if err == nil && len(v) != 3 {
+		err = fmt.Errorf("unexpected reply %v", v)
+	}
+	if err != nil {
 		return time.Time{}, fmt.Errorf("store: record the shard count and layout in %s: %w", key, err)
 	}
-	v := got.Val()
 	shards, _ := v[0].(string)
 	l, _ := v[1].(string)
-	lost, _ := v[2].(string)
-	if missing.Val() {
-		now := time.Now()
-		if err := s.rdb.HSet(ctx, key, "lost_at", now.UnixMilli()).Err(); err != nil {
-			return time.Time{}, fmt.Errorf("store: record in %s that Redis lost it: %w", key, err)
+	if lost, _ := v[2].(string); lost != "" {
+		if ms, err := strconv.ParseInt(lost, 10, 64); err == nil {
+			lostAt = time.UnixMilli(ms)
 		}
-		lost = strconv.FormatInt(now.UnixMilli(), 10)
-	}
-	if ms, err := strconv.ParseInt(lost, 10, 64); err == nil {
-		lostAt = time.UnixMilli(ms)
 	}
 	if shards != strconv.Itoa(s.shards) {
 		return lostAt, fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
@@ -126,6 +119,21 @@ func (s *Store) Rerecord(ctx context.Context, layout int) (lostAt time.Time, err
 	}
 	return lostAt, nil
 }
+
+// rerecordScript is Rerecord's, in one step so that a record written again
+// never goes without the time it was found missing.
+//
+//	KEYS[1] -> the deployment's config hash (Keys.Config)
+//	ARGV[1] -> the shard count; ARGV[2] the layout; ARGV[3] now, Unix ms
+//	returns -> {shards, layout, lost_at} as Redis then holds them ('' none)
+var rerecordScript = redis.NewScript(`
+if redis.call('HSETNX', KEYS[1], 'shards', ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'lost_at', ARGV[3])
+end
+redis.call('HSETNX', KEYS[1], 'layout', ARGV[2])
+local v = redis.call('HMGET', KEYS[1], 'shards', 'layout', 'lost_at')
+return {v[1] or '', v[2] or '', v[3] or ''}
+`)
 
 // CheckLayout returns the layout Redis holds, recording LayoutNew on a
 // store that holds nothing yet when record is set (a daemon's start; a
