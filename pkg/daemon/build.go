@@ -37,38 +37,9 @@ func openStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		}
 		sealer = kr
 	}
-	tlsCfg, err := tlsutil.Client(rc.TLS)
+	rdb, err := redisClient(rc, func(o *redis.UniversalOptions) { o.OnConnect = onConnect })
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	// go-redis picks the client the options describe: Sentinel with a
-	// master name, Cluster with IsClusterMode, else one server.
-	opts := &redis.UniversalOptions{
-		Addrs:         []string{rc.Addr},
-		Username:      rc.Username,
-		Password:      rc.Password.Reveal(),
-		DB:            rc.DB,
-		DialTimeout:   rc.DialTimeout.D(),
-		ReadTimeout:   rc.ReadTimeout.D(),
-		WriteTimeout:  rc.WriteTimeout.D(),
-		PoolSize:      rc.PoolSize,
-		TLSConfig:     tlsCfg,
-		OnConnect:     onConnect,
-		IsClusterMode: rc.Cluster,
-	}
-	switch {
-	case len(rc.SentinelAddrs) > 0:
-		opts.Addrs, opts.MasterName, opts.SentinelPassword = rc.SentinelAddrs, rc.MasterName, rc.SentinelPassword.Reveal()
-	case rc.Cluster:
-		opts.Addrs = rc.Addrs
-	}
-	var rdb redis.UniversalClient
-	if rc.Cluster && len(rc.SentinelAddrs) == 0 {
-		co := opts.Cluster()
-		co.ClusterStateReloadInterval = ClusterReload
-		rdb = redis.NewClusterClient(co)
-	} else {
-		rdb = redis.NewUniversalClient(opts)
+		return nil, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, rc.DialTimeout.D()+time.Second)
 	defer cancel()
@@ -93,6 +64,54 @@ func openStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		RequireSealed: cfg.Encryption != nil && cfg.Encryption.RequireSealed,
 		NoScriptFlags: noFlags,
 	}), nil
+}
+
+// redisClient is a client of the Redis of rc, with the options edit
+// changes (nil: none). go-redis picks the client the options describe:
+// Sentinel with a master name, Cluster with IsClusterMode, else one
+// server.
+func redisClient(rc config.Redis, edit func(*redis.UniversalOptions)) (redis.UniversalClient, error) {
+	tlsCfg, err := tlsutil.Client(rc.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	opts := &redis.UniversalOptions{
+		Addrs:         []string{rc.Addr},
+		Username:      rc.Username,
+		Password:      rc.Password.Reveal(),
+		DB:            rc.DB,
+		DialTimeout:   rc.DialTimeout.D(),
+		ReadTimeout:   rc.ReadTimeout.D(),
+		WriteTimeout:  rc.WriteTimeout.D(),
+		PoolSize:      rc.PoolSize,
+		TLSConfig:     tlsCfg,
+		IsClusterMode: rc.Cluster,
+	}
+	switch {
+	case len(rc.SentinelAddrs) > 0:
+		opts.Addrs, opts.MasterName, opts.SentinelPassword = rc.SentinelAddrs, rc.MasterName, rc.SentinelPassword.Reveal()
+	case rc.Cluster:
+		opts.Addrs = rc.Addrs
+	}
+	if edit != nil {
+		edit(opts)
+	}
+	if rc.Cluster && len(rc.SentinelAddrs) == 0 {
+		co := opts.Cluster()
+		co.ClusterStateReloadInterval = ClusterReload
+		return redis.NewClusterClient(co), nil
+	}
+	return redis.NewUniversalClient(opts), nil
+}
+
+// readyClient is the client of /readyz's PING: go-redis bounds a reply by
+// its read timeout, not by a context, so the PING has a client whose
+// timeouts are readyPing, and which does not try again.
+func readyClient(rc config.Redis) (redis.UniversalClient, error) {
+	return redisClient(rc, func(o *redis.UniversalOptions) {
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = min(o.DialTimeout, readyPing), readyPing, readyPing
+		o.MaxRetries, o.PoolSize = -1, 2
+	})
 }
 
 // ClusterReload is how often a Redis Cluster client reads the cluster's

@@ -55,13 +55,12 @@ type Daemon struct {
 	// found to have lost the store's record after that (keepRecord).
 	started time.Time
 	lostAt  atomic.Pointer[time.Time]
-	// pinging is the PING /readyz waits for (ping), nil when none runs.
-	pingMu  sync.Mutex
-	pinging *pingCall
-	metrics *metrics.Metrics
-	store   *store.Store
-	sinks   map[string]sinks.Sink
-	pipes   []*ingest.Pipeline // each with its source (Source: nil while connecting)
+	// readyRedis is /readyz's client of Redis (readyClient).
+	readyRedis redis.UniversalClient
+	metrics    *metrics.Metrics
+	store      *store.Store
+	sinks      map[string]sinks.Sink
+	pipes      []*ingest.Pipeline // each with its source (Source: nil while connecting)
 	// sourcesClosed is set by Run once it closed (and committed) the sources.
 	sourcesClosed bool
 	sched         *scheduler.Scheduler
@@ -115,6 +114,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		return nil, err
 	}
 	d.persistence.rdb = d.store.Client()
+	if d.readyRedis, err = readyClient(cfg.Redis); err != nil {
+		return nil, err
+	}
 	if d.layout, err = d.store.CheckLayout(ctx, true); errors.Is(err, store.ErrLayoutUnknown) {
 		log.Error("not running: "+err.Error(), "redis_key", d.store.Keys().Config())
 		d.refused = err
@@ -338,46 +340,9 @@ func (d *Daemon) AdminAddr() string {
 	return d.admin.Addr()
 }
 
-// readyPing bounds Ready's ping of Redis.
+// readyPing bounds Ready's ping of Redis: the timeouts of its client
+// (readyClient).
 const readyPing = time.Second
-
-// ping asks Redis for an answer within readyPing. go-redis bounds a reply
-// by redis.read_timeout (3 s by default), not by its context: a Redis
-// that takes the PING and answers nothing (stopped, cut off) held /readyz
-// that long, past a readiness probe's timeout, which then blamed the
-// daemon. The PING runs apart, and a caller stops waiting for it at
-// readyPing; callers meanwhile wait for the same PING.
-func (d *Daemon) ping() error {
-	d.pingMu.Lock()
-	call := d.pinging
-	if call == nil {
-		call = &pingCall{done: make(chan struct{})}
-		d.pinging = call
-		go func() {
-			call.err = d.store.Ping(context.Background())
-			d.pingMu.Lock()
-			d.pinging = nil
-			d.pingMu.Unlock()
-			close(call.done)
-		}()
-	}
-	d.pingMu.Unlock()
-	t := time.NewTimer(readyPing)
-	defer t.Stop()
-	select {
-	case <-call.done:
-		return call.err
-	case <-t.C:
-		return context.DeadlineExceeded
-	}
-}
-
-// pingCall is a PING under way (Daemon.ping); err is set before done
-// closes.
-type pingCall struct {
-	done chan struct{}
-	err  error
-}
 
 // Ready returns nil when Redis and every ingest and sink are connected, else
 // every reason why not.
@@ -385,13 +350,12 @@ func (d *Daemon) Ready() error {
 	var errs []string
 	ctx, cancel := context.WithTimeout(context.Background(), readyPing)
 	defer cancel()
-	if err := d.ping(); err != nil {
+	if err := d.readyRedis.Ping(ctx).Err(); err != nil {
 		d.persistence.disconnected()
-		if errors.Is(err, context.DeadlineExceeded) {
-			// go-redis tries a refused dial again (5 times, 100 ms apart)
-			// and a command 3 times: a Redis that is down outlasts the
-			// ping's second, and its error says only that the time ran
-			// out. Say where it looked.
+		var ne net.Error
+		if ctx.Err() != nil || errors.As(err, &ne) && ne.Timeout() {
+			// Its error says only that the time ran out: say where it
+			// looked.
 			err = fmt.Errorf("no answer from %s within %v: %w", redisAddr(d.cfg.Redis), readyPing, err)
 		}
 		errs = append(errs, "redis: "+err.Error())
@@ -670,6 +634,9 @@ func (d *Daemon) closeAll(ctx context.Context) {
 	}
 	for _, s := range d.sinks {
 		_ = s.Close()
+	}
+	if d.readyRedis != nil {
+		_ = d.readyRedis.Close()
 	}
 	if d.store != nil {
 		_ = d.store.Client().Close()

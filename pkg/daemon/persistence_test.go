@@ -399,7 +399,7 @@ sinks: [{name: s, nats: {url: "%s"}}]
 		start := time.Now()
 		code, body := getBody(t, base+"/readyz")
 		took := time.Since(start)
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "redis") || took > 15*time.Second {
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "redis") || took > 5*time.Second {
 			t.Errorf("/readyz while Redis answers nothing: %d %s after %v; want 503 naming redis within about a second (read_timeout is 60 s)",
 				code, body, took.Round(10*time.Millisecond))
 		}
