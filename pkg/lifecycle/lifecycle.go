@@ -15,9 +15,9 @@ import (
 // Backoff is an exponential back-off with jitter: the wait after the nth
 // failure is Min * Multiplier^(n-1), capped at Max, then spread by ±Jitter
 // of itself (a fraction) so that what failed together does not retry in
-// step, never past Max. A zero field takes its default: Min 100ms, Max 5s,
-// Multiplier 2, Jitter 0.25; the zero value waits 100ms to 5s, doubling,
-// over 75%-125% (75%-100% at Max).
+// step, never past Max (at Max, over Max*(1-Jitter) to Max). A zero field
+// takes its default: Min 100ms, Max 5s, Multiplier 2, Jitter 0.25; the
+// zero value waits 100ms to 5s, doubling, over 75%-125% (75%-100% at Max).
 //
 // It has two uses. Delay computes the wait of a given attempt and keeps no
 // state: the scheduler's back-off between the publish attempts of a message
@@ -55,9 +55,12 @@ func (b Backoff) Delay(attempt int, r float64) time.Duration {
 	if d > float64(hi) || math.IsInf(d, 0) || math.IsNaN(d) {
 		d = float64(hi)
 	}
-	// Jitter spreads the waits, never past Max: at the cap they spread
-	// below it.
-	d = min(d*(1+jitter*(2*r-1)), float64(hi))
+	if d >= float64(hi) {
+		// At the cap the waits spread below it, never past it.
+		d *= 1 - jitter*r
+	} else {
+		d = min(d*(1+jitter*(2*r-1)), float64(hi))
+	}
 	if d < 0 {
 		d = 0
 	}

@@ -46,12 +46,12 @@ func TestBackoffDelay(t *testing.T) {
 		{1, 0.5, 100 * time.Millisecond},
 		{2, 0.5, 300 * time.Millisecond},
 		{3, 0.5, 900 * time.Millisecond},
-		{4, 0.5, time.Second}, // capped
-		{100, 0.5, time.Second},
-		{100, 1, time.Second},            // jitter never past Max
-		{100, 0, 500 * time.Millisecond}, // but below it
-		{1, 0, 50 * time.Millisecond},    // -50% jitter
-		{1, 1, 150 * time.Millisecond},   // +50% jitter
+		{4, 0, time.Second}, // capped
+		{100, 0, time.Second},
+		{100, 0.5, 750 * time.Millisecond}, // at the cap the jitter spreads below it
+		{100, 1, 500 * time.Millisecond},
+		{1, 0, 50 * time.Millisecond},  // -50% jitter
+		{1, 1, 150 * time.Millisecond}, // +50% jitter
 		{0, 0.5, 100 * time.Millisecond},
 	}
 	for _, c := range cases {
@@ -72,7 +72,7 @@ func TestBackoffDefaults(t *testing.T) {
 	}{
 		{1, 0.5, 100 * time.Millisecond},
 		{2, 0.5, 200 * time.Millisecond},
-		{7, 0.5, 5 * time.Second},
+		{7, 0, 5 * time.Second},
 		{1, 0, 75 * time.Millisecond},
 		{1, 1, 125 * time.Millisecond},
 	} {
