@@ -28,8 +28,8 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 		nats.RetryOnFailedConnect(false),
 		// A server that keeps the connection and answers nothing (stopped,
 		// or cut off by the network) is found by its PINGs going
-		// unanswered: nats.go's default, every 2 minutes with 2
-		// outstanding, left /readyz at 200 and the sink open for minutes.
+		// unanswered; with nats.go's default, every 2 minutes with 2
+		// outstanding, that takes minutes.
 		nats.PingInterval(pingInterval),
 		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -159,6 +159,9 @@ func (p *pubChan) dispatch(cfg SinkParams, confirms <-chan amqp.Confirmation, re
 	p.mu.Lock()
 	p.err = reason
 	for tag, e := range p.pending {
+		if e.confirmed {
+			continue // confirmed before its publish returned: the publisher settles it
+		}
 		err := sinks.Sent(fmt.Errorf("rabbitmq sink %s: no publisher confirm, %w (the message may or may not have arrived)", cfg.Name, reason))
 		if Code(reason) == amqp.AccessRefused && !suspect(reason) {
 			err = sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, err)) // not authorized for that exchange
@@ -199,6 +202,10 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 	for t := p.lowest; t < c.DeliveryTag; t++ {
 		if e, ok := p.pending[t]; ok && !e.confirmed {
 			delete(p.pending, t)
+			if e.dc != nil && isDone(e.dc) { // the library has its answer
+				p.settle(cfg, e)
+				continue
+			}
 			p.resolve(e, sinks.Sent(fmt.Errorf("rabbitmq sink %s: publisher confirm lost", cfg.Name)))
 		}
 	}
@@ -239,6 +246,16 @@ func (p *pubChan) settle(cfg SinkParams, e entry) {
 			cfg.Name, ErrNacked, e.key.routingKey, e.key.exchange)))
 	}
 	p.resolve(e, err)
+}
+
+// isDone reports whether the broker's answer to a publish is known.
+func isDone(dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // resolve records one result and frees its in-flight slot. p.mu is held.
