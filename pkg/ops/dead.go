@@ -322,7 +322,7 @@ func (s *Service) checkGiven(req RetryRequest, sink, dest string, route *envelop
 // sinks.Permanent), and the scheduler when its sink is not configured: a
 // dead message whose reason says one of them died for its destination.
 var brokerRefusals = []string{
-	"is not configured",                               // the scheduler: no such sink
+	`" is not configured`,                             // the scheduler: sink "name" is not configured
 	"does not exist",                                  // Kafka: no such topic
 	"not authorized",                                  // Kafka, NATS: not for that destination
 	"no stream stores this subject",                   // JetStream
@@ -336,5 +336,8 @@ var brokerRefusals = []string{
 }
 
 func brokerRefused(reason string) bool {
+	if strings.Contains(reason, "cannot decode the stored message") {
+		return false // a key or a build that could not read it, whatever its words (a key "which is not configured")
+	}
 	return slices.ContainsFunc(brokerRefusals, func(r string) bool { return strings.Contains(reason, r) })
 }

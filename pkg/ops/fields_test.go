@@ -79,6 +79,8 @@ func TestBrokerRefused(t *testing.T) {
 		`destination "q" of sink n did not answer within scheduler.publish_timeout 5s (3 times in a row) while the sink confirmed other messages: context deadline exceeded`:                                            true,
 		`late: due 2026-12-01T10:00:00Z, claimed 2026-12-01T10:05:00Z, more than scheduler.max_lateness 1m0s after (late_policy dead)`:                                                                                  false,
 		`cannot decode the stored message: envelope: corrupt stored message`:                                                                                                                                            false,
+		`cannot decode the stored message: envelope: seal: unknown key: sealed with key "k1", which is not configured (encryption.keys has ["k2"])`:                                                                     false,
+		`cannot decode the stored message: envelope: sealed with key "k2", but encryption is not configured`:                                                                                                            false,
 	} {
 		if got := brokerRefused(reason); got != want {
 			t.Errorf("brokerRefused(%q) = %v, want %v", reason, got, want)
