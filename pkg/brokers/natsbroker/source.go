@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,8 @@ type Source struct {
 	// JetStream
 	js       jetstream.JetStream
 	cons     jetstream.Consumer
-	stood    standing // where the consumer stands, to create it again there
+	stood    standing               // where the consumer stands, to create it again there
+	logName  atomic.Pointer[string] // the log its messages are read from, when not the stream's name (logKey)
 	iterMu   sync.Mutex
 	iter     jetstream.MessagesContext // draining after Release, then nil until Resume
 	released bool                      // Release was called, Resume not yet
@@ -115,6 +117,9 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 		// acknowledgement floor (recreate) keeps that start.
 		c := have.CachedInfo().Config
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = c.DeliverPolicy, c.OptStartSeq, c.OptStartTime
+		if log := c.Metadata[logKey]; log != "" {
+			cfg.Metadata = map[string]string{logKey: log} // the name of its stream's messages (logKey)
+		}
 	}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {
@@ -122,6 +127,7 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 	}
 	s.cons = cons
 	s.stood.set(stream, cons)
+	s.setLog(logOf(cons))
 	iter, err := s.pull()
 	if err != nil {
 		return err
@@ -242,15 +248,31 @@ func (st *standing) refresh() {
 // from returns where a consumer created again on stream starts: after the
 // floor, or the stream's first message when the stream is not the one the
 // floor was read in (deleted and created again: its sequences start anew).
-func (st *standing) from(stream jetstream.Stream) (jetstream.ConsumerConfig, uint64, bool) {
+func (st *standing) from(stream jetstream.Stream) (c jetstream.ConsumerConfig, seq uint64, after, another bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	var c jetstream.ConsumerConfig
-	if !stream.CachedInfo().Created.Equal(st.created) || st.floor == 0 {
-		return c, 0, false
+	if another = !stream.CachedInfo().Created.Equal(st.created); another || st.floor == 0 {
+		return c, 0, false, another
 	}
 	c.DeliverPolicy, c.OptStartSeq = jetstream.DeliverByStartSequencePolicy, st.floor+1
-	return c, st.floor + 1, true
+	return c, st.floor + 1, true, false
+}
+
+// logKey is the consumer's metadata that names the log its messages are
+// read from (envelope.Origin.Log) when it is not the stream's name: a
+// stream deleted and created again under a running ingest numbers its
+// messages from 1 again, and the IDs derived from their positions
+// (Origin.PositionID) would be those of the old stream's messages, which
+// the dedupe window remembers or which are still parked: taken for
+// re-reads of them, dropped. Its consumer is created with the stream's
+// name and creation time (stream@<Unix ms in base 36>) as the log, which
+// every instance reading that consumer, and a restarted one, reads from
+// it (setupJetStream, recreateOnce).
+const logKey = "delaybridge_log"
+
+// logOf is the log a consumer names (logKey), "" for the stream's name.
+func logOf(cons jetstream.Consumer) string {
+	return cons.CachedInfo().Config.Metadata[logKey]
 }
 
 // recreate creates the consumer again after it was deleted under the
@@ -291,9 +313,16 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 		return err
 	}
 	cfg := s.consumerConfig()
-	start, seq, after := s.stood.from(stream)
+	start, seq, after, another := s.stood.from(stream)
 	if after {
 		cfg.DeliverPolicy, cfg.OptStartSeq = start.DeliverPolicy, start.OptStartSeq
+	}
+	log := s.readLog()
+	if another {
+		log = stream.CachedInfo().Config.Name + "@" + strconv.FormatInt(stream.CachedInfo().Created.UnixMilli(), 36)
+	}
+	if log != "" {
+		cfg.Metadata = map[string]string{logKey: log}
 	}
 	cons, err := stream.CreateConsumer(ctx, cfg)
 	switch {
@@ -307,15 +336,17 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 		return s.consumerErr(err)
 	case after:
 		s.log.Info("jetstream consumer created again after the last message acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "from_sequence", seq)
+	case another:
+		s.log.Warn("jetstream stream created again: read from its first message, under a log name of its own, so that the IDs derived from its positions are not the old stream's",
+			"stream", s.cfg.Stream, "consumer", s.cfg.Durable, "log", log)
 	default:
-		s.log.Warn("jetstream consumer created again from the stream's first message: the stream is not the one it read (deleted and created again), or nothing was acknowledged; "+
-			"a message without an ID of its own takes the ID stream/sequence again, and one the dedupe window remembers or still parked is dropped as a duplicate (docs/operations.md)",
-			"stream", s.cfg.Stream, "consumer", s.cfg.Durable)
+		s.log.Info("jetstream consumer created again from the stream's first message: nothing was acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable)
 	}
 	s.iterMu.Lock()
 	defer s.iterMu.Unlock()
 	s.cons = cons
 	s.stood.set(stream, cons)
+	s.setLog(logOf(cons))
 	if s.stopped(ctx) != nil {
 		return s.stopped(ctx)
 	}
@@ -397,6 +428,16 @@ func unsubscribed(ctx context.Context, iter jetstream.MessagesContext) error {
 		}
 	}
 }
+
+// readLog is the log the consumer names (logKey), "" for the stream's name.
+func (s *Source) readLog() string {
+	if l := s.logName.Load(); l != nil {
+		return *l
+	}
+	return ""
+}
+
+func (s *Source) setLog(log string) { s.logName.Store(&log) }
 
 // consumerGone reports whether the server says the consumer, or its
 // stream, does not exist.
@@ -536,7 +577,11 @@ func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFu
 	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data(), Source: msg.Subject(), HeaderError: jsHeaderError(msg)}
 	if md, err := msg.Metadata(); err == nil {
 		in.PublishedAt = md.Timestamp
-		in.Origin = envelope.Origin{Log: md.Stream, Pos: md.Sequence.Stream}
+		log := md.Stream
+		if l := s.readLog(); l != "" {
+			log = l
+		}
+		in.Origin = envelope.Origin{Log: log, Pos: md.Sequence.Stream}
 	}
 	ack := func(ctx context.Context, err error) error {
 		if err != nil {

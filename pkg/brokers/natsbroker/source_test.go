@@ -17,6 +17,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ingest"
 )
 
@@ -462,9 +463,44 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(101, 105)
-	for i := 101; i <= 105; i++ {
-		if got := read(true); got != fmt.Sprintf("m%d", i) {
-			t.Fatalf("the stream created again: read %q, want m%d", got, i)
+	readIn := func(src ingest.Source) *envelope.Incoming {
+		t.Helper()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		in, ackf, err := src.Read(rctx)
+		if err != nil {
+			t.Fatalf("Read: %v", err)
 		}
+		if err := ackf(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	// Its messages are numbered from 1 again: the IDs derived from their
+	// positions must not be the old stream's (GONE/1...), which the dedupe
+	// window remembers: they are read under a log of the new stream's own.
+	var log string
+	for i := 101; i <= 105; i++ {
+		in := readIn(src)
+		if string(in.Body) != fmt.Sprintf("m%d", i) {
+			t.Fatalf("the stream created again: read %q, want m%d", in.Body, i)
+		}
+		if log == "" {
+			log = in.Origin.Log
+		}
+		if !strings.HasPrefix(in.Origin.Log, "GONE@") || in.Origin.Log != log || in.Origin.PositionID() == fmt.Sprintf("GONE/%d", in.Origin.Pos) {
+			t.Fatalf("a message of the stream created again: origin %+v (ID %s), want a log GONE@<created> of its own", in.Origin, in.Origin.PositionID())
+		}
+	}
+	// A Source opened later (another instance, a restart) reads it under
+	// the same log, which the consumer keeps.
+	if err := src.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := open(t, params)
+	defer again.Close(context.Background())
+	publish(106, 106)
+	if in := readIn(again); string(in.Body) != "m106" || in.Origin.Log != log {
+		t.Fatalf("a Source opened after: read %q from %q, want m106 from %q", in.Body, in.Origin.Log, log)
 	}
 }
