@@ -274,11 +274,16 @@ type DeadView struct {
 // NewDeadView converts a dead message.
 func NewDeadView(info *store.Info) DeadView {
 	v := DeadView{ID: info.ID, Reason: info.Reason, DeadAt: formatTime(info.DeadAt), Attempts: info.Attempts, Size: info.EncodedSize}
-	if m := info.Message; m != nil {
+	m := info.Message
+	if m == nil {
+		if info.Err != nil {
+			v.DecodeError = info.Err.Error()
+		}
+		m = info.Clear // what is stored in clear of a message that cannot be read whole
+	}
+	if m != nil {
 		v.DueAt = envelope.FormatTime(m.DueAt)
 		v.Sink, v.Destination, v.Ingest = m.Sink, m.Destination, m.Ingest
-	} else if info.Err != nil {
-		v.DecodeError = info.Err.Error()
 	}
 	return v
 }

@@ -953,6 +953,8 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 		sink, dest := "", ""
 		if m.Message != nil {
 			sink, dest = m.Message.Sink, m.Message.Destination
+		} else if m.Clear != nil { // undecodable: where it was going is kept in clear
+			sink, dest = m.Clear.Sink, m.Clear.Destination
 		}
 		if maybeSent(err) {
 			unsure = append(unsure, m.ID) // marked if it is retried or put back; a dead one is not cancelled

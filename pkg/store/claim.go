@@ -34,6 +34,9 @@ type Claimed struct {
 	Sent    bool
 	Message *envelope.Message // nil when Err is set
 	Err     error             // the stored message could not be decoded
+	// Clear is, when Err is set, the part kept in clear (envelope.DecodeClear:
+	// due time and route) if it could be read, for the logs.
+	Clear *envelope.Message
 
 	// Ahead is set for a message claimed ahead of its due time (Ask.Ahead):
 	// it is not in flight until Commit puts it there just before its due
@@ -152,6 +155,9 @@ func (s *Store) lease(shard int, res []any) (*Lease, error) {
 		blob, _ := toString(res[i+4])
 		m, err := s.decode(id, blob)
 		cl := Claimed{ID: id, Attempt: int(toInt64(res[i+1])), Message: m, Err: err, Sent: toInt64(res[i+5]) == 1}
+		if err != nil {
+			cl.Clear, _ = envelope.DecodeClear(id, []byte(blob))
+		}
 		if slot := toInt64(res[i+2]); slot > 0 {
 			cl.Slot = time.UnixMilli(slot)
 		}

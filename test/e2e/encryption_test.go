@@ -168,14 +168,21 @@ func TestEncryptionEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `sealed with key "k9", which is not configured`
+	var dead deadMessage
 	testenv.Eventually(t, 15*time.Second, func() bool {
 		for _, d := range e.d.dead() {
 			if d.ID == "orphan" && strings.Contains(d.Reason, want) {
+				dead = d
 				return true
 			}
 		}
 		return false
 	}, "a message sealed with an unknown key is not dead with the reason")
+	// The dead list and the log show where it went, which is kept in clear.
+	if dead.Sink != "out" || dead.Destination != "fired.default" {
+		t.Errorf("the dead record of a message sealed with an unknown key: sink %q destination %q, want out, fired.default", dead.Sink, dead.Destination)
+	}
+	e.d.proc.WaitOutput(10*time.Second, `sink=out destination=fired.default id=orphan`)
 	if n := len(e.firedCopies("orphan")); n != 0 {
 		t.Fatalf("orphan fired %d times", n)
 	}

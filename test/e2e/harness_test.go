@@ -125,8 +125,10 @@ func (d *daemon) stats() stats {
 }
 
 type deadMessage struct {
-	ID     string `json:"id"`
-	Reason string `json:"reason"`
+	ID          string `json:"id"`
+	Reason      string `json:"reason"`
+	Sink        string `json:"sink"`
+	Destination string `json:"destination"`
 }
 
 func (d *daemon) dead() []deadMessage {
