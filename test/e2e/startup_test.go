@@ -75,8 +75,11 @@ func TestStartupFailures(t *testing.T) {
 	bin := testenv.Build(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// admin.listen on a free port: the default, 7070, may be taken
+			// (a daemon of a developer's), and is bound first.
 			cfg := fmt.Sprintf(`
 redis: %s
+admin: {listen: "127.0.0.1:%d"}
 ingest:
   - name: in
     %s
@@ -84,7 +87,7 @@ ingest:
 sinks:
   - name: out
     %s
-`, c.redis, c.ingest, c.sink)
+`, c.redis, testenv.FreePort(t), c.ingest, c.sink)
 			p := runConfig(t, bin, cfg)
 			code := p.Wait(60 * time.Second)
 			out := p.Output()
