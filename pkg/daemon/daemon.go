@@ -680,8 +680,10 @@ const lostSaid = time.Hour
 func (d *Daemon) warnings() []string {
 	w := d.persistence.warnings()
 	if at := d.lostAt.Load(); at != nil && time.Since(*at) < lostSaid {
-		w = append(w, fmt.Sprintf("redis: lost its data at %s (the store's record was missing): every message parked before then is gone",
-			at.UTC().Format(time.RFC3339)))
+		// ISO 8601's basic format: /readyz hides what looks like host:port
+		// from a caller without the token, which 03:34:54 would.
+		w = append(w, fmt.Sprintf("redis: lost its data %s ago, at %s (the store's record was missing): every message parked before then is gone",
+			time.Since(*at).Round(time.Second), at.UTC().Format("20060102T150405Z")))
 	}
 	return w
 }
