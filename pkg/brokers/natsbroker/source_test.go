@@ -371,7 +371,7 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 			}
 		}
 	}
-	read := func(ack bool) string {
+	readFrom := func(src ingest.Source, ack bool) *envelope.Incoming {
 		t.Helper()
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer rcancel()
@@ -384,8 +384,9 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return string(in.Body)
+		return in
 	}
+	read := func(ack bool) string { t.Helper(); return string(readFrom(src, ack).Body) }
 	// Messages published and acknowledged one by one until the Source
 	// knows a floor of ten or more (it reads it again as it reads, at
 	// most every 2 s); then ten more, not acknowledged.
@@ -463,25 +464,12 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(101, 105)
-	readIn := func(src ingest.Source) *envelope.Incoming {
-		t.Helper()
-		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		defer rcancel()
-		in, ackf, err := src.Read(rctx)
-		if err != nil {
-			t.Fatalf("Read: %v", err)
-		}
-		if err := ackf(ctx, nil); err != nil {
-			t.Fatal(err)
-		}
-		return in
-	}
 	// Its messages are numbered from 1 again: the IDs derived from their
 	// positions must not be the old stream's (GONE/1...), which the dedupe
 	// window remembers: they are read under a log of the new stream's own.
 	var log string
 	for i := 101; i <= 105; i++ {
-		in := readIn(src)
+		in := readFrom(src, true)
 		if string(in.Body) != fmt.Sprintf("m%d", i) {
 			t.Fatalf("the stream created again: read %q, want m%d", in.Body, i)
 		}
@@ -500,7 +488,7 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 	again := open(t, params)
 	defer again.Close(context.Background())
 	publish(106, 106)
-	if in := readIn(again); string(in.Body) != "m106" || in.Origin.Log != log {
+	if in := readFrom(again, true); string(in.Body) != "m106" || in.Origin.Log != log {
 		t.Fatalf("a Source opened after: read %q from %q, want m106 from %q", in.Body, in.Origin.Log, log)
 	}
 }
