@@ -40,6 +40,13 @@ type Incoming struct {
 	// Kafka partition and offset, a JetStream stream and sequence, an AMQP
 	// delivery's content print); see envelope.Origin.
 	Origin Origin
+	// LogCreated is when the log of Origin was created, where the broker
+	// says (a JetStream stream), else zero. A log deleted and created
+	// again under its name numbers its messages anew: the ingest pipeline
+	// reads the messages of one that is not the first it recorded under a
+	// log name of their own (ingest.LogRecorder), so that the IDs derived
+	// from their positions are not the old log's.
+	LogCreated time.Time
 	// Redelivered is the broker's word that it delivered this message
 	// before (AMQP redelivered). Kafka and JetStream need none: a position
 	// read again says so itself.

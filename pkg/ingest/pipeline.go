@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,9 @@ type Pipeline struct {
 	room     *waitingRoom           // what waits for the store to have room (room.go)
 	src      atomic.Pointer[Source] // the source; nil until Open succeeds
 	openErr  atomic.Pointer[error]  // why Open has not succeeded yet
+
+	logsMu sync.Mutex
+	logs   map[string]time.Time // the first log of each name read, as recorded (nameLog)
 }
 
 // parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
@@ -133,7 +137,7 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.HandBackAfter <= 0 {
 		p.HandBackAfter = DefaultHandBackAfter
 	}
-	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name)}
+	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), logs: map[string]time.Time{}}
 	pl.room = newWaitingRoom(p.MaxInFlight, pl.log)
 	if p.OpenErr != nil {
 		pl.openErr.Store(&p.OpenErr)
@@ -313,12 +317,53 @@ func ordered(it item) bool {
 	return replace && it.in.Origin.Log == ""
 }
 
+// LogRecorder is implemented by a Store that records the first log of
+// each name it read (store.Store): a message of a log created again (one
+// whose creation time is not the recorded one, envelope.Incoming's
+// LogCreated) is read under the log name "<name>@<its creation time, Unix
+// ms in base 36>", so that the IDs derived from its positions, which
+// start anew, are not those of the old log's messages (which the dedupe
+// window remembers, or which are still parked: taken for re-reads of them
+// and dropped). The first log of a name keeps it, as the previous release
+// names it.
+type LogRecorder interface {
+	FirstLog(ctx context.Context, log string, created time.Time) (time.Time, error)
+}
+
+// nameLog renames the log of in when it is not the first of its name
+// (LogRecorder). What it could not learn (Redis not answering) leaves the
+// name as it is: the park that follows fails too, and the message comes
+// back.
+func (pl *Pipeline) nameLog(ctx context.Context, in *envelope.Incoming) {
+	rec, ok := pl.p.Store.(LogRecorder)
+	if !ok || in.Origin.Log == "" || in.LogCreated.IsZero() {
+		return
+	}
+	pl.logsMu.Lock()
+	first, known := pl.logs[in.Origin.Log]
+	pl.logsMu.Unlock()
+	if !known {
+		var err error
+		if first, err = rec.FirstLog(ctx, in.Origin.Log, in.LogCreated); err != nil {
+			pl.log.Debug("cannot read the first log of this name; reading it under its name", "log", in.Origin.Log, "err", err)
+			return
+		}
+		pl.logsMu.Lock()
+		pl.logs[in.Origin.Log] = first
+		pl.logsMu.Unlock()
+	}
+	if in.LogCreated.UnixMilli() != first.UnixMilli() {
+		in.Origin.Log += "@" + strconv.FormatInt(in.LogCreated.UnixMilli(), 36)
+	}
+}
+
 func (pl *Pipeline) read(ctx context.Context, items chan<- item) error {
 	for {
 		in, ack, err := pl.Source().Read(ctx)
 		if err != nil {
 			return err
 		}
+		pl.nameLog(ctx, in)
 		select {
 		case items <- item{in: in, ack: ack, at: pl.p.Now()}:
 		case <-ctx.Done():

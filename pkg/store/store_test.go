@@ -784,3 +784,29 @@ func TestRerecord(t *testing.T) {
 		t.Fatalf("a record written at start: lost at %v, %v; want none", lostAt, err)
 	}
 }
+
+// FirstLog records the creation time of the first log of a name and
+// returns it from then on, whatever time is given.
+func TestFirstLog(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "fl", Shards: 2})
+	t1, t2 := time.UnixMilli(1_765_000_000_123), time.UnixMilli(1_765_000_999_456)
+	for _, c := range []struct {
+		log       string
+		created   time.Time
+		wantFirst time.Time
+	}{
+		{"ORDERS", t1, t1}, // recorded
+		{"ORDERS", t2, t1}, // created again: the first stays
+		{"OTHER", t2, t2},  // per name
+	} {
+		got, err := s.FirstLog(ctx, c.log, c.created)
+		if err != nil || !got.Equal(c.wantFirst) {
+			t.Errorf("FirstLog(%s, %v) = %v, %v; want %v", c.log, c.created, got, err, c.wantFirst)
+		}
+	}
+	if v, _ := rdb.HGet(ctx, store.NewKeys("fl").Config(), "log:ORDERS").Result(); v != "1765000000123" {
+		t.Errorf("log:ORDERS in the config hash: %q", v)
+	}
+}

@@ -13,13 +13,13 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
 
-// TestIngestStreamCreatedAgainLosesNothing: an operator deletes the
-// ingest's stream under a running daemon, which creates it again. Its
-// messages are numbered from 1 again, and those without an ID of their own
-// took the IDs derived from their positions that the old stream's messages
-// had (DELAYED/1...): the dedupe window took them for re-reads and dropped
-// them (the verification probe: 1,238 of 3,000). They are read under a log
-// of the new stream's own, and every one is delivered.
+// TestIngestStreamCreatedAgainLosesNothing: the ingest's stream deleted and
+// created again, under a running daemon (which creates it again) and while
+// none runs. Its messages are numbered from 1 again; those without an ID of
+// their own would take the IDs derived from their positions that the old
+// stream's messages had (DELAYED/1...), which the dedupe window takes for
+// re-reads. They are read under a log name of the new stream's own, and
+// every one is delivered, once.
 func TestIngestStreamCreatedAgainLosesNothing(t *testing.T) {
 	e := newNATSEnv(t, "", "")
 	const n = 20
@@ -65,6 +65,32 @@ func TestIngestStreamCreatedAgainLosesNothing(t *testing.T) {
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool { return delivered(renewed) == n },
 		"messages without an ID published to the stream created again: %s of %d delivered", lazyInt(func() int { return delivered(renewed) }), n)
+
+	// Deleted and created again while no instance runs: told apart the
+	// same way, by its creation time against the first one recorded.
+	e.d.stop()
+	if err := e.js.DeleteStream(ctx, "DELAYED"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "DELAYED", Subjects: []string{"delayed.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	third := bodies("third")
+	for b := range third {
+		e.publish("delayed.a", []byte(b), envelope.HeaderDelay, "0")
+	}
+	e.d.start()
+	testenv.Eventually(t, 30*time.Second, func() bool { return delivered(third) == n },
+		"messages without an ID published to the stream created again while no instance ran: %s of %d delivered", lazyInt(func() int { return delivered(third) }), n)
+	// Each once: nothing read twice under two names.
+	e.caughtUp()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id, copies := range e.fired {
+		if len(copies) != 1 {
+			t.Errorf("%s delivered %d times", id, len(copies))
+		}
+	}
 }
 
 // lazyInt formats as f's value when printed.

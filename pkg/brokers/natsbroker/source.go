@@ -8,7 +8,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +44,8 @@ type Source struct {
 	// JetStream
 	js       jetstream.JetStream
 	cons     jetstream.Consumer
-	stood    standing               // where the consumer stands, to create it again there
-	logName  atomic.Pointer[string] // the log its messages are read from, when not the stream's name (logKey)
+	stood    standing     // where the consumer stands, to create it again there
+	created  atomic.Int64 // the stream's creation time, Unix ms (envelope.Incoming.LogCreated)
 	iterMu   sync.Mutex
 	iter     jetstream.MessagesContext // draining after Release, then nil until Resume
 	released bool                      // Release was called, Resume not yet
@@ -117,9 +116,6 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 		// acknowledgement floor (recreate) keeps that start.
 		c := have.CachedInfo().Config
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = c.DeliverPolicy, c.OptStartSeq, c.OptStartTime
-		if log := c.Metadata[logKey]; log != "" {
-			cfg.Metadata = map[string]string{logKey: log} // the name of its stream's messages (logKey)
-		}
 	}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {
@@ -127,7 +123,7 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 	}
 	s.cons = cons
 	s.stood.set(stream, cons)
-	s.setLog(logOf(cons))
+	s.created.Store(stream.CachedInfo().Created.UnixMilli())
 	iter, err := s.pull()
 	if err != nil {
 		return err
@@ -258,23 +254,6 @@ func (st *standing) from(stream jetstream.Stream) (c jetstream.ConsumerConfig, s
 	return c, st.floor + 1, true, false
 }
 
-// logKey is the consumer's metadata that names the log its messages are
-// read from (envelope.Origin.Log) when it is not the stream's name: a
-// stream deleted and created again under a running ingest numbers its
-// messages from 1 again, and the IDs derived from their positions
-// (Origin.PositionID) would be those of the old stream's messages, which
-// the dedupe window remembers or which are still parked: taken for
-// re-reads of them, dropped. Its consumer is created with the stream's
-// name and creation time (stream@<Unix ms in base 36>) as the log, which
-// every instance reading that consumer, and a restarted one, reads from
-// it (setupJetStream, recreateOnce).
-const logKey = "delaybridge_log"
-
-// logOf is the log a consumer names (logKey), "" for the stream's name.
-func logOf(cons jetstream.Consumer) string {
-	return cons.CachedInfo().Config.Metadata[logKey]
-}
-
 // recreate creates the consumer again after it was deleted under the
 // ingest (iter, the pull that saw it, ended), and pulls from it; it tries
 // until it can, the Source closes or ctx ends. Another instance may have
@@ -317,13 +296,6 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 	if after {
 		cfg.DeliverPolicy, cfg.OptStartSeq = start.DeliverPolicy, start.OptStartSeq
 	}
-	log := s.readLog()
-	if another {
-		log = stream.CachedInfo().Config.Name + "@" + strconv.FormatInt(stream.CachedInfo().Created.UnixMilli(), 36)
-	}
-	if log != "" {
-		cfg.Metadata = map[string]string{logKey: log}
-	}
 	cons, err := stream.CreateConsumer(ctx, cfg)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerExists):
@@ -337,8 +309,8 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 	case after:
 		s.log.Info("jetstream consumer created again after the last message acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "from_sequence", seq)
 	case another:
-		s.log.Warn("jetstream stream created again: read from its first message, under a log name of its own, so that the IDs derived from its positions are not the old stream's",
-			"stream", s.cfg.Stream, "consumer", s.cfg.Durable, "log", log)
+		s.log.Warn("jetstream stream created again: read from its first message (the IDs derived from its positions are told from the old stream's by its creation time)",
+			"stream", s.cfg.Stream, "consumer", s.cfg.Durable, "created", stream.CachedInfo().Created)
 	default:
 		s.log.Info("jetstream consumer created again from the stream's first message: nothing was acknowledged", "stream", s.cfg.Stream, "consumer", s.cfg.Durable)
 	}
@@ -346,7 +318,7 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 	defer s.iterMu.Unlock()
 	s.cons = cons
 	s.stood.set(stream, cons)
-	s.setLog(logOf(cons))
+	s.created.Store(stream.CachedInfo().Created.UnixMilli())
 	if s.stopped(ctx) != nil {
 		return s.stopped(ctx)
 	}
@@ -428,16 +400,6 @@ func unsubscribed(ctx context.Context, iter jetstream.MessagesContext) error {
 		}
 	}
 }
-
-// readLog is the log the consumer names (logKey), "" for the stream's name.
-func (s *Source) readLog() string {
-	if l := s.logName.Load(); l != nil {
-		return *l
-	}
-	return ""
-}
-
-func (s *Source) setLog(log string) { s.logName.Store(&log) }
 
 // consumerGone reports whether the server says the consumer, or its
 // stream, does not exist.
@@ -577,11 +539,10 @@ func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFu
 	in := &envelope.Incoming{Headers: headers(msg.Headers()), Body: msg.Data(), Source: msg.Subject(), HeaderError: jsHeaderError(msg)}
 	if md, err := msg.Metadata(); err == nil {
 		in.PublishedAt = md.Timestamp
-		log := md.Stream
-		if l := s.readLog(); l != "" {
-			log = l
+		in.Origin = envelope.Origin{Log: md.Stream, Pos: md.Sequence.Stream}
+		if ms := s.created.Load(); ms != 0 {
+			in.LogCreated = time.UnixMilli(ms)
 		}
-		in.Origin = envelope.Origin{Log: log, Pos: md.Sequence.Stream}
 	}
 	ack := func(ctx context.Context, err error) error {
 		if err != nil {

@@ -391,12 +391,15 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 	// knows a floor of ten or more (it reads it again as it reads, at
 	// most every 2 s); then ten more, not acknowledged.
 	k := 0
+	var first time.Time // the first stream's creation, as its messages say
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		k++
 		publish(k, k)
-		if got := read(true); got != fmt.Sprintf("m%d", k) {
-			t.Fatalf("read %q, want m%d", got, k)
+		in := readFrom(src, true)
+		if string(in.Body) != fmt.Sprintf("m%d", k) || in.Origin.Log != "GONE" || in.LogCreated.IsZero() {
+			t.Fatalf("read %q from %q created %v, want m%d from GONE with its creation time", in.Body, in.Origin.Log, in.LogCreated, k)
 		}
+		first = in.LogCreated
 		return natsbroker.StandingFloor(src) >= 10
 	}, "the Source to know a floor of ten")
 	floor := int(natsbroker.StandingFloor(src))
@@ -464,31 +467,30 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(101, 105)
-	// Its messages are numbered from 1 again: the IDs derived from their
-	// positions must not be the old stream's (GONE/1...), which the dedupe
-	// window remembers: they are read under a log of the new stream's own.
-	var log string
+	// Its messages are numbered from 1 again: they say when their stream
+	// was created (the pipeline reads a stream that is not the first of its
+	// name under a log name of its own: ingest.LogRecorder).
+	var created time.Time
 	for i := 101; i <= 105; i++ {
 		in := readFrom(src, true)
 		if string(in.Body) != fmt.Sprintf("m%d", i) {
 			t.Fatalf("the stream created again: read %q, want m%d", in.Body, i)
 		}
-		if log == "" {
-			log = in.Origin.Log
+		if created.IsZero() {
+			created = in.LogCreated
 		}
-		if !strings.HasPrefix(in.Origin.Log, "GONE@") || in.Origin.Log != log || in.Origin.PositionID() == fmt.Sprintf("GONE/%d", in.Origin.Pos) {
-			t.Fatalf("a message of the stream created again: origin %+v (ID %s), want a log GONE@<created> of its own", in.Origin, in.Origin.PositionID())
+		if in.Origin.Log != "GONE" || in.LogCreated.IsZero() || !in.LogCreated.Equal(created) || !in.LogCreated.After(first) {
+			t.Fatalf("a message of the stream created again: origin %+v created %v, want GONE created after the first stream (%v)", in.Origin, in.LogCreated, first)
 		}
 	}
-	// A Source opened later (another instance, a restart) reads it under
-	// the same log, which the consumer keeps.
+	// A Source opened later (another instance, a restart) says the same.
 	if err := src.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	again := open(t, params)
 	defer again.Close(context.Background())
 	publish(106, 106)
-	if in := readFrom(again, true); string(in.Body) != "m106" || in.Origin.Log != log {
-		t.Fatalf("a Source opened after: read %q from %q, want m106 from %q", in.Body, in.Origin.Log, log)
+	if in := readFrom(again, true); string(in.Body) != "m106" || !in.LogCreated.Equal(created) {
+		t.Fatalf("a Source opened after: read %q of a stream created %v, want m106 of %v", in.Body, in.LogCreated, created)
 	}
 }
