@@ -683,7 +683,7 @@ func (d *Daemon) warnings() []string {
 		// ISO 8601's basic format: /readyz hides what looks like host:port
 		// from a caller without the token, which 03:34:54 would.
 		w = append(w, fmt.Sprintf("redis: lost its data %s ago, at %s (the store's record was missing): every message parked before then is gone",
-			time.Since(*at).Round(time.Second), at.UTC().Format("20060102T150405Z")))
+			max(time.Since(*at), 0).Round(time.Second), at.UTC().Format("20060102T150405Z")))
 	}
 	return w
 }

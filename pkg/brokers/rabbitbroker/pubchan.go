@@ -36,7 +36,7 @@ type pubChan struct {
 	lowest   uint64 // every tag below it is resolved (confirmed, refused or lost)
 	returned map[returnKey]returnInfo
 	err      error         // why the channel died; set before dead closes
-	dead     chan struct{} // closed when the channel is gone and every pending entry failed
+	dead     chan struct{} // closed when the channel is gone and every pending entry failed (a confirmed one is left to its publisher)
 }
 
 type entry struct {
