@@ -76,6 +76,7 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 		return nil, err
 	}
 	s := &Source{cfg: cfg, log: log, nc: nc, closed: make(chan struct{})}
+	s.stood.renewed = s.renewed
 	if cfg.Stream == "" {
 		log.Warn("core NATS ingest (no nats.stream): at most once, a message in flight during a stop or crash is lost; set nats.stream for at-least-once", "subject", cfg.Subject)
 		sub, err := nc.QueueSubscribeSync(cfg.Subject, "delaybridge_"+cfg.Name)
@@ -182,13 +183,15 @@ func (s *Source) consumerErr(err error) error {
 // so created cannot be changed: the Sources that open it later keep it
 // (setupJetStream).
 type standing struct {
-	mu       sync.Mutex
-	cons     jetstream.Consumer
-	created  time.Time // the stream's
-	floor    uint64    // the consumer's ack floor, a stream sequence
-	at       time.Time // when floor was read
-	busy     bool      // a refresh is under way
-	trailing bool      // a refresh is due when standingEvery has passed
+	mu          sync.Mutex
+	cons        jetstream.Consumer
+	consCreated time.Time // the consumer's creation: another one is a consumer created again
+	renewed     func()    // called when a refresh finds another consumer of the name (Source.renewed)
+	created     time.Time // the stream's
+	floor       uint64    // the consumer's ack floor, a stream sequence
+	at          time.Time // when floor was read
+	busy        bool      // a refresh is under way
+	trailing    bool      // a refresh is due when standingEvery has passed
 }
 
 // standingEvery is how often the floor is read again while messages are
@@ -198,7 +201,7 @@ const standingEvery = 2 * time.Second
 func (st *standing) set(stream jetstream.Stream, cons jetstream.Consumer) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.cons, st.created = cons, stream.CachedInfo().Created
+	st.cons, st.created, st.consCreated = cons, stream.CachedInfo().Created, cons.CachedInfo().Created
 	st.floor, st.at = cons.CachedInfo().AckFloor.Stream, time.Now()
 }
 
@@ -235,7 +238,11 @@ func (st *standing) refresh() {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		st.busy = false
-		if err == nil && st.cons == cons {
+		if err == nil && st.cons == cons && !info.Created.Equal(st.consCreated) && st.renewed != nil {
+			// Another instance created it again (its stream too, perhaps)
+			// while this one was released or disconnected.
+			go st.renewed()
+		} else if err == nil && st.cons == cons {
 			st.floor = info.AckFloor.Stream
 		}
 	}()
@@ -409,8 +416,38 @@ func (s *Source) consumerGone(ctx context.Context) bool {
 	s.iterMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := cons.Info(ctx)
+	was := cons.CachedInfo().Created // Info updates it
+	info, err := cons.Info(ctx)
+	if err == nil && !info.Created.Equal(was) {
+		s.renewed() // another instance created it again
+	}
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// renewed reads the stream and the consumer again when another instance
+// created the consumer again (and perhaps its stream) while this one was
+// released or disconnected, so that its messages say the stream they come
+// from (envelope.Incoming.LogCreated) and a later re-creation starts from
+// the new floor.
+func (s *Source) renewed() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := s.js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return
+	}
+	cons, err := stream.Consumer(ctx, s.cfg.Durable)
+	if err != nil {
+		return
+	}
+	s.iterMu.Lock()
+	defer s.iterMu.Unlock()
+	if created := stream.CachedInfo().Created.UnixMilli(); created != s.created.Load() {
+		s.log.Info("jetstream stream created again while this instance was released or disconnected; reading it", "stream", s.cfg.Stream, "created", stream.CachedInfo().Created)
+	}
+	s.cons = cons
+	s.stood.set(stream, cons)
+	s.created.Store(stream.CachedInfo().Created.UnixMilli())
 }
 
 // Resume pulls again after Release; from the consumer created again when

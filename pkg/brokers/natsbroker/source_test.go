@@ -3,6 +3,7 @@ package natsbroker_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -493,4 +494,91 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 	if in := readFrom(again, true); string(in.Body) != "m106" || !in.LogCreated.Equal(created) {
 		t.Fatalf("a Source opened after: read %q of a stream created %v, want m106 of %v", in.Body, in.LogCreated, created)
 	}
+}
+
+// TestSourceReleasedWhileAnotherCreatesTheStreamAgain: an instance
+// released (Redis away) while another created the stream and its consumer
+// again reads the new stream's messages as the new stream's (their
+// LogCreated), not under the old stream's creation, whose IDs the dedupe
+// window remembers.
+func TestSourceReleasedWhileAnotherCreatesTheStreamAgain(t *testing.T) {
+	ns, js := jetStreamServer(t)
+	params := natsbroker.SourceParams{Name: "renew", URL: ns.URL, Subject: subject("renew"), Stream: "RENEW", Durable: "delaybridge", AckWait: 30 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := open(t, params)
+	defer a.Close(context.Background())
+	if _, err := js.Publish(ctx, subject("renew"), []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	var old time.Time
+	select {
+	case in := <-readAsync(ctx, a):
+		old = in.LogCreated
+	case <-ctx.Done():
+		t.Fatal("the first message not read")
+	}
+	b := open(t, params)
+	defer b.Close(context.Background())
+	if err := b.(ingest.Releaser).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := readAsync(ctx, a) // a reads on: it creates the consumer again
+	if err := js.DeleteStream(ctx, "RENEW"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool { // by a, or here, whichever is first
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RENEW", Subjects: []string{subject("renew")}})
+		return err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)
+	}, "the stream created again")
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		_, err := js.Publish(pctx, subject("renew"), []byte("to a"))
+		return err == nil
+	}, "a message published to the stream created again")
+	select {
+	case in := <-got:
+		if in.LogCreated.Equal(old) || in.LogCreated.IsZero() {
+			t.Fatalf("a read %q of a stream created %v, want after %v", in.Body, in.LogCreated, old)
+		}
+	case <-ctx.Done():
+		t.Fatal("a read nothing of the stream created again")
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.(ingest.Releaser).Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, subject("renew"), []byte("to b")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var in *envelope.Incoming
+		select {
+		case in = <-readAsync(ctx, b):
+		case <-ctx.Done():
+			t.Fatal("b read nothing after Resume")
+		}
+		if in.LogCreated.Equal(old) {
+			t.Fatalf("b read %q of the stream created again as the old stream's (created %v)", in.Body, old)
+		}
+		if string(in.Body) == "to b" {
+			break
+		}
+	}
+}
+
+// readAsync reads one message of src, acknowledged, on a channel.
+func readAsync(ctx context.Context, src ingest.Source) <-chan *envelope.Incoming {
+	ch := make(chan *envelope.Incoming, 1)
+	go func() {
+		in, ack, err := src.Read(ctx)
+		if err == nil {
+			_ = ack(ctx, nil)
+			ch <- in
+		}
+	}()
+	return ch
 }
