@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +22,8 @@ import (
 // forever with back-off; the connection state is logged. opts carry the
 // authentication and TLS (AuthOptions).
 func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	st := &connState{servers: url}
+	st.status.Store(unknownStatus)
 	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -33,13 +37,22 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 		nats.PingInterval(pingInterval),
 		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			st.status.Store(int32(nats.RECONNECTING))
 			if err != nil { // nil: closed on purpose
+				st.err.Store(&err)
 				log.Warn("nats disconnected; reconnecting", "err", err)
 			}
 		}),
+		nats.ConnectHandler(func(*nats.Conn) { // a first connection made after Connect (RetryOnFailedConnect)
+			st.status.Store(int32(nats.CONNECTED))
+			st.err.Store(nil)
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			st.status.Store(int32(nats.CONNECTED))
+			st.err.Store(nil)
 			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
+		nats.ClosedHandler(func(nc *nats.Conn) { states.Delete(nc) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("nats error", "err", err)
 		}),
@@ -47,8 +60,26 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w (is the server running, the url right, and are the credentials and TLS settings the server's?)", redact(url), err)
 	}
+	st.status.CompareAndSwap(unknownStatus, int32(nc.Status())) // unless a handler said it already
+	states.Store(nc, st)
 	return nc, nil
 }
+
+// unknownStatus is a connState's status before Connect returned.
+const unknownStatus = -1
+
+// connState is a connection's state as its handlers last said it: nats.go
+// holds the connection's lock while it dials a server again, and
+// nc.Status waits for it (up to the connect timeout, 2 s), which /readyz
+// must not.
+type connState struct {
+	status  atomic.Int32
+	err     atomic.Pointer[error] // why it was lost, until it is back
+	servers string                // the configured servers
+}
+
+// states are the connState of each connection Connect made.
+var states sync.Map // *nats.Conn -> *connState
 
 // A connection whose server has not answered maxPingsOut PINGs sent
 // pingInterval apart is taken for lost, and dialled again: one that
@@ -75,16 +106,31 @@ func Flush(ctx context.Context, nc *nats.Conn) error {
 // tries while it reconnects, and its last error (an authorization
 // violation, for example).
 func Ready(nc *nats.Conn) error {
-	s := nc.Status()
+	v, ok := states.Load(nc)
+	if !ok { // not made by Connect, or closed
+		return ready(nc.Status(), nc.LastError(), func() string { return strings.Join(nc.Servers(), ",") })
+	}
+	st := v.(*connState)
+	if st.status.Load() == unknownStatus {
+		return ready(nc.Status(), nc.LastError(), func() string { return strings.Join(nc.Servers(), ",") })
+	}
+	var last error
+	if err := st.err.Load(); err != nil {
+		last = *err
+	}
+	return ready(nats.Status(st.status.Load()), last, func() string { return st.servers })
+}
+
+func ready(s nats.Status, last error, servers func() string) error {
 	if s == nats.CONNECTED {
 		return nil
 	}
 	what := fmt.Sprintf("nats connection is %s", s)
 	if s == nats.RECONNECTING {
-		what = fmt.Sprintf("nats connection lost, reconnecting to %s (is the server running and reachable?)", redact(strings.Join(nc.Servers(), ",")))
+		what = fmt.Sprintf("nats connection lost, reconnecting to %s (is the server running and reachable?)", redact(servers()))
 	}
-	if err := nc.LastError(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	if last != nil {
+		return fmt.Errorf("%s: %w", what, last)
 	}
 	return errors.New(what)
 }

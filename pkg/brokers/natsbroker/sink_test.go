@@ -459,3 +459,32 @@ func TestClassifyStreamStoreFailed(t *testing.T) {
 		}
 	}
 }
+
+// TestSinkReadyAnswersWhileRedialling: nats.go holds a connection's lock
+// while it dials a server again, and its Status waited for it, up to the
+// connect timeout: /readyz took that long while a server took connections
+// and answered nothing. Ready answers from the state the connection's
+// handlers last said.
+func TestSinkReadyAnswersWhileRedialling(t *testing.T) {
+	t.Parallel()
+	ns := testenv.NATS(t)
+	px := testenv.NewProxy(t, strings.TrimPrefix(ns.URL, "nats://"))
+	s, err := natsbroker.NewSink(natsbroker.SinkParams{Name: "redial", URL: "nats://" + px.Addr,
+		Options: []nats.Option{nats.Timeout(30 * time.Second)}}, slog.New(slog.DiscardHandler)) // a handshake that waits long
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Flow(); _ = s.Close() })
+	px.Stall()
+	testenv.Eventually(t, 40*time.Second, func() bool { return s.Ready() != nil }, "Ready to fail while the server answers nothing")
+	// Now it dials again through the stalled proxy, its handshake waiting:
+	// Ready answers at once all along.
+	for range 10 {
+		start := time.Now()
+		err := s.Ready()
+		if took := time.Since(start); took > 5*time.Second || err == nil {
+			t.Fatalf("Ready while redialling: %v after %v; want a failure at once (the handshake waits up to 30 s)", err, took.Round(time.Millisecond))
+		}
+		<-time.After(200 * time.Millisecond) // spacing of the samples, not a wait for an event
+	}
+}
