@@ -107,13 +107,10 @@ func Flush(ctx context.Context, nc *nats.Conn) error {
 // violation, for example).
 func Ready(nc *nats.Conn) error {
 	v, ok := states.Load(nc)
-	if !ok { // not made by Connect, or closed
+	if !ok || v.(*connState).status.Load() == unknownStatus { // not made by Connect, closed, or not said yet
 		return ready(nc.Status(), nc.LastError(), func() string { return strings.Join(nc.Servers(), ",") })
 	}
 	st := v.(*connState)
-	if st.status.Load() == unknownStatus {
-		return ready(nc.Status(), nc.LastError(), func() string { return strings.Join(nc.Servers(), ",") })
-	}
 	var last error
 	if err := st.err.Load(); err != nil {
 		last = *err
