@@ -261,6 +261,49 @@ func (s *suite) testOversize(t *testing.T) {
 	in.await(t, ms[0].ID, ms[2].ID)
 }
 
+// testSizer: a sinks.Sizer refuses what Publish refuses for its size, to
+// the byte: the largest body Oversize lets through is published, and one
+// byte more is refused by both, Permanent and too_large; a body far below
+// the limit is let through without more.
+func (s *suite) testSizer(t *testing.T) {
+	if s.h.Features.OversizeBody <= 0 {
+		t.Skip("Features.OversizeBody is 0: the broker states no size")
+	}
+	sk := s.open(t)
+	sz, ok := sk.(sinks.Sizer)
+	if !ok {
+		t.Skip("the sink is not a sinks.Sizer")
+	}
+	dest, in := s.dest(t)
+	withBody := func(n int) sinks.Outgoing {
+		return s.msg(dest, make([]byte, n), envelope.Headers{{Key: "x-app", Value: "v"}})
+	}
+	if err := sz.Oversize(withBody(s.h.Features.OversizeBody)); !sinks.IsPermanent(err) || sinks.ReasonOf(err) != sinks.ReasonTooLarge {
+		t.Fatalf("Oversize of a body of Features.OversizeBody bytes: %v, want a Permanent too_large error", err)
+	}
+	if err := sz.Oversize(withBody(1024)); err != nil {
+		t.Fatalf("Oversize of a 1 KiB body: %v", err)
+	}
+	// The largest body that fits, by bisection: Oversize grows with it.
+	lo, hi := 1024, s.h.Features.OversizeBody // lo fits, hi does not
+	for hi-lo > 1 {
+		if mid := (lo + hi) / 2; sz.Oversize(withBody(mid)) == nil {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	fits, over := withBody(lo), withBody(lo+1)
+	errs := s.publish(t, sk, []sinks.Outgoing{fits, over})
+	if errs[0] != nil {
+		t.Errorf("a body of %d bytes, which Oversize lets through: %v", lo, errs[0])
+	}
+	if !sinks.IsPermanent(errs[1]) || sinks.ReasonOf(errs[1]) != sinks.ReasonTooLarge {
+		t.Errorf("a body of %d bytes, which Oversize refuses: Publish gave %v, want a Permanent too_large error", lo+1, errs[1])
+	}
+	in.await(t, fits.ID)
+}
+
 // testConcurrent: several goroutines publish through one Sink at once.
 func (s *suite) testConcurrent(t *testing.T) {
 	const goroutines, batches, size = 8, 10, 10

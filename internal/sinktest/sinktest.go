@@ -180,6 +180,7 @@ func Run(t *testing.T, h Harness) {
 		{"Batch1000", s.testBatch},
 		{"PerMessageErrors", s.testPerMessageErrors},
 		{"OversizeBody", s.testOversize},
+		{"Sizer", s.testSizer},
 		{"Concurrent", s.testConcurrent},
 		{"Ordered", s.testOrdered},
 		{"Dedupe", s.testDedupe},

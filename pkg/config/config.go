@@ -178,10 +178,14 @@ type Backoff struct {
 
 // Limits protect the service from oversized or far-future messages.
 type Limits struct {
-	MaxDelay        Duration `yaml:"max_delay"`         // a due time further than this from now is rejected
-	MaxPayloadBytes int      `yaml:"max_payload_bytes"` // a larger body is rejected (dead without its body)
-	MaxHeaderBytes  int      `yaml:"max_header_bytes"`  // the sum of the headers' key and value sizes
-	MaxIDBytes      int      `yaml:"max_id_bytes"`      // the longest message ID (and group key)
+	MaxDelay Duration `yaml:"max_delay"` // a due time further than this from now is rejected
+	// MaxPayloadBytes is the largest body: a larger one is rejected (dead
+	// without its body); so is, kept whole, one its sink's broker cannot
+	// take with its headers (a Kafka sink's max_message_bytes, a NATS
+	// server's max_payload).
+	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	MaxHeaderBytes  int `yaml:"max_header_bytes"` // the sum of the headers' key and value sizes
+	MaxIDBytes      int `yaml:"max_id_bytes"`     // the longest message ID (and group key)
 	// MaxParkedMessages and MaxRedisMemory protect Redis: when the parked
 	// messages or Redis's used memory reach them, ingest pauses (nothing is
 	// read or acknowledged) until firing brings them down again. 0: no limit.

@@ -207,6 +207,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	})
 
 	limits := Limits(cfg)
+	limits.Fits = d.fits
 	perIngest := map[string]int64{}
 	for _, ic := range cfg.Ingest {
 		perIngest[ic.Name] = ic.MaxParked
@@ -514,6 +515,15 @@ func (d *Daemon) runRefused(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// fits is envelope.Limits.Fits: a message its sink's broker would refuse
+// for its size (sinks.Sizer) is refused as it is taken in.
+func (d *Daemon) fits(m *envelope.Message) error {
+	if s, ok := d.sinks[m.Sink].(sinks.Sizer); ok {
+		return s.Oversize(sinks.Outgoing{Message: m, Attempt: 1})
+	}
+	return nil
 }
 
 // connected is what connect opened for the ingests, by index in

@@ -120,6 +120,12 @@ type Limits struct {
 	// MinInterval is the shortest time between two occurrences of a
 	// recurring message (limits.min_interval); 0: MinEvery.
 	MinInterval time.Duration
+	// Fits returns why the sink of a message that passed every other
+	// rule would refuse it for its size (a Kafka sink's
+	// max_message_bytes, a NATS server's max_payload: sinks.Sizer), or
+	// nil; Parse then refuses it as CodePayloadTooLarge at once, not
+	// after its delay. nil: no such check (tools without their sinks).
+	Fits func(m *Message) error
 }
 
 // MaxDocumentBytes bounds a JSON document that carries one message within
@@ -308,6 +314,11 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 		return reject(err)
 	}
 	rd.finish(&p, msg)
+	if lim.Fits != nil {
+		if err := lim.Fits(msg); err != nil {
+			return reject(rejectf(CodePayloadTooLarge, "too large for its sink: %v", err))
+		}
+	}
 	return Decision{Action: Park, Message: msg}
 }
 

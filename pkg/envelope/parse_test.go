@@ -777,6 +777,38 @@ func TestParseSinksNil(t *testing.T) {
 	}
 }
 
+// A message its sink would refuse for its size (Limits.Fits) is refused
+// at once, with the sink's words, and kept whole for an operator (headers
+// and body); the sink is asked of the message as it would be parked, and
+// not of one refused for another reason first.
+func TestParseTooLargeForItsSink(t *testing.T) {
+	var asked []*Message
+	lim := testLimits
+	lim.Fits = func(m *Message) error {
+		asked = append(asked, m)
+		if len(m.Body) > 10 {
+			return fmt.Errorf("sink %s takes 10 bytes", m.Sink)
+		}
+		return nil
+	}
+	in := &Incoming{Headers: hdrs(HeaderDelay, "1000", "app", "v"), Body: []byte("eleven byte")}
+	d := parseWith(t, in, testRoute(), lim)
+	if d.Action != Reject || CodeOf(d.Err) != CodePayloadTooLarge || why(d) != "too large for its sink: sink rabbit takes 10 bytes" {
+		t.Fatalf("got %v %q (%v), want a payload_too_large rejection in the sink's words", d.Action, why(d), CodeOf(d.Err))
+	}
+	if string(d.Message.Body) != "eleven byte" || d.Message.Headers.Count(HeaderDelay) != 1 {
+		t.Fatalf("the refused message lost its body or headers: %q %v", d.Message.Body, d.Message.Headers)
+	}
+	if len(asked) != 1 || asked[0].Sink != "rabbit" || asked[0].Destination != "orders.expired" || !asked[0].DueAt.Equal(nowMs.Add(time.Second)) {
+		t.Fatalf("Fits was asked %d times, of %+v", len(asked), asked)
+	}
+	mustPark(t, parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "1000"), Body: []byte("ten bytes!")}, testRoute(), lim))
+	asked = nil
+	if d := parseWith(t, &Incoming{Headers: hdrs(HeaderDelay, "nope"), Body: []byte("eleven byte")}, testRoute(), lim); CodeOf(d.Err) != CodeInvalidDelay || len(asked) != 0 {
+		t.Fatalf("an invalid delay: %v, Fits asked %d times", d.Err, len(asked))
+	}
+}
+
 func TestParseCancel(t *testing.T) {
 	in := &Incoming{
 		Headers:  hdrs(HeaderCancel, "order-42", "who", "ops", HeaderDelay, "5000"),

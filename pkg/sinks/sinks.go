@@ -60,6 +60,38 @@ type Prober interface {
 	Probe(ctx context.Context) error
 }
 
+// Sizer is implemented by sinks whose broker refuses a message over a
+// size it states (a Kafka sink's max_message_bytes, a NATS server's
+// max_payload). Oversize returns the error Publish would give m for its
+// size alone (Permanent, ReasonTooLarge), or nil: it fits, or the limit is
+// not known now. The daemon asks it as a message is taken in, so that a
+// message its sink can never take is refused then, not after its delay; it
+// must be cheap for a message far below the limit (Within) and may be
+// called concurrently with Publish.
+type Sizer interface {
+	Oversize(m Outgoing) error
+}
+
+// Within reports, without encoding it, whether m surely fits in limit
+// bytes on any broker's wire: its body, key, headers and properties, its
+// ID twice (x-message-id and a broker's own ID header), withinSlack bytes
+// for the rest a sink adds (the headers' names, x-delaybridge-*) and
+// withinPerHeader for each header's framing.
+// A Sizer encodes only a message it cannot so clear.
+func Within(m Outgoing, limit int) bool {
+	n := len(m.Body) + len(m.Key) + 2*len(m.ID) + m.Headers.Size() + m.Properties.Size() +
+		withinPerHeader*(len(m.Headers)+len(m.Properties)) + withinSlack
+	return n <= limit
+}
+
+// withinSlack and withinPerHeader bound what Within does not count: the
+// headers a sink adds besides the ID (about 100 bytes with their framing)
+// and a header's framing (Kafka: 10 bytes; NATS: 4).
+const (
+	withinSlack     = 512
+	withinPerHeader = 16
+)
+
 // PermanentError marks a publish failure that retrying cannot fix (a
 // message the broker can never accept): the message goes dead at once.
 type PermanentError struct{ Err error }

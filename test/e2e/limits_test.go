@@ -222,3 +222,26 @@ func TestIngestMaxParkedHoldsOnABurst(t *testing.T) {
 		t.Fatalf("%d messages parked after 30 cancelled and more parked, with max_parked 100", n)
 	}
 }
+
+// TestTooLargeForItsSinkRefusedAtOnce: a body within
+// limits.max_payload_bytes (1 MiB by default) that the NATS sink's server
+// cannot take with its headers (its max_payload is 1 MiB too) is refused
+// as the POST comes, naming the server's limit, not parked to die at its
+// due time; one a little smaller is parked.
+func TestTooLargeForItsSinkRefusedAtOnce(t *testing.T) {
+	e := newNATSEnv(t, "", "")
+	post := func(n int) (int, string) {
+		body := fmt.Sprintf(`{"id":"big-%d","delay":"1h","sink":"out","destination":"fired.big","body":%q}`, n, strings.Repeat("x", n))
+		return e.d.send(http.MethodPost, "/v1/messages", body, nil)
+	}
+	code, body := post(1 << 20)
+	if code != http.StatusBadRequest || !strings.Contains(body, `"field":"body"`) || !strings.Contains(body, "exceeds the server's max_payload 1048576") {
+		t.Fatalf("POST of a 1 MiB body to a NATS sink whose server takes 1 MiB in all: %d %s, want 400 for the body naming max_payload", code, body)
+	}
+	if code, body := post(1<<20 - 4096); code/100 != 2 {
+		t.Fatalf("POST of a body 4 KiB under the server's max_payload: %d %s", code, body)
+	}
+	if s := e.d.stats(); s.Parked != 1 {
+		t.Fatalf("parked %d, want only the one that fits", s.Parked)
+	}
+}

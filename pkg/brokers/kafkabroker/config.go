@@ -70,7 +70,8 @@ type SinkConfig struct {
 	// MaxMessageBytes is the largest record the sink sends, key, value and
 	// headers with their framing, and the largest batch of records (default
 	// 1048576, just under Kafka's default max.message.bytes); a larger
-	// message is dead as too large. Raise it with limits.max_payload_bytes,
+	// message is refused as it comes (payload_too_large), or dead as too
+	// large if it was parked before. Raise it with limits.max_payload_bytes,
 	// and the max.message.bytes of every topic the sink writes to (or the
 	// brokers' message.max.bytes) with it: a topic refuses a batch over its
 	// own, which then goes one record at a time.

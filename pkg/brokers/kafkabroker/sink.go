@@ -88,6 +88,7 @@ type Sink struct {
 
 var _ sinks.Sink = (*Sink)(nil)
 var _ sinks.Ready = (*Sink)(nil)
+var _ sinks.Sizer = (*Sink)(nil)
 
 // New returns a Sink. It does not connect: the writer connects on the first
 // Publish, and Ready checks that a broker answers.
@@ -178,8 +179,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			continue
 		}
 		kms[i] = toKafka(m, now)
-		if n := recordSize(&kms[i]); n > s.cfg.MaxMessageBytes {
-			errs[i] = sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes exceeds its max_message_bytes %d (raise sinks[].kafka.max_message_bytes, and the topic's max.message.bytes with it)", s.cfg.Name, n, s.cfg.MaxMessageBytes)))
+		if errs[i] = s.tooLarge(&kms[i]); errs[i] != nil {
 			continue
 		}
 		byTopic[m.Destination] = append(byTopic[m.Destination], i)
@@ -196,6 +196,25 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// Oversize is sinks.Sizer: Publish's refusal of a record over
+// max_message_bytes.
+func (s *Sink) Oversize(m sinks.Outgoing) error {
+	if sinks.Within(m, s.cfg.MaxMessageBytes) {
+		return nil
+	}
+	km := toKafka(m, time.Time{})
+	return s.tooLarge(&km)
+}
+
+// tooLarge is the Permanent error of a record over max_message_bytes, or
+// nil.
+func (s *Sink) tooLarge(km *kafka.Message) error {
+	if n := recordSize(km); n > s.cfg.MaxMessageBytes {
+		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes exceeds its max_message_bytes %d (raise sinks[].kafka.max_message_bytes, and the topic's max.message.bytes with it)", s.cfg.Name, n, s.cfg.MaxMessageBytes)))
+	}
+	return nil
 }
 
 // expired fails the messages idx when the caller's time is up, by the
@@ -359,12 +378,22 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// recordSize is an upper bound of the size kafka-go checks against
-// BatchBytes (it refuses a whole call when one message is over it).
+// recordSize is an upper bound of a record's size where either side
+// checks it: kafka-go (its totalSize, against BatchBytes: it refuses a
+// whole call when one message is over it) and the broker (a batch of this
+// record alone, against the topic's max.message.bytes: the batch's header,
+// then the record with each varint at its widest). So a record within
+// max_message_bytes is taken by a topic whose max.message.bytes is as
+// large, Kafka's default included.
 func recordSize(m *kafka.Message) int {
-	n := 4 + 1 + 1 + 8 + 4 + len(m.Key) + 4 + len(m.Value) + 5
+	const (
+		batchHeader = 61 // base offset, length, epoch, magic, CRC, attributes, deltas, times, producer, count
+		varint      = 5  // a length or delta below 2^35
+		timeDelta   = 10 // a varint of 64 bits
+	)
+	n := batchHeader + varint + 1 + timeDelta + varint + varint + len(m.Key) + varint + len(m.Value) + varint
 	for _, h := range m.Headers {
-		n += 10 + len(h.Key) + len(h.Value)
+		n += varint + len(h.Key) + varint + len(h.Value)
 	}
 	return n
 }

@@ -43,13 +43,15 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 				log.Warn("nats disconnected; reconnecting", "err", err)
 			}
 		}),
-		nats.ConnectHandler(func(*nats.Conn) { // a first connection made after Connect (RetryOnFailedConnect)
+		nats.ConnectHandler(func(nc *nats.Conn) { // a first connection made after Connect (RetryOnFailedConnect)
 			st.status.Store(int32(nats.CONNECTED))
 			st.err.Store(nil)
+			st.maxPayload.Store(nc.MaxPayload())
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			st.status.Store(int32(nats.CONNECTED))
 			st.err.Store(nil)
+			st.maxPayload.Store(nc.MaxPayload()) // the server's, which may be another
 			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) { states.Delete(nc) }),
@@ -61,6 +63,7 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Con
 		return nil, fmt.Errorf("connect to nats %s: %w (is the server running, the url right, and are the credentials and TLS settings the server's?)", redact(url), err)
 	}
 	st.status.CompareAndSwap(unknownStatus, int32(nc.Status())) // unless a handler said it already
+	st.maxPayload.CompareAndSwap(0, nc.MaxPayload())
 	states.Store(nc, st)
 	return nc, nil
 }
@@ -76,6 +79,9 @@ type connState struct {
 	status  atomic.Int32
 	err     atomic.Pointer[error] // why it was lost, until it is back
 	servers string                // the configured servers
+	// maxPayload is the max_payload of the server last connected to: the
+	// most a message's body and headers may be. 0 unknown.
+	maxPayload atomic.Int64
 }
 
 // states are the connState of each connection Connect made.
@@ -100,6 +106,16 @@ func Flush(ctx context.Context, nc *nats.Conn) error {
 		defer cancel()
 	}
 	return nc.FlushWithContext(ctx)
+}
+
+// MaxPayload is the max_payload of the server nc last connected to, read
+// without nats.go's lock (which a dial holds); 0 for a connection Connect
+// did not make.
+func MaxPayload(nc *nats.Conn) int64 {
+	if v, ok := states.Load(nc); ok {
+		return v.(*connState).maxPayload.Load()
+	}
+	return 0
 }
 
 // Ready returns nil when nc is connected, else its state, the servers it

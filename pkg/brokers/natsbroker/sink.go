@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/textproto"
 	"slices"
 	"strconv"
@@ -44,6 +45,7 @@ type Sink struct {
 
 var _ sinks.Sink = (*Sink)(nil)
 var _ sinks.Ready = (*Sink)(nil)
+var _ sinks.Sizer = (*Sink)(nil)
 
 // New connects to NATS.
 func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
@@ -242,6 +244,24 @@ func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error)
 		return sinks.Fill(errs, fmt.Errorf("nats sink %s: flush: %w", s.cfg.Name, err))
 	}
 	return errs
+}
+
+// Oversize is sinks.Sizer: what nats.go refuses (ErrMaxPayload, permanent
+// in publishErr), a message whose body and headers are over the server's
+// max_payload.
+func (s *Sink) Oversize(m sinks.Outgoing) error {
+	limit := MaxPayload(s.nc)
+	if limit <= 0 || sinks.Within(m, int(min(limit, math.MaxInt32))) {
+		return nil
+	}
+	nm, err := toNATS(m)
+	if err != nil {
+		return nil // not its size: Publish says what
+	}
+	if n := nm.Size() - len(nm.Subject); int64(n) > limit {
+		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("nats sink %s: message of %d bytes (body and headers) exceeds the server's max_payload %d (raise max_payload in the NATS server's configuration)", s.cfg.Name, n, limit)))
+	}
+	return nil
 }
 
 // publishErr wraps an error of the publish call itself; what the server
