@@ -59,20 +59,26 @@ func (c *Clock) Offset() time.Duration {
 	return time.Duration(c.offset.Load())
 }
 
-// Measure takes the offset from a few TIME round trips, keeping the one of
-// the shortest.
+// Measure takes the offset from a few TIME round trips. Redis read its
+// clock somewhere within each trip, so a trip bounds the offset from above
+// by Redis's time minus when the trip began: Measure keeps the least of
+// these bounds. Now is then never behind Redis's clock, however late a
+// reply is read (a loaded machine can resume the caller tens of
+// milliseconds after Redis answered): a moment of ingest read from it is
+// never before the message came, so a delay never ends early. It is ahead
+// by at most the shortest trip, a fraction of a millisecond on a quiet
+// network. (Offset, halfway through the trip, is the best guess where an
+// error either way costs the same: the scheduler's wake-ups.)
 func (c *Clock) Measure(ctx context.Context) error {
 	var best time.Duration
-	bestRTT := time.Duration(-1)
-	for range 3 {
+	for i := range 3 {
 		sent := c.local()
 		t, err := c.store.rdb.Time(ctx).Result()
-		answered := c.local()
 		if err != nil {
 			return fmt.Errorf("store.clock: %w", err)
 		}
-		if rtt := answered.Sub(sent); bestRTT < 0 || rtt < bestRTT {
-			best, bestRTT = Offset(sent, t, answered), rtt
+		if bound := t.Sub(sent); i == 0 || bound < best {
+			best = bound
 		}
 	}
 	c.offset.Store(int64(best))
