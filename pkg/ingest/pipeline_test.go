@@ -692,3 +692,34 @@ func TestAFailedAckKeepsTheReReadMark(t *testing.T) {
 		t.Errorf("the mark of the message whose ack failed was forgotten: %v", f.forgot)
 	}
 }
+
+// A delivery the broker took back before it was parked (Incoming.Gone: a
+// RabbitMQ channel that closed while the process was paused) is neither
+// parked nor acknowledged: the broker delivers it again, maybe to another
+// instance already, and a second park would make two of it (or put an
+// older version after a newer one). The others of its batch are parked
+// and acknowledged as usual.
+func TestGoneDeliveryIsLeftToTheBroker(t *testing.T) {
+	e := startPipeline(t, 5*time.Second)
+	gone := func() bool { return true }
+	e.src.send("kept-1", "x-delay", "1h")
+	e.src.in <- &envelope.Incoming{Headers: envelope.Headers{{Key: "x-message-id", Value: "gone"}, {Key: "x-delay", Value: "1h"}}, Body: []byte("b"), Gone: gone}
+	e.src.send("kept-2", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, ok1 := e.src.result("kept-1")
+		_, ok2 := e.src.result("kept-2")
+		_, ok3 := e.src.result("gone")
+		return ok1 && ok2 && (ok3 || testutil.ToFloat64(e.m.IngestMessages.WithLabelValues("test", "handed_back")) == 1)
+	}, "the messages were not handled")
+	if _, err := e.store.Inspect(context.Background(), "gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the gone delivery: Inspect %v, want not parked", err)
+	}
+	if err, settled := e.src.result("gone"); settled {
+		t.Fatalf("the gone delivery was settled (%v): its channel is closed, the broker has it", err)
+	}
+	for _, id := range []string{"kept-1", "kept-2"} {
+		if _, err := e.store.Inspect(context.Background(), id); err != nil {
+			t.Fatalf("%s not parked: %v", id, err)
+		}
+	}
+}
