@@ -52,6 +52,13 @@ func (a *app) withOps(cmd *cobra.Command, f func(ctx context.Context, o ops.Oper
 	return f(ctx, service(cfg, s))
 }
 
+// viaAdmin reports whether o acts through a daemon's admin API (else on
+// Redis, where the running daemons see a change at their next refresh).
+func viaAdmin(o ops.Operations) bool {
+	_, ok := o.(*admin.Client)
+	return ok
+}
+
 // errNoTarget is the error of a command that acts on parked messages given
 // neither where they are nor a daemon to ask.
 var errNoTarget = errors.New("no configuration and no daemon to ask: give --admin URL (or set DELAYBRIDGE_ADMIN; " +

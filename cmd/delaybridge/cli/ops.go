@@ -371,6 +371,9 @@ DUE counts the sink's due messages held while it is paused or down.`,
 						return failed(err)
 					}
 					switch {
+					case paused && (v.Status == "pausing" || !viaAdmin(o)):
+						// A daemon that has not applied it yet, or through Redis.
+						fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d); running daemons hold its messages from their next refresh (within scheduler.max_sleep), and may publish some until then\n", done, show(v.Name), v.Due)
 					case paused:
 						fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d)\n", done, show(v.Name), v.Due)
 					case v.Released == 0:
