@@ -90,7 +90,7 @@ func New() *Metrics {
 		SinkPaused: f.gaugeVec("delaybridge_sink_paused",
 			"1 while the sink is paused (POST /v1/sinks/{name}/pause), for every instance.", "sink"),
 		Held: f.counterVec("delaybridge_sink_held_total",
-			"Due messages held because their sink was down or paused (their attempts not counted).", "sink"),
+			"Messages whose publish found their sink unavailable, held for it (their attempts not counted); those a claim holds for a sink already blocked or paused are in delaybridge_held_messages, not here.", "sink"),
 		Deferred: f.counterVec("delaybridge_sink_deferred_total",
 			"Messages that waited for a publish slot of their sink's max_rate.", "sink"),
 		Skipped: f.counter("delaybridge_recurring_skipped_total",
