@@ -256,8 +256,10 @@ type Ingest struct {
 
 	// MaxParked bounds this ingest's messages live in the store (parked,
 	// in flight or held; 0: no bound of its own): at it, this ingest parks
-	// nothing more until its messages fire (cancels still go through) while
-	// the other ingests go on; limits.max_parked_messages bounds them all.
+	// nothing more until its messages fire (cancels still go through: those
+	// read within max_in_flight of the waiting messages; one further back
+	// in the topic, queue or stream waits its turn) while the other ingests
+	// go on; limits.max_parked_messages bounds them all.
 	MaxParked int64 `yaml:"max_parked"`
 	// MaxSeries bounds this ingest's live recurring series (0: no bound of
 	// its own): past it a new series is dead with reason max_series;
