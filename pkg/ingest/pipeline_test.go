@@ -723,3 +723,40 @@ func TestGoneDeliveryIsLeftToTheBroker(t *testing.T) {
 		}
 	}
 }
+
+// A message that waited for room and that the broker took back meanwhile
+// (Incoming.Gone: RabbitMQ closes a channel whose delivery stays
+// unacknowledged past its consumer_timeout) is left to the broker when
+// there is room again: not parked, not acknowledged, counted handed_back.
+// The one beside it that is still the daemon's is parked.
+func TestGoneWhileWaitingForRoomIsLeftToTheBroker(t *testing.T) {
+	var full, gone atomic.Bool
+	full.Store(true)
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.capacity = func(_ context.Context, n int) (int, func(), error) {
+			if full.Load() {
+				return 0, nil, fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
+			}
+			return n, func() {}, nil
+		}
+		return e.store
+	})
+	e.src.in <- &envelope.Incoming{Headers: envelope.Headers{{Key: "x-message-id", Value: "taken-back"}, {Key: "x-delay", Value: "1h"}}, Body: []byte("b"), Gone: gone.Load}
+	e.src.send("kept", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.pl.Ready() != nil }, "the messages do not wait for room")
+	gone.Store(true)
+	full.Store(false)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, ok := e.src.result("kept")
+		return ok
+	}, "the message that is still the daemon's was not parked once there was room")
+	if _, err := e.store.Inspect(context.Background(), "taken-back"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the message the broker took back: Inspect %v, want not parked", err)
+	}
+	if err, settled := e.src.result("taken-back"); settled {
+		t.Fatalf("the message the broker took back was settled (%v)", err)
+	}
+	if n := testutil.ToFloat64(e.m.IngestMessages.WithLabelValues("test", "handed_back")); n != 1 {
+		t.Fatalf("handed_back %v, want 1", n)
+	}
+}
