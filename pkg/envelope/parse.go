@@ -51,11 +51,6 @@ type Incoming struct {
 	// before (AMQP redelivered). Kafka and JetStream need none: a position
 	// read again says so itself.
 	Redelivered bool
-	// Gone, when set, reports whether the broker has taken this delivery
-	// back (AMQP: the channel that delivered it closed, which requeues
-	// what it had not acknowledged): parked now, it would be parked twice,
-	// once more as the broker delivers it again. nil: never.
-	Gone func() bool
 
 	// HeaderError, when set, says why the broker's header block could not
 	// be decoded (Headers is then empty or partial). Parse rejects such a

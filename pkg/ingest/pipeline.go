@@ -395,7 +395,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 	var marked []*envelope.Message // parked: their re-read marks go once their acks are confirmed
 	var markedAt []int             // the batch index of each of marked
 	var parkAt []int               // the batch index of each of parks
-	held := map[int]bool{}         // batch indexes that went to the waiting room, or back to the broker (gone)
+	held := map[int]bool{}         // batch indexes that went to the waiting room
 	// flush parks what is pending, so that a control message sees every
 	// park before it in the batch; while the store is full, it puts them
 	// in the waiting room instead (room.go).
@@ -450,18 +450,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		}
 		pl.nackAll(rest, err)
 	}
-	gone := 0
 	for bi, it := range batch {
-		if it.in.Gone != nil && it.in.Gone() {
-			// The broker took it back before it was parked (its channel
-			// closed: a process paused past the broker's heartbeat), and
-			// delivers it again, maybe to another instance already: parked
-			// here too, it would be parked twice, an older version after a
-			// newer. Neither parked nor acknowledged.
-			held[bi] = true
-			gone++
-			continue
-		}
 		d := envelope.Parse(it.in, pl.p.Route, pl.p.Limits, it.at, nil)
 		switch d.Action {
 		case envelope.Park:
@@ -530,10 +519,6 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 			pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled_group").Inc()
 			pl.log.Debug("group cancelled", "group", d.Group, "messages", n, "in_flight_left", late, "by", d.Message.ID)
 		}
-	}
-	if gone > 0 {
-		pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "handed_back").Add(float64(gone))
-		pl.log.Info("messages the broker took back before they were parked (the channel that delivered them closed) are left to its redelivery", "count", gone)
 	}
 	if err := flush(); err != nil {
 		nackAll(err)

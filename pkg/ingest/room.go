@@ -212,28 +212,13 @@ func (pl *Pipeline) parkRoomBatch(ctx context.Context) bool {
 		r.mu.Unlock()
 		return false
 	}
-	// Those the broker took back while they waited (Incoming.Gone: their
-	// channel closed) are left to its redelivery, as in handle.
-	var ws []waiting
-	var msgs []*envelope.Message
-	gone := 0
-	for _, w := range r.items[:n] {
-		if w.it.in.Gone != nil && w.it.in.Gone() {
-			gone++
-			continue
-		}
-		ws, msgs = append(ws, w), append(msgs, w.m)
+	ws := append([]waiting(nil), r.items[:n]...)
+	msgs := make([]*envelope.Message, n)
+	for i, w := range ws {
+		msgs[i] = w.m
 	}
-	var refused []refusal
-	var err error
-	if len(msgs) > 0 {
-		refused, err = pl.parkChecked(ctx, msgs)
-	}
+	refused, err := pl.parkChecked(ctx, msgs)
 	done()
-	if gone > 0 && err == nil {
-		pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "handed_back").Add(float64(gone))
-		pl.log.Info("messages the broker took back while they waited for room (the channel that delivered them closed) are left to its redelivery", "count", gone)
-	}
 	if err == nil {
 		r.items = r.items[n:]
 		r.space.Broadcast()

@@ -432,18 +432,6 @@ func (s *Source) forward(sess *session) error {
 	}
 }
 
-// gone reports whether sess's deliveries are back with the broker: the
-// session ended, or its channel closed (the broker requeues what the
-// channel had not acknowledged).
-func (sess *session) gone() bool {
-	select {
-	case <-sess.dead:
-		return true
-	default:
-		return sess.ch.IsClosed()
-	}
-}
-
 // endReason says why the delivery channel closed: the channel or connection
 // went away, or the broker cancelled the consumer (the queue was deleted).
 func (sess *session) endReason() error {
@@ -473,7 +461,6 @@ func (s *Source) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, 
 			NativeID:    d.d.MessageId,
 			Source:      d.d.RoutingKey, // as published, whatever exchange routed it here
 			Redelivered: d.d.Redelivered,
-			Gone:        d.sess.gone,
 		}
 		in.Origin.Print = contentPrint(in)
 		return in, s.ackFunc(d.sess, d.d.DeliveryTag), nil
