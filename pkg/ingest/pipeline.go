@@ -463,21 +463,22 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 				nackAll(err)
 				return
 			}
-			if w, ok := pl.room.takeID(d.CancelID); ok {
-				// Cancelled before it was parked: it never will be.
+			// Cancelled before it was parked, it never will be; a copy
+			// may be parked all the same (the broker gave it again, to
+			// another instance or to this one before), so the store is
+			// asked too.
+			waited := pl.room.takeID(d.CancelID)
+			for _, w := range waited {
 				pl.acknowledge(context.Background(), w.it.ack, nil)
-				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled").Inc()
-				pl.log.Debug("message cancelled while it waited for room", "id", d.CancelID, "by", d.Message.ID)
-				continue
 			}
 			found, late, err := pl.cancel(ctx, d.CancelID)
 			if err != nil {
 				nackAll(err)
 				return
 			}
-			if found {
+			if found || (len(waited) > 0 && !late) {
 				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancelled").Inc()
-				pl.log.Debug("message cancelled", "id", d.CancelID, "by", d.Message.ID)
+				pl.log.Debug("message cancelled", "id", d.CancelID, "by", d.Message.ID, "waited_for_room", len(waited))
 				continue
 			}
 			if late {

@@ -692,3 +692,85 @@ func TestAFailedAckKeepsTheReReadMark(t *testing.T) {
 		t.Errorf("the mark of the message whose ack failed was forgotten: %v", f.forgot)
 	}
 }
+
+// A cancel header takes every waiting copy of its ID out of the room (a
+// broker's redelivery waits beside the first delivery), and cancels a
+// copy parked already too (the broker gave it again to another instance,
+// which parked it): none of them is published.
+func TestCancelTakesEveryCopyOfAWaitingMessage(t *testing.T) {
+	var full atomic.Bool
+	full.Store(true)
+	src := &copiesSource{in: make(chan *envelope.Incoming, 10)}
+	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.source = src
+		e.capacity = func(_ context.Context, n int) (int, func(), error) {
+			if full.Load() {
+				return 0, nil, fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
+			}
+			return n, func() {}, nil
+		}
+		return e.store
+	})
+	ctx := context.Background()
+	// The copy another instance parked.
+	elsewhere := &envelope.Message{ID: "t", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Ingest: "test", Sink: "s", Destination: "d", Body: []byte("b")}
+	if _, err := e.store.Park(ctx, []*envelope.Message{elsewhere}); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(kv ...string) *envelope.Incoming {
+		var h envelope.Headers
+		for i := 0; i+1 < len(kv); i += 2 {
+			h = append(h, envelope.Header{Key: kv[i], Value: kv[i+1]})
+		}
+		return &envelope.Incoming{Headers: h, Body: []byte("b")}
+	}
+	src.in <- msg("x-message-id", "t", "x-delay", "1h")
+	src.in <- msg("x-message-id", "t", "x-delay", "1h") // redelivered, beside it
+	src.in <- msg("x-message-id", "c", "x-delay-cancel", "t")
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(src.acked()) == 3 }, "the cancel and the two copies it took were not acknowledged")
+	if _, err := e.store.Inspect(ctx, "t"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the copy parked elsewhere: Inspect %v, want cancelled", err)
+	}
+	full.Store(false)
+	src.in <- msg("x-message-id", "after", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(src.acked()) == 4 }, "the room did not park again")
+	if _, err := e.store.Inspect(ctx, "t"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a waiting copy was parked after the cancel: Inspect %v", err)
+	}
+	if n := testutil.ToFloat64(e.m.IngestMessages.WithLabelValues("test", "cancelled")); n != 1 {
+		t.Fatalf("cancelled %v, want 1", n)
+	}
+}
+
+// copiesSource is a Source fed by a channel whose messages may share an
+// ID; it records the acknowledged ones in order.
+type copiesSource struct {
+	in   chan *envelope.Incoming
+	mu   sync.Mutex
+	acks []string
+}
+
+func (s *copiesSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case m := <-s.in:
+		id, _ := m.Headers.Get("x-message-id")
+		return m, func(_ context.Context, err error) error {
+			if err == nil {
+				s.mu.Lock()
+				s.acks = append(s.acks, id)
+				s.mu.Unlock()
+			}
+			return nil
+		}, nil
+	}
+}
+
+func (s *copiesSource) Close(context.Context) error { return nil }
+
+func (s *copiesSource) acked() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.acks)
+}

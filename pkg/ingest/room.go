@@ -109,19 +109,27 @@ func (r *waitingRoom) add(ctx context.Context, ws []waiting, why error) bool {
 	return true
 }
 
-// takeID takes the waiting message of ID id out of the room, if one
-// waits.
-func (r *waitingRoom) takeID(id string) (waiting, bool) {
+// takeID takes every waiting message of ID id out of the room: a
+// redelivery of one that waits (its channel closed meanwhile) waits
+// beside it.
+func (r *waitingRoom) takeID(id string) []waiting {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, w := range r.items {
+	var out []waiting
+	kept := r.items[:0]
+	for _, w := range r.items {
 		if w.m.ID == id {
-			r.items = append(r.items[:i], r.items[i+1:]...)
-			r.space.Broadcast()
-			return w, true
+			out = append(out, w)
+		} else {
+			kept = append(kept, w)
 		}
 	}
-	return waiting{}, false
+	clear(r.items[len(kept):])
+	r.items = kept
+	if len(out) > 0 {
+		r.space.Broadcast()
+	}
+	return out
 }
 
 // takeGroup takes the waiting messages of a group out of the room.
