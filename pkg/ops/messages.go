@@ -314,7 +314,7 @@ func (s *Service) Reschedule(ctx context.Context, id string, req RescheduleReque
 		return nil, s.changeError(ctx, id, "rescheduled", err)
 	}
 	s.notify(id, set)
-	return &RescheduleView{ID: id, DueAt: envelope.FormatTime(set), Now: due.IsZero()}, nil
+	return &RescheduleView{ID: id, DueAt: envelope.FormatTime(set), Now: !set.After(now)}, nil
 }
 
 // newDueTime reads a reschedule's delay or deliver_at as ingest reads
@@ -355,11 +355,21 @@ func newDueTime(delay, deliverAt string, hasDelay, hasAt bool, now time.Time, li
 		return time.Time{}, invalid(field, "due time %s is more than limits.max_delay %s from now", envelope.FormatTime(due), lim.MaxDelay)
 	case due.UnixMilli() >= envelope.MaxDueMs:
 		return time.Time{}, invalid(field, "due time %s is after %s, the latest delaybridge keeps", envelope.FormatTime(due), envelope.FormatTime(time.UnixMilli(envelope.MaxDueMs-1)))
+	case hasAt && due.After(now.Add(-clockLead)):
+		// Passed by our clock, maybe not by Redis's, which it may lead:
+		// kept, the store scores it then, never before.
+		return due, nil
 	case !due.After(now):
 		return time.Time{}, nil // passed: due now
 	}
 	return due, nil
 }
+
+// clockLead bounds how far the clock ops reads (Params.Now: the daemon's,
+// never behind Redis's, ahead by up to a round trip of its measure) may
+// lead Redis's: a deliver_at passed by less than that is not taken for
+// passed, which would fire it at Redis's now, before it.
+const clockLead = time.Second
 
 // Fire makes a scheduled message due now.
 func (s *Service) Fire(ctx context.Context, id string) error {

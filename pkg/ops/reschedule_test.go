@@ -1,0 +1,45 @@
+package ops_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/ops"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// The daemon's clock (Params.Now) is never behind Redis's and may lead it
+// by a round trip of its measure. A reschedule to a deliver_at that this
+// clock has passed and Redis's has not must keep that time: taken for
+// passed, it was set to Redis's now, before the time asked for. One passed
+// by far fires now, as before.
+func TestRescheduleToATimeOnlyOurClockPassed(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(testenv.Redis(t).Client(), store.Options{Prefix: "o", Shards: 1})
+	m := &envelope.Message{ID: "m", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x")}
+	if _, err := st.Park(ctx, []*envelope.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	const lead = 300 * time.Millisecond // this Redis runs on this machine: its clock is time.Now's
+	o := ops.New(ops.Params{Store: st, Limits: envelope.Limits{MaxDelay: 24 * time.Hour},
+		Now: func() time.Time { return time.Now().Add(lead) }})
+	at := time.Now().Add(lead / 2).Truncate(time.Millisecond).Add(time.Millisecond)
+	v, err := o.Reschedule(ctx, "m", ops.RescheduleRequest{DeliverAt: ops.Text(strconv.FormatInt(at.UnixMilli(), 10))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.DueAt != envelope.FormatTime(at) {
+		t.Fatalf("rescheduled to %s, want %s (Now %v)", v.DueAt, envelope.FormatTime(at), v.Now)
+	}
+	v, err = o.Reschedule(ctx, "m", ops.RescheduleRequest{DeliverAt: ops.Text("2001-01-01T00:00:00Z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := time.Parse(time.RFC3339Nano, v.DueAt); !v.Now || time.Since(due) > 5*time.Second {
+		t.Fatalf("into the past: %+v, want now", v)
+	}
+}
