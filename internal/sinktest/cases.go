@@ -262,9 +262,10 @@ func (s *suite) testOversize(t *testing.T) {
 }
 
 // testSizer: a sinks.Sizer refuses what Publish refuses for its size, to
-// the byte: the largest body Oversize lets through is published, and one
-// byte more is refused by both, Permanent and too_large; a body far below
-// the limit is let through without more.
+// the byte, with sinks.PublishGrowth to spare: to the largest body Oversize
+// lets through, Publish takes PublishGrowth bytes more and refuses one
+// more than that, Permanent and too_large; a body far below the limit is
+// let through without more.
 func (s *suite) testSizer(t *testing.T) {
 	if s.h.Features.OversizeBody <= 0 {
 		t.Skip("Features.OversizeBody is 0: the broker states no size")
@@ -293,13 +294,14 @@ func (s *suite) testSizer(t *testing.T) {
 			hi = mid
 		}
 	}
-	fits, over := withBody(lo), withBody(lo+1)
+	edge := lo + sinks.PublishGrowth
+	fits, over := withBody(edge), withBody(edge+1)
 	errs := s.publish(t, sk, []sinks.Outgoing{fits, over})
 	if errs[0] != nil {
-		t.Errorf("a body of %d bytes, which Oversize lets through: %v", lo, errs[0])
+		t.Errorf("a body of %d bytes, PublishGrowth over the largest Oversize lets through: %v", edge, errs[0])
 	}
 	if !sinks.IsPermanent(errs[1]) || sinks.ReasonOf(errs[1]) != sinks.ReasonTooLarge {
-		t.Errorf("a body of %d bytes, which Oversize refuses: Publish gave %v, want a Permanent too_large error", lo+1, errs[1])
+		t.Errorf("a body of %d bytes, one more: Publish gave %v, want a Permanent too_large error", edge+1, errs[1])
 	}
 	in.await(t, fits.ID)
 }

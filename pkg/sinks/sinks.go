@@ -63,8 +63,8 @@ type Prober interface {
 // Sizer is implemented by sinks whose broker refuses a message over a
 // size it states (a Kafka sink's max_message_bytes, a NATS server's
 // max_payload). Oversize returns the error Publish would give m for its
-// size alone (Permanent, ReasonTooLarge), or nil: it fits, or the limit is
-// not known now. The daemon asks it as a message is taken in, so that a
+// size alone (Permanent, ReasonTooLarge), or nil: it fits with
+// PublishGrowth to spare, or the limit is not known now. The daemon asks it as a message is taken in, so that a
 // message its sink can never take is refused then, not after its delay; it
 // must be cheap for a message far below the limit (Within) and may be
 // called concurrently with Publish.
@@ -83,6 +83,13 @@ func Within(m Outgoing, limit int) bool {
 		withinPerHeader*(len(m.Headers)+len(m.Properties)) + withinSlack
 	return n <= limit
 }
+
+// PublishGrowth is what a message may grow by between the Oversize asked
+// as it is taken in (its first attempt and occurrence) and a later
+// publish: x-delaybridge-attempt and the occurrence number with more
+// digits (the occurrence twice on NATS, in Nats-Msg-Id too), and a
+// re-publish's version ID (about 10 bytes).
+const PublishGrowth = 48
 
 // withinSlack and withinPerHeader bound what Within does not count: the
 // headers a sink adds besides the ID (about 100 bytes with their framing)

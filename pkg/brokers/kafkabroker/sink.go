@@ -179,7 +179,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			continue
 		}
 		kms[i] = toKafka(m, now)
-		if errs[i] = s.tooLarge(&kms[i]); errs[i] != nil {
+		if errs[i] = s.tooLarge(&kms[i], 0); errs[i] != nil {
 			continue
 		}
 		byTopic[m.Destination] = append(byTopic[m.Destination], i)
@@ -199,19 +199,19 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 }
 
 // Oversize is sinks.Sizer: Publish's refusal of a record over
-// max_message_bytes.
+// max_message_bytes, with sinks.PublishGrowth to spare.
 func (s *Sink) Oversize(m sinks.Outgoing) error {
-	if sinks.Within(m, s.cfg.MaxMessageBytes) {
+	if sinks.Within(m, s.cfg.MaxMessageBytes-sinks.PublishGrowth) {
 		return nil
 	}
 	km := toKafka(m, time.Time{})
-	return s.tooLarge(&km)
+	return s.tooLarge(&km, sinks.PublishGrowth)
 }
 
-// tooLarge is the Permanent error of a record over max_message_bytes, or
-// nil.
-func (s *Sink) tooLarge(km *kafka.Message) error {
-	if n := recordSize(km); n > s.cfg.MaxMessageBytes {
+// tooLarge is the Permanent error of a record over max_message_bytes less
+// spare bytes, or nil.
+func (s *Sink) tooLarge(km *kafka.Message, spare int) error {
+	if n := recordSize(km) + spare; n > s.cfg.MaxMessageBytes {
 		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes exceeds its max_message_bytes %d (raise sinks[].kafka.max_message_bytes, and the topic's max.message.bytes with it)", s.cfg.Name, n, s.cfg.MaxMessageBytes)))
 	}
 	return nil

@@ -248,17 +248,17 @@ func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error)
 
 // Oversize is sinks.Sizer: what nats.go refuses (ErrMaxPayload, permanent
 // in publishErr), a message whose body and headers are over the server's
-// max_payload.
+// max_payload, with sinks.PublishGrowth to spare.
 func (s *Sink) Oversize(m sinks.Outgoing) error {
 	limit := MaxPayload(s.nc)
-	if limit <= 0 || sinks.Within(m, int(min(limit, math.MaxInt32))) {
+	if limit <= 0 || sinks.Within(m, int(min(limit, math.MaxInt32))-sinks.PublishGrowth) {
 		return nil
 	}
 	nm, err := toNATS(m)
 	if err != nil {
 		return nil // not its size: Publish says what
 	}
-	if n := nm.Size() - len(nm.Subject); int64(n) > limit {
+	if n := nm.Size() - len(nm.Subject) + sinks.PublishGrowth; int64(n) > limit {
 		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("nats sink %s: message of %d bytes (body and headers) exceeds the server's max_payload %d (raise max_payload in the NATS server's configuration)", s.cfg.Name, n, limit)))
 	}
 	return nil
