@@ -67,7 +67,11 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 	}
 	in := incoming(m, due)
 	route := s.importRoute(m, in)
-	d := envelope.Parse(in, route, s.p.Limits, s.now(), nil)
+	lim := s.p.Limits
+	if dead {
+		lim.Fits = nil // its sink's size too is checked at a retry; many died of it
+	}
+	d := envelope.Parse(in, route, lim, s.now(), nil)
 	switch {
 	case d.Action == envelope.Reject && dead && retryChecks(d.Err):
 		return m, nil
