@@ -180,9 +180,9 @@ type Backoff struct {
 type Limits struct {
 	MaxDelay Duration `yaml:"max_delay"` // a due time further than this from now is rejected
 	// MaxPayloadBytes is the largest body: a larger one is rejected (dead
-	// without its body); so is, kept whole, one its sink's broker cannot
-	// take with its headers (a Kafka sink's max_message_bytes, a NATS
-	// server's max_payload).
+	// without its body); so is, by a daemon and kept whole, one its sink's
+	// broker cannot take with its headers (a Kafka sink's
+	// max_message_bytes, a NATS server's max_payload).
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
 	MaxHeaderBytes  int `yaml:"max_header_bytes"` // the sum of the headers' key and value sizes
 	MaxIDBytes      int `yaml:"max_id_bytes"`     // the longest message ID (and group key)

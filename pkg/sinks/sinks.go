@@ -92,7 +92,7 @@ func Within(m Outgoing, limit int) bool {
 const PublishGrowth = 48
 
 // withinSlack and withinPerHeader bound what Within does not count: the
-// headers a sink adds besides the ID (about 100 bytes with their framing)
+// headers a sink adds besides the ID (about 200 bytes with their framing)
 // and a header's framing (Kafka: 10 bytes; NATS: 4).
 const (
 	withinSlack     = 512

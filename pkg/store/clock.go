@@ -15,14 +15,14 @@ import (
 // time redisNow. It takes Redis's reading as made halfway through the round
 // trip; its error is at most half of it.
 //
-// It has two users, which stay apart for a reason. The scheduler takes the
-// offset from each claim's and commit's reply (each carries Redis's time to
-// the microsecond), per shard, at no extra round trip, because it plans its
-// wake-ups to the due instant: an offset seconds old would wake it early or
-// late by what the clocks drifted since. Clock, below, measures it with
-// TIME every ClockRefresh for what needs Redis's time without a claim at
-// hand (the moment of ingest, the admin API), where milliseconds are close
-// enough.
+// The scheduler takes it from each claim's and commit's reply (each carries
+// Redis's time to the microsecond), per shard, at no extra round trip,
+// because it plans its wake-ups to the due instant: an offset seconds old
+// would wake it early or late by what the clocks drifted since, and an
+// error either way costs the same. Clock, below, is for what needs Redis's
+// time without a claim at hand (the moment of ingest, the admin API), where
+// an early reading makes a due time early: it keeps an upper bound of the
+// offset instead (Measure).
 func Offset(sent, redisNow, answered time.Time) time.Duration {
 	return redisNow.Sub(sent.Add(answered.Sub(sent) / 2))
 }
@@ -67,8 +67,7 @@ func (c *Clock) Offset() time.Duration {
 // milliseconds after Redis answered): a moment of ingest read from it is
 // never before the message came, so a delay never ends early. It is ahead
 // by at most the shortest trip, a fraction of a millisecond on a quiet
-// network. (Offset, halfway through the trip, is the best guess where an
-// error either way costs the same: the scheduler's wake-ups.)
+// network.
 func (c *Clock) Measure(ctx context.Context) error {
 	var best time.Duration
 	for i := range 3 {

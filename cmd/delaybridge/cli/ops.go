@@ -375,7 +375,7 @@ DUE counts the sink's due messages held while it is paused or down.`,
 						// A daemon that has not applied it yet, or through Redis.
 						fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d); running daemons hold its messages from their next refresh (within scheduler.max_sleep), and may publish some until then\n", done, show(v.Name), v.Due)
 					case paused:
-						fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d)\n", done, show(v.Name), v.Due)
+						fmt.Fprintf(a.stdout, "%s %s for every instance (due messages held: %d); the daemon asked holds its messages now, any other from its next refresh (within scheduler.max_sleep)\n", done, show(v.Name), v.Due)
 					case v.Released == 0:
 						fmt.Fprintf(a.stdout, "%s %s for every instance (no messages were held)\n", done, show(v.Name))
 					case v.Status == "unknown" || v.Status == "resuming":

@@ -152,8 +152,9 @@ sinks:
 		if code != 0 || !strings.Contains(out, "paused rabbit") {
 			t.Fatalf("%s: pause: %d %s %s", way, code, out, errOut)
 		}
-		if way == "redis" && !strings.Contains(out, "from their next refresh (within scheduler.max_sleep)") {
-			// Written to Redis, the pause reaches the running daemons when they look.
+		if !strings.Contains(out, "next refresh (within scheduler.max_sleep)") {
+			// Written to Redis, the pause reaches the running daemons (but
+			// the one asked) when they look.
 			t.Fatalf("%s: pause does not say when the running daemons apply it: %s", way, out)
 		}
 		if s, _ := st.SinkStates(context.Background(), nil); !s["rabbit"].Paused {
