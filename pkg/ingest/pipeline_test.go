@@ -573,16 +573,21 @@ func TestIDTakenIsDeadNotDropped(t *testing.T) {
 // on: a cancel behind them goes through at once, whether its message
 // waits in the room (it is never parked) or is parked already, and so
 // does a group cancel; once there is room, what waits is parked in order.
+// fullWhile is a store.Gate that refuses every park while full is set.
+func fullWhile(full *atomic.Bool) store.Gate {
+	return func(_ context.Context, n int) (int, func(), error) {
+		if full.Load() {
+			return 0, nil, fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
+		}
+		return n, func() {}, nil
+	}
+}
+
 func TestCancelsGoThroughWhileFull(t *testing.T) {
 	var full atomic.Bool
 	full.Store(true)
 	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
-		e.capacity = func(_ context.Context, n int) (int, func(), error) {
-			if full.Load() {
-				return 0, nil, fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
-			}
-			return n, func() {}, nil
-		}
+		e.capacity = fullWhile(&full)
 		return e.store
 	})
 	ctx := context.Background()
@@ -703,12 +708,7 @@ func TestCancelTakesEveryCopyOfAWaitingMessage(t *testing.T) {
 	src := &copiesSource{in: make(chan *envelope.Incoming, 10)}
 	e := startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
 		e.source = src
-		e.capacity = func(_ context.Context, n int) (int, func(), error) {
-			if full.Load() {
-				return 0, nil, fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
-			}
-			return n, func() {}, nil
-		}
+		e.capacity = fullWhile(&full)
 		return e.store
 	})
 	ctx := context.Background()
