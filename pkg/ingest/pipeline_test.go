@@ -568,11 +568,6 @@ func TestIDTakenIsDeadNotDropped(t *testing.T) {
 	}
 }
 
-// While the store is full (limits.max_parked_messages, max_redis_memory),
-// the messages to park wait in the room, unacknowledged, and reading goes
-// on: a cancel behind them goes through at once, whether its message
-// waits in the room (it is never parked) or is parked already, and so
-// does a group cancel; once there is room, what waits is parked in order.
 // fullWhile is a store.Gate that refuses every park while full is set.
 func fullWhile(full *atomic.Bool) store.Gate {
 	return func(_ context.Context, n int) (int, func(), error) {
@@ -583,6 +578,11 @@ func fullWhile(full *atomic.Bool) store.Gate {
 	}
 }
 
+// While the store is full (limits.max_parked_messages, max_redis_memory),
+// the messages to park wait in the room, unacknowledged, and reading goes
+// on: a cancel behind them goes through at once, whether its message
+// waits in the room (it is never parked) or is parked already, and so
+// does a group cancel; once there is room, what waits is parked in order.
 func TestCancelsGoThroughWhileFull(t *testing.T) {
 	var full atomic.Bool
 	full.Store(true)
