@@ -314,7 +314,7 @@ func (s *Service) Reschedule(ctx context.Context, id string, req RescheduleReque
 		return nil, s.changeError(ctx, id, "rescheduled", err)
 	}
 	s.notify(id, set)
-	return &RescheduleView{ID: id, DueAt: envelope.FormatTime(set), Now: !set.After(now)}, nil
+	return &RescheduleView{ID: id, DueAt: envelope.FormatTime(set), Now: !due.After(now)}, nil
 }
 
 // newDueTime reads a reschedule's delay or deliver_at as ingest reads
