@@ -145,10 +145,8 @@ func TestDashboardScheduleOps(t *testing.T) {
 	clickNow(t, ctx, "open order-00 from the listing", `#browse-rows tr[data-id="order-00"] button.link`)
 	poll(t, ctx, "detail shown", `document.getElementById('lookup-title').textContent === 'order-00' &&
 		!document.getElementById('reschedule-form').hidden && document.getElementById('lookup-facts').textContent.includes('cart-7')`)
-	run(t, "reschedule in 3h", ctx,
-		chromedp.SendKeys(chromedp.ID("reschedule-when"), "3h"),
-		chromedp.Click(chromedp.CSS("#reschedule-form button[type=submit]")),
-	)
+	run(t, "reschedule in 3h", ctx, chromedp.SendKeys(chromedp.ID("reschedule-when"), "3h"))
+	clickNow(t, ctx, "submit the reschedule", "#reschedule-form button[type=submit]")
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		d := e.dueIn("order-00")
 		return d > 179*time.Minute && d <= 3*time.Hour
@@ -168,8 +166,8 @@ func TestDashboardScheduleOps(t *testing.T) {
 	run(t, "open order-04", ctx,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('lookup-id').value = ''`),
 		chromedp.SendKeys(chromedp.ID("lookup-id"), "order-04"),
-		chromedp.Click(chromedp.CSS("#lookup-form button[type=submit]")),
 	)
+	clickNow(t, ctx, "look up order-04", "#lookup-form button[type=submit]")
 	poll(t, ctx, "order-04 shown", `document.getElementById('lookup-title').textContent === 'order-04' && !document.getElementById('lookup-cancel').hidden`)
 	run(t, "cancel order-04", ctx,
 		chromedp.Click(chromedp.ID("lookup-cancel")),
@@ -182,8 +180,8 @@ func TestDashboardScheduleOps(t *testing.T) {
 	run(t, "open group cart-9", ctx,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('group-key').value = ''`),
 		chromedp.SendKeys(chromedp.ID("group-key"), "cart-9"),
-		chromedp.Click(chromedp.CSS("#group-form button[type=submit]")),
 	)
+	clickNow(t, ctx, "show group cart-9", "#group-form button[type=submit]")
 	poll(t, ctx, "group shown", `document.getElementById('group-count').textContent.startsWith('6 messages') &&
 		document.querySelectorAll('#group-rows tr').length === 6`)
 	run(t, "cancel the group", ctx,
@@ -207,11 +205,13 @@ func TestDashboardScheduleOps(t *testing.T) {
 	run(t, "open group cart-7", ctx,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('group-key').value = ''`),
 		chromedp.SendKeys(chromedp.ID("group-key"), "cart-7"),
-		chromedp.Click(chromedp.CSS("#group-form button[type=submit]")),
+	)
+	clickNow(t, ctx, "show group cart-7", "#group-form button[type=submit]")
+	run(t, "look up daily-report", ctx,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('lookup-id').value = ''`),
 		chromedp.SendKeys(chromedp.ID("lookup-id"), "daily-report"),
-		chromedp.Click(chromedp.CSS("#lookup-form button[type=submit]")),
 	)
+	clickNow(t, ctx, "submit the look-up", "#lookup-form button[type=submit]")
 	poll(t, ctx, "group and detail for the screenshot", `document.getElementById('group-count').textContent.startsWith('4 messages') &&
 		document.getElementById('lookup-facts').textContent.includes('Europe/Berlin')`)
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
