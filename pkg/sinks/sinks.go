@@ -64,10 +64,10 @@ type Prober interface {
 // size it states (a Kafka sink's max_message_bytes, a NATS server's
 // max_payload). Oversize returns the error Publish would give m for its
 // size alone (Permanent, ReasonTooLarge), or nil: it fits with
-// PublishGrowth to spare, or the limit is not known now. The daemon asks it as a message is taken in, so that a
-// message its sink can never take is refused then, not after its delay; it
-// must be cheap for a message far below the limit (Within) and may be
-// called concurrently with Publish.
+// PublishGrowth to spare, or the limit is not known now. The daemon asks
+// it as a message is taken in, so that a message its sink can never take
+// is refused then, not after its delay; it must be cheap for a message far
+// below the limit (Within) and may be called concurrently with Publish.
 type Sizer interface {
 	Oversize(m Outgoing) error
 }

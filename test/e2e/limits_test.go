@@ -235,7 +235,7 @@ func TestTooLargeForItsSinkRefusedAtOnce(t *testing.T) {
 		return e.d.send(http.MethodPost, "/v1/messages", body, nil)
 	}
 	code, body := post(1 << 20)
-	if code != http.StatusBadRequest || !strings.Contains(body, `"field":"body"`) || !strings.Contains(body, "exceeds the server's max_payload 1048576") {
+	if code != http.StatusBadRequest || !strings.Contains(body, `"field":"body"`) || !strings.Contains(body, "does not fit the server's max_payload 1048576") {
 		t.Fatalf("POST of a 1 MiB body to a NATS sink whose server takes 1 MiB in all: %d %s, want 400 for the body naming max_payload", code, body)
 	}
 	if code, body := post(1<<20 - 4096); code/100 != 2 {

@@ -211,8 +211,12 @@ func (s *Sink) Oversize(m sinks.Outgoing) error {
 // tooLarge is the Permanent error of a record over max_message_bytes less
 // spare bytes, or nil.
 func (s *Sink) tooLarge(km *kafka.Message, spare int) error {
-	if n := recordSize(km) + spare; n > s.cfg.MaxMessageBytes {
-		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes exceeds its max_message_bytes %d (raise sinks[].kafka.max_message_bytes, and the topic's max.message.bytes with it)", s.cfg.Name, n, s.cfg.MaxMessageBytes)))
+	if n := recordSize(km); n+spare > s.cfg.MaxMessageBytes {
+		room := ""
+		if spare > 0 {
+			room = fmt.Sprintf(" with %d bytes to spare for what later attempts add", spare)
+		}
+		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("kafka sink %s: message of about %d bytes does not fit its max_message_bytes %d%s (raise sinks[].kafka.max_message_bytes, and the topic's max.message.bytes with it)", s.cfg.Name, n, s.cfg.MaxMessageBytes, room)))
 	}
 	return nil
 }

@@ -258,8 +258,8 @@ func (s *Sink) Oversize(m sinks.Outgoing) error {
 	if err != nil {
 		return nil // not its size: Publish says what
 	}
-	if n := nm.Size() - len(nm.Subject) + sinks.PublishGrowth; int64(n) > limit {
-		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("nats sink %s: message of %d bytes (body and headers) exceeds the server's max_payload %d (raise max_payload in the NATS server's configuration)", s.cfg.Name, n, limit)))
+	if n := nm.Size() - len(nm.Subject); int64(n+sinks.PublishGrowth) > limit {
+		return sinks.Permanent(sinks.Because(sinks.ReasonTooLarge, fmt.Errorf("nats sink %s: message of %d bytes (body and headers) does not fit the server's max_payload %d with %d bytes to spare for what later attempts add (raise max_payload in the NATS server's configuration)", s.cfg.Name, n, limit, sinks.PublishGrowth)))
 	}
 	return nil
 }
