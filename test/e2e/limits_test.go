@@ -209,9 +209,17 @@ func TestIngestMaxParkedHoldsOnABurst(t *testing.T) {
 		t.Fatalf("%d messages of a burst of 600 parked, with max_parked 100", n)
 	}
 	// Room as messages leave: the next ones are parked, to the bound again.
-	for i := range 30 {
-		if code, body := e.d.do(http.MethodDelete, fmt.Sprintf("/v1/messages/burst-%03d", i), nil); code != http.StatusNoContent {
-			t.Fatalf("DELETE: %d %s", code, body)
+	// Which 100 were parked first is not the burst's order (its batches
+	// are parked side by side): the ones cancelled are read from the API.
+	var listed struct {
+		Messages []struct{ ID string } `json:"messages"`
+	}
+	if code, body := e.d.get("/v1/messages?limit=30", &listed); code != http.StatusOK || len(listed.Messages) != 30 {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	for _, m := range listed.Messages {
+		if code, body := e.d.do(http.MethodDelete, "/v1/messages/"+m.ID, nil); code != http.StatusNoContent {
+			t.Fatalf("DELETE %s: %d %s", m.ID, code, body)
 		}
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool {
