@@ -26,18 +26,14 @@ type SendRequest struct {
 // daemon computes it (pkg/envelope): d after at, its publish time as the
 // broker recorded it (Send's), rounded up to the millisecond (never
 // early). Where the broker records none (at is zero) the daemon counts
-// from when it reads the message: due is then d after now, in whole
-// milliseconds as the daemon reads its clock, and estimate is true.
+// from when it reads the message: due is then d after now rounded up to
+// the millisecond, as the daemon reads its clock, and estimate is true.
 func DueAfter(at time.Time, d time.Duration, now time.Time) (due time.Time, estimate bool) {
 	base := at
 	if at.IsZero() {
-		base, estimate = now.Truncate(time.Millisecond), true
+		base, estimate = envelope.CeilMillis(now), true
 	}
-	due = base.Add(d)
-	if t := due.Truncate(time.Millisecond); !t.Equal(due) {
-		due = t.Add(time.Millisecond)
-	}
-	return due, estimate
+	return envelope.CeilMillis(base.Add(d)), estimate
 }
 
 // Send publishes a message with the delay headers to an ingest's broker, the

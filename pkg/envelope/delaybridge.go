@@ -94,7 +94,7 @@ func (delaybridgeReader) due(p *parser) (due time.Time, err error) {
 	delay, hasDelay := p.in.Headers.Get(HeaderDelay)
 	at, hasAt := p.in.Headers.Get(HeaderDeliverAt)
 	// The broker's publish time counts to the nanosecond (a JetStream time
-	// has them); the moment of ingest counts in whole milliseconds.
+	// has them); the moment of ingest rounded up to a whole millisecond.
 	base := p.now
 	if !p.published.IsZero() {
 		base = p.published
@@ -110,7 +110,7 @@ func (delaybridgeReader) due(p *parser) (due time.Time, err error) {
 		if d > p.lim.MaxDelay && p.lim.MaxDelay > 0 {
 			return due, rejectf(CodeOverMaxDelay, "x-delay %s is over limits.max_delay %s", d, p.lim.MaxDelay)
 		}
-		due = ceilMillis(base.Add(d))
+		due = CeilMillis(base.Add(d))
 	case hasAt:
 		t, reason := ParseDeliverAt(at)
 		if reason != "" {
@@ -126,7 +126,7 @@ func (delaybridgeReader) due(p *parser) (due time.Time, err error) {
 		p.recur, due = r, first
 	case hasDelay || hasAt:
 	case p.r.HasDefaultDelay:
-		due = ceilMillis(base.Add(p.r.DefaultDelay))
+		due = CeilMillis(base.Add(p.r.DefaultDelay))
 	default:
 		return due, rejectf(CodeNoDelay, "no x-delay or x-deliver-at header, and the route has no default_delay")
 	}
@@ -228,5 +228,5 @@ func ParseDeliverAt(v string) (time.Time, string) {
 	if t.Before(time.Unix(0, 0)) {
 		return time.Time{}, fmt.Sprintf("x-deliver-at %q is before 1970", printable(v))
 	}
-	return ceilMillis(t), ""
+	return CeilMillis(t), ""
 }

@@ -295,7 +295,7 @@ func TestParsePublishedAt(t *testing.T) {
 	// A producer's clock a year ahead: capped, and the delay counts from
 	// the moment of ingest.
 	m = mustPark(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1000"), PublishedAt: testNow.AddDate(1, 0, 0)}))
-	if !m.PublishedAt.Equal(testNow) || !m.DueAt.Equal(ceilMillis(testNow.Add(time.Second))) {
+	if !m.PublishedAt.Equal(testNow) || !m.DueAt.Equal(CeilMillis(testNow.Add(time.Second))) {
 		t.Fatalf("future publish time: PublishedAt %v, due %v", m.PublishedAt, m.DueAt)
 	}
 	m = mustPark(t, parse(t, &Incoming{Headers: hdrs(HeaderDelay, "1")}))

@@ -128,7 +128,7 @@ func FuzzParse(f *testing.F) {
 		}
 		// A due time rounds up to a whole millisecond (never early): the
 		// publish time counts exactly, capped at the moment of ingest; the
-		// moment of ingest in whole ms.
+		// moment of ingest rounded up to a whole ms.
 		base := nowMs
 		if !in.PublishedAt.IsZero() {
 			base = in.PublishedAt
@@ -153,11 +153,11 @@ func FuzzParse(f *testing.F) {
 			}
 			if hasDelay {
 				dd, reason := ParseDelay(hDelay)
-				if reason != "" || dd < 0 || !m.DueAt.Equal(ceilMillis(base.Add(dd))) {
+				if reason != "" || dd < 0 || !m.DueAt.Equal(CeilMillis(base.Add(dd))) {
 					t.Fatalf("x-delay %q: due %v, base %v", hDelay, m.DueAt, base)
 				}
 			}
-			if !hasAt && !hasDelay && !m.DueAt.Equal(ceilMillis(base.Add(r.DefaultDelay))) {
+			if !hasAt && !hasDelay && !m.DueAt.Equal(CeilMillis(base.Add(r.DefaultDelay))) {
 				t.Fatalf("default delay: due %v, base %v", m.DueAt, base)
 			}
 			if want := expectedID(in, fuzzLimits.MaxIDBytes); want != "" && m.ID != want {

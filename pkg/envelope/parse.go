@@ -210,7 +210,7 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	if published.After(now) {
 		published = now // a producer's clock cannot place a message in the future
 	}
-	now = now.Truncate(time.Millisecond)
+	now = CeilMillis(now) // a delay counted from it never ends early
 	p := parser{in: in, r: r, lim: lim, now: now, published: published}
 
 	rd, dialectErr := p.reader()
@@ -340,7 +340,7 @@ type parser struct {
 	in        *Incoming
 	r         *Route
 	lim       Limits
-	now       time.Time // the moment of ingest, in whole milliseconds
+	now       time.Time // the moment of ingest, rounded up to a whole millisecond
 	published time.Time // the broker's publish time capped at the moment of ingest; zero when none
 	recur     *Recurrence
 }

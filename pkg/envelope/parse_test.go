@@ -16,8 +16,9 @@ import (
 // sub-millisecond part to check that Parse works in milliseconds.
 var testNow = time.Date(2026, 6, 1, 12, 0, 0, 500_123, time.UTC)
 
-// nowMs is testNow truncated to milliseconds, as Parse sees it.
-var nowMs = testNow.Truncate(time.Millisecond)
+// nowMs is testNow rounded up to milliseconds, as Parse sees it: a delay
+// counted from the moment of ingest never ends before that moment plus it.
+var nowMs = CeilMillis(testNow)
 
 // The brokers' destination syntaxes, defined in the broker packages, which
 // import this one: brokers_test.go (package envelope_test) sets them.
@@ -115,7 +116,7 @@ func checkDecision(t testing.TB, in *Incoming, lim Limits, now time.Time, d Deci
 		if why(d) != "" {
 			t.Fatalf("Park with Reason %q", why(d))
 		}
-		if lim.MaxDelay > 0 && m.DueAt.Sub(now.Truncate(time.Millisecond)) > lim.MaxDelay {
+		if lim.MaxDelay > 0 && m.DueAt.Sub(CeilMillis(now)) > lim.MaxDelay {
 			t.Fatalf("parked due %v is more than max_delay %v after now %v", m.DueAt, lim.MaxDelay, now)
 		}
 		if !m.DueAt.Equal(m.DueAt.Truncate(time.Millisecond)) {
@@ -222,7 +223,7 @@ func TestParseDelayValid(t *testing.T) {
 				return
 			}
 			m := mustPark(t, d)
-			if want := ceilMillis(nowMs.Add(c.want)); !m.DueAt.Equal(want) {
+			if want := CeilMillis(nowMs.Add(c.want)); !m.DueAt.Equal(want) {
 				t.Fatalf("due %v, want %v", m.DueAt, want)
 			}
 		})
@@ -317,7 +318,7 @@ func TestParseDeliverAtValid(t *testing.T) {
 		{"1970-01-01T00:00:00Z", time.Unix(0, 0)},
 		{"1577836800000", time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)},
 		// Now.
-		{FormatTime(testNow), nowMs},
+		{FormatTime(testNow), testNow.Truncate(time.Millisecond)}, // FormatTime writes whole ms
 	}
 	for _, c := range cases {
 		t.Run(c.in, func(t *testing.T) {
@@ -443,7 +444,7 @@ func TestParseDelayHeadersCombination(t *testing.T) {
 
 func TestParseDelayBase(t *testing.T) {
 	pub := testNow.Add(-2*time.Second - 300*time.Microsecond)
-	pubMs := ceilMillis(pub) // due times round up: never early
+	pubMs := CeilMillis(pub) // due times round up: never early
 	cases := []struct {
 		name    string
 		in      Incoming
@@ -453,7 +454,7 @@ func TestParseDelayBase(t *testing.T) {
 		{"x-delay from now", Incoming{Headers: hdrs(HeaderDelay, "5000")}, 0, nowMs.Add(5 * time.Second)},
 		{"x-delay from published", Incoming{Headers: hdrs(HeaderDelay, "5000"), PublishedAt: pub}, 0, pubMs.Add(5 * time.Second)},
 		{"duration from published", Incoming{Headers: hdrs(HeaderDelay, "1m"), PublishedAt: pub}, 0, pubMs.Add(time.Minute)},
-		{"already due: published long ago", Incoming{Headers: hdrs(HeaderDelay, "1000"), PublishedAt: testNow.Add(-time.Hour)}, 0, ceilMillis(testNow.Add(-time.Hour + time.Second))},
+		{"already due: published long ago", Incoming{Headers: hdrs(HeaderDelay, "1000"), PublishedAt: testNow.Add(-time.Hour)}, 0, CeilMillis(testNow.Add(-time.Hour + time.Second))},
 		{"default from published", Incoming{PublishedAt: pub}, 10 * time.Second, pubMs.Add(10 * time.Second)},
 		{"default from now", Incoming{}, 10 * time.Second, nowMs.Add(10 * time.Second)},
 		{"x-deliver-at ignores published", Incoming{Headers: hdrs(HeaderDeliverAt, "2026-07-01T00:00:00Z"), PublishedAt: pub}, 0, time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)},
@@ -1181,6 +1182,37 @@ func TestParseDelayFractional(t *testing.T) {
 	} {
 		if _, reason := ParseDelay(v); !strings.Contains(reason, has) {
 			t.Errorf("ParseDelay(%q) reason %q, want it to say %q", v, reason, has)
+		}
+	}
+}
+
+// A delay counted from the moment of ingest (no broker publish time: a
+// RabbitMQ message without a timestamp, a POST) ends no earlier than that
+// moment plus the delay, whatever part of a millisecond the moment is in:
+// truncated to its millisecond, it ended up to a millisecond before, and a
+// message sent in that millisecond went out before its send plus its delay.
+func TestDelayFromTheMomentOfIngestNeverEndsEarly(t *testing.T) {
+	base := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	route := testRoute()
+	route.HasDefaultDelay, route.DefaultDelay = true, 2*time.Second
+	for _, sub := range []time.Duration{0, time.Nanosecond, 123 * time.Microsecond, 999_999 * time.Nanosecond} {
+		now := base.Add(sub)
+		for _, c := range []struct {
+			in    *Incoming
+			delay time.Duration
+		}{
+			{&Incoming{Headers: hdrs(HeaderDelay, "5000")}, 5 * time.Second},
+			{&Incoming{Headers: hdrs(HeaderDelay, "0")}, 0},
+			{&Incoming{}, 2 * time.Second}, // the route's default_delay
+		} {
+			d := Parse(c.in, route, testLimits, now, nil)
+			m := mustPark(t, d)
+			if m.DueAt.Before(now.Add(c.delay)) || !m.DueAt.Before(now.Add(c.delay+time.Millisecond)) {
+				t.Errorf("ingested at %v with delay %v: due %v, want within a millisecond from %v", now, c.delay, m.DueAt, now.Add(c.delay))
+			}
+			if m.DueAt.Sub(m.IngestedAt) != c.delay {
+				t.Errorf("ingested at %v with delay %v: due %v, ingested_at %v", now, c.delay, m.DueAt, m.IngestedAt)
+			}
 		}
 	}
 }

@@ -528,7 +528,7 @@ func recurrence(h Headers, base, due time.Time, hasDue bool, route *Route, parke
 			return nil, first, fmt.Sprintf("%s %q fires %s apart, more often than limits.min_interval %s allows", HeaderCron, printable(spec), gap, minInterval)
 		}
 	}
-	first = ceilMillis(first)
+	first = CeilMillis(first)
 	if !r.Until.IsZero() && first.After(r.Until) {
 		return nil, first, fmt.Sprintf("%s %s is before the first occurrence %s", HeaderUntil, FormatTime(r.Until), FormatTime(first))
 	}
@@ -561,7 +561,7 @@ func (r *Recurrence) shortestGap(base time.Time) time.Duration {
 
 // ceilMillis rounds t up to a whole millisecond: a due time is never
 // earlier than the instant its headers name.
-func ceilMillis(t time.Time) time.Time {
+func CeilMillis(t time.Time) time.Time {
 	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
 		return r.Add(time.Millisecond)
 	}

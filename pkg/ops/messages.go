@@ -336,10 +336,7 @@ func newDueTime(delay, deliverAt string, hasDelay, hasAt bool, now time.Time, li
 		if lim.MaxDelay > 0 && d > lim.MaxDelay {
 			return due, invalid("delay", "delay %s is over limits.max_delay %s", d, lim.MaxDelay)
 		}
-		due = now.Add(d)
-		if t := due.Truncate(time.Millisecond); !t.Equal(due) {
-			due = t.Add(time.Millisecond)
-		}
+		due = envelope.CeilMillis(now.Add(d))
 	case hasAt:
 		field = "deliver_at"
 		t, reason := envelope.ParseDeliverAt(deliverAt)

@@ -203,9 +203,10 @@ func (s *Service) afterPublish(ctx context.Context, id string) (*store.Info, err
 	return s.p.Store.Inspect(ctx, id)
 }
 
-// now is the Service's clock in whole milliseconds, the precision of due
-// times.
-func (s *Service) now() time.Time { return s.p.Now().Truncate(time.Millisecond) }
+// now is the Service's clock rounded up to a whole millisecond, the
+// precision of due times: a delay counted from it never ends before the
+// request's arrival plus the delay.
+func (s *Service) now() time.Time { return envelope.CeilMillis(s.p.Now()) }
 
 // syntax returns the destination syntax of a sink name; false when no sink
 // of that name is configured.

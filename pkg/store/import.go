@@ -638,9 +638,7 @@ func parseRecordTime(field, v string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf(`"%s" %s is not an RFC 3339 time (2026-05-01T10:00:00.000Z)`, field, strconv.Quote(v))
 	}
-	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
-		t = r.Add(time.Millisecond)
-	}
+	t = envelope.CeilMillis(t)
 	if ms := t.UnixMilli(); ms < 0 || ms >= HoldBand {
 		return time.Time{}, fmt.Errorf(`"%s" %s is not between 1970 and 2109`, field, v)
 	}

@@ -88,6 +88,8 @@ sinks:
 		from, to string
 		body     []byte
 		key      []byte
+		sentAt   time.Time // before the publish began
+		delay    time.Duration
 	}
 	sent := map[string]sentMsg{}
 	const perPair = 300
@@ -103,9 +105,10 @@ sinks:
 				if from == "kafka" {
 					key = []byte("key-" + id)
 				}
-				sent[id] = sentMsg{from, to, body, key}
+				delay := rand.IntN(2001)
+				sent[id] = sentMsg{from, to, body, key, time.Now(), time.Duration(delay) * time.Millisecond}
 				m.publish(from, id, body, key, map[string]string{
-					"x-delay":             strconv.Itoa(rand.IntN(2001)),
+					"x-delay":             strconv.Itoa(delay),
 					"x-message-id":        id,
 					"x-delay-sink":        to,
 					"x-delay-destination": m.destination(to, from),
@@ -178,6 +181,16 @@ sinks:
 		// Kafka record timestamps have millisecond precision, like due times.
 		if r.at.Truncate(time.Millisecond).Before(due) {
 			t.Errorf("%s: at the sink %v, before its due time %v", id, r.at, due)
+		}
+		// A delay ends no earlier than the send plus the delay: it counts
+		// from the JetStream time, the moment of ingest (RabbitMQ) or the
+		// record's timestamp, which Kafka keeps in whole milliseconds.
+		sentAt := s.sentAt
+		if s.from == "kafka" {
+			sentAt = sentAt.Truncate(time.Millisecond)
+		}
+		if due.Before(sentAt.Add(s.delay)) {
+			t.Errorf("%s: due %v, before its send (%v) plus its delay %v", id, due, s.sentAt, s.delay)
 		}
 		late[pair] = append(late[pair], r.at.Sub(due))
 	}

@@ -173,7 +173,7 @@ sinks: [{name: out, nats: {url: "%s", jetstream: false}}]
 func TestSendSaysWhenItsDueIsAnEstimate(t *testing.T) {
 	in := &config.Ingest{Name: "q", Dialects: []string{"delaybridge"}}
 	now := time.Date(2026, 12, 1, 10, 0, 0, 123_456_789, time.UTC)
-	if due, _ := dueOf(brokers.SendRequest{Delay: "3s"}, in, time.Time{}, now); due != "due about 2026-12-01T10:00:03.123Z (in 3s; counted from when the daemon reads it)" {
+	if due, _ := dueOf(brokers.SendRequest{Delay: "3s"}, in, time.Time{}, now); due != "due about 2026-12-01T10:00:03.124Z (in 3s; counted from when the daemon reads it)" {
 		t.Errorf("without a publish time: %q", due)
 	}
 	stored := time.Date(2026, 12, 1, 10, 0, 0, 120_000_500, time.UTC) // a JetStream time, in nanoseconds
