@@ -13,6 +13,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 )
@@ -30,7 +31,8 @@ import (
 // no-ops).
 //
 // An AckFunc returns an error only when the broker could not be told; the
-// message may then be delivered again, which parking tolerates.
+// message may then be delivered again, which parking tolerates. A
+// Progresser's AckFunc also takes ErrInProgress, which settles nothing.
 type AckFunc func(ctx context.Context, err error) error
 
 // Source reads messages from one ingest broker.
@@ -82,6 +84,24 @@ type AckConfirmer interface {
 	// channel of one of them closed since).
 	ConfirmAcks(ctx context.Context, mark uint64) error
 }
+
+// Progresser is implemented by sources whose broker delivers a message
+// again when it is not settled within a time (JetStream: the consumer's
+// ack_wait). Their AckFunc also takes ErrInProgress, any number of times
+// before the call that settles the message: that call settles nothing, it
+// tells the broker that the message is still being handled, which starts
+// that time again (JetStream: InProgress). The pipeline does so every
+// ProgressEvery for the messages it keeps on purpose, those waiting for
+// the store's room, so that the broker does not deliver them again
+// meanwhile. ProgressEvery returns 0 when the broker has no such time
+// (core NATS).
+type Progresser interface {
+	ProgressEvery() time.Duration
+}
+
+// ErrInProgress, given to the AckFunc of a Progresser's message, says that
+// the message is still being handled; it does not settle it.
+var ErrInProgress = errors.New("ingest: message still being handled")
 
 // Ready is implemented by sources that know whether they are connected.
 // Ready returns nil when connected, else an error saying why not.

@@ -431,7 +431,8 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		}
 		ws := make([]waiting, 0, len(parks)-take)
 		for j, m := range parks[take:] {
-			ws = append(ws, waiting{m: m, it: batch[parkAt[take+j]]})
+			it := batch[parkAt[take+j]]
+			ws = append(ws, waiting{m: m, it: it, heard: it.at})
 			held[parkAt[take+j]] = true
 		}
 		if !pl.room.add(ctx, ws, why) {

@@ -49,6 +49,9 @@ const roomWarnEvery = time.Minute
 type waiting struct {
 	m  *envelope.Message
 	it item
+	// heard is when its broker last heard of it: when it was read, then
+	// when it was last said to be in progress (progressRoom).
+	heard time.Time
 }
 
 func newWaitingRoom(max int, log *slog.Logger) *waitingRoom {
@@ -196,6 +199,41 @@ func (pl *Pipeline) parkRoom(ctx context.Context) {
 		case <-pl.room.wake:
 		}
 		for pl.parkRoomBatch(ctx) {
+		}
+		pl.progressRoom(ctx)
+	}
+}
+
+// progressRoom tells the broker that the messages waiting in the room are
+// still being handled, each at most once per the source's ProgressEvery
+// (ingest.Progresser), so that it does not deliver them again while they
+// wait: JetStream would, every ack_wait, each time to be read and dropped
+// as a re-read. A message settled meanwhile may still be told: the broker
+// ignores that of a message it no longer holds.
+func (pl *Pipeline) progressRoom(ctx context.Context) {
+	p, ok := pl.Source().(Progresser)
+	if !ok {
+		return
+	}
+	every := p.ProgressEvery()
+	if every <= 0 {
+		return
+	}
+	r := pl.room
+	now := pl.p.Now() // the clock of item.at
+	var acks []AckFunc
+	r.mu.Lock()
+	for i := range r.items {
+		if w := &r.items[i]; now.Sub(w.heard) >= every {
+			w.heard = now
+			acks = append(acks, w.it.ack)
+		}
+	}
+	r.mu.Unlock()
+	for _, ack := range acks {
+		if err := ack(ctx, ErrInProgress); err != nil {
+			r.log.Debug("could not tell the broker that a waiting message is in progress; it may deliver it again", "err", err)
+			return
 		}
 	}
 }

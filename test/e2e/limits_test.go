@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -251,5 +252,64 @@ func TestTooLargeForItsSinkRefusedAtOnce(t *testing.T) {
 	}
 	if s := e.d.stats(); s.Parked != 1 {
 		t.Fatalf("parked %d, want only the one that fits", s.Parked)
+	}
+}
+
+// TestWaitingMessagesAreNotDeliveredAgain: while an ingest's messages wait
+// for the store's room, JetStream is told every third of the consumer's
+// ack_wait that they are in progress, so it does not deliver them again:
+// each redelivery was read and dropped as a re-read, again and again for
+// as long as the store stayed full. Once there is room they are parked and
+// fire once.
+func TestWaitingMessagesAreNotDeliveredAgain(t *testing.T) {
+	const ackWait = time.Second
+	e := newNATSEnvEdit(t, func(e *natsEnv, cfg string) string {
+		return strings.Replace(cfg, `durable: delaybridge}`, `durable: delaybridge, ack_wait: 1s}`, 1) + "limits: {max_parked_messages: 5}\n"
+	}, "")
+	var ids []string
+	for i := 0; i < 15; i++ {
+		id := fmt.Sprintf("w-%02d", i)
+		ids = append(ids, id)
+		delay := "3600000" // the first 5 fill the store until they are cancelled
+		if i >= 5 {
+			delay = "500"
+		}
+		e.publish("delayed.w", []byte(id), "x-delay", delay, "x-message-id", id)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		code, body := e.d.get("/readyz", nil)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "wait for the store to have room")
+	}, "the messages past the limit do not wait")
+	cons, err := e.js.Consumer(context.Background(), "DELAYED", "delaybridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four ack_waits: each waiting message would have come back at least
+	// three times.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(4 * ackWait); time.Now().Before(deadline); <-tick.C {
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumRedelivered != 0 || info.NumAckPending != 10 {
+			t.Fatalf("while 10 messages wait for room: %d redelivered, %d pending an ack; want 0 and 10", info.NumRedelivered, info.NumAckPending)
+		}
+	}
+	for _, id := range ids[:5] {
+		if code, body := e.d.do(http.MethodDelete, "/v1/messages/"+id, nil); code != http.StatusNoContent {
+			t.Fatalf("DELETE %s: %d %s", id, code, body)
+		}
+	}
+	e.waitFired(30*time.Second, ids[5:]...)
+	e.caughtUp()
+	for _, id := range ids[5:] {
+		if n := len(e.firedCopies(id)); n != 1 {
+			t.Errorf("%s fired %d times, want once", id, n)
+		}
+	}
+	if n, _ := metricValue(e.d.metrics(), "delaybridge_ingest_messages_total", map[string]string{"result": "duplicate"}); n != 0 {
+		t.Errorf("%v re-reads of the waiting messages, want 0", n)
 	}
 }

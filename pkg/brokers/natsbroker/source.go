@@ -582,7 +582,10 @@ func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFu
 		}
 	}
 	ack := func(ctx context.Context, err error) error {
-		if err != nil {
+		switch {
+		case errors.Is(err, ingest.ErrInProgress):
+			return msg.InProgress()
+		case err != nil:
 			return msg.Nak()
 		}
 		err = msg.Ack()
@@ -590,6 +593,17 @@ func (s *Source) incomingJS(msg jetstream.Msg) (*envelope.Incoming, ingest.AckFu
 		return err
 	}
 	return in, ack, nil
+}
+
+// ProgressEvery is how often a message kept unsettled on purpose is said to
+// be in progress (ingest.Progresser): a third of the consumer's ack_wait,
+// so that a late turn still comes before the server delivers it again.
+// Core NATS delivers nothing again: 0.
+func (s *Source) ProgressEvery() time.Duration {
+	if s.sub != nil {
+		return 0
+	}
+	return s.cfg.AckWait / 3
 }
 
 func (s *Source) readCore(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
