@@ -774,3 +774,75 @@ func (s *copiesSource) acked() []string {
 	defer s.mu.Unlock()
 	return slices.Clone(s.acks)
 }
+
+// progressSource is a chanSource whose broker delivers again what is not
+// settled in time (ingest.Progresser): it counts the in-progress calls per
+// ID, and those of the IDs in failing answer an error.
+type progressSource struct {
+	*chanSource
+	failing  map[string]bool
+	mu       sync.Mutex
+	progress map[string]int
+}
+
+func (s *progressSource) ProgressEvery() time.Duration { return 50 * time.Millisecond }
+
+func (s *progressSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
+	in, ack, err := s.chanSource.Read(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, _ := in.Headers.Get("x-message-id")
+	return in, func(ctx context.Context, err error) error {
+		if !errors.Is(err, ingest.ErrInProgress) {
+			return ack(ctx, err)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.progress[id]++
+		if s.failing[id] {
+			return errors.New("already acknowledged")
+		}
+		return nil
+	}, nil
+}
+
+func (s *progressSource) told(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress[id]
+}
+
+// The messages waiting for room are said to be in progress, each of them,
+// again and again, whatever the broker answered for another one; a message
+// parked at once is not; and each is settled once, when it is parked.
+func TestWaitingMessagesAreKeptInProgress(t *testing.T) {
+	var full atomic.Bool
+	src := &progressSource{chanSource: newChanSource(), failing: map[string]bool{"a": true}, progress: map[string]int{}}
+	startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.source = src
+		e.capacity = fullWhile(&full)
+		return e.store
+	})
+	src.send("first", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := src.result("first"); return ok }, "the first message was not parked")
+	full.Store(true)
+	src.send("a", "x-delay", "1h")
+	src.send("b", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { return src.told("a") >= 3 && src.told("b") >= 3 },
+		"the waiting messages were not kept in progress (a %d, b %d times)", src.told("a"), src.told("b"))
+	for _, id := range []string{"a", "b"} {
+		if _, ok := src.result(id); ok {
+			t.Errorf("%s settled while it waits", id)
+		}
+	}
+	full.Store(false)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		ea, oka := src.result("a")
+		eb, okb := src.result("b")
+		return oka && okb && ea == nil && eb == nil
+	}, "the waiting messages were not parked and acknowledged once there was room")
+	if n := src.told("first"); n != 0 {
+		t.Errorf("a message parked at once was said to be in progress %d times", n)
+	}
+}

@@ -230,11 +230,17 @@ func (pl *Pipeline) progressRoom(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
+	// Each is told, whatever the others' answers: one settled meanwhile
+	// answers an error (nats.go: already acknowledged).
+	failed := 0
+	var last error
 	for _, ack := range acks {
 		if err := ack(ctx, ErrInProgress); err != nil {
-			r.log.Debug("could not tell the broker that a waiting message is in progress; it may deliver it again", "err", err)
-			return
+			failed, last = failed+1, err
 		}
+	}
+	if failed > 0 {
+		r.log.Debug("could not tell the broker that some waiting messages are in progress; it may deliver them again, to be dropped as re-reads", "count", failed, "err", last)
 	}
 }
 
