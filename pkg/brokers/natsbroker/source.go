@@ -107,7 +107,7 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 		return fmt.Errorf("nats ingest %s: jetstream: %w", s.cfg.Name, err)
 	}
 	s.js = js
-	stream, err := s.stream(ctx)
+	stream, err := s.stream(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -133,10 +133,14 @@ func (s *Source) setupJetStream(ctx context.Context) error {
 	return nil
 }
 
-// stream returns the ingest's stream, created when it does not exist.
-func (s *Source) stream(ctx context.Context) (jetstream.Stream, error) {
+// stream returns the ingest's stream, created when it does not exist and
+// create is set.
+func (s *Source) stream(ctx context.Context, create bool) (jetstream.Stream, error) {
 	cfg := s.cfg
 	stream, err := s.js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
+		return nil, fmt.Errorf("nats ingest %s: stream %q not found; it is created again %s after it went, unless an operator creates it first", cfg.Name, cfg.Stream, recreateStreamAfter)
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s.log.Info("creating jetstream stream", "stream", cfg.Stream, "subject", cfg.Subject)
 		stream, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
@@ -264,14 +268,15 @@ func (st *standing) from(stream jetstream.Stream) (c jetstream.ConsumerConfig, s
 // recreate creates the consumer again after it was deleted under the
 // ingest (iter, the pull that saw it, ended), and pulls from it; it tries
 // until it can, the Source closes or ctx ends. Another instance may have
-// created it first: then it reads that one.
+// created it first: then it reads that one. A stream deleted with it is
+// created again only once it has been gone for recreateStreamAfter.
 func (s *Source) recreate(ctx context.Context, iter jetstream.MessagesContext, why error) error {
 	s.log.Warn("jetstream pull ended by the server (its consumer deleted by an operator, or with its stream); creating the consumer again", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "err", why)
 	gone := fmt.Errorf("nats ingest %s: consumer %q of stream %q gone (%w); creating it again", s.cfg.Name, s.cfg.Durable, s.cfg.Stream, why)
 	s.lost.Store(&gone)
 	wait := 100 * time.Millisecond
-	for {
-		err := s.recreateOnce(ctx, iter)
+	for since := time.Now(); ; {
+		err := s.recreateOnce(ctx, iter, time.Since(since) >= recreateStreamAfter)
 		if err == nil {
 			return nil
 		}
@@ -291,10 +296,19 @@ func (s *Source) recreate(ctx context.Context, iter jetstream.MessagesContext, w
 	}
 }
 
-func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContext) error {
+// recreateStreamAfter is how long a stream deleted under a running ingest
+// is left to its deletion before the ingest creates it again. The server
+// says the consumer is gone (and the stream not found) before it has moved
+// the stream's files away: a stream created in that window opens the old
+// files, and the deletion then takes them from under it, leaving a stream
+// that answers no publish (nats-server 2.15: "critical write error"). An
+// operator who deletes a stream to create it anew has it created first.
+const recreateStreamAfter = 2 * time.Second
+
+func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContext, createStream bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	stream, err := s.stream(ctx)
+	stream, err := s.stream(ctx, createStream)
 	if err != nil {
 		return err
 	}

@@ -582,3 +582,48 @@ func readAsync(ctx context.Context, src ingest.Source) <-chan *envelope.Incoming
 	}()
 	return ch
 }
+
+// TestSourceStreamDeletedUnderItIsLeftToItsDeletion: a stream deleted
+// while the ingest reads it is created again by the ingest only once its
+// deletion has had time to finish (recreateStreamAfter). The server tells
+// the pull that its consumer is gone before it has moved the stream's files
+// away; a stream created at once opened the old files and lost them to the
+// deletion, a stream that answered no publish (a few deletions in ten
+// here). Created later, it takes publishes, which the ingest reads.
+func TestSourceStreamDeletedUnderItIsLeftToItsDeletion(t *testing.T) {
+	ns, js := jetStreamServer(t)
+	params := natsbroker.SourceParams{Name: "left", URL: ns.URL, Subject: subject("left"), Stream: "LEFT", Durable: "delaybridge", AckWait: 30 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	src := open(t, params)
+	defer src.Close(context.Background())
+	got := readAsync(ctx, src)
+	if err := js.DeleteStream(ctx, "LEFT"); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	var created time.Time
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		info, err := js.Stream(ctx, "LEFT")
+		if err == nil {
+			created = info.CachedInfo().Created
+		}
+		return err == nil
+	}, "the ingest did not create its stream again")
+	if d := created.Sub(deleted); d < time.Second {
+		t.Fatalf("the stream was created again %v after it was deleted, before its deletion could finish", d)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer pcancel()
+	if _, err := js.Publish(pctx, subject("left"), []byte("after")); err != nil {
+		t.Fatalf("a publish to the stream created again: %v", err)
+	}
+	select {
+	case in := <-got:
+		if string(in.Body) != "after" {
+			t.Fatalf("read %q, want the message published after", in.Body)
+		}
+	case <-ctx.Done():
+		t.Fatal("the message published to the stream created again was not read")
+	}
+}
