@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Sinks lists the configured sinks: their state in Redis (the pause, the
@@ -28,9 +29,10 @@ func (s *Service) Sink(ctx context.Context, name string) (*SinkView, error) {
 
 // SetPaused pauses or resumes a sink for every instance (kept in Redis),
 // applies it on this instance at once (Params.Refresh; the others within
-// their refresh interval), and returns the sink as it is then; a resume
-// says in Released how many held messages it released (read before: once
-// released they are no longer held, and Due says 0).
+// their refresh interval), and returns the sink as it is then, within
+// applyWithin; a resume says in Released how many messages were held (read
+// before: once released they are no longer held, and Due says 0), which a
+// backlog that takes longer to release goes on releasing meanwhile.
 func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*SinkView, error) {
 	before, err := s.Sink(ctx, name)
 	if err != nil {
@@ -40,7 +42,17 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*Sin
 		return nil, err
 	}
 	if s.p.Refresh != nil {
-		if err := s.p.Refresh(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, applyWithin)
+		err := s.p.Refresh(rctx)
+		cancel()
+		switch {
+		case err == nil:
+		case rctx.Err() != nil && ctx.Err() == nil:
+			// A resume releases the held messages as it is applied: a long
+			// pause's backlog takes longer than a caller waits (1.38M took
+			// 73 s). The release goes on at each refresh.
+			s.log.Info("sink pause or resume applied; its held messages are still being released, at each refresh", "sink", name, "paused", paused)
+		default:
 			// Redis has it: every instance applies it at its next refresh.
 			s.log.Warn("sink pause recorded, but this instance could not apply it at once", "sink", name, "paused", paused, "err", err)
 		}
@@ -51,6 +63,12 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool) (*Sin
 	}
 	return v, err
 }
+
+// applyWithin bounds what a pause or resume waits for this instance to
+// apply it: the answer comes within it (the admin CLI waits 30 s), and a
+// resume's release of held messages that takes longer goes on at the
+// scheduler's next refreshes.
+const applyWithin = 5 * time.Second
 
 // statuses returns Params.Sinks' answer sorted by name.
 func (s *Service) statuses() []SinkStatus {
