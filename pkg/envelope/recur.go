@@ -388,16 +388,22 @@ func (r *Recurrence) missedMax() int {
 }
 
 // recentCron is, for a cron schedule whose occurrence next (number n) and
-// more until now were missed, the first of the keep most recent of them. It
-// walks at most maxWalk occurrences from next; past that it looks back from
-// now in windows that double (a cron schedule has no previous time), and
+// more until now were missed, the first of the keep most recent of them
+// that the series has (within its until and its count; next itself when
+// it has none of them). It walks at most maxWalk occurrences from next;
+// past that it looks back from now, or from until when that came first,
+// in windows that double (a cron schedule has no previous time), and
 // numbers from the last walked one.
 func (r *Recurrence) recentCron(next time.Time, n int, now time.Time, keep int) (time.Time, int) {
+	end := now
+	if !r.Until.IsZero() && r.Until.Before(end) {
+		end = r.Until
+	}
 	ring := make([]time.Time, 0, keep)
 	t, k := next, n
-	for i := 0; !t.IsZero() && !t.After(now); i++ {
+	for i := 0; !t.IsZero() && !t.After(end) && (r.Count <= 0 || k <= r.Count); i++ {
 		if i == maxWalk {
-			return r.recentBefore(now, keep), k + 1
+			return r.recentBefore(end, keep), k + 1
 		}
 		if len(ring) == keep {
 			ring = ring[1:]
@@ -405,6 +411,9 @@ func (r *Recurrence) recentCron(next time.Time, n int, now time.Time, keep int) 
 		ring = append(ring, t)
 		t = r.after(t)
 		k++
+	}
+	if len(ring) == 0 {
+		return next, n // past until or count: the series ends (Next)
 	}
 	return ring[0], k - len(ring)
 }

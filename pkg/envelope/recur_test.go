@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -463,4 +464,56 @@ func TestParseRecurringMinInterval(t *testing.T) {
 	lim.MinInterval = time.Millisecond
 	mustReject(t, parseAt(lim, hdrs(HeaderEvery, "500ms")), "limits.min_interval 1s")
 	mustPark(t, parseAt(lim, hdrs(HeaderCron, "* * * * * *")))
+}
+
+// Under missed all, the missed_max most recent occurrences a series has
+// are published, within its until and its count, for a cron schedule as
+// for an every one: a cron series whose count or until ended while nothing
+// fired published none of its missed occurrences (the most recent were
+// counted back from now, then found past the end). Walked occurrence by
+// occurrence through Skip and Next, as the scheduler fires them.
+func TestMissedAllKeepsTheMostRecentWithinTheSeriesEnd(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	now := start.Add(32 * time.Second) // occurrence 1 fired; down until now
+	for _, c := range []struct {
+		name  string
+		count int
+		until time.Duration
+		want  []int // the occurrences published after the restart
+	}{
+		{"count 5", 5, 0, []int{4, 5}},
+		{"until +16s", 0, 16 * time.Second, []int{3, 4}},
+		{"count 12", 12, 0, []int{6, 7, 8}}, // 2-7 missed; 8 is due after now
+		{"no end", 0, 0, []int{6, 7, 8}},
+	} {
+		for _, kind := range []string{"cron", "every"} {
+			r := &Recurrence{Anchor: start, N: 1, Missed: MissedAll, MissedMax: 2, Count: c.count}
+			if kind == "cron" {
+				r.Cron = "*/5 * * * * *"
+			} else {
+				r.Every = 5 * time.Second
+			}
+			if c.until > 0 {
+				r.Until = start.Add(c.until)
+			}
+			var got []int
+			due, cur := start, r
+			for {
+				next, f, ok := cur.Following(due, now)
+				if !ok || next.After(now.Add(5*time.Second)) {
+					break
+				}
+				due, cur = next, f
+				if !cur.Skip(due, now) {
+					got = append(got, cur.N)
+				}
+				if next.After(now) {
+					break // the first one on schedule again
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("%s, %s: published %v, want %v", c.name, kind, got, c.want)
+			}
+		}
+	}
 }
