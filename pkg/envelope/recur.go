@@ -278,7 +278,7 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 	switch r.Missed {
 	case MissedSkip:
 	case MissedAll:
-		want = r.missedMax()
+		want = r.MissedBound()
 		if r.Every > 0 { // by arithmetic, however many
 			return r.lastBy(now)-r.number(due) >= want
 		}
@@ -328,7 +328,7 @@ func (r *Recurrence) Next(due, now time.Time) (time.Time, int, bool) {
 		next, n = r.after(due), r.N+1
 	}
 	if !next.After(now) { // missed while nothing fired
-		keep := r.missedMax()
+		keep := r.MissedBound()
 		switch {
 		case r.Missed != MissedAll:
 			next, n = r.step(next, n, now)
@@ -380,7 +380,9 @@ func (r *Recurrence) lastBy(now time.Time) int {
 	return last
 }
 
-func (r *Recurrence) missedMax() int {
+// MissedBound is the missed_max in force: MissedMax, or DefaultMissedMax
+// when it is 0.
+func (r *Recurrence) MissedBound() int {
 	if r.MissedMax > 0 {
 		return r.MissedMax
 	}

@@ -84,6 +84,9 @@ func (s *Service) admit(m *envelope.Message, meta *store.RecordMeta) (*envelope.
 	p.DueAt, p.IngestedAt = m.DueAt, m.IngestedAt
 	if p.Recur != nil {
 		p.Recur.Anchor, p.Recur.N, p.Recur.Missed, p.Recur.Parked = m.Recur.Anchor, m.Recur.N, m.Recur.Missed, p.IngestedAt
+		if m.Recur.MissedMax > 0 { // kept with the series; absent in an earlier release's export: the route's
+			p.Recur.MissedMax = m.Recur.MissedMax
+		}
 	}
 	return p, nil
 }

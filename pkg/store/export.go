@@ -129,6 +129,10 @@ type RecordRecurrence struct {
 	Count    int    `json:"count,omitempty"`
 	N        int    `json:"n"`
 	Missed   string `json:"missed"` // once, all or skip
+	// MissedMax is the route.missed_max kept with the series when it was
+	// parked; absent (an export of an earlier release): the importing
+	// route's.
+	MissedMax int `json:"missed_max,omitempty"`
 }
 
 // Text is a string of the export format that may hold any bytes: a JSON
@@ -248,7 +252,7 @@ func NewRecord(m *envelope.Message) *Record {
 	}
 	if c := m.Recur; c != nil {
 		rr := &RecordRecurrence{Cron: Text(c.Cron), TimeZone: Text(c.TimeZone), Anchor: envelope.FormatTime(c.Anchor),
-			Count: c.Count, N: c.N, Missed: c.Missed.String()}
+			Count: c.Count, N: c.N, Missed: c.Missed.String(), MissedMax: c.MissedBound()}
 		if c.Every != 0 {
 			rr.Every = c.Every.String()
 		}

@@ -599,7 +599,10 @@ func (rr *RecordRecurrence) parse() (*envelope.Recurrence, error) {
 		return nil, fmt.Errorf(`"recurrence.n" %d is not at least 1`, rr.N)
 	case rr.Count > 0 && rr.N > rr.Count:
 		return nil, fmt.Errorf(`"recurrence.n" %d is past "recurrence.count" %d: the series has no such occurrence`, rr.N, rr.Count)
+	case rr.MissedMax < 0:
+		return nil, fmt.Errorf(`"recurrence.missed_max" %d is negative (absent: the route's)`, rr.MissedMax)
 	}
+	c.MissedMax = rr.MissedMax
 	if rr.Missed == "" {
 		return nil, errors.New(`"recurrence.missed" is missing`)
 	}
