@@ -94,8 +94,8 @@ func (delaybridgeReader) due(p *parser) (due time.Time, err error) {
 	delay, hasDelay := p.in.Headers.Get(HeaderDelay)
 	at, hasAt := p.in.Headers.Get(HeaderDeliverAt)
 	// The broker's publish time counts to the nanosecond (a JetStream time
-	// has them); the moment of ingest rounded up to a whole millisecond.
-	base := p.now
+	// has them), and so does the moment of ingest; a due time rounds up.
+	base := p.instant
 	if !p.published.IsZero() {
 		base = p.published
 	}

@@ -243,3 +243,13 @@ func (m *Message) OutHeaders(attempt int) Headers {
 func FormatTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
+
+// CeilMillis rounds t up to a whole millisecond, the precision of stored
+// times: a due time is never earlier than the instant its headers name, nor
+// a delay's end earlier than the instant it counts from plus the delay.
+func CeilMillis(t time.Time) time.Time {
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}

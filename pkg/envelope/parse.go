@@ -210,20 +210,19 @@ func Parse(in *Incoming, r *Route, lim Limits, now time.Time, newID func() strin
 	if published.After(now) {
 		published = now // a producer's clock cannot place a message in the future
 	}
-	now = CeilMillis(now) // a delay counted from it never ends early
-	p := parser{in: in, r: r, lim: lim, now: now, published: published}
+	p := parser{in: in, r: r, lim: lim, now: CeilMillis(now), instant: now, published: published}
 
 	rd, dialectErr := p.reader()
 	id, idErr := rd.id(&p, newID)
 	msg := &Message{
 		ID:          id,
-		DueAt:       now,
+		DueAt:       p.now,
 		Sink:        r.Sink,
 		Destination: r.Destination,
 		Key:         in.Key,
 		Body:        in.Body,
 		Ingest:      r.Ingest,
-		IngestedAt:  now,
+		IngestedAt:  p.now,
 		PublishedAt: published,
 		Origin:      in.Origin,
 		Redelivered: in.Redelivered,
@@ -340,7 +339,8 @@ type parser struct {
 	in        *Incoming
 	r         *Route
 	lim       Limits
-	now       time.Time // the moment of ingest, rounded up to a whole millisecond
+	now       time.Time // the moment of ingest rounded up to a whole millisecond: ingested at, max_delay's origin
+	instant   time.Time // the moment of ingest as read: a delay or a schedule without a publish time counts from it
 	published time.Time // the broker's publish time capped at the moment of ingest; zero when none
 	recur     *Recurrence
 }

@@ -1216,3 +1216,15 @@ func TestDelayFromTheMomentOfIngestNeverEndsEarly(t *testing.T) {
 		}
 	}
 }
+
+// A schedule without a publish time counts from the moment of ingest as
+// read: a cron tick less than a millisecond after it is the first
+// occurrence. Counted from that moment rounded up, the tick was passed
+// over and the first occurrence came a whole period later.
+func TestCronFirstOccurrenceJustAfterTheMomentOfIngest(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 59, 59, 999_500_000, time.UTC)
+	m := mustPark(t, Parse(&Incoming{Headers: hdrs(HeaderCron, "0 * * * *")}, testRoute(), testLimits, now, nil))
+	if want := time.Date(2026, 6, 1, 13, 0, 0, 0, time.UTC); !m.DueAt.Equal(want) {
+		t.Fatalf("first occurrence %v, want %v", m.DueAt, want)
+	}
+}

@@ -569,12 +569,3 @@ func (r *Recurrence) shortestGap(base time.Time) time.Duration {
 	}
 	return gap
 }
-
-// ceilMillis rounds t up to a whole millisecond: a due time is never
-// earlier than the instant its headers name.
-func CeilMillis(t time.Time) time.Time {
-	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
-		return r.Add(time.Millisecond)
-	}
-	return t
-}
