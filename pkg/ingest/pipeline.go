@@ -431,8 +431,7 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 		}
 		ws := make([]waiting, 0, len(parks)-take)
 		for j, m := range parks[take:] {
-			it := batch[parkAt[take+j]]
-			ws = append(ws, waiting{m: m, it: it, heard: it.at})
+			ws = append(ws, waiting{m: m, it: batch[parkAt[take+j]], heard: time.Now()})
 			held[parkAt[take+j]] = true
 		}
 		if !pl.room.add(ctx, ws, why) {

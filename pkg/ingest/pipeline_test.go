@@ -846,3 +846,45 @@ func TestWaitingMessagesAreKeptInProgress(t *testing.T) {
 		t.Errorf("a message parked at once was said to be in progress %d times", n)
 	}
 }
+
+// While the store's limits cannot be read (Redis out of reach), the
+// messages that wait for room are no longer said to be in progress: the
+// broker delivers them again after its time, to the instances that reach
+// Redis. Said to be in progress, they stayed with this one for as long as
+// Redis did not answer it.
+func TestWaitingMessagesAreLeftToTheBrokerWhileRedisIsAway(t *testing.T) {
+	const (
+		open = iota
+		full
+		away
+	)
+	var state atomic.Int64
+	var askedAway atomic.Int64
+	src := &progressSource{chanSource: newChanSource(), progress: map[string]int{}}
+	startPipelineWith(t, 5*time.Second, func(e *pipelineEnv) ingest.Store {
+		e.source = src
+		e.capacity = func(_ context.Context, n int) (int, func(), error) {
+			switch state.Load() {
+			case full:
+				return 0, nil, fmt.Errorf("%w: limits.max_parked_messages reached", store.ErrFull)
+			case away:
+				askedAway.Add(1)
+				return 0, nil, errors.New("store.stats: dial tcp: i/o timeout")
+			}
+			return n, func() {}, nil
+		}
+		return e.store
+	})
+	state.Store(full)
+	src.send("a", "x-delay", "1h")
+	testenv.Eventually(t, 10*time.Second, func() bool { return src.told("a") >= 2 }, "the waiting message was not kept in progress")
+	state.Store(away)
+	testenv.Eventually(t, 10*time.Second, func() bool { return askedAway.Load() >= 1 }, "the room did not ask for room again")
+	told := src.told("a") // at most one more may be under way as the room asked
+	testenv.Eventually(t, 10*time.Second, func() bool { return askedAway.Load() >= 5 }, "the room did not ask for room again")
+	if n := src.told("a"); n > told+1 {
+		t.Fatalf("said to be in progress %d more times while the store's limits could not be read", n-told)
+	}
+	state.Store(open)
+	testenv.Eventually(t, 10*time.Second, func() bool { err, ok := src.result("a"); return ok && err == nil }, "not parked once Redis answered")
+}

@@ -49,8 +49,9 @@ const roomWarnEvery = time.Minute
 type waiting struct {
 	m  *envelope.Message
 	it item
-	// heard is when its broker last heard of it: when it was read, then
-	// when it was last said to be in progress (progressRoom).
+	// heard is when its broker last heard of it (time.Now): when it came
+	// to the room, then when it was last said to be in progress
+	// (progressRoom).
 	heard time.Time
 }
 
@@ -208,8 +209,12 @@ func (pl *Pipeline) parkRoom(ctx context.Context) {
 // still being handled, each at most once per the source's ProgressEvery
 // (ingest.Progresser), so that it does not deliver them again while they
 // wait: JetStream would, every ack_wait, each time to be read and dropped
-// as a re-read. A message settled meanwhile may still be told: the broker
-// ignores that of a message it no longer holds.
+// as a re-read. It does so only while they wait for room in a store that
+// answers (the capacity's last answer is store.ErrFull) and the work was
+// not handed back: while this instance cannot reach Redis, the broker
+// delivers them again, to the instances that can. A message settled
+// meanwhile may still be told: the broker ignores that of a message it no
+// longer holds.
 func (pl *Pipeline) progressRoom(ctx context.Context) {
 	p, ok := pl.Source().(Progresser)
 	if !ok {
@@ -219,10 +224,17 @@ func (pl *Pipeline) progressRoom(ctx context.Context) {
 	if every <= 0 {
 		return
 	}
+	if pl.cut.Load() {
+		return
+	}
 	r := pl.room
-	now := pl.p.Now() // the clock of item.at
+	now := time.Now() // the broker's timer runs on the wall clock, not Redis's
 	var acks []AckFunc
 	r.mu.Lock()
+	if !errors.Is(r.err, store.ErrFull) {
+		r.mu.Unlock()
+		return
+	}
 	for i := range r.items {
 		if w := &r.items[i]; now.Sub(w.heard) >= every {
 			w.heard = now

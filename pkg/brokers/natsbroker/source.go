@@ -63,6 +63,7 @@ type Source struct {
 
 var _ ingest.Source = (*Source)(nil)
 var _ ingest.Ready = (*Source)(nil)
+var _ ingest.Progresser = (*Source)(nil)
 
 // New connects and subscribes. For JetStream it creates the stream if it is
 // missing and creates or updates the durable consumer.
