@@ -359,7 +359,8 @@ type SinkView struct {
 	// held that the resume released to fire (by priority, then in due order): at once on the
 	// instance that answered (status ready), at their next refresh on the
 	// others (within scheduler.max_sleep). Due, read after the release, no
-	// longer counts them.
+	// longer counts them, but for a backlog whose release outlasts the
+	// answer (5 s), which goes on at each refresh.
 	Released int64 `json:"released,omitempty"`
 }
 

@@ -106,8 +106,8 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 		}
 		g.metrics.SinkPaused.WithLabelValues(name).Set(paused)
 	}
-	if !now.Before(g.orphansAt) {
-		g.orphansAt = now.Add(orphanEvery)
+	orphans := !now.Before(g.orphansAt)
+	if orphans {
 		for name, rs := range states {
 			if _, ok := g.state[name]; !ok && !rs.Paused {
 				release = append(release, name) // another instance's, or an earlier configuration's
@@ -128,6 +128,11 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 	}
 	if released > 0 {
 		g.wake()
+	}
+	if orphans { // looked at again after orphanEvery, once released: a refresh cut short looks again at the next
+		g.mu.Lock()
+		g.orphansAt = now.Add(orphanEvery)
+		g.mu.Unlock()
 	}
 	return nil
 }
