@@ -285,13 +285,17 @@ func (s *Source) recreate(ctx context.Context, iter jetstream.MessagesContext, w
 			return stop
 		}
 		s.lost.Store(&err)
-		s.log.Warn("jetstream consumer cannot be created again; trying again", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "err", err, "in", wait)
+		next := wait
+		if left := recreateStreamAfter - time.Since(since); left > 0 && left < next {
+			next = left // the stream may be created then
+		}
+		s.log.Warn("jetstream consumer cannot be created again; trying again", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "err", err, "in", next)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.closed:
 			return ingest.ErrClosed
-		case <-time.After(wait):
+		case <-time.After(next):
 		}
 		wait = min(2*wait, 10*time.Second)
 	}

@@ -610,8 +610,8 @@ func TestSourceStreamDeletedUnderItIsLeftToItsDeletion(t *testing.T) {
 		}
 		return err == nil
 	}, "the ingest did not create its stream again")
-	if d := created.Sub(deleted); d < time.Second {
-		t.Fatalf("the stream was created again %v after it was deleted, before its deletion could finish", d)
+	if d := created.Sub(deleted); d < natsbroker.RecreateStreamAfter {
+		t.Fatalf("the stream was created again %v after it was deleted, before its deletion could finish (%v)", d, natsbroker.RecreateStreamAfter)
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer pcancel()
