@@ -234,6 +234,22 @@ func (r *RedisServer) Start() {
 // and waits for it; after 15 s it falls back to SIGKILL. No-op if not running.
 func (r *RedisServer) Stop() { r.stop(syscall.SIGTERM, 15*time.Second) }
 
+// Signal sends sig to the running server's process: SIGSTOP makes a server
+// that hangs (it takes connections and answers nothing), SIGCONT ends
+// that. Continue a stopped server before the test ends: its cleanup's
+// SIGTERM waits for it.
+func (r *RedisServer) Signal(sig syscall.Signal) {
+	r.mu.Lock()
+	proc := r.proc
+	r.mu.Unlock()
+	if proc == nil {
+		r.t.Fatalf("testenv: %s is not running", r)
+	}
+	if err := proc.cmd.Process.Signal(sig); err != nil {
+		r.t.Fatalf("testenv: signal %v to %s: %v", sig, r, err)
+	}
+}
+
 // Kill sends SIGKILL and waits for the process to exit: a crash. With the default
 // appendfsync everysec the last second of writes may be lost. No-op if not running.
 func (r *RedisServer) Kill() { r.stop(syscall.SIGKILL, 15*time.Second) }

@@ -32,6 +32,31 @@ func (c *RedisClusterServer) AddMaster() *RedisServer {
 	return node
 }
 
+// AddReplica starts one more cluster-enabled redis-server configured like
+// RedisCluster's nodes, joins it as a replica of master (`redis-cli
+// --cluster add-node NEW EXISTING --cluster-slave --cluster-master-id ID`),
+// appends it to Addrs and Nodes, and waits until every node knows every
+// other one (WaitHealthy).
+func (c *RedisClusterServer) AddReplica(master *RedisServer) *RedisServer {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := master.Client().Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		c.t.Fatalf("testenv: CLUSTER MYID of %s: %v", master.Addr, err)
+	}
+	bin := lookBinary(c.t, "redis-server", "/usr/bin/redis-server")
+	node := startClusterNode(c.t, bin)
+	out, err := c.cli(60*time.Second, "--cluster", "add-node", node.Addr, c.Addrs[0], "--cluster-slave", "--cluster-master-id", id)
+	if err != nil {
+		c.t.Fatalf("testenv: redis-cli --cluster add-node %s %s --cluster-slave: %v\n%s", node.Addr, c.Addrs[0], err, out)
+	}
+	c.Nodes = append(c.Nodes, node)
+	c.Addrs = append(c.Addrs, node.Addr)
+	c.WaitHealthy(30 * time.Second)
+	return node
+}
+
 // Rebalance runs `redis-cli --cluster rebalance ADDR --cluster-use-empty-masters`
 // with args appended (e.g. "--cluster-pipeline", "10") and returns its output.
 // It moves slots, with their keys (MIGRATE), onto masters that have fewer than

@@ -48,6 +48,9 @@ type Daemon struct {
 	// layout is the store's layout this daemon found at its start, which
 	// keepRecord writes again if Redis lost it.
 	layout int
+	// eviction is the last answer of watchEviction (nil: none yet, or
+	// every master's policy keeps keys)
+	eviction atomic.Pointer[error]
 	// mismatch is what keepRecord last found wrong with the store's record
 	// ("" nothing): said once in the log, and by /readyz while it lasts.
 	mismatch atomic.Pointer[string]
@@ -362,9 +365,8 @@ func (d *Daemon) Ready() error {
 		errs = append(errs, "redis: "+err.Error())
 	} else if err := d.sched.Ready(); err != nil {
 		errs = append(errs, "redis: "+err.Error())
-	} else if _, err := d.store.CheckEviction(ctx); err != nil {
-		// CONFIG SET can change it while we run.
-		errs = append(errs, "redis: "+err.Error())
+	} else if p := d.eviction.Load(); p != nil && *p != nil {
+		errs = append(errs, "redis: "+(*p).Error())
 	} else if err := d.store.KnowsLayout(ctx); err != nil {
 		// A newer delaybridge's migrate can change it while we run.
 		errs = append(errs, "redis: "+err.Error())
@@ -408,6 +410,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	go d.rates.Run(runCtx)
 	go d.persistence.run(runCtx)
+	go d.watchEviction(runCtx)
 	if max := d.cfg.Limits.MaxDead; max > 0 {
 		sources := []string{""} // the admin API
 		for _, in := range d.cfg.Ingest {
@@ -472,6 +475,27 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// evictionEvery is how often a running daemon reads every master's
+// maxmemory-policy again (CONFIG SET can change it while it runs), for
+// /readyz. It is read apart from /readyz: on a cluster, finding the
+// masters can wait on any node that hangs, a replica's too, and a probe
+// that waited for it answered 503 for a healthy cluster.
+const evictionEvery = 10 * time.Second
+
+// watchEviction reads the masters' eviction policy every evictionEvery
+// until ctx ends; a reading that gets no answer keeps the last one.
+func (d *Daemon) watchEviction(ctx context.Context) {
+	lifecycle.Every(ctx, evictionEvery, func() {
+		cctx, cancel := context.WithTimeout(ctx, evictionEvery)
+		defer cancel()
+		_, err := d.store.CheckEviction(cctx)
+		if cctx.Err() != nil {
+			return
+		}
+		d.eviction.Store(&err)
+	})
 }
 
 // runRefused serves what a daemon that does not run can say, on

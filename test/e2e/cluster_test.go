@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,4 +121,38 @@ sinks:
 		dups += n - 1
 	}
 	t.Logf("cluster: %d delivered, %d duplicates across the master restart", len(got), dups)
+}
+
+// TestReadyWhileAReplicaHangs: a replica that hangs (SIGSTOP) leaves a
+// cluster whose masters all answer, and the daemon ready. /readyz read the
+// masters' eviction policy, and go-redis looks the masters up first from a
+// node taken at random: one probe in four or so waited on the hung replica
+// past its time and answered 503 ("read the layout ... context deadline
+// exceeded").
+func TestReadyWhileAReplicaHangs(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
+	cluster := testenv.RedisCluster(t, 3)
+	replica := cluster.AddReplica(cluster.Nodes[0])
+	ns := testenv.NATS(t)
+	d := startDaemon(t, fmt.Sprintf(`
+redis: {addrs: ["%s"], cluster: true, key_prefix: e2e, read_timeout: 1s, dial_timeout: 1s}
+admin: {listen: "%%ADMIN%%"}
+ingest:
+  - name: in
+    nats: {url: "%s", subject: "delayed.>"}
+    route: {sink: out, destination: fired.x}
+sinks:
+  - name: out
+    nats: {url: "%s"}
+`, strings.Join(cluster.Addrs, `", "`), ns.URL, ns.URL))
+	replica.Signal(syscall.SIGSTOP)
+	defer replica.Signal(syscall.SIGCONT)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 30; i++ {
+		if code, body := d.get("/readyz", nil); code != http.StatusOK {
+			t.Fatalf("probe %d with a replica hung: /readyz %d %s", i, code, body)
+		}
+		<-tick.C
+	}
 }
