@@ -20,16 +20,7 @@ import (
 // a reshard) moves some onto it.
 func (c *RedisClusterServer) AddMaster() *RedisServer {
 	c.t.Helper()
-	bin := lookBinary(c.t, "redis-server", "/usr/bin/redis-server")
-	node := startClusterNode(c.t, bin)
-	out, err := c.cli(60*time.Second, "--cluster", "add-node", node.Addr, c.Addrs[0])
-	if err != nil {
-		c.t.Fatalf("testenv: redis-cli --cluster add-node %s %s: %v\n%s", node.Addr, c.Addrs[0], err, out)
-	}
-	c.Nodes = append(c.Nodes, node)
-	c.Addrs = append(c.Addrs, node.Addr)
-	c.WaitHealthy(30 * time.Second)
-	return node
+	return c.addNode()
 }
 
 // AddReplica starts one more cluster-enabled redis-server configured like
@@ -45,11 +36,19 @@ func (c *RedisClusterServer) AddReplica(master *RedisServer) *RedisServer {
 	if err != nil {
 		c.t.Fatalf("testenv: CLUSTER MYID of %s: %v", master.Addr, err)
 	}
+	return c.addNode("--cluster-slave", "--cluster-master-id", id)
+}
+
+// addNode starts a node and joins it (`redis-cli --cluster add-node NEW
+// EXISTING` and args), appends it to Addrs and Nodes, and waits until
+// every node knows every other one.
+func (c *RedisClusterServer) addNode(args ...string) *RedisServer {
+	c.t.Helper()
 	bin := lookBinary(c.t, "redis-server", "/usr/bin/redis-server")
 	node := startClusterNode(c.t, bin)
-	out, err := c.cli(60*time.Second, "--cluster", "add-node", node.Addr, c.Addrs[0], "--cluster-slave", "--cluster-master-id", id)
-	if err != nil {
-		c.t.Fatalf("testenv: redis-cli --cluster add-node %s %s --cluster-slave: %v\n%s", node.Addr, c.Addrs[0], err, out)
+	a := append([]string{"--cluster", "add-node", node.Addr, c.Addrs[0]}, args...)
+	if out, err := c.cli(60*time.Second, a...); err != nil {
+		c.t.Fatalf("testenv: redis-cli %s: %v\n%s", strings.Join(a, " "), err, out)
 	}
 	c.Nodes = append(c.Nodes, node)
 	c.Addrs = append(c.Addrs, node.Addr)
