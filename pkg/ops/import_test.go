@@ -105,5 +105,8 @@ func TestImportKeepsASeriesMissedMax(t *testing.T) {
 		if got := info.Message.Recur; got.MissedBound() != c.want || got.Missed != envelope.MissedAll {
 			t.Errorf("%s: imported with missed %v, missed_max %d; want all and %d", c.prefix, got.Missed, got.MissedBound(), c.want)
 		}
+		if v := ops.NewRecurrenceView(info.Message.Recur, info.Message.DueAt, false); v.MissedMax != c.want {
+			t.Errorf("%s: the view shows missed_max %d, want %d", c.prefix, v.MissedMax, c.want)
+		}
 	}
 }

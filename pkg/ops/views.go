@@ -129,13 +129,16 @@ type RecurrenceView struct {
 	// as it stands; absent when the parked one is the last.
 	FollowingAt string `json:"following_at,omitempty"`
 	Missed      string `json:"missed" enum:"once,all,skip"` // route.missed
+	// MissedMax is route.missed_max, kept with the series: how many missed
+	// occurrences missed all publishes at most.
+	MissedMax int `json:"missed_max"`
 }
 
 // NewRecurrenceView describes r, whose parked occurrence is due at due;
 // last says it is the series' last, whatever the schedule says.
 func NewRecurrenceView(r *envelope.Recurrence, due time.Time, last bool) *RecurrenceView {
 	v := &RecurrenceView{Schedule: r.String(), Cron: r.Cron, TimeZone: r.TimeZone, Count: r.Count, Occurrence: r.N,
-		NextAt: envelope.FormatTime(due), Missed: r.Missed.String()}
+		NextAt: envelope.FormatTime(due), Missed: r.Missed.String(), MissedMax: r.MissedBound()}
 	if r.Every > 0 {
 		v.Every = r.Every.String()
 	}
