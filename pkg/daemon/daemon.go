@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if err != nil {
 		return nil, err
 	}
-	d.persistence.rdb = d.store.Client()
+	d.persistence.st = d.store
 	if d.readyRedis, err = readyClient(cfg.Redis); err != nil {
 		return nil, err
 	}
@@ -479,9 +479,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // evictionEvery is how often a running daemon reads every master's
 // maxmemory-policy again (CONFIG SET can change it while it runs), for
-// /readyz. It is read apart from /readyz: on a cluster, finding the
-// masters can wait on any node that hangs, a replica's too, and a probe
-// that waited for it answered 503 for a healthy cluster.
+// /readyz, which says the last answer: a probe costs no round trip to
+// every master, and waits on none that is slow.
 const evictionEvery = 10 * time.Second
 
 // watchEviction reads the masters' eviction policy every evictionEvery

@@ -29,6 +29,7 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ops"
+	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
 const (
@@ -75,14 +76,20 @@ func PersistenceName(rc config.Redis) string {
 }
 
 // ReadPersistence reads CONFIG GET appendonly, CONFIG GET save and INFO
-// server's run_id on every master of a Redis Cluster, else on the one
-// server the client talks to (through Sentinel, the master it names, called
-// name here). A master that refuses CONFIG is unknown, not an error: the
-// error is one of reaching Redis.
-func ReadPersistence(ctx context.Context, rdb redis.UniversalClient, name string) (Persistence, error) {
+// server's run_id on every master of a Redis Cluster that holds the store's
+// keys (store.ForEachMaster), else on the one server the client talks to
+// (through Sentinel, the master it names, called name here). A master that
+// refuses CONFIG is unknown, not an error: the error is one of reaching
+// Redis.
+func ReadPersistence(ctx context.Context, st *store.Store, name string) (Persistence, error) {
 	p := Persistence{At: time.Now()}
+	_, cluster := st.Client().(*redis.ClusterClient)
 	var mu sync.Mutex
-	read := func(ctx context.Context, c *redis.Client, addr string) error {
+	err := st.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		addr := c.Options().Addr
+		if name != "" && !cluster {
+			addr = name
+		}
 		m, err := readMaster(ctx, c, addr)
 		if err != nil {
 			return fmt.Errorf("redis %s: read the persistence settings: %w", addr, err)
@@ -91,20 +98,7 @@ func ReadPersistence(ctx context.Context, rdb redis.UniversalClient, name string
 		p.Masters = append(p.Masters, m)
 		mu.Unlock()
 		return nil
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return read(ctx, c, c.Options().Addr) })
-	case *redis.Client:
-		addr := c.Options().Addr
-		if name != "" {
-			addr = name
-		}
-		err = read(ctx, c, addr)
-	default:
-		err = fmt.Errorf("redis: a %T cannot be read master by master", rdb)
-	}
+	})
 	slices.SortFunc(p.Masters, func(a, b MasterPersistence) int { return strings.Compare(a.Addr, b.Addr) })
 	return p, err
 }
@@ -248,7 +242,7 @@ func (p Persistence) identity() string {
 
 // persistenceWatch keeps the last reading and says what it finds.
 type persistenceWatch struct {
-	rdb  redis.UniversalClient
+	st   *store.Store
 	name string // the master's name through Sentinel, else ""
 	log  *slog.Logger
 	kick chan struct{} // a new connection to Redis was made
@@ -288,7 +282,7 @@ func (w *persistenceWatch) disconnected() { w.lost.Store(true) }
 func (w *persistenceWatch) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	p, err := ReadPersistence(ctx, w.rdb, w.name)
+	p, err := ReadPersistence(ctx, w.st, w.name)
 	if err != nil {
 		w.lost.Store(true)
 		w.mu.Lock()

@@ -214,7 +214,7 @@ sinks: [{name: s, nats: {url: "%s"}}]
 // master a Sentinel names.
 func TestReadPersistence(t *testing.T) {
 	ctx := context.Background()
-	open := func(t *testing.T, redisYAML string) redis.UniversalClient {
+	open := func(t *testing.T, redisYAML string) *store.Store {
 		t.Helper()
 		cfg, err := config.Parse(fmt.Appendf(nil, `
 redis: {%s}
@@ -228,7 +228,7 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:1"}}]
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Client().Close() })
-		return st.Client()
+		return st
 	}
 	for _, c := range []struct {
 		name     string
@@ -275,11 +275,11 @@ sinks: [{name: s, nats: {url: "nats://127.0.0.1:1"}}]
 		if err := bare.Client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
 			t.Fatal(err)
 		}
-		rdb := open(t, fmt.Sprintf("cluster: true, addrs: [%q]", cl.Addrs[0]))
-		if cc, ok := rdb.(*redis.ClusterClient); !ok || cc.Options().ClusterStateReloadInterval != daemon.ClusterReload {
-			t.Errorf("the cluster client %T does not read the slots again every %s", rdb, daemon.ClusterReload)
+		st := open(t, fmt.Sprintf("cluster: true, addrs: [%q]", cl.Addrs[0]))
+		if cc, ok := st.Client().(*redis.ClusterClient); !ok || cc.Options().ClusterStateReloadInterval != daemon.ClusterReload {
+			t.Errorf("the cluster client %T does not read the slots again every %s", st.Client(), daemon.ClusterReload)
 		}
-		p, err := daemon.ReadPersistence(ctx, rdb, "")
+		p, err := daemon.ReadPersistence(ctx, st, "")
 		if err != nil {
 			t.Fatal(err)
 		}

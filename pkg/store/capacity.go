@@ -114,12 +114,12 @@ func (c *Capacity) check(ctx context.Context, source string, n int) (int, func()
 	}
 	if c.maxMemory > 0 && stale {
 		c.memErr = nil
-		used, err := usedMemory(ctx, c.store.rdb)
+		mem, err := c.store.Memory(ctx)
 		switch {
 		case err != nil:
 			c.memErr = err
-		case used >= c.maxMemory:
-			c.memErr = full(FullMaxRedisMemory, "redis uses %d bytes, limits.max_redis_memory is %d: waiting for firing to make room", used, c.maxMemory)
+		case mem.Used >= c.maxMemory:
+			c.memErr = full(FullMaxRedisMemory, "redis uses %d bytes, limits.max_redis_memory is %d: waiting for firing to make room", mem.Used, c.maxMemory)
 		}
 	}
 	if stale {
@@ -229,12 +229,7 @@ func PauseReasonOf(err error) PauseReason {
 	return PausedRedis
 }
 
-// usedMemory is INFO memory's used_memory; on a cluster, the largest of
-// the masters'.
-func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-	m, err := redisMemory(ctx, rdb)
-	return m.Used, err
-}
+
 
 // Memory is what INFO memory says about a Redis node.
 type Memory struct {
@@ -242,27 +237,25 @@ type Memory struct {
 	MaxMemory int64 // maxmemory; 0 when Redis has no limit
 }
 
-// Memory reads Redis's INFO memory; on a cluster, that of the master using
-// the most memory.
+// Memory reads Redis's INFO memory; on a cluster, that of the master
+// holding the store's keys that uses the most memory (ForEachMaster).
 func (s *Store) Memory(ctx context.Context) (Memory, error) {
-	return redisMemory(ctx, s.rdb)
+	var mu sync.Mutex
+	var most Memory
+	err := s.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		m, err := nodeMemory(ctx, c)
+		mu.Lock()
+		if m.Used > most.Used {
+			most = m
+		}
+		mu.Unlock()
+		return err
+	})
+	return most, err
 }
 
-func redisMemory(ctx context.Context, rdb redis.UniversalClient) (Memory, error) {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		var most Memory
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			m, err := redisMemory(ctx, c)
-			mu.Lock()
-			if m.Used > most.Used {
-				most = m
-			}
-			mu.Unlock()
-			return err
-		})
-		return most, err
-	}
+// nodeMemory reads one Redis node's INFO memory.
+func nodeMemory(ctx context.Context, rdb *redis.Client) (Memory, error) {
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
 		return Memory{}, fmt.Errorf("redis INFO memory: %w", err)

@@ -201,13 +201,54 @@ func (s *Store) CheckEviction(ctx context.Context) (warning string, err error) {
 		}
 		return nil
 	}
-	switch c := s.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Client:
-		err = check(ctx, c)
-	}
+	err = s.ForEachMaster(ctx, check)
 	return warning, err
+}
+
+// ForEachMaster calls fn, concurrently, once for each Redis master that
+// holds a key of this store: on a single Redis (or through Sentinel) the
+// one; on a cluster the masters of its shards and of its deployment-wide
+// hashes (config, sinks), by the slots as the client last read them
+// (daemon.ClusterReload rereads them every 2 s). go-redis's own
+// ForEachMaster first reads the slots again from a node taken at random,
+// at each call, and one that hangs (a replica too) held the caller until
+// its deadline: a health check answered 503 for a healthy cluster. It
+// returns the first error.
+func (s *Store) ForEachMaster(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		c, ok := s.rdb.(*redis.Client)
+		if !ok {
+			return fmt.Errorf("store: a Redis client of type %T", s.rdb)
+		}
+		return fn(ctx, c)
+	}
+	keys := []string{s.keys.Config(), s.keys.Sinks()}
+	for sh := range s.shards {
+		keys = append(keys, s.keys.Pool(sh))
+	}
+	masters := map[string]*redis.Client{}
+	for _, k := range keys {
+		c, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			return fmt.Errorf("store: the master of %s: %w", k, err)
+		}
+		masters[c.Options().Addr] = c
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(masters))
+	for _, c := range masters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx, c); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // Ping checks the connection.

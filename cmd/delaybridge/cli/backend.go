@@ -99,7 +99,7 @@ func service(cfg *config.Config, s *store.Store) *ops.Service {
 		Routes:       func(name string) (*envelope.Route, bool) { r, ok := routes[name]; return r, ok },
 		Sinks:        func() []ops.SinkStatus { return sinks },
 		Persistence: func(ctx context.Context) *ops.PersistenceView {
-			p, err := daemon.ReadPersistence(ctx, s.Client(), daemon.PersistenceName(cfg.Redis))
+			p, err := daemon.ReadPersistence(ctx, s, daemon.PersistenceName(cfg.Redis))
 			if err != nil {
 				return &ops.PersistenceView{Unknown: err.Error()}
 			}

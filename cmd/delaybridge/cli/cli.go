@@ -340,7 +340,7 @@ func (a *app) validateLive(cmd *cobra.Command, cfg *config.Config) error {
 	if warning != "" {
 		fmt.Fprintln(a.stderr, "warning: redis:", warning)
 	}
-	p, err := daemon.ReadPersistence(ctx, s.Client(), daemon.PersistenceName(cfg.Redis))
+	p, err := daemon.ReadPersistence(ctx, s, daemon.PersistenceName(cfg.Redis))
 	if err != nil {
 		return exit(1, err)
 	}
