@@ -119,14 +119,18 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow []string) {
 // request log.
 type recorder struct {
 	http.ResponseWriter
-	status      int
-	wroteHeader bool
-	errMsg      string
+	status       int
+	wroteHeader  bool
+	errMsg       string
+	closeOnError bool // an error status closes the connection (Server.serve)
 }
 
 func (r *recorder) WriteHeader(status int) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = status, true
+		if status >= 400 && r.closeOnError {
+			r.Header().Set("Connection", "close")
+		}
 	}
 	r.ResponseWriter.WriteHeader(status)
 }
