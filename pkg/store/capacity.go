@@ -229,8 +229,6 @@ func PauseReasonOf(err error) PauseReason {
 	return PausedRedis
 }
 
-
-
 // Memory is what INFO memory says about a Redis node.
 type Memory struct {
 	Used      int64 // used_memory
