@@ -443,8 +443,9 @@ func (c *Config) routeSyntaxes(r *Route) []destination.Syntax {
 // SinkDestinations returns the destination syntax of the sink named name;
 // false when no sink of that name has a broker block. It is the one place
 // that says where a sink never publishes unless a route names it: its
-// broker's reserved parts (SinkBroker.Destinations) and every part of its
-// namespace an ingest of this configuration consumes (a loop). Every path
+// broker's reserved parts (SinkBroker.Destinations) and the parts of its
+// namespace this daemon uses itself (owned: what an ingest of this
+// configuration consumes, the dead letters' destination). Every path
 // that decides a destination uses it: ingest and import (the routes),
 // the admin API and dead retries (ops), the scheduler before it publishes
 // (daemon.DestinationGuard), and validate.
@@ -453,8 +454,8 @@ func (c *Config) SinkDestinations(name string) (destination.Syntax, bool) {
 		s := &c.Sinks[i]
 		if s.Name == name && s.Broker != nil {
 			syn := s.Broker.Destinations()
-			for _, l := range c.loops(s) {
-				syn = syn.Reserve(l.part)
+			for _, o := range c.owned(s) {
+				syn = syn.Reserve(o.part)
 			}
 			return syn, true
 		}
@@ -462,16 +463,19 @@ func (c *Config) SinkDestinations(name string) (destination.Syntax, bool) {
 	return destination.Syntax{}, false
 }
 
-// loop is a part of a sink's namespace that an ingest consumes.
-type loop struct {
-	ingest string
-	part   destination.Reserved
+// own is a part of a sink's namespace that this daemon uses itself.
+type own struct {
+	part destination.Reserved
+	who  string // who uses it, for validate's list
 }
 
-// loops are the parts of the namespace of sink s that the ingests consume
-// (IngestBroker.Consumes).
-func (c *Config) loops(s *Sink) []loop {
-	var out []loop
+// owned are the parts of the namespace of sink s that this daemon uses
+// itself: what each ingest consumes (IngestBroker.Consumes), where a
+// message published would come back to it (a loop), and the dead letters'
+// destination (dead.destination), where one would pass for a dead letter,
+// its x-delaybridge-dead-reason the publisher's.
+func (c *Config) owned(s *Sink) []own {
+	var out []own
 	for j := range c.Ingest {
 		in := &c.Ingest[j]
 		if in.Broker == nil {
@@ -479,8 +483,13 @@ func (c *Config) loops(s *Sink) []loop {
 		}
 		for _, r := range in.Broker.Consumes(s.Broker) {
 			r.What = fmt.Sprintf("what ingest %s consumes: a message published there would come back to it (a loop)", in.Name)
-			out = append(out, loop{ingest: in.Name, part: r})
+			out = append(out, own{part: r, who: "ingest " + in.Name + " reads it"})
 		}
+	}
+	if d := c.Dead.Destination; c.Dead.Sink == s.Name && d != "" {
+		out = append(out, own{part: destination.Reserved{Prefix: d, Pattern: d, Example: d,
+			What: "the dead letters' destination (dead.destination): a message published there would pass for a dead letter"},
+			who: "dead letters go there"})
 	}
 	return out
 }
@@ -500,8 +509,8 @@ func (c *Config) Refused() []string {
 		for _, r := range syn.Reserved {
 			parts = append(parts, r.String())
 		}
-		for _, l := range c.loops(s) {
-			parts = append(parts, fmt.Sprintf("%s (ingest %s reads it)", l.part, l.ingest))
+		for _, o := range c.owned(s) {
+			parts = append(parts, fmt.Sprintf("%s (%s)", o.part, o.who))
 		}
 		if len(parts) > 0 {
 			out = append(out, fmt.Sprintf("sink %s (%ss): %s", s.Name, syn.Noun, strings.Join(parts, ", ")))

@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,7 +80,15 @@ func (d *DeadLetter) Publish(ctx context.Context, dead []Dead) {
 		}
 		m := *x.Message
 		m.Destination = d.Destination
-		m.Headers = append(append(envelope.Headers(nil), x.Message.Headers...), envelope.Header{Key: HeaderDeadReason, Value: x.Reason})
+		// The reason is the daemon's: one the message carried (a
+		// publisher's, or an earlier death's) is left out.
+		m.Headers = make(envelope.Headers, 0, len(x.Message.Headers)+1)
+		for _, h := range x.Message.Headers {
+			if !strings.EqualFold(h.Key, HeaderDeadReason) {
+				m.Headers = append(m.Headers, h)
+			}
+		}
+		m.Headers = append(m.Headers, envelope.Header{Key: HeaderDeadReason, Value: x.Reason})
 		out = append(out, Outgoing{Message: &m, Attempt: max(x.Attempts, 1)})
 	}
 	if len(out) == 0 {

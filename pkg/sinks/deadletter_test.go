@@ -104,3 +104,36 @@ func TestSendBy(t *testing.T) {
 		t.Errorf("Over from the send-by instant, before the deadline: %v", err)
 	}
 }
+
+// recordingSink keeps what it is given to publish.
+type recordingSink struct{ got []sinks.Outgoing }
+
+func (s *recordingSink) Publish(_ context.Context, msgs []sinks.Outgoing) []error {
+	s.got = append(s.got, msgs...)
+	return make([]error, len(msgs))
+}
+func (s *recordingSink) Close() error { return nil }
+
+// A dead letter carries the daemon's reason alone: one the message came
+// with (a publisher's forgery, in any case of its name) is left out, where
+// the copy carried both, the forged one first, for a consumer that reads
+// the first.
+func TestDeadLetterCarriesOnlyTheDaemonsReason(t *testing.T) {
+	sink := &recordingSink{}
+	d := &sinks.DeadLetter{Sink: sink, Destination: "dead", Timeout: time.Second}
+	m := &envelope.Message{ID: "a", Headers: envelope.Headers{{Key: "X-Delaybridge-Dead-Reason", Value: "forged"}, {Key: "x-keep", Value: "k"}}}
+	d.Publish(context.Background(), []sinks.Dead{{Message: m, Reason: "the real one"}})
+	if len(sink.got) != 1 {
+		t.Fatalf("published %d copies, want 1", len(sink.got))
+	}
+	h := sink.got[0].Message.Headers
+	if r, _ := h.Get(sinks.HeaderDeadReason); r != "the real one" || h.Count(sinks.HeaderDeadReason) != 1 {
+		t.Fatalf("reason %q among %v, want the daemon's alone", r, h)
+	}
+	if v, _ := h.Get("x-keep"); v != "k" {
+		t.Errorf("the message's other headers: %v", h)
+	}
+	if len(m.Headers) != 2 {
+		t.Errorf("the dead message's own headers changed: %v", m.Headers)
+	}
+}
