@@ -16,7 +16,7 @@ import (
 //	                subject, AMQP routing key, Kafka topic)
 //	{source.N}      its N-th dot-separated token, from 1
 //	{source.N:}     tokens N..last, joined by dots
-//	{header.NAME}   the value of header NAME (case-insensitive, the first)
+//	{header.NAME}   the value of header NAME (case-insensitive; given once)
 //	{{ and }}       a literal { and }
 //
 // Anything else in braces is an error of ParseTemplate, which `delaybridge
@@ -176,6 +176,11 @@ func (t *Template) Expand(source string, h Headers) (string, string) {
 			var ok bool
 			if v, ok = h.Get(p.text); !ok {
 				return "", fmt.Sprintf("%s: the message has no header %s", placeholderName(p), printable(p.text))
+			}
+			if n := h.Count(p.text); n > 1 {
+				// Which one a filter in front of the broker checked is
+				// unknown, as for a control header given twice.
+				return "", fmt.Sprintf("%s: the message has header %s %d times; give it once", placeholderName(p), printable(p.text), n)
 			}
 		}
 		check := destination.CheckToken // every placeholder but {source.N:} is one token

@@ -35,7 +35,7 @@ func TestParseTemplateErrors(t *testing.T) {
 }
 
 func TestTemplateExpand(t *testing.T) {
-	h := hdrs("Tenant", "eu", "empty", "", "tenant", "second")
+	h := hdrs("Tenant", "eu", "empty", "")
 	cases := []struct {
 		tmpl, source, want string
 		literal            bool
@@ -52,7 +52,7 @@ func TestTemplateExpand(t *testing.T) {
 		{"{source.3:}", "orders.created.eu", "eu", false},
 		{"out.{source.2:}", "delayed.orders.created", "out.orders.created", false},
 		{"{header.tenant}.{source.1}", "orders.x", "eu.orders", false},
-		{"{header.TENANT}", "", "eu", false}, // case-insensitive, the first
+		{"{header.TENANT}", "", "eu", false}, // case-insensitive
 		{"{{literal}}.{source}", "s", "{literal}.s", false},
 		{"{{}}", "s", "{}", true},
 		{"q-{source}-{source.1}", "a", "q-a-a", false},
@@ -89,13 +89,16 @@ func TestTemplateExpandMissing(t *testing.T) {
 		{"fired.{header.space}", "", `white space`},
 		{"{source.2:}", "a.b..c", "has an empty token"},
 		{"{source}", "orders*", "holds a wildcard"},
+		// Given twice in two cases: which one a filter in front checked is
+		// unknown.
+		{"fired.{header.kind}", "", "{header.kind}: the message has header kind 2 times; give it once"},
 	}
 	for _, c := range cases {
 		tm, err := ParseTemplate(c.tmpl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, why := tm.Expand(c.source, hdrs("empty", "", "tenant", "victim.orders.admin", "wild", "a*", "gt", ">", "space", "a b"))
+		got, why := tm.Expand(c.source, hdrs("empty", "", "tenant", "victim.orders.admin", "wild", "a*", "gt", ">", "space", "a b", "kind", "ok", "KIND", "evil"))
 		if !strings.Contains(why, c.whyHas) || got != "" {
 			t.Errorf("%q with source %q = %q, reason %q; want a reason containing %q", c.tmpl, c.source, got, why, c.whyHas)
 		}
