@@ -318,6 +318,17 @@ func TestDeceptiveIDsRefused(t *testing.T) {
 	if err := json.Unmarshal(r.body, &list); err != nil || len(list) != 1 || list[0].ID != legacy {
 		t.Errorf("escaped ID does not decode to the stored one: %v %+v", err, list)
 	}
+	// Invisible characters an ID may hold are accepted, and escaped
+	// wherever the ID is shown: "victim" followed by a zero-width space
+	// does not show as "victim".
+	r = e.do("POST", "/v1/messages", `{"id":"victim\u200b","delay":"1h",`+`"sink":"rabbit","destination":"q","body":""}`)
+	e.expect(r, 201)
+	if strings.ContainsRune(string(r.body), '\u200b') || !strings.Contains(string(r.body), `victim\u200b`) {
+		t.Errorf("the answer shows the zero-width space raw: %s", r.body)
+	}
+	if got := r.json(t)["id"]; got != "victim\u200b" {
+		t.Errorf("the escaped ID decodes to %q", got)
+	}
 }
 
 // TestStrictJSON: exact field names, no repeated key at any depth, valid

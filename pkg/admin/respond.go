@@ -25,11 +25,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // EncodeJSON writes v as JSON and a newline, indented by indent when it is
-// not empty, with every character that envelope.IsDeceptive names (C0 and
-// C1 controls, DEL, bidirectional overrides and isolates) written as a
-// \uXXXX escape: the decoded strings are the same, but a terminal or a
-// page showing the raw JSON cannot be made to show an ID or a value as
-// another one. The admin API and the CLI's JSON output use it.
+// not empty, with every character that envelope.IsHidden names (C0 and
+// C1 controls, DEL, bidirectional overrides and isolates, the invisible
+// default-ignorable code points) written as a \uXXXX escape: the decoded
+// strings are the same, but a terminal or a page showing the raw JSON
+// cannot be made to show an ID or a value as another one. The admin API
+// and the CLI's JSON output use it.
 func EncodeJSON(w io.Writer, v any, indent string) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -44,18 +45,18 @@ func EncodeJSON(w io.Writer, v any, indent string) error {
 	return err
 }
 
-// escapeDeceptive escapes the runes envelope.IsDeceptive names in encoded
+// escapeDeceptive escapes the runes envelope.IsHidden names in encoded
 // JSON, where they can only be inside strings (encoding/json already
 // escapes C0 controls; the newline ending the encoding is kept).
 func escapeDeceptive(b []byte) []byte {
-	if !bytes.ContainsFunc(b[:max(0, len(b)-1)], func(r rune) bool { return r >= 0x7f && envelope.IsDeceptive(r) }) {
+	if !bytes.ContainsFunc(b[:max(0, len(b)-1)], func(r rune) bool { return r >= 0x7f && envelope.IsHidden(r) }) {
 		return b
 	}
 	out := make([]byte, 0, len(b)+32)
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
-		if r >= 0x7f && envelope.IsDeceptive(r) {
-			out = fmt.Appendf(out, `\u%04x`, r)
+		if r >= 0x7f && envelope.IsHidden(r) {
+			out = envelope.AppendEscape(out, r)
 		} else {
 			out = append(out, b[i:i+n]...)
 		}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -381,23 +383,44 @@ func IsDeceptive(r rune) bool {
 	return r < 0x20 || (r >= 0x7f && r <= 0x9f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
+// IsHidden reports whether r is written as an escape wherever delaybridge
+// shows text to a person (DisplayID, the admin API's JSON, the
+// dashboard): the characters IsDeceptive refuses in IDs, and the
+// invisible ones an ID may hold, Unicode's default-ignorable code points
+// (zero-width spaces and joiners, the byte-order mark, the soft hyphen,
+// variation selectors...), so that "victim" followed by one of them is
+// not shown as "victim".
+func IsHidden(r rune) bool {
+	return IsDeceptive(r) || unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) ||
+		unicode.Is(unicode.Variation_Selector, r)
+}
+
 // DisplayID returns id for showing to a person: as it is when it has no
-// character IsDeceptive refuses (every ID accepted since they are refused),
-// else with each such character written as \uXXXX, so that an ID stored
-// by an older version cannot pass for another one on a terminal or a page.
+// character IsHidden names, else with each such character written as
+// \uXXXX (a character beyond U+FFFF as its UTF-16 pair, as JSON writes
+// it), so that an ID cannot pass for another one on a terminal or a page.
 func DisplayID(id string) string {
-	if !strings.ContainsFunc(id, IsDeceptive) {
+	if !strings.ContainsFunc(id, IsHidden) {
 		return id
 	}
-	var b strings.Builder
+	var b []byte
 	for _, r := range id {
-		if IsDeceptive(r) {
-			fmt.Fprintf(&b, "\\u%04x", r)
+		if IsHidden(r) {
+			b = AppendEscape(b, r)
 		} else {
-			b.WriteRune(r)
+			b = utf8.AppendRune(b, r)
 		}
 	}
-	return b.String()
+	return string(b)
+}
+
+// AppendEscape appends r as a JSON escape: \uXXXX, or the two of its
+// UTF-16 surrogate pair beyond U+FFFF.
+func AppendEscape(b []byte, r rune) []byte {
+	if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+		return fmt.Appendf(b, `\u%04x\u%04x`, r1, r2)
+	}
+	return fmt.Appendf(b, `\u%04x`, r)
 }
 
 // MaxDueMs bounds due times (Unix ms, exclusive): 2^42, in 2109. The store

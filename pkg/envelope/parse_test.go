@@ -651,6 +651,14 @@ func TestDisplayID(t *testing.T) {
 		"invoice-\u202egpj.exe": `invoice-\u202egpj.exe`,
 		"a\u0085b\tc":           `a\u0085b\u0009c`,
 		"x\u2066y\u2069":        `x\u2066y\u2069`,
+		// Invisible, and accepted: shown so that they cannot pass for
+		// "victim" (a variation selector beyond U+FFFF as JSON writes it).
+		"victim\u200b":     `victim\u200b`,
+		"vic\u00adtim":     `vic\u00adtim`,
+		"\ufeffvictim":     `\ufeffvictim`,
+		"victim\u034f":     `victim\u034f`,
+		"victim\U000e0100": `victim\udb40\udd00`,
+		"caf\u00e9 \u00a0": "caf\u00e9 \u00a0", // visible: letters, spaces
 	} {
 		if got := DisplayID(id); got != want {
 			t.Errorf("DisplayID(%q) = %q, want %q", id, got, want)

@@ -152,13 +152,15 @@
 
   // shown returns s for display: C0 and C1 controls, DEL and the
   // bidirectional embeddings, overrides and isolates (the characters the
-  // server refuses in IDs) written as \uXXXX.
-  const DECEPTIVE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
-  const escapeChar = (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0');
+  // server refuses in IDs), and the invisible default-ignorable code
+  // points (zero-width spaces and joiners, the byte-order mark...)
+  // written as \uXXXX, as the server writes them (envelope.IsHidden).
+  const DECEPTIVE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\p{Cf}\p{Default_Ignorable_Code_Point}]/gu;
+  const escapeChar = (c) => Array.from({ length: c.length }, (_, i) => '\\u' + c.charCodeAt(i).toString(16).padStart(4, '0')).join('');
   const shown = (s) => String(s).replace(DECEPTIVE, escapeChar);
   // shownJSON is JSON.stringify with the same characters escaped; C0
   // controls are already escaped inside strings, and its line breaks stay.
-  const JSON_DECEPTIVE = /[\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+  const JSON_DECEPTIVE = /[\u007f-\u009f\u202a-\u202e\u2066-\u2069\p{Cf}\p{Default_Ignorable_Code_Point}]/gu;
   const shownJSON = (v) => JSON.stringify(v, null, 2).replace(JSON_DECEPTIVE, escapeChar);
 
   const fmtInt = (n) => nf.format(n || 0);
