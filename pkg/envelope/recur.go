@@ -282,6 +282,7 @@ func (r *Recurrence) Skip(due, now time.Time) bool {
 		if r.Every > 0 { // by arithmetic, however many
 			return r.lastBy(now)-r.number(due) >= want
 		}
+		want = min(want, maxWalk) // a cron schedule is walked, as far as Next walks it
 	default:
 		return false
 	}
@@ -401,7 +402,7 @@ func (r *Recurrence) recentCron(next time.Time, n int, now time.Time, keep int) 
 	if !r.Until.IsZero() && r.Until.Before(end) {
 		end = r.Until
 	}
-	ring := make([]time.Time, 0, keep)
+	ring := make([]time.Time, 0, min(keep, maxWalk)) // no more are walked
 	t, k := next, n
 	for i := 0; !t.IsZero() && !t.After(end) && (r.Count <= 0 || k <= r.Count); i++ {
 		if i == maxWalk {

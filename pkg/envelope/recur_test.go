@@ -517,3 +517,19 @@ func TestMissedAllKeepsTheMostRecentWithinTheSeriesEnd(t *testing.T) {
 		}
 	}
 }
+
+// A missed_max far beyond what is walked (an import line may give any)
+// costs no more than maxWalk: a cron series' most recent missed
+// occurrences were kept in a ring made to its size, 2,000,000,000 times.
+func TestMissedAllHugeBoundCostsAWalk(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	r := &Recurrence{Cron: "* * * * * *", Anchor: start, N: 1, Missed: MissedAll, MissedMax: 2_000_000_000}
+	now := start.Add(10 * time.Second)
+	next, n, ok := r.Next(start, now)
+	if !ok || n != 2 || !next.Equal(start.Add(time.Second)) {
+		t.Fatalf("next %v #%d %v, want every missed one from #2", next, n, ok)
+	}
+	if r.Skip(start.Add(time.Second), now) {
+		t.Error("a missed occurrence within the bound is skipped")
+	}
+}
