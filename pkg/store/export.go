@@ -130,8 +130,8 @@ type RecordRecurrence struct {
 	N        int    `json:"n"`
 	Missed   string `json:"missed"` // once, all or skip
 	// MissedMax is the route.missed_max kept with the series when it was
-	// parked; absent (an export of an earlier release): the importing
-	// route's.
+	// parked, written under missed all, which it bounds; absent (another
+	// policy, an export of an earlier release): the importing route's.
 	MissedMax int `json:"missed_max,omitempty"`
 }
 
@@ -252,7 +252,10 @@ func NewRecord(m *envelope.Message) *Record {
 	}
 	if c := m.Recur; c != nil {
 		rr := &RecordRecurrence{Cron: Text(c.Cron), TimeZone: Text(c.TimeZone), Anchor: envelope.FormatTime(c.Anchor),
-			Count: c.Count, N: c.N, Missed: c.Missed.String(), MissedMax: c.MissedBound()}
+			Count: c.Count, N: c.N, Missed: c.Missed.String()}
+		if c.Missed == envelope.MissedAll { // the bound of missed all alone: other lines stay the previous release's
+			rr.MissedMax = c.MissedBound()
+		}
 		if c.Every != 0 {
 			rr.Every = c.Every.String()
 		}
