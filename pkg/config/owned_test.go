@@ -9,11 +9,12 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/destination"
 )
 
-// The dead letters' destination is reserved on the dead sink like what an
-// ingest consumes: a publisher's message sent there would pass for a dead
-// letter (the security probe delivered one, its dead reason forged). A
-// route's allowed_destinations that names it literally opens it; a
-// destination that only begins with it is another one.
+// The dead letters' destination is reserved like what an ingest
+// consumes, on every sink of the dead sink's broker kind (another sink may
+// reach the same cluster): a publisher's message sent there would pass for
+// a dead letter (the security probe delivered one, its dead reason
+// forged). A route's allowed_destinations that names it literally opens
+// it; a destination that only begins with it is another one.
 func TestDeadLetterDestinationIsReserved(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
 redis: {addr: "a:1"}
@@ -26,6 +27,8 @@ sinks:
     nats: {url: "nats://127.0.0.1:1"}
   - name: other
     nats: {url: "nats://127.0.0.1:1"}
+  - name: rabbit
+    rabbitmq: {url: "amqp://127.0.0.1:1", exchange: ""}
 dead: {sink: out, destination: delaybridge.dead}
 `), func(string) (string, bool) { return "", false })
 	if err != nil {
@@ -33,6 +36,7 @@ dead: {sink: out, destination: delaybridge.dead}
 	}
 	out, _ := cfg.SinkDestinations("out")
 	other, _ := cfg.SinkDestinations("other")
+	rabbit, _ := cfg.SinkDestinations("rabbit")
 	for _, c := range []struct {
 		syn     destination.Syntax
 		dest    string
@@ -42,7 +46,8 @@ dead: {sink: out, destination: delaybridge.dead}
 		{out, "delaybridge.dead", []string{">"}, false},
 		{out, "delaybridge.dead", []string{"delaybridge.dead"}, true},
 		{out, "delaybridge.deadline", []string{">"}, true},
-		{other, "delaybridge.dead", []string{">"}, true}, // another sink's namespace
+		{other, "delaybridge.dead", []string{">"}, false}, // maybe the same cluster
+		{rabbit, "delaybridge.dead", []string{"#"}, true}, // another broker
 	} {
 		err := c.syn.Check(c.dest, c.allowed, true)
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, destination.ErrReserved)) {

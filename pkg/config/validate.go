@@ -463,6 +463,18 @@ func (c *Config) SinkDestinations(name string) (destination.Syntax, bool) {
 	return destination.Syntax{}, false
 }
 
+// sameKind reports whether the sink named name has a broker of s's kind:
+// it may be the same cluster under another name, whose namespace a
+// publisher reaches through s.
+func (c *Config) sameKind(name string, s *Sink) bool {
+	for i := range c.Sinks {
+		if o := &c.Sinks[i]; o.Name == name && o.Broker != nil {
+			return o.Broker.Kind() == s.Broker.Kind()
+		}
+	}
+	return false
+}
+
 // own is a part of a sink's namespace that this daemon uses itself.
 type own struct {
 	part destination.Reserved
@@ -472,8 +484,9 @@ type own struct {
 // owned are the parts of the namespace of sink s that this daemon uses
 // itself: what each ingest consumes (IngestBroker.Consumes), where a
 // message published would come back to it (a loop), and the dead letters'
-// destination (dead.destination), where one would pass for a dead letter,
-// its x-delaybridge-dead-reason the publisher's.
+// destination (dead.destination) on every sink of the dead sink's broker
+// kind, where one would pass for a dead letter, its
+// x-delaybridge-dead-reason the publisher's.
 func (c *Config) owned(s *Sink) []own {
 	var out []own
 	for j := range c.Ingest {
@@ -486,7 +499,7 @@ func (c *Config) owned(s *Sink) []own {
 			out = append(out, own{part: r, who: "ingest " + in.Name + " reads it"})
 		}
 	}
-	if d := c.Dead.Destination; c.Dead.Sink == s.Name && d != "" {
+	if d := c.Dead.Destination; d != "" && c.sameKind(c.Dead.Sink, s) {
 		out = append(out, own{part: destination.Reserved{Prefix: d, Pattern: d, Example: d,
 			What: "the dead letters' destination (dead.destination): a message published there would pass for a dead letter"},
 			who: "dead letters go there"})
