@@ -16,7 +16,7 @@ import (
 //	                subject, AMQP routing key, Kafka topic)
 //	{source.N}      its N-th dot-separated token, from 1
 //	{source.N:}     tokens N..last, joined by dots
-//	{header.NAME}   the value of header NAME (case-insensitive; given once)
+//	{header.NAME}   the value of header NAME (case-insensitive; given more than once, with one value)
 //	{{ and }}       a literal { and }
 //
 // Anything else in braces is an error of ParseTemplate, which `delaybridge
@@ -177,10 +177,10 @@ func (t *Template) Expand(source string, h Headers) (string, string) {
 			if v, ok = h.Get(p.text); !ok {
 				return "", fmt.Sprintf("%s: the message has no header %s", placeholderName(p), printable(p.text))
 			}
-			if n := h.Count(p.text); n > 1 {
+			if differs(h, p.text, v) {
 				// Which one a filter in front of the broker checked is
 				// unknown, as for a control header given twice.
-				return "", fmt.Sprintf("%s: the message has header %s %d times; give it once", placeholderName(p), printable(p.text), n)
+				return "", fmt.Sprintf("%s: the message has header %s %d times with different values; give it once", placeholderName(p), printable(p.text), h.Count(p.text))
 			}
 		}
 		check := destination.CheckToken // every placeholder but {source.N:} is one token
@@ -193,6 +193,16 @@ func (t *Template) Expand(source string, h Headers) (string, string) {
 		b.WriteString(v)
 	}
 	return b.String(), ""
+}
+
+// differs reports whether header key appears with another value than v.
+func differs(h Headers, key, v string) bool {
+	for _, kv := range h {
+		if strings.EqualFold(kv.Key, key) && kv.Value != v {
+			return true
+		}
+	}
+	return false
 }
 
 func countTokens(source string) int {

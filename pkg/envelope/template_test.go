@@ -35,7 +35,7 @@ func TestParseTemplateErrors(t *testing.T) {
 }
 
 func TestTemplateExpand(t *testing.T) {
-	h := hdrs("Tenant", "eu", "empty", "")
+	h := hdrs("Tenant", "eu", "empty", "", "tenant", "eu") // given twice, one value
 	cases := []struct {
 		tmpl, source, want string
 		literal            bool
@@ -91,7 +91,7 @@ func TestTemplateExpandMissing(t *testing.T) {
 		{"{source}", "orders*", "holds a wildcard"},
 		// Given twice in two cases: which one a filter in front checked is
 		// unknown.
-		{"fired.{header.kind}", "", "{header.kind}: the message has header kind 2 times; give it once"},
+		{"fired.{header.kind}", "", "{header.kind}: the message has header kind 2 times with different values; give it once"},
 	}
 	for _, c := range cases {
 		tm, err := ParseTemplate(c.tmpl)
