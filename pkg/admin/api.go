@@ -217,7 +217,9 @@ func (s *Server) newAPI() huma.API {
 		"bearer": {Type: "http", Scheme: "bearer", Description: "admin.token, as `Authorization: Bearer <token>`."},
 	}
 	cfg.Security = []map[string][]string{{"bearer": {}}}
-	cfg.Formats = map[string]huma.Format{"application/json": {Marshal: marshalJSON, Unmarshal: unmarshalJSON}}
+	cfg.Formats = map[string]huma.Format{"application/json": {Marshal: marshalJSON, Unmarshal: func(data []byte, v any) error {
+		return s.decodes.decode(len(data), func() error { return unmarshalJSON(data, v) })
+	}}}
 	cfg.Components.Schemas.RegisterTypeAlias(reflect.TypeFor[ops.Scalar](), reflect.TypeFor[scalarSchema]())
 	return humago.New(s.router, cfg)
 }

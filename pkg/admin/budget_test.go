@@ -2,55 +2,43 @@ package admin
 
 import (
 	"bufio"
-	"context"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 )
 
-// Large bodies take turns within the budget (two of the largest document
-// at once); one that cannot have its share before its request ends gets
-// 503 with Retry-After; a request without a body takes nothing.
-func TestBodyBudgetTakesTurns(t *testing.T) {
-	b := newBodyBudget(maxSmallBody)
-	req := func(n int64, ctx context.Context) *http.Request {
-		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/messages", nil)
-		r.ContentLength = n
-		return r
+// Large bodies decode in turns within the budget (two of the largest
+// document at once); a body waiting for its turn decodes when one is done.
+func TestDecodeBudgetTakesTurns(t *testing.T) {
+	b := newDecodeBudget(maxSmallBody)
+	in := make(chan int, 3)
+	hold := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	for i := range hold {
+		go func() {
+			_ = b.decode(maxSmallBody, func() error { in <- i; <-hold[i]; return nil })
+		}()
 	}
-	bg := context.Background()
-	rel1, ok1 := b.take(httptest.NewRecorder(), req(maxSmallBody, bg))
-	rel2, ok2 := b.take(httptest.NewRecorder(), req(-1, bg)) // unknown size: the largest
-	if !ok1 || !ok2 {
-		t.Fatal("two of the largest bodies did not fit the budget")
+	for range hold {
+		select {
+		case <-in:
+		case <-time.After(10 * time.Second):
+			t.Fatal("two of the largest bodies did not decode side by side")
+		}
 	}
-	if rel, ok := b.take(httptest.NewRecorder(), req(0, bg)); !ok {
-		t.Fatal("a request without a body waited for the budget")
-	} else {
-		rel()
+	if b.sem.TryAcquire(1) {
+		t.Fatal("the budget had room beside two of the largest bodies")
 	}
-	short, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	defer cancel()
-	w := httptest.NewRecorder()
-	if _, ok := b.take(w, req(1, short)); ok || w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
-		t.Fatalf("a third body with the budget spent: ok %v, %d %q, want 503 with Retry-After", ok, w.Code, w.Header().Get("Retry-After"))
-	}
-	taken := make(chan func())
-	go func() {
-		rel, _ := b.take(httptest.NewRecorder(), req(maxSmallBody, bg))
-		taken <- rel
-	}()
-	rel1()
+	third := make(chan struct{})
+	go func() { _ = b.decode(100, func() error { close(third); return nil }) }()
+	close(hold[0])
 	select {
-	case rel := <-taken:
-		rel()
+	case <-third:
 	case <-time.After(10 * time.Second):
-		t.Fatal("a body waiting for its turn did not get it when one was done")
+		t.Fatal("a body waiting for its turn did not decode when one was done")
 	}
-	rel2()
+	close(hold[1])
 }
 
 // A refusal of a request that announced a body it has not sent (here

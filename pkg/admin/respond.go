@@ -120,20 +120,38 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow []string) {
 // request log.
 type recorder struct {
 	http.ResponseWriter
-	status       int
-	wroteHeader  bool
-	errMsg       string
-	closeOnError bool // an error status closes the connection (Server.serve)
+	status      int
+	wroteHeader bool
+	errMsg      string
+	body        *readBody // the request's body, when it has one (Server.serve)
 }
 
 func (r *recorder) WriteHeader(status int) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = status, true
-		if status >= 400 && r.closeOnError {
+		if status >= 400 && r.body != nil && !r.body.done {
+			// A refusal before the body was read closes the connection:
+			// Go's server would otherwise read the rest of the body first,
+			// to reuse the connection, and a client that announced one and
+			// sends nothing held it for the read timeout (a minute).
 			r.Header().Set("Connection", "close")
 		}
 	}
 	r.ResponseWriter.WriteHeader(status)
+}
+
+// readBody is a request body that says whether it was read to its end.
+type readBody struct {
+	io.ReadCloser
+	done bool
+}
+
+func (b *readBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.done = true
+	}
+	return n, err
 }
 
 func (r *recorder) Write(b []byte) (int, error) {

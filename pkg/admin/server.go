@@ -124,7 +124,7 @@ type Server struct {
 	handler http.Handler
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
 	hosts   hostGuard
-	bodies  *bodyBudget // the request bodies read and decoded at once
+	decodes *decodeBudget // the JSON bodies decoded at once
 
 	mu   sync.Mutex
 	srv  *http.Server
@@ -155,7 +155,7 @@ func New(p Params) *Server {
 	if p.Pprof && p.Token == "" {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
 	}
-	s.bodies = newBodyBudget(s.ops.Limits().MaxDocumentBytes())
+	s.decodes = newDecodeBudget(s.ops.Limits().MaxDocumentBytes())
 	s.history = newHistory(p.Metrics, HistoryEvery, HistoryWindow)
 	s.api = s.newAPI()
 	s.register()
@@ -241,11 +241,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // for /v1/ and /debug/, then the route (routes.go).
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	// A refusal to a request that has a body closes the connection: Go's
-	// server would otherwise read the unread body first, to reuse the
-	// connection, and a client that announced one and sent nothing held
-	// it for the read timeout (a minute), unauthenticated.
-	rec := &recorder{ResponseWriter: w, status: http.StatusOK, closeOnError: r.ContentLength != 0}
+	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		rec.body = &readBody{ReadCloser: r.Body}
+		r.Body = rec.body
+	}
 	path := r.URL.EscapedPath()
 	defer func() {
 		attrs := []any{"method", r.Method, "path", path, "status", rec.status,
@@ -268,11 +268,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if !s.guardChange(rec, r) {
 		return
 	}
-	release, ok := s.bodies.take(rec, r)
-	if !ok {
-		return
-	}
-	defer release()
 	s.router.ServeHTTP(rec, r)
 }
 

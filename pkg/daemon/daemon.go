@@ -484,14 +484,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 const evictionEvery = 10 * time.Second
 
 // watchEviction reads the masters' eviction policy every evictionEvery
-// until ctx ends; a reading that gets no answer keeps the last one.
+// until ctx ends; a reading that gets no answer, or an error other than a
+// policy that deletes keys, keeps the last one.
 func (d *Daemon) watchEviction(ctx context.Context) {
 	lifecycle.Every(ctx, evictionEvery, func() {
 		cctx, cancel := context.WithTimeout(ctx, evictionEvery)
 		defer cancel()
 		_, err := d.store.CheckEviction(cctx)
-		if cctx.Err() != nil {
-			return
+		if cctx.Err() != nil || err != nil && !errors.Is(err, store.ErrEvictionPolicy) {
+			return // Redis out of reach: /readyz says that itself
 		}
 		d.eviction.Store(&err)
 	})

@@ -158,9 +158,11 @@
   const DECEPTIVE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\p{Cf}\p{Default_Ignorable_Code_Point}]/gu;
   const escapeChar = (c) => Array.from({ length: c.length }, (_, i) => '\\u' + c.charCodeAt(i).toString(16).padStart(4, '0')).join('');
   const shown = (s) => String(s).replace(DECEPTIVE, escapeChar);
-  // shownJSON is JSON.stringify with the same characters escaped; C0
-  // controls are already escaped inside strings, and its line breaks stay.
-  const JSON_DECEPTIVE = /[\u007f-\u009f\u202a-\u202e\u2066-\u2069\p{Cf}\p{Default_Ignorable_Code_Point}]/gu;
+  // shownJSON is JSON.stringify with the characters IDs refuse escaped
+  // (C0 controls are already escaped inside strings, and its line breaks
+  // stay); the invisible ones stay as they are in a message's content,
+  // where emoji and scripts such as Persian join with them.
+  const JSON_DECEPTIVE = /[\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
   const shownJSON = (v) => JSON.stringify(v, null, 2).replace(JSON_DECEPTIVE, escapeChar);
 
   const fmtInt = (n) => nf.format(n || 0);
