@@ -269,15 +269,19 @@ func TestWaitingMessagesAreNotDeliveredAgain(t *testing.T) {
 		return strings.Replace(cfg, `durable: delaybridge}`, `durable: delaybridge, ack_wait: `+ackWait.String()+`}`, 1) + "limits: {max_parked_messages: 5}\n"
 	}, "")
 	var ids []string
-	for i := 0; i < 15; i++ {
-		id := fmt.Sprintf("w-%02d", i)
-		ids = append(ids, id)
-		delay := "3600000" // the first 5 fill the store until they are cancelled
-		if i >= 5 {
-			delay = "500"
+	publish := func(from, to int, delay string) {
+		for i := from; i < to; i++ {
+			id := fmt.Sprintf("w-%02d", i)
+			ids = append(ids, id)
+			e.publish("delayed.w", []byte(id), "x-delay", delay, "x-message-id", id)
 		}
-		e.publish("delayed.w", []byte(id), "x-delay", delay, "x-message-id", id)
 	}
+	// The first 5 fill the store until they are cancelled: parked before
+	// the others come, as batches read side by side take the room in
+	// either order.
+	publish(0, 5, "3600000")
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.d.stats().Parked == 5 }, "the first 5 not parked")
+	publish(5, 15, "500")
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		code, body := e.d.get("/readyz", nil)
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "wait for the store to have room")
@@ -286,6 +290,15 @@ func TestWaitingMessagesAreNotDeliveredAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pending := func() int {
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumAckPending
+	}
+	// The acks of the 5 parked may still be on their way.
+	testenv.Eventually(t, 10*time.Second, func() bool { return pending() == 10 }, "the 5 parked messages are not acknowledged")
 	// Three ack_waits: each waiting message would have come back at least
 	// twice.
 	tick := time.NewTicker(100 * time.Millisecond)
