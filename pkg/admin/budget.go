@@ -11,7 +11,7 @@ import (
 // (encoding/json's tokens, the strict checks, the values), and a body of
 // many small fields near the largest limit costs about 100 MB; forty at
 // once took the daemon to 4 GB. The budget is two of the largest
-// documents: small bodies decode side by side, large ones take turns. It
+// documents: large bodies take turns, small ones pass beside them. It
 // is taken once the body is read, for the decoding alone, so that a client
 // that sends its body slowly holds none of it.
 type decodeBudget struct {
@@ -26,9 +26,13 @@ func newDecodeBudget(largest int64) *decodeBudget {
 }
 
 // decode runs f, which decodes n bytes, once their share of the budget is
-// free.
+// free. A body of a few short fields (maxSmallBody at most, a few MB to
+// decode) takes no share: it would wait behind large ones for nothing.
 func (b *decodeBudget) decode(n int, f func() error) error {
-	w := min(max(int64(n), 1), b.most)
+	if n <= maxSmallBody {
+		return f()
+	}
+	w := min(int64(n), b.most)
 	if err := b.sem.Acquire(context.Background(), w); err != nil {
 		return err // only with a context that ends
 	}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -10,14 +11,16 @@ import (
 )
 
 // Large bodies decode in turns within the budget (two of the largest
-// document at once); a body waiting for its turn decodes when one is done.
+// document at once), small ones beside them; a large body waiting for its
+// turn decodes when one is done.
 func TestDecodeBudgetTakesTurns(t *testing.T) {
-	b := newDecodeBudget(maxSmallBody)
+	const large = 4 * maxSmallBody
+	b := newDecodeBudget(large)
 	in := make(chan int, 3)
 	hold := []chan struct{}{make(chan struct{}), make(chan struct{})}
 	for i := range hold {
 		go func() {
-			_ = b.decode(maxSmallBody, func() error { in <- i; <-hold[i]; return nil })
+			_ = b.decode(large, func() error { in <- i; <-hold[i]; return nil })
 		}()
 	}
 	for range hold {
@@ -30,8 +33,13 @@ func TestDecodeBudgetTakesTurns(t *testing.T) {
 	if b.sem.TryAcquire(1) {
 		t.Fatal("the budget had room beside two of the largest bodies")
 	}
+	ran := false
+	_ = b.decode(100, func() error { ran = true; return nil }) // a few short fields pass beside them
+	if !ran {
+		t.Fatal("a small body did not decode beside two of the largest")
+	}
 	third := make(chan struct{})
-	go func() { _ = b.decode(100, func() error { close(third); return nil }) }()
+	go func() { _ = b.decode(maxSmallBody+1, func() error { close(third); return nil }) }()
 	close(hold[0])
 	select {
 	case <-third:
@@ -59,12 +67,17 @@ func TestRefusalOfAnUnsentBodyComesAtOnce(t *testing.T) {
 	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatalf("no answer within 10 s to a request whose body never came: %v", err)
 	}
-	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
 		t.Fatalf("answer %d, closing %v; want 401 and the connection closed", resp.StatusCode, resp.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the connection after the refusal: %v, want it closed by the server (EOF)", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
@@ -130,11 +131,13 @@ func (r *recorder) WriteHeader(status int) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = status, true
 		if status >= 400 && r.body != nil && !r.body.done {
-			// A refusal before the body was read closes the connection:
-			// Go's server would otherwise read the rest of the body first,
-			// to reuse the connection, and a client that announced one and
-			// sends nothing held it for the read timeout (a minute).
+			// A refusal before the body was read closes the connection
+			// at once: Go's server would otherwise read the rest of the
+			// body (up to 256 KiB) before closing it or reusing it, and a
+			// client that announced one and sends nothing held it for the
+			// read timeout (a minute). The read deadline ends that read.
 			r.Header().Set("Connection", "close")
+			_ = http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now())
 		}
 	}
 	r.ResponseWriter.WriteHeader(status)
