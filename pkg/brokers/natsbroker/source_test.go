@@ -593,7 +593,7 @@ func readAsync(ctx context.Context, src ingest.Source) <-chan *envelope.Incoming
 func TestSourceStreamDeletedUnderItIsLeftToItsDeletion(t *testing.T) {
 	ns, js := jetStreamServer(t)
 	params := natsbroker.SourceParams{Name: "left", URL: ns.URL, Subject: subject("left"), Stream: "LEFT", Durable: "delaybridge", AckWait: 30 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	src := open(t, params)
 	defer src.Close(context.Background())
@@ -603,7 +603,9 @@ func TestSourceStreamDeletedUnderItIsLeftToItsDeletion(t *testing.T) {
 	}
 	deleted := time.Now()
 	var created time.Time
-	testenv.Eventually(t, 20*time.Second, func() bool {
+	// A deletion that finds no pull request of the ingest waiting is seen
+	// only at the next missed heartbeat, about 30 s on (one in five here).
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		info, err := js.Stream(ctx, "LEFT")
 		if err == nil {
 			created = info.CachedInfo().Created
