@@ -263,6 +263,10 @@ func TestBrowse(t *testing.T) {
 		}{
 			{store.BrowseQuery{State: store.StateScheduled}, func(e oracleEntry) bool { return e.state == store.StateScheduled }},
 			{store.BrowseQuery{State: store.StateInflight}, func(e oracleEntry) bool { return e.state == store.StateInflight }},
+			{store.BrowseQuery{State: store.StateHeld}, func(e oracleEntry) bool { return e.state == store.StateHeld }},
+			{store.BrowseQuery{State: store.StateHeld, Sink: "b", Group: "g-big"}, func(e oracleEntry) bool {
+				return e.state == store.StateHeld && msgs[e.id].Sink == "b" && msgs[e.id].Group == "g-big"
+			}},
 			{store.BrowseQuery{Sink: "b"}, func(e oracleEntry) bool { return msgs[e.id].Sink == "b" }},
 			{store.BrowseQuery{Destination: "d2"}, func(e oracleEntry) bool { return msgs[e.id].Destination == "d2" }},
 			{store.BrowseQuery{Ingest: "i2"}, func(e oracleEntry) bool { return msgs[e.id].Ingest == "i2" }},
@@ -460,4 +464,57 @@ func TestBrowseOneShardHoldsAll(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v\nwant %v", got, want)
 	}
+}
+
+// A listing by state walks only the sets of that state: scheduled messages
+// behind a held backlog come on the first page, not after pages that
+// examined the held ones and found nothing, and held ones the same way.
+func TestBrowseByStateSkipsTheOtherStates(t *testing.T) {
+	onSingleAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := store.New(rdb, store.Options{Prefix: "bs", Shards: 4})
+		var held []*envelope.Message
+		for i := range 400 {
+			m := msg(fmt.Sprintf("held-%03d", i), time.Now().Add(-time.Minute))
+			m.Sink = "b"
+			held = append(held, m)
+		}
+		park(t, s, store.Parked, held...)
+		states, err := s.SinkStates(ctx, []string{"b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for sh := 0; sh < s.Shards(); sh++ {
+			if _, err := s.Claim(ctx, sh, 1000, time.Minute, map[string]int{"b": states["b"].Band}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var later []*envelope.Message
+		for i := range 3 {
+			m := msg(fmt.Sprintf("later-%d", i), time.Now().Add(time.Hour))
+			m.Sink = "a"
+			later = append(later, m)
+		}
+		park(t, s, store.Parked, later...)
+
+		p, err := s.Browse(ctx, store.BrowseQuery{State: store.StateScheduled, Limit: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Messages) != 3 || p.Next != "" {
+			t.Fatalf("scheduled behind 400 held: a first page of %d messages (next %q), examined %d; want the 3 and no next page",
+				len(p.Messages), p.Next, p.Examined)
+		}
+		p, err = s.Browse(ctx, store.BrowseQuery{State: store.StateHeld, DueAfter: time.Now().Add(-30 * time.Second), Limit: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Messages) != 0 || p.Next != "" || p.Examined != 0 {
+			t.Fatalf("held due after the held backlog: %d messages, next %q, examined %d; want none, at once", len(p.Messages), p.Next, p.Examined)
+		}
+		got, _, _ := browseAll(t, s, store.BrowseQuery{State: store.StateHeld, Limit: 50})
+		if len(got) != 400 {
+			t.Fatalf("held: listed %d of 400", len(got))
+		}
+	})
 }

@@ -182,7 +182,12 @@ end
 if mode == 'dead' then
   stream(K.dead, 0, math.huge, false)
 else
-  for _, sp in ipairs(spans(bands)) do stream(sp.key, sp.off, sp.top, sp.held) end
+  -- A state filter walks the sets that can hold that state only: a held
+  -- backlog costs a listing of scheduled messages nothing, and the other
+  -- way round (a message in flight is in a set that is not held).
+  for _, sp in ipairs(spans(bands)) do
+    if fstate == '' or sp.held == (fstate == 'held') then stream(sp.key, sp.off, sp.top, sp.held) end
+  end
 end
 local chunk = math.max(16, math.min(limit, 256))
 local function head(st)
