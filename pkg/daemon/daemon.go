@@ -419,6 +419,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go boundDead(runCtx, d.store, sources, max, d.log)
 	}
 
+	maxRates := map[string]float64{}
+	for _, sc := range d.cfg.Sinks {
+		maxRates[sc.Name] = sc.MaxRate
+	}
+	walk := applyMaxRates(runCtx, d.store, maxRates, d.log) // before the scheduler gives a slot
+	go walk(runCtx)
+
 	var schedWG sync.WaitGroup
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))
 	schedWG.Add(2)

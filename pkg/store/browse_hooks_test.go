@@ -7,3 +7,10 @@ func SetBrowseGroupIndexMax(n int) (restore func()) {
 	browseGroupIndexMax = n
 	return func() { browseGroupIndexMax = old }
 }
+
+// SetReslotBatch sets how many entries one reslot call looks at.
+func SetReslotBatch(n int) (restore func()) {
+	old := reslotBatch
+	reslotBatch = n
+	return func() { reslotBatch = old }
+}

@@ -493,3 +493,56 @@ func TestMaxRateSharedByThreeDaemons(t *testing.T) {
 		}
 	}
 }
+
+// A restart with another max_rate reaches the messages already waiting for
+// a slot of the old one: 20 messages due at once at 0.1/s have slots over
+// 190 s; restarted at 1000/s, the daemon publishes them all within
+// seconds, where the old slots would have held them for minutes.
+func TestNewMaxRateReachesTheWaiting(t *testing.T) {
+	e := newNATSEnv(t, "", "")
+	withRate := func(r string) string {
+		return strings.Replace(e.config(""), "jetstream: true}", "jetstream: true}\n    max_rate: "+r, 1)
+	}
+	e.d.stop()
+	slow := startDaemon(t, withRate("0.1"))
+
+	const n = 20
+	var msgs []*envelope.Message
+	now := time.Now().Truncate(time.Millisecond)
+	for i := range n {
+		msgs = append(msgs, &envelope.Message{ID: fmt.Sprintf("slow-%02d", i), DueAt: now, Sink: "out", Destination: "fired.rate", Body: []byte("r")})
+	}
+	st := store.New(e.redis.Client(), store.Options{Prefix: "e2e", Shards: 16})
+	if _, err := st.Park(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	fired := func() int {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.fired)
+	}
+	// Every message claimed: the first published, the others waiting for
+	// slots 10 s apart.
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		page, err := st.Browse(context.Background(), store.BrowseQuery{})
+		return err == nil && fired() >= 1 && len(page.Messages)+fired() == n && slotted(t, page) == len(page.Messages)
+	}, "the messages did not all get slots at 0.1/s")
+	slow.stop()
+	restarted := time.Now()
+	startDaemon(t, withRate("1000"))
+	testenv.Eventually(t, 60*time.Second, func() bool { return fired() == n },
+		"the messages kept the slots of the previous max_rate (0.1/s: up to 190 s)")
+	t.Logf("all %d published %v after the restart at 1000/s", n, time.Since(restarted).Round(time.Millisecond))
+}
+
+// slotted counts the messages of a page that wait for a max_rate slot: due,
+// their next attempt later than their due time.
+func slotted(t *testing.T, page *store.Page) (n int) {
+	t.Helper()
+	for _, m := range page.Messages {
+		if m.State == store.StateScheduled && m.Message != nil && m.NextAt.After(m.Message.DueAt) {
+			n++
+		}
+	}
+	return n
+}
