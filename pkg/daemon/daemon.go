@@ -133,6 +133,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 	if err := census(ctx, cfg, d.store, log); err != nil {
 		return nil, err
 	}
+	if err := checkKeys(ctx, d.store, cfg.Encryption, log); err != nil {
+		return nil, err
+	}
 	if warning, err := d.store.CheckEviction(ctx); err != nil {
 		return nil, err
 	} else if warning != "" {

@@ -196,3 +196,40 @@ func TestEncryptionEndToEnd(t *testing.T) {
 	}
 	e.d.stop()
 }
+
+// A start checks its keys against a sample of what the store holds: a key
+// whose bytes are not those that sealed the messages under its ID stops
+// the start (the instance would kill each such message it claims, and seal
+// new ones the others cannot open); messages sealed with a key ID not
+// configured are named in a warning.
+func TestWrongKeyStopsTheStart(t *testing.T) {
+	t.Parallel() // servers of its own, no timing bound (harness_test.go)
+	k1 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
+	other := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	e := newNATSEnv(t, "", encryptionSection("k1", fmt.Sprintf("{id: k1, key: %q}", k1)))
+	for i := range 5 {
+		id := fmt.Sprintf("parked-%d", i)
+		e.publish("delayed.x", []byte("secret"), "x-delay", "1h", "x-message-id", id)
+	}
+	rdb := e.redis.Client()
+	testenv.Eventually(t, 20*time.Second, func() bool { return len(rawPools(t, rdb)) == 5 }, "the messages were not parked")
+	e.d.stop()
+
+	wrong := strings.ReplaceAll(e.config("")+encryptionSection("k1", fmt.Sprintf("{id: k1, key: %q}", other)), "%ADMIN%", "127.0.0.1:0")
+	path := filepath.Join(t.TempDir(), "wrong.yaml")
+	if err := os.WriteFile(path, []byte(wrong), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.StartProcess(t, testenv.Build(t), "run", "-c", path)
+	if code := p.Wait(60 * time.Second); code == 0 || !strings.Contains(p.Output(), `key "k1" opens none of the 5 messages sampled`) {
+		t.Fatalf("a daemon with other bytes under k1: exit %d, want a refusal naming k1:\n%s", code, p.Output())
+	}
+
+	k3 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 32))
+	d := startDaemon(t, e.config("")+encryptionSection("k3", fmt.Sprintf("{id: k3, key: %q}", k3)))
+	d.proc.WaitOutput(10*time.Second, `keys=[k1]`)
+	d.stop()
+	if pools := rawPools(t, rdb); len(pools) != 5 {
+		t.Fatalf("%d messages left parked, want the 5", len(pools))
+	}
+}

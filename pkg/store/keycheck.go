@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+)
+
+// Sealed is a sealed message of a sample (SampleSealed): its ID, the key
+// ID it names, and what opening it with this Store's keys gave (nil when
+// it opened).
+type Sealed struct {
+	ID, KeyID string
+	Err       error
+}
+
+// SampleSealed opens up to n sealed messages of the pools, a page of each
+// shard's in turn (HSCAN, so a few milliseconds whatever is parked), to
+// tell at start whether the configured keys open what the store holds:
+// a key ID they do not have, or a key whose bytes are not the ones that
+// sealed the messages under its ID. Messages in clear are passed over.
+func (s *Store) SampleSealed(ctx context.Context, n int) ([]Sealed, error) {
+	var out []Sealed
+	for shard := 0; shard < s.shards && len(out) < n; shard++ {
+		kv, _, err := s.rdb.HScan(ctx, s.keys.Pool(shard), 0, "", int64(n)).Result()
+		if err != nil && err != redis.Nil {
+			return out, fmt.Errorf("store.sample_sealed: shard %d: %w", shard, err)
+		}
+		for i := 0; i+1 < len(kv) && len(out) < n; i += 2 {
+			id, blob := kv[i], []byte(kv[i+1])
+			keyID, sealed, err := envelope.SealedKeyID(blob)
+			if err != nil || !sealed {
+				continue
+			}
+			_, err = s.codec.Decode(id, blob)
+			out = append(out, Sealed{ID: id, KeyID: keyID, Err: err})
+		}
+	}
+	return out, nil
+}
