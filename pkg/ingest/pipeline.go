@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/lifecycle"
+	"github.com/delaybridge/delaybridge/pkg/logrepeat"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -79,6 +80,11 @@ type PipelineParams struct {
 	// answers again. 0 means DefaultHandBackAfter.
 	HandBackAfter time.Duration
 
+	// RepeatInterval is log.repeat_interval: a rejected message is logged
+	// at most once per reason per interval, the others counted (0: each
+	// is logged).
+	RepeatInterval time.Duration
+
 	Metrics *metrics.Metrics
 	Tracer  *tracing.Tracer // nil: no spans
 	Logger  *slog.Logger
@@ -107,6 +113,8 @@ type Pipeline struct {
 
 	logsMu sync.Mutex
 	logs   map[string]time.Time // the first log of each name read, as recorded (nameLog)
+
+	rejects *logrepeat.Limiter[[]any] // the rejections logged, per reason code (RepeatInterval)
 }
 
 // parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
@@ -137,7 +145,8 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.HandBackAfter <= 0 {
 		p.HandBackAfter = DefaultHandBackAfter
 	}
-	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), logs: map[string]time.Time{}}
+	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), logs: map[string]time.Time{},
+		rejects: logrepeat.New[[]any](p.RepeatInterval, maxRejectKeys)}
 	pl.room = newWaitingRoom(p.MaxInFlight, pl.log)
 	if p.OpenErr != nil {
 		pl.openErr.Store(&p.OpenErr)
@@ -263,6 +272,9 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 		defer close(roomDone)
 		pl.parkRoom(work)
 	}()
+	sumCtx, stopSum := context.WithCancel(ctx)
+	defer stopSum()
+	go pl.sumRejected(sumCtx)
 	defer func() { cancelWork(); <-roomDone }()
 
 	workers := make(chan struct{}, parkWorkers)
@@ -698,7 +710,7 @@ func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes 
 	}
 	letters := make([]sinks.Dead, len(rejects))
 	for i, r := range rejects {
-		pl.log.Warn("message rejected, kept as dead", "id", ids[i], "reason", r.Reason)
+		pl.rejected(codes[i], "id", ids[i], "code", string(codes[i]), "reason", r.Reason)
 		pl.p.Metrics.IngestRejected.WithLabelValues(pl.p.Name, string(codes[i])).Inc()
 		pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "rejected").Inc()
 		letters[i] = sinks.Dead{Message: r.Message, Reason: r.Reason}
@@ -706,6 +718,43 @@ func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes 
 	pl.p.Metrics.DeadTotal.WithLabelValues("ingest").Add(float64(len(rejects)))
 	pl.p.DeadLetter.Publish(ctx, letters)
 	return nil
+}
+
+// rejected logs a rejected message at WARN, unless one of the same reason
+// code was logged within RepeatInterval (then it is counted): a publisher
+// that sends a thousand bad messages a second makes a line per reason per
+// interval, with not_logged the count since the last.
+func (pl *Pipeline) rejected(code envelope.Code, args ...any) {
+	ok, quiet := pl.rejects.Allow(string(code), pl.p.Now(), args)
+	if !ok {
+		return
+	}
+	if quiet > 0 {
+		args = append(args, "not_logged", quiet)
+	}
+	pl.log.Warn(rejectedLine, args...)
+}
+
+const rejectedLine = "message rejected, kept as dead"
+
+// maxRejectKeys bounds the reason codes the rejections' limiter keeps apart
+// (there are a few dozen).
+const maxRejectKeys = 256
+
+// sumRejected logs, every quarter of RepeatInterval (at most a second) until
+// ctx ends, a line for each reason whose interval ended with rejections
+// not logged: the last one's attributes, with not_logged.
+func (pl *Pipeline) sumRejected(ctx context.Context) {
+	if pl.p.RepeatInterval <= 0 {
+		return
+	}
+	tick := min(max(pl.p.RepeatInterval/4, 10*time.Millisecond), time.Second)
+	lifecycle.Every(ctx, tick, func() {
+		due, _ := pl.rejects.Due(pl.p.Now())
+		for _, d := range due {
+			pl.log.Warn(rejectedLine+" (repeats)", append(append([]any{}, d.Last...), "not_logged", d.Quiet, "within", pl.p.RepeatInterval)...)
+		}
+	})
 }
 
 // retry runs op until it succeeds or ctx ends, backing off from 50 ms to 5 s.

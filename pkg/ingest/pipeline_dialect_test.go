@@ -1,9 +1,13 @@
 package ingest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,4 +125,63 @@ func TestTombstones(t *testing.T) {
 			t.Errorf("ingest_messages_total{result=%q} = %v, want %v", result, got, want)
 		}
 	}
+}
+
+// A publisher that sends many bad messages makes one WARN line per reason
+// per log.repeat_interval, not one per message: the first is logged, the
+// others are counted and summed up once the interval ends.
+func TestRejectionsAreLoggedOncePerReasonPerInterval(t *testing.T) {
+	r := testenv.Redis(t)
+	st := store.New(r.Client(), store.Options{Prefix: "rej", Shards: 4})
+	src := &recordSource{in: make(chan *envelope.Incoming, 100)}
+	var logs lockedBuffer
+	pl := ingest.NewPipeline(ingest.PipelineParams{
+		Name:   "in",
+		Source: src,
+		Route: &envelope.Route{Ingest: "in", Sink: "s", Destination: "d",
+			Sinks: destination.Sinks{"s": kafkabroker.Destinations}.Lookup},
+		Limits:         envelope.Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256},
+		Store:          st,
+		MaxInFlight:    config.DefaultMaxInFlight,
+		DrainTimeout:   5 * time.Second,
+		RepeatInterval: 300 * time.Millisecond,
+		Metrics:        metrics.New(),
+		Logger:         slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	const bad = 50
+	for i := range bad {
+		src.in <- &envelope.Incoming{Body: []byte("x"), Headers: envelope.Headers{{Key: "x-delay", Value: "soon"}, {Key: "x-message-id", Value: fmt.Sprintf("bad-%d", i)}}}
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { a, _ := src.settled(); return a == bad })
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "(repeats)") }, "no summary of the repeats")
+	out := logs.String()
+	if n := strings.Count(out, `msg="message rejected, kept as dead"`); n != 1 {
+		t.Fatalf("%d lines for %d rejections of one reason, want 1 and a summary:\n%s", n, bad, out)
+	}
+	if !strings.Contains(out, `not_logged=49`) {
+		t.Fatalf("the summary does not count the 49 not logged:\n%s", out)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
