@@ -1,14 +1,18 @@
 package ops_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ops"
+	"github.com/delaybridge/delaybridge/pkg/seal"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -41,5 +45,37 @@ func TestRescheduleToATimeOnlyOurClockPassed(t *testing.T) {
 	}
 	if due, _ := time.Parse(time.RFC3339Nano, v.DueAt); !v.Now || time.Since(due) > 5*time.Second {
 		t.Fatalf("into the past: %+v, want now", v)
+	}
+}
+
+// A change of a message this instance cannot read (sealed with a key it
+// does not have) is a conflict that says so, not an internal error.
+func TestChangeOfAMessageSealedWithAnotherKeyIsAConflict(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	keyring := func(id string, b byte) *seal.Keyring {
+		k, err := seal.New(id, []seal.Key{{ID: id, Secret: bytes.Repeat([]byte{b}, seal.KeySize)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	sealed := store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k2", 2)})
+	m := &envelope.Message{ID: "m", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x")}
+	if _, err := sealed.Park(ctx, []*envelope.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	o := ops.New(ops.Params{Store: store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k3", 3)}),
+		Limits: envelope.Limits{MaxDelay: 24 * time.Hour}, Now: time.Now})
+	err := o.Fire(ctx, "m")
+	if !errors.Is(err, ops.ErrConflict) || !strings.Contains(err.Error(), "cannot read what is stored") {
+		t.Fatalf("fire: %v, want a conflict saying the instance cannot read it", err)
+	}
+	_, err = o.Reschedule(ctx, "m", ops.RescheduleRequest{Delay: ops.Text("5m")})
+	if !errors.Is(err, ops.ErrConflict) {
+		t.Fatalf("reschedule: %v, want a conflict", err)
+	}
+	if err := o.Cancel(ctx, "m"); err != nil {
+		t.Fatalf("cancel of a message this instance cannot read: %v", err)
 	}
 }
