@@ -26,6 +26,16 @@
 // records. The broker fences commits by generation, so a member that lost
 // its partitions cannot overwrite the new owner's progress.
 //
+// Every generation also watches the topic (watcher.go): when its
+// partitions are no longer those the group's assignment was made from
+// (the topic was deleted, created again, or given partitions), the
+// generation ends and the group rebalances. While the topic is missing
+// the group keeps one generation with nothing assigned, and Ready says
+// why nothing is read; a topic created again is read from its oldest
+// record (with StartOffset "last" too, when this Source saw the topic
+// missing: every record in it came after), and its offsets are committed
+// though they are below the old topic's.
+//
 // # Sink
 //
 // The Sink publishes due messages to Kafka topics (the destination

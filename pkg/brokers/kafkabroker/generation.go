@@ -23,19 +23,32 @@ type generation struct {
 	kg    *kafka.Generation
 	parts []*partition
 
+	// from is how many partitions of the topic the group's assignment was
+	// made from, when this member made it (it leads the group); else -1.
+	from int
+
 	// acked is signalled by acknowledgements while the generation ends, so
 	// that finish notices when nothing handed out is outstanding.
 	acked chan struct{}
 }
 
-func newGeneration(s *Source, kg *kafka.Generation) *generation {
-	g := &generation{src: s, kg: kg, acked: make(chan struct{}, 1)}
+func newGeneration(s *Source, kg *kafka.Generation, from int) *generation {
+	g := &generation{src: s, kg: kg, from: from, acked: make(chan struct{}, 1)}
+	s.mu.Lock()
+	recreated := s.wasMissing
+	s.mu.Unlock()
 	for _, a := range kg.Assignments[s.cfg.Topic] {
+		start := a.Offset
+		if start == kafka.LastOffset && recreated {
+			// Nothing committed in a topic created since this Source
+			// started: every record in it came after, none is skipped.
+			start = kafka.FirstOffset
+		}
 		g.parts = append(g.parts, &partition{
 			g:         g,
 			topic:     s.cfg.Topic,
 			id:        a.ID,
-			start:     a.Offset,
+			start:     start,
 			committed: max(a.Offset, -1), // FirstOffset/LastOffset: nothing committed
 			wake:      make(chan struct{}, 1),
 		})
@@ -43,7 +56,8 @@ func newGeneration(s *Source, kg *kafka.Generation) *generation {
 	return g
 }
 
-// start launches the committer and one fetcher per partition.
+// start launches the committer, the topic watcher and one fetcher per
+// partition.
 func (g *generation) start() {
 	ids := make([]int, len(g.parts))
 	for i, p := range g.parts {
@@ -51,6 +65,7 @@ func (g *generation) start() {
 	}
 	g.src.log.Info("kafka partitions assigned", "generation", g.kg.ID, "partitions", ids)
 	g.kg.Start(g.commitLoop)
+	g.kg.Start(g.watchTopic)
 	for _, p := range g.parts {
 		g.kg.Start(p.run)
 	}
@@ -114,12 +129,14 @@ func (g *generation) drained() bool {
 }
 
 // commit commits the committable offset of every partition that moved.
+// It may move back: a topic deleted and created again numbers its records
+// from 0 again, below the old topic's last commit (outOfRange).
 func (g *generation) commit() error {
 	offsets := make(map[int]int64)
 	for _, p := range g.parts {
 		p.mu.Lock()
 		if p.cp != nil {
-			if c := p.cp.committable(); c > p.committed {
+			if c := p.cp.committable(); c != p.committed {
 				offsets[p.id] = c
 			}
 		}
@@ -138,7 +155,7 @@ func (g *generation) commit() error {
 	for _, p := range g.parts {
 		if off, ok := offsets[p.id]; ok {
 			p.mu.Lock()
-			p.committed = max(p.committed, off)
+			p.committed = off
 			p.mu.Unlock()
 		}
 	}

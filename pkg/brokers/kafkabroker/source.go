@@ -76,7 +76,8 @@ type Source struct {
 	groupMu  sync.Mutex // guards cg, runDone and released
 	cg       *kafka.ConsumerGroup
 	groupCfg kafka.ConsumerGroupConfig
-	released bool // Release left the group, Resume did not join it again
+	from     *assignedFrom // what this member's assignments as leader were made from
+	released bool          // Release left the group, Resume did not join it again
 
 	// Fetched records of every partition, in fetch order per partition.
 	recs chan *record
@@ -93,6 +94,10 @@ type Source struct {
 	joinErr   error       // last error joining the group; nil once joined
 	commitErr error       // last commit error; nil after a successful commit
 	closeErr  error       // result of the final commit on Close
+	// topicMissing: the topic watcher found no topic at its last read.
+	// wasMissing: it did once, so the topic read now was created after
+	// this Source started.
+	topicMissing, wasMissing bool
 }
 
 var _ ingest.Source = (*Source)(nil)
@@ -117,16 +122,20 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 	klog := kafka.LoggerFunc(func(format string, args ...any) {
 		log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
 	})
+	from := &assignedFrom{}
 	groupCfg := kafka.ConsumerGroupConfig{
-		ID:                    cfg.Group,
-		Brokers:               cfg.Brokers,
-		Dialer:                dialer,
-		Topics:                []string{cfg.Topic},
-		HeartbeatInterval:     heartbeat,
-		SessionTimeout:        cfg.SessionTimeout,
-		RebalanceTimeout:      max(cfg.SessionTimeout, revokeDrain+5*time.Second),
-		JoinGroupBackoff:      time.Second,
-		WatchPartitionChanges: true,
+		ID:                cfg.Group,
+		Brokers:           cfg.Brokers,
+		Dialer:            dialer,
+		Topics:            []string{cfg.Topic},
+		GroupBalancers:    leadBalancers(cfg.Topic, from),
+		HeartbeatInterval: heartbeat,
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceTimeout:  max(cfg.SessionTimeout, revokeDrain+5*time.Second),
+		JoinGroupBackoff:  time.Second,
+		// Each generation watches the topic itself (watchTopic):
+		// kafka-go's watcher misses a topic created again.
+		WatchPartitionChanges: false,
 		StartOffset:           start,
 		Logger:                klog,
 		ErrorLogger:           klog,
@@ -156,6 +165,7 @@ func NewSource(ctx context.Context, cfg SourceParams, log *slog.Logger) (*Source
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr},
 		cg:        cg,
 		groupCfg:  groupCfg,
+		from:      from,
 		recs:      make(chan *record, 64),
 		closed:    make(chan struct{}),
 		groupLeft: make(chan struct{}),
@@ -274,6 +284,7 @@ func (s *Source) run(cg *kafka.ConsumerGroup, done chan struct{}) {
 	defer close(done)
 	for {
 		kg, err := cg.Next(context.Background())
+		from := s.from.take() // made by this join (if it led), or a failed one
 		if errors.Is(err, kafka.ErrGroupClosed) {
 			return
 		}
@@ -289,7 +300,7 @@ func (s *Source) run(cg *kafka.ConsumerGroup, done chan struct{}) {
 			}
 			continue
 		}
-		g := newGeneration(s, kg)
+		g := newGeneration(s, kg, from)
 		s.mu.Lock()
 		if s.joinErr != nil {
 			s.log.Info("kafka consumer group joined again")
@@ -404,21 +415,23 @@ func readBytes(b kafka.Bytes) ([]byte, error) {
 	return out, err
 }
 
-// Ready returns nil while this member is in the group, its commits succeed
-// and its partitions can be fetched; else it says why not. A rebalance in
-// progress counts as ready.
+// Ready returns nil while this member is in the group, the topic exists,
+// its commits succeed and its partitions can be fetched; else it says why
+// not. A rebalance in progress counts as ready.
 func (s *Source) Ready() error {
 	if s.isClosed() {
 		return ingest.ErrClosed
 	}
 	s.mu.Lock()
-	g, joined, joinErr, commitErr := s.gen, s.joined, s.joinErr, s.commitErr
+	g, joined, joinErr, commitErr, missing := s.gen, s.joined, s.joinErr, s.commitErr, s.topicMissing
 	s.mu.Unlock()
 	switch {
 	case !joined && joinErr == nil:
 		return fmt.Errorf("kafka: joining consumer group %q on %v", s.cfg.Group, s.cfg.Brokers)
 	case joinErr != nil:
 		return fmt.Errorf("kafka: cannot join consumer group %q on %v: %w", s.cfg.Group, s.cfg.Brokers, Explain(joinErr))
+	case missing:
+		return s.errTopicMissing()
 	case commitErr != nil:
 		return fmt.Errorf("kafka: cannot commit offsets of group %q: %w", s.cfg.Group, Explain(commitErr))
 	case g == nil:

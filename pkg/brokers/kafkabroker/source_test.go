@@ -60,6 +60,12 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 // the test did not).
 func newSource(t testing.TB, k *testenv.KafkaCluster, cfg SourceParams) *Source {
 	t.Helper()
+	return newSourceLog(t, k, cfg, testLog(t))
+}
+
+// newSourceLog is newSource logging to log.
+func newSourceLog(t testing.TB, k *testenv.KafkaCluster, cfg SourceParams, log *slog.Logger) *Source {
+	t.Helper()
 	cfg.Brokers = k.Brokers
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = 2 * time.Second
@@ -70,7 +76,7 @@ func newSource(t testing.TB, k *testenv.KafkaCluster, cfg SourceParams) *Source 
 	if cfg.Name == "" {
 		cfg.Name = "test"
 	}
-	s, err := NewSource(ctxT(t, 10*time.Second), withDefaults(cfg), testLog(t))
+	s, err := NewSource(ctxT(t, 10*time.Second), withDefaults(cfg), log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
