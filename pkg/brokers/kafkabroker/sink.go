@@ -333,7 +333,7 @@ func (s *Sink) classify(topic string, err error) error {
 		case kafka.InvalidTopic, kafka.InvalidRecord:
 			return sinks.Permanent(sinks.Because(sinks.ReasonInvalid, fmt.Errorf("kafka sink %s: topic %q: %w", s.cfg.Name, topic, err)))
 		case kafka.UnknownTopicOrPartition:
-			return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried): %w", s.cfg.Name, topic, err)))
+			return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("kafka sink %s: topic %q does not exist (create it; the message is retried up to scheduler.max_attempts, then dead): %w", s.cfg.Name, topic, err)))
 		case kafka.TopicAuthorizationFailed:
 			return sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, fmt.Errorf("kafka sink %s: not authorized to produce to topic %q: %w", s.cfg.Name, topic, err)))
 		}
