@@ -427,7 +427,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for _, sc := range d.cfg.Sinks {
 		maxRates[sc.Name] = sc.MaxRate
 	}
-	walk := applyMaxRates(runCtx, d.store, maxRates, d.log) // before the scheduler gives a slot
+	walk := applyMaxRates(runCtx, d.store, maxRates, d.cfg.Scheduler.MaxSleep.D()+time.Second, d.log) // before the scheduler gives a slot
 	go walk(runCtx)
 
 	var schedWG sync.WaitGroup

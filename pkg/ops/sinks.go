@@ -119,6 +119,9 @@ func (s *Service) sinkViews(ctx context.Context, statuses []SinkStatus) ([]SinkV
 	out := make([]SinkView, 0, len(statuses))
 	for _, ss := range statuses {
 		v := SinkView{Name: ss.Name, Paused: states[ss.Name].Paused, Due: held[ss.Name], MaxRate: ss.MaxRate}
+		if st := states[ss.Name]; st.RateSet {
+			v.MaxRate = st.MaxRate // in force for every instance
+		}
 		switch {
 		case v.Paused && ss.Known && !ss.Paused:
 			v.Status = "pausing"

@@ -355,8 +355,9 @@ type SinkView struct {
 	// the last 10 s (null when unknown); with several instances each shows
 	// its own.
 	Rate *float64 `json:"rate" nullable:"true"`
-	// MaxRate is sinks[].max_rate, the limit every instance shares through
-	// Redis; 0 means none.
+	// MaxRate is the max_rate in force, the limit every instance shares
+	// through Redis: sinks[].max_rate of the last instance to start, as it
+	// recorded it there (else this instance's); 0 means none.
 	MaxRate float64 `json:"max_rate"`
 	// Released, in the answer of a resume, counts the messages the pause
 	// held that the resume released to fire (by priority, then in due order): at once on the

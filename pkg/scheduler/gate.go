@@ -38,6 +38,18 @@ type gate struct {
 	orphansAt time.Time
 }
 
+// maxRate is the max_rate the sink's slots are given at: the one recorded
+// in Redis by the last instance to start (store.ChangedRates), as of the
+// last refresh, else configured.
+func (g *gate) maxRate(sink string, configured float64) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if sg := g.state[sink]; sg != nil && sg.rateSet {
+		return sg.maxRate
+	}
+	return configured
+}
+
 // orphanEvery is how often a gate releases the held messages of the sinks
 // in Redis that this instance does not configure: a sink removed from the
 // configuration, or, while a configuration change rolls out, one that
@@ -50,6 +62,8 @@ const orphanEvery = time.Minute
 type sinkGate struct {
 	band      int
 	paused    bool
+	maxRate   float64 // as recorded in Redis (rateSet), which wins over the configured one
+	rateSet   bool
 	notReady  error     // the sink's Ready, when it says it is not
 	downUntil time.Time // after an unavailable publish: blocked until then (local clock)
 	backoff   lifecycle.Backoff
@@ -87,6 +101,11 @@ func (g *gate) refresh(ctx context.Context, now time.Time) error {
 	for name, sg := range g.state {
 		rs := states[name]
 		sg.band, sg.paused = rs.Band, rs.Paused
+		if sg.rateSet && rs.RateSet && rs.MaxRate != sg.maxRate {
+			g.log.Info("the sink's max_rate recorded in redis changed (an instance started with another): slots are given at it",
+				"sink", name, "max_rate", rs.MaxRate, "was", sg.maxRate)
+		}
+		sg.maxRate, sg.rateSet = rs.MaxRate, rs.RateSet
 		sg.notReady = nil
 		if r, ok := g.sinks[name].(sinks.Ready); ok {
 			sg.notReady = r.Ready()

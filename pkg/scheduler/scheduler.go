@@ -102,8 +102,10 @@ type Params struct {
 	// DrainTimeout bounds the work finished after Run's context ends
 	// (required).
 	DrainTimeout time.Duration
-	// MaxRates are the sinks' max_rate (messages/s, shared by every
-	// instance); a sink without one is not throttled.
+	// MaxRates are the sinks' configured max_rate (messages/s, shared by
+	// every instance); a sink without one is not throttled. The one
+	// recorded in Redis by the last instance to start wins
+	// (store.SinkState.MaxRate, read at each refresh).
 	MaxRates map[string]float64
 	// Trace, when set, is given the timeline of every publish (see Trace).
 	// It is called from the shard loops, concurrently.
@@ -786,7 +788,7 @@ func (s *Scheduler) fire(ctx context.Context, c *store.Lease, claimedAt, fence t
 	}
 	var slots []store.Slot
 	for name, idx := range groups {
-		if rate := s.p.MaxRates[name]; rate > 0 {
+		if rate := s.gate.maxRate(name, s.p.MaxRates[name]); rate > 0 {
 			var deferred []store.Slot
 			groups[name], deferred = s.throttle(ctx, name, rate, c, idx)
 			slots = append(slots, deferred...)

@@ -14,3 +14,7 @@ func SetReslotBatch(n int) (restore func()) {
 	reslotBatch = n
 	return func() { reslotBatch = old }
 }
+
+// SetReslotHook sets a func Reslot calls between two of its calls of a
+// shard (nil: none).
+func SetReslotHook(f func()) { reslotBetween = f }

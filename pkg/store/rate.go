@@ -7,7 +7,10 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Slot is a message of a lease given the publish slot At.
@@ -61,107 +64,185 @@ var reslotScript = loadScript("reslot")
 // looks at: about 5 ms of Redis's time (10 µs an entry).
 var reslotBatch = 500
 
-// rateField is the field of the sinks hash that records the max_rate a
-// sink's slots are given at.
-func rateField(sink string) string { return "rate:" + sink }
+// reslotBetween, set by a test, runs between two reslot calls of a shard.
+var reslotBetween func()
 
-// formatRate is a max_rate as the sinks hash records it; "" for none.
+// rateField is the field of the sinks hash that records the max_rate every
+// instance gives a sink's slots at (SinkState.MaxRate), and reslotField
+// the one that marks a change whose walk (Reslot) has not ended:
+// "resume:<Unix ms>" when the change paused the sink, "keep:<Unix ms>"
+// when it was paused already; the time is when the walker last said it
+// was alive.
+func rateField(sink string) string   { return "rate:" + sink }
+func reslotField(sink string) string { return "reslot:" + sink }
+
+// reslotStale is how long a walk's mark may go without a word from its
+// walker before a start takes the walk over (the walker stopped).
+const reslotStale = 30 * time.Second
+
+// formatRate is a max_rate as the sinks hash records it; "0" for none.
 func formatRate(rate float64) string {
-	if rate <= 0 {
-		return ""
-	}
-	return strconv.FormatFloat(rate, 'g', -1, 64)
+	return strconv.FormatFloat(max(rate, 0), 'g', -1, 64)
 }
 
-// ChangedRates compares each sink's max_rate (0 for none) with the one its
-// publish slots were given at, recorded in the sinks hash by Reslot, and
-// returns the sinks whose messages may wait for slots of another rate (a
-// slot clock is running: some slot was given in the last second or lies
-// ahead). It deletes their slot clocks, so that the next slots are given
-// from now at the new rate, and the caller then calls Reslot for each,
-// which moves the messages waiting for an old slot back to their due
-// times. A sink whose clock has stopped needs nothing: its rate is
-// recorded here. A sink with no record (a store of an earlier release)
-// counts as changed.
-func (s *Store) ChangedRates(ctx context.Context, rates map[string]float64) ([]string, error) {
-	if len(rates) == 0 {
-		return nil, nil
+// ChangedRates records each sink's max_rate (0 for none) in the sinks
+// hash, where every instance of this build reads it at its next refresh
+// and gives slots at it (SinkState.MaxRate): the last instance to start
+// sets the rate for all. For a sink whose recorded rate this call changed
+// while its slot clock ran (slots were given ahead), it stops the clock,
+// so that the next slots are given from now, pauses the sink for every
+// instance (a paused sink gets no slots: its due messages are held) and
+// marks the change; the caller then calls Reslot for it once every
+// instance applied the pause (within scheduler.max_sleep), which moves
+// the messages waiting for a slot of the old rate back to their due times
+// and resumes the sink: they are released, and take slots at the new rate.
+// A sink whose walk was left unfinished (its walker stopped) is returned
+// again. A store with a shard in layout 1 keeps its waiting messages in
+// its due sets, which Reslot does not walk: there the rates are only
+// recorded, the clocks left running (the next slots follow those given),
+// and layout1 is true.
+func (s *Store) ChangedRates(ctx context.Context, rates map[string]float64) (changed []string, layout1 bool, err error) {
+	for i := range s.shards {
+		layout1 = layout1 || s.layouts[i].Load() == Layout1
 	}
-	names := slices.Sorted(maps.Keys(rates))
-	fields := make([]string, len(names))
-	for i, n := range names {
-		fields[i] = rateField(n)
-	}
-	rec, err := s.rdb.HMGet(ctx, s.keys.Sinks(), fields...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("store.changed_rates: %w", err)
-	}
-	var changed []string
-	for i, name := range names {
-		was, recorded := rec[i].(string)
-		if recorded && was == formatRate(rates[name]) {
-			continue
-		}
-		n, err := s.rdb.Del(ctx, s.keys.Rate(name)).Result()
+	for _, name := range slices.Sorted(maps.Keys(rates)) {
+		walk, err := s.changeRate(ctx, name, formatRate(rates[name]), layout1)
 		if err != nil {
-			return changed, fmt.Errorf("store.changed_rates %s: %w", name, err)
+			return changed, layout1, fmt.Errorf("store.changed_rates %s: %w", name, err)
 		}
-		if n == 0 {
-			// No clock: no slot lies ahead (a slot that passed while no
-			// instance claimed is given anew anyway: staleSlot). Recorded
-			// at once.
-			if err := s.recordRate(ctx, name, rates[name]); err != nil {
-				return changed, err
-			}
-			continue
+		if walk {
+			changed = append(changed, name)
 		}
-		changed = append(changed, name)
 	}
-	return changed, nil
+	return changed, layout1, nil
 }
 
-// recordRate records the max_rate a sink's slots are given at.
-func (s *Store) recordRate(ctx context.Context, sink string, rate float64) error {
-	var err error
-	if v := formatRate(rate); v != "" {
-		err = s.rdb.HSet(ctx, s.keys.Sinks(), rateField(sink), v).Err()
-	} else {
-		err = s.rdb.HDel(ctx, s.keys.Sinks(), rateField(sink)).Err()
+// changeRate records want as sink's rate, in a transaction on the sinks
+// hash so that of instances starting together one makes the change, and
+// reports whether the sink's waiting messages are to be walked.
+func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool) (walk bool, err error) {
+	key := s.keys.Sinks()
+	for range 10 {
+		err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			walk = false
+			v, err := tx.HMGet(ctx, key, rateField(sink), reslotField(sink), "paused:"+sink).Result()
+			if err != nil {
+				return err
+			}
+			was, _ := v[0].(string)
+			mark, _ := v[1].(string)
+			_, paused := v[2].(string)
+			now := time.Now()
+			if mark != "" {
+				// A walk left unfinished: taken over once its walker is
+				// silent, with the pause it keeps or resumes.
+				how, at, _ := strings.Cut(mark, ":")
+				ms, _ := strconv.ParseInt(at, 10, 64)
+				if now.Sub(time.UnixMilli(ms)) < reslotStale {
+					return nil
+				}
+				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.HSet(ctx, key, rateField(sink), want, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10))
+					return nil
+				})
+				walk = err == nil
+				return err
+			}
+			if was == want {
+				return nil
+			}
+			if layout1 {
+				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.HSet(ctx, key, rateField(sink), want)
+					return nil
+				})
+				return err
+			}
+			// The clock stops in the transaction too (its key is of another
+			// slot on a Cluster: a command apart, after it, then).
+			n, err := s.rdb.Exists(ctx, s.keys.Rate(sink)).Result()
+			if err != nil {
+				return err
+			}
+			how := "resume"
+			if paused {
+				how = "keep"
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.HSet(ctx, key, rateField(sink), want)
+				if n > 0 {
+					p.HSet(ctx, key, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10), "paused:"+sink, "1")
+				}
+				return nil
+			})
+			walk = err == nil && n > 0
+			return err
+		}, key)
+		if !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("store.record_rate %s: %w", sink, err)
+	if err != nil || !walk {
+		return false, err
 	}
-	return nil
+	return true, s.rdb.Del(ctx, s.keys.Rate(sink)).Err()
 }
 
 // Reslot moves every message of sink that waits for a max_rate slot back
-// to its due time, so that it takes a new slot at rate (0: none) when it
-// is claimed again, and then records rate as the sink's (ChangedRates).
-// It walks each shard's slot sets in calls of reslotBatch entries; a
-// shard still in layout 1 keeps its waiting messages in its due sets,
-// which it does not walk (layout1 counts those shards: `migrate up`
-// converts them).
-func (s *Store) Reslot(ctx context.Context, sink string, rate float64) (moved, layout1 int, err error) {
+// to its due time, where, the sink being paused (ChangedRates), claims
+// hold it; then it resumes the sink, unless it was paused before the
+// change, and clears the mark: the held messages are released (by
+// priority, then in due order) and take slots at the new rate. It walks
+// each shard's slot sets in calls of reslotBatch entries, in (slot, ID)
+// order, so that what claims take out meanwhile makes it pass over
+// nothing, and says it is alive in the mark every second.
+func (s *Store) Reslot(ctx context.Context, sink string) (moved int, err error) {
+	alive := time.Now()
 	for shard := range s.shards {
-		if s.layouts[shard].Load() == Layout1 {
-			layout1++
-			continue
-		}
-		p, rank := MaxPriority, int64(0)
+		p, cs, cid := MaxPriority, "", ""
 		for p >= 0 {
-			res, err := s.run(ctx, "reslot", reslotScript, shard, sink, p, rank, reslotBatch).Int64Slice()
+			res, err := s.run(ctx, "reslot", reslotScript, shard, sink, p, cs, cid, reslotBatch).Slice()
 			if err != nil {
-				return moved, layout1, fmt.Errorf("store.reslot %s: shard %d: %w", sink, shard, err)
+				return moved, fmt.Errorf("store.reslot %s: shard %d: %w", sink, shard, err)
 			}
-			if len(res) != 3 {
-				return moved, layout1, fmt.Errorf("store.reslot %s: shard %d: unexpected reply of %d items", sink, shard, len(res))
+			if len(res) != 4 {
+				return moved, fmt.Errorf("store.reslot %s: shard %d: unexpected reply of %d items", sink, shard, len(res))
 			}
-			moved += int(res[0])
-			p, rank = int(res[1]), res[2]
+			moved += int(toInt64(res[0]))
+			p = int(toInt64(res[1]))
+			cs, _ = res[2].(string)
+			cid, _ = res[3].(string)
+			if reslotBetween != nil && p >= 0 {
+				reslotBetween()
+			}
+			if time.Since(alive) > time.Second {
+				alive = time.Now()
+				if err := s.markAlive(ctx, sink, alive); err != nil {
+					return moved, err
+				}
+			}
 		}
 	}
-	if layout1 == 0 {
-		err = s.recordRate(ctx, sink, rate)
+	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return moved, fmt.Errorf("store.reslot %s: %w", sink, err)
 	}
-	return moved, layout1, err
+	fields := []string{reslotField(sink)}
+	if strings.HasPrefix(mark, "resume:") {
+		fields = append(fields, "paused:"+sink)
+	}
+	if err := s.rdb.HDel(ctx, s.keys.Sinks(), fields...).Err(); err != nil {
+		return moved, fmt.Errorf("store.reslot %s: %w", sink, err)
+	}
+	return moved, nil
+}
+
+// markAlive says in sink's mark that its walk goes on.
+func (s *Store) markAlive(ctx context.Context, sink string, now time.Time) error {
+	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
+	if err != nil {
+		return fmt.Errorf("store.reslot %s: %w", sink, err)
+	}
+	how, _, _ := strings.Cut(mark, ":")
+	return s.rdb.HSet(ctx, s.keys.Sinks(), reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10)).Err()
 }

@@ -92,25 +92,50 @@ func testChangedRate(t *testing.T, rdb redis.UniversalClient) {
 		t.Fatalf("waiting for a slot: a %d, b %d; want 15 each", a, b)
 	}
 
-	// No rate recorded: a, whose clock runs, changed; b is recorded.
-	changed, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 1})
-	if err != nil || !slices.Equal(changed, []string{"a"}) {
-		t.Fatalf("changed %v, %v; want [a]", changed, err)
+	if store.LayoutOfTests() == store.Layout1 {
+		// Layout 1 keeps them in its due sets, which are not walked: the
+		// rates are recorded and the clock left running.
+		changed, layout1, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 1})
+		if err != nil || len(changed) != 0 || !layout1 {
+			t.Fatalf("layout 1: changed %v, layout1 %v, %v", changed, layout1, err)
+		}
+		if n := rdb.Exists(ctx, s.Keys().Rate("a")).Val(); n != 1 {
+			t.Fatal("layout 1: a's slot clock was stopped")
+		}
+		if v := rdb.HGet(ctx, s.Keys().Sinks(), "rate:a").Val(); v != "1" {
+			t.Fatalf("layout 1: a's rate recorded as %q", v)
+		}
+		return
+	}
+
+	// No rate recorded: a, whose clock runs, changed (its clock stopped,
+	// the sink paused for the walk); b, whose clock stopped, is recorded.
+	changed, layout1, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 1})
+	if err != nil || layout1 || !slices.Equal(changed, []string{"a"}) {
+		t.Fatalf("changed %v, layout1 %v, %v; want [a]", changed, layout1, err)
 	}
 	if n := rdb.Exists(ctx, s.Keys().Rate("a")).Val(); n != 0 {
 		t.Fatal("a's slot clock was not stopped")
 	}
-	if v := rdb.HGet(ctx, s.Keys().Sinks(), "rate:b").Val(); v != "1" {
-		t.Fatalf("b's rate recorded as %q", v)
+	states, err := s.SinkStates(ctx, []string{"a", "b"})
+	if err != nil || !states["a"].RateSet || states["a"].MaxRate != 1 || !states["a"].Paused || states["b"].Paused || states["b"].MaxRate != 1 {
+		t.Fatalf("after the change, as every instance reads it: a %+v, b %+v, %v", states["a"], states["b"], err)
 	}
-	moved, layout1, err := s.Reslot(ctx, "a", 1)
-	if err != nil || moved != 15 || layout1 != 0 {
-		t.Fatalf("reslot a: moved %d, layout 1 %d, %v; want 15", moved, layout1, err)
+	// Another instance starting meanwhile leaves the walk to its walker.
+	if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 1}); err != nil || len(changed) != 0 {
+		t.Fatalf("a start during the walk: changed %v, %v; want none", changed, err)
+	}
+	moved, err := s.Reslot(ctx, "a")
+	if err != nil || moved != 15 {
+		t.Fatalf("reslot a: moved %d, %v; want 15", moved, err)
 	}
 	if a, b := waiting("a"), waiting("b"); a != 0 || b != 15 {
 		t.Fatalf("after reslot of a, waiting for a slot: a %d, b %d; want 0 and 15", a, b)
 	}
-	// They are due again: a claim takes them, highest priority first.
+	if states, err := s.SinkStates(ctx, []string{"a"}); err != nil || states["a"].Paused {
+		t.Fatalf("a not resumed after its walk: %+v, %v", states["a"], err)
+	}
+	// They are due again: a claim takes them.
 	var claimed int
 	for sh := 0; sh < s.Shards(); sh++ {
 		c, err := s.Claim(ctx, sh, 100, time.Minute, nil)
@@ -128,28 +153,91 @@ func testChangedRate(t *testing.T, rdb redis.UniversalClient) {
 		t.Fatalf("claimed %d of a's 15", claimed)
 	}
 
-	// Recorded: the same rates change nothing; a new one for b with its
-	// clock running moves b's.
-	if changed, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 1}); err != nil || len(changed) != 0 {
-		t.Fatalf("unchanged rates: changed %v, %v", changed, err)
+	// b paused by an operator, then its rate changed while its clock
+	// runs: walked, and left paused.
+	if err := s.SetPaused(ctx, "b", true); err != nil {
+		t.Fatal(err)
 	}
 	if _, _, err := s.Slots(ctx, "b", 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 5}); err != nil || !slices.Equal(changed, []string{"b"}) {
+	if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 5}); err != nil || !slices.Equal(changed, []string{"b"}) {
 		t.Fatalf("b to 5/s: changed %v, %v; want [b]", changed, err)
 	}
-	if moved, _, err := s.Reslot(ctx, "b", 5); err != nil || moved != 15 || waiting("b") != 0 {
+	if moved, err := s.Reslot(ctx, "b"); err != nil || moved != 15 || waiting("b") != 0 {
 		t.Fatalf("reslot b: moved %d, %v", moved, err)
 	}
-	if v := rdb.HGet(ctx, s.Keys().Sinks(), "rate:b").Val(); v != "5" {
-		t.Fatalf("b's rate recorded as %q after reslot", v)
+	if states, err := s.SinkStates(ctx, []string{"b"}); err != nil || !states["b"].Paused || states["b"].MaxRate != 5 {
+		t.Fatalf("b after its walk: %+v, %v; want still paused, at 5/s", states["b"], err)
 	}
-	// A max_rate taken away with no clock running: the record goes.
-	if changed, err := s.ChangedRates(ctx, map[string]float64{"a": 0}); err != nil || len(changed) != 0 {
+	// A walk whose walker went silent is taken over by the next start.
+	if err := rdb.HSet(ctx, s.Keys().Sinks(), "reslot:b", "keep:1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": 1, "b": 5}); err != nil || !slices.Equal(changed, []string{"b"}) {
+		t.Fatalf("a walk left unfinished: changed %v, %v; want [b]", changed, err)
+	}
+	// No max_rate any more, its clock stopped: recorded as none, for the
+	// others to follow.
+	if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": 0}); err != nil || len(changed) != 0 {
 		t.Fatalf("a's max_rate removed: changed %v, %v", changed, err)
 	}
-	if n := rdb.HExists(ctx, s.Keys().Sinks(), "rate:a").Val(); n {
-		t.Fatal("a's rate still recorded")
+	if states, err := s.SinkStates(ctx, []string{"a"}); err != nil || !states["a"].RateSet || states["a"].MaxRate != 0 {
+		t.Fatalf("a's rate after removal: %+v, %v", states["a"], err)
+	}
+}
+
+// The walk goes on from the last (slot, ID) it saw: entries a claim takes
+// out of the set before it between two calls make it pass over nothing.
+func TestReslotPassesOverNothingWhileClaimsTakeOut(t *testing.T) {
+	if store.LayoutOfTests() == store.Layout1 {
+		t.Skip("layout 1 has no slot sets to walk (TestChangedRateMovesTheWaitingBackToTheirDueTimes covers it)")
+	}
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "rp", Shards: 1})
+	defer store.SetReslotBatch(3)()
+	due := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	var msgs []*envelope.Message
+	for i := range 12 {
+		m := msg(fmt.Sprintf("m-%02d", i), due)
+		m.Sink = []string{"a", "b"}[i%2]
+		msgs = append(msgs, m)
+	}
+	park(t, s, store.Parked, msgs...)
+	c, err := s.Claim(ctx, 0, 100, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's slots come first, and have come (a claim may take them); a's
+	// are an hour ahead.
+	var slots []store.Slot
+	for i, m := range c.Messages {
+		at := time.Now().Add(time.Hour).Add(time.Duration(i) * time.Millisecond)
+		if m.Message.Sink == "b" {
+			at = time.Now().Add(-time.Second).Add(time.Duration(i) * time.Millisecond)
+		}
+		slots = append(slots, store.Slot{ID: m.ID, At: at})
+	}
+	if _, err := s.Defer(ctx, c, slots); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Slots(ctx, "a", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": 2}); err != nil || len(changed) != 1 {
+		t.Fatalf("changed %v, %v", changed, err)
+	}
+	// Between the walk's calls, claims take b's messages, whose slots
+	// came, out of the front of the set.
+	store.SetReslotHook(func() {
+		if _, err := s.Claim(ctx, 0, 1, time.Minute, nil); err != nil {
+			t.Error(err)
+		}
+	})
+	defer store.SetReslotHook(nil)
+	moved, err := s.Reslot(ctx, "a")
+	if err != nil || moved != 6 {
+		t.Fatalf("reslot while claims take b's out: moved %d of a's 6, %v", moved, err)
 	}
 }

@@ -14,6 +14,11 @@ import (
 type SinkState struct {
 	Band   int  // index of the sink's hold band
 	Paused bool // POST /v1/sinks/{name}/pause, kept until resumed
+	// MaxRate is the max_rate the last instance to start recorded for the
+	// sink (ChangedRates; 0: none), which every instance gives slots at;
+	// RateSet is false when none was recorded (an earlier release).
+	MaxRate float64
+	RateSet bool
 }
 
 // bandsScript gives every named sink a hold band index (once: an index
@@ -33,11 +38,13 @@ func (s *Store) SinkStates(ctx context.Context, names []string) (map[string]Sink
 		return nil, fmt.Errorf("store.sink_states: %w", err)
 	}
 	out := map[string]SinkState{}
+	indexed := map[string]bool{}
 	for i := 0; i+1 < len(res); i += 2 {
 		field, value := res[i], res[i+1]
 		switch {
 		case strings.HasPrefix(field, "index:"):
 			name := strings.TrimPrefix(field, "index:")
+			indexed[name] = true
 			st := out[name]
 			st.Band, _ = strconv.Atoi(value)
 			out[name] = st
@@ -46,9 +53,20 @@ func (s *Store) SinkStates(ctx context.Context, names []string) (map[string]Sink
 			st := out[name]
 			st.Paused = value == "1"
 			out[name] = st
+		case strings.HasPrefix(field, "rate:"):
+			name := strings.TrimPrefix(field, "rate:")
+			if r, err := strconv.ParseFloat(value, 64); err == nil && r >= 0 {
+				st := out[name]
+				st.MaxRate, st.RateSet = r, true
+				out[name] = st
+			}
 		}
 	}
 	for name, st := range out {
+		if !indexed[name] && !st.Paused {
+			delete(out, name) // a rate recorded for a sink no daemon registered: no band to say
+			continue
+		}
 		if st.Band >= MaxBands {
 			return nil, fmt.Errorf("store.sink_states: sink %q has hold band %d, over the %d there is room for", name, st.Band, MaxBands)
 		}

@@ -495,9 +495,11 @@ func TestMaxRateSharedByThreeDaemons(t *testing.T) {
 }
 
 // A restart with another max_rate reaches the messages already waiting for
-// a slot of the old one: 20 messages due at once at 0.1/s have slots over
-// 190 s; restarted at 1000/s, the daemon publishes them all within
-// seconds, where the old slots would have held them for minutes.
+// a slot of the old one, and the instances still running the old value
+// follow it: 20 messages due at once at 0.1/s have slots over 190 s; one
+// of two daemons restarted at 1000/s, they are all published within
+// seconds, where the old slots (or the other daemon, giving new ones at
+// its 0.1/s) would have held them for minutes.
 func TestNewMaxRateReachesTheWaiting(t *testing.T) {
 	e := newNATSEnv(t, "", "")
 	withRate := func(r string) string {
@@ -505,6 +507,8 @@ func TestNewMaxRateReachesTheWaiting(t *testing.T) {
 	}
 	e.d.stop()
 	slow := startDaemon(t, withRate("0.1"))
+	other := startDaemon(t, withRate("0.1"))
+	defer other.stop()
 
 	const n = 20
 	var msgs []*envelope.Message
@@ -532,7 +536,11 @@ func TestNewMaxRateReachesTheWaiting(t *testing.T) {
 	startDaemon(t, withRate("1000"))
 	testenv.Eventually(t, 60*time.Second, func() bool { return fired() == n },
 		"the messages kept the slots of the previous max_rate (0.1/s: up to 190 s)")
-	t.Logf("all %d published %v after the restart at 1000/s", n, time.Since(restarted).Round(time.Millisecond))
+	t.Logf("all %d published %v after one of two daemons restarted at 1000/s", n, time.Since(restarted).Round(time.Millisecond))
+	var sinks []map[string]any
+	if code, body := other.get("/v1/sinks", &sinks); code != 200 || len(sinks) != 1 || sinks[0]["max_rate"] != 1000.0 {
+		t.Fatalf("the daemon started at 0.1/s shows max_rate %v (%d %s), want the 1000 in force", sinks, code, body)
+	}
 }
 
 // slotted counts the messages of a page that wait for a max_rate slot: due,

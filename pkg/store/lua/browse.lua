@@ -1,6 +1,6 @@
 --[[ browse: returns the next entries of one shard in browse order.
 --! keys: pool dead groups
---! include: time blob due
+--! include: time blob due order
 
 ARGV[1] -> mode: "parked" (the due sets) or "dead" (the dead set)
 ARGV[2] -> 1 with a cursor, else 0
@@ -47,24 +47,9 @@ for _, g in ipairs(fgroups) do ingroup[g] = true end
 local needblob = fsink ~= '' or fdest ~= '' or fingest ~= '' or fgroup ~= '' or frecur
 local now = servertime()
 
--- byte-wise order of IDs, as a sorted set orders equal scores (Lua's own
--- string comparison follows the server's locale)
-local function idlt(a, b)
-  local n = math.min(#a, #b)
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
 local function before(k1, i1, k2, i2)
   if k1 ~= k2 then return k1 < k2 end
   return idlt(i1, i2)
-end
-local function fmt(x)
-  if x == math.huge then return '+inf' end
-  if x == -math.huge then return '-inf' end
-  return string.format('%.17g', x)
 end
 local function state(e)
   if mode == 'dead' then return 'd' end
@@ -146,19 +131,6 @@ if fgroup ~= '' and ingroupindex <= groupmax then
   return finish('done')
 end
 
--- after returns the rank of the first entry of key after (abs, id): the
--- scores below abs, then a binary search among the entries scored abs.
-local function after(key, abs, id)
-  local s = fmt(abs)
-  local r = redis.call('ZCOUNT', key, '-inf', '(' .. s)
-  local e = r + redis.call('ZCOUNT', key, s, s)
-  while r < e do
-    local mid = math.floor((r + e) / 2)
-    local m = redis.call('ZRANGE', key, mid, mid)[1]
-    if idlt(id, m) then e = mid else r = mid + 1 end
-  end
-  return r
-end
 local streams = {}
 -- stream adds the entries of key whose score minus base is in [lo, hi)
 -- and below top, after the cursor.
