@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/delaybridge/delaybridge/pkg/config"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/seal"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -42,6 +44,7 @@ func checkKeys(ctx context.Context, st *store.Store, enc *config.Encryption, log
 		}
 	}
 	opened, failed, missing := map[string]int{}, map[string]int{}, map[string]int{}
+	example := map[string]string{} // a message of each key that failed
 	for _, m := range sample {
 		switch {
 		case m.Err == nil:
@@ -50,13 +53,14 @@ func checkKeys(ctx context.Context, st *store.Store, enc *config.Encryption, log
 			missing[m.KeyID]++
 		case errors.Is(m.Err, seal.ErrAuth):
 			failed[m.KeyID]++
+			example[m.KeyID] = cmp.Or(example[m.KeyID], m.ID)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(failed)) {
 		if opened[id] == 0 && failed[id] >= minWrongKey {
-			return fmt.Errorf("encryption: key %q opens none of the %d messages sampled that are sealed under its ID (authentication failed): "+
+			return fmt.Errorf("encryption: key %q opens none of the %d live messages sampled that are sealed under its ID (authentication failed; one is %s): "+
 				"its bytes are not those of the key that sealed them, and this instance would kill every such message it claims; "+
-				"give encryption.keys the key of that ID (key or key_file), or a new ID for a new key (docs/security.md)", id, failed[id])
+				"give encryption.keys the key of that ID (key or key_file), or a new ID for a new key (docs/security.md)", id, failed[id], envelope.DisplayID(example[id]))
 		}
 	}
 	if len(missing) > 0 {

@@ -272,9 +272,10 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 		defer close(roomDone)
 		pl.parkRoom(work)
 	}()
-	sumCtx, stopSum := context.WithCancel(ctx)
-	defer stopSum()
-	go pl.sumRejected(sumCtx)
+	sumCtx, stopSum := context.WithCancel(work) // on through the drain
+	sumDone := make(chan struct{})
+	go func() { defer close(sumDone); pl.sumRejected(sumCtx) }()
+	defer func() { stopSum(); <-sumDone; pl.flushRejected(pl.p.Now().Add(pl.p.RepeatInterval)) }()
 	defer func() { cancelWork(); <-roomDone }()
 
 	workers := make(chan struct{}, parkWorkers)
@@ -749,12 +750,19 @@ func (pl *Pipeline) sumRejected(ctx context.Context) {
 		return
 	}
 	tick := min(max(pl.p.RepeatInterval/4, 10*time.Millisecond), time.Second)
-	lifecycle.Every(ctx, tick, func() {
-		due, _ := pl.rejects.Due(pl.p.Now())
-		for _, d := range due {
-			pl.log.Warn(rejectedLine+" (repeats)", append(append([]any{}, d.Last...), "not_logged", d.Quiet, "within", pl.p.RepeatInterval)...)
-		}
-	})
+	lifecycle.Every(ctx, tick, func() { pl.flushRejected(pl.p.Now()) })
+}
+
+// flushRejected logs the summary of each reason whose interval ended by
+// now with rejections not logged (at the end of Run: every one).
+func (pl *Pipeline) flushRejected(now time.Time) {
+	due, other := pl.rejects.Due(now)
+	for _, d := range due {
+		pl.log.Warn(rejectedLine+" (repeats)", append(append([]any{}, d.Last...), "not_logged", d.Quiet, "within", pl.p.RepeatInterval)...)
+	}
+	if other > 0 {
+		pl.log.Warn(rejectedLine+" (repeats of reasons too many to keep apart)", "not_logged", other)
+	}
 }
 
 // retry runs op until it succeeds or ctx ends, backing off from 50 ms to 5 s.

@@ -394,12 +394,15 @@ func (s *Service) changeError(ctx context.Context, id, what string, err error) e
 			return isDead(id, what)
 		}
 		return noMessage(id)
+	case errors.Is(err, envelope.ErrSealed):
+		// The message's state is fine; this instance cannot open it. Not
+		// echoed: the error holds the whole ID.
+		return conflict("message %s cannot be %s here: this instance cannot open what is stored (sealed with a key it does not have, "+
+			"or with other bytes under that key's ID, or in clear while encryption.require_sealed is on: GET it for the reason); "+
+			"a daemon with its key can change it (reencrypt seals one in clear), or cancel it", quote(id), what)
 	case errors.Is(err, envelope.ErrCorrupt):
-		// Sealed with a key this instance does not have (or with other
-		// bytes under its ID), or damaged: the message's state is fine,
-		// this instance cannot read it. Not echoed: the error holds the ID.
-		return conflict("message %s cannot be %s here: this instance cannot read what is stored (sealed with a key it does not have, or damaged; "+
-			"GET it for the reason); a daemon with its key can change it, or cancel it", quote(id), what)
+		return conflict("message %s cannot be %s here: what is stored cannot be read (damaged, or written by a newer delaybridge: GET it for the reason); "+
+			"cancel it, or change it with the build that wrote it", quote(id), what)
 	}
 	return err
 }

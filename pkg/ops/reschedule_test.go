@@ -68,7 +68,7 @@ func TestChangeOfAMessageSealedWithAnotherKeyIsAConflict(t *testing.T) {
 	o := ops.New(ops.Params{Store: store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k3", 3)}),
 		Limits: envelope.Limits{MaxDelay: 24 * time.Hour}, Now: time.Now})
 	err := o.Fire(ctx, "m")
-	if !errors.Is(err, ops.ErrConflict) || !strings.Contains(err.Error(), "cannot read what is stored") {
+	if !errors.Is(err, ops.ErrConflict) || !strings.Contains(err.Error(), "cannot open what is stored") {
 		t.Fatalf("fire: %v, want a conflict saying the instance cannot read it", err)
 	}
 	_, err = o.Reschedule(ctx, "m", ops.RescheduleRequest{Delay: ops.Text("5m")})

@@ -221,7 +221,7 @@ func TestWrongKeyStopsTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := testenv.StartProcess(t, testenv.Build(t), "run", "-c", path)
-	if code := p.Wait(60 * time.Second); code == 0 || !strings.Contains(p.Output(), `key "k1" opens none of the 5 messages sampled`) {
+	if code := p.Wait(60 * time.Second); code == 0 || !strings.Contains(p.Output(), `key "k1" opens none of the 5 live messages sampled`) {
 		t.Fatalf("a daemon with other bytes under k1: exit %d, want a refusal naming k1:\n%s", code, p.Output())
 	}
 
