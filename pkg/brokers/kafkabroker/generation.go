@@ -36,6 +36,9 @@ func newGeneration(s *Source, kg *kafka.Generation, from int) *generation {
 	g := &generation{src: s, kg: kg, from: from, acked: make(chan struct{}, 1)}
 	s.mu.Lock()
 	recreated := s.wasMissing
+	if len(kg.Assignments[s.cfg.Topic]) > 0 && !s.topicMissing {
+		s.wasMissing = false // the first generation that reads the topic created again
+	}
 	s.mu.Unlock()
 	for _, a := range kg.Assignments[s.cfg.Topic] {
 		start := a.Offset

@@ -94,9 +94,10 @@ type Source struct {
 	joinErr   error       // last error joining the group; nil once joined
 	commitErr error       // last commit error; nil after a successful commit
 	closeErr  error       // result of the final commit on Close
-	// topicMissing: the topic watcher found no topic at its last read.
-	// wasMissing: it did once, so the topic read now was created after
-	// this Source started.
+	// topicMissing: the topic watcher found no topic at its last two
+	// reads. wasMissing: it did, and no generation has read the topic
+	// since: the topic it reads next was created after this Source
+	// started.
 	topicMissing, wasMissing bool
 }
 

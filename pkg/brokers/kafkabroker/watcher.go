@@ -35,6 +35,10 @@ import (
 // partitions: a topic created again is read within about this long.
 const topicWatchInterval = time.Second
 
+// topicWatchWarnAfter is how many reads in a row must fail before the
+// watcher says so at WARN.
+const topicWatchWarnAfter = 10
+
 // leadBalancer is a kafka.GroupBalancer that records, in from, how many
 // partitions of topic the assignment it makes is made from. kafka-go calls
 // it on the group's leader only, while joining the generation that Next
@@ -105,16 +109,37 @@ func (g *generation) watchTopic(ctx context.Context) {
 			conn.Close()
 		}
 	}()
+	failures, zeros := 0, 0
 	for {
 		n, err := s.topicPartitions(ctx, &conn)
+		if err == nil && n == 0 {
+			// Missing: believed at the second read in a row, not at one
+			// answer of a broker whose metadata lags.
+			if zeros++; zeros < 2 {
+				err = errors.New("the topic is missing at one read")
+			}
+		} else if err == nil {
+			zeros = 0
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			// Not a change: the coordinator's heartbeats tell whether the
-			// group is still there.
+			// group is still there. Said once the reads fail for a while
+			// (an ACL without Describe, a broker gone): meanwhile a change
+			// of the topic goes unseen.
+			failures++
 			s.log.Debug("kafka: cannot read the topic's partitions; retrying", "err", err)
+			if failures == topicWatchWarnAfter {
+				s.log.Warn("kafka: cannot read the topic's partitions; a topic deleted, created again or given partitions is not noticed until it can",
+					"topic", s.cfg.Topic, "failures", failures, "err", err)
+			}
 		default:
+			if failures >= topicWatchWarnAfter {
+				s.log.Info("kafka: the topic's partitions can be read again", "topic", s.cfg.Topic)
+			}
+			failures = 0
 			s.setTopicMissing(n == 0)
 			if from < 0 {
 				from = n
