@@ -128,17 +128,22 @@ type recorder struct {
 }
 
 func (r *recorder) WriteHeader(status int) {
-	if !r.wroteHeader {
-		r.status, r.wroteHeader = status, true
-		if status >= 400 && r.body != nil && !r.body.done {
-			// A refusal before the body was read closes the connection
-			// at once: Go's server would otherwise read the rest of the
-			// body (up to 256 KiB) before closing it or reusing it, and a
-			// client that announced one and sends nothing held it for the
-			// read timeout (a minute). The read deadline ends that read.
-			r.Header().Set("Connection", "close")
-			_ = http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now())
-		}
+	if r.wroteHeader {
+		// A second status (an error met after the answer began, a request
+		// whose client went away meanwhile) cannot be sent: dropped here,
+		// as Go's server would, but without its "superfluous
+		// response.WriteHeader" line.
+		return
+	}
+	r.status, r.wroteHeader = status, true
+	if status >= 400 && r.body != nil && !r.body.done {
+		// A refusal before the body was read closes the connection at
+		// once: Go's server would otherwise read the rest of the body (up
+		// to 256 KiB) before closing it or reusing it, and a client that
+		// announced one and sends nothing held it for the read timeout (a
+		// minute). The read deadline ends that read.
+		r.Header().Set("Connection", "close")
+		_ = http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now())
 	}
 	r.ResponseWriter.WriteHeader(status)
 }
