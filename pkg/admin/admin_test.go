@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -208,22 +207,8 @@ func mustTime(t *testing.T, s any) time.Time {
 	return tm
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is what a logger writes while the test reads it.
+type syncBuffer = testenv.Output
 
 func TestProbesNeedNoToken(t *testing.T) {
 	e := newEnv(t, withToken(testToken))

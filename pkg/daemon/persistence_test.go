@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -337,23 +336,8 @@ type lazy func() string
 
 func (l lazy) String() string { return l() }
 
-// syncBuffer is a strings.Builder safe for the logger and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is what a logger writes while the test reads it.
+type syncBuffer = testenv.Output
 
 // getBody fetches url and returns its status and body.
 func getBody(t *testing.T, url string) (int, string) {

@@ -1,7 +1,6 @@
 package dev
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,18 +18,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/daemon"
 )
 
-// syncBuffer is a bytes.Buffer safe for the printer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+// syncBuffer is what a logger writes while the test reads it.
+type syncBuffer = testenv.Output
 
 // runDev runs dev until the welcome message (5 s delay) has fired and been
 // printed, then stops it, and returns what it printed (its banner, its

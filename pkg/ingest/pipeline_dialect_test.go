@@ -1,7 +1,6 @@
 package ingest_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -168,20 +167,5 @@ func TestRejectionsAreLoggedOncePerReasonPerInterval(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is what a logger writes while the test reads it.
+type lockedBuffer = testenv.Output

@@ -1,7 +1,6 @@
 package rabbitbroker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,23 +19,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
-// lockedBuffer is a log destination a test reads while the sink writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is what a logger writes while the test reads it.
+type lockedBuffer = testenv.Output
 
 // replyTo is a routing key on the default exchange that names no live
 // reply consumer: RabbitMQ closes the publishing connection (541
