@@ -427,8 +427,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for _, sc := range d.cfg.Sinks {
 		maxRates[sc.Name] = sc.MaxRate
 	}
-	walk := applyMaxRates(runCtx, d.store, maxRates, d.cfg.Scheduler.MaxSleep.D()+time.Second, d.log) // before the scheduler gives a slot
-	go walk(runCtx)
+	rateWork := applyMaxRates(runCtx, d.store, maxRates, d.cfg.Scheduler.MaxSleep.D()+time.Second, d.log) // before the scheduler gives a slot
+	go rateWork(runCtx)
 
 	var schedWG sync.WaitGroup
 	schedCtx, stopSched := context.WithCancel(context.WithoutCancel(ctx))

@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -12,46 +14,95 @@ import (
 // the scheduler starts.
 const maxRateCheckTimeout = 5 * time.Second
 
+// takeOverEvery is how often a running instance looks for a walk of a
+// changed max_rate whose walker went silent (store.TakeOverWalks).
+const takeOverEvery = 10 * time.Second
+
 // applyMaxRates records every sink's max_rate (rates: 0 for none) in
 // Redis, where every instance of this build gives slots at it from its
 // next refresh (within scheduler.max_sleep), and, for a sink whose rate
-// changed, stops the slot clock before this scheduler gives a slot
-// (store.ChangedRates). It returns the walk the caller runs beside the
-// scheduler: once every instance had a refresh to take the new rate
-// (settle: scheduler.max_sleep), it moves the changed sinks' messages
-// waiting for a slot of the old rate back to their due times
-// (store.Reslot), where claims give them slots at the new one.
-func applyMaxRates(ctx context.Context, st *store.Store, rates map[string]float64, settle time.Duration, log *slog.Logger) (walk func(context.Context)) {
+// changed while slots were given ahead, stops the slot clock and pauses
+// the sink before this scheduler gives a slot (store.ChangedRates). It
+// returns what the caller runs beside the scheduler: once every instance
+// had a refresh to apply the pause (settle), the walk that moves the
+// changed sinks' messages waiting for a slot of the old rate back to
+// their due times and resumes the sinks (store.Reslot); then, every
+// takeOverEvery, the takeover of walks whose walker stopped, which would
+// leave their sinks paused.
+func applyMaxRates(ctx context.Context, st *store.Store, rates map[string]float64, settle time.Duration, log *slog.Logger) (run func(context.Context)) {
 	cctx, cancel := context.WithTimeout(ctx, maxRateCheckTimeout)
 	defer cancel()
 	changed, layout1, err := st.ChangedRates(cctx, rates)
 	switch {
 	case err != nil:
-		log.Warn("cannot record the sinks' max_rate in redis; the messages waiting for a publish slot of another rate keep it until the next start",
+		log.Warn("cannot record the sinks' max_rate in redis; the messages waiting for a publish slot of another rate keep it until the next start, or until an instance takes a walk under way over",
 			"err", err)
 	case layout1:
 		log.Warn("the store has shards in layout 1, whose messages waiting for a publish slot keep the slots of the rate they got them at; `delaybridge migrate up` converts them")
 	}
-	if len(changed) == 0 {
-		return func(context.Context) {}
+	for _, sink := range changed {
+		log.Info("the sink's max_rate changed while publish slots were given ahead: the sink is paused for every instance while its waiting messages are moved back to take slots at the new rate",
+			"sink", sink, "max_rate", rates[sink], "walk_in", settle)
 	}
+	names := slices.Sorted(maps.Keys(rates))
 	return func(ctx context.Context) {
-		t := time.NewTimer(settle)
+		walk(ctx, st, changed, rates, settle, log)
+		t := time.NewTicker(takeOverEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			taken, err := st.TakeOverWalks(ctx, names)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("cannot look for walks of a changed max_rate left by a stopped instance; retrying", "err", err)
+			}
+			for _, sink := range taken {
+				log.Warn("taking over the walk of a changed max_rate that a stopped instance left, its sink paused", "sink", sink)
+			}
+			walk(ctx, st, taken, rates, settle, log)
+		}
+	}
+}
+
+// walk waits settle, saying each second that the walks go on, then walks
+// each sink (store.Reslot).
+func walk(ctx context.Context, st *store.Store, sinks []string, rates map[string]float64, settle time.Duration, log *slog.Logger) {
+	if len(sinks) == 0 {
+		return
+	}
+	stopped := func() {
+		log.Warn("stopped before the walk of a changed max_rate ended: its sinks stay paused until another instance takes the walk over (within a minute)",
+			"sinks", sinks)
+	}
+	end := time.Now().Add(settle)
+	for time.Now().Before(end) {
+		for _, sink := range sinks {
+			_ = st.ReslotAlive(ctx, sink)
+		}
+		t := time.NewTimer(min(time.Second, time.Until(end)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			stopped()
 			return
 		case <-t.C:
 		}
-		for _, sink := range changed {
-			start := time.Now()
-			moved, err := st.Reslot(ctx, sink)
-			if err != nil {
-				log.Warn("cannot move the messages waiting for a publish slot of the sink's previous max_rate; they keep their slots, and the next start walks again",
-					"sink", sink, "moved", moved, "err", err)
-				continue
-			}
-			log.Info("the sink's max_rate changed: its messages waiting for a publish slot of the previous rate take new slots",
+	}
+	for _, sink := range sinks {
+		start := time.Now()
+		moved, err := st.Reslot(ctx, sink)
+		switch {
+		case ctx.Err() != nil:
+			stopped()
+			return
+		case err != nil:
+			log.Warn("cannot move the messages waiting for a publish slot of the sink's previous max_rate; the sink stays paused until an instance takes the walk over (within a minute)",
+				"sink", sink, "moved", moved, "err", err)
+		default:
+			log.Info("the sink's max_rate changed: its messages waiting for a publish slot of the previous rate take new slots; the sink is resumed unless it was paused before",
 				"sink", sink, "max_rate", rates[sink], "moved", moved, "took", time.Since(start).Round(time.Millisecond))
 		}
 	}

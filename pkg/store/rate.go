@@ -134,18 +134,18 @@ func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool)
 			_, paused := v[2].(string)
 			now := time.Now()
 			if mark != "" {
-				// A walk left unfinished: taken over once its walker is
-				// silent, with the pause it keeps or resumes.
-				how, at, _ := strings.Cut(mark, ":")
-				ms, _ := strconv.ParseInt(at, 10, 64)
-				if now.Sub(time.UnixMilli(ms)) < reslotStale {
-					return nil
-				}
+				// A walk under way: this start's rate is recorded, and the
+				// walk is left to its walker, or taken over once that is
+				// silent (takeOver).
+				stale := staleMark(mark, now)
 				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.HSet(ctx, key, rateField(sink), want, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10))
+					p.HSet(ctx, key, rateField(sink), want)
+					if stale {
+						takeOver(ctx, p, key, sink, mark, now)
+					}
 					return nil
 				})
-				walk = err == nil
+				walk = err == nil && stale
 				return err
 			}
 			if was == want {
@@ -197,6 +197,11 @@ func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool)
 // order, so that what claims take out meanwhile makes it pass over
 // nothing, and says it is alive in the mark every second.
 func (s *Store) Reslot(ctx context.Context, sink string) (moved int, err error) {
+	// Stopped again (ChangedRates did, unless it failed, and an instance
+	// of the previous release may have started it since).
+	if err := s.rdb.Del(ctx, s.keys.Rate(sink)).Err(); err != nil {
+		return 0, fmt.Errorf("store.reslot %s: %w", sink, err)
+	}
 	alive := time.Now()
 	for shard := range s.shards {
 		p, cs, cid := MaxPriority, "", ""
@@ -237,6 +242,69 @@ func (s *Store) Reslot(ctx context.Context, sink string) (moved int, err error) 
 	return moved, nil
 }
 
+// staleMark reports whether a walk's mark (reslotField) went without a
+// word from its walker for reslotStale.
+func staleMark(mark string, now time.Time) bool {
+	_, at, _ := strings.Cut(mark, ":")
+	ms, _ := strconv.ParseInt(at, 10, 64)
+	return now.Sub(time.UnixMilli(ms)) >= reslotStale
+}
+
+// takeOver makes the walk of mark this instance's: the mark says it is
+// alive, and the sink is paused again when the change paused it (an
+// operator may have resumed it meanwhile: the walk needs it paused).
+func takeOver(ctx context.Context, p redis.Pipeliner, key, sink, mark string, now time.Time) {
+	how, _, _ := strings.Cut(mark, ":")
+	p.HSet(ctx, key, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10))
+	if how == "resume" {
+		p.HSet(ctx, key, "paused:"+sink, "1")
+	}
+}
+
+// TakeOverWalks takes over the walks of the given sinks whose walker went
+// silent (it stopped during its wait or its walk, leaving the sink
+// paused), each in a transaction, so that one instance does; the caller
+// then calls Reslot for each returned. Running instances call it now and
+// then: a sink is never left paused by a walk that nobody ends.
+func (s *Store) TakeOverWalks(ctx context.Context, sinks []string) (taken []string, err error) {
+	key := s.keys.Sinks()
+	for _, sink := range sinks {
+		var mine bool
+		err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			mine = false
+			mark, err := tx.HGet(ctx, key, reslotField(sink)).Result()
+			if errors.Is(err, redis.Nil) || (err == nil && !staleMark(mark, time.Now())) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				takeOver(ctx, p, key, sink, mark, time.Now())
+				return nil
+			})
+			mine = err == nil
+			return err
+		}, key)
+		if errors.Is(err, redis.TxFailedErr) {
+			err = nil // another instance took it
+		}
+		if err != nil {
+			return taken, fmt.Errorf("store.take_over_walks %s: %w", sink, err)
+		}
+		if mine {
+			taken = append(taken, sink)
+		}
+	}
+	return taken, nil
+}
+
+// ReslotAlive says in sink's mark that its walk goes on (its walker waits
+// for the instances to apply the pause, or walks).
+func (s *Store) ReslotAlive(ctx context.Context, sink string) error {
+	return s.markAlive(ctx, sink, time.Now())
+}
+
 // markAlive says in sink's mark that its walk goes on.
 func (s *Store) markAlive(ctx context.Context, sink string, now time.Time) error {
 	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
@@ -245,4 +313,17 @@ func (s *Store) markAlive(ctx context.Context, sink string, now time.Time) error
 	}
 	how, _, _ := strings.Cut(mark, ":")
 	return s.rdb.HSet(ctx, s.keys.Sinks(), reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10)).Err()
+}
+
+// keepPause turns a walk's mark that would resume the sink at its end
+// into one that keeps it paused (an operator paused it meanwhile).
+func (s *Store) keepPause(ctx context.Context, sink string) error {
+	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
+	if errors.Is(err, redis.Nil) || !strings.HasPrefix(mark, "resume:") {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.rdb.HSet(ctx, s.keys.Sinks(), reslotField(sink), "keep:"+strings.TrimPrefix(mark, "resume:")).Err()
 }

@@ -241,3 +241,66 @@ func TestReslotPassesOverNothingWhileClaimsTakeOut(t *testing.T) {
 		t.Fatalf("reslot while claims take b's out: moved %d of a's 6, %v", moved, err)
 	}
 }
+
+// A walk under way: a start with another rate records it and leaves the
+// walk to its walker; an operator's pause meanwhile outlasts the walk; a
+// walk whose walker went silent is taken over by one running instance,
+// with its sink paused again.
+func TestAWalkUnderWay(t *testing.T) {
+	if store.LayoutOfTests() == store.Layout1 {
+		t.Skip("layout 1 is not walked")
+	}
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "wu", Shards: 2})
+	if _, err := s.SinkStates(ctx, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Slots(ctx, "a", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": 2}); err != nil || len(changed) != 1 {
+		t.Fatalf("changed %v, %v", changed, err)
+	}
+	state := func() store.SinkState {
+		t.Helper()
+		st, err := s.SinkStates(ctx, []string{"a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["a"]
+	}
+	if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": 3}); err != nil || len(changed) != 0 || state().MaxRate != 3 {
+		t.Fatalf("a start during the walk: changed %v, %v, recorded %+v; want none, 3 recorded", changed, err, state())
+	}
+	if taken, err := s.TakeOverWalks(ctx, []string{"a"}); err != nil || len(taken) != 0 {
+		t.Fatalf("a walk whose walker is alive taken over: %v, %v", taken, err)
+	}
+	// Its walker goes silent; an operator resumed the sink meanwhile.
+	if err := rdb.HSet(ctx, s.Keys().Sinks(), "reslot:a", "resume:1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPaused(ctx, "a", false); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := s.TakeOverWalks(ctx, []string{"a"})
+	if err != nil || !slices.Equal(taken, []string{"a"}) || !state().Paused {
+		t.Fatalf("a silent walk: taken %v, %v, state %+v; want [a], paused again", taken, err, state())
+	}
+	if taken, err := s.TakeOverWalks(ctx, []string{"a"}); err != nil || len(taken) != 0 {
+		t.Fatalf("taken twice: %v, %v", taken, err)
+	}
+	// An operator pauses it during the walk: still paused after.
+	if err := s.SetPaused(ctx, "a", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reslot(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !state().Paused {
+		t.Fatal("the walk's end resumed a sink an operator paused during it")
+	}
+	if n := rdb.HExists(ctx, s.Keys().Sinks(), "reslot:a").Val(); n {
+		t.Fatal("the walk's mark outlived it")
+	}
+}
