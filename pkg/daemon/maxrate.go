@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
@@ -47,23 +48,16 @@ func applyMaxRates(ctx context.Context, st *store.Store, rates map[string]float6
 	names := slices.Sorted(maps.Keys(rates))
 	return func(ctx context.Context) {
 		walk(ctx, st, changed, rates, settle, log)
-		t := time.NewTicker(takeOverEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		lifecycle.Every(ctx, takeOverEvery, func() {
 			taken, err := st.TakeOverWalks(ctx, names)
 			if err != nil && ctx.Err() == nil {
-				log.Warn("cannot look for walks of a changed max_rate left by a stopped instance; retrying", "err", err)
+				log.Debug("cannot look for walks of a changed max_rate left by a stopped instance; retrying", "err", err)
 			}
 			for _, sink := range taken {
 				log.Warn("taking over the walk of a changed max_rate that a stopped instance left, its sink paused", "sink", sink)
 			}
 			walk(ctx, st, taken, rates, settle, log)
-		}
+		})
 	}
 }
 
