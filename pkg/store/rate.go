@@ -77,7 +77,8 @@ func rateField(sink string) string   { return "rate:" + sink }
 func reslotField(sink string) string { return "reslot:" + sink }
 
 // reslotStale is how long a walk's mark may go without a word from its
-// walker before a start takes the walk over (the walker stopped).
+// walker before another instance takes the walk over (the walker
+// stopped): a start (ChangedRates) or a running one (TakeOverWalks).
 const reslotStale = 30 * time.Second
 
 // formatRate is a max_rate as the sinks hash records it; "0" for none.
@@ -96,8 +97,9 @@ func formatRate(rate float64) string {
 // instance applied the pause (within scheduler.max_sleep), which moves
 // the messages waiting for a slot of the old rate back to their due times
 // and resumes the sink: they are released, and take slots at the new rate.
-// A sink whose walk was left unfinished (its walker stopped) is returned
-// again. A store with a shard in layout 1 keeps its waiting messages in
+// A sink whose walk is under way has this rate recorded and is left to its
+// walker, unless that went silent (reslotStale): then this call takes the
+// walk over and returns the sink. A store with a shard in layout 1 keeps its waiting messages in
 // its due sets, which Reslot does not walk: there the rates are only
 // recorded, the clocks left running (the next slots follow those given),
 // and layout1 is true.
