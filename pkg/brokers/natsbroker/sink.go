@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,12 @@ type Sink struct {
 	// noStreamLookupUntil (Unix ns) skips noStream's lookups after one ran
 	// out of time.
 	noStreamLookupUntil atomic.Int64
+
+	// jsAnswers caches whether JetStream answered its last look
+	// (jetStreamAnswers), until jsAnsweredUntil (Unix ns).
+	jsMu            sync.Mutex
+	jsAnswers       bool
+	jsAnsweredUntil time.Time
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -298,6 +305,11 @@ func (s *Sink) unconfirmed(err error) error {
 // classify names the common JetStream failure.
 func (s *Sink) classify(err error) error {
 	switch {
+	case (errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) && !s.jetStreamAnswers():
+		// Nothing answers for JetStream at all: a server shutting down
+		// (it stops JetStream before it closes the connections), or one
+		// whose JetStream is off. The sink's fault, not the message's.
+		return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, or has JetStream off): %w", s.cfg.Name, err)
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
 		return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)))
 	case errors.Is(err, nats.ErrPermissionViolation):
@@ -321,6 +333,34 @@ func (s *Sink) classify(err error) error {
 	}
 	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
 }
+
+// jetStreamAnswers reports whether the server's JetStream answers (its
+// account information), looked at most once per jsLookEvery: a publish
+// that no stream answered is then the message's subject's fault.
+func (s *Sink) jetStreamAnswers() bool {
+	if s.js == nil {
+		return true
+	}
+	s.jsMu.Lock()
+	defer s.jsMu.Unlock()
+	if time.Now().Before(s.jsAnsweredUntil) {
+		return s.jsAnswers
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jsLookTimeout)
+	defer cancel()
+	_, err := s.js.AccountInfo(ctx)
+	s.jsAnswers = err == nil || !(errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining))
+	s.jsAnsweredUntil = time.Now().Add(jsLookEvery)
+	return s.jsAnswers
+}
+
+// How often, and how long, a sink looks whether JetStream answers.
+const (
+	jsLookEvery   = 500 * time.Millisecond
+	jsLookTimeout = time.Second
+)
 
 // jsErrCodeStreamStoreFailed is the JetStream error a stream answers a
 // publish it could not store with (nats-server's JSStreamStoreFailedF,

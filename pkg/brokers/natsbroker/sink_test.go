@@ -488,3 +488,23 @@ func TestSinkReadyAnswersWhileRedialling(t *testing.T) {
 		<-time.After(200 * time.Millisecond) // spacing of the samples, not a wait for an event
 	}
 }
+
+// A server shutting down stops JetStream before it closes its
+// connections: a publish meanwhile gets "no responders", as one to a
+// subject no stream stores does. That is the sink being unavailable (the
+// message is held, no attempt counted), not the message refused (the soak
+// probe saw 11 messages sent again as attempt 2 at a NATS restart).
+func TestSinkJetStreamGoneIsNotTheMessagesFault(t *testing.T) {
+	ns, _, _, sk := streamSink(t, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}})
+	out := sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: "m", Destination: "out.x", Body: []byte("x")}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if errs := sk.Publish(ctx, []sinks.Outgoing{out}); errs[0] != nil {
+		t.Fatalf("with JetStream: %v", errs[0])
+	}
+	ns.Server.DisableJetStream()
+	errs := sk.Publish(ctx, []sinks.Outgoing{out})
+	if errs[0] == nil || sinks.IsRejected(errs[0]) || !sinks.IsUnavailable(errs[0]) || !strings.Contains(errs[0].Error(), "JetStream does not answer") {
+		t.Fatalf("JetStream gone: %v, want the sink unavailable, not the message refused", errs[0])
+	}
+}
