@@ -48,12 +48,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/delaybridge/delaybridge/pkg/lifecycle"
+	"github.com/delaybridge/delaybridge/pkg/logrepeat"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/ops"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -109,6 +112,11 @@ type Params struct {
 	// Metrics is served on /metrics; nil serves 404 there.
 	Metrics *metrics.Metrics
 
+	// RepeatInterval is log.repeat_interval: a failed request (5xx) is
+	// logged at WARN at most once per method and status per interval, the
+	// others counted (0: each is logged).
+	RepeatInterval time.Duration
+
 	Logger *slog.Logger // nil discards
 }
 
@@ -124,13 +132,19 @@ type Server struct {
 	handler http.Handler
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
 	hosts   hostGuard
-	decodes *decodeBudget // the JSON bodies decoded at once
+	decodes *decodeBudget             // the JSON bodies decoded at once
+	fails   *logrepeat.Limiter[[]any] // the failed requests logged (Params.RepeatInterval)
 
-	mu   sync.Mutex
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{} // closed when Serve returned
+	mu        sync.Mutex
+	srv       *http.Server
+	ln        net.Listener
+	done      chan struct{} // closed when Serve returned
+	stopFails func()        // ends the summaries of failed requests
 }
+
+// maxFailKeys bounds the (method, status) keys of the failed requests'
+// limiter.
+const maxFailKeys = 64
 
 // Server timeouts. A slow client cannot hold a connection forever; the
 // write timeout leaves room for a large dead list over a slow link.
@@ -156,6 +170,7 @@ func New(p Params) *Server {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
 	}
 	s.decodes = newDecodeBudget(s.ops.Limits().MaxDocumentBytes())
+	s.fails = logrepeat.New[[]any](p.RepeatInterval, maxFailKeys)
 	s.history = newHistory(p.Metrics, HistoryEvery, HistoryWindow)
 	s.api = s.newAPI()
 	s.register()
@@ -194,6 +209,11 @@ func (s *Server) Start() error {
 	}
 	s.srv, s.ln, s.done = srv, ln, make(chan struct{})
 	s.history.start()
+	if s.p.RepeatInterval > 0 {
+		ctx, stop := context.WithCancel(context.Background())
+		s.stopFails = stop
+		go lifecycle.Every(ctx, min(max(s.p.RepeatInterval/4, 10*time.Millisecond), time.Second), func() { s.sumFailed(time.Now()) })
+	}
 	if s.p.Token == "" {
 		s.log.Warn("the admin API has no token: whoever reaches "+ln.Addr().String()+" can list, cancel, schedule and retry messages; set admin.token (or token_file)",
 			"addr", ln.Addr().String())
@@ -223,7 +243,7 @@ func (s *Server) Addr() string {
 // no-op before Start.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
+	srv, done, stopFails := s.srv, s.done, s.stopFails
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
@@ -234,6 +254,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = srv.Close()
 	}
 	<-done
+	if stopFails != nil {
+		stopFails()
+		s.sumFailed(time.Now().Add(s.p.RepeatInterval)) // what the last interval kept quiet
+	}
 	return err
 }
 
@@ -253,7 +277,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		// A 503 of /readyz is "not ready", which probes ask every few
 		// seconds: the reason is in readiness, not worth a warning each time.
 		if rec.status >= 500 && (rec.status != http.StatusServiceUnavailable || path != "/readyz") {
-			s.log.Warn("admin request failed", append(attrs, "err", rec.errMsg)...)
+			s.failed(r.Method, rec.status, append(attrs, "err", rec.errMsg))
 		} else {
 			s.log.Debug("admin request", attrs...)
 		}
@@ -269,6 +293,36 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.router.ServeHTTP(rec, r)
+}
+
+// failed logs a failed request at WARN, unless one of the same method and
+// status was logged within Params.RepeatInterval (then it is counted): a
+// Redis that does not answer, or a backlog of requests whose clients gave
+// up (a process resumed after a stop), makes a line per interval, with
+// not_logged the count since the last.
+func (s *Server) failed(method string, status int, attrs []any) {
+	ok, quiet := s.fails.Allow(method+" "+strconv.Itoa(status), time.Now(), attrs)
+	if !ok {
+		return
+	}
+	if quiet > 0 {
+		attrs = append(attrs, "not_logged", quiet)
+	}
+	s.log.Warn(failedLine, attrs...)
+}
+
+const failedLine = "admin request failed"
+
+// sumFailed logs the summary of each (method, status) whose interval ended
+// by now with failed requests not logged.
+func (s *Server) sumFailed(now time.Time) {
+	due, other := s.fails.Due(now)
+	for _, d := range due {
+		s.log.Warn(failedLine+" (repeats)", append(append([]any{}, d.Last...), "not_logged", d.Quiet, "within", s.p.RepeatInterval)...)
+	}
+	if other > 0 {
+		s.log.Warn(failedLine+" (repeats of kinds too many to keep apart)", "not_logged", other)
+	}
 }
 
 // needsToken reports whether r is for /v1/ or /debug/, however its path is

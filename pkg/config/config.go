@@ -110,8 +110,9 @@ type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 	Format string `yaml:"format"` // text or json
 	// RepeatInterval is how often at most a line that repeats is logged
-	// for one sink and destination (a failed publish, a dead message), and
-	// for one ingest and reason (a message rejected at ingest): the first
+	// for one sink and destination (a failed publish, a dead message), for
+	// one ingest and reason (a message rejected at ingest), and for one
+	// method and status (a failed admin request): the first
 	// is logged, the repeats within the interval are counted, and the
 	// count is logged with the next line or, when none comes, as a line of
 	// its own once the interval ended.

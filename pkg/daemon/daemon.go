@@ -285,12 +285,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			routes[cfg.Ingest[i].Name] = Route(cfg, &cfg.Ingest[i])
 		}
 		d.admin = admin.New(admin.Params{
-			Listen:       cfg.Admin.Listen,
-			Listener:     d.adminLn,
-			Token:        cfg.Admin.Token.Reveal(),
-			TLS:          adminTLS,
-			Pprof:        cfg.Admin.Pprof,
-			AllowedHosts: cfg.Admin.AllowedHosts,
+			Listen:         cfg.Admin.Listen,
+			Listener:       d.adminLn,
+			Token:          cfg.Admin.Token.Reveal(),
+			TLS:            adminTLS,
+			Pprof:          cfg.Admin.Pprof,
+			AllowedHosts:   cfg.Admin.AllowedHosts,
+			RepeatInterval: cfg.Log.RepeatInterval.D(),
 			Ops: ops.New(ops.Params{
 				Store:        d.store,
 				Limits:       limits,
