@@ -55,7 +55,6 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/delaybridge/delaybridge/pkg/lifecycle"
 	"github.com/delaybridge/delaybridge/pkg/logrepeat"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/ops"
@@ -132,8 +131,8 @@ type Server struct {
 	handler http.Handler
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
 	hosts   hostGuard
-	decodes *decodeBudget             // the JSON bodies decoded at once
-	fails   *logrepeat.Limiter[[]any] // the failed requests logged (Params.RepeatInterval)
+	decodes *decodeBudget     // the JSON bodies decoded at once
+	fails   *logrepeat.Warner // the failed requests logged (Params.RepeatInterval)
 
 	mu        sync.Mutex
 	srv       *http.Server
@@ -170,7 +169,7 @@ func New(p Params) *Server {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
 	}
 	s.decodes = newDecodeBudget(s.ops.Limits().MaxDocumentBytes())
-	s.fails = logrepeat.New[[]any](p.RepeatInterval, maxFailKeys)
+	s.fails = logrepeat.NewWarner(s.log, "admin request failed", p.RepeatInterval, maxFailKeys)
 	s.history = newHistory(p.Metrics, HistoryEvery, HistoryWindow)
 	s.api = s.newAPI()
 	s.register()
@@ -209,11 +208,10 @@ func (s *Server) Start() error {
 	}
 	s.srv, s.ln, s.done = srv, ln, make(chan struct{})
 	s.history.start()
-	if s.p.RepeatInterval > 0 {
-		ctx, stop := context.WithCancel(context.Background())
-		s.stopFails = stop
-		go lifecycle.Every(ctx, min(max(s.p.RepeatInterval/4, 10*time.Millisecond), time.Second), func() { s.sumFailed(time.Now()) })
-	}
+	ctx, stop := context.WithCancel(context.Background())
+	failsDone := make(chan struct{})
+	go func() { defer close(failsDone); s.fails.Run(ctx, time.Now) }()
+	s.stopFails = func() { stop(); <-failsDone }
 	if s.p.Token == "" {
 		s.log.Warn("the admin API has no token: whoever reaches "+ln.Addr().String()+" can list, cancel, schedule and retry messages; set admin.token (or token_file)",
 			"addr", ln.Addr().String())
@@ -254,10 +252,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = srv.Close()
 	}
 	<-done
-	if stopFails != nil {
-		stopFails()
-		s.sumFailed(time.Now().Add(s.p.RepeatInterval)) // what the last interval kept quiet
-	}
+	stopFails() // and says what the last interval kept quiet
 	return err
 }
 
@@ -277,7 +272,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		// A 503 of /readyz is "not ready", which probes ask every few
 		// seconds: the reason is in readiness, not worth a warning each time.
 		if rec.status >= 500 && (rec.status != http.StatusServiceUnavailable || path != "/readyz") {
-			s.failed(r.Method, rec.status, append(attrs, "err", rec.errMsg))
+			// Once per method and status per log.repeat_interval: a Redis
+			// that does not answer, or requests whose clients gave up (a
+			// process resumed after a stop), make a line per interval.
+			s.fails.Warn(r.Method+" "+strconv.Itoa(rec.status), time.Now(), append(attrs, "err", rec.errMsg)...)
 		} else {
 			s.log.Debug("admin request", attrs...)
 		}
@@ -293,36 +291,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.router.ServeHTTP(rec, r)
-}
-
-// failed logs a failed request at WARN, unless one of the same method and
-// status was logged within Params.RepeatInterval (then it is counted): a
-// Redis that does not answer, or a backlog of requests whose clients gave
-// up (a process resumed after a stop), makes a line per interval, with
-// not_logged the count since the last.
-func (s *Server) failed(method string, status int, attrs []any) {
-	ok, quiet := s.fails.Allow(method+" "+strconv.Itoa(status), time.Now(), attrs)
-	if !ok {
-		return
-	}
-	if quiet > 0 {
-		attrs = append(attrs, "not_logged", quiet)
-	}
-	s.log.Warn(failedLine, attrs...)
-}
-
-const failedLine = "admin request failed"
-
-// sumFailed logs the summary of each (method, status) whose interval ended
-// by now with failed requests not logged.
-func (s *Server) sumFailed(now time.Time) {
-	due, other := s.fails.Due(now)
-	for _, d := range due {
-		s.log.Warn(failedLine+" (repeats)", append(append([]any{}, d.Last...), "not_logged", d.Quiet, "within", s.p.RepeatInterval)...)
-	}
-	if other > 0 {
-		s.log.Warn(failedLine+" (repeats of kinds too many to keep apart)", "not_logged", other)
-	}
 }
 
 // needsToken reports whether r is for /v1/ or /debug/, however its path is

@@ -114,7 +114,7 @@ type Pipeline struct {
 	logsMu sync.Mutex
 	logs   map[string]time.Time // the first log of each name read, as recorded (nameLog)
 
-	rejects *logrepeat.Limiter[[]any] // the rejections logged, per reason code (RepeatInterval)
+	rejects *logrepeat.Warner // the rejections logged, per reason code (RepeatInterval)
 }
 
 // parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
@@ -145,8 +145,8 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	if p.HandBackAfter <= 0 {
 		p.HandBackAfter = DefaultHandBackAfter
 	}
-	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), logs: map[string]time.Time{},
-		rejects: logrepeat.New[[]any](p.RepeatInterval, maxRejectKeys)}
+	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), logs: map[string]time.Time{}}
+	pl.rejects = logrepeat.NewWarner(pl.log, "message rejected, kept as dead", p.RepeatInterval, maxRejectKeys)
 	pl.room = newWaitingRoom(p.MaxInFlight, pl.log)
 	if p.OpenErr != nil {
 		pl.openErr.Store(&p.OpenErr)
@@ -274,8 +274,8 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 	}()
 	sumCtx, stopSum := context.WithCancel(work) // on through the drain
 	sumDone := make(chan struct{})
-	go func() { defer close(sumDone); pl.sumRejected(sumCtx) }()
-	defer func() { stopSum(); <-sumDone; pl.flushRejected(pl.p.Now().Add(pl.p.RepeatInterval)) }()
+	go func() { defer close(sumDone); pl.rejects.Run(sumCtx, pl.p.Now) }()
+	defer func() { stopSum(); <-sumDone }()
 	defer func() { cancelWork(); <-roomDone }()
 
 	workers := make(chan struct{}, parkWorkers)
@@ -711,7 +711,7 @@ func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes 
 	}
 	letters := make([]sinks.Dead, len(rejects))
 	for i, r := range rejects {
-		pl.rejected(codes[i], "id", ids[i], "code", string(codes[i]), "reason", r.Reason)
+		pl.rejects.Warn(string(codes[i]), pl.p.Now(), "id", ids[i], "code", string(codes[i]), "reason", r.Reason)
 		pl.p.Metrics.IngestRejected.WithLabelValues(pl.p.Name, string(codes[i])).Inc()
 		pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "rejected").Inc()
 		letters[i] = sinks.Dead{Message: r.Message, Reason: r.Reason}
@@ -721,49 +721,10 @@ func (pl *Pipeline) reject(ctx context.Context, rejects []store.Rejected, codes 
 	return nil
 }
 
-// rejected logs a rejected message at WARN, unless one of the same reason
-// code was logged within RepeatInterval (then it is counted): a publisher
-// that sends a thousand bad messages a second makes a line per reason per
-// interval, with not_logged the count since the last.
-func (pl *Pipeline) rejected(code envelope.Code, args ...any) {
-	ok, quiet := pl.rejects.Allow(string(code), pl.p.Now(), args)
-	if !ok {
-		return
-	}
-	if quiet > 0 {
-		args = append(args, "not_logged", quiet)
-	}
-	pl.log.Warn(rejectedLine, args...)
-}
-
-const rejectedLine = "message rejected, kept as dead"
-
 // maxRejectKeys bounds the reason codes the rejections' limiter keeps apart
-// (there are a few dozen).
+// (there are a few dozen): a publisher that sends a thousand bad messages a
+// second makes a line per reason per log.repeat_interval.
 const maxRejectKeys = 256
-
-// sumRejected logs, every quarter of RepeatInterval (at most a second) until
-// ctx ends, a line for each reason whose interval ended with rejections
-// not logged: the last one's attributes, with not_logged.
-func (pl *Pipeline) sumRejected(ctx context.Context) {
-	if pl.p.RepeatInterval <= 0 {
-		return
-	}
-	tick := min(max(pl.p.RepeatInterval/4, 10*time.Millisecond), time.Second)
-	lifecycle.Every(ctx, tick, func() { pl.flushRejected(pl.p.Now()) })
-}
-
-// flushRejected logs the summary of each reason whose interval ended by
-// now with rejections not logged (at the end of Run: every one).
-func (pl *Pipeline) flushRejected(now time.Time) {
-	due, other := pl.rejects.Due(now)
-	for _, d := range due {
-		pl.log.Warn(rejectedLine+" (repeats)", append(append([]any{}, d.Last...), "not_logged", d.Quiet, "within", pl.p.RepeatInterval)...)
-	}
-	if other > 0 {
-		pl.log.Warn(rejectedLine+" (repeats of reasons too many to keep apart)", "not_logged", other)
-	}
-}
 
 // retry runs op until it succeeds or ctx ends, backing off from 50 ms to 5 s.
 // Meanwhile the pipeline reads nothing new (its channel fills up), which is

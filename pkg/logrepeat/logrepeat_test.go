@@ -1,7 +1,10 @@
 package logrepeat
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -79,5 +82,26 @@ func TestKeysAreBounded(t *testing.T) {
 	}
 	if _, other := l.Due(t0.Add(2 * time.Minute)); other != 0 {
 		t.Errorf("other handed twice: %d", other)
+	}
+}
+
+// A Warner logs the first line of a key, counts the others, and sums them
+// up once the interval ended; Run does that at its end too.
+func TestWarner(t *testing.T) {
+	var b strings.Builder
+	w := NewWarner(slog.New(slog.NewTextHandler(&b, nil)), "publish failed", time.Minute, 8)
+	t0 := time.Unix(1000, 0)
+	for i := range 3 {
+		w.Warn("k", t0.Add(time.Duration(i)*time.Second), "i", i)
+	}
+	w.Flush(t0.Add(30 * time.Second)) // the interval has not ended
+	if n := strings.Count(b.String(), `msg="publish failed"`); n != 1 || strings.Contains(b.String(), "repeats") {
+		t.Fatalf("after 3 lines of one key in the interval:\n%s", b.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w.Run(ctx, func() time.Time { return t0.Add(time.Second) }) // ends at once, summing up
+	if !strings.Contains(b.String(), `msg="publish failed (repeats)" i=2 not_logged=2 within=1m0s`) {
+		t.Fatalf("no summary of the 2 not logged:\n%s", b.String())
 	}
 }
