@@ -1,12 +1,10 @@
 package scheduler
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +14,14 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
-// logBuffer is a bytes.Buffer safe for a logger and a test at once.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+// logBuffer is what a logger writes while the test reads it, by line.
+type logBuffer struct{ testenv.Output }
 
 // lines returns the lines that contain every one of subs.
 func (l *logBuffer) lines(subs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
 next:
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		for _, s := range subs {
 			if !strings.Contains(line, s) {
 				continue next
@@ -43,12 +30,6 @@ next:
 		out = append(out, line)
 	}
 	return out
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A flood of failed publishes to one destination is one WARN line per
