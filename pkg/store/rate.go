@@ -134,37 +134,20 @@ func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool)
 			was, _ := v[0].(string)
 			mark, _ := v[1].(string)
 			_, paused := v[2].(string)
-			now := time.Now()
-			if mark != "" {
-				// A walk under way: this start's rate is recorded, and the
-				// walk is left to its walker, or taken over once that is
-				// silent (takeOver).
-				stale := staleMark(mark, now)
-				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.HSet(ctx, key, rateField(sink), want)
-					if stale {
-						takeOver(ctx, p, key, sink, mark, now)
-					}
-					return nil
-				})
-				walk = err == nil && stale
-				return err
-			}
-			if was == want {
+			if mark == "" && was == want {
 				return nil
 			}
-			if layout1 {
-				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.HSet(ctx, key, rateField(sink), want)
-					return nil
-				})
-				return err
-			}
-			// The clock stops in the transaction too (its key is of another
-			// slot on a Cluster: a command apart, after it, then).
-			n, err := s.rdb.Exists(ctx, s.keys.Rate(sink)).Result()
-			if err != nil {
-				return err
+			now := time.Now()
+			// A walk under way is left to its walker, or taken over once
+			// that is silent; with none, a change is walked when the clock
+			// runs (read apart: its key is of another slot on a Cluster;
+			// it is stopped after the transaction). Layout 1 is not walked.
+			stale := mark != "" && staleMark(mark, now)
+			var n int64
+			if mark == "" && !layout1 {
+				if n, err = s.rdb.Exists(ctx, s.keys.Rate(sink)).Result(); err != nil {
+					return err
+				}
 			}
 			how := "resume"
 			if paused {
@@ -172,12 +155,15 @@ func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool)
 			}
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				p.HSet(ctx, key, rateField(sink), want)
-				if n > 0 {
+				switch {
+				case stale:
+					takeOver(ctx, p, key, sink, mark, now)
+				case n > 0:
 					p.HSet(ctx, key, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10), "paused:"+sink, "1")
 				}
 				return nil
 			})
-			walk = err == nil && n > 0
+			walk = err == nil && (stale || n > 0)
 			return err
 		}, key)
 		if !errors.Is(err, redis.TxFailedErr) {
