@@ -365,6 +365,13 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 	defer src.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// Not the account's only stream: deleting the last one, the server
+	// removes the account's streams directory from a goroutine of its own,
+	// and a stream created meanwhile fails ("error creating store for
+	// stream": its mkdir finds no parent; 3 in 90 here under load).
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KEEP", Subjects: []string{subject("keep")}}); err != nil {
+		t.Fatal(err)
+	}
 	publish := func(from, to int) {
 		for i := from; i <= to; i++ {
 			if _, err := js.Publish(ctx, subject("gone"), fmt.Appendf(nil, "m%d", i)); err != nil {
