@@ -21,13 +21,15 @@ type Proxy struct {
 	conns map[net.Conn]bool
 	wg    sync.WaitGroup
 	// flowing is closed while what the target answers is passed on; Stall
-	// makes a new one, Flow closes it.
-	flowing chan struct{}
+	// makes a new one, Flow closes it. sending is the same for what the
+	// clients send, made by Hold.
+	flowing, sending chan struct{}
 }
 
 func NewProxy(t testing.TB, target string) *Proxy {
-	p := &Proxy{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), target: target, conns: map[net.Conn]bool{}, flowing: make(chan struct{})}
+	p := &Proxy{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), target: target, conns: map[net.Conn]bool{}, flowing: make(chan struct{}), sending: make(chan struct{})}
 	close(p.flowing)
+	close(p.sending)
 	p.Up(t)
 	t.Cleanup(func() { p.Down(t) })
 	return p
@@ -82,27 +84,28 @@ func (p *Proxy) pipe(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, answers{p, u}); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(u, held{c, p, &p.sending}); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, held{u, p, &p.flowing}); done <- struct{}{} }()
 	<-done
 	c.Close()
 	u.Close()
 	<-done
 }
 
-// answers reads what the target answers, holding it while the proxy is
-// stalled.
-type answers struct {
-	p *Proxy
-	u net.Conn
+// held reads one direction of a connection, holding what it read while
+// the channel *gate points to is open (made by Stall or Hold).
+type held struct {
+	c    net.Conn
+	p    *Proxy
+	gate *chan struct{}
 }
 
-func (a answers) Read(b []byte) (int, error) {
-	n, err := a.u.Read(b)
-	a.p.mu.Lock()
-	flowing := a.p.flowing
-	a.p.mu.Unlock()
-	<-flowing
+func (h held) Read(b []byte) (int, error) {
+	n, err := h.c.Read(b)
+	h.p.mu.Lock()
+	gate := *h.gate
+	h.p.mu.Unlock()
+	<-gate
 	return n, err
 }
 
@@ -120,8 +123,21 @@ func (p *Proxy) Stall() {
 	}
 }
 
-// Flow passes on what the target answered during a Stall, and what it
-// answers next.
+// Hold holds what the clients send from now on, on every connection, while
+// what the target answers still comes: a request that reaches the server
+// late.
+func (p *Proxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.sending:
+		p.sending = make(chan struct{})
+	default: // held already
+	}
+}
+
+// Flow passes on what was held during a Stall or a Hold, and what comes
+// next.
 func (p *Proxy) Flow() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -130,10 +146,12 @@ func (p *Proxy) Flow() {
 
 // flow is Flow with p.mu held.
 func (p *Proxy) flow() {
-	select {
-	case <-p.flowing:
-	default:
-		close(p.flowing)
+	for _, gate := range []chan struct{}{p.flowing, p.sending} {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
 	}
 }
 

@@ -17,3 +17,4 @@ func Classify(err error) error { return (&Sink{cfg: SinkParams{Name: "t"}}).clas
 // RecreateStreamAfter is how long a stream deleted under a running ingest
 // is left to its deletion, for tests.
 const RecreateStreamAfter = recreateStreamAfter
+const PullExpiry = pullExpiry

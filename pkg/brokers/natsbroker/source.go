@@ -359,9 +359,18 @@ func (s *Source) recreateOnce(ctx context.Context, iter jetstream.MessagesContex
 	return nil
 }
 
+// pullExpiry is how long one pull request waits at the server. The
+// server's heartbeats come at half of it, and two missed (pullExpiry
+// without a word) end the wait for a consumer the server no longer has:
+// one deleted, with its stream, before our pull request reached it is
+// never reported otherwise (nats.go's default of 30 s left such an ingest
+// reading nothing for 30 s, in a third of deletions made just after a
+// start). An idle ingest sends a pull request every pullExpiry.
+const pullExpiry = 5 * time.Second
+
 // pull starts fetching from the consumer.
 func (s *Source) pull() (jetstream.MessagesContext, error) {
-	iter, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.MaxInFlight, 500)))
+	iter, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.MaxInFlight, 500)), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return nil, fmt.Errorf("nats ingest %s: pull: %w", s.cfg.Name, err)
 	}

@@ -611,7 +611,8 @@ func TestSourceStreamDeletedUnderItIsLeftToItsDeletion(t *testing.T) {
 	deleted := time.Now()
 	var created time.Time
 	// A deletion that finds no pull request of the ingest waiting is seen
-	// only at the next missed heartbeat, about 30 s on (one in five here).
+	// only when two heartbeats do not come (PullExpiry; one in five here,
+	// and TestSourceStreamDeletedBeforeItsPullArrived every time).
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		info, err := js.Stream(ctx, "LEFT")
 		if err == nil {
@@ -630,6 +631,72 @@ func TestSourceStreamDeletedUnderItIsLeftToItsDeletion(t *testing.T) {
 	if _, err := js.Publish(pctx, subject("left"), []byte("after")); err != nil {
 		t.Fatalf("a publish to the stream created again: %v", err)
 	}
+	select {
+	case in := <-got:
+		if string(in.Body) != "after" {
+			t.Fatalf("read %q, want the message published after", in.Body)
+		}
+	case <-ctx.Done():
+		t.Fatal("the message published to the stream created again was not read")
+	}
+}
+
+// TestSourceStreamDeletedBeforeItsPullArrived: a stream deleted while no
+// pull request of the ingest waited at its consumer (the one the ingest
+// sent next still on its way) is never reported to the ingest: the pull
+// request reaches nothing and nothing answers it. The ingest notices by
+// the server's heartbeats that do not come (two, PullExpiry), and creates
+// the stream again RecreateStreamAfter on. nats.go's default pull waited
+// 30 s for them.
+func TestSourceStreamDeletedBeforeItsPullArrived(t *testing.T) {
+	ns, js := jetStreamServer(t)
+	proxy := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", ns.Port))
+	// One message a pull request: the one that brings it leaves none
+	// waiting.
+	params := natsbroker.SourceParams{Name: "late", URL: "nats://" + proxy.Addr, Subject: subject("late"), Stream: "LATE", Durable: "delaybridge", AckWait: 30 * time.Second, MaxInFlight: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	src := open(t, params)
+	defer src.Close(context.Background())
+	got := readAsync(ctx, src)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		c, err := js.Consumer(ctx, "LATE", "delaybridge")
+		return err == nil && c.CachedInfo().NumWaiting == 1
+	}, "the ingest's pull request waiting at its consumer")
+	proxy.Hold() // the next pull request stays on its way
+	if _, err := js.Publish(ctx, subject("late"), []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-ctx.Done():
+		t.Fatal("the first message not read")
+	}
+	c, err := js.Consumer(ctx, "LATE", "delaybridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.CachedInfo().NumWaiting; n != 0 {
+		t.Fatalf("%d pull requests wait at the consumer, want none (the next one held)", n)
+	}
+	got = readAsync(ctx, src) // the ingest reads on
+	if err := js.DeleteStream(ctx, "LATE"); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	proxy.Flow()
+	bound := 2*natsbroker.PullExpiry + natsbroker.RecreateStreamAfter
+	testenv.Eventually(t, bound, func() bool {
+		_, err := js.Stream(ctx, "LATE")
+		return err == nil
+	}, "the stream created again by its ingest")
+	t.Logf("created again %v after its deletion", time.Since(deleted).Round(time.Millisecond))
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		_, err := js.Publish(pctx, subject("late"), []byte("after"))
+		return err == nil
+	}, "a message published to the stream created again")
 	select {
 	case in := <-got:
 		if string(in.Body) != "after" {
