@@ -92,7 +92,7 @@ const inFlightRetry = time.Second
 // inFlight refuses a change (what: "rescheduled", "fired", "cancelled") to
 // a message being published, or sent before without a confirmation.
 func inFlight(id, what string) *Error {
-	e := conflict("message %s is being published now, or a publish of it was sent and not confirmed and may still arrive, "+
+	e := conflict("message %s is being published now, or a publish of it was (or may have been) sent and not confirmed and may still arrive, "+
 		"and cannot be %s; a publish under way that fails is scheduled again and can be %s then", quote(id), what, what)
 	e.RetryAfter = inFlightRetry
 	return e

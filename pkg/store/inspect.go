@@ -57,7 +57,6 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	now := toInt64(res[0])
 	info := &Info{ID: id, Shard: shard, EncodedSize: len(blob), SeriesEnds: toInt64(res[5]) == 1}
 	s.decodeInto(info, blob)
 	var deadAt int64
@@ -78,9 +77,9 @@ func (s *Store) Inspect(ctx context.Context, id string) (*Info, error) {
 			info.State, info.Held, info.NextAt = StateHeld, true, due
 			break
 		}
-		if leased(score) && score > float64(now) { // a lease not yet expired
+		if leased(score) { // its lease ended or not (lua/lib/wire.lua's firing)
 			info.State = StateInflight
-			info.Attempts++ // the one under way
+			info.Attempts++ // the one under way, or that may have been sent
 		}
 		if claimedAhead(score) && info.Message != nil {
 			// claimed ahead by an instance: scheduled, at its due time

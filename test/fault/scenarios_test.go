@@ -585,13 +585,17 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 // TestPausedPastLeaseCancelled: two daemons on one Redis; one is frozen
 // (SIGSTOP) while it holds claims of a burst, past their 2 s lease, and
 // those messages are cancelled meanwhile (store.Cancel, what DELETE
-// /v1/messages/{id} runs: 204, since their lease expired), then both are
-// thawed (SIGCONT). Guarantee: a lease is a fence: the thawed daemon
-// publishes none of what was cancelled (it puts back what it held, its
-// lease nearly over), and everything else is delivered.
+// /v1/messages/{id} runs), then both are thawed (SIGCONT). Guarantees:
+// cancel means never published: a claim ahead (not committed) is
+// cancelled, and the thawed daemon publishes none of those; a claim in
+// flight may have been sent before the freeze (and stored by its broker
+// after, or delivered and not yet recorded), so its cancel is refused as in
+// flight (409), its lease ended or not. A lease is a fence: the thawed
+// daemon begins no publish of what it held in flight (the other takes them
+// over: one publish each begins after the thaw); everything is delivered.
 func TestPausedPastLeaseCancelled(t *testing.T) {
 	w := newWorld(t, "paused-past-lease-cancelled", options{})
-	w.res.Fault = "two daemons; one SIGSTOPped while it holds claims, past their 2 s lease; the other cancels them; then SIGCONT"
+	w.res.Fault = "two daemons; one SIGSTOPped while it holds claims, past their 2 s lease; the claims ahead cancelled, those in flight refused (they may have been sent); then SIGCONT"
 	// Each publish stamped with when it began: the check is when the
 	// daemon published, not when the broker stored it.
 	bin := testenv.BuildTagged(t, "faultinject")
@@ -633,30 +637,61 @@ func TestPausedPastLeaseCancelled(t *testing.T) {
 	// cancelled message read again by the ingest stays cancelled).
 	st := store.New(w.rdb, store.Options{Prefix: keyPrefix, Shards: shards, DedupeWindow: config.DefaultDedupeWindow})
 	cancelled, refused := 0, 0
+	var sent []string // in flight (committed): their publish may have begun
 	for _, id := range rs.inflightIDs {
 		asked := time.Now() // nothing may be published from the moment the cancel is asked
-		switch err := st.Cancel(context.Background(), id); {
-		case err == nil:
+		err := st.Cancel(context.Background(), id)
+		switch {
+		case err == nil && rs.ahead[id]:
 			w.pub.cancel(id, asked)
 			cancelled++
-		case errors.Is(err, store.ErrInFlight):
+		case errors.Is(err, store.ErrInFlight) && !rs.ahead[id]:
 			refused++
+			sent = append(sent, id)
+		case err == nil:
+			w.pub.cancel(id, asked)
+			t.Errorf("cancel of %s, in flight past its lease: 204, but its publish may have begun before the freeze", id)
+		case errors.Is(err, store.ErrInFlight):
+			t.Errorf("cancel of %s, claimed ahead and not committed: refused as in flight", id)
 		default:
 			t.Errorf("cancel of %s: %v", id, err)
 		}
 	}
-	w.logf("the frozen daemon held %d claims; %d cancelled past their lease, %d refused as in flight", rs.inflight, cancelled, refused)
+	w.logf("the frozen daemon held %d claims; %d claimed ahead cancelled past their lease, %d in flight refused", rs.inflight, cancelled, refused)
+	thawed := time.Now()
 	thaw()
 	w.waitPublished(done)
 	w.settle(settleFor)
 	w.res.DupBound = rs.inflight
-	w.res.note("the frozen daemon held %d claims past their lease; %d of them were cancelled meanwhile, none published after; the thawed daemon put back %0.f unpublished (lease_fenced_total)",
-		rs.inflight, cancelled, a.metric("delaybridge_lease_fenced_total"))
-	if refused > 0 {
-		t.Errorf("%d cancels past the lease were refused as in flight", refused)
+	// Each claim in flight that the frozen daemon held is published once
+	// after the thaw, by whichever daemon takes it over; a second publish
+	// begun after it would be the frozen daemon's, past its lease.
+	copies := w.col.snapshot()
+	twice, stamped := 0, 0
+	for _, id := range sent {
+		n := 0
+		for _, c := range copies[id] {
+			if !c.began.IsZero() {
+				stamped++
+			}
+			if c.began.After(thawed) {
+				n++
+			}
+		}
+		if n > 1 {
+			twice++
+		}
 	}
-	if cancelled == 0 {
-		t.Errorf("none of the %d claims of the frozen daemon could be cancelled: nothing was tested", rs.inflight)
+	if len(sent) > 0 && stamped == 0 {
+		t.Fatal("no copy of the frozen daemon's claims carries when its publish began: the fence is not checked")
+	}
+	w.res.note("the frozen daemon held %d claims past their lease: %d claimed ahead, cancelled meanwhile and none published after; %d in flight, whose cancels were refused (they may have been sent before the freeze), %d of them with more than one publish begun after the thaw; the thawed daemon put back %0.f unpublished (lease_fenced_total)",
+		rs.inflight, cancelled, refused, twice, a.metric("delaybridge_lease_fenced_total"))
+	if twice > 0 {
+		t.Errorf("%d claims of the frozen daemon had two publishes begun after the thaw: the frozen daemon published past its lease", twice)
+	}
+	if cancelled+refused == 0 {
+		t.Errorf("none of the %d claims of the frozen daemon was cancelled or refused: nothing was tested", rs.inflight)
 	}
 	w.finish(false)
 }

@@ -1,6 +1,6 @@
 --[[ browse: returns the next entries of one shard in browse order.
 --! keys: pool dead groups
---! include: time blob due order
+--! include: blob due order
 
 ARGV[1] -> mode: "parked" (the due sets) or "dead" (the dead set)
 ARGV[2] -> 1 with a cursor, else 0
@@ -45,7 +45,6 @@ end
 local ingroup = {}
 for _, g in ipairs(fgroups) do ingroup[g] = true end
 local needblob = fsink ~= '' or fdest ~= '' or fingest ~= '' or fgroup ~= '' or frecur
-local now = servertime()
 
 local function before(k1, i1, k2, i2)
   if k1 ~= k2 then return k1 < k2 end
@@ -54,7 +53,7 @@ end
 local function state(e)
   if mode == 'dead' then return 'd' end
   if e.held then return 'h' end
-  if firing(e.score, now) then return 'i' end
+  if firing(e.score) then return 'i' end
   return 's'
 end
 local function keep(e, st)

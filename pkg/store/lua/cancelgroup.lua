@@ -2,7 +2,7 @@
 leaving those in flight or sent without a confirmation (as cancel does).
 --! keys: pool groups
 --! firing
---! include: time due life unconfirmed
+--! include: due life unconfirmed
 
 KEYS      the shard's keys above, then the dedupe window's current bucket
           (Keys.Seen), which keeps each cancelled message's mark (remember)
@@ -18,13 +18,12 @@ returns   {how many were cancelled, how many are in flight and left,
 local lo, hi = '[' .. ARGV[1] .. '\0', '(' .. ARGV[1] .. '\1'
 local members = redis.call('ZRANGEBYLEX', K.groups, lo, hi, 'LIMIT', tonumber(ARGV[2]), tonumber(ARGV[3]))
 local prefix = #ARGV[1] + 2
-local now = servertime()
 local cancelled, inflight = 0, 0
 for _, m in ipairs(members) do
   local id = string.sub(m, prefix)
   local score = duescore(id)
   local blob = redis.call('HGET', K.pool, id)
-  if firing(score, now) or (score ~= false and unconfirmed(id, blob)) then
+  if firing(score) or (score ~= false and unconfirmed(id, blob)) then
     endseries(id, blob)
     inflight = inflight + 1
   else

@@ -9,18 +9,18 @@ ARGV[2]   the encoded message the new one was made from
 ARGV[3]   the new encoded message
 ARGV[4]   the new due time (Unix ms); "now" for the Redis server time
 returns   {result, due}: result 1 done, 0 not found (or dead), -1 in flight
-          under a lease that has not expired, or sent before without a
-          confirmation (lib/unconfirmed.lua),
+          (its lease ended or not), or sent before without a confirmation
+          (lib/unconfirmed.lua),
           -2 changed meanwhile (read it again); due: the due time set (Unix ms)
 ]]
 
 local id = ARGV[1]
 local score, p = duescore(id)
 if not score then return {0, 0} end
--- Under a lease that has not expired its publish may be under way; one
--- whose lease expired is parked (as cancel.lua takes it): its holder is gone.
+-- In flight its publish may be under way, or have been sent before its
+-- lease ended (lib/wire.lua's firing), as one sent without a confirmation.
 local blob = redis.call('HGET', K.pool, id)
-if firing(score, servertime()) or unconfirmed(id, blob) then return {-1, 0} end
+if firing(score) or unconfirmed(id, blob) then return {-1, 0} end
 if blob ~= ARGV[2] then return {-2, 0} end
 local due, now = ARGV[4], servertime()
 if due == 'now' then due = now else due = tonumber(due) end

@@ -121,6 +121,14 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
   -- isahead: it falls due after now; mv: its meta value, false when it has
   -- none), or holds it for its blocked sink, adding its move to moves.
   local function take(p, moves, id, score, blob, mv, isahead)
+    if blob and leased(score) then
+      -- Its lease ended: its claimer may have sent it before, and its
+      -- broker may take that copy yet. Until a publish of it is
+      -- confirmed, a cancel or a change meets it as one sent without a
+      -- confirmation, held or not (lib/unconfirmed.lua).
+      redis.call('HSET', K.unconfirmed, id, redis.sha1hex(blob))
+      anyunconfirmed = true
+    end
     local band = false
     if anyblocked and blob then
       local info = blobinfo(blob)

@@ -1,5 +1,6 @@
 --[[ unconfirmed: messages a publish of which was sent and never confirmed
-(it timed out, or the sink could not tell what became of it): the broker
+(it timed out, or the sink could not tell what became of it), or may have
+been (a claim took it over from a lease that ended, lib/fire.lua): the broker
 may take it yet, so a cancel or a change meets such a message as one in
 flight (cancel.lua, cancelgroup.lua, reschedule.lua). A mark holds the
 digest of the message as it was sent, so it stands only while the message

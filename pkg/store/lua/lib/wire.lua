@@ -32,6 +32,10 @@ local function leased(score) return tonumber(score) % 1 == LEASE_MARK end
 local function ahead(score) return tonumber(score) % 1 == AHEAD_MARK end
 -- slotted reports whether a score is a max_rate slot.
 local function slotted(score) return tonumber(score) % 1 == SLOT_MARK end
--- firing reports whether a score (false: none) is a lease that has not
--- ended at now (Unix ms): its publish may be under way.
-local function firing(score, now) return score ~= false and score ~= nil and leased(score) and tonumber(score) > now end
+-- firing reports whether a score (false: none) is a lease, ended or not:
+-- the message's publish may be under way, or may have been sent before
+-- the lease ended and reach its broker yet (its holder paused, its broker
+-- slow to store it). A claim that takes it over marks it as sent without
+-- a confirmation (lib/unconfirmed.lua, lib/fire.lua), which stands until
+-- a publish of it is confirmed.
+local function firing(score) return score ~= false and score ~= nil and leased(score) end
