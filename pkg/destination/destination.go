@@ -70,7 +70,11 @@ const ReservedCode = "destination_reserved"
 // that begins with Prefix and, when Pattern is set, matches Pattern too.
 // A pattern names it literally when it begins with Prefix itself, and
 // with a literal token where Prefix is empty (a wildcard does not open it:
-// `>` never reaches `$JS.API`, `#` no key of amq.topic).
+// `>` never reaches `$JS.API`, `#` no key of amq.topic). A part with a
+// Pattern and no Prefix (what an ingest reads through a pattern that
+// begins with a wildcard, `*.in`) is named only by the destination itself
+// or by that pattern: `out.>` reaches `out.in` among others, and names
+// nothing of `*.in`.
 type Reserved struct {
 	Prefix string
 	// Pattern, in the broker's wildcards, narrows the part to the
@@ -181,7 +185,7 @@ func (s Syntax) Check(dest string, allowed []string, chosen bool) error {
 		return &Error{Kind: ErrInvalid, Dest: dest, Reason: why}
 	}
 	for _, r := range s.Reserved {
-		if !s.contains(r, dest) || s.namedLiterally(r.Prefix, dest, allowed) {
+		if !s.contains(r, dest) || s.namedLiterally(r, dest, allowed) {
 			continue
 		}
 		var where string
@@ -211,12 +215,34 @@ func (s Syntax) Check(dest string, allowed []string, chosen bool) error {
 }
 
 // namedLiterally reports whether a pattern of allowed that matches dest
-// begins with prefix; for a part without a prefix (every key of a RabbitMQ
-// exchange of its own, a source of the form `*.in`), with a literal token:
-// a bare wildcard (`#`, `*`, `>`) never opens a reserved part.
-func (s Syntax) namedLiterally(prefix, dest string, allowed []string) bool {
+// names the reserved part r literally (Reserved): it begins with r.Prefix;
+// for a part without a prefix, it begins with a literal token (a bare
+// wildcard, `#`, `*`, `>`, never opens a reserved part), and for one with
+// a pattern it is dest itself or that pattern.
+func (s Syntax) namedLiterally(r Reserved, dest string, allowed []string) bool {
 	for _, p := range allowed {
-		if strings.HasPrefix(p, prefix) && (prefix != "" || s.Consumed(p).Prefix != "") && s.Match(p, dest) {
+		switch {
+		case !s.Match(p, dest):
+		case r.Prefix != "":
+			if strings.HasPrefix(p, r.Prefix) {
+				return true
+			}
+		case r.Pattern != "":
+			if p == dest || (p == r.Pattern && literalToken(p)) {
+				return true
+			}
+		case s.Consumed(p).Prefix != "":
+			return true
+		}
+	}
+	return false
+}
+
+// literalToken reports whether a pattern has a token that is not a
+// wildcard (`*.in` has, `*.>` has not).
+func literalToken(pattern string) bool {
+	for _, t := range strings.Split(pattern, Separator) {
+		if t != "" && !strings.ContainsAny(t, Wildcards) {
 			return true
 		}
 	}

@@ -127,6 +127,17 @@ func TestCheck(t *testing.T) {
 		{name: "loop: a binding's #, named", s: RabbitMQ.Reserve(RabbitMQ.Consumed("evt.#")), dest: "evt", allowed: []string{"evt"}, chosen: true},
 		{name: "loop: beside a binding's #", s: RabbitMQ.Reserve(RabbitMQ.Consumed("evt.#")), dest: "evtx"},
 		{name: "loop: another Kafka topic", s: Kafka.Reserve(Kafka.Consumed("orders-in")), dest: "orders-in-2"},
+		// A source that begins with a wildcard: only the destination itself,
+		// or the source's own pattern, names it.
+		{name: "loop: *.in reached by out.>", s: NATS.Reserve(NATS.Consumed("*.in")), dest: "out.in", allowed: []string{"out.>"}, chosen: true, want: destination.ErrReserved, reason: `is in "*.in"`},
+		{name: "loop: *.in by the route's own destination", s: NATS.Reserve(NATS.Consumed("*.in")), dest: "out.in", allowed: []string{"x.>"}, want: destination.ErrReserved},
+		{name: "loop: *.in named", s: NATS.Reserve(NATS.Consumed("*.in")), dest: "out.in", allowed: []string{"out.>", "out.in"}, chosen: true},
+		{name: "loop: *.in named by its pattern", s: NATS.Reserve(NATS.Consumed("*.in")), dest: "out.in", allowed: []string{"*.in"}, chosen: true},
+		{name: "loop: beside *.in", s: NATS.Reserve(NATS.Consumed("*.in")), dest: "out.done", allowed: []string{"out.>"}, chosen: true},
+		{name: "loop: a binding's *.rg reached by x.#", s: RabbitMQ.Reserve(RabbitMQ.Consumed("*.rg")), dest: "x.rg", allowed: []string{"x.#"}, chosen: true, want: destination.ErrReserved},
+		{name: "loop: a binding's #.late reached by orders.#", s: RabbitMQ.Reserve(RabbitMQ.Consumed("#.late")), dest: "orders.late", allowed: []string{"orders.#"}, chosen: true, want: destination.ErrReserved},
+		{name: "loop: a binding's #.late named", s: RabbitMQ.Reserve(RabbitMQ.Consumed("#.late")), dest: "orders.late", allowed: []string{"orders.late"}, chosen: true},
+		{name: "loop: a pattern of wildcards alone is no name", s: NATS.Reserve(NATS.Consumed("*.>")), dest: "a.b", allowed: []string{"*.>"}, chosen: true, want: destination.ErrReserved},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.s.Check(c.dest, c.allowed, c.chosen)

@@ -142,7 +142,9 @@ func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
 		switch {
 		case b.Exchange != sc.Exchange:
 		case b.ExchangeType == amqp.ExchangeFanout || b.ExchangeType == amqp.ExchangeHeaders:
-			out = append(out, destination.Reserved{Example: "orders.#"}) // the binding's key is not read: every key
+			// The binding's key is not read: every key, which only a
+			// destination written out opens (Reserved).
+			out = append(out, destination.Reserved{Pattern: "#", Example: "orders.retry"})
 		case b.RoutingKey != "":
 			out = append(out, Destinations.Consumed(b.RoutingKey))
 		}
