@@ -335,6 +335,16 @@ func checkQuery(w http.ResponseWriter, r *http.Request, known []string) bool {
 		writeJSON(w, http.StatusBadRequest, &ErrorBody{Message: reason})
 		return false
 	}
+	// A query of nothing (?, ?&, ?&&) is what a script's filters make when
+	// each is empty: read as none, it would select everything.
+	if len(query) == 0 && (r.URL.ForceQuery || r.URL.RawQuery != "") {
+		reason := "the query has no parameter (" + clipped("?"+r.URL.RawQuery) + "): give each filter a name and a value, or send no query to select everything"
+		if rec, ok := w.(*recorder); ok {
+			rec.errMsg = reason
+		}
+		writeJSON(w, http.StatusBadRequest, &ErrorBody{Message: reason})
+		return false
+	}
 	for k, vs := range query {
 		reason := ""
 		switch {

@@ -668,6 +668,14 @@ func TestEmptyFiltersRefused(t *testing.T) {
 			t.Errorf("%s: %d, want 400 saying the query is not validly URL-encoded: %.300s", req, r.status, r.body)
 		}
 	}
+	// A query of nothing, what a script's empty filters make, is no
+	// filter given: refused, not read as none.
+	for _, req := range []string{"DELETE /v1/dead?", "DELETE /v1/dead?&", "DELETE /v1/dead?&&&", "GET /v1/messages?&", "GET /v1/dead?"} {
+		method, path, _ := strings.Cut(req, " ")
+		if r := e.do(method, path, ""); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "no parameter") {
+			t.Errorf("%s: %d, want 400 saying the query has no parameter: %.300s", req, r.status, r.body)
+		}
+	}
 	// A filter in a body is not read: the purge is refused, not made of
 	// every dead message.
 	for _, body := range []string{`{"group":"none"}`, `{}`} {
