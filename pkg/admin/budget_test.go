@@ -2,12 +2,15 @@ package admin
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // Large bodies decode in turns within the budget (two of the largest
@@ -79,5 +82,51 @@ func TestRefusalOfAnUnsentBodyComesAtOnce(t *testing.T) {
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("the connection after the refusal: %v, want it closed by the server (EOF)", err)
+	}
+}
+
+// Large bodies in flight are bounded by size: four of the largest held at
+// once (here sent no further than their headers) leave no room, and a
+// fifth is answered 503 with Retry-After, its body unread, while short
+// bodies pass beside them; when one goes, large bodies are taken again.
+// Two hundred at once took the daemon to 4 GB.
+func TestBodyBudgetBoundsTheBodiesHeld(t *testing.T) {
+	e := newEnv(t)
+	b := e.server.bodies
+	b.wait = 200 * time.Millisecond
+	largest := e.server.ops.Limits().MaxDocumentBytes()
+	host := strings.TrimPrefix(e.url, "http://")
+	holders := make([]net.Conn, 4)
+	for i := range holders {
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := fmt.Fprintf(conn, "POST /v1/messages HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", host, largest); err != nil {
+			t.Fatal(err)
+		}
+		holders[i] = conn
+	}
+	full := func() bool {
+		if b.sem.TryAcquire(1) {
+			b.sem.Release(1)
+			return false
+		}
+		return true
+	}
+	testenv.Eventually(t, 10*time.Second, full, "four of the largest bodies held fill the budget")
+	big := `{"sink":"rabbit","destination":"d","delay":"1h","body":"` + strings.Repeat("x", maxSmallBody) + `"}`
+	r := e.do("POST", "/v1/messages", big)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "large request bodies") {
+		t.Fatalf("a fifth large body: %d %q %.300s, want 503 with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	if r := e.do("PATCH", "/v1/messages/none", `{"delay":"1h"}`); r.status != http.StatusNotFound {
+		t.Fatalf("a short body beside them: %d %.300s, want 404 (no such message)", r.status, r.body)
+	}
+	holders[0].Close()
+	testenv.Eventually(t, 10*time.Second, func() bool { return !full() }, "the share of a body whose client went freed")
+	if r := e.do("POST", "/v1/messages", big); r.status != http.StatusCreated {
+		t.Fatalf("a large body once one went: %d %.300s, want 201", r.status, r.body)
 	}
 }

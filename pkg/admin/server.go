@@ -132,6 +132,7 @@ type Server struct {
 	token   [sha256.Size]byte // hash of Params.Token, compared in constant time
 	hosts   hostGuard
 	decodes *decodeBudget     // the JSON bodies decoded at once
+	bodies  *bodyBudget       // the request bodies held at once
 	fails   *logrepeat.Warner // the failed requests logged (Params.RepeatInterval)
 
 	mu        sync.Mutex
@@ -169,6 +170,7 @@ func New(p Params) *Server {
 		s.log.Warn("admin pprof is not served: it needs admin.token (profiles hold goroutine stacks, heap contents and the command line)")
 	}
 	s.decodes = newDecodeBudget(s.ops.Limits().MaxDocumentBytes())
+	s.bodies = newBodyBudget(s.ops.Limits().MaxDocumentBytes())
 	s.fails = logrepeat.NewWarner(s.log, "admin request failed", p.RepeatInterval, maxFailKeys)
 	s.history = newHistory(p.Metrics, HistoryEvery, HistoryWindow)
 	s.api = s.newAPI()
@@ -290,6 +292,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if !s.guardChange(rec, r) {
 		return
 	}
+	release, ok := s.bodies.admit(rec, r)
+	if !ok {
+		return
+	}
+	defer release()
 	s.router.ServeHTTP(rec, r)
 }
 
