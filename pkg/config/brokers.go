@@ -38,6 +38,13 @@ type IngestBroker interface {
 	Dialects() []envelope.Dialect
 }
 
+// LoopWarner is an IngestBroker that may read what it cannot reserve
+// (Consumes): Config.Warnings adds what LoopWarnings says of each sink, at
+// paths under at (its block, "ingest[0].rabbitmq").
+type LoopWarner interface {
+	LoopWarnings(sink SinkBroker, sinkName, at string, w *Problems)
+}
+
 // SinkBroker is the broker block of a sink, as IngestBroker is of an
 // ingest.
 type SinkBroker interface {

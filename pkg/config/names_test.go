@@ -90,3 +90,31 @@ sinks: [{name: out, nats: {url: "nats://127.0.0.1:4222"}}]
 		t.Errorf("warnings: %q", w)
 	}
 }
+
+// A RabbitMQ binding to the exchange a sink publishes to, without its
+// type, is warned about: on a fanout or headers exchange every key comes
+// back, and only the binding's key is refused. With its type, it is not.
+func TestUntypedBindingOnTheSinksExchangeWarned(t *testing.T) {
+	for _, c := range []struct {
+		typ, allowed string
+		want         int
+	}{{"", "", 1}, {", exchange_type: topic", "", 0}, {", exchange_type: fanout", ", allowed_destinations: [orders.fired]", 0}} {
+		cfg, err := config.Parse([]byte(`
+redis: {addr: "127.0.0.1:6379"}
+ingest:
+  - name: jobs
+    rabbitmq: {url: "amqp://127.0.0.1:5672", queue: jobs-in, bindings: [{exchange: events, routing_key: "orders.in"`+c.typ+`}]}
+    route: {sink: events, destination: orders.fired`+c.allowed+`}
+sinks:
+  - {name: events, rabbitmq: {url: "amqp://127.0.0.1:5672", exchange: events}}
+  - {name: plain, rabbitmq: {url: "amqp://127.0.0.1:5672"}}
+`), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := cfg.Warnings()
+		if len(w) != c.want || (c.want == 1 && !strings.HasPrefix(w[0].String(), "ingest[0].rabbitmq.bindings[0].exchange_type (jobs): not set, and sink events publishes to exchange \"events\"")) {
+			t.Errorf("binding%s: warnings %q, want %d", c.typ, w, c.want)
+		}
+	}
+}

@@ -534,12 +534,21 @@ func (c *Config) Refused() []string {
 
 // Warnings are what a valid configuration opens that its author may not
 // mean: a route whose destination a publisher chooses (allow_override, or
-// a template with a placeholder) without route.allowed_destinations.
-// `delaybridge validate` prints them and the daemon logs them at start.
+// a template with a placeholder) without route.allowed_destinations, and
+// what an ingest may read of a sink's namespace that it cannot reserve
+// (LoopWarner). `delaybridge validate` prints them and the daemon logs
+// them at start.
 func (c *Config) Warnings() Problems {
 	var w Problems
 	for i := range c.Ingest {
 		in := &c.Ingest[i]
+		if lw, ok := in.Broker.(LoopWarner); ok {
+			for j := range c.Sinks {
+				if c.Sinks[j].Broker != nil {
+					lw.LoopWarnings(c.Sinks[j].Broker, c.Sinks[j].Name, fmt.Sprintf("ingest[%d].%s", i, in.Broker.Kind()), &w)
+				}
+			}
+		}
 		r := &in.Route
 		at := fmt.Sprintf("ingest[%d].route", i)
 		if strings.Contains(strings.ReplaceAll(r.Destination, "{{", ""), "{source}") {

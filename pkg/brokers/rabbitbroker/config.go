@@ -55,7 +55,9 @@ type Binding struct {
 	// exchange durable with that type if it is missing; an exchange that
 	// exists with another type or arguments is an error at connect. Empty
 	// (the default): the exchange must already exist; it is declared
-	// passively, and never changed.
+	// passively, and never changed; a sink publishing to that exchange then
+	// has only the binding's key refused as a loop, which on a fanout or
+	// headers exchange is not all that comes back (validate warns).
 	ExchangeType string `yaml:"exchange_type"`
 }
 
@@ -150,6 +152,27 @@ func (c *IngestConfig) Consumes(sink config.SinkBroker) []destination.Reserved {
 		}
 	}
 	return out
+}
+
+var _ config.LoopWarner = (*IngestConfig)(nil)
+
+// LoopWarnings warns of each binding to the exchange sink publishes to
+// whose type is not given: on a fanout or headers exchange every key the
+// sink publishes there reaches the queue, and Consumes reserves the
+// binding's key alone.
+func (c *IngestConfig) LoopWarnings(sink config.SinkBroker, sinkName, at string, w *config.Problems) {
+	sc, ok := sink.(*SinkConfig)
+	if !ok || c.Queue == "" || sc.Exchange == "" {
+		return
+	}
+	for i, b := range c.Bindings {
+		if b.Exchange == sc.Exchange && b.ExchangeType == "" {
+			w.Add(fmt.Sprintf("%s.bindings[%d].exchange_type", at, i), "not set, and sink %s publishes to exchange %q: "+
+				"if it is a fanout or headers exchange, every message the sink publishes there reaches queue %q again (a loop), "+
+				"while only the key %q is refused; set exchange_type (fanout refuses every key not written out in allowed_destinations)",
+				sinkName, b.Exchange, c.Queue, b.RoutingKey)
+		}
+	}
 }
 
 func (c *IngestConfig) params(in *config.Ingest) SourceParams {
