@@ -142,8 +142,8 @@ func detailSentence(d *huma.ErrorDetail) (field, reason string) {
 
 // failure is an operation's error as its answer: 404, 409, 400 and 503 for
 // the kinds of ops.Error with its sentence, 503 when this daemon cannot
-// reach Redis (look again, and retry), 500 for anything else (Redis
-// answered an error). It is the one mapping of errors to statuses; the
+// reach Redis or Redis refuses for a moment (store.Passing: look again,
+// and retry), 500 for anything else (Redis answered an error). It is the one mapping of errors to statuses; the
 // reason goes to the request log too.
 func failure(ctx context.Context, err error) error {
 	e := &ErrorBody{status: http.StatusInternalServerError, Message: err.Error()}
@@ -155,6 +155,12 @@ func failure(ctx context.Context, err error) error {
 		e.status = http.StatusServiceUnavailable
 		e.Message = fmt.Sprintf("Redis cannot be reached from this daemon (%v): a change asked for may or may not have been made; "+
 			"once GET /readyz answers 200, look again and retry (is Redis up, and the configured Redis address right?)", err)
+		e.headers = http.Header{"Retry-After": {"1"}}
+	}
+	if store.Passing(err) && ctx.Err() == nil {
+		e.status = http.StatusServiceUnavailable
+		e.Message = fmt.Sprintf("Redis refused the command for a moment, as during a failover or while a slot moves (%v): "+
+			"it was not made, or, over several shards, made on some; look again and retry", err)
 		e.headers = http.Header{"Retry-After": {"1"}}
 	}
 	var oe *ops.Error

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/jsonlimit"
 	"github.com/delaybridge/delaybridge/pkg/ops"
@@ -721,5 +722,29 @@ func TestPostOfAnotherSourcesIDRefused(t *testing.T) {
 	info, err := e.store.Inspect(context.Background(), "order-7")
 	if err != nil || string(info.Message.Body) != "theirs" {
 		t.Fatalf("order-7: %+v %v", info, err)
+	}
+}
+
+// Redis refusing a command for a state that passes (here a master made a
+// replica, READONLY; CLUSTERDOWN, TRYAGAIN, LOADING and MASTERDOWN alike)
+// is answered 503 with Retry-After, as a Redis out of reach is: the
+// probe of a failover saw 500s.
+func TestRedisRefusingForAMomentIs503(t *testing.T) {
+	e := newEnv(t)
+	master := testenv.Redis(t)
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := e.redis.Client().Do(context.Background(), "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []string{"DELETE /v1/messages/x", "POST /v1/messages", "DELETE /v1/groups/g"} {
+		method, path, _ := strings.Cut(req, " ")
+		body := ""
+		if method == "POST" {
+			body = `{"sink":"rabbit","destination":"d","delay":"1h","body":"x"}`
+		}
+		r := e.do(method, path, body)
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "READONLY") {
+			t.Errorf("%s on a master made a replica: %d %q %.300s, want 503 with Retry-After", req, r.status, r.header.Get("Retry-After"), r.body)
+		}
 	}
 }

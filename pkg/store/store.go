@@ -560,6 +560,16 @@ func (s *Store) decode(id string, blob string) (*envelope.Message, error) {
 	return s.codec.DecodeString(id, blob)
 }
 
+// Passing reports whether err is Redis refusing a command for a state that
+// passes by itself: a failover (a master down, a write to a master just
+// made a replica), a cluster without a master for some slots, a slot
+// moving, a dataset being loaded. The command did nothing; asked again in a
+// moment, it runs.
+func Passing(err error) bool {
+	return redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsLoadingError(err) ||
+		redis.IsMasterDownError(err) || redis.IsReadOnlyError(err)
+}
+
 // Unreachable reports whether err says this process cannot reach Redis (a
 // refused, reset or timed-out connection, a pool that cannot connect) as
 // opposed to Redis answering with an error (full, loading, a failover, a
