@@ -54,7 +54,7 @@ func applyMaxRates(ctx context.Context, st *store.Store, rates map[string]float6
 				log.Debug("cannot look for walks of a changed max_rate left by a stopped instance; retrying", "err", err)
 			}
 			for _, sink := range taken {
-				log.Warn("taking over the walk of a changed max_rate that a stopped instance left, its sink paused", "sink", sink)
+				log.Warn("taking over the walk of a changed max_rate whose walker went silent (stopped, or cut off from Redis), its sink paused", "sink", sink, "silent_for", store.ReslotStale)
 			}
 			walk(ctx, st, taken, rates, settle, log)
 		})
@@ -87,7 +87,7 @@ func walk(ctx context.Context, st *store.Store, sinks []string, rates map[string
 	}
 	for _, sink := range sinks {
 		start := time.Now()
-		moved, err := st.Reslot(ctx, sink)
+		moved, err := reslot(ctx, st, sink, log)
 		switch {
 		case ctx.Err() != nil:
 			stopped()
@@ -101,3 +101,31 @@ func walk(ctx context.Context, st *store.Store, sinks []string, rates map[string
 		}
 	}
 }
+
+// reslot walks sink (store.Reslot), again with back-off while it fails (a
+// failover: Redis refusing, or out of reach), keeping the walk's mark
+// alive, for up to reslotRetryFor: a walk given up at its first error left
+// its sink paused until a running instance found the mark stale, 30 s on.
+// It returns how many messages the calls moved, and the last error.
+func reslot(ctx context.Context, st *store.Store, sink string, log *slog.Logger) (int, error) {
+	bo := lifecycle.Backoff{Min: 200 * time.Millisecond, Max: 2 * time.Second}
+	deadline := time.Now().Add(reslotRetryFor)
+	total := 0
+	for {
+		moved, err := st.Reslot(ctx, sink)
+		total += moved
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return total, err
+		}
+		log.Debug("cannot move the messages waiting for a publish slot of the sink's previous max_rate yet; retrying", "sink", sink, "err", err)
+		_ = st.ReslotAlive(ctx, sink)
+		if !bo.Wait(ctx, nil) {
+			return total, err
+		}
+	}
+}
+
+// reslotRetryFor bounds reslot's retries: two thirds of store.ReslotStale,
+// so that no running instance takes the walk over while this one still
+// tries (its mark may not be refreshed while Redis is away).
+const reslotRetryFor = store.ReslotStale * 2 / 3

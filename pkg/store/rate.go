@@ -76,10 +76,10 @@ var reslotBetween func()
 func rateField(sink string) string   { return "rate:" + sink }
 func reslotField(sink string) string { return "reslot:" + sink }
 
-// reslotStale is how long a walk's mark may go without a word from its
+// ReslotStale is how long a walk's mark may go without a word from its
 // walker before another instance takes the walk over (the walker
 // stopped): a start (ChangedRates) or a running one (TakeOverWalks).
-const reslotStale = 30 * time.Second
+const ReslotStale = 30 * time.Second
 
 // formatRate is a max_rate as the sinks hash records it; "0" for none.
 func formatRate(rate float64) string {
@@ -98,7 +98,7 @@ func formatRate(rate float64) string {
 // the messages waiting for a slot of the old rate back to their due times
 // and resumes the sink: they are released, and take slots at the new rate.
 // A sink whose walk is under way has this rate recorded and is left to its
-// walker, unless that went silent (reslotStale): then this call takes the
+// walker, unless that went silent (ReslotStale): then this call takes the
 // walk over and returns the sink. A store with a shard in layout 1 keeps its waiting messages in
 // its due sets, which Reslot does not walk: there the rates are only
 // recorded, the clocks left running (the next slots follow those given),
@@ -231,11 +231,11 @@ func (s *Store) Reslot(ctx context.Context, sink string) (moved int, err error) 
 }
 
 // staleMark reports whether a walk's mark (reslotField) went without a
-// word from its walker for reslotStale.
+// word from its walker for ReslotStale.
 func staleMark(mark string, now time.Time) bool {
 	_, at, _ := strings.Cut(mark, ":")
 	ms, _ := strconv.ParseInt(at, 10, 64)
-	return now.Sub(time.UnixMilli(ms)) >= reslotStale
+	return now.Sub(time.UnixMilli(ms)) >= ReslotStale
 }
 
 // takeOver makes the walk of mark this instance's: the mark says it is

@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/store"
+)
+
+// A walk of a changed max_rate that meets Redis out of reach (a failover)
+// tries again, keeping its mark alive, and resumes the sink once Redis is
+// back: given up at its first error, it left the sink paused until a
+// running instance found its mark stale, 30 s on (the cluster probe).
+func TestAWalkMeetingAFailoverGoesOn(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	px := testenv.NewProxy(t, r.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st := store.New(rdb, store.Options{Prefix: "wf", Shards: 2})
+	if _, err := st.SinkStates(ctx, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Slots(ctx, "a", 1, 1); err != nil { // slots given ahead: its clock runs
+		t.Fatal(err)
+	}
+	rates := map[string]float64{"a": 2}
+	changed, _, err := st.ChangedRates(ctx, rates)
+	if err != nil || len(changed) != 1 {
+		t.Fatalf("changed %v, %v", changed, err)
+	}
+	out := &testenv.Output{}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	px.Down(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		walk(ctx, st, changed, rates, 0, log)
+	}()
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		return strings.Contains(out.String(), "retrying")
+	}, "the walk met Redis out of reach")
+	px.Up(t)
+	select {
+	case <-done:
+	case <-time.After(reslotRetryFor):
+		t.Fatal("the walk did not end once Redis was back")
+	}
+	states, err := st.SinkStates(ctx, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := r.Client().HExists(ctx, st.Keys().Sinks(), "reslot:a").Val()
+	if states["a"].Paused || marked {
+		t.Fatalf("after the walk: %+v, mark %v; want the sink resumed and the mark gone\n%s", states["a"], marked, out)
+	}
+}
