@@ -503,6 +503,18 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 	}
 }
 
+// publishWhenItTakes publishes body to subj once a stream created again
+// takes it (within d).
+func publishWhenItTakes(t *testing.T, ctx context.Context, js jetstream.JetStream, subj, body string, d time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, d, func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		_, err := js.Publish(pctx, subj, []byte(body))
+		return err == nil
+	}, "a message published to the stream created again")
+}
+
 // TestSourceReleasedWhileAnotherCreatesTheStreamAgain: an instance
 // released (Redis away) while another created the stream and its consumer
 // again reads the new stream's messages as the new stream's (their
@@ -538,12 +550,7 @@ func TestSourceReleasedWhileAnotherCreatesTheStreamAgain(t *testing.T) {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RENEW", Subjects: []string{subject("renew")}})
 		return err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)
 	}, "the stream created again")
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		defer pcancel()
-		_, err := js.Publish(pctx, subject("renew"), []byte("to a"))
-		return err == nil
-	}, "a message published to the stream created again")
+	publishWhenItTakes(t, ctx, js, subject("renew"), "to a", 20*time.Second)
 	select {
 	case in := <-got:
 		if in.LogCreated.Equal(old) || in.LogCreated.IsZero() {
@@ -691,12 +698,7 @@ func TestSourceStreamDeletedBeforeItsPullArrived(t *testing.T) {
 		return err == nil
 	}, "the stream created again by its ingest")
 	t.Logf("created again %v after its deletion", time.Since(deleted).Round(time.Millisecond))
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		defer pcancel()
-		_, err := js.Publish(pctx, subject("late"), []byte("after"))
-		return err == nil
-	}, "a message published to the stream created again")
+	publishWhenItTakes(t, ctx, js, subject("late"), "after", 10*time.Second)
 	select {
 	case in := <-got:
 		if string(in.Body) != "after" {
