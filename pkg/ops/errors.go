@@ -93,7 +93,8 @@ const inFlightRetry = time.Second
 // a message being published, or sent before without a confirmation.
 func inFlight(id, what string) *Error {
 	e := conflict("message %s is being published now, or a publish of it was (or may have been) sent and not confirmed and may still arrive, "+
-		"and cannot be %s; a publish under way that fails is scheduled again and can be %s then", quote(id), what, what)
+		"and cannot be %s; a publish under way that fails before reaching its broker is scheduled again and can be %s then, "+
+		"one that may have reached it only once a publish of it is confirmed (then it is gone)", quote(id), what, what)
 	e.RetryAfter = inFlightRetry
 	return e
 }

@@ -14,8 +14,10 @@ var cancelScript = loadScript("cancel")
 // Cancel deletes a parked or dead message: when it returns nil, the
 // message will not be published. It returns ErrNotFound for an unknown ID
 // (never parked, cancelled, or delivered already) and ErrInFlight for a
-// message being published under a lease (its publish may be under way:
-// cancel again once it is settled; a failed publish makes it scheduled
+// message in flight, its lease ended or not, or one sent or taken over
+// without a confirmation (lua/lib/unconfirmed.lua): its publish may be under
+// way or may have reached its broker (cancel again once it is settled: a
+// publish that fails before reaching the broker makes it scheduled
 // again); for an occurrence of a series, ErrSeriesEnds with it: the series
 // ends with that occurrence. A message claimed ahead is not in flight until the commit just
 // before its due instant, and Cancel takes it from the claim. A cancelled

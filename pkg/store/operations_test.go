@@ -955,24 +955,27 @@ func TestInFlightPastItsLeaseMayHaveBeenPublished(t *testing.T) {
 		}
 	}
 	refused("its lease ended")
-	// Taken over, one held for its sink, one claimed and marked as sent:
-	// either may still have been published.
+	// Taken over, one held for its sink, one claimed: either may still
+	// have been published. The claim does not say it was sent (nothing
+	// says it was: a missed occurrence under route.missed skip is still
+	// skipped).
 	c2, err := s.Claim(ctx, 0, 10, time.Minute, map[string]int{"held": 0})
-	if err != nil || len(c2.Messages) != 1 || c2.Messages[0].ID != "taken" || !c2.Messages[0].Sent {
-		t.Fatalf("claim after the lease: %+v %v, want taken, marked sent", c2, err)
+	if err != nil || len(c2.Messages) != 1 || c2.Messages[0].ID != "taken" || c2.Messages[0].Sent {
+		t.Fatalf("claim after the lease: %+v %v, want taken, not said sent", c2, err)
 	}
 	if st := inspect(t, s, "held").State; st != store.StateHeld {
 		t.Fatalf("taken over for a blocked sink: held is %s", st)
 	}
 	refused("taken over")
-	// Released and claimed, it is marked as sent too.
+	// Released and claimed, the same.
 	if _, err := s.Release(ctx, 0, 0, 100); err != nil {
 		t.Fatal(err)
 	}
 	c3, err := s.Claim(ctx, 0, 10, time.Minute, nil)
-	if err != nil || len(c3.Messages) != 1 || c3.Messages[0].ID != "held" || !c3.Messages[0].Sent {
-		t.Fatalf("claim after the release: %+v %v, want held, marked sent", c3, err)
+	if err != nil || len(c3.Messages) != 1 || c3.Messages[0].ID != "held" || c3.Messages[0].Sent {
+		t.Fatalf("claim after the release: %+v %v, want held, not said sent", c3, err)
 	}
+	refused("claimed again")
 	// Once a publish of it is confirmed, it is gone.
 	for _, l := range []*store.Lease{c2, c3} {
 		if n, err := s.Ack(ctx, l, []store.Done{{ID: l.Messages[0].ID}}); err != nil || n != 1 {
@@ -983,6 +986,9 @@ func TestInFlightPastItsLeaseMayHaveBeenPublished(t *testing.T) {
 		if err := s.Cancel(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("cancel of %s after its publish was confirmed: %v, want ErrNotFound", id, err)
 		}
+	}
+	if n := r.Client().HLen(ctx, s.Keys().Unconfirmed(0)).Val(); n != 0 {
+		t.Fatalf("%d marks outlived their messages", n)
 	}
 }
 

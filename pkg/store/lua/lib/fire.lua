@@ -125,8 +125,9 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       -- Its lease ended: its claimer may have sent it before, and its
       -- broker may take that copy yet. Until a publish of it is
       -- confirmed, a cancel or a change meets it as one sent without a
-      -- confirmation, held or not (lib/unconfirmed.lua).
-      redis.call('HSET', K.unconfirmed, id, redis.sha1hex(blob))
+      -- confirmation, held or not (lib/unconfirmed.lua). The claim does
+      -- not say it was sent: nothing says it was.
+      markmaybe(id, blob)
       anyunconfirmed = true
     end
     local band = false
@@ -170,7 +171,7 @@ local function claimdue(max, leasems, aheadms, args, from, acked)
       out[#out + 1] = wasslotted
       out[#out + 1] = was
       out[#out + 1] = blob
-      out[#out + 1] = (anyunconfirmed and unconfirmed(id, blob)) and 1 or 0
+      out[#out + 1] = (anyunconfirmed and markof(id, blob) == 'sent') and 1 or 0
       left = left - 1
     end
   end

@@ -10,18 +10,40 @@ forget, lib/fire.lua's acks).
 --! keys: unconfirmed pool
 ]]
 
--- unconfirmed reports whether the message id, stored as blob, was sent
--- without a confirmation.
-local function unconfirmed(id, blob)
+-- MAYBE begins the mark of a message that may have been sent (markmaybe):
+-- a claim took it over from a lease that ended, whose claimer may have sent
+-- it or not; the mark of one sent (marksent) is the digest alone.
+local MAYBE = 'maybe:'
+
+-- markof reads the mark of the message id stored as blob: 'sent', 'maybe'
+-- or false (none, or a mark of another version).
+local function markof(id, blob)
   if not blob then return false end
   local mark = redis.call('HGET', K.unconfirmed, id)
-  return mark ~= false and mark == redis.sha1hex(blob)
+  if not mark then return false end
+  local digest = redis.sha1hex(blob)
+  if mark == digest then return 'sent' end
+  if mark == MAYBE .. digest then return 'maybe' end
+  return false
+end
+
+-- unconfirmed reports whether the message id, stored as blob, was or may
+-- have been sent without a confirmation: what a cancel or a change meets
+-- as in flight.
+local function unconfirmed(id, blob) return markof(id, blob) ~= false end
+
+-- markmaybe marks the message id, stored as blob, as one that may have been
+-- sent, unless it is marked as sent already.
+local function markmaybe(id, blob)
+  if markof(id, blob) ~= 'sent' then redis.call('HSET', K.unconfirmed, id, MAYBE .. redis.sha1hex(blob)) end
 end
 
 -- carrymark moves the mark of the message id from its stored form old to
 -- new, the same message stored anew (re-encrypted).
 local function carrymark(id, old, new)
-  if unconfirmed(id, old) then redis.call('HSET', K.unconfirmed, id, redis.sha1hex(new)) end
+  local m = markof(id, old)
+  if m == 'sent' then redis.call('HSET', K.unconfirmed, id, redis.sha1hex(new)) end
+  if m == 'maybe' then redis.call('HSET', K.unconfirmed, id, MAYBE .. redis.sha1hex(new)) end
 end
 
 -- sentblobs reads the messages of args[from .. to] (IDs) as they are
