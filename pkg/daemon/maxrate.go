@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -85,13 +86,15 @@ func walk(ctx context.Context, st *store.Store, sinks []string, rates map[string
 		case <-t.C:
 		}
 	}
-	for _, sink := range sinks {
+	for i, sink := range sinks {
 		start := time.Now()
-		moved, err := reslot(ctx, st, sink, log)
+		moved, err := reslot(ctx, st, sinks[i:], log)
 		switch {
 		case ctx.Err() != nil:
 			stopped()
 			return
+		case errors.Is(err, store.ErrWalkGone):
+			log.Info("the walk of the sink's changed max_rate was ended by another instance", "sink", sink, "moved_here", moved)
 		case err != nil:
 			log.Warn("cannot move the messages waiting for a publish slot of the sink's previous max_rate; the sink stays paused until an instance takes the walk over (within a minute)",
 				"sink", sink, "moved", moved, "err", err)
@@ -102,24 +105,30 @@ func walk(ctx context.Context, st *store.Store, sinks []string, rates map[string
 	}
 }
 
-// reslot walks sink (store.Reslot), again with back-off while it fails (a
-// failover: Redis refusing, or out of reach), keeping the walk's mark
-// alive, for up to reslotRetryFor: a walk given up at its first error left
-// its sink paused until a running instance found the mark stale, 30 s on.
-// It returns how many messages the calls moved, and the last error.
-func reslot(ctx context.Context, st *store.Store, sink string, log *slog.Logger) (int, error) {
+// reslot walks the first of sinks (store.Reslot), again with back-off
+// while it fails (a failover: Redis refusing, or out of reach), keeping
+// the marks of the walks it has yet to make alive, for up to
+// reslotRetryFor, each call bounded by it too: a walk given up at its
+// first error left its sink paused until a running instance found the
+// mark stale, 30 s on. It stops when another instance ended the walk
+// (store.ErrWalkGone). It returns how many messages the calls moved, and
+// the last error.
+func reslot(ctx context.Context, st *store.Store, sinks []string, log *slog.Logger) (int, error) {
 	bo := lifecycle.Backoff{Min: 200 * time.Millisecond, Max: 2 * time.Second}
-	deadline := time.Now().Add(reslotRetryFor)
+	actx, cancel := context.WithTimeout(ctx, reslotRetryFor)
+	defer cancel()
 	total := 0
 	for {
-		moved, err := st.Reslot(ctx, sink)
+		moved, err := st.Reslot(actx, sinks[0])
 		total += moved
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, store.ErrWalkGone) || actx.Err() != nil {
 			return total, err
 		}
-		log.Debug("cannot move the messages waiting for a publish slot of the sink's previous max_rate yet; retrying", "sink", sink, "err", err)
-		_ = st.ReslotAlive(ctx, sink)
-		if !bo.Wait(ctx, nil) {
+		log.Debug("cannot move the messages waiting for a publish slot of the sink's previous max_rate yet; retrying", "sink", sinks[0], "err", err)
+		for _, s := range sinks {
+			_ = st.ReslotAlive(actx, s)
+		}
+		if !bo.Wait(actx, nil) {
 			return total, err
 		}
 	}

@@ -184,7 +184,16 @@ func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool)
 // each shard's slot sets in calls of reslotBatch entries, in (slot, ID)
 // order, so that what claims take out meanwhile makes it pass over
 // nothing, and says it is alive in the mark every second.
+//
+// It returns ErrWalkGone when the mark is gone: another instance ended the
+// walk (it took it over while this one was cut off from Redis).
 func (s *Store) Reslot(ctx context.Context, sink string) (moved int, err error) {
+	switch n, err := s.rdb.HExists(ctx, s.keys.Sinks(), reslotField(sink)).Result(); {
+	case err != nil:
+		return 0, fmt.Errorf("store.reslot %s: %w", sink, err)
+	case !n:
+		return 0, ErrWalkGone
+	}
 	// Stopped again (ChangedRates did, unless it failed, and an instance
 	// of the previous release may have started it since).
 	if err := s.rdb.Del(ctx, s.keys.Rate(sink)).Err(); err != nil {
@@ -293,9 +302,16 @@ func (s *Store) ReslotAlive(ctx context.Context, sink string) error {
 	return s.markAlive(ctx, sink, time.Now())
 }
 
+// ErrWalkGone is Reslot's and ReslotAlive's error when the walk's mark is
+// gone: another instance ended the walk.
+var ErrWalkGone = errors.New("store: the walk of the changed max_rate was ended by another instance")
+
 // markAlive says in sink's mark that its walk goes on.
 func (s *Store) markAlive(ctx context.Context, sink string, now time.Time) error {
 	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
+	if errors.Is(err, redis.Nil) {
+		return ErrWalkGone
+	}
 	if err != nil {
 		return fmt.Errorf("store.reslot %s: %w", sink, err)
 	}

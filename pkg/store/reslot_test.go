@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -302,5 +303,19 @@ func TestAWalkUnderWay(t *testing.T) {
 	}
 	if n := rdb.HExists(ctx, s.Keys().Sinks(), "reslot:a").Val(); n {
 		t.Fatal("the walk's mark outlived it")
+	}
+	// A walker cut off meanwhile that tries again finds the walk ended,
+	// and leaves the running slot clock alone.
+	if _, _, err := s.Slots(ctx, "a", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reslot(ctx, "a"); !errors.Is(err, store.ErrWalkGone) {
+		t.Fatalf("a walk again after its end: %v, want ErrWalkGone", err)
+	}
+	if rdb.Exists(ctx, s.Keys().Rate("a")).Val() != 1 {
+		t.Fatal("a walk again after its end stopped the slot clock")
+	}
+	if err := s.ReslotAlive(ctx, "a"); !errors.Is(err, store.ErrWalkGone) {
+		t.Fatalf("alive after the end: %v, want ErrWalkGone", err)
 	}
 }
