@@ -159,8 +159,8 @@ func failure(ctx context.Context, err error) error {
 	}
 	if store.Passing(err) && ctx.Err() == nil {
 		e.status = http.StatusServiceUnavailable
-		e.Message = fmt.Sprintf("Redis refused the command for a moment, as during a failover or while a slot moves (%v): "+
-			"it was not made, or, over several shards, made on some; look again and retry", err)
+		e.Message = fmt.Sprintf("Redis refused the command, as it does for a moment during a failover or while a slot moves (%v): "+
+			"it was not made, or, over several shards, made on some; look again and retry (if it lasts, is the Redis address a master's?)", err)
 		e.headers = http.Header{"Retry-After": {"1"}}
 	}
 	var oe *ops.Error

@@ -48,7 +48,8 @@ func (b *decodeBudget) decode(n int, f func() error) error {
 // size. huma reads a body whole before decoding it, and with what decoding
 // makes of it (ten times its size and more for many small fields) each
 // large body in flight costs tens of MB: two hundred at once took the
-// daemon to 4 GB. A body larger than maxSmallBody, or of unknown length,
+// daemon to 4 GB. A body larger than maxSmallBody, or of unknown length to
+// the route that reads a message (the others read at most maxSmallBody),
 // takes its share (up to the largest document) before it is read, from
 // four of the largest documents; a request that finds no room within
 // bodyWait is answered 503 with Retry-After, its body unread. A client
@@ -73,7 +74,8 @@ func newBodyBudget(largest int64) *bodyBudget {
 // caller runs release once it no longer holds the body.
 func (b *bodyBudget) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	n := r.ContentLength
-	if r.Body == nil || r.Body == http.NoBody || n == 0 || (n > 0 && n <= maxSmallBody) {
+	large := r.Method == opPostMessage.method && r.URL.Path == opPostMessage.path // the route that reads a large body
+	if r.Body == nil || r.Body == http.NoBody || n == 0 || (n > 0 && n <= maxSmallBody) || (n < 0 && !large) {
 		return func() {}, true
 	}
 	share := b.most

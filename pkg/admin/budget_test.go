@@ -124,6 +124,21 @@ func TestBodyBudgetBoundsTheBodiesHeld(t *testing.T) {
 	if r := e.do("PATCH", "/v1/messages/none", `{"delay":"1h"}`); r.status != http.StatusNotFound {
 		t.Fatalf("a short body beside them: %d %.300s, want 404 (no such message)", r.status, r.body)
 	}
+	// Of unknown length (chunked) to a route of short bodies: beside them.
+	req, err := http.NewRequest("PATCH", e.url+"/v1/messages/none", io.NopCloser(strings.NewReader(`{"delay":"1h"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = -1 // sent chunked
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a short chunked body beside them: %d, want 404", resp.StatusCode)
+	}
 	holders[0].Close()
 	testenv.Eventually(t, 10*time.Second, func() bool { return !full() }, "the share of a body whose client went freed")
 	if r := e.do("POST", "/v1/messages", big); r.status != http.StatusCreated {

@@ -169,7 +169,8 @@ func (c *IngestConfig) LoopWarnings(sink config.SinkBroker, sinkName, at string,
 		if b.Exchange == sc.Exchange && b.ExchangeType == "" {
 			w.Add(fmt.Sprintf("%s.bindings[%d].exchange_type", at, i), "not set, and sink %s publishes to exchange %q: "+
 				"if it is a fanout or headers exchange, every message the sink publishes there reaches queue %q again (a loop), "+
-				"while only the key %q is refused; set exchange_type (fanout refuses every key not written out in allowed_destinations)",
+				"while only the key %q is refused; set exchange_type (fanout refuses every key not written out in allowed_destinations; "+
+				"an exchange that exists must have that type, be durable and have no arguments, or the ingest fails to connect)",
 				sinkName, b.Exchange, c.Queue, b.RoutingKey)
 		}
 	}
