@@ -35,7 +35,7 @@ local function slotted(score) return tonumber(score) % 1 == SLOT_MARK end
 -- firing reports whether a score (false: none) is a lease, ended or not:
 -- the message's publish may be under way, or may have been sent before
 -- the lease ended and reach its broker yet (its holder paused, its broker
--- slow to store it). A claim that takes it over marks it as sent without
--- a confirmation (lib/unconfirmed.lua, lib/fire.lua), which stands until
--- a publish of it is confirmed.
+-- slow to store it). A claim that takes it over marks it as maybe sent
+-- (lib/unconfirmed.lua's markmaybe, from lib/fire.lua), which stands
+-- until a publish of it is confirmed.
 local function firing(score) return score ~= false and score ~= nil and leased(score) end
