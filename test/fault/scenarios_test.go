@@ -590,10 +590,8 @@ func TestTwoDaemonsOneKilled(t *testing.T) {
 // cancelled, and the thawed daemon publishes none of those; a claim in
 // flight may have been sent before the freeze (and stored by its broker
 // after, or delivered and not yet recorded), so its cancel is refused as in
-// flight (409), its lease ended or not. A lease is a fence: the thawed
-// daemon puts back every claim in flight whose publish had not begun at
-// the freeze, publishing none under its old lease; everything is
-// delivered.
+// flight (409), its lease ended or not. Everything is delivered; the
+// notes count the claims in flight the thawed daemon put back.
 func TestPausedPastLeaseCancelled(t *testing.T) {
 	w := newWorld(t, "paused-past-lease-cancelled", options{})
 	w.res.Fault = "two daemons; one SIGSTOPped while it holds claims, past their 2 s lease; the claims ahead cancelled, those in flight refused (they may have been sent); then SIGCONT"
@@ -666,10 +664,13 @@ func TestPausedPastLeaseCancelled(t *testing.T) {
 	w.settle(settleFor)
 	w.res.DupBound = rs.inflight
 	// Of the claims in flight, those whose publish had not begun at the
-	// freeze are past the fence at the thaw: the frozen daemon puts each
-	// back (lease_fenced_total) and begins none of them under its old
-	// lease (the other, or itself once it claimed them again, publishes
-	// them).
+	// freeze are past the fence at the thaw: the frozen daemon puts back
+	// those it knew of (lease_fenced_total; a claim whose answer it had not
+	// read at the freeze it never learns of, and it is taken over), and
+	// publishes none under its old lease. Outside the process a copy does
+	// not say under which lease it was published, so that is held by the
+	// scheduler's tests (TestNoMessageOfABatchBeginsPastTheFence), and the
+	// claims ahead by the cancels above: none is published after its 204.
 	copies := w.col.snapshot()
 	unsent, stamped := 0, 0
 	for _, id := range sent {
@@ -690,9 +691,6 @@ func TestPausedPastLeaseCancelled(t *testing.T) {
 	fenced := a.metric("delaybridge_lease_fenced_total")
 	w.res.note("the frozen daemon held %d claims past their lease: %d claimed ahead, cancelled meanwhile and none published after; %d in flight, whose cancels were refused (they may have been sent before the freeze), %d of them not begun at the freeze; the thawed daemon put back %0.f unpublished (lease_fenced_total)",
 		rs.inflight, cancelled, refused, unsent, fenced)
-	if fenced < float64(unsent) {
-		t.Errorf("the thawed daemon put back %0.f of the %d claims in flight whose publish had not begun at the freeze: it published the others past its lease", fenced, unsent)
-	}
 	if cancelled+refused == 0 {
 		t.Errorf("none of the %d claims of the frozen daemon was cancelled or refused: nothing was tested", rs.inflight)
 	}
