@@ -107,28 +107,31 @@ func walk(ctx context.Context, st *store.Store, sinks []string, rates map[string
 
 // reslot walks the first of sinks (store.Reslot), again with back-off
 // while it fails (a failover: Redis refusing, or out of reach), keeping
-// the marks of the walks it has yet to make alive, for up to
-// reslotRetryFor, each call bounded by it too: a walk given up at its
-// first error left its sink paused until a running instance found the
-// mark stale, 30 s on. It stops when another instance ended the walk
-// (store.ErrWalkGone). It returns how many messages the calls moved, and
-// the last error.
+// the marks of the walks it has yet to make alive, until reslotRetryFor
+// after the first failure: a walk given up at its first error left its
+// sink paused until a running instance found the mark stale, 30 s on. A
+// walk that goes on is not bounded (it says it is alive as it goes: a
+// large backlog takes seconds). It stops when another instance ended the
+// walk (store.ErrWalkGone). It returns how many messages the calls moved,
+// and the last error.
 func reslot(ctx context.Context, st *store.Store, sinks []string, log *slog.Logger) (int, error) {
 	bo := lifecycle.Backoff{Min: 200 * time.Millisecond, Max: 2 * time.Second}
-	actx, cancel := context.WithTimeout(ctx, reslotRetryFor)
-	defer cancel()
+	var deadline time.Time
 	total := 0
 	for {
-		moved, err := st.Reslot(actx, sinks[0])
+		moved, err := st.Reslot(ctx, sinks[0])
 		total += moved
-		if err == nil || errors.Is(err, store.ErrWalkGone) || actx.Err() != nil {
+		if deadline.IsZero() {
+			deadline = time.Now().Add(reslotRetryFor)
+		}
+		if err == nil || errors.Is(err, store.ErrWalkGone) || ctx.Err() != nil || time.Now().After(deadline) {
 			return total, err
 		}
 		log.Debug("cannot move the messages waiting for a publish slot of the sink's previous max_rate yet; retrying", "sink", sinks[0], "err", err)
 		for _, s := range sinks {
-			_ = st.ReslotAlive(actx, s)
+			_ = st.ReslotAlive(ctx, s)
 		}
-		if !bo.Wait(actx, nil) {
+		if !bo.Wait(ctx, nil) {
 			return total, err
 		}
 	}
