@@ -503,6 +503,20 @@ func TestSourceConsumerDeletedIsCreatedAgain(t *testing.T) {
 	}
 }
 
+// readAfter waits for the ingest's read of "after", the message published
+// to the stream created again.
+func readAfter(t *testing.T, ctx context.Context, got <-chan *envelope.Incoming) {
+	t.Helper()
+	select {
+	case in := <-got:
+		if string(in.Body) != "after" {
+			t.Fatalf("read %q, want the message published after", in.Body)
+		}
+	case <-ctx.Done():
+		t.Fatal("the message published to the stream created again was not read")
+	}
+}
+
 // publishWhenItTakes publishes body to subj once a stream created again
 // takes it (within d).
 func publishWhenItTakes(t *testing.T, ctx context.Context, js jetstream.JetStream, subj, body string, d time.Duration) {
@@ -638,14 +652,7 @@ func TestSourceStreamDeletedUnderItIsLeftToItsDeletion(t *testing.T) {
 	if _, err := js.Publish(pctx, subject("left"), []byte("after")); err != nil {
 		t.Fatalf("a publish to the stream created again: %v", err)
 	}
-	select {
-	case in := <-got:
-		if string(in.Body) != "after" {
-			t.Fatalf("read %q, want the message published after", in.Body)
-		}
-	case <-ctx.Done():
-		t.Fatal("the message published to the stream created again was not read")
-	}
+	readAfter(t, ctx, got)
 }
 
 // TestSourceStreamDeletedBeforeItsPullArrived: a stream deleted while no
@@ -699,12 +706,5 @@ func TestSourceStreamDeletedBeforeItsPullArrived(t *testing.T) {
 	}, "the stream created again by its ingest")
 	t.Logf("created again %v after its deletion", time.Since(deleted).Round(time.Millisecond))
 	publishWhenItTakes(t, ctx, js, subject("late"), "after", 10*time.Second)
-	select {
-	case in := <-got:
-		if string(in.Body) != "after" {
-			t.Fatalf("read %q, want the message published after", in.Body)
-		}
-	case <-ctx.Done():
-		t.Fatal("the message published to the stream created again was not read")
-	}
+	readAfter(t, ctx, got)
 }
