@@ -113,26 +113,23 @@ func (h held) Read(b []byte) (int, error) {
 // while what the clients send still reaches it: a server that takes a
 // request and whose answer does not come (a publish stored, its
 // confirmation late).
-func (p *Proxy) Stall() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.flowing:
-		p.flowing = make(chan struct{})
-	default: // stalled already
-	}
-}
+func (p *Proxy) Stall() { p.shut(&p.flowing) }
 
 // Hold holds what the clients send from now on, on every connection, while
 // what the target answers still comes: a request that reaches the server
 // late.
-func (p *Proxy) Hold() {
+func (p *Proxy) Hold() { p.shut(&p.sending) }
+
+// shut holds what passes the gate *gate points to (Stall, Hold): a closed
+// channel lets it pass, so it puts a new one in its place, which Flow
+// closes; a gate shut already stays so.
+func (p *Proxy) shut(gate *chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
-	case <-p.sending:
-		p.sending = make(chan struct{})
-	default: // held already
+	case <-*gate:
+		*gate = make(chan struct{})
+	default:
 	}
 }
 

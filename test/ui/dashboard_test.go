@@ -658,22 +658,7 @@ type lazy func() string
 func (l lazy) String() string { return l() }
 
 // syncBuffer collects chromium's output for a failure message.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testenv.Output
 
 // flagScreenshots makes the tests write their screenshots into docs/, for
 // docs/guide.md (`go test ./test/ui/ -args -screenshots`); without it a test
