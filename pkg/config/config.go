@@ -69,6 +69,10 @@ type Redis struct {
 	ReadTimeout  Duration `yaml:"read_timeout"`  // for a reply
 	WriteTimeout Duration `yaml:"write_timeout"` // for a command to be written
 	PoolSize     int      `yaml:"pool_size"`     // connections per node; 0: go-redis's default, 10 per CPU
+	// StartTimeout is how long a start waits for a Redis that does not
+	// answer, or says it cannot serve yet (a failover, a restart loading
+	// its data), before it fails; 0 fails at once.
+	StartTimeout *Duration `yaml:"start_timeout"`
 }
 
 // Admin is the HTTP API.

@@ -25,6 +25,7 @@ const (
 	DefaultRedisDialTimeout  = 5 * time.Second
 	DefaultRedisReadTimeout  = 3 * time.Second
 	DefaultRedisWriteTimeout = 3 * time.Second
+	DefaultRedisStartTimeout = 30 * time.Second
 
 	DefaultAdminListen = "127.0.0.1:7070"
 	DefaultLogLevel    = "info"
@@ -81,6 +82,10 @@ func (c *Config) ApplyDefaults() {
 	Default(&c.Redis.KeyPrefix, DefaultKeyPrefix)
 	Default(&c.Redis.Shards, DefaultShards)
 	Default(&c.Redis.DialTimeout, Duration(DefaultRedisDialTimeout))
+	if c.Redis.StartTimeout == nil {
+		w := Duration(DefaultRedisStartTimeout)
+		c.Redis.StartTimeout = &w
+	}
 	Default(&c.Redis.ReadTimeout, Duration(DefaultRedisReadTimeout))
 	Default(&c.Redis.WriteTimeout, Duration(DefaultRedisWriteTimeout))
 
@@ -283,6 +288,9 @@ func (c *Config) validateRedis(p *Problems) {
 	p.Positive("redis.write_timeout", int64(r.WriteTimeout))
 	if r.PoolSize < 0 {
 		p.Add("redis.pool_size", "must not be negative")
+	}
+	if *r.StartTimeout < 0 {
+		p.Add("redis.start_timeout", "must not be negative (0 fails a start at once when Redis does not answer)")
 	}
 	p.TLS("redis.tls", r.TLS)
 }

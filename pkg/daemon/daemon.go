@@ -112,47 +112,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 			d.persistence.disconnected()
 		}
 	}
-	d.store, err = openStore(ctx, cfg, observe, d.persistence.connected)
-	if err != nil {
-		return nil, err
-	}
-	d.persistence.st = d.store
-	if d.readyRedis, err = readyClient(cfg.Redis); err != nil {
-		return nil, err
-	}
-	if d.layout, err = d.store.CheckLayout(ctx, true); errors.Is(err, store.ErrLayoutUnknown) {
-		log.Error("not running: "+err.Error(), "redis_key", d.store.Keys().Config())
-		d.refused = err
-		return d, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	if err := d.store.CheckShards(ctx); err != nil {
-		return nil, err
-	}
-	if err := census(ctx, cfg, d.store, log); err != nil {
-		return nil, err
-	}
-	if err := checkKeys(ctx, d.store, cfg.Encryption, log); err != nil {
-		return nil, err
-	}
-	if warning, err := d.store.CheckEviction(ctx); err != nil {
-		return nil, err
-	} else if warning != "" {
-		log.Warn("redis: " + warning)
-	}
-	d.persistence.record = d.keepRecord
-	d.persistence.check(ctx)
 	localNow, schedClock, skew := localClock()
 	if skew != 0 {
 		log.Warn("faultinject: this process's clock is skewed on purpose", "skew", skew)
 	}
-	d.clock = store.NewClock(d.store, localNow)
-	if err := d.clock.Measure(ctx); err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	if off := d.clock.Offset(); off > time.Second || off < -time.Second {
-		log.Warn("this machine's clock differs from redis's; due times follow redis's clock", "offset", off.Round(time.Millisecond))
+	if err := d.openRedis(ctx, cfg, log, observe, localNow); errors.Is(err, store.ErrLayoutUnknown) {
+		log.Error("not running: "+err.Error(), "redis_key", d.store.Keys().Config())
+		d.refused = err
+		return d, nil
+	} else if err != nil {
+		return nil, err
 	}
 
 	if cfg.Admin.Listen != "" {
@@ -314,6 +283,100 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 		})
 	}
 	return d, nil
+}
+
+// openRedis opens the store and runs the checks a start makes of Redis,
+// again while what fails is Redis passing through a failover or not
+// answering (store.Passing, store.Unreachable), for up to
+// redis.start_timeout with back-off: a start rides through what a running
+// daemon rides through (a failover, a restart loading its data, a cluster
+// electing a master, a Redis started beside it that does not listen yet).
+// Anything else (credentials, TLS, a shard count or layout of another
+// build) fails at once. The startup probes of deploy/ give a start two
+// minutes. ctx ending meanwhile ends it with context.Canceled.
+// store.ErrLayoutUnknown is returned with d.store open.
+func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config, log *slog.Logger,
+	observe func(string, time.Duration, error), localNow func() time.Time) error {
+	deadline := time.Now()
+	if w := cfg.Redis.StartTimeout; w != nil {
+		deadline = deadline.Add(w.D())
+	}
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := d.checkRedis(ctx, cfg, log, observe, localNow)
+		if err == nil || errors.Is(err, store.ErrLayoutUnknown) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("redis: %w", ctx.Err())
+		}
+		if !store.Passing(err) && !store.Unreachable(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		log.Warn("redis: not ready at start; trying again", "err", err, "attempt", attempt, "in", wait,
+			"gives_up_in", time.Until(deadline).Round(time.Second))
+		d.closeRedis()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 4*time.Second)
+	}
+}
+
+// checkRedis is one attempt of openRedis.
+func (d *Daemon) checkRedis(ctx context.Context, cfg *config.Config, log *slog.Logger,
+	observe func(string, time.Duration, error), localNow func() time.Time) (err error) {
+	d.store, err = openStore(ctx, cfg, observe, d.persistence.connected)
+	if err != nil {
+		return err
+	}
+	d.persistence.st = d.store
+	if d.readyRedis, err = readyClient(cfg.Redis); err != nil {
+		return err
+	}
+	if d.layout, err = d.store.CheckLayout(ctx, true); errors.Is(err, store.ErrLayoutUnknown) {
+		return err
+	} else if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if err := d.store.CheckShards(ctx); err != nil {
+		return err
+	}
+	if err := census(ctx, cfg, d.store, log); err != nil {
+		return err
+	}
+	if err := checkKeys(ctx, d.store, cfg.Encryption, log); err != nil {
+		return err
+	}
+	if warning, err := d.store.CheckEviction(ctx); err != nil {
+		return err
+	} else if warning != "" {
+		log.Warn("redis: " + warning)
+	}
+	d.persistence.record = d.keepRecord
+	d.persistence.check(ctx)
+	d.clock = store.NewClock(d.store, localNow)
+	if err := d.clock.Measure(ctx); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if off := d.clock.Offset(); off > time.Second || off < -time.Second {
+		log.Warn("this machine's clock differs from redis's; due times follow redis's clock", "offset", off.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// closeRedis closes the clients a failed attempt of checkRedis opened.
+func (d *Daemon) closeRedis() {
+	if d.readyRedis != nil {
+		_ = d.readyRedis.Close()
+		d.readyRedis = nil
+	}
+	if d.store != nil {
+		_ = d.store.Client().Close()
+		d.store = nil
+	}
 }
 
 // drainBudget is the part of shutdown_timeout that the ingests and the

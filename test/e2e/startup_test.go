@@ -61,7 +61,9 @@ func TestStartupFailures(t *testing.T) {
 		sink   string // the sink's broker block
 		want   []string
 	}{
-		{"redis not running", fmt.Sprintf("{addr: %q}", dead), "nats: " + natsIn, "nats: " + natsOut,
+		// After redis.start_timeout (a start waits for a Redis failing
+		// over or not listening yet, saying so).
+		{"redis not running", fmt.Sprintf("{addr: %q, start_timeout: 1s}", dead), "nats: " + natsIn, "nats: " + natsOut,
 			[]string{"redis", dead, "is Redis running"}},
 		{"redis wrong password", fmt.Sprintf("{addr: %q, password: %q}", rs.Addr, wrongPass), "nats: " + natsIn, "nats: " + natsOut,
 			[]string{"redis", "credentials"}},
