@@ -18,3 +18,7 @@ func SetReslotBatch(n int) (restore func()) {
 // SetReslotHook sets a func Reslot calls between two of its calls of a
 // shard (nil: none).
 func SetReslotHook(f func()) { reslotBetween = f }
+
+// SetWalkEndingHook sets a func Reslot calls just before it ends its walk
+// (nil: none).
+func SetWalkEndingHook(f func()) { walkEnding = f }

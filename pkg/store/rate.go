@@ -64,8 +64,9 @@ var reslotScript = loadScript("reslot")
 // looks at: about 5 ms of Redis's time (10 µs an entry).
 var reslotBatch = 500
 
-// reslotBetween, set by a test, runs between two reslot calls of a shard.
-var reslotBetween func()
+// reslotBetween, set by a test, runs between two reslot calls of a shard;
+// walkEnding just before a walk's end.
+var reslotBetween, walkEnding func()
 
 // rateField is the field of the sinks hash that records the max_rate every
 // instance gives a sink's slots at (SinkState.MaxRate), and reslotField
@@ -225,18 +226,24 @@ func (s *Store) Reslot(ctx context.Context, sink string) (moved int, err error) 
 			}
 		}
 	}
-	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return moved, fmt.Errorf("store.reslot %s: %w", sink, err)
+	if walkEnding != nil {
+		walkEnding()
 	}
-	fields := []string{reslotField(sink)}
-	if strings.HasPrefix(mark, "resume:") {
-		fields = append(fields, "paused:"+sink)
-	}
-	if err := s.rdb.HDel(ctx, s.keys.Sinks(), fields...).Err(); err != nil {
+	if _, err := s.walkMark(ctx, sink, "end"); err != nil {
 		return moved, fmt.Errorf("store.reslot %s: %w", sink, err)
 	}
 	return moved, nil
+}
+
+// walkMarkScript reads and writes a walk's mark with the pause that
+// depends on it, in one step.
+var walkMarkScript = loadScript("walkmark")
+
+// walkMark runs lua/walkmark.lua's action what for sink; false when the mark
+// was gone (alive, end).
+func (s *Store) walkMark(ctx context.Context, sink, what string, args ...any) (bool, error) {
+	n, err := s.runDeployment(ctx, "walkmark", walkMarkScript, []string{s.keys.Sinks()}, append([]any{sink, what}, args...)...).Int()
+	return n == 1, err
 }
 
 // staleMark reports whether a walk's mark (reslotField) went without a
@@ -308,26 +315,11 @@ var ErrWalkGone = errors.New("store: the walk of the changed max_rate was ended 
 
 // markAlive says in sink's mark that its walk goes on.
 func (s *Store) markAlive(ctx context.Context, sink string, now time.Time) error {
-	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
-	if errors.Is(err, redis.Nil) {
+	switch alive, err := s.walkMark(ctx, sink, "alive", now.UnixMilli()); {
+	case err != nil:
+		return fmt.Errorf("store.reslot %s: %w", sink, err)
+	case !alive:
 		return ErrWalkGone
 	}
-	if err != nil {
-		return fmt.Errorf("store.reslot %s: %w", sink, err)
-	}
-	how, _, _ := strings.Cut(mark, ":")
-	return s.rdb.HSet(ctx, s.keys.Sinks(), reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10)).Err()
-}
-
-// keepPause turns a walk's mark that would resume the sink at its end
-// into one that keeps it paused (an operator paused it meanwhile).
-func (s *Store) keepPause(ctx context.Context, sink string) error {
-	mark, err := s.rdb.HGet(ctx, s.keys.Sinks(), reslotField(sink)).Result()
-	if errors.Is(err, redis.Nil) || !strings.HasPrefix(mark, "resume:") {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return s.rdb.HSet(ctx, s.keys.Sinks(), reslotField(sink), "keep:"+strings.TrimPrefix(mark, "resume:")).Err()
+	return nil
 }

@@ -319,3 +319,65 @@ func TestAWalkUnderWay(t *testing.T) {
 		t.Fatalf("alive after the end: %v, want ErrWalkGone", err)
 	}
 }
+
+// An operator's pause that lands while a walk ends, or while its walker
+// says it is alive, stays: the mark and the pause that depends on it are
+// read and written in one step (lua/walkmark.lua), where the walk's end read
+// the mark, then deleted it with the pause the change had made, and so
+// the pause made in between.
+func TestAPauseAsTheWalkEndsStays(t *testing.T) {
+	if store.LayoutOfTests() == store.Layout1 {
+		t.Skip("layout 1 is not walked")
+	}
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "pe", Shards: 2})
+	if _, err := s.SinkStates(ctx, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		// A change of the rate while the slot clock runs pauses the sink
+		// for its walk, and would resume it at the end.
+		if _, _, err := s.Slots(ctx, "a", 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if changed, _, err := s.ChangedRates(ctx, map[string]float64{"a": float64(2 + round)}); err != nil || len(changed) != 1 {
+			t.Fatalf("changed %v, %v", changed, err)
+		}
+		pause := func() {
+			if err := s.SetPaused(ctx, "a", true); err != nil {
+				t.Error(err)
+			}
+		}
+		if round == 0 {
+			store.SetWalkEndingHook(pause)
+		} else {
+			// The walker's word that it is alive, then the pause, then its
+			// end: the word must not turn the mark back to "resume".
+			store.SetWalkEndingHook(func() {
+				pause()
+				if err := s.ReslotAlive(ctx, "a"); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		_, err := s.Reslot(ctx, "a")
+		store.SetWalkEndingHook(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.SinkStates(ctx, []string{"a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st["a"].Paused {
+			t.Fatalf("round %d: an operator paused the sink as its walk ended; the end resumed it", round)
+		}
+		if rdb.HExists(ctx, s.Keys().Sinks(), "reslot:a").Val() {
+			t.Fatalf("round %d: the walk's mark outlived it", round)
+		}
+		if err := s.SetPaused(ctx, "a", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

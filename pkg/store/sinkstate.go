@@ -79,12 +79,9 @@ func (s *Store) SinkStates(ctx context.Context, names []string) (map[string]Sink
 func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) error {
 	var err error
 	if paused {
-		err = s.rdb.HSet(ctx, s.keys.Sinks(), "paused:"+sink, "1").Err()
-		if err == nil {
-			// A walk of a changed max_rate that paused the sink must not
-			// resume it at its end: the pause is the operator's now.
-			err = s.keepPause(ctx, sink)
-		}
+		// A walk of a changed max_rate that paused the sink must not
+		// resume it at its end: the pause is the operator's now.
+		_, err = s.walkMark(ctx, sink, "pause")
 	} else {
 		err = s.rdb.HDel(ctx, s.keys.Sinks(), "paused:"+sink).Err()
 	}
