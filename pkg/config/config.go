@@ -115,8 +115,9 @@ type Log struct {
 	Format string `yaml:"format"` // text or json
 	// RepeatInterval is how often at most a line that repeats is logged
 	// for one sink and destination (a failed publish, a dead message), for
-	// one ingest and reason (a message rejected at ingest), and for one
-	// method and status (a failed admin request): the first
+	// one ingest and reason (a message rejected at ingest), for one ingest
+	// (an ack its broker did not take), and for one method and status (a
+	// failed admin request): the first
 	// is logged, the repeats within the interval are counted, and the
 	// count is logged with the next line or, when none comes, as a line of
 	// its own once the interval ended.

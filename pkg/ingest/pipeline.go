@@ -81,8 +81,8 @@ type PipelineParams struct {
 	HandBackAfter time.Duration
 
 	// RepeatInterval is log.repeat_interval: a rejected message is logged
-	// at most once per reason per interval, the others counted (0: each
-	// is logged).
+	// at most once per reason per interval, and an ack the broker did not
+	// take once per interval, the others counted (0: each is logged).
 	RepeatInterval time.Duration
 
 	Metrics *metrics.Metrics
@@ -115,6 +115,10 @@ type Pipeline struct {
 	logs   map[string]time.Time // the first log of each name read, as recorded (nameLog)
 
 	rejects *logrepeat.Warner // the rejections logged, per reason code (RepeatInterval)
+	// ackFails are the acks the broker did not take, logged once per
+	// RepeatInterval: a connection that closes fails every ack of what it
+	// delivered at once.
+	ackFails *logrepeat.Warner
 }
 
 // parkBatch caps messages parked per Redis round trip (at most MaxInFlight).
@@ -147,6 +151,7 @@ func NewPipeline(p PipelineParams) *Pipeline {
 	}
 	pl := &Pipeline{p: p, log: p.Logger.With("ingest", p.Name), logs: map[string]time.Time{}}
 	pl.rejects = logrepeat.NewWarner(pl.log, "message rejected, kept as dead", p.RepeatInterval, maxRejectKeys)
+	pl.ackFails = logrepeat.NewWarner(pl.log, "cannot acknowledge the message to the broker; it may be delivered again", p.RepeatInterval, 1)
 	pl.room = newWaitingRoom(p.MaxInFlight, pl.log)
 	if p.OpenErr != nil {
 		pl.openErr.Store(&p.OpenErr)
@@ -273,9 +278,10 @@ func (pl *Pipeline) Run(ctx context.Context) error {
 		pl.parkRoom(work)
 	}()
 	sumCtx, stopSum := context.WithCancel(work) // on through the drain
-	sumDone := make(chan struct{})
-	go func() { defer close(sumDone); pl.rejects.Run(sumCtx, pl.p.Now) }()
-	defer func() { stopSum(); <-sumDone }()
+	var sums sync.WaitGroup
+	sums.Go(func() { pl.rejects.Run(sumCtx, pl.p.Now) })
+	sums.Go(func() { pl.ackFails.Run(sumCtx, pl.p.Now) })
+	defer func() { stopSum(); sums.Wait() }()
 	defer func() { cancelWork(); <-roomDone }()
 
 	workers := make(chan struct{}, parkWorkers)
@@ -855,7 +861,7 @@ func (pl *Pipeline) nackAll(batch []item, err error) {
 // still sent while shutting down.
 func (pl *Pipeline) acknowledge(ctx context.Context, ack AckFunc, err error) bool {
 	if aerr := ack(ctx, err); aerr != nil {
-		pl.log.Warn("cannot acknowledge the message to the broker; it may be delivered again", "err", aerr)
+		pl.ackFails.Warn("ack", pl.p.Now(), "err", aerr)
 		return false
 	}
 	return true

@@ -31,6 +31,8 @@ type recordSource struct {
 	mu    sync.Mutex
 	acked int
 	nacks int
+
+	ackErr error // what every ack answers (nil: taken)
 }
 
 func (s *recordSource) Read(ctx context.Context) (*envelope.Incoming, ingest.AckFunc, error) {
@@ -46,7 +48,7 @@ func (s *recordSource) Read(ctx context.Context) (*envelope.Incoming, ingest.Ack
 			} else {
 				s.acked++
 			}
-			return nil
+			return s.ackErr
 		}, nil
 	}
 }
@@ -164,6 +166,47 @@ func TestRejectionsAreLoggedOncePerReasonPerInterval(t *testing.T) {
 	}
 	if !strings.Contains(out, `not_logged=49`) {
 		t.Fatalf("the summary does not count the 49 not logged:\n%s", out)
+	}
+}
+
+// The acks a closed connection fails (every message it delivered, at once)
+// are logged once per interval, the others counted, as rejections are: one
+// close logged a line per message.
+func TestFailedAcksAreLoggedOncePerInterval(t *testing.T) {
+	r := testenv.Redis(t)
+	st := store.New(r.Client(), store.Options{Prefix: "ackf", Shards: 4})
+	src := &recordSource{in: make(chan *envelope.Incoming, 100), ackErr: errors.New("channel/connection is not open")}
+	var logs lockedBuffer
+	pl := ingest.NewPipeline(ingest.PipelineParams{
+		Name:   "in",
+		Source: src,
+		Route: &envelope.Route{Ingest: "in", Sink: "s", Destination: "d",
+			Sinks: destination.Sinks{"s": kafkabroker.Destinations}.Lookup},
+		Limits:         envelope.Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256},
+		Store:          st,
+		MaxInFlight:    config.DefaultMaxInFlight,
+		DrainTimeout:   5 * time.Second,
+		RepeatInterval: 300 * time.Millisecond,
+		Metrics:        metrics.New(),
+		Logger:         slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	const n = 50
+	for i := range n {
+		src.in <- &envelope.Incoming{Body: []byte("x"), Headers: envelope.Headers{{Key: "x-delay", Value: "1h"}, {Key: "x-message-id", Value: fmt.Sprintf("m-%d", i)}}}
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { a, _ := src.settled(); return a == n })
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "(repeats)") }, "no summary of the repeats")
+	out := logs.String()
+	if c := strings.Count(out, `msg="cannot acknowledge the message to the broker; it may be delivered again"`); c != 1 {
+		t.Fatalf("%d lines for %d acks the broker did not take, want 1 and a summary:\n%s", c, n, out)
+	}
+	if !strings.Contains(out, `not_logged=49`) || !strings.Contains(out, "channel/connection is not open") {
+		t.Fatalf("the summary does not count the 49 not logged, or the lines do not say why:\n%s", out)
 	}
 }
 
