@@ -157,6 +157,9 @@ func failure(ctx context.Context, err error) error {
 			"once GET /readyz answers 200, look again and retry (is Redis up, and the configured Redis address right?)", err)
 		e.headers = http.Header{"Retry-After": {"1"}}
 	}
+	if errors.Is(err, store.ErrLayoutUnknown) {
+		e.status = http.StatusServiceUnavailable // until the layout is one this build knows
+	}
 	if store.Passing(err) && ctx.Err() == nil {
 		e.status = http.StatusServiceUnavailable
 		e.Message = fmt.Sprintf("Redis refused the command, as it does for a moment during a failover or while a slot moves (%v): "+

@@ -479,6 +479,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go d.rates.Run(runCtx)
 	go d.persistence.run(runCtx)
 	go d.watchEviction(runCtx)
+	go d.watchLayout(runCtx)
 	if max := d.cfg.Limits.MaxDead; max > 0 {
 		sources := []string{""} // the admin API
 		for _, in := range d.cfg.Ingest {
@@ -570,6 +571,22 @@ func (d *Daemon) watchEviction(ctx context.Context) {
 			return // Redis out of reach: /readyz says that itself
 		}
 		d.eviction.Store(&err)
+	})
+}
+
+// layoutEvery is how often a running daemon reads the layout Redis records
+// (a newer delaybridge's migrate may change it): from a reading of one it
+// does not know until one it knows, the store runs none of the shards'
+// scripts, so that nothing is parked, claimed or changed in a layout this
+// build does not know, and /readyz answers 503 with what to do.
+const layoutEvery = time.Second
+
+// watchLayout reads the layout every layoutEvery until ctx ends.
+func (d *Daemon) watchLayout(ctx context.Context) {
+	lifecycle.Every(ctx, layoutEvery, func() {
+		cctx, cancel := context.WithTimeout(ctx, layoutEvery)
+		defer cancel()
+		_ = d.store.KnowsLayout(cctx) // the store keeps what it found
 	})
 }
 

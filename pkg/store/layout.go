@@ -65,12 +65,20 @@ func (s *Store) KnowsLayout(ctx context.Context) error {
 	v, err := s.rdb.HGet(ctx, s.keys.Config(), "layout").Result()
 	switch {
 	case err == redis.Nil:
+		s.noteLayout(nil)
 		return nil
 	case err != nil:
 		return fmt.Errorf("store: read the layout from %s: %w", s.keys.Config(), err)
 	}
+	err = knownLayout(s.keys.Config(), v)
+	s.noteLayout(err)
+	return err
+}
+
+// knownLayout is nil for a layout v this build knows, else unknownLayout.
+func knownLayout(config, v string) error {
 	if l, err := strconv.Atoi(v); err != nil || l < Layout1 || l > LayoutNewest {
-		return unknownLayout(s.keys.Config(), v)
+		return unknownLayout(config, v)
 	}
 	return nil
 }
@@ -110,14 +118,13 @@ func (s *Store) Rerecord(ctx context.Context, layout int) (lostAt time.Time, err
 			lostAt = time.UnixMilli(ms)
 		}
 	}
+	err = knownLayout(key, l)
+	s.noteLayout(err)
 	if shards != strconv.Itoa(s.shards) {
 		return lostAt, fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
 			ErrShardMismatch, s.shards, key, shards, shards)
 	}
-	if n, err := strconv.Atoi(l); err != nil || n < Layout1 || n > LayoutNewest {
-		return lostAt, unknownLayout(key, l)
-	}
-	return lostAt, nil
+	return lostAt, err
 }
 
 // rerecordScript is Rerecord's, in one step so that a record written again
@@ -160,7 +167,10 @@ func (s *Store) CheckLayout(ctx context.Context, record bool) (int, error) {
 		}
 	}
 	if err != nil || l < Layout1 || l > LayoutNewest {
-		return l, unknownLayout(s.keys.Config(), v)
+		err := unknownLayout(s.keys.Config(), v)
+		s.noteLayout(err)
+		return l, err
 	}
+	s.noteLayout(nil)
 	return l, nil
 }

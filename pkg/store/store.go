@@ -51,6 +51,10 @@ type Store struct {
 	// (layout.go): its scripts run in that layout's form, and one that
 	// meets the other layout's shard says so (layoutMoved) and runs again.
 	layouts []atomic.Int32
+	// unknown is ErrLayoutUnknown while Redis records a layout this build
+	// does not know (CheckLayout, KnowsLayout, Rerecord found it): the
+	// shards' scripts are not run meanwhile (refused).
+	unknown atomic.Pointer[error]
 }
 
 // Options configure a Store.
@@ -401,7 +405,11 @@ func (s *Store) Node(ctx context.Context, shard int) string {
 func (s *Store) runEach(ctx context.Context, op string, sc *script, calls []shardCall) []*redis.Cmd {
 	start := time.Now()
 	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 1 {
+	if err := s.refused(); err != nil {
+		for i := range cmds {
+			cmds[i] = errCmd(ctx, err)
+		}
+	} else if len(calls) == 1 {
 		cmds[0] = s.evalOn(ctx, sc, calls[0].shard, calls[0].keys, calls[0].args...)
 	} else {
 		pipe := s.rdb.Pipeline()
@@ -471,6 +479,9 @@ func (s *Store) eval(ctx context.Context, sc *redis.Script, keys []string, args 
 // that meets the other layout's shard (layoutMoved: a migrate ran since
 // this Store last looked) runs again in that layout's form.
 func (s *Store) evalOn(ctx context.Context, sc *script, shard int, extra []string, args ...any) *redis.Cmd {
+	if err := s.refused(); err != nil {
+		return errCmd(ctx, err)
+	}
 	for range LayoutNewest {
 		f := s.form(sc, shard)
 		cmd := s.eval(ctx, s.pick(f), s.keysOf(f, shard, extra), args...)
@@ -480,6 +491,33 @@ func (s *Store) evalOn(ctx context.Context, sc *script, shard int, extra []strin
 	}
 	f := s.form(sc, shard)
 	return s.eval(ctx, s.pick(f), s.keysOf(f, shard, extra), args...)
+}
+
+// refused is ErrLayoutUnknown, with what to do, while Redis records a
+// layout this build does not know: a shard's script is not run then, as
+// it would read and write the shard as a layout it may not be in.
+func (s *Store) refused() error {
+	if p := s.unknown.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// noteLayout remembers whether err, a reading of the layout Redis records,
+// found one this build does not know (refused).
+func (s *Store) noteLayout(err error) {
+	if errors.Is(err, ErrLayoutUnknown) {
+		s.unknown.Store(&err)
+	} else if err == nil {
+		s.unknown.Store(nil)
+	}
+}
+
+// errCmd is a command that failed with err before it was sent.
+func errCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
 }
 
 // layoutMoved reports whether err is a script's refusal of a shard in the

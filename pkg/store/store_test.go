@@ -719,6 +719,20 @@ func TestNewerLayoutWhileRunning(t *testing.T) {
 	if err := s.KnowsLayout(ctx); !errors.Is(err, store.ErrLayoutUnknown) {
 		t.Fatalf("KnowsLayout of layout %s: %v", newer, err)
 	}
+	// Found in the record alone (a migrate beginning), it stops the
+	// shards' scripts until a reading finds a layout this build knows.
+	if _, err := s.Park(ctx, []*envelope.Message{msg("early", time.Now().Add(time.Hour))}); !errors.Is(err, store.ErrLayoutUnknown) {
+		t.Fatalf("park with the record at layout %s: %v, want ErrLayoutUnknown", newer, err)
+	}
+	if rdb.HExists(ctx, s.Keys().Pool(0), "early").Val() {
+		t.Fatal("parked with the record at an unknown layout")
+	}
+	rdb.HSet(ctx, s.Keys().Config(), "layout", store.LayoutOfTests())
+	if err := s.KnowsLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	park(t, s, store.Parked, msg("early", time.Now().Add(time.Hour)))
+	rdb.HSet(ctx, s.Keys().Config(), "layout", newer)
 	rdb.Set(ctx, s.Keys().LayoutMark(0), newer, 0)
 	refused := func(what string, err error) {
 		t.Helper()
