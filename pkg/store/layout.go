@@ -104,7 +104,7 @@ func unknownLayout(config, v string) error {
 // lost the record.
 func (s *Store) Rerecord(ctx context.Context, layout int) (lostAt time.Time, err error) {
 	key := s.keys.Config()
-	v, err := rerecordScript.Run(ctx, s.rdb, []string{key}, s.shards, layout, time.Now().UnixMilli()).Slice()
+	v, err := rerecordScript.Run(ctx, s.rdb, []string{key}, shardsRecord(s.shards, layout), layout, time.Now().UnixMilli()).Slice()
 	if err == nil && len(v) != 3 {
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
@@ -112,6 +112,7 @@ func (s *Store) Rerecord(ctx context.Context, layout int) (lostAt time.Time, err
 		return time.Time{}, fmt.Errorf("store: record the shard count and layout in %s: %w", key, err)
 	}
 	shards, _ := v[0].(string)
+	shards = recordedShards(shards)
 	l, _ := v[1].(string)
 	if lost, _ := v[2].(string); lost != "" {
 		if ms, err := strconv.ParseInt(lost, 10, 64); err == nil {
@@ -131,7 +132,8 @@ func (s *Store) Rerecord(ctx context.Context, layout int) (lostAt time.Time, err
 // never goes without the time it was found missing.
 //
 //	KEYS[1] -> the deployment's config hash (Keys.Config)
-//	ARGV[1] -> the shard count; ARGV[2] the layout; ARGV[3] now, Unix ms
+//	ARGV[1] -> the shard count as recorded (shardsRecord); ARGV[2] the
+//	           layout; ARGV[3] now, Unix ms
 //	returns -> {shards, layout, lost_at} as Redis then holds them ('' none)
 var rerecordScript = redis.NewScript(`
 if redis.call('HSETNX', KEYS[1], 'shards', ARGV[1]) == 1 then

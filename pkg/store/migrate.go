@@ -37,7 +37,7 @@ func (s *Store) MigrateUp(ctx context.Context) (int, error) {
 		moved += n
 		s.layouts[sh].Store(Layout2)
 	}
-	if err := s.rdb.HSet(ctx, s.keys.Config(), "layout", Layout2).Err(); err != nil {
+	if err := s.rdb.HSet(ctx, s.keys.Config(), "layout", Layout2, "shards", shardsRecord(s.shards, Layout2)).Err(); err != nil {
 		return moved, fmt.Errorf("store: migrate up: record the layout in %s: %w (run it again)", s.keys.Config(), err)
 	}
 	return moved, nil
@@ -70,7 +70,7 @@ func (s *Store) MigrateDown(ctx context.Context) (Migrated, error) {
 		out.Moved += n
 		s.layouts[sh].Store(Layout1)
 	}
-	if err := s.rdb.HSet(ctx, s.keys.Config(), "layout", Layout1).Err(); err != nil {
+	if err := s.rdb.HSet(ctx, s.keys.Config(), "layout", Layout1, "shards", shardsRecord(s.shards, Layout1)).Err(); err != nil {
 		return out, fmt.Errorf("store: migrate down: record the layout in %s: %w (run it again)", s.keys.Config(), err)
 	}
 	n, err := s.downMarks(ctx)

@@ -29,7 +29,15 @@ func (s *Store) ackArgs(l *Lease, ds []Done) ([]any, []string) {
 			args = append(args, d.ID, mark, field, group, "", "", "", d.Source)
 		}
 	}
-	return args, []string{s.keys.Seen(l.Shard, b.cur)}
+	keys := []string{s.keys.Seen(l.Shard, b.cur)}
+	if s.dedupe > 0 && s.layouts[l.Shard].Load() == Layout1 {
+		// The previous release, which may run beside this build in
+		// layout 1, reads these (acklease, lua/lib/fire.lua).
+		for _, d := range ds {
+			keys = append(keys, s.keys.Done(l.Shard, d.ID, d.Origin.Log))
+		}
+	}
+	return args, keys
 }
 
 // Done is a message a sink confirmed, for Ack.

@@ -159,21 +159,60 @@ func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // CheckShards records the shard count in Redis on first start and refuses
 // to run with another one, which would strand every parked message in shards
-// nobody reads.
+// nobody reads. It writes the count in the form of the layout Redis records
+// (shardsRecord), so that a store recorded in the other form before is in
+// the right one after.
 func (s *Store) CheckShards(ctx context.Context) error {
 	key := s.keys.Config()
-	if err := s.rdb.HSetNX(ctx, key, "shards", s.shards).Err(); err != nil {
+	layout, err := s.rdb.HGet(ctx, key, "layout").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		layout = 0 // not a number: CheckLayout says so
+	}
+	want := shardsRecord(s.shards, layout)
+	if err := s.rdb.HSetNX(ctx, key, "shards", want).Err(); err != nil {
 		return fmt.Errorf("store: record shard count in %s: %w", key, err)
 	}
 	v, err := s.rdb.HGet(ctx, key, "shards").Result()
 	if err != nil {
 		return fmt.Errorf("store: read shard count from %s: %w", key, err)
 	}
-	if v != strconv.Itoa(s.shards) {
+	if n := recordedShards(v); n != strconv.Itoa(s.shards) {
 		return fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
-			ErrShardMismatch, s.shards, key, v, v)
+			ErrShardMismatch, s.shards, key, n, n)
+	}
+	if v != want && (layout == Layout1 || layout == LayoutNewest) {
+		if err := s.rdb.HSet(ctx, key, "shards", want).Err(); err != nil {
+			return fmt.Errorf("store: record shard count in %s: %w", key, err)
+		}
 	}
 	return nil
+}
+
+// shardsRecord is how the shard count n is recorded for a store in
+// layout: the count alone in layout 1, which the previous release reads;
+// in a later layout the count and a sentence. The previous release reads
+// no layout, but compares this field with its own count before it touches
+// anything, and refuses to start on what it does not match, quoting it: so
+// it meets a store it cannot read with an error that says what to do, not
+// by guessing.
+func shardsRecord(n, layout int) string {
+	if layout <= Layout1 {
+		return strconv.Itoa(n)
+	}
+	return fmt.Sprintf("%d (store layout %d: run `delaybridge migrate down` of a newer release before this one)", n, layout)
+}
+
+// recordedShards is the shard count a value of the shards field records
+// (shardsRecord), as it is written: its leading digits.
+func recordedShards(v string) string {
+	end := 0
+	for end < len(v) && v[end] >= '0' && v[end] <= '9' {
+		end++
+	}
+	if end == 0 {
+		return v
+	}
+	return v[:end]
 }
 
 // ErrEvictionPolicy is returned by CheckEviction when Redis may delete

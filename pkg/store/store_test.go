@@ -824,3 +824,51 @@ func TestFirstLog(t *testing.T) {
 		t.Errorf("log:ORDERS in the config hash: %q", v)
 	}
 }
+
+// The shard count is recorded as the count alone in layout 1, which the
+// previous release reads, and with the layout and what to do in a later
+// one, which that release then refuses (TestPreviousReleaseRefusesLayout2
+// in test/fault runs it); a start writes the form of the layout Redis
+// records, migrate up and down switch it, and the count is read from
+// either.
+func TestShardsRecordSaysTheLayout(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := store.New(rdb, store.Options{Prefix: "sr", Shards: 4})
+	key := s.Keys().Config()
+	recorded := func() string { return rdb.HGet(ctx, key, "shards").Val() }
+	guarded := "4 (store layout 2: run `delaybridge migrate down` of a newer release before this one)"
+	if _, err := s.CheckLayout(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckShards(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{store.Layout1: "4", store.Layout2: guarded}[store.LayoutOfTests()]
+	if v := recorded(); v != want {
+		t.Fatalf("a new store in layout %d records %q, want %q", store.LayoutOfTests(), v, want)
+	}
+	if _, err := s.MigrateDown(ctx); err != nil || recorded() != "4" {
+		t.Fatalf("after migrate down: %q %v, want 4", recorded(), err)
+	}
+	if _, err := s.MigrateUp(ctx); err != nil || recorded() != guarded {
+		t.Fatalf("after migrate up: %q %v, want %q", recorded(), err, guarded)
+	}
+	// Recorded by a build before the form: a start writes it.
+	rdb.HSet(ctx, key, "shards", "4")
+	if err := s.CheckShards(ctx); err != nil || recorded() != guarded {
+		t.Fatalf("a start on a layout-2 store recorded as 4: %q %v, want %q", recorded(), err, guarded)
+	}
+	if _, err := s.Rerecord(ctx, store.Layout2); err != nil {
+		t.Fatalf("Rerecord over the guarded form: %v", err)
+	}
+	rdb.HDel(ctx, key, "shards")
+	if _, err := s.Rerecord(ctx, store.Layout2); err != nil || recorded() != guarded {
+		t.Fatalf("Rerecord of a lost record in layout 2: %q %v, want %q", recorded(), err, guarded)
+	}
+	// Another count, in either form, is refused, naming it.
+	other := store.New(rdb, store.Options{Prefix: "sr", Shards: 8})
+	if err := other.CheckShards(ctx); !errors.Is(err, store.ErrShardMismatch) || !strings.Contains(err.Error(), "says 4;") {
+		t.Fatalf("8 shards against a record of 4: %v, want ErrShardMismatch naming 4", err)
+	}
+}

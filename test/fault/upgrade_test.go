@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -752,4 +754,63 @@ func (rr *reread) duplicates(copies map[string][]copyAt, kind string) (dups, ids
 		}
 	}
 	return dups, ids
+}
+
+// TestPreviousReleaseRefusesLayout2: the previous release reads no layout,
+// but compares the recorded shard count with its own before it touches
+// anything; in layout 2 that record says which layout and what to run
+// (store.shardsRecord), so the previous release, started on such a store,
+// exits 1 saying so instead of running on it, where it missed every held
+// message and counted half of what was parked. Also for a store put in
+// layout 2 by this build before the record said so: a start of this build
+// writes it. After migrate down it starts.
+func TestPreviousReleaseRefusesLayout2(t *testing.T) {
+	rs, ns := testenv.Redis(t), testenv.NATS(t)
+	ctx := context.Background()
+	rdb := rs.Client()
+	prev := previousBuild(t)
+	cfg := fmt.Sprintf(`
+redis: {addr: %q, key_prefix: l2, shards: 4}
+admin: {listen: "127.0.0.1:%d"}
+sinks: [{name: out, nats: {url: %q}}]
+`, rs.Addr, testenv.FreePort(t), ns.URL)
+	path := t.TempDir() + "/config.yaml"
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(rdb, store.Options{Prefix: "l2", Shards: 4})
+	if _, err := s.CheckLayout(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// As this build recorded a new store before: the count alone.
+	if err := rdb.HSet(ctx, s.Keys().Config(), "shards", "4").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckShards(ctx); err != nil { // a start of this build
+		t.Fatal(err)
+	}
+	old := testenv.StartProcess(t, prev, "run", "--config", path)
+	if code := old.Wait(60 * time.Second); code != 1 {
+		t.Fatalf("the previous release on a store in layout 2: exit %d, want 1; output:\n%s", code, old.Output())
+	}
+	if out := old.Output(); !strings.Contains(out, "store layout 2") || !strings.Contains(out, "migrate down") {
+		t.Fatalf("the previous release does not say why, and what to do:\n%s", out)
+	}
+	if _, err := s.MigrateDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := rdb.HGet(ctx, s.Keys().Config(), "shards").Val(); v != "4" {
+		t.Fatalf("after migrate down the shard count is recorded as %q, want 4, as the previous release reads it", v)
+	}
+	old = testenv.StartProcess(t, prev, "run", "--config", path)
+	if old.Exited() {
+		t.Fatalf("the previous release exited after migrate down:\n%s", old.Output())
+	}
+	if !testenv.Poll(30*time.Second, func() bool { return strings.Contains(old.Output(), "delaybridge running") }) {
+		t.Fatalf("the previous release does not run after migrate down:\n%s", old.Output())
+	}
+	old.Signal(syscall.SIGTERM)
+	if code := old.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("the previous release: exit %d after SIGTERM\n%s", code, old.Output())
+	}
 }

@@ -3,7 +3,8 @@ the ack of a batch travels with the next claim.
 --! firing
 --! include: fire
 
-KEYS      the shard's keys, then the dedupe window's current bucket
+KEYS      the shard's keys, then the dedupe window's current bucket, then
+          in layout 1 the key Keys.Done of each message acked (or none)
 ARGV[1]   c, the index of the claim's arguments
 ARGV[2..c-1] the ack script's arguments
 ARGV[c..] the claim script's arguments

@@ -4,7 +4,8 @@ its next claim (claimack.lua).
 --! firing
 --! include: fire ahead
 
-KEYS      the shard's keys, then the dedupe window's current bucket
+KEYS      the shard's keys, then the dedupe window's current bucket, then
+          in layout 1 the key Keys.Done of each message acked (or none)
 ARGV[1]   c, the index of the commit's arguments
 ARGV[2..c-1] the ack's arguments (the lease's expiry, the bucket's expiry,
           then 8 values per message: lib/fire.lua's acklease)

@@ -5,7 +5,8 @@ a message still held under the lease.
 --! firing
 --! include: fire settle unconfirmed
 
-KEYS      the shard's keys, then the dedupe window's current bucket
+KEYS      the shard's keys, then the dedupe window's current bucket, then
+          in layout 1 the key Keys.Done of each message acked (or none)
           (Keys.Seen)
 ARGV[1]   the lease's expiry (Lease.ExpiryMs)
 ARGV[2]   when that bucket expires (Unix ms; 0: the dedupe window is off)

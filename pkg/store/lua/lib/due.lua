@@ -21,6 +21,12 @@ local mark = redis.call('GET', K.layout)
 if mark == '2' then return redis.error_reply('LAYOUT the shard is in layout 2') end
 if mark and mark ~= '1' then return redis.error_reply('LAYOUT the shard is in layout ' .. mark .. ', which this build does not know') end
 
+-- KEEPSDONE: in layout 1, which the previous release runs in beside this
+-- build during a rolling upgrade, an ack also writes the key of the
+-- delivered message that that release reads to tell a re-read (Keys.Done),
+-- as it wrote it itself (acklease, lib/fire.lua).
+local KEEPSDONE = true
+
 -- zkey is the due set of priority p.
 local function zkey(p) return K.due[p] end
 -- maxprio is the highest priority whose due set exists, 0 when only the

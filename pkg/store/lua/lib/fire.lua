@@ -9,13 +9,18 @@ path of the scheduler (claim, claimack and ack).
 -- dedupe window remembers of them goes into the hash seen (Keys.Seen, the
 -- window's current bucket), which expires whole at seenat (Unix ms; 0:
 -- the window is off); top is maxprio() as the script began (lib/settle.lua
--- says why once is enough).
+-- says why once is enough). In layout 1 (KEEPSDONE), when the caller gives
+-- them (one per message from KEYS[NKEYS + 2], after seen), the keys Keys.Done of the
+-- previous release get the mark too, until seenat: a daemon of that
+-- release running beside this one then tells a re-read of a message this
+-- one delivered as it tells its own.
 --
 -- The common message (delivered, not recurring, nothing waiting) is removed
 -- with the others at the end, one call per priority and one HDEL per hash
 -- for the lease, not three calls each.
 local function acklease(expiry, seenat, args, from, to, seen, top)
   if from > to then return 0 end
+  local olddone = KEEPSDONE and seenat > 0 and #KEYS >= NKEYS + 1 + (to - from + 1) / 8
   local anynext = redis.call('EXISTS', K.next) == 1
   local anyunconfirmed = redis.call('EXISTS', K.unconfirmed) == 1
   local mine = fmtscore(expiry, LEASE_MARK)
@@ -29,6 +34,11 @@ local function acklease(expiry, seenat, args, from, to, seen, top)
       if seenat > 0 and args[i + 1] ~= '' then
         marks[#marks + 1] = args[i + 2]
         marks[#marks + 1] = args[i + 1]
+        if olddone then
+          local k = KEYS[NKEYS + 2 + (i - from) / 8]
+          redis.call('SET', k, args[i + 1])
+          redis.call('PEXPIREAT', k, seenat)
+        end
       end
       local waiting = anynext and redis.call('HGET', K.next, id)
       local ends, after = ending(waiting)
