@@ -28,6 +28,11 @@ func (s *Store) MigrateUp(ctx context.Context) (int, error) {
 	if err := s.CheckShards(ctx); err != nil {
 		return 0, fmt.Errorf("store: migrate up: %w", err)
 	}
+	// The record's form for layout 2 first: the previous release refuses a
+	// store half way through (shardsRecord), as it does one converted.
+	if err := s.rdb.HSet(ctx, s.keys.Config(), "shards", shardsRecord(s.shards, Layout2)).Err(); err != nil {
+		return 0, fmt.Errorf("store: migrate up: record the shard count in %s: %w", s.keys.Config(), err)
+	}
 	moved := 0
 	for sh := range s.shards {
 		n, err := s.run(ctx, "migrate_up", migrateUpScript, sh).Int()
@@ -61,6 +66,11 @@ func (s *Store) MigrateDown(ctx context.Context) (Migrated, error) {
 	var out Migrated
 	if err := s.CheckShards(ctx); err != nil {
 		return out, fmt.Errorf("store: migrate down: %w", err)
+	}
+	// Until the last shard is converted the previous release must refuse
+	// the store (shardsRecord); the count alone comes with layout 1.
+	if err := s.rdb.HSet(ctx, s.keys.Config(), "shards", shardsRecord(s.shards, Layout2)).Err(); err != nil {
+		return out, fmt.Errorf("store: migrate down: record the shard count in %s: %w", s.keys.Config(), err)
 	}
 	for sh := range s.shards {
 		n, err := s.run(ctx, "migrate_down", migrateDownScript, sh).Int()

@@ -77,12 +77,14 @@ func (s *Store) SinkStates(ctx context.Context, names []string) (map[string]Sink
 // SetPaused pauses or resumes a sink for every instance, kept across
 // restarts.
 func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) error {
-	var err error
-	if paused {
+	err := s.refused()
+	switch {
+	case err != nil:
+	case paused:
 		// A walk of a changed max_rate that paused the sink must not
 		// resume it at its end: the pause is the operator's now.
 		_, err = s.walkMark(ctx, sink, "pause")
-	} else {
+	default:
 		err = s.rdb.HDel(ctx, s.keys.Sinks(), "paused:"+sink).Err()
 	}
 	if err != nil {

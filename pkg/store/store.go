@@ -159,34 +159,39 @@ func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // CheckShards records the shard count in Redis on first start and refuses
 // to run with another one, which would strand every parked message in shards
-// nobody reads. It writes the count in the form of the layout Redis records
-// (shardsRecord), so that a store recorded in the other form before is in
-// the right one after.
+// nobody reads. A count it records is in the form of the layout Redis
+// records (shardsRecord); one recorded already is left as it is (builds of
+// layout 2 before the form read the count alone: `migrate up` writes the
+// form).
 func (s *Store) CheckShards(ctx context.Context) error {
 	key := s.keys.Config()
-	layout, err := s.rdb.HGet(ctx, key, "layout").Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		layout = 0 // not a number: CheckLayout says so
-	}
-	want := shardsRecord(s.shards, layout)
-	if err := s.rdb.HSetNX(ctx, key, "shards", want).Err(); err != nil {
-		return fmt.Errorf("store: record shard count in %s: %w", key, err)
-	}
-	v, err := s.rdb.HGet(ctx, key, "shards").Result()
+	v, err := checkShardsScript.Run(ctx, s.rdb, []string{key}, shardsRecord(s.shards, Layout1), shardsRecord(s.shards, Layout2)).Text()
 	if err != nil {
-		return fmt.Errorf("store: read shard count from %s: %w", key, err)
+		return fmt.Errorf("store: record shard count in %s: %w", key, err)
 	}
 	if n := recordedShards(v); n != strconv.Itoa(s.shards) {
 		return fmt.Errorf("%w: redis.shards is %d but %s says %s; set redis.shards: %s (or use another redis.key_prefix)",
 			ErrShardMismatch, s.shards, key, n, n)
 	}
-	if v != want && (layout == Layout1 || layout == LayoutNewest) {
-		if err := s.rdb.HSet(ctx, key, "shards", want).Err(); err != nil {
-			return fmt.Errorf("store: record shard count in %s: %w", key, err)
-		}
-	}
 	return nil
 }
+
+// checkShardsScript is CheckShards', in one step so that a migrate's
+// change of the layout and of the record's form never crosses it.
+//
+//	KEYS[1] -> the deployment's config hash (Keys.Config)
+//	ARGV[1] -> the record of this store's shard count in layout 1; ARGV[2]
+//	           in layout 2 (shardsRecord)
+//	returns -> the shards field as Redis then holds it
+var checkShardsScript = redis.NewScript(`
+local l = tonumber(redis.call('HGET', KEYS[1], 'layout') or '')
+if l and l >= 2 then
+  redis.call('HSETNX', KEYS[1], 'shards', ARGV[2])
+else
+  redis.call('HSETNX', KEYS[1], 'shards', ARGV[1])
+end
+return redis.call('HGET', KEYS[1], 'shards')
+`)
 
 // shardsRecord is how the shard count n is recorded for a store in
 // layout: the count alone in layout 1, which the previous release reads;
@@ -330,6 +335,9 @@ func (s *Store) runKeys(ctx context.Context, op string, sc *script, shard int, e
 // runDeployment runs a script whose keys are the deployment's (sinks,
 // rate), given in its KEYS order: it reads no shard, and so no layout.
 func (s *Store) runDeployment(ctx context.Context, op string, sc *script, keys []string, args ...any) *redis.Cmd {
+	if err := s.refused(); err != nil {
+		return errCmd(ctx, err) // what the deployment's keys hold may be the unknown layout's too
+	}
 	start := time.Now()
 	f := sc.forms[0]
 	cmd := s.eval(ctx, s.pick(f), s.keys.scriptKeys(f, 0, keys...), args...)
@@ -360,7 +368,11 @@ func (s *Store) runCalls(ctx context.Context, op string, calls []call) []*redis.
 		return cmds
 	}
 	start := time.Now()
-	if len(calls) == 1 {
+	if err := s.refused(); err != nil {
+		for i := range cmds {
+			cmds[i] = errCmd(ctx, err)
+		}
+	} else if len(calls) == 1 {
 		c := calls[0]
 		cmds[0] = s.evalOn(ctx, c.sc, c.shard, c.keys, c.args...)
 	} else {
@@ -533,8 +545,9 @@ func (s *Store) evalOn(ctx context.Context, sc *script, shard int, extra []strin
 }
 
 // refused is ErrLayoutUnknown, with what to do, while Redis records a
-// layout this build does not know: a shard's script is not run then, as
-// it would read and write the shard as a layout it may not be in.
+// layout this build does not know: no script is run then (a shard's would
+// read and write it as a layout it may not be in), nor a sink paused or
+// resumed.
 func (s *Store) refused() error {
 	if p := s.unknown.Load(); p != nil {
 		return *p

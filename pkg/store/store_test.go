@@ -828,9 +828,11 @@ func TestFirstLog(t *testing.T) {
 // The shard count is recorded as the count alone in layout 1, which the
 // previous release reads, and with the layout and what to do in a later
 // one, which that release then refuses (TestPreviousReleaseRefusesLayout2
-// in test/fault runs it); a start writes the form of the layout Redis
-// records, migrate up and down switch it, and the count is read from
-// either.
+// in test/fault runs it); the first start records the form of the layout
+// Redis records, migrate up and down switch it (up before its first shard,
+// down after its last), a later start leaves what is recorded as it is
+// (builds of layout 2 before the form read the count alone), and the
+// count is read from either.
 func TestShardsRecordSaysTheLayout(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
@@ -854,10 +856,14 @@ func TestShardsRecordSaysTheLayout(t *testing.T) {
 	if _, err := s.MigrateUp(ctx); err != nil || recorded() != guarded {
 		t.Fatalf("after migrate up: %q %v, want %q", recorded(), err, guarded)
 	}
-	// Recorded by a build before the form: a start writes it.
+	// Recorded by a build of layout 2 before the form: a start leaves it,
+	// migrate up writes it.
 	rdb.HSet(ctx, key, "shards", "4")
-	if err := s.CheckShards(ctx); err != nil || recorded() != guarded {
-		t.Fatalf("a start on a layout-2 store recorded as 4: %q %v, want %q", recorded(), err, guarded)
+	if err := s.CheckShards(ctx); err != nil || recorded() != "4" {
+		t.Fatalf("a start on a layout-2 store recorded as 4: %q %v, want it left as it is", recorded(), err)
+	}
+	if _, err := s.MigrateUp(ctx); err != nil || recorded() != guarded {
+		t.Fatalf("migrate up on a layout-2 store recorded as 4: %q %v, want %q", recorded(), err, guarded)
 	}
 	if _, err := s.Rerecord(ctx, store.Layout2); err != nil {
 		t.Fatalf("Rerecord over the guarded form: %v", err)

@@ -127,6 +127,9 @@ sinks:
 	if code, body := d.do(http.MethodDelete, "/v1/messages/parked", nil); code != http.StatusServiceUnavailable {
 		t.Errorf("DELETE while the layout is unknown: %d %s, want 503", code, body)
 	}
+	if code, body := d.do(http.MethodPost, "/v1/sinks/out/pause", nil); code != http.StatusServiceUnavailable {
+		t.Errorf("pause while the layout is unknown: %d %s, want 503", code, body)
+	}
 	// The parked message's due time passes, and a second more, ten times
 	// scheduler.max_sleep: it stays in its due set.
 	dueSet := keys.Due(store.ShardOf("parked", 2))

@@ -761,9 +761,9 @@ func (rr *reread) duplicates(copies map[string][]copyAt, kind string) (dups, ids
 // anything; in layout 2 that record says which layout and what to run
 // (store.shardsRecord), so the previous release, started on such a store,
 // exits 1 saying so instead of running on it, where it missed every held
-// message and counted half of what was parked. Also for a store put in
-// layout 2 by this build before the record said so: a start of this build
-// writes it. After migrate down it starts.
+// message and counted half of what was parked. A store put in layout 2 by
+// a build before the record said so gets it from migrate up. After migrate
+// down it starts.
 func TestPreviousReleaseRefusesLayout2(t *testing.T) {
 	rs, ns := testenv.Redis(t), testenv.NATS(t)
 	ctx := context.Background()
@@ -782,27 +782,35 @@ sinks: [{name: out, nats: {url: %q}}]
 	if _, err := s.CheckLayout(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	// As this build recorded a new store before: the count alone.
+	if err := s.CheckShards(ctx); err != nil { // the first start of this build
+		t.Fatal(err)
+	}
+	refused := func(what string) {
+		t.Helper()
+		old := testenv.StartProcess(t, prev, "run", "--config", path)
+		if code := old.Wait(60 * time.Second); code != 1 {
+			t.Fatalf("the previous release on %s: exit %d, want 1; output:\n%s", what, code, old.Output())
+		}
+		if out := old.Output(); !strings.Contains(out, "store layout 2") || !strings.Contains(out, "migrate down") {
+			t.Fatalf("the previous release on %s does not say why, and what to do:\n%s", what, out)
+		}
+	}
+	refused("a new store in layout 2")
+	// As a build of layout 2 before the record's form recorded it.
 	if err := rdb.HSet(ctx, s.Keys().Config(), "shards", "4").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CheckShards(ctx); err != nil { // a start of this build
+	if _, err := s.MigrateUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	old := testenv.StartProcess(t, prev, "run", "--config", path)
-	if code := old.Wait(60 * time.Second); code != 1 {
-		t.Fatalf("the previous release on a store in layout 2: exit %d, want 1; output:\n%s", code, old.Output())
-	}
-	if out := old.Output(); !strings.Contains(out, "store layout 2") || !strings.Contains(out, "migrate down") {
-		t.Fatalf("the previous release does not say why, and what to do:\n%s", out)
-	}
+	refused("a store in layout 2 after migrate up")
 	if _, err := s.MigrateDown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if v := rdb.HGet(ctx, s.Keys().Config(), "shards").Val(); v != "4" {
 		t.Fatalf("after migrate down the shard count is recorded as %q, want 4, as the previous release reads it", v)
 	}
-	old = testenv.StartProcess(t, prev, "run", "--config", path)
+	old := testenv.StartProcess(t, prev, "run", "--config", path)
 	if old.Exited() {
 		t.Fatalf("the previous release exited after migrate down:\n%s", old.Output())
 	}
