@@ -291,9 +291,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 // redis.start_timeout with back-off: a start rides through what a running
 // daemon rides through (a failover, a restart loading its data, a cluster
 // electing a master, a Redis started beside it that does not listen yet).
-// Anything else (credentials, TLS, a shard count or layout of another
-// build) fails at once. The startup probes of deploy/ give a start two
-// minutes. ctx ending meanwhile ends it with context.Canceled.
+// Anything else (credentials, a name that does not resolve, TLS, a shard
+// count or layout of another build) fails at once (waitsAtStart). An
+// attempt under way at the end of start_timeout is bounded by the Redis
+// client's own timeouts, not by it. The startup probes of deploy/ give a
+// start two minutes. ctx ending meanwhile ends it with context.Canceled.
 // store.ErrLayoutUnknown is returned with d.store open.
 func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config, log *slog.Logger,
 	observe func(string, time.Duration, error), localNow func() time.Time) error {
@@ -310,7 +312,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config, log *slog.Lo
 		if ctx.Err() != nil {
 			return fmt.Errorf("redis: %w", ctx.Err())
 		}
-		if !store.Passing(err) && !store.Unreachable(err) || time.Now().Add(wait).After(deadline) {
+		if !waitsAtStart(err) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
 		log.Warn("redis: not ready at start; trying again", "err", err, "attempt", attempt, "in", wait,
@@ -323,6 +325,23 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config, log *slog.Lo
 		}
 		wait = min(2*wait, 4*time.Second)
 	}
+}
+
+// waitsAtStart reports whether a start waits out err: Redis passing through
+// a failover or not answering (store.Passing, store.Unreachable), but not a
+// name that does not resolve, nor a TLS handshake the server refused (its
+// alert: a client certificate it does not take, a protocol), which do not
+// pass by themselves.
+func waitsAtStart(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" { // crypto/tls's alert from the server
+		return false
+	}
+	return store.Passing(err) || store.Unreachable(err)
 }
 
 // checkRedis is one attempt of openRedis.
