@@ -36,6 +36,8 @@ type Sink struct {
 	cfg SinkParams
 	nc  *nats.Conn
 	js  jetstream.JetStream
+	// denied are the publishes the server refused (permissions).
+	denied *denials
 	// noLookupUntil (Unix ns) skips the lookup of duplicate after one ran
 	// out of time.
 	noLookupUntil atomic.Int64
@@ -62,7 +64,9 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	// of waiting for its deadline in nats.go's buffer and then going out on
 	// reconnect anyway, a second copy beside the one the scheduler sends
 	// when the sink is back.
+	denied := newDenials(log)
 	opts := append([]nats.Option{nats.ReconnectBufSize(-1)}, cfg.Options...)
+	opts = append(opts, nats.ErrorHandler(denied.asyncErr)) // after Connect's own, which it replaces
 	nc, err := Connect(cfg.URL, "delaybridge sink "+cfg.Name, log, opts...)
 	if Unreachable(err) {
 		// No server answers now (down, or not started yet): the sink
@@ -76,12 +80,16 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, nc: nc}
+	s := &Sink{cfg: cfg, nc: nc, denied: denied}
 	if !cfg.JetStream {
 		log.Warn("core NATS sink (jetstream: false): a publish is not confirmed, only flushed to the server; a message is lost when no subscriber or server takes it; set jetstream: true and a stream for the destinations for at-least-once")
 	}
 	if cfg.JetStream {
-		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
+		// A PubAck that never comes (a subscriber that takes the
+		// publish and does not answer, a publish the server refused)
+		// leaves its future pending until asyncAckTimeout, not for good:
+		// 16384 of them would stall every publish of the sink.
+		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
 		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("nats sink %s: jetstream: %w", cfg.Name, err)
@@ -90,17 +98,25 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	return s, nil
 }
 
+// asyncAckTimeout is how long nats.go keeps waiting for a PubAck, past the
+// publish timeout after which Publish no longer does (it is shorter than
+// the lease, 30 s by default); one that comes later is not counted.
+const asyncAckTimeout = time.Minute
+
 // Publish publishes msgs. With JetStream all are sent at once and then their
 // PubAcks awaited; a PubAck that reports a duplicate counts as confirmed
-// when the stream holds this very version of the message (duplicate).
+// when the stream holds this very version of the message (duplicate). A
+// publish the server refuses (its user may not publish to the subject)
+// fails as unauthorized as soon as the server says so (denials).
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
+	from, _ := s.denied.mark()
 	errs := make([]error, len(msgs))
 	nmsgs := make([]*nats.Msg, len(msgs))
 	for i, m := range msgs {
 		nmsgs[i], errs[i] = toNATS(m)
 	}
 	if s.js == nil {
-		return s.publishCore(ctx, nmsgs, errs)
+		return s.publishCore(ctx, nmsgs, errs, from)
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, nm := range nmsgs {
@@ -135,17 +151,30 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			continue
 		default:
 		}
-		select {
-		case ack := <-f.Ok():
-			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
-		case err := <-f.Err():
-			errs[i] = s.unconfirmed(err)
-		case <-ctx.Done():
-			errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, ctx.Err())
-			if lost == nil {
-				lost = map[string][]int{}
+	wait:
+		for {
+			// The refusals so far, then a wait that ends at the next.
+			_, wake := s.denied.mark()
+			if err := s.denied.since(from, nmsgs[i].Subject); err != nil {
+				errs[i] = s.classify(err) // no PubAck comes for it
+				break wait
 			}
-			lost[nmsgs[i].Subject] = append(lost[nmsgs[i].Subject], i)
+			select {
+			case ack := <-f.Ok():
+				errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
+				break wait
+			case err := <-f.Err():
+				errs[i] = s.unconfirmed(err)
+				break wait
+			case <-wake:
+			case <-ctx.Done():
+				errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, ctx.Err())
+				if lost == nil {
+					lost = map[string][]int{}
+				}
+				lost[nmsgs[i].Subject] = append(lost[nmsgs[i].Subject], i)
+				break wait
+			}
 		}
 	}
 	s.noStream(lost, errs)
@@ -236,7 +265,9 @@ const duplicateLookup = 500 * time.Millisecond
 // after one ran out of time.
 const noLookupFor = time.Minute
 
-func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error) []error {
+// publishCore publishes msgs on core NATS and flushes: a publish the
+// server refused (denials) said so before it answered the flush.
+func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error, from uint64) []error {
 	for i, nm := range nmsgs {
 		if errs[i] != nil {
 			continue
@@ -249,6 +280,15 @@ func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error)
 	}
 	if err := Flush(ctx, s.nc); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("nats sink %s: flush: %w", s.cfg.Name, err))
+	}
+	s.denied.caughtUp(s.nc.LastError(), time.Second)
+	for i, nm := range nmsgs {
+		if errs[i] != nil {
+			continue
+		}
+		if err := s.denied.since(from, nm.Subject); err != nil {
+			errs[i] = s.classify(err)
+		}
 	}
 	return errs
 }

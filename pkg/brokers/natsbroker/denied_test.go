@@ -1,0 +1,86 @@
+package natsbroker_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
+	"github.com/delaybridge/delaybridge/pkg/envelope"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// A publish to a subject the sink's user may not publish to is refused by
+// the server in a -ERR alone: a core NATS publish returned as sent (the
+// message counted delivered and lost), and a JetStream one waited the whole
+// publish timeout and counted a timeout. Both now fail as unauthorized, an
+// attempt of the message, as soon as the server said so, and the other
+// messages of the batch go on.
+func TestSinkPublishTheServerRefusesIsUnauthorized(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"deny.>"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	admin, err := nats.Connect(ns.ClientURL(), nats.UserInfo("db", "pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, subj := range map[string]string{"DENIED": "deny.>", "OK": "ok.>"} {
+		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := func(id, dest string) sinks.Outgoing {
+		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: dest, Body: []byte("x")}}
+	}
+	for _, jetStream := range []bool{true, false} {
+		name := map[bool]string{true: "jetstream", false: "core"}[jetStream]
+		t.Run(name, func(t *testing.T) {
+			sk, err := natsbroker.NewSink(natsbroker.SinkParams{Name: name, URL: ns.ClientURL(), JetStream: jetStream,
+				Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sk.Close() })
+			const timeout = 20 * time.Second
+			for round := range 2 { // the second finds the first's refusal behind it
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				start := time.Now()
+				errs := sk.Publish(ctx, []sinks.Outgoing{out("a", "deny.a"), out("b", "ok.b"), out("c", "deny.c")})
+				took := time.Since(start)
+				cancel()
+				for _, i := range []int{0, 2} {
+					if err := errs[i]; !sinks.IsRejected(err) || sinks.ReasonOf(err) != sinks.ReasonUnauthorized || !strings.Contains(err.Error(), "not authorized") {
+						t.Errorf("round %d: a message to a subject the user may not publish to: %v (rejected %v, reason %q); want rejected as unauthorized",
+							round, err, sinks.IsRejected(err), sinks.ReasonOf(err))
+					}
+				}
+				if errs[1] != nil {
+					t.Errorf("round %d: the message to a subject it may publish to: %v", round, errs[1])
+				}
+				if took >= timeout {
+					t.Errorf("round %d: the refusal waited the publish timeout", round)
+				}
+			}
+		})
+	}
+}
