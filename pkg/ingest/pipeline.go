@@ -505,7 +505,9 @@ func (pl *Pipeline) handle(ctx context.Context, batch []item) {
 				// "Cancel means never published"), and it is no mistake of
 				// the publisher's to keep as dead.
 				pl.p.Metrics.IngestMessages.WithLabelValues(pl.p.Name, "cancel_late").Inc()
-				pl.log.Info("cancel came while the message was being published; it may be delivered", "id", d.CancelID, "by", d.Message.ID)
+				// Counted, logged at debug as a cancel is: no line per
+				// message at info.
+				pl.log.Debug("cancel came while the message was being published; it may be delivered", "id", d.CancelID, "by", d.Message.ID)
 				continue
 			}
 			if d.Tombstone {
