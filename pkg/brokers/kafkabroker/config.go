@@ -56,7 +56,7 @@ type IngestConfig struct {
 	CommitInterval config.Duration `yaml:"commit_interval"`
 }
 
-// SinkConfig is a sink's kafka: block; the destination is the topic.
+// SinkConfig is a sink's kafka: block; the destination is the topic, which must exist: the sink creates none, whatever the brokers' auto.create.topics.enable (a missing topic is an attempt, not_found).
 type SinkConfig struct {
 	Auth    `yaml:",inline"`
 	Brokers []string `yaml:"brokers"`
