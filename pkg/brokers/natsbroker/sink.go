@@ -99,21 +99,30 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 }
 
 // asyncAckTimeout is how long nats.go keeps waiting for a PubAck, past the
-// publish timeout after which Publish no longer does (it is shorter than
-// the lease, 30 s by default); one that comes later is not counted.
+// publish timeout after which Publish no longer does (10 s by default;
+// with a longer one nats.go's end of the wait counts as the publish
+// timing out). Until then a PubAck that never comes holds one of the
+// 16384 a sink may wait for: a destination that never answers, sent to
+// more than 16384 times a minute, holds the sink's other publishes.
 const asyncAckTimeout = time.Minute
 
 // Publish publishes msgs. With JetStream all are sent at once and then their
 // PubAcks awaited; a PubAck that reports a duplicate counts as confirmed
 // when the stream holds this very version of the message (duplicate). A
 // publish the server refuses (its user may not publish to the subject)
-// fails as unauthorized as soon as the server says so (denials).
+// fails as unauthorized as soon as the server says so (denials), and one
+// to a subject refused within refusedFor fails so without being sent.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	from, _ := s.denied.mark()
 	errs := make([]error, len(msgs))
 	nmsgs := make([]*nats.Msg, len(msgs))
 	for i, m := range msgs {
 		nmsgs[i], errs[i] = toNATS(m)
+		if errs[i] == nil {
+			if err := s.denied.refused(nmsgs[i].Subject); err != nil {
+				errs[i] = s.classify(err)
+			}
+		}
 	}
 	if s.js == nil {
 		return s.publishCore(ctx, nmsgs, errs, from)
@@ -135,6 +144,22 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		errs[i] = s.publishErr(errs[i])
 	}
 	var lost map[string][]int // subject -> the messages whose PubAck did not come
+	noPubAck := func(i int, why error) {
+		errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, why)
+		if lost == nil {
+			lost = map[string][]int{}
+		}
+		lost[nmsgs[i].Subject] = append(lost[nmsgs[i].Subject], i)
+	}
+	failed := func(i int, err error) {
+		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			// nats.go stopped waiting before the caller did (a
+			// publish_timeout over asyncAckTimeout): the publish timed out.
+			noPubAck(i, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err))
+			return
+		}
+		errs[i] = s.unconfirmed(err)
+	}
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -147,7 +172,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 			continue
 		case err := <-f.Err():
-			errs[i] = s.unconfirmed(err)
+			failed(i, err)
 			continue
 		default:
 		}
@@ -164,15 +189,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 				errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 				break wait
 			case err := <-f.Err():
-				errs[i] = s.unconfirmed(err)
+				failed(i, err)
 				break wait
 			case <-wake:
 			case <-ctx.Done():
-				errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, ctx.Err())
-				if lost == nil {
-					lost = map[string][]int{}
-				}
-				lost[nmsgs[i].Subject] = append(lost[nmsgs[i].Subject], i)
+				noPubAck(i, ctx.Err())
 				break wait
 			}
 		}
@@ -281,7 +302,7 @@ func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error,
 	if err := Flush(ctx, s.nc); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("nats sink %s: flush: %w", s.cfg.Name, err))
 	}
-	s.denied.caughtUp(s.nc.LastError(), time.Second)
+	s.denied.caughtUp(ctx, s.nc.LastError())
 	for i, nm := range nmsgs {
 		if errs[i] != nil {
 			continue
