@@ -291,8 +291,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 // redis.start_timeout with back-off: a start rides through what a running
 // daemon rides through (a failover, a restart loading its data, a cluster
 // electing a master, a Redis started beside it that does not listen yet).
-// Anything else (credentials, a name that does not resolve, TLS, a shard
-// count or layout of another build) fails at once (waitsAtStart). An
+// Anything else (credentials, TLS, a shard count or layout of another
+// build) fails at once (waitsAtStart). An
 // attempt under way at the end of start_timeout is bounded by the Redis
 // client's own timeouts, not by it. The startup probes of deploy/ give a
 // start two minutes. ctx ending meanwhile ends it with context.Canceled.
@@ -328,15 +328,11 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config, log *slog.Lo
 }
 
 // waitsAtStart reports whether a start waits out err: Redis passing through
-// a failover or not answering (store.Passing, store.Unreachable), but not a
-// name that does not resolve, nor a TLS handshake the server refused (its
-// alert: a client certificate it does not take, a protocol), which do not
-// pass by themselves.
+// a failover or not answering (store.Passing, store.Unreachable; a name that
+// does not resolve yet too, as a Kubernetes pod's own name until it is
+// ready), but not a TLS handshake the server refused (its alert: a client
+// certificate it does not take, a protocol), which does not pass by itself.
 func waitsAtStart(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) && dns.IsNotFound {
-		return false
-	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "remote error" { // crypto/tls's alert from the server
 		return false

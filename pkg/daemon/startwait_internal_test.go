@@ -20,7 +20,8 @@ func TestWaitsAtStart(t *testing.T) {
 		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
 		{"timed out", fmt.Errorf("redis: %w", context.DeadlineExceeded), true},
 		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
-		{"no such host", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "redis.example", IsNotFound: true}}, false},
+		// A Kubernetes pod's own name resolves once it is ready.
+		{"no such host", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "redis-0.redis", IsNotFound: true}}, true},
 		{"a TLS alert", fmt.Errorf("redis: %w", &net.OpError{Op: "remote error", Err: tls.AlertError(42)}), false},
 		{"a stop", context.Canceled, false},
 	} {
