@@ -132,39 +132,10 @@ func TestTombstones(t *testing.T) {
 // per log.repeat_interval, not one per message: the first is logged, the
 // others are counted and summed up once the interval ends.
 func TestRejectionsAreLoggedOncePerReasonPerInterval(t *testing.T) {
-	r := testenv.Redis(t)
-	st := store.New(r.Client(), store.Options{Prefix: "rej", Shards: 4})
 	src := &recordSource{in: make(chan *envelope.Incoming, 100)}
-	var logs lockedBuffer
-	pl := ingest.NewPipeline(ingest.PipelineParams{
-		Name:   "in",
-		Source: src,
-		Route: &envelope.Route{Ingest: "in", Sink: "s", Destination: "d",
-			Sinks: destination.Sinks{"s": kafkabroker.Destinations}.Lookup},
-		Limits:         envelope.Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256},
-		Store:          st,
-		MaxInFlight:    config.DefaultMaxInFlight,
-		DrainTimeout:   5 * time.Second,
-		RepeatInterval: time.Hour, // every line but the first of a key within it is counted, whatever the machine's speed
-		Metrics:        metrics.New(),
-		Logger:         slog.New(slog.NewTextHandler(&logs, nil)),
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pl.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	const bad = 50
-	for i := range bad {
-		src.in <- &envelope.Incoming{Body: []byte("x"), Headers: envelope.Headers{{Key: "x-delay", Value: "soon"}, {Key: "x-message-id", Value: fmt.Sprintf("bad-%d", i)}}}
-	}
-	testenv.Eventually(t, 10*time.Second, func() bool { a, _ := src.settled(); return a == bad })
-	cancel() // the summary of the repeats is logged at the stop, within the hour
-	<-done
-	done <- nil
-	out := logs.String()
+	out := logRepeats(t, src, "soon")
 	if n := strings.Count(out, `msg="message rejected, kept as dead"`); n != 1 {
-		t.Fatalf("%d lines for %d rejections of one reason, want 1 and a summary:\n%s", n, bad, out)
+		t.Fatalf("%d lines for 50 rejections of one reason, want 1 and a summary:\n%s", n, out)
 	}
 	if !strings.Contains(out, `not_logged=49`) {
 		t.Fatalf("the summary does not count the 49 not logged:\n%s", out)
@@ -175,9 +146,23 @@ func TestRejectionsAreLoggedOncePerReasonPerInterval(t *testing.T) {
 // are logged once per interval, the others counted, as rejections are: one
 // close logged a line per message.
 func TestFailedAcksAreLoggedOncePerInterval(t *testing.T) {
-	r := testenv.Redis(t)
-	st := store.New(r.Client(), store.Options{Prefix: "ackf", Shards: 4})
 	src := &recordSource{in: make(chan *envelope.Incoming, 100), ackErr: errors.New("channel/connection is not open")}
+	out := logRepeats(t, src, "1h")
+	if c := strings.Count(out, `msg="cannot acknowledge the message to the broker; it may be delivered again"`); c != 1 {
+		t.Fatalf("%d lines for 50 acks the broker did not take, want 1 and a summary:\n%s", c, out)
+	}
+	if !strings.Contains(out, `not_logged=49`) || !strings.Contains(out, "channel/connection is not open") {
+		t.Fatalf("the summary does not count the 49 not logged, or the lines do not say why:\n%s", out)
+	}
+}
+
+// logRepeats runs a pipeline on src with log.repeat_interval an hour (every
+// line but the first of a key is counted, whatever the machine's speed),
+// reads 50 messages with x-delay delay, and returns its log once it
+// stopped, which logs the summary of the repeats.
+func logRepeats(t *testing.T, src *recordSource, delay string) string {
+	t.Helper()
+	r := testenv.Redis(t)
 	var logs lockedBuffer
 	pl := ingest.NewPipeline(ingest.PipelineParams{
 		Name:   "in",
@@ -185,33 +170,28 @@ func TestFailedAcksAreLoggedOncePerInterval(t *testing.T) {
 		Route: &envelope.Route{Ingest: "in", Sink: "s", Destination: "d",
 			Sinks: destination.Sinks{"s": kafkabroker.Destinations}.Lookup},
 		Limits:         envelope.Limits{MaxDelay: 24 * time.Hour, MaxIDBytes: 256},
-		Store:          st,
+		Store:          store.New(r.Client(), store.Options{Prefix: "rep", Shards: 4}),
 		MaxInFlight:    config.DefaultMaxInFlight,
 		DrainTimeout:   5 * time.Second,
-		RepeatInterval: time.Hour, // every line but the first of a key within it is counted, whatever the machine's speed
+		RepeatInterval: time.Hour,
 		Metrics:        metrics.New(),
 		Logger:         slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- pl.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
+	defer func() { cancel(); <-done }()
 	const n = 50
 	for i := range n {
-		src.in <- &envelope.Incoming{Body: []byte("x"), Headers: envelope.Headers{{Key: "x-delay", Value: "1h"}, {Key: "x-message-id", Value: fmt.Sprintf("m-%d", i)}}}
+		src.in <- &envelope.Incoming{Body: []byte("x"), Headers: envelope.Headers{{Key: "x-delay", Value: delay}, {Key: "x-message-id", Value: fmt.Sprintf("m-%d", i)}}}
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { a, _ := src.settled(); return a == n })
-	cancel() // the summary of the repeats is logged at the stop, within the hour
-	<-done
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("the pipeline: %v", err)
+	}
 	done <- nil
-	out := logs.String()
-	if c := strings.Count(out, `msg="cannot acknowledge the message to the broker; it may be delivered again"`); c != 1 {
-		t.Fatalf("%d lines for %d acks the broker did not take, want 1 and a summary:\n%s", c, n, out)
-	}
-	if !strings.Contains(out, `not_logged=49`) || !strings.Contains(out, "channel/connection is not open") {
-		t.Fatalf("the summary does not count the 49 not logged, or the lines do not say why:\n%s", out)
-	}
+	return logs.String()
 }
 
 // lockedBuffer is what a logger writes while the test reads it.

@@ -1,4 +1,4 @@
-package natsbroker_test
+package natsbroker
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/delaybridge/delaybridge/pkg/brokers/natsbroker"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -23,19 +22,10 @@ import (
 // attempt of the message, as soon as the server said so, and the other
 // messages of the batch go on.
 func TestSinkPublishTheServerRefusesIsUnauthorized(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(),
+	url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"deny.>"}}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	admin, err := nats.Connect(ns.ClientURL(), nats.UserInfo("db", "pw"))
+	admin, err := nats.Connect(url, nats.UserInfo("db", "pw"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +45,7 @@ func TestSinkPublishTheServerRefusesIsUnauthorized(t *testing.T) {
 	for _, jetStream := range []bool{true, false} {
 		name := map[bool]string{true: "jetstream", false: "core"}[jetStream]
 		t.Run(name, func(t *testing.T) {
-			sk, err := natsbroker.NewSink(natsbroker.SinkParams{Name: name, URL: ns.ClientURL(), JetStream: jetStream,
+			sk, err := NewSink(SinkParams{Name: name, URL: url, JetStream: jetStream,
 				Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
