@@ -359,6 +359,13 @@ func (d *Daemon) checkRedis(ctx context.Context, cfg *config.Config, log *slog.L
 	if err := d.store.CheckShards(ctx); err != nil {
 		return err
 	}
+	if unguarded, err := d.store.Unguarded(ctx); err != nil {
+		return err
+	} else if unguarded {
+		log.Warn("redis: the store is in layout 2 but records its shard count as the previous release reads it, which would then start on it "+
+			"instead of refusing it: run `delaybridge migrate up` once (it converts nothing more, and records the count in the form that release refuses)",
+			"redis_key", d.store.Keys().Config())
+	}
 	if err := census(ctx, cfg, d.store, log); err != nil {
 		return err
 	}

@@ -193,6 +193,21 @@ end
 return redis.call('HGET', KEYS[1], 'shards')
 `)
 
+// Unguarded reports whether Redis records layout 2 or later with the shard
+// count alone, as this round's builds before shardsRecord recorded it: the
+// previous release would then start on the store instead of refusing it
+// (`migrate up`, run again, records the form and converts nothing).
+func (s *Store) Unguarded(ctx context.Context) (bool, error) {
+	v, err := s.rdb.HMGet(ctx, s.keys.Config(), "layout", "shards").Result()
+	if err != nil {
+		return false, fmt.Errorf("store: read %s: %w", s.keys.Config(), err)
+	}
+	layout, _ := v[0].(string)
+	shards, _ := v[1].(string)
+	l, _ := strconv.Atoi(layout)
+	return l >= Layout2 && shards != "" && recordedShards(shards) == shards, nil
+}
+
 // shardsRecord is how the shard count n is recorded for a store in
 // layout: the count alone in layout 1, which the previous release reads;
 // in a later layout the count and a sentence. The previous release reads

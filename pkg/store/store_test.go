@@ -856,11 +856,17 @@ func TestShardsRecordSaysTheLayout(t *testing.T) {
 	if _, err := s.MigrateUp(ctx); err != nil || recorded() != guarded {
 		t.Fatalf("after migrate up: %q %v, want %q", recorded(), err, guarded)
 	}
-	// Recorded by a build of layout 2 before the form: a start leaves it,
-	// migrate up writes it.
+	if u, err := s.Unguarded(ctx); err != nil || u {
+		t.Fatalf("Unguarded of the form: %v %v", u, err)
+	}
+	// Recorded by a build of layout 2 before the form: a start leaves it
+	// (and the daemon warns: Unguarded), migrate up writes it.
 	rdb.HSet(ctx, key, "shards", "4")
 	if err := s.CheckShards(ctx); err != nil || recorded() != "4" {
 		t.Fatalf("a start on a layout-2 store recorded as 4: %q %v, want it left as it is", recorded(), err)
+	}
+	if u, err := s.Unguarded(ctx); err != nil || !u {
+		t.Fatalf("Unguarded of a layout-2 store recorded as 4: %v %v, want true", u, err)
 	}
 	if _, err := s.MigrateUp(ctx); err != nil || recorded() != guarded {
 		t.Fatalf("migrate up on a layout-2 store recorded as 4: %q %v, want %q", recorded(), err, guarded)
