@@ -47,7 +47,12 @@ func openStore(ctx context.Context, cfg *config.Config, observe func(string, tim
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redis %s: %w (is Redis running, redis.addr right, and are the credentials and TLS settings the server's?)", redisAddr(rc), err)
 	}
-	noFlags := !store.ScriptFlagsSupported(pctx, rdb)
+	flags, err := store.ScriptFlagsSupported(pctx, rdb)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis %s: %w", redisAddr(rc), err)
+	}
+	noFlags := !flags
 	if noFlags {
 		slog.Default().Warn("this Redis does not read Lua script flags (Redis before 7.0, or the in-process one of delaybridge dev): " +
 			"at maxmemory firing stops with ingest; Redis 7 or later is recommended")

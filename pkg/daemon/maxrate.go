@@ -35,19 +35,29 @@ func applyMaxRates(ctx context.Context, st *store.Store, rates map[string]float6
 	cctx, cancel := context.WithTimeout(ctx, maxRateCheckTimeout)
 	defer cancel()
 	changed, layout1, err := st.ChangedRates(cctx, rates)
-	switch {
-	case err != nil:
-		log.Warn("cannot record the sinks' max_rate in redis; the messages waiting for a publish slot of another rate keep it until the next start, or until an instance takes a walk under way over",
+	if err != nil {
+		log.Warn("cannot record the sinks' max_rate in redis yet; trying again beside the scheduler, which meanwhile gives slots at the rate recorded before",
 			"err", err)
-	case layout1:
-		log.Warn("the store has shards in layout 1, whose messages waiting for a publish slot keep the slots of the rate they got them at; `delaybridge migrate up` converts them")
-	}
-	for _, sink := range changed {
-		log.Info("the sink's max_rate changed while publish slots were given ahead: the sink is paused for every instance while its waiting messages are moved back to take slots at the new rate",
-			"sink", sink, "max_rate", rates[sink], "walk_in", settle)
+	} else {
+		said(changed, layout1, rates, settle, log)
 	}
 	names := slices.Sorted(maps.Keys(rates))
 	return func(ctx context.Context) {
+		if err != nil {
+			// As if this instance had started once Redis answered: the
+			// others gave slots at the recorded rate meanwhile, as they do
+			// until any instance records another.
+			// The sinks the first try changed before its error are paused
+			// for their walk already: walked too.
+			if more, ok := recordRates(ctx, st, rates, log); ok {
+				said(more, false, rates, settle, log)
+				for _, sink := range more {
+					if !slices.Contains(changed, sink) {
+						changed = append(changed, sink)
+					}
+				}
+			}
+		}
 		walk(ctx, st, changed, rates, settle, log)
 		lifecycle.Every(ctx, takeOverEvery, func() {
 			taken, err := st.TakeOverWalks(ctx, names)
@@ -60,6 +70,36 @@ func applyMaxRates(ctx context.Context, st *store.Store, rates map[string]float6
 			walk(ctx, st, taken, rates, settle, log)
 		})
 	}
+}
+
+// said logs what applyMaxRates found.
+func said(changed []string, layout1 bool, rates map[string]float64, settle time.Duration, log *slog.Logger) {
+	if layout1 {
+		log.Warn("the store has shards in layout 1, whose messages waiting for a publish slot keep the slots of the rate they got them at; `delaybridge migrate up` converts them")
+	}
+	for _, sink := range changed {
+		log.Info("the sink's max_rate changed while publish slots were given ahead: the sink is paused for every instance while its waiting messages are moved back to take slots at the new rate",
+			"sink", sink, "max_rate", rates[sink], "walk_in", settle)
+	}
+}
+
+// recordRates is store.ChangedRates tried again with back-off until it
+// answers (true) or ctx ends.
+func recordRates(ctx context.Context, st *store.Store, rates map[string]float64, log *slog.Logger) (changed []string, ok bool) {
+	bo := lifecycle.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	for attempt := 1; bo.Wait(ctx, nil); attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, maxRateCheckTimeout)
+		changed, _, err := st.ChangedRates(cctx, rates)
+		cancel()
+		if err == nil {
+			log.Info("recorded the sinks' max_rate in redis", "attempts", attempt+1)
+			return changed, true
+		}
+		if attempt%20 == 0 {
+			log.Warn("cannot record the sinks' max_rate in redis yet; trying again", "err", err, "attempts", attempt+1)
+		}
+	}
+	return nil, false
 }
 
 // walk waits settle, saying each second that the walks go on, then walks

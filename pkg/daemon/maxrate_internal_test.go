@@ -61,3 +61,31 @@ func TestAWalkMeetingAFailoverGoesOn(t *testing.T) {
 		t.Fatalf("after the walk: %+v, mark %v; want the sink resumed and the mark gone\n%s", states["a"], marked, out)
 	}
 }
+
+// A start that cannot record the sinks' max_rate (Redis failing over as it
+// starts) tries again beside the scheduler, and records it once Redis
+// answers: it logged and left the old rate in force until the next start.
+func TestMaxRateRecordedOnceRedisAnswers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := testenv.Redis(t)
+	px := testenv.NewProxy(t, r.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st := store.New(rdb, store.Options{Prefix: "mr", Shards: 2})
+	out := &testenv.Output{}
+	log := slog.New(slog.NewTextHandler(out, nil))
+	px.Down(t)
+	run := applyMaxRates(ctx, st, map[string]float64{"a": 5}, 0, log)
+	if !strings.Contains(out.String(), "cannot record the sinks' max_rate") {
+		t.Fatalf("no WARN that the rate is not recorded yet:\n%s", out)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); run(ctx) }()
+	px.Up(t)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		return r.Client().HGet(context.Background(), st.Keys().Sinks(), "rate:a").Val() == "5"
+	}, "the rate not recorded once Redis answered:\n%s", out)
+	cancel()
+	<-done
+}

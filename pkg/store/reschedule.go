@@ -29,6 +29,9 @@ var rescheduleScript = loadScript("reschedule")
 // its sink stays held when its new time has come; one moved later is
 // scheduled until then.
 func (s *Store) Reschedule(ctx context.Context, id string, due, ifDueAt time.Time) (time.Time, error) {
+	if err := s.refused(); err != nil { // before the read that may say "not found"
+		return time.Time{}, fmt.Errorf("store.reschedule: %w", err)
+	}
 	shard := s.ShardOf(id)
 	for range 10 { // a message changed between the read and the write: read again
 		blob, err := s.rdb.HGet(ctx, s.keys.Pool(shard), id).Result()

@@ -140,9 +140,20 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 }
 
 // ScriptFlagsSupported reports whether rdb runs scripts with a
-// "#!lua flags=" line (Redis 7.0 and later).
-func ScriptFlagsSupported(ctx context.Context, rdb redis.UniversalClient) bool {
-	return rdb.Eval(ctx, "#!lua flags=allow-oom\nreturn 1", nil).Err() == nil
+// "#!lua flags=" line (Redis 7.0 and later): false when Redis answers it
+// cannot read the line. Not being answered, a refusal that passes by
+// itself (a failover: Passing) or one of the user's rights (NOPERM) is an
+// error: it says nothing of the version.
+func ScriptFlagsSupported(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
+	err := rdb.Eval(ctx, "#!lua flags=allow-oom\nreturn 1", nil).Err()
+	var reply redis.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.As(err, &reply), Passing(err), redis.HasErrorPrefix(err, "NOPERM"):
+		return false, fmt.Errorf("store: try a script with flags: %w", err)
+	}
+	return false, nil
 }
 
 // Shards returns the shard count.

@@ -884,3 +884,28 @@ func TestShardsRecordSaysTheLayout(t *testing.T) {
 		t.Fatalf("8 shards against a record of 4: %v, want ErrShardMismatch naming 4", err)
 	}
 }
+
+// Whether Redis reads script flags is said only by Redis: a Redis that
+// does not answer, or a user without the right to run scripts, is an error,
+// not "before 7.0" (which made a start during a Cluster failover run without
+// the flags for its whole life).
+func TestScriptFlagsSupported(t *testing.T) {
+	r := testenv.Redis(t, testenv.WithArgs("--user", "noeval", "on", ">pw", "~*", "+@all", "-eval", "-evalsha"))
+	ctx := context.Background()
+	if ok, err := store.ScriptFlagsSupported(ctx, r.Client()); !ok || err != nil {
+		t.Fatalf("Redis %s: %v %v, want flags read", r.Addr, ok, err)
+	}
+	noEval := redis.NewClient(&redis.Options{Addr: r.Addr, Username: "noeval", Password: "pw"})
+	t.Cleanup(func() { _ = noEval.Close() })
+	if ok, err := store.ScriptFlagsSupported(ctx, noEval); ok || err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("a user without eval: %v %v, want the NOPERM error", ok, err)
+	}
+	px := testenv.NewProxy(t, r.Addr)
+	px.Stall()
+	defer px.Flow()
+	silent := redis.NewClient(&redis.Options{Addr: px.Addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = silent.Close() })
+	if ok, err := store.ScriptFlagsSupported(ctx, silent); ok || err == nil || !store.Unreachable(err) {
+		t.Fatalf("a Redis that answers nothing: %v %v, want an error Unreachable", ok, err)
+	}
+}

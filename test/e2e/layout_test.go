@@ -130,6 +130,9 @@ sinks:
 	if code, body := d.do(http.MethodPost, "/v1/sinks/out/pause", nil); code != http.StatusServiceUnavailable {
 		t.Errorf("pause while the layout is unknown: %d %s, want 503", code, body)
 	}
+	if code, body := d.do(http.MethodPost, "/v1/messages/nope/fire", nil); code != http.StatusServiceUnavailable {
+		t.Errorf("fire of an unknown ID while the layout is unknown: %d %s, want 503 (not a 404 read in a layout it does not know)", code, body)
+	}
 	// The parked message's due time passes, and a second more, ten times
 	// scheduler.max_sleep: it stays in its due set.
 	dueSet := keys.Due(store.ShardOf("parked", 2))
