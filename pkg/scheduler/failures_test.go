@@ -70,3 +70,26 @@ func TestFailedPublishesAreLoggedOncePerDestinationPerInterval(t *testing.T) {
 			len(logs.lines("level=WARN", `msg="message is dead (repeats)"`, fmt.Sprintf("not_logged=%d", n-1))) == 1
 	}, "no line with the %d failures not logged after the interval; the log:\n%s", n-1, &logs)
 }
+
+// A claim Redis refuses is logged once per log.repeat_interval with the
+// others counted, not once per shard and attempt: every shard meets the
+// same outage, and a layout this build does not know made 183 lines in
+// 20 s.
+func TestRedisFailuresAreLoggedOncePerInterval(t *testing.T) {
+	var logs testenv.Output
+	h := start(t, Params{RepeatInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func(h *harness) {
+		h.store.claimErr = errors.New("store: redis holds a layout this build does not know")
+	})
+	failed := func() int {
+		h.store.mu.Lock()
+		defer h.store.mu.Unlock()
+		return h.store.claimsFailed
+	}
+	for k := 1; k <= 5; k++ {
+		testenv.Eventually(t, 10*time.Second, func() bool { return failed() >= k }, "claim %d", k)
+		h.clock.Advance(time.Minute) // the retry's back-off
+	}
+	if n := strings.Count(logs.String(), "layout this build does not know"); n != 1 {
+		t.Fatalf("%d lines for %d failed claims within the interval, want 1 saying why:\n%s", n, failed(), logs.String())
+	}
+}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/lifecycle"
+	"github.com/delaybridge/delaybridge/pkg/logrepeat"
 	"github.com/delaybridge/delaybridge/pkg/metrics"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 	"github.com/delaybridge/delaybridge/pkg/store"
@@ -128,6 +129,10 @@ type Scheduler struct {
 	stalls   *stalls
 	pace     *pace
 	failures *failures
+	// redisWarn logs a shard's claim or commit that Redis refused or did
+	// not answer, once per op per RepeatInterval: every shard meets the
+	// same outage at once.
+	redisWarn *logrepeat.Warner
 	detached sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
 	// apart maps the ID of each message published apart to a channel
 	// closed once that publish is settled and written (Settled waits on it).
@@ -285,6 +290,7 @@ func New(p Params) *Scheduler {
 	s.stalls = newStalls(p.PublishTimeout, p.Clock, p.Sinks)
 	s.pace = newPace()
 	s.failures = newFailures(p.RepeatInterval, s.log, p.Metrics)
+	s.redisWarn = logrepeat.NewWarner(s.log, "redis refused or did not answer a shard's work; retrying", p.RepeatInterval, 4)
 	return s
 }
 
@@ -351,6 +357,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		s.failures.run(ctx, s.p.Clock)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.redisWarn.Run(ctx, s.p.Clock.Now)
 	}()
 	for i := range s.shards {
 		wg.Add(1)
@@ -519,7 +530,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				}
 				s.setStoreErr(err)
 				wait := failing.Next()
-				s.log.Warn("cannot commit messages claimed ahead; retrying", "shard", shard, "err", err, "retry_in", wait)
+				s.redisWarn.Warn("commit", s.p.Clock.Now(), "op", "commit of messages claimed ahead", "shard", shard, "err", err, "retry_in", wait)
 				s.sleep(ctx, st, wait)
 				continue
 			}
@@ -550,7 +561,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				}
 				s.setStoreErr(err)
 				wait := failing.Next()
-				s.log.Warn("claim failed; retrying", "shard", shard, "err", err, "retry_in", wait)
+				s.redisWarn.Warn("claim", s.p.Clock.Now(), "op", "claim", "shard", shard, "err", err, "retry_in", wait)
 				s.sleep(ctx, st, wait)
 				claimAt = s.p.Clock.Now()
 				continue

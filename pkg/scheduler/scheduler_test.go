@@ -143,6 +143,10 @@ type fakeStore struct {
 	// lookHold, when set, keeps every Occupied until it is closed, as
 	// go-redis keeps a read past its context's deadline.
 	lookHold chan struct{}
+	// claimErr, when set, is what every claim answers; claimsFailed
+	// counts them.
+	claimErr     error
+	claimsFailed int
 }
 
 func newFakeStore(c *fakeClock) *fakeStore {
@@ -225,6 +229,13 @@ func (f *fakeStore) Ack(_ context.Context, _ *store.Lease, ds []store.Done) (int
 // ClaimAhead acks and claims; the model claims only what is due (claims
 // ahead are tested against Redis, in pkg/store and test/e2e).
 func (f *fakeStore) ClaimAhead(ctx context.Context, shard int, prev *store.Lease, ds []store.Done, ask store.Ask) (*store.Lease, error) {
+	f.mu.Lock()
+	if err := f.claimErr; err != nil {
+		f.claimsFailed++
+		f.mu.Unlock()
+		return nil, err
+	}
+	f.mu.Unlock()
 	n := 0
 	if len(ds) > 0 {
 		n, _ = f.Ack(ctx, prev, ds)
