@@ -133,7 +133,7 @@ type Scheduler struct {
 	// not answer, once per op per RepeatInterval: every shard meets the
 	// same outage at once.
 	redisWarn *logrepeat.Warner
-	detached sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
+	detached  sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
 	// apart maps the ID of each message published apart to a channel
 	// closed once that publish is settled and written (Settled waits on it).
 	apart sync.Map
