@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // denials are the server's refusals of publishes on a sink's connection.
@@ -178,67 +177,4 @@ func (d *denials) caughtUp(ctx context.Context, err error) {
 			return
 		}
 	}
-}
-
-// unanswered counts, per subject, the JetStream publishes whose PubAck
-// Publish stopped waiting for (the publish timed out, or the server refused
-// it) and nats.go still waits for, each holding one of the maxPending a
-// sink may wait for until asyncAckTimeout. Once half of them are held, a
-// subject that holds any is not sent to: its messages fail as timed out,
-// unsent, so that a destination that never answers, at any volume, leaves
-// the sink's other destinations their room (past maxPending nats.go holds
-// every publish of the sink).
-type unanswered struct {
-	mu        sync.Mutex
-	bySubject map[string]int
-	total     int
-}
-
-// maxPending is the PubAcks a sink's JetStream context waits for at once
-// (jetstream.WithPublishAsyncMaxPending).
-const maxPending = 16384
-
-// blocked is how many publishes to subject wait unanswered when the sink
-// sends it none for now, 0 when it may send.
-func (u *unanswered) blocked(subject string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if n := u.bySubject[subject]; n > 0 && u.total >= maxPending/2 {
-		return n
-	}
-	return 0
-}
-
-// watch counts subjects' futures as unanswered until nats.go settles each
-// (a PubAck, or its end of the wait), in a goroutine of its own.
-func (u *unanswered) watch(subjects []string, futures []jetstream.PubAckFuture) {
-	if len(futures) == 0 {
-		return
-	}
-	u.mu.Lock()
-	if u.bySubject == nil {
-		u.bySubject = map[string]int{}
-	}
-	for _, s := range subjects {
-		u.bySubject[s]++
-	}
-	u.total += len(subjects)
-	u.mu.Unlock()
-	go func() {
-		bound := time.NewTimer(asyncAckTimeout + 5*time.Second) // a closed connection may settle none
-		defer bound.Stop()
-		for i, f := range futures {
-			select {
-			case <-f.Ok():
-			case <-f.Err():
-			case <-bound.C:
-			}
-			u.mu.Lock()
-			if u.bySubject[subjects[i]]--; u.bySubject[subjects[i]] <= 0 {
-				delete(u.bySubject, subjects[i])
-			}
-			u.total--
-			u.mu.Unlock()
-		}
-	}()
 }

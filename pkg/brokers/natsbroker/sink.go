@@ -38,9 +38,6 @@ type Sink struct {
 	js  jetstream.JetStream
 	// denied are the publishes the server refused (permissions).
 	denied *denials
-	// unanswered are the JetStream publishes nats.go still waits for
-	// after Publish stopped.
-	unanswered unanswered
 	// noLookupUntil (Unix ns) skips the lookup of duplicate after one ran
 	// out of time.
 	noLookupUntil atomic.Int64
@@ -92,7 +89,7 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 		// publish and does not answer, a publish the server refused)
 		// leaves its future pending until asyncAckTimeout, not for good:
 		// 16384 of them would stall every publish of the sink.
-		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending), jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
+		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
 		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("nats sink %s: jetstream: %w", cfg.Name, err)
@@ -105,8 +102,8 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 // publish timeout after which Publish no longer does (10 s by default;
 // with a longer one nats.go's end of the wait counts as the publish
 // timing out). Until then a PubAck that never comes holds one of the
-// maxPending a sink may wait for (unanswered keeps half of them for the
-// destinations that answer).
+// 16384 a sink may wait for: a destination that never answers, sent to
+// more than 16384 times a minute, holds the sink's other publishes.
 const asyncAckTimeout = time.Minute
 
 // Publish publishes msgs. With JetStream all are sent at once and then their
@@ -139,11 +136,6 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err)
 			continue
 		}
-		if n := s.unanswered.blocked(nm.Subject); n > 0 {
-			errs[i] = fmt.Errorf("nats sink %s: %d publishes to %q are still without a PubAck, and the sink keeps its room for the others: not sent: %w",
-				s.cfg.Name, n, nm.Subject, context.DeadlineExceeded)
-			continue
-		}
 		// No retry inside the client: it would publish the message again
 		// on its own timer, 250 ms after a "no responders", past the
 		// caller's ctx and the claim's lease (a paused daemon's message
@@ -151,10 +143,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		futures[i], errs[i] = s.js.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0))
 		errs[i] = s.publishErr(errs[i])
 	}
-	var lost map[string][]int         // subject -> the messages whose PubAck did not come
-	var left []jetstream.PubAckFuture // what Publish stops waiting for, and nats.go does not
-	var leftTo []string
-	leave := func(i int) { left, leftTo = append(left, futures[i]), append(leftTo, nmsgs[i].Subject) }
+	var lost map[string][]int // subject -> the messages whose PubAck did not come
 	noPubAck := func(i int, why error) {
 		errs[i] = fmt.Errorf("nats sink %s: no PubAck for %q within the publish timeout: %w", s.cfg.Name, nmsgs[i].Subject, why)
 		if lost == nil {
@@ -193,7 +182,6 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			_, wake := s.denied.mark()
 			if err := s.denied.since(from, nmsgs[i].Subject); err != nil {
 				errs[i] = s.classify(err) // no PubAck comes for it
-				leave(i)
 				break wait
 			}
 			select {
@@ -206,12 +194,10 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			case <-wake:
 			case <-ctx.Done():
 				noPubAck(i, ctx.Err())
-				leave(i)
 				break wait
 			}
 		}
 	}
-	s.unanswered.watch(leftTo, left)
 	s.noStream(lost, errs)
 	return errs
 }
