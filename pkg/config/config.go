@@ -116,7 +116,7 @@ type Log struct {
 	// RepeatInterval is how often at most a line that repeats is logged
 	// for one sink and destination (a failed publish, a dead message), for
 	// one ingest and reason (a message rejected at ingest), for one ingest
-	// (an ack its broker did not take), for one kind of a shard's work (a
+	// (an ack its broker did not take), for one shard and kind of work (a
 	// claim or commit Redis refused), and for one method and status (a
 	// failed admin request): the first
 	// is logged, the repeats within the interval are counted, and the

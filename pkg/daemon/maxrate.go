@@ -49,8 +49,8 @@ func applyMaxRates(ctx context.Context, st *store.Store, rates map[string]float6
 			// until any instance records another.
 			// The sinks the first try changed before its error are paused
 			// for their walk already: walked too.
-			if more, ok := recordRates(ctx, st, rates, log); ok {
-				said(more, false, rates, settle, log)
+			if more, layout1, ok := recordRates(ctx, st, rates, log); ok {
+				said(more, layout1, rates, settle, log)
 				for _, sink := range more {
 					if !slices.Contains(changed, sink) {
 						changed = append(changed, sink)
@@ -85,21 +85,21 @@ func said(changed []string, layout1 bool, rates map[string]float64, settle time.
 
 // recordRates is store.ChangedRates tried again with back-off until it
 // answers (true) or ctx ends.
-func recordRates(ctx context.Context, st *store.Store, rates map[string]float64, log *slog.Logger) (changed []string, ok bool) {
+func recordRates(ctx context.Context, st *store.Store, rates map[string]float64, log *slog.Logger) (changed []string, layout1, ok bool) {
 	bo := lifecycle.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
 	for attempt := 1; bo.Wait(ctx, nil); attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, maxRateCheckTimeout)
-		changed, _, err := st.ChangedRates(cctx, rates)
+		changed, layout1, err := st.ChangedRates(cctx, rates)
 		cancel()
 		if err == nil {
 			log.Info("recorded the sinks' max_rate in redis", "attempts", attempt+1)
-			return changed, true
+			return changed, layout1, true
 		}
 		if attempt%20 == 0 {
 			log.Warn("cannot record the sinks' max_rate in redis yet; trying again", "err", err, "attempts", attempt+1)
 		}
 	}
-	return nil, false
+	return nil, false, false
 }
 
 // walk waits settle, saying each second that the walks go on, then walks

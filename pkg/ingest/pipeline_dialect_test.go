@@ -187,10 +187,11 @@ func logRepeats(t *testing.T, src *recordSource, delay string) string {
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { a, _ := src.settled(); return a == n })
 	cancel()
-	if err := <-done; err != nil {
+	err := <-done
+	done <- nil // for the deferred wait
+	if err != nil {
 		t.Fatalf("the pipeline: %v", err)
 	}
-	done <- nil
 	return logs.String()
 }
 

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,8 +131,8 @@ type Scheduler struct {
 	pace     *pace
 	failures *failures
 	// redisWarn logs a shard's claim or commit that Redis refused or did
-	// not answer, once per op per RepeatInterval: every shard meets the
-	// same outage at once.
+	// not answer, once per shard and kind of work per RepeatInterval: a
+	// shard meets an outage at each retry.
 	redisWarn *logrepeat.Warner
 	detached  sync.WaitGroup // publishes apart (detach, or past their grace), waited for by Run
 	// apart maps the ID of each message published apart to a channel
@@ -290,7 +291,7 @@ func New(p Params) *Scheduler {
 	s.stalls = newStalls(p.PublishTimeout, p.Clock, p.Sinks)
 	s.pace = newPace()
 	s.failures = newFailures(p.RepeatInterval, s.log, p.Metrics)
-	s.redisWarn = logrepeat.NewWarner(s.log, "redis refused or did not answer a shard's work; retrying", p.RepeatInterval, 4)
+	s.redisWarn = logrepeat.NewWarner(s.log, "redis refused or did not answer a shard's work; retrying", p.RepeatInterval, 2*p.Store.Shards())
 	return s
 }
 
@@ -530,7 +531,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				}
 				s.setStoreErr(err)
 				wait := failing.Next()
-				s.redisWarn.Warn("commit", s.p.Clock.Now(), "op", "commit of messages claimed ahead", "shard", shard, "err", err, "retry_in", wait)
+				s.redisWarn.Warn("commit:"+strconv.Itoa(shard), s.p.Clock.Now(), "op", "commit of messages claimed ahead", "shard", shard, "err", err, "retry_in", wait)
 				s.sleep(ctx, st, wait)
 				continue
 			}
@@ -561,7 +562,7 @@ func (s *Scheduler) loop(ctx, work context.Context, shard int) {
 				}
 				s.setStoreErr(err)
 				wait := failing.Next()
-				s.redisWarn.Warn("claim", s.p.Clock.Now(), "op", "claim", "shard", shard, "err", err, "retry_in", wait)
+				s.redisWarn.Warn("claim:"+strconv.Itoa(shard), s.p.Clock.Now(), "op", "claim", "shard", shard, "err", err, "retry_in", wait)
 				s.sleep(ctx, st, wait)
 				claimAt = s.p.Clock.Now()
 				continue

@@ -141,19 +141,21 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 
 // ScriptFlagsSupported reports whether rdb runs scripts with a
 // "#!lua flags=" line (Redis 7.0 and later): false when Redis answers it
-// cannot read the line. Not being answered, a refusal that passes by
-// itself (a failover: Passing) or one of the user's rights (NOPERM) is an
-// error: it says nothing of the version.
+// cannot compile the script. Anything else says nothing of the version and
+// is an error: no answer, a refusal that passes by itself (a failover:
+// Passing), the user's rights (NOPERM), or a refusal of a write (Redis 7
+// takes a script with flags and without no-writes for one: MISCONF, a
+// failing snapshot; NOREPLICAS; BUSY, another script running).
 func ScriptFlagsSupported(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
 	err := rdb.Eval(ctx, "#!lua flags=allow-oom\nreturn 1", nil).Err()
 	var reply redis.Error
 	switch {
 	case err == nil:
 		return true, nil
-	case !errors.As(err, &reply), Passing(err), redis.HasErrorPrefix(err, "NOPERM"):
-		return false, fmt.Errorf("store: try a script with flags: %w", err)
+	case errors.As(err, &reply) && strings.Contains(err.Error(), "Error compiling script"):
+		return false, nil
 	}
-	return false, nil
+	return false, fmt.Errorf("store: try a script with flags: %w", err)
 }
 
 // Shards returns the shard count.
