@@ -292,10 +292,10 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Daemon, 
 // daemon rides through (a failover, a restart loading its data, a cluster
 // electing a master, a Redis started beside it that does not listen yet).
 // Anything else (credentials, TLS, a shard count or layout of another
-// build) fails at once (waitsAtStart). An
-// attempt under way at the end of start_timeout is bounded by the Redis
-// client's own timeouts, not by it. The startup probes of deploy/ give a
-// start two minutes. ctx ending meanwhile ends it with context.Canceled.
+// build) fails at once (waitsAtStart). An attempt under way at the end of
+// start_timeout is bounded by the Redis client's own timeouts, not by it.
+// The startup probes of deploy/ give a start two minutes. ctx ending
+// meanwhile ends it with context.Canceled.
 // store.ErrLayoutUnknown is returned with d.store open.
 func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config, log *slog.Logger,
 	observe func(string, time.Duration, error), localNow func() time.Time) error {
