@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
@@ -72,5 +73,44 @@ func TestSinkPublishTheServerRefusesIsUnauthorized(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Refusals dropped to keep to maxDenied subjects make a core NATS publish
+// count as refused (taken for done it would be lost), but never stop a
+// JetStream publish from waiting for its PubAck: one refused has none.
+func TestSinkRefusalsDroppedDoNotFailAJetStreamPublish(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	msg := []sinks.Outgoing{{Attempt: 1, Message: &envelope.Message{ID: "m", Destination: "ok.a", Body: []byte("x")}}}
+	for _, jetStream := range []bool{true, false} {
+		sk, err := NewSink(SinkParams{Name: "dropped", URL: ns.URL, JetStream: jetStream}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sk.Close() })
+		sk.denied.mu.Lock()
+		sk.denied.lostUpTo = 1 << 62 // as if refusals had been dropped since any mark
+		sk.denied.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = sk.Publish(ctx, msg)[0]
+		cancel()
+		switch {
+		case jetStream && err != nil:
+			t.Errorf("JetStream with refusals dropped: %v, want the PubAck taken", err)
+		case !jetStream && !sinks.IsRejected(err):
+			t.Errorf("core NATS with refusals dropped: %v, want refused, not taken for done", err)
+		}
 	}
 }

@@ -178,9 +178,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		}
 	wait:
 		for {
-			// The refusals so far, then a wait that ends at the next.
+			// The refusals so far, then a wait that ends at the next. (One
+			// that may have been dropped is no reason to stop waiting for a
+			// PubAck: a publish refused has none, and times out.)
 			_, wake := s.denied.mark()
-			if err := s.denied.since(from, nmsgs[i].Subject); err != nil {
+			if err := s.denied.since(from, nmsgs[i].Subject); err != nil && err != errRefusalsLost {
 				errs[i] = s.classify(err) // no PubAck comes for it
 				break wait
 			}
