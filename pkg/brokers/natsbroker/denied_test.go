@@ -26,15 +26,7 @@ func TestSinkPublishTheServerRefusesIsUnauthorized(t *testing.T) {
 	url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"deny.>"}}}}}})
-	admin, err := nats.Connect(url, nats.UserInfo("db", "pw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	js, err := jetstream.New(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
 	for name, subj := range map[string]string{"DENIED": "deny.>", "OK": "ok.>"} {
 		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
 			t.Fatal(err)
@@ -81,15 +73,7 @@ func TestSinkPublishTheServerRefusesIsUnauthorized(t *testing.T) {
 // JetStream publish from waiting for its PubAck: one refused has none.
 func TestSinkRefusalsDroppedDoNotFailAJetStreamPublish(t *testing.T) {
 	ns := testenv.NATS(t)
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := ns.Client(t)
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}}); err != nil {
 		t.Fatal(err)
 	}
