@@ -77,6 +77,10 @@ var reslotBetween, walkEnding func()
 func rateField(sink string) string   { return "rate:" + sink }
 func reslotField(sink string) string { return "reslot:" + sink }
 
+// pausedField is the sinks hash's field of a sink paused for every
+// instance ("1").
+func pausedField(sink string) string { return "paused:" + sink }
+
 // ReslotStale is how long a walk's mark may go without a word from its
 // walker before another instance takes the walk over (the walker
 // stopped): a start (ChangedRates) or a running one (TakeOverWalks).
@@ -128,7 +132,7 @@ func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool)
 	for range 10 {
 		err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			walk = false
-			v, err := tx.HMGet(ctx, key, rateField(sink), reslotField(sink), "paused:"+sink).Result()
+			v, err := tx.HMGet(ctx, key, rateField(sink), reslotField(sink), pausedField(sink)).Result()
 			if err != nil {
 				return err
 			}
@@ -160,7 +164,7 @@ func (s *Store) changeRate(ctx context.Context, sink, want string, layout1 bool)
 				case stale:
 					takeOver(ctx, p, key, sink, mark, now)
 				case n > 0:
-					p.HSet(ctx, key, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10), "paused:"+sink, "1")
+					p.HSet(ctx, key, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10), pausedField(sink), "1")
 				}
 				return nil
 			})
@@ -242,7 +246,8 @@ var walkMarkScript = loadScript("walkmark")
 // walkMark runs lua/walkmark.lua's action what for sink; false when the mark
 // was gone (alive, end).
 func (s *Store) walkMark(ctx context.Context, sink, what string, args ...any) (bool, error) {
-	n, err := s.runDeployment(ctx, "walkmark", walkMarkScript, []string{s.keys.Sinks()}, append([]any{sink, what}, args...)...).Int()
+	n, err := s.runDeployment(ctx, "walkmark", walkMarkScript, []string{s.keys.Sinks()},
+		append([]any{reslotField(sink), pausedField(sink), what}, args...)...).Int()
 	return n == 1, err
 }
 
@@ -261,7 +266,7 @@ func takeOver(ctx context.Context, p redis.Pipeliner, key, sink, mark string, no
 	how, _, _ := strings.Cut(mark, ":")
 	p.HSet(ctx, key, reslotField(sink), how+":"+strconv.FormatInt(now.UnixMilli(), 10))
 	if how == "resume" {
-		p.HSet(ctx, key, "paused:"+sink, "1")
+		p.HSet(ctx, key, pausedField(sink), "1")
 	}
 }
 

@@ -85,7 +85,7 @@ func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) error {
 		// resume it at its end: the pause is the operator's now.
 		_, err = s.walkMark(ctx, sink, "pause")
 	default:
-		err = s.rdb.HDel(ctx, s.keys.Sinks(), "paused:"+sink).Err()
+		err = s.rdb.HDel(ctx, s.keys.Sinks(), pausedField(sink)).Err()
 	}
 	if err != nil {
 		return fmt.Errorf("store.set_paused %s: %w", sink, err)

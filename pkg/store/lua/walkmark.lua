@@ -4,20 +4,20 @@ so that an operator's pause and a walker's word never cross: a pause made
 during a walk stays after its end.
 --! keys: sinks
 
-ARGV[1]   the sink
-ARGV[2]   what to do:
+ARGV[1]   the sink's walk mark field (reslotField in rate.go)
+ARGV[2]   the sink's paused field (pausedField)
+ARGV[3]   what to do:
             alive  the walk goes on: the mark's time becomes ARGV[3]
             pause  pause the sink (an operator's): a mark that would
                    resume it at the walk's end keeps it paused instead
             end    the walk ended: the mark goes, and the pause it made
                    with it (a mark "resume:")
-ARGV[3]   alive: the time, Unix ms
+ARGV[4]   alive: the time, Unix ms
 returns   1, or 0 when the mark was gone (alive, end: another instance
           ended the walk)
 ]]
 
-local sink, what = ARGV[1], ARGV[2]
-local field, paused = 'reslot:' .. sink, 'paused:' .. sink
+local field, paused, what = ARGV[1], ARGV[2], ARGV[3]
 local mark = redis.call('HGET', K.sinks, field)
 local how, at = '', ''
 if mark then how, at = string.match(mark, '^([^:]*):(.*)$') end
@@ -28,7 +28,7 @@ if what == 'pause' then
 end
 if not mark then return 0 end
 if what == 'alive' then
-  redis.call('HSET', K.sinks, field, how .. ':' .. ARGV[3])
+  redis.call('HSET', K.sinks, field, how .. ':' .. ARGV[4])
 elseif what == 'end' then
   if how == 'resume' then
     redis.call('HDEL', K.sinks, field, paused)
