@@ -700,7 +700,7 @@ func (d *Daemon) connect(ctx context.Context, cfg *config.Config, log *slog.Logg
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		opened, sinkErrs = openAll(len(cfg.Sinks), func(i int) (sinks.Sink, error) {
-			s, err := brokers.OpenSink(phase, &cfg.Sinks[i], log)
+			s, err := brokers.OpenSink(sinks.WithPublishTimeout(phase, cfg.Scheduler.PublishTimeout.D()), &cfg.Sinks[i], log)
 			if err != nil {
 				cancel() // a sink that does not open stops the start: no need to wait for the others
 			}

@@ -989,11 +989,13 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			postpones = append(postpones, store.RetryAt{ID: m.ID, At: m.Message.DueAt, Reason: err.Error()})
 			earliest(now)
 			fenced++
-		case postponed(err) || sinks.IsAgain(err):
-			// A destination that stalled while its sink answered, or a
+		case postponed(err) || sinks.IsAgain(err) || sinks.IsNotSent(err):
+			// A destination that stalled while its sink answered, a
 			// publish the sink could not tell was this message's fault (it
-			// answered the others): not the sink's (no hold) and, for a
-			// stall the first times, not counted. Published again soon.
+			// answered the others), or one the sink did not send (its
+			// bound of publishes awaiting an answer full): not the sink's
+			// (no hold) and, for a stall the first times, not counted.
+			// Published again soon.
 			at := now.Add(s.p.Backoff.Delay(1, s.p.Rand()))
 			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
 			earliest(at)
@@ -1069,14 +1071,14 @@ func (e *fencedSentError) As(target any) bool {
 // a message is published again, and until it is gone a cancel or a change
 // meets it as in flight (store.Settlement.Unconfirmed): its broker may
 // still take the copy sent. A message not sent (the lease's fence, the
-// time to begin sending over) is not.
+// time to begin sending over, sinks.NotSent) is not.
 func maybeSent(err error) bool {
 	switch {
 	case err == nil:
 		return false
 	case sinks.IsSent(err): // an earlier copy, whatever became of this try
 		return true
-	case errors.Is(err, sinks.ErrSendBy):
+	case errors.Is(err, sinks.ErrSendBy), sinks.IsNotSent(err):
 		return false
 	}
 	return sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)

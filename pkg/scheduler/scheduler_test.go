@@ -935,6 +935,8 @@ func TestTimedOutPublishIsUnconfirmed(t *testing.T) {
 		{&fencedSentError{err: "no PubAck"}, true},                      // sent, not confirmed within the lease
 		{sinks.Sent(fmt.Errorf("not sent: %w", sinks.ErrSendBy)), true}, // sent before, not again past the fence
 		{fmt.Errorf("publish: %w", sinks.ErrSendBy), false},
+		{sinks.NotSent(fmt.Errorf("not sent: %w", context.DeadlineExceeded)), false},
+		{sinks.NotSent(errors.New("not sent: 16384 PubAcks awaited")), false},
 		{sinks.Rejected(errors.New("unroutable")), false},
 		{errors.New("nats: connection closed"), false},
 		{nil, false},
@@ -1019,6 +1021,48 @@ func TestUndecidedPublishIsPutBackNotHeld(t *testing.T) {
 	case rt := <-h.store.retried:
 		t.Fatalf("retried %+v: an attempt was counted", rt)
 	default:
+	}
+}
+
+// A message its sink did not send (sinks.NotSent: its bound of publishes
+// awaiting an answer full, or the publish's time over before its turn) is
+// put back for a little later: no attempt counted, the sink not held, no
+// stall of its destination, and not marked unconfirmed (nothing was sent,
+// so a cancel is honoured). A timeout of the same kind counted before.
+func TestNotSentIsPutBackUncountedUnmarked(t *testing.T) {
+	h := start(t, Params{MaxAttempts: 1, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+		h.sink.fail = func(m sinks.Outgoing) error {
+			if m.ID == "unsent" {
+				return sinks.NotSent(fmt.Errorf("nats sink s: not sent: %w", context.DeadlineExceeded))
+			}
+			return nil
+		}
+		h.store.park("unsent", h.clock.Now(), "s")
+		h.store.park("fine", h.clock.Now(), "s")
+	})
+	r := recv(t, h.store.postponed, "the unsent message put back")
+	if r.ID != "unsent" || !r.At.After(h.clock.Now()) {
+		t.Fatalf("put back %+v, want unsent a little later", r)
+	}
+	if id := recv(t, h.store.acked, "the other message delivered"); id != "fine" {
+		t.Fatalf("acked %s, want fine", id)
+	}
+	select {
+	case u := <-h.store.holds:
+		t.Fatalf("held %+v: the sink was taken for down", u)
+	case d := <-h.store.dead:
+		t.Fatalf("dead %+v: an attempt was counted", d)
+	case rt := <-h.store.retried:
+		t.Fatalf("retried %+v: an attempt was counted", rt)
+	default:
+	}
+	h.store.mu.Lock()
+	defer h.store.mu.Unlock()
+	if h.store.unsure["unsent"] {
+		t.Errorf("the message not sent is marked unconfirmed: a cancel of it would answer in flight")
+	}
+	if h.sched.stalls.suspect("s", "dest") {
+		t.Errorf("its destination is taken for stalled")
 	}
 }
 

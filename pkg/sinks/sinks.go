@@ -33,7 +33,9 @@ type Sink interface {
 	// message, nil for a confirmed one; a message whose fate is unknown has
 	// an error and will be published again. Wrap an error with Rejected
 	// when the broker refused this message (it counts toward max_attempts),
-	// with Permanent when trying again cannot help (dead at once); any other
+	// with Permanent when trying again cannot help (dead at once), with
+	// NotSent when the sink did not send it for a reason of its own that
+	// passes (its bound of publishes awaiting an answer full); any other
 	// error is the sink's (unreachable, disconnected, timed out): the
 	// message waits for the sink without counting an attempt. Publish may
 	// be called concurrently.
@@ -152,6 +154,28 @@ func IsAgain(err error) bool {
 	return errors.As(err, &a)
 }
 
+// NotSentError marks a message a sink did not send, for no fault of the
+// message, its destination or the sink's broker: the sink's own bound of
+// publishes awaiting an answer was full (destinations that do not answer
+// hold them), or the publish's time ran out before the message's turn. The
+// scheduler publishes it again soon, without counting an attempt, without
+// holding the sink, without taking it for its destination's stall and,
+// since nothing was sent, without marking it as maybe sent (a cancel
+// meanwhile is honoured).
+type NotSentError struct{ Err error }
+
+func (e *NotSentError) Error() string { return e.Err.Error() }
+func (e *NotSentError) Unwrap() error { return e.Err }
+
+// NotSent wraps err as a NotSentError.
+func NotSent(err error) error { return &NotSentError{Err: err} }
+
+// IsNotSent reports whether err is or wraps a NotSentError.
+func IsNotSent(err error) bool {
+	var e *NotSentError
+	return errors.As(err, &e)
+}
+
 // SentError marks a failed publish whose message was sent and whose
 // confirmation never came (the connection was lost meanwhile): the broker
 // may hold it. It changes nothing of the class (a sink that lost its
@@ -184,9 +208,10 @@ func Unreachable(err error) bool {
 }
 
 // IsUnavailable reports whether a publish failed because the sink could not
-// take it (neither Rejected, Permanent nor Again): not the message's fault.
+// take it (neither Rejected, Permanent, Again nor NotSent): not the
+// message's fault.
 func IsUnavailable(err error) bool {
-	return err != nil && !IsRejected(err) && !IsPermanent(err) && !IsAgain(err)
+	return err != nil && !IsRejected(err) && !IsPermanent(err) && !IsAgain(err) && !IsNotSent(err)
 }
 
 // Fill sets every nil entry of errs to err; it returns errs, for the
@@ -233,6 +258,22 @@ func Over(ctx context.Context) error {
 var ErrSendBy = errors.New("the time to begin sending it was over")
 
 type sendByKey struct{}
+
+type publishTimeoutKey struct{}
+
+// WithPublishTimeout tells a sink being opened the most time the scheduler
+// gives one of its publishes (scheduler.publish_timeout), for a sink that
+// keeps what it waits for past its Publish's return and must let go of it
+// (a NATS sink's PubAcks). The daemon sets it on the context of Open.
+func WithPublishTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, publishTimeoutKey{}, d)
+}
+
+// PublishTimeout is the time WithPublishTimeout set on ctx, 0 when none.
+func PublishTimeout(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(publishTimeoutKey{}).(time.Duration)
+	return d
+}
 
 // WithSendBy bounds when a sink may still begin sending a message of a
 // publish: from t on (by the clock) Expired is ErrSendBy, while the

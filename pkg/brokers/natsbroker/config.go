@@ -146,13 +146,14 @@ func (c *SinkConfig) Validate(at string, p *config.Problems) {
 	c.Auth.validate(p, at)
 }
 
-// Open connects the sink.
-func (c *SinkConfig) Open(_ context.Context, name string, log *slog.Logger) (sinks.Sink, error) {
+// Open connects the sink; ctx may carry the publish timeout
+// (sinks.WithPublishTimeout).
+func (c *SinkConfig) Open(ctx context.Context, name string, log *slog.Logger) (sinks.Sink, error) {
 	opts, err := AuthOptions(c.Auth)
 	if err != nil {
 		return nil, err
 	}
-	return NewSink(SinkParams{Name: name, URL: c.URL, JetStream: c.JetStream, Options: opts}, log)
+	return NewSink(SinkParams{Name: name, URL: c.URL, JetStream: c.JetStream, Options: opts, PublishTimeout: sinks.PublishTimeout(ctx)}, log)
 }
 
 // durableName makes a JetStream consumer name from an ingest name.

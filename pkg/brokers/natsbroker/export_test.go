@@ -1,6 +1,10 @@
 package natsbroker
 
-import "github.com/delaybridge/delaybridge/pkg/ingest"
+import (
+	"time"
+
+	"github.com/delaybridge/delaybridge/pkg/ingest"
+)
 
 // StandingFloor is the acknowledgement floor a JetStream Source would
 // create its consumer again after, for tests.
@@ -18,3 +22,14 @@ func Classify(err error) error { return (&Sink{cfg: SinkParams{Name: "t"}}).clas
 // is left to its deletion, for tests.
 const RecreateStreamAfter = recreateStreamAfter
 const PullExpiry = pullExpiry
+
+// WithMaxPending returns p with the PubAcks a sink awaits at most set to
+// n, for tests.
+func WithMaxPending(p SinkParams, n int) SinkParams {
+	p.maxPending = n
+	return p
+}
+
+// PublishTimeoutOf is the time a Sink waits for a PubAck at most, for
+// tests.
+func PublishTimeoutOf(s any) time.Duration { return s.(*Sink).cfg.PublishTimeout }

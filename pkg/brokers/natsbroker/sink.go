@@ -2,6 +2,7 @@ package natsbroker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/pkg/config"
 	"github.com/delaybridge/delaybridge/pkg/destination"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/sinks"
@@ -29,6 +31,12 @@ type SinkParams struct {
 	URL       string
 	JetStream bool
 	Options   []nats.Option // authentication and TLS (AuthOptions)
+	// PublishTimeout is the most time a publish is given
+	// (scheduler.publish_timeout; config.DefaultPublishTimeout when 0):
+	// a PubAck is not waited for longer.
+	PublishTimeout time.Duration
+
+	maxPending int // the PubAcks awaited at most; asyncMaxPending when 0 (tests set less)
 }
 
 // Sink publishes to NATS. Create it with New.
@@ -38,6 +46,8 @@ type Sink struct {
 	js  jetstream.JetStream
 	// denied are the publishes the server refused (permissions).
 	denied *denials
+	// maxPending is the PubAcks the sink awaits at most (nats.go's bound).
+	maxPending int
 	// noLookupUntil (Unix ns) skips the lookup of duplicate after one ran
 	// out of time.
 	noLookupUntil atomic.Int64
@@ -80,16 +90,18 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, nc: nc, denied: denied}
+	s := &Sink{cfg: cfg, nc: nc, denied: denied, maxPending: cmp.Or(cfg.maxPending, asyncMaxPending)}
 	if !cfg.JetStream {
 		log.Warn("core NATS sink (jetstream: false): a publish is not confirmed, only flushed to the server; a message is lost when no subscriber or server takes it; set jetstream: true and a stream for the destinations for at-least-once")
 	}
 	if cfg.JetStream {
 		// A PubAck that never comes (a subscriber that takes the
 		// publish and does not answer, a publish the server refused)
-		// leaves its future pending until asyncAckTimeout, not for good:
-		// 16384 of them would stall every publish of the sink.
-		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
+		// leaves its future pending in nats.go, which the sink cannot
+		// take back: nats.go drops it once the publish's time is over,
+		// so that what is pending is what publishes under way wait for.
+		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(s.maxPending),
+			jetstream.WithPublishAsyncTimeout(cmp.Or(cfg.PublishTimeout, config.DefaultPublishTimeout)))
 		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("nats sink %s: jetstream: %w", cfg.Name, err)
@@ -98,13 +110,20 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	return s, nil
 }
 
-// asyncAckTimeout is how long nats.go keeps waiting for a PubAck, past the
-// publish timeout after which Publish no longer does (10 s by default;
-// with a longer one nats.go's end of the wait counts as the publish
-// timing out). Until then a PubAck that never comes holds one of the
-// 16384 a sink may wait for: a destination that never answers, sent to
-// more than 16384 times a minute, holds the sink's other publishes.
-const asyncAckTimeout = time.Minute
+// asyncMaxPending bounds the PubAcks a sink awaits (nats.go's bound; it
+// keeps each message until its PubAck or the publish timeout): a
+// destination that never answers holds its publishes' share of it for
+// the publish timeout, a healthy stream for milliseconds. Once it is
+// reached a publish is not sent (sinks.NotSent: published again soon, not
+// counted) after waiting capWait for a slot: with the default timeout, it
+// takes more than 26,000 publishes a second to destinations that do not
+// answer.
+const asyncMaxPending = 1 << 18
+
+// capWait is how long a publish waits for a slot of asyncMaxPending before
+// the rest of its batch is not sent: long enough for a healthy stream's
+// PubAcks to free some.
+const capWait = 20 * time.Millisecond
 
 // Publish publishes msgs. With JetStream all are sent at once and then their
 // PubAcks awaited; a PubAck that reports a duplicate counts as confirmed
@@ -128,19 +147,30 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		return s.publishCore(ctx, nmsgs, errs, from)
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	var full error // once the PubAcks awaited are at maxPending: the rest is not sent
 	for i, nm := range nmsgs {
 		if errs[i] != nil {
 			continue
 		}
+		if full != nil {
+			errs[i] = full
+			continue
+		}
 		if err := sinks.Expired(ctx); err != nil { // the caller's time is up: send nothing more
-			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err)
+			errs[i] = sinks.NotSent(fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err))
 			continue
 		}
 		// No retry inside the client: it would publish the message again
 		// on its own timer, 250 ms after a "no responders", past the
 		// caller's ctx and the claim's lease (a paused daemon's message
 		// cancelled meanwhile); the scheduler retries through Redis.
-		futures[i], errs[i] = s.js.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0))
+		futures[i], errs[i] = s.js.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0), jetstream.WithStallWait(capWait))
+		if errors.Is(errs[i], jetstream.ErrTooManyStalledMsgs) {
+			full = sinks.NotSent(fmt.Errorf("nats sink %s: not sent: %d PubAcks awaited, the most a sink waits for (destinations that do not answer hold theirs for up to scheduler.publish_timeout): %w",
+				s.cfg.Name, s.maxPending, errs[i]))
+			futures[i], errs[i] = nil, full
+			continue
+		}
 		errs[i] = s.publishErr(errs[i])
 	}
 	var lost map[string][]int // subject -> the messages whose PubAck did not come
@@ -153,8 +183,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	}
 	failed := func(i int, err error) {
 		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-			// nats.go stopped waiting before the caller did (a
-			// publish_timeout over asyncAckTimeout): the publish timed out.
+			// nats.go stopped waiting before the caller did (its time,
+			// the publish timeout, counts from the send): the publish
+			// timed out.
 			noPubAck(i, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err))
 			return
 		}
@@ -296,7 +327,7 @@ func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error,
 			continue
 		}
 		if err := sinks.Expired(ctx); err != nil { // the caller's time is up: send nothing more
-			errs[i] = fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err)
+			errs[i] = sinks.NotSent(fmt.Errorf("nats sink %s: not sent: %w", s.cfg.Name, err))
 			continue
 		}
 		errs[i] = s.publishErr(s.nc.PublishMsg(nm))

@@ -508,3 +508,111 @@ func TestSinkJetStreamGoneIsNotTheMessagesFault(t *testing.T) {
 		t.Fatalf("JetStream gone: %v, want the sink unavailable, not the message refused", errs[0])
 	}
 }
+
+// TestSinkASilentDestinationDoesNotStallTheOthers: nats.go keeps each
+// JetStream publish until its PubAck comes, up to a bound per sink, and
+// each publish past the bound waited 200 ms and failed as the sink's.
+// A subject whose core subscriber takes publishes without answering, at
+// volume, filled the bound with PubAcks that never come, kept a minute
+// each: every other publish of the sink failed meanwhile, and the
+// messages the batch's time ran out for were counted as their own
+// destinations' timeouts (a probe: 14,674 of 30,000 healthy messages
+// dead). A PubAck is now awaited for the publish timeout, and a publish
+// that finds the bound full is not sent (sinks.NotSent), quickly, with the
+// rest of its batch.
+func TestSinkASilentDestinationDoesNotStallTheOthers(t *testing.T) {
+	ns := testenv.NATS(t)
+	js, err := jetstream.New(consumer(t, ns.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	silent := consumer(t, ns.URL)
+	sub, err := silent.SubscribeSync("silent.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const bound, timeout = 50, 300 * time.Millisecond
+	sk, err := natsbroker.NewSink(natsbroker.WithMaxPending(natsbroker.SinkParams{Name: "s", URL: ns.URL, JetStream: true, PublishTimeout: timeout}, bound),
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sk.Close() })
+	batch := func(prefix, dest string, n int) []sinks.Outgoing {
+		out := make([]sinks.Outgoing, n)
+		for i := range out {
+			out[i] = sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: prefix + strconv.Itoa(i), Destination: dest, Body: []byte("x")}}
+		}
+		return out
+	}
+
+	// The bound's worth of publishes to the silent subject time out; the
+	// rest of the batch is not sent, and says so.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	errs := sk.Publish(ctx, batch("silent-", "silent.x", bound+30))
+	cancel()
+	for i, err := range errs {
+		switch {
+		case i < bound && (!errors.Is(err, context.DeadlineExceeded) || sinks.IsNotSent(err)):
+			t.Errorf("silent publish %d, sent: %v; want a timeout", i, err)
+		case i >= bound && (!sinks.IsNotSent(err) || sinks.IsUnavailable(err) || sinks.IsSent(err) || sinks.ReasonOf(err) != sinks.ReasonUnavailable ||
+			!strings.Contains(err.Error(), "PubAcks awaited")):
+			t.Errorf("silent publish %d, past the bound: %v (not sent %v, unavailable %v, sent %v, reason %q); want not sent, saying why",
+				i, err, sinks.IsNotSent(err), sinks.IsUnavailable(err), sinks.IsSent(err), sinks.ReasonOf(err))
+		}
+	}
+	for i := range bound {
+		if _, err := sub.NextMsg(5 * time.Second); err != nil {
+			t.Fatalf("the silent subscriber got %d publishes: %v", i, err)
+		}
+	}
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := sub.Pending(); n != 0 {
+		t.Errorf("the silent subscriber got %d publishes past the bound's %d: sent although said not sent", n, bound)
+	}
+
+	// The healthy stream's publishes go through once the silent PubAcks
+	// are dropped, the publish timeout after they were sent, not a minute;
+	// until then each is not sent, never a failure of its own.
+	pending := batch("ok-", "out.x", 20)
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var left []sinks.Outgoing
+		for i, err := range sk.Publish(ctx, pending) {
+			switch {
+			case err == nil:
+			case sinks.IsNotSent(err):
+				left = append(left, pending[i])
+			default:
+				t.Fatalf("a healthy publish failed: %v", err)
+			}
+		}
+		pending = left
+		return len(pending) == 0
+	}, "every healthy publish confirmed")
+}
+
+// TestSinkOpenTakesThePublishTimeout: the daemon gives Open its
+// scheduler.publish_timeout (sinks.WithPublishTimeout), the longest a
+// PubAck is waited for.
+func TestSinkOpenTakesThePublishTimeout(t *testing.T) {
+	ns := testenv.NATS(t)
+	ctx := sinks.WithPublishTimeout(context.Background(), 7*time.Second)
+	sk, err := (&natsbroker.SinkConfig{URL: ns.URL, JetStream: true}).Open(ctx, "s", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sk.Close() })
+	if got := natsbroker.PublishTimeoutOf(sk); got != 7*time.Second {
+		t.Errorf("the sink waits %s for a PubAck, want scheduler.publish_timeout 7s", got)
+	}
+}
