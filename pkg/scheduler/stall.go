@@ -193,10 +193,11 @@ func timedOut(err error) bool {
 }
 
 // waitedOut reports whether a publish failed because its time ran out: the
-// publish timeout (as the sink reported it, or as observe classified it)
-// or the lease.
+// publish timeout (as the sink reported it, or as observe classified it),
+// the lease, or a message its sink did not send for its time being over.
 func waitedOut(err error) bool {
-	return timedOut(err) || errors.As(err, new(*stallError)) || errors.Is(err, errFenced)
+	return timedOut(err) || errors.As(err, new(*stallError)) || errors.Is(err, errFenced) ||
+		(sinks.IsNotSent(err) && errors.Is(err, context.DeadlineExceeded))
 }
 
 // stallError is a publish to a destination that did not answer within the

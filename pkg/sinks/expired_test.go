@@ -28,3 +28,37 @@ func TestExpiredReadsTheClock(t *testing.T) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }
+
+// Left is the time until Expired says the time is up: the deadline or the
+// send-by bound, whichever comes first.
+func TestLeftIsTheTimeToSend(t *testing.T) {
+	if left := Left(context.Background()); left < time.Hour*24*365 {
+		t.Errorf("no deadline, no bound: %s left, want as good as forever", left)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if left := Left(ctx); left <= 59*time.Minute || left > time.Hour {
+		t.Errorf("a deadline an hour away: %s left", left)
+	}
+	if left := Left(WithSendBy(ctx, time.Now().Add(time.Minute))); left <= 0 || left > time.Minute {
+		t.Errorf("a send-by bound a minute away before the deadline: %s left", left)
+	}
+	if left := Left(WithSendBy(ctx, time.Now().Add(-time.Second))); left > 0 {
+		t.Errorf("a send-by bound past: %s left, want none", left)
+	}
+	if left := Left(pausedCtx{context.Background()}); left > 0 {
+		t.Errorf("a deadline past by the clock: %s left, want none", left)
+	}
+}
+
+// A message not sent is neither the sink's unavailability nor a timeout,
+// whatever ended its turn.
+func TestNotSentIsItsOwnClass(t *testing.T) {
+	err := NotSent(errors.New("not sent: " + context.DeadlineExceeded.Error()))
+	wrapped := NotSent(errors.Join(errors.New("not sent"), context.DeadlineExceeded))
+	for _, e := range []error{err, wrapped} {
+		if !IsNotSent(e) || IsUnavailable(e) || IsSent(e) || IsAgain(e) || IsRejected(e) || ReasonOf(e) != ReasonUnavailable {
+			t.Errorf("%v: not sent %v, unavailable %v, reason %q", e, IsNotSent(e), IsUnavailable(e), ReasonOf(e))
+		}
+	}
+}

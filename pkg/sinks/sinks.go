@@ -11,6 +11,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"time"
 
@@ -34,8 +35,9 @@ type Sink interface {
 	// an error and will be published again. Wrap an error with Rejected
 	// when the broker refused this message (it counts toward max_attempts),
 	// with Permanent when trying again cannot help (dead at once), with
-	// NotSent when the sink did not send it for a reason of its own that
-	// passes (its bound of publishes awaiting an answer full); any other
+	// NotSent when the sink did not send it for a reason that passes (its
+	// bound of publishes awaiting an answer full, or ctx ended before the
+	// message's turn: sinks.Expired); any other
 	// error is the sink's (unreachable, disconnected, timed out): the
 	// message waits for the sink without counting an attempt. Publish may
 	// be called concurrently.
@@ -239,6 +241,21 @@ func Expired(ctx context.Context) error {
 		return ErrSendBy
 	}
 	return nil
+}
+
+// Left is the time until Expired says the caller's time is up: ctx's
+// deadline or WithSendBy's bound, whichever comes first (a large
+// duration when neither is set). A sink that may wait before it sends
+// (for room in its own bound) waits no longer.
+func Left(ctx context.Context) time.Duration {
+	left := time.Duration(math.MaxInt64)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	if by, ok := ctx.Value(sendByKey{}).(time.Time); ok {
+		left = min(left, time.Until(by))
+	}
+	return left
 }
 
 // Over is Expired without WithSendBy's bound: whether the caller's time is

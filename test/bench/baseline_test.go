@@ -141,7 +141,7 @@ func (e *env) runNativeSchedules(t *testing.T, l natsLoad) *Scenario {
 // this machine: the n messages the daemon publishes at T (its sink's
 // headers, envelope.Message.OutHeaders and Nats-Msg-Id, the same body and
 // subject), built beforehand and published with PublishMsgAsync (16384 in
-// flight, as the daemon's NATS sink) as fast as possible to the same sink
+// flight) as fast as possible to the same sink
 // stream (FIRED, file storage) from T = the first publish, and measured as
 // the daemon's drain: n / (last stored - T) from the stream's timestamps.
 func (e *env) runPublishFloor(t *testing.T, l natsLoad) *Scenario {

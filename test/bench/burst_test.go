@@ -408,7 +408,7 @@ func (r *Report) burstMarkdown(w func(string, ...any)) {
 	w("parked: when the last one was parked (ingest ack floor / parked counter; native: last PubAck), seconds from T (negative: before T). ")
 	w("drain: n / (last stored - T); NATS: sink stream timestamps, Kafka: the consumer's receive time. Lateness (ms after T): first, p50, p99, last. ")
 	w("Out of order: messages that came out after one published later, overall / within a store shard (NATS: the sink stream's order) / within a Kafka key (a partition's order). All are due at the same instant, so due order holds whatever the order; these count the tie order.\n\n")
-	w("%s: the same messages as the daemon publishes (its headers and body), built beforehand and published with PublishAsync (16384 in flight, as the daemon's sink) to the same sink stream from T = the first publish, measured as the drain: the sink side's floor. ", floorSystem)
+	w("%s: the same messages as the daemon publishes (its headers and body), built beforehand and published with PublishAsync (16384 in flight) to the same sink stream from T = the first publish, measured as the drain: the sink side's floor. ", floorSystem)
 	w("vs floor: drain msg/s as a share of the floor's of the same size, same run.\n\n")
 	w("CPU from T to the end of the drain: seconds used by the daemon / Redis / the benchmark process (nats-server or kfake, consumer) / other processes, of the CPUs x wall available.\n\n")
 	w("| pairing | system | msgs | lead s | parked s from T | drain s | drain msg/s | vs floor | first ms | p50 ms | p99 ms | last ms | out of order: all / shard / key | CPU in the drain: daemon / Redis / harness / other of available | status |\n")

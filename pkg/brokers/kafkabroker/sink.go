@@ -230,7 +230,7 @@ func (s *Sink) expired(ctx context.Context, idx []int, errs []error) bool {
 		return false
 	}
 	for _, i := range idx {
-		errs[i] = fmt.Errorf("kafka sink %s: not sent: %w", s.cfg.Name, err)
+		errs[i] = sinks.NotSent(fmt.Errorf("kafka sink %s: not sent: %w", s.cfg.Name, err))
 	}
 	return true
 }

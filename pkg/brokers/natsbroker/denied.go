@@ -50,7 +50,7 @@ const (
 	maxRecent = 1024
 	// refusedFor is how long a subject refused is not published to: its
 	// messages fail at once, as refused, instead of each leaving nats.go a
-	// PubAck to wait for (asyncAckTimeout) that never comes.
+	// PubAck to wait for (the publish timeout) that never comes.
 	refusedFor = time.Second
 )
 

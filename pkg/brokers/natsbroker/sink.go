@@ -111,18 +111,20 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 }
 
 // asyncMaxPending bounds the PubAcks a sink awaits (nats.go's bound; it
-// keeps each message until its PubAck or the publish timeout): a
-// destination that never answers holds its publishes' share of it for
-// the publish timeout, a healthy stream for milliseconds. Once it is
+// keeps each message, body and headers, until its PubAck or the publish
+// timeout): a destination that never answers holds its publishes' share
+// of it for the publish timeout, a healthy stream for milliseconds. What
+// it holds is what publishes under way wait for, which the scheduler
+// holds in memory anyway. Once it is
 // reached a publish is not sent (sinks.NotSent: published again soon, not
 // counted) after waiting capWait for a slot: with the default timeout, it
 // takes more than 26,000 publishes a second to destinations that do not
 // answer.
 const asyncMaxPending = 1 << 18
 
-// capWait is how long a publish waits for a slot of asyncMaxPending before
-// the rest of its batch is not sent: long enough for a healthy stream's
-// PubAcks to free some.
+// capWait is how long a batch waits for slots of asyncMaxPending, all its
+// messages together, before the rest of it is not sent: long enough for a
+// healthy stream's PubAcks to free some.
 const capWait = 20 * time.Millisecond
 
 // Publish publishes msgs. With JetStream all are sent at once and then their
@@ -147,7 +149,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		return s.publishCore(ctx, nmsgs, errs, from)
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
-	var full error // once the PubAcks awaited are at maxPending: the rest is not sent
+	var full error      // once the PubAcks awaited are at maxPending: the rest is not sent
+	slotWait := capWait // what this batch may still wait for slots, all messages together
 	for i, nm := range nmsgs {
 		if errs[i] != nil {
 			continue
@@ -163,9 +166,17 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		// No retry inside the client: it would publish the message again
 		// on its own timer, 250 ms after a "no responders", past the
 		// caller's ctx and the claim's lease (a paused daemon's message
-		// cancelled meanwhile); the scheduler retries through Redis.
-		futures[i], errs[i] = s.js.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0), jetstream.WithStallWait(capWait))
-		if errors.Is(errs[i], jetstream.ErrTooManyStalledMsgs) {
+		// cancelled meanwhile); the scheduler retries through Redis. A
+		// wait for a slot ends before the caller's time to send does, and
+		// the batch's waits together last capWait at most.
+		wait := min(slotWait, sinks.Left(ctx))
+		if wait <= 0 {
+			wait = time.Nanosecond // nats.go's option takes no zero: as good as none
+		}
+		begun := time.Now()
+		futures[i], errs[i] = s.js.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0), jetstream.WithStallWait(wait))
+		slotWait -= time.Since(begun)
+		if errors.Is(errs[i], jetstream.ErrTooManyStalledMsgs) { // registered nothing, sent nothing
 			full = sinks.NotSent(fmt.Errorf("nats sink %s: not sent: %d PubAcks awaited, the most a sink waits for (destinations that do not answer hold theirs for up to scheduler.publish_timeout): %w",
 				s.cfg.Name, s.maxPending, errs[i]))
 			futures[i], errs[i] = nil, full
@@ -184,8 +195,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	failed := func(i int, err error) {
 		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 			// nats.go stopped waiting before the caller did (its time,
-			// the publish timeout, counts from the send): the publish
-			// timed out.
+			// the publish timeout, counts from just before the send,
+			// so this is rare): the publish timed out.
 			noPubAck(i, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err))
 			return
 		}
@@ -583,7 +594,8 @@ func headerProblem(h envelope.Header) string {
 // Ready returns nil while connected.
 func (s *Sink) Ready() error { return Ready(s.nc) }
 
-// Close closes the connection. Publish has already waited for every PubAck.
+// Close closes the connection: the PubAcks still awaited (of publishes
+// whose time is over) are dropped.
 func (s *Sink) Close() error {
 	s.nc.Close()
 	return nil

@@ -288,7 +288,7 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 			continue
 		}
 		if err := sinks.Expired(ctx); err != nil { // checked first: select picks at random among ready cases
-			stopErr = fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, err)
+			stopErr = sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, err))
 			errs[i] = stopErr
 			continue
 		}
@@ -298,8 +298,8 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 			stopErr = p.deadErr(cfg)
 			errs[i] = stopErr
 			continue
-		case <-ctx.Done():
-			stopErr = fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, ctx.Err())
+		case <-ctx.Done(): // the confirm window stayed full (the broker confirms nothing)
+			stopErr = sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, ctx.Err()))
 			errs[i] = stopErr
 			continue
 		}
