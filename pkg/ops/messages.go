@@ -81,8 +81,10 @@ func (s *Service) Cancel(ctx context.Context, id string) error {
 const fullRetry = time.Second
 
 // Stats counts the messages.
+// A shard that does not answer (a master down) is left out and said
+// (store.Store.StatsAnswering).
 func (s *Service) Stats(ctx context.Context) (*StatsView, error) {
-	st, err := s.p.Store.Stats(ctx)
+	st, err := s.p.Store.StatsAnswering(ctx)
 	if err != nil {
 		return nil, err
 	}

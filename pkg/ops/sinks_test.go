@@ -2,6 +2,9 @@ package ops_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +56,21 @@ func TestResumeAnswersBeforeALongReleaseEnds(t *testing.T) {
 	states, err := st.SinkStates(ctx, []string{"s"})
 	if err != nil || states["s"].Paused {
 		t.Fatalf("the sink in Redis after the resume: %+v %v", states, err)
+	}
+}
+
+// A count that leaves shards out (store.Store.StatsAnswering: a master
+// down) says which and why, in the view every reader of GET /v1/stats,
+// `delaybridge stats` and the dashboard gets.
+func TestStatsViewSaysWhatItLeavesOut(t *testing.T) {
+	st := &store.Stats{Parked: 5, Shards: []store.ShardStats{{Shard: 0, Parked: 5}, {Shard: 2}},
+		Unanswered: []int{1, 3}, UnansweredErr: errors.New("store.stats shard 3: dial tcp 10.0.0.3:6379: connection refused")}
+	v := ops.NewStatsView(st)
+	if !slices.Equal(v.UnansweredShards, []int{1, 3}) || !strings.Contains(v.Warning, "2 of 4 shards") ||
+		!strings.Contains(v.Warning, "[1 3]") || !strings.Contains(v.Warning, "connection refused") {
+		t.Errorf("unanswered %v, warning %q; want shards 1 and 3, of 4, with the error", v.UnansweredShards, v.Warning)
+	}
+	if v := ops.NewStatsView(&store.Stats{Shards: []store.ShardStats{{Shard: 0}}}); v.Warning != "" || v.UnansweredShards != nil {
+		t.Errorf("every shard counted: warning %q, unanswered %v", v.Warning, v.UnansweredShards)
 	}
 }

@@ -2,6 +2,8 @@ package ops
 
 import (
 	"encoding/base64"
+	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -205,7 +207,13 @@ type StatsView struct {
 	// OldestDueAgeSeconds is how long the oldest due message has been
 	// waiting: a growing value means the daemon does not keep up.
 	OldestDueAgeSeconds float64            `json:"oldest_due_age_seconds" doc:"How long the oldest due message has waited, in seconds; a value that grows means the daemons do not keep up."`
-	Shards              []store.ShardStats `json:"shards" doc:"parked, due and dead of each shard."`
+	Shards              []store.ShardStats `json:"shards" doc:"parked, due and dead of each shard that answered."`
+	// UnansweredShards are the shards left out of every count: their
+	// master out of reach or in a failover (a Redis Cluster with a master
+	// down); Warning says so.
+	UnansweredShards []int `json:"unanswered_shards,omitempty" doc:"Shards that did not answer (their master out of reach, or in a failover): every count leaves them out, and warning says why."`
+	// Warning is set when a count leaves something out.
+	Warning string `json:"warning,omitempty" doc:"Set when the counts leave shards out: which, and the error."`
 	// DueIn counts the parked messages by when they come due:
 	// {"overdue","minute","hour","day","later"}; overdue is Due, and
 	// together they are Parked.
@@ -255,6 +263,11 @@ func NewStatsView(st *store.Stats) StatsView {
 	}
 	if v.Shards == nil {
 		v.Shards = []store.ShardStats{}
+	}
+	if len(st.Unanswered) > 0 {
+		v.UnansweredShards = slices.Clone(st.Unanswered)
+		v.Warning = fmt.Sprintf("%d of %d shards did not answer and every count leaves them out (shards %v; is a master down or failing over?): %v",
+			len(st.Unanswered), len(st.Unanswered)+len(st.Shards), st.Unanswered, st.UnansweredErr)
 	}
 	return v
 }

@@ -69,6 +69,11 @@ type Stats struct {
 	// shards whose tally was never made (Census), which Sources leaves out.
 	Sources   map[string]SourceStats
 	Uncounted []int
+	// Unanswered lists the shards StatsAnswering left out (their master
+	// out of reach or in a failover), with the error of the last of them;
+	// Stats leaves none out.
+	Unanswered    []int
+	UnansweredErr error
 }
 
 // SourceStats is what one source holds in the store.
@@ -87,7 +92,18 @@ var statsScript = loadScript("stats")
 // the claims' scripts. Each shard is counted at Redis's time when its script
 // runs; the pipeline is not a transaction, and under load the shards are
 // counted a few microseconds apart (Stats.Now is the last of those times).
-func (s *Store) Stats(ctx context.Context) (*Stats, error) {
+func (s *Store) Stats(ctx context.Context) (*Stats, error) { return s.stats(ctx, false) }
+
+// StatsAnswering is Stats over the shards that answer: a shard whose
+// master this process cannot reach, or that refuses for a state that
+// passes (a failover: Passing), is left out of every count and listed in
+// Stats.Unanswered, so that an operator sees the rest while one master of
+// a Redis Cluster is down. It fails when no shard answers, or for any
+// other error. What bounds or alerts on the counts reads Stats, which
+// counts every shard or fails.
+func (s *Store) StatsAnswering(ctx context.Context) (*Stats, error) { return s.stats(ctx, true) }
+
+func (s *Store) stats(ctx context.Context, answering bool) (*Stats, error) {
 	bands, err := s.bandsInUse(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store.stats: %w", err)
@@ -101,9 +117,14 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	for i := range calls {
 		calls[i] = shardCall{shard: i, args: args}
 	}
-	st := &Stats{Shards: make([]ShardStats, s.shards), Sources: map[string]SourceStats{}}
+	st := &Stats{Shards: make([]ShardStats, 0, s.shards), Sources: map[string]SourceStats{}}
 	for i, cmd := range s.runEach(ctx, "stats", statsScript, calls) {
 		reply, err := cmd.Slice()
+		if err != nil && answering && (Passing(err) || Unreachable(err)) && ctx.Err() == nil {
+			st.Unanswered = append(st.Unanswered, i)
+			st.UnansweredErr = fmt.Errorf("store.stats shard %d: %w", i, err)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("store.stats shard %d: %w", i, err)
 		}
@@ -129,7 +150,7 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		if now := time.UnixMilli(res[12]); now.After(st.Now) {
 			st.Now = now
 		}
-		st.Shards[i] = ss
+		st.Shards = append(st.Shards, ss)
 		b := res[5:]
 		st.DueIn.Overdue += b[0]
 		st.DueIn.Minute += b[1]
@@ -141,6 +162,9 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		st.Forecast.Hour += b[0] + b[1] + b[2] + b[3]
 		st.Forecast.Day += b[0] + b[1] + b[2] + b[3] + b[4]
 		st.Forecast.Later += b[5]
+	}
+	if len(st.Unanswered) == s.shards {
+		return nil, st.UnansweredErr
 	}
 	return st, nil
 }

@@ -101,6 +101,9 @@ func (a *app) statsCmd() *cobra.Command {
 				if err != nil {
 					return failed(err)
 				}
+				if v.Warning != "" {
+					fmt.Fprintln(a.stderr, "warning:", v.Warning)
+				}
 				if asJSON {
 					return a.printJSON(v)
 				}

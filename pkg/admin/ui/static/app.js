@@ -8,8 +8,9 @@
 // died for its own), delete and delete all, the sinks with pause and resume,
 // parked messages page by page with filters, the recurring schedules, and
 // shows a message (with reschedule, fire now and cancel) or a group (with
-// cancel). Above the cards it shows the warning of a Redis that keeps
-// nothing on disk (redis_persistence in GET /v1/stats). Every call is a
+// cancel). Above the cards it shows the warnings of GET /v1/stats: a Redis
+// that keeps nothing on disk (redis_persistence), shards that did not
+// answer (warning). Every call is a
 // route of the admin API (GET /openapi.json).
 //
 // Times are shown in one format: the API's (RFC 3339, UTC, milliseconds),
@@ -634,7 +635,9 @@
 
   function renderShards(shards) {
     const box = $('shards');
-    if (box.childElementCount !== shards.length) box.replaceChildren(...shards.map((s) => shardCell(s.shard)));
+    const same = box.childElementCount === shards.length &&
+      shards.every((s, i) => box.children[i].dataset.shard === String(s.shard));
+    if (!same) box.replaceChildren(...shards.map((s) => shardCell(s.shard)));
     const max = Math.max(1, ...shards.map((s) => s.parked));
     shards.forEach((s, i) => {
       const cell = box.children[i];
@@ -659,13 +662,16 @@
     renderDueIn(st.due_in);
     renderShards(st.shards || []);
     $('due-note').textContent = st.held > 0 ? `${fmtInt(st.held)} held for paused or down sinks` : 'by due time';
-    renderPersistence(st.redis_persistence);
+    renderWarnings(st);
   }
 
-  // renderPersistence shows the warning of a Redis that keeps nothing on
-  // disk (every parked message is lost when it restarts) above the cards.
-  function renderPersistence(p) {
-    const warning = p && p.warning ? 'Redis: ' + shown(p.warning) : '';
+  // renderWarnings shows above the cards the warning of a Redis that keeps
+  // nothing on disk (every parked message is lost when it restarts) and
+  // that of counts leaving out shards that did not answer.
+  function renderWarnings(st) {
+    const p = st.redis_persistence;
+    const warning = [p && p.warning ? 'Redis: ' + shown(p.warning) : '', st.warning ? shown(st.warning) : '']
+      .filter((w) => w !== '').join(' · ');
     const banner = $('redis-warning');
     if (banner.textContent !== warning) banner.textContent = warning;
     banner.hidden = warning === '';
