@@ -73,10 +73,15 @@ type sinkGate struct {
 func newGate(st Store, sk map[string]sinks.Sink, batch int, log *slog.Logger, m *metrics.Metrics, wake func()) *gate {
 	g := &gate{store: st, sinks: sk, batch: batch, log: log, metrics: m, wake: wake, state: map[string]*sinkGate{}}
 	for name := range sk {
-		g.state[name] = &sinkGate{backoff: lifecycle.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}}
+		g.state[name] = &sinkGate{backoff: downBackoff}
 	}
 	return g
 }
+
+// downBackoff is how long a sink down is blocked after each unavailable
+// publish in a row, and what a message whose destination is down
+// (sinks.Down) waits, by how long it has waited already.
+var downBackoff = lifecycle.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 
 // names returns the configured sink names, sorted.
 func (g *gate) names() []string {

@@ -1066,6 +1066,55 @@ func TestNotSentIsPutBackUncountedUnmarked(t *testing.T) {
 	}
 }
 
+// A message whose destination is down for now (sinks.Down: a JetStream
+// stream without its leader, while the sink's other streams answer) is
+// put back without counting an attempt, without holding the sink and
+// without an unconfirmed mark (nothing was stored), for about as long
+// again as it has waited, up to the block of a sink down.
+func TestDestinationDownIsPutBackByHowLongItWaited(t *testing.T) {
+	var now time.Time
+	h := start(t, Params{MaxAttempts: 1, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+		h.sink.fail = func(m sinks.Outgoing) error {
+			if m.ID != "fine" {
+				return sinks.Down(errors.New("nats sink s: the stream that stores \"dest\" does not answer"))
+			}
+			return nil
+		}
+		now = h.clock.Now()
+		h.store.park("fresh", now, "s")
+		h.store.park("late", now.Add(-40*time.Second), "s")
+		h.store.park("fine", now, "s")
+	})
+	got := map[string]time.Time{}
+	for range 2 {
+		r := recv(t, h.store.postponed, "a message of the destination down put back")
+		got[r.ID] = r.At
+	}
+	if d := got["fresh"].Sub(now); d <= 0 || d > time.Second {
+		t.Errorf("the message due now put back %s later, want the back-off's first step (0.5 s)", d)
+	}
+	if d := got["late"].Sub(now); d < 20*time.Second || d > 30*time.Second {
+		t.Errorf("the message 40 s late put back %s later, want about as long again, at most 30 s", d)
+	}
+	if id := recv(t, h.store.acked, "the other message delivered"); id != "fine" {
+		t.Fatalf("acked %s, want fine", id)
+	}
+	select {
+	case u := <-h.store.holds:
+		t.Fatalf("held %+v: the sink was taken for down", u)
+	case d := <-h.store.dead:
+		t.Fatalf("dead %+v: an attempt was counted", d)
+	case rt := <-h.store.retried:
+		t.Fatalf("retried %+v: an attempt was counted", rt)
+	default:
+	}
+	h.store.mu.Lock()
+	defer h.store.mu.Unlock()
+	if h.store.unsure["fresh"] || h.store.unsure["late"] {
+		t.Errorf("marked unconfirmed: %v; nothing was stored", h.store.unsure)
+	}
+}
+
 // A paused sink's messages are held, not published, until it is resumed.
 func TestPausedSinkHolds(t *testing.T) {
 	h := start(t, Params{MaxSleep: 20 * time.Millisecond}, func(h *harness) {

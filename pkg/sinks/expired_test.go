@@ -62,3 +62,12 @@ func TestNotSentIsItsOwnClass(t *testing.T) {
 		}
 	}
 }
+
+// A destination down is neither the sink's unavailability, nor a refusal
+// of the message, nor maybe sent.
+func TestDownIsItsOwnClass(t *testing.T) {
+	e := Down(errors.New("the stream does not answer"))
+	if !IsDown(e) || IsUnavailable(e) || IsSent(e) || IsAgain(e) || IsRejected(e) || IsNotSent(e) || ReasonOf(e) != ReasonUnavailable {
+		t.Errorf("%v: down %v, unavailable %v, rejected %v, reason %q", e, IsDown(e), IsUnavailable(e), IsRejected(e), ReasonOf(e))
+	}
+}

@@ -21,7 +21,7 @@ const (
 	ReasonUnauthorized Reason = "unauthorized" // the sink's user may not publish there
 	ReasonInvalid      Reason = "invalid"      // the message cannot be expressed for the broker (a bad subject, topic or header)
 	ReasonTimeout      Reason = "timeout"      // no confirmation within scheduler.publish_timeout (or the lease)
-	ReasonUnavailable  Reason = "unavailable"  // the sink could not take it: disconnected, blocked, the broker down, or not sent (NotSent)
+	ReasonUnavailable  Reason = "unavailable"  // the sink could not take it: disconnected, blocked, the broker down, not sent (NotSent), its destination down (Down)
 	ReasonRejected     Reason = "rejected"     // the broker refused this message for another reason
 	ReasonOther        Reason = "other"        // a failure nothing above names (a permanent one without a reason)
 )
@@ -45,10 +45,10 @@ func (e *ReasonError) Unwrap() error { return e.Err }
 func Because(r Reason, err error) error { return &ReasonError{Reason: r, Err: err} }
 
 // ReasonOf returns the Reason of a failed publish: the one marked with
-// Because (the outermost), else unavailable for a NotSentError, else
-// timeout for an error that wraps context.DeadlineExceeded, else rejected
-// for a RejectedError, other for a PermanentError, and unavailable for the
-// rest (the sink's failures).
+// Because (the outermost), else unavailable for a NotSentError or a
+// DownError, else timeout for an error that wraps
+// context.DeadlineExceeded, else rejected for a RejectedError, other for a
+// PermanentError, and unavailable for the rest (the sink's failures).
 // It returns "" for nil.
 func ReasonOf(err error) Reason {
 	var re *ReasonError
@@ -57,7 +57,7 @@ func ReasonOf(err error) Reason {
 		return ""
 	case errors.As(err, &re):
 		return re.Reason
-	case IsNotSent(err): // whatever ended its turn, it was not sent
+	case IsNotSent(err), IsDown(err): // whatever ended its turn, it was not taken
 		return ReasonUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return ReasonTimeout

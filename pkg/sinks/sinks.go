@@ -37,7 +37,8 @@ type Sink interface {
 	// with Permanent when trying again cannot help (dead at once), with
 	// NotSent when the sink did not send it for a reason that passes (its
 	// bound of publishes awaiting an answer full, or ctx ended before the
-	// message's turn: sinks.Expired); any other
+	// message's turn: sinks.Expired), with Down when its destination
+	// refused it for a state that passes while the broker answers; any other
 	// error is the sink's (unreachable, disconnected, timed out): the
 	// message waits for the sink without counting an attempt. Publish may
 	// be called concurrently.
@@ -178,6 +179,28 @@ func IsNotSent(err error) bool {
 	return errors.As(err, &e)
 }
 
+// DownError marks a publish its destination refused, storing nothing, for
+// a state of that destination that passes by itself (a JetStream stream
+// without its leader) while the sink's broker answers: not the message's
+// fault, nor the sink's, whose other destinations go on. The scheduler
+// publishes it again later without counting an attempt, without holding
+// the sink and without marking it as maybe sent, waiting the longer the
+// longer the message has waited (up to scheduler.backoff.max), as it
+// would for a sink that is down.
+type DownError struct{ Err error }
+
+func (e *DownError) Error() string { return e.Err.Error() }
+func (e *DownError) Unwrap() error { return e.Err }
+
+// Down wraps err as a DownError.
+func Down(err error) error { return &DownError{Err: err} }
+
+// IsDown reports whether err is or wraps a DownError.
+func IsDown(err error) bool {
+	var e *DownError
+	return errors.As(err, &e)
+}
+
 // SentError marks a failed publish whose message was sent and whose
 // confirmation never came (the connection was lost meanwhile): the broker
 // may hold it. It changes nothing of the class (a sink that lost its
@@ -210,10 +233,10 @@ func Unreachable(err error) bool {
 }
 
 // IsUnavailable reports whether a publish failed because the sink could not
-// take it (neither Rejected, Permanent, Again nor NotSent): not the
+// take it (neither Rejected, Permanent, Again, NotSent nor Down): not the
 // message's fault.
 func IsUnavailable(err error) bool {
-	return err != nil && !IsRejected(err) && !IsPermanent(err) && !IsAgain(err) && !IsNotSent(err)
+	return err != nil && !IsRejected(err) && !IsPermanent(err) && !IsAgain(err) && !IsNotSent(err) && !IsDown(err)
 }
 
 // Fill sets every nil entry of errs to err; it returns errs, for the

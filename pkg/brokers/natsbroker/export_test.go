@@ -16,7 +16,7 @@ func StandingFloor(src ingest.Source) uint64 {
 }
 
 // Classify is the Sink's reading of a publish error, for tests.
-func Classify(err error) error { return (&Sink{cfg: SinkParams{Name: "t"}}).classify(err) }
+func Classify(err error) error { return (&Sink{cfg: SinkParams{Name: "t"}}).classify("", err) }
 
 // RecreateStreamAfter is how long a stream deleted under a running ingest
 // is left to its deletion, for tests.

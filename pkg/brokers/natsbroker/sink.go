@@ -51,9 +51,16 @@ type Sink struct {
 	// noLookupUntil (Unix ns) skips the lookup of duplicate after one ran
 	// out of time.
 	noLookupUntil atomic.Int64
-	// noStreamLookupUntil (Unix ns) skips noStream's lookups after one ran
-	// out of time.
+	// noStreamLookupUntil (Unix ns) skips noStream's and storedBy's
+	// lookups after one ran out of time.
 	noStreamLookupUntil atomic.Int64
+	// lastPubAck (Unix ns) is when a PubAck last came (acked); noRespFirst
+	// and noRespLast when the run of "no responders" began and its last
+	// came (sawNoResponders).
+	lastPubAck, noRespFirst, noRespLast atomic.Int64
+	// looked are storedBy's answers, by subject.
+	lookMu sync.Mutex
+	looked map[string]streamLook
 
 	// jsAnswers caches whether JetStream answered its last look
 	// (jetStreamAnswers), until jsAnsweredUntil (Unix ns).
@@ -90,7 +97,7 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, nc: nc, denied: denied, maxPending: cmp.Or(cfg.maxPending, asyncMaxPending)}
+	s := &Sink{cfg: cfg, nc: nc, denied: denied, maxPending: cmp.Or(cfg.maxPending, asyncMaxPending), looked: map[string]streamLook{}}
 	if !cfg.JetStream {
 		log.Warn("core NATS sink (jetstream: false): a publish is not confirmed, only flushed to the server; a message is lost when no subscriber or server takes it; set jetstream: true and a stream for the destinations for at-least-once")
 	}
@@ -141,7 +148,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		nmsgs[i], errs[i] = toNATS(m)
 		if errs[i] == nil {
 			if err := s.denied.refused(nmsgs[i].Subject); err != nil {
-				errs[i] = s.classify(err)
+				errs[i] = s.classify(nmsgs[i].Subject, err)
 			}
 		}
 	}
@@ -192,6 +199,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		}
 		lost[nmsgs[i].Subject] = append(lost[nmsgs[i].Subject], i)
 	}
+	var unanswered []int // "no responders": classified once the batch's PubAcks are in
 	failed := func(i int, err error) {
 		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 			// nats.go stopped waiting before the caller did (its time,
@@ -200,7 +208,12 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			noPubAck(i, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err))
 			return
 		}
-		errs[i] = s.unconfirmed(err)
+		if noResponders(err) {
+			s.sawNoResponders()
+			errs[i], unanswered = err, append(unanswered, i)
+			return
+		}
+		errs[i] = s.unconfirmed(nmsgs[i].Subject, err)
 	}
 	for i, f := range futures {
 		if f == nil {
@@ -211,6 +224,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		// (the message would be published again).
 		select {
 		case ack := <-f.Ok():
+			s.acked()
 			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 			continue
 		case err := <-f.Err():
@@ -225,11 +239,12 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			// PubAck: a publish refused has none, and times out.)
 			_, wake := s.denied.mark()
 			if err := s.denied.since(from, nmsgs[i].Subject); err != nil && err != errRefusalsLost {
-				errs[i] = s.classify(err) // no PubAck comes for it
+				errs[i] = s.classify(nmsgs[i].Subject, err) // no PubAck comes for it
 				break wait
 			}
 			select {
 			case ack := <-f.Ok():
+				s.acked()
 				errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 				break wait
 			case err := <-f.Err():
@@ -241,6 +256,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 				break wait
 			}
 		}
+	}
+	for _, i := range unanswered {
+		errs[i] = s.unconfirmed(nmsgs[i].Subject, errs[i])
 	}
 	s.noStream(lost, errs)
 	return errs
@@ -316,7 +334,7 @@ func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ac
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, versionID(m.Message))
 	if _, err := s.js.PublishMsg(ctx, nm, jetstream.WithRetryAttempts(0)); err != nil {
-		return s.classify(s.publishErr(err))
+		return s.classify(nm.Subject, s.publishErr(err))
 	}
 	return nil
 }
@@ -352,7 +370,7 @@ func (s *Sink) publishCore(ctx context.Context, nmsgs []*nats.Msg, errs []error,
 			continue
 		}
 		if err := s.denied.since(from, nm.Subject); err != nil {
-			errs[i] = s.classify(err)
+			errs[i] = s.classify(nm.Subject, err)
 		}
 	}
 	return errs
@@ -396,26 +414,43 @@ func (s *Sink) publishErr(err error) error {
 	return fmt.Errorf("nats sink %s: %w", s.cfg.Name, err)
 }
 
-// unconfirmed is the error of a publish that was sent and whose PubAck
-// did not come (the connection lost meanwhile: nats.go fails the pending
-// ones with ErrDisconnected): the stream may have stored it (sinks.Sent),
-// unless the server said it has no stream for it or refused it.
-func (s *Sink) unconfirmed(err error) error {
-	if err = s.classify(err); sinks.IsRejected(err) {
+// unconfirmed is the error of a publish to subject that was sent and whose
+// PubAck did not come (the connection lost meanwhile: nats.go fails the
+// pending ones with ErrDisconnected): the stream may have stored it
+// (sinks.Sent), unless the server said it has no stream for it, refused
+// it, or its stream did not answer (sinks.Down).
+func (s *Sink) unconfirmed(subject string, err error) error {
+	if err = s.classify(subject, err); sinks.IsRejected(err) || sinks.IsDown(err) {
 		return err
 	}
 	return sinks.Sent(err)
 }
 
-// classify names the common JetStream failure.
-func (s *Sink) classify(err error) error {
+// classify names the common JetStream failure of a publish to subject.
+// A publish that no stream answered ("no responders": nothing stored) is
+// the sink's when JetStream answers nothing, neither the account's
+// questions nor a publish of the sink since the "no responders" began (a
+// server shutting down, JetStream off); its stream's, down for now
+// (sinks.Down), when JetStream stores the sink's other publishes
+// meanwhile or a stream of the account stores the subject (a JetStream
+// cluster that lost the stream's leader, or its own); else no stream
+// stores it, the message's fault (not_found).
+func (s *Sink) classify(subject string, err error) error {
+	noResponders := noResponders(err)
 	switch {
-	case (errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) && !s.jetStreamAnswers():
+	case noResponders && !s.jetStreamAnswers() && s.othersAnswer():
+		return sinks.Down(fmt.Errorf("nats sink %s: the stream that stores %q does not answer while JetStream stores the sink's other publishes (a JetStream cluster that lost the stream's leader or its own: servers down or cut off); published again later, the attempt not counted: %w",
+			s.cfg.Name, subject, err))
+	case noResponders && !s.jetStreamAnswers():
 		// Nothing answers for JetStream at all: a server shutting down
 		// (it stops JetStream before it closes the connections), or one
 		// whose JetStream is off. The sink's fault, not the message's.
-		return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, or has JetStream off): %w", s.cfg.Name, err)
-	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, its JetStream cluster has no leader, or JetStream is off): %w", s.cfg.Name, err)
+	case noResponders:
+		if stream := s.storedBy(subject); stream != "" {
+			return sinks.Down(fmt.Errorf("nats sink %s: stream %s stores %q and does not answer (it has no leader: its servers down or cut off, or it is being moved); published again later, the attempt not counted: %w",
+				s.cfg.Name, stream, subject, err))
+		}
 		return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)))
 	case errors.Is(err, nats.ErrPermissionViolation):
 		return sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, fmt.Errorf("nats sink %s: not authorized to publish to this subject: %w", s.cfg.Name, err)))
@@ -454,9 +489,11 @@ func (s *Sink) jetStreamAnswers() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), jsLookTimeout)
 	defer cancel()
 	_, err := s.js.AccountInfo(ctx)
+	var apiErr *jetstream.APIError
 	s.jsAnswers = err == nil || !(errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining))
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 503)) // "JetStream system temporarily unavailable": a cluster without its leader
 	s.jsAnsweredUntil = time.Now().Add(jsLookEvery)
 	return s.jsAnswers
 }
@@ -465,6 +502,83 @@ func (s *Sink) jetStreamAnswers() bool {
 const (
 	jsLookEvery   = 500 * time.Millisecond
 	jsLookTimeout = time.Second
+)
+
+// othersAnswerWithin is how recent a PubAck of the sink says JetStream
+// stores its publishes, whatever its account's questions get; and how long
+// without a "no responders" ends a run of them.
+const othersAnswerWithin = 2 * time.Second
+
+// noResponders reports whether no stream answered a JetStream publish.
+func noResponders(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// acked records that a PubAck came.
+func (s *Sink) acked() { s.lastPubAck.Store(time.Now().UnixNano()) }
+
+// sawNoResponders records a publish that no stream answered, as it comes:
+// a run of them begins when none came for othersAnswerWithin.
+func (s *Sink) sawNoResponders() {
+	now := time.Now().UnixNano()
+	if last := s.noRespLast.Swap(now); now-last >= int64(othersAnswerWithin) {
+		s.noRespFirst.Store(now)
+	}
+}
+
+// othersAnswer reports whether JetStream stored a publish of the sink
+// after its run of "no responders" began, within othersAnswerWithin: a
+// server that stopped JetStream (shutting down) stores none after.
+func (s *Sink) othersAnswer() bool {
+	ack := s.lastPubAck.Load()
+	return ack > s.noRespFirst.Load() && time.Now().UnixNano()-ack < int64(othersAnswerWithin)
+}
+
+// storedBy names the stream of the account that stores subject, "" for
+// none or when it cannot be known ($JS.API.STREAM.NAMES refused or
+// unanswered): looked up at most once per subject per storedByFor, each
+// within duplicateLookup, and none for noLookupFor after one ran out of
+// time (as noStream's).
+func (s *Sink) storedBy(subject string) string {
+	now := time.Now()
+	s.lookMu.Lock()
+	l, ok := s.looked[subject]
+	s.lookMu.Unlock()
+	if ok && now.Sub(l.at) < storedByFor {
+		return l.stream
+	}
+	if subject == "" || now.UnixNano() < s.noStreamLookupUntil.Load() {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), duplicateLookup)
+	defer cancel()
+	stream, err := s.js.StreamNameBySubject(ctx, subject)
+	if ctx.Err() != nil {
+		s.noStreamLookupUntil.Store(time.Now().Add(noLookupFor).UnixNano())
+		return ""
+	}
+	if err != nil {
+		stream = ""
+	}
+	s.lookMu.Lock()
+	if len(s.looked) >= maxLooked {
+		clear(s.looked)
+	}
+	s.looked[subject] = streamLook{stream: stream, at: now}
+	s.lookMu.Unlock()
+	return stream
+}
+
+// streamLook is one answer of storedBy.
+type streamLook struct {
+	stream string
+	at     time.Time
+}
+
+// How long storedBy keeps an answer, and for how many subjects at most.
+const (
+	storedByFor = time.Second
+	maxLooked   = 4096
 )
 
 // jsErrCodeStreamStoreFailed is the JetStream error a stream answers a

@@ -616,3 +616,67 @@ func TestSinkOpenTakesThePublishTimeout(t *testing.T) {
 		t.Errorf("the sink waits %s for a PubAck, want scheduler.publish_timeout 7s", got)
 	}
 }
+
+// TestSinkAStreamWithoutItsLeaderIsDownNotCounted: two servers of a
+// three-node JetStream cluster killed leave a replicated stream without
+// its leader, while a stream of one replica on the server the sink talks
+// to goes on. The server then answers each publish to the first at once
+// with "no responders", and the account's questions with a 503
+// ("JetStream system temporarily unavailable"), which the sink took for
+// JetStream answering: every message to the stream counted an attempt as
+// "no stream stores this subject" and was dead in seconds (a probe: 6,080
+// of 18,000). It is the stream down for now (sinks.Down): not counted,
+// not the sink's, and the other stream's messages go on.
+func TestSinkAStreamWithoutItsLeaderIsDownNotCounted(t *testing.T) {
+	nodes := testenv.NATSCluster(t, 3)
+	_, js := testenv.ConnectNATS(t, nodes[0].URL)
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3},
+		{Name: "R1", Subjects: []string{"r1.>"}, Replicas: 1, Placement: &jetstream.Placement{Tags: []string{nodes[0].Tag}}},
+	} {
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			_, err := js.CreateStream(context.Background(), cfg)
+			return err == nil
+		}, "stream "+cfg.Name+" created")
+	}
+	sk, err := natsbroker.NewSink(natsbroker.SinkParams{Name: "s", URL: nodes[0].URL, JetStream: true, PublishTimeout: 2 * time.Second}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sk.Close() })
+	n := 0
+	publish := func() []error {
+		n++
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return sk.Publish(ctx, []sinks.Outgoing{
+			{Attempt: 1, Message: &envelope.Message{ID: "r3-" + strconv.Itoa(n), Destination: "r3.x", Body: []byte("x")}},
+			{Attempt: 1, Message: &envelope.Message{ID: "r1-" + strconv.Itoa(n), Destination: "r1.x", Body: []byte("x")}},
+		})
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		errs := publish()
+		return errs[0] == nil && errs[1] == nil
+	}, "both streams take publishes")
+
+	for _, nd := range nodes[1:] {
+		nd.Server.Shutdown()
+		nd.Server.WaitForShutdown()
+	}
+	var last []error
+	testenv.Eventually(t, 90*time.Second, func() bool {
+		last = publish()
+		for i, err := range last {
+			if sinks.IsRejected(err) || sinks.IsPermanent(err) {
+				t.Fatalf("publish %d to %s counted an attempt: %v", n, []string{"r3.x", "r1.x"}[i], err)
+			}
+		}
+		// Down first perhaps as the stream the account's JetStream still
+		// names, until the cluster says it is unavailable (503): then as
+		// the stream of the subject while the sink's others take theirs.
+		return sinks.IsDown(last[0]) && strings.Contains(last[0].Error(), "while JetStream stores the sink's other publishes") && last[1] == nil
+	}, "the stream without its leader down while the cluster's JetStream is unavailable, the other stream taking publishes")
+	if err := last[0]; sinks.IsUnavailable(err) || sinks.IsSent(err) || sinks.ReasonOf(err) != sinks.ReasonUnavailable || !strings.Contains(err.Error(), `"r3.x"`) {
+		t.Errorf("the stream without its leader: %v (unavailable %v, sent %v, reason %q); want down, naming the subject", err, sinks.IsUnavailable(err), sinks.IsSent(err), sinks.ReasonOf(err))
+	}
+}
