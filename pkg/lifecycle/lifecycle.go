@@ -32,10 +32,9 @@ type Backoff struct {
 	n          int
 }
 
-// Delay returns the wait after the given failed attempt (from 1); r is a
-// random number in [0, 1) that places it within the jitter.
-func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	lo, hi, mult, jitter := b.Min, b.Max, b.Multiplier, b.Jitter
+// defaults returns b's fields, each zero one its default.
+func (b Backoff) defaults() (lo, hi time.Duration, mult, jitter float64) {
+	lo, hi, mult, jitter = b.Min, b.Max, b.Multiplier, b.Jitter
 	if lo <= 0 {
 		lo = 100 * time.Millisecond
 	}
@@ -48,6 +47,26 @@ func (b Backoff) Delay(attempt int, r float64) time.Duration {
 	if jitter == 0 {
 		jitter = 0.25
 	}
+	return lo, hi, mult, jitter
+}
+
+// AttemptAfter returns the attempt whose wait (before its jitter) is the
+// first as long as waited, capped at Max (at least 1): a wait of about as
+// long again as what was waited already.
+func (b Backoff) AttemptAfter(waited time.Duration) int {
+	lo, hi, mult, _ := b.defaults()
+	n, d := 1, float64(lo)
+	for d < float64(min(waited, hi)) && mult > 1 && n < 64 {
+		d *= mult
+		n++
+	}
+	return n
+}
+
+// Delay returns the wait after the given failed attempt (from 1); r is a
+// random number in [0, 1) that places it within the jitter.
+func (b Backoff) Delay(attempt int, r float64) time.Duration {
+	lo, hi, mult, jitter := b.defaults()
 	if attempt < 1 {
 		attempt = 1
 	}

@@ -103,3 +103,22 @@ func TestDrainContext(t *testing.T) {
 		t.Error("cancel did not end the work context")
 	}
 }
+
+// AttemptAfter gives the attempt whose wait is about as long as what was
+// waited already, with the defaults of Delay, capped at Max.
+func TestAttemptAfterWaitsAboutAsLongAgain(t *testing.T) {
+	b := Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second} // the multiplier's default, 2
+	for _, c := range []struct{ waited, lo, hi time.Duration }{
+		{0, 500 * time.Millisecond, 500 * time.Millisecond},
+		{300 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond},
+		{time.Second, time.Second, 2 * time.Second},
+		{3 * time.Second, 3 * time.Second, 6 * time.Second},
+		{10 * time.Second, 10 * time.Second, 20 * time.Second},
+		{time.Hour, 22500 * time.Millisecond, 30 * time.Second}, // at the cap the jitter spreads below it
+	} {
+		n := b.AttemptAfter(c.waited)
+		if d := b.Delay(n, 0.5); d < c.lo || d > c.hi { // r 0.5: no jitter below the cap
+			t.Errorf("waited %s: attempt %d, wait %s; want %s to %s", c.waited, n, d, c.lo, c.hi)
+		}
+	}
+}

@@ -1006,9 +1006,11 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 		case sinks.IsDown(err):
 			// Its destination refused it, storing nothing, for a state
 			// that passes (a stream without its leader) while the sink
-			// answers: neither counted nor held; published again the
-			// later the longer it has waited, as for a sink down.
-			at := now.Add(downBackoff.Delay(waitedAttempts(downBackoff, now.Sub(m.Message.DueAt)), s.p.Rand()))
+			// answers: neither counted nor held; published again after
+			// about as long again as it has waited (downBackoff: 0.5 s
+			// to 30 s), so that a destination down for a time T costs
+			// each of its messages about log2(T) publishes.
+			at := now.Add(downBackoff.Delay(downBackoff.AttemptAfter(now.Sub(m.Message.DueAt)), s.p.Rand()))
 			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
 			earliest(at)
 			s.p.Metrics.Retries.WithLabelValues(sink).Inc()
@@ -1092,21 +1094,6 @@ func maybeSent(err error) bool {
 		return false
 	}
 	return sinks.ReasonOf(err) == sinks.ReasonTimeout || sinks.IsAgain(err) || postponed(err)
-}
-
-// waitedAttempts is the attempt whose back-off is about as long as late,
-// the time a message has waited past its due time (at least 1): a message
-// whose destination is down is published again after about as long again
-// as it has waited (up to the back-off's maximum), so that a destination
-// down for a time T costs each of its messages about log2(T) publishes,
-// not one per back-off's minimum.
-func waitedAttempts(b lifecycle.Backoff, late time.Duration) int {
-	n, d, mult := 1, float64(max(b.Min, time.Millisecond)), max(b.Multiplier, 1.1)
-	for d < float64(late) && n < 64 {
-		d *= mult
-		n++
-	}
-	return n
 }
 
 // settleOne writes one settlement (Store.Settle).

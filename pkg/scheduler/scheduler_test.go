@@ -1083,15 +1083,19 @@ func TestDestinationDownIsPutBackByHowLongItWaited(t *testing.T) {
 		now = h.clock.Now()
 		h.store.park("fresh", now, "s")
 		h.store.park("late", now.Add(-40*time.Second), "s")
+		h.store.park("a-little", now.Add(-3*time.Second), "s")
 		h.store.park("fine", now, "s")
 	})
 	got := map[string]time.Time{}
-	for range 2 {
+	for range 3 {
 		r := recv(t, h.store.postponed, "a message of the destination down put back")
 		got[r.ID] = r.At
 	}
 	if d := got["fresh"].Sub(now); d <= 0 || d > time.Second {
 		t.Errorf("the message due now put back %s later, want the back-off's first step (0.5 s)", d)
+	}
+	if d := got["a-little"].Sub(now); d < 2*time.Second || d > 8*time.Second {
+		t.Errorf("the message 3 s late put back %s later, want about as long again", d)
 	}
 	if d := got["late"].Sub(now); d < 20*time.Second || d > 30*time.Second {
 		t.Errorf("the message 40 s late put back %s later, want about as long again, at most 30 s", d)
@@ -1110,7 +1114,7 @@ func TestDestinationDownIsPutBackByHowLongItWaited(t *testing.T) {
 	}
 	h.store.mu.Lock()
 	defer h.store.mu.Unlock()
-	if h.store.unsure["fresh"] || h.store.unsure["late"] {
+	if h.store.unsure["fresh"] || h.store.unsure["late"] || h.store.unsure["a-little"] {
 		t.Errorf("marked unconfirmed: %v; nothing was stored", h.store.unsure)
 	}
 }

@@ -184,9 +184,9 @@ func IsNotSent(err error) bool {
 // without its leader) while the sink's broker answers: not the message's
 // fault, nor the sink's, whose other destinations go on. The scheduler
 // publishes it again later without counting an attempt, without holding
-// the sink and without marking it as maybe sent, waiting the longer the
-// longer the message has waited (up to scheduler.backoff.max), as it
-// would for a sink that is down.
+// the sink and without marking it as maybe sent, after about as long
+// again as the message has waited (from half a second to 30 s, the
+// blocks of a sink down), for as long as the destination is down.
 type DownError struct{ Err error }
 
 func (e *DownError) Error() string { return e.Err.Error() }

@@ -98,3 +98,41 @@ func TestSinkRefusalsDroppedDoNotFailAJetStreamPublish(t *testing.T) {
 		}
 	}
 }
+
+// A user who may not ask which stream stores a subject
+// ($JS.API.STREAM.NAMES refused) cannot tell a stream without its leader
+// from none: a publish no stream answers stays the message's fault,
+// counted (not_found), as before the lookup, and is not taken for its
+// stream down, which would publish a misrouted message again for good.
+func TestSinkMayNotLookUpStreamsNoStreamCounts(t *testing.T) {
+	url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{streamNamesAPI}}}}}})
+	_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	sk, err := NewSink(SinkParams{Name: "s", URL: url, JetStream: true, Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sk.Close() })
+	out := func(id, dest string) sinks.Outgoing {
+		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: dest, Body: []byte("x")}}
+	}
+	for round := range 2 { // the second with the lookups off
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs := sk.Publish(ctx, []sinks.Outgoing{out("b", "ok.b"), out("a", "nostream.a")})
+		cancel()
+		if errs[0] != nil {
+			t.Fatalf("round %d: the message to a stream: %v", round, errs[0])
+		}
+		if err := errs[1]; !sinks.IsRejected(err) || sinks.IsDown(err) || sinks.ReasonOf(err) != sinks.ReasonNotFound {
+			t.Errorf("round %d: a message no stream stores, the lookup refused: %v (rejected %v, down %v); want counted as not found",
+				round, err, sinks.IsRejected(err), sinks.IsDown(err))
+		}
+	}
+	if _, st := sk.storedBy("nostream.a"); st != lookUnknown {
+		t.Errorf("storedBy with the lookup refused: %v, want unknown", st)
+	}
+}

@@ -51,16 +51,15 @@ type Sink struct {
 	// noLookupUntil (Unix ns) skips the lookup of duplicate after one ran
 	// out of time.
 	noLookupUntil atomic.Int64
-	// noStreamLookupUntil (Unix ns) skips noStream's and storedBy's
-	// lookups after one ran out of time.
+	// noStreamLookupUntil (Unix ns) skips noStream's lookups after one
+	// ran out of time.
 	noStreamLookupUntil atomic.Int64
 	// lastPubAck (Unix ns) is when a PubAck last came (acked); noRespFirst
 	// and noRespLast when the run of "no responders" began and its last
 	// came (sawNoResponders).
 	lastPubAck, noRespFirst, noRespLast atomic.Int64
-	// looked are storedBy's answers, by subject.
-	lookMu sync.Mutex
-	looked map[string]streamLook
+	// streams are storedBy's lookups.
+	streams *streamLookups
 
 	// jsAnswers caches whether JetStream answered its last look
 	// (jetStreamAnswers), until jsAnsweredUntil (Unix ns).
@@ -97,7 +96,7 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, nc: nc, denied: denied, maxPending: cmp.Or(cfg.maxPending, asyncMaxPending), looked: map[string]streamLook{}}
+	s := &Sink{cfg: cfg, nc: nc, denied: denied, maxPending: cmp.Or(cfg.maxPending, asyncMaxPending), streams: newStreamLookups()}
 	if !cfg.JetStream {
 		log.Warn("core NATS sink (jetstream: false): a publish is not confirmed, only flushed to the server; a message is lost when no subscriber or server takes it; set jetstream: true and a stream for the destinations for at-least-once")
 	}
@@ -108,7 +107,15 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 		// take back: nats.go drops it once the publish's time is over,
 		// so that what is pending is what publishes under way wait for.
 		s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(s.maxPending),
-			jetstream.WithPublishAsyncTimeout(cmp.Or(cfg.PublishTimeout, config.DefaultPublishTimeout)))
+			jetstream.WithPublishAsyncTimeout(cmp.Or(cfg.PublishTimeout, config.DefaultPublishTimeout)),
+			// PubAcks and "no responders" dated as they come, not as a
+			// batch waiting behind another publish reads them (classify).
+			jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { s.acked() }),
+			jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+				if noResponders(err) {
+					s.sawNoResponders()
+				}
+			}))
 		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("nats sink %s: jetstream: %w", cfg.Name, err)
@@ -208,8 +215,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			noPubAck(i, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err))
 			return
 		}
-		if noResponders(err) {
-			s.sawNoResponders()
+		if noResponders(err) { // dated as it came (NewSink's handler)
 			errs[i], unanswered = err, append(unanswered, i)
 			return
 		}
@@ -224,7 +230,6 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		// (the message would be published again).
 		select {
 		case ack := <-f.Ok():
-			s.acked()
 			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 			continue
 		case err := <-f.Err():
@@ -244,7 +249,6 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			}
 			select {
 			case ack := <-f.Ok():
-				s.acked()
 				errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 				break wait
 			case err := <-f.Err():
@@ -334,6 +338,9 @@ func (s *Sink) duplicate(ctx context.Context, m sinks.Outgoing, nm *nats.Msg, ac
 	}
 	nm.Header.Set(envelope.HeaderNatsMsgID, versionID(m.Message))
 	if _, err := s.js.PublishMsg(ctx, nm, jetstream.WithRetryAttempts(0)); err != nil {
+		if noResponders(err) {
+			s.sawNoResponders()
+		}
 		return s.classify(nm.Subject, s.publishErr(err))
 	}
 	return nil
@@ -433,8 +440,9 @@ func (s *Sink) unconfirmed(subject string, err error) error {
 // server shutting down, JetStream off); its stream's, down for now
 // (sinks.Down), when JetStream stores the sink's other publishes
 // meanwhile or a stream of the account stores the subject (a JetStream
-// cluster that lost the stream's leader, or its own); else no stream
-// stores it, the message's fault (not_found).
+// cluster that lost the stream's leader, or its own: storedBy); else no
+// stream stores it, or a lookup cannot tell (refused, unanswered, over
+// its rate): the message's fault (not_found), counted.
 func (s *Sink) classify(subject string, err error) error {
 	noResponders := noResponders(err)
 	switch {
@@ -447,15 +455,29 @@ func (s *Sink) classify(subject string, err error) error {
 		// whose JetStream is off. The sink's fault, not the message's.
 		return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, its JetStream cluster has no leader, or JetStream is off): %w", s.cfg.Name, err)
 	case noResponders:
-		if stream := s.storedBy(subject); stream != "" {
+		switch stream, found := s.storedBy(subject); found {
+		case lookFound:
 			return sinks.Down(fmt.Errorf("nats sink %s: stream %s stores %q and does not answer (it has no leader: its servers down or cut off, or it is being moved); published again later, the attempt not counted: %w",
 				s.cfg.Name, stream, subject, err))
+		case lookUnavailable: // JetStream stopped answering since jetStreamAnswers looked
+			if s.othersAnswer() {
+				return sinks.Down(fmt.Errorf("nats sink %s: the stream that stores %q does not answer while JetStream stores the sink's other publishes (a JetStream cluster that lost the stream's leader or its own: servers down or cut off); published again later, the attempt not counted: %w",
+					s.cfg.Name, subject, err))
+			}
+			return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, its JetStream cluster has no leader, or JetStream is off): %w", s.cfg.Name, err)
 		}
 		return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)))
 	case errors.Is(err, nats.ErrPermissionViolation):
 		return sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, fmt.Errorf("nats sink %s: not authorized to publish to this subject: %w", s.cfg.Name, err)))
 	}
 	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeDuplicateInProcess {
+		// A publish of this message ID sent before is in the stream's
+		// log, not stored yet (a cluster that lost its quorum: it is
+		// when the quorum is back): in doubt, neither the message's
+		// refusal nor counted.
+		return sinks.Again(fmt.Errorf("nats sink %s: an earlier publish of it is in process in the stream, not stored yet (its cluster without a quorum), and may be stored: %w", s.cfg.Name, err))
+	}
 	if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 {
 		// The stream refused this message (e.g. too large for it, or a
 		// header it does not allow): the message's fault.
@@ -534,57 +556,15 @@ func (s *Sink) othersAnswer() bool {
 	return ack > s.noRespFirst.Load() && time.Now().UnixNano()-ack < int64(othersAnswerWithin)
 }
 
-// storedBy names the stream of the account that stores subject, "" for
-// none or when it cannot be known ($JS.API.STREAM.NAMES refused or
-// unanswered): looked up at most once per subject per storedByFor, each
-// within duplicateLookup, and none for noLookupFor after one ran out of
-// time (as noStream's).
-func (s *Sink) storedBy(subject string) string {
-	now := time.Now()
-	s.lookMu.Lock()
-	l, ok := s.looked[subject]
-	s.lookMu.Unlock()
-	if ok && now.Sub(l.at) < storedByFor {
-		return l.stream
-	}
-	if subject == "" || now.UnixNano() < s.noStreamLookupUntil.Load() {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), duplicateLookup)
-	defer cancel()
-	stream, err := s.js.StreamNameBySubject(ctx, subject)
-	if ctx.Err() != nil {
-		s.noStreamLookupUntil.Store(time.Now().Add(noLookupFor).UnixNano())
-		return ""
-	}
-	if err != nil {
-		stream = ""
-	}
-	s.lookMu.Lock()
-	if len(s.looked) >= maxLooked {
-		clear(s.looked)
-	}
-	s.looked[subject] = streamLook{stream: stream, at: now}
-	s.lookMu.Unlock()
-	return stream
-}
-
-// streamLook is one answer of storedBy.
-type streamLook struct {
-	stream string
-	at     time.Time
-}
-
-// How long storedBy keeps an answer, and for how many subjects at most.
-const (
-	storedByFor = time.Second
-	maxLooked   = 4096
-)
-
 // jsErrCodeStreamStoreFailed is the JetStream error a stream answers a
 // publish it could not store with (nats-server's JSStreamStoreFailedF,
 // which nats.go does not name).
 const jsErrCodeStreamStoreFailed jetstream.ErrorCode = 10077
+
+// jsErrCodeDuplicateInProcess is the JetStream error a publish gets while
+// a publish of the same Nats-Msg-Id is proposed and not stored yet
+// (nats-server's JSStreamDuplicateMessageConflict, a 409).
+const jsErrCodeDuplicateInProcess jetstream.ErrorCode = 10158
 
 // apiReason names a JetStream API error that refused a message.
 func apiReason(e *jetstream.APIError) sinks.Reason {
