@@ -73,4 +73,8 @@ func TestStatsViewSaysWhatItLeavesOut(t *testing.T) {
 	if v := ops.NewStatsView(&store.Stats{Shards: []store.ShardStats{{Shard: 0}}}); v.Warning != "" || v.UnansweredShards != nil {
 		t.Errorf("every shard counted: warning %q, unanswered %v", v.Warning, v.UnansweredShards)
 	}
+	bands := errors.New("store.stats: the sinks record did not answer, hold bands as last read: connection refused")
+	if v := ops.NewStatsView(&store.Stats{Shards: []store.ShardStats{{Shard: 0}}, BandsErr: bands}); v.Warning != bands.Error() {
+		t.Errorf("the hold bands as last read: warning %q", v.Warning)
+	}
 }

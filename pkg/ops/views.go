@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -264,11 +265,16 @@ func NewStatsView(st *store.Stats) StatsView {
 	if v.Shards == nil {
 		v.Shards = []store.ShardStats{}
 	}
+	var warn []string
 	if len(st.Unanswered) > 0 {
 		v.UnansweredShards = slices.Clone(st.Unanswered)
-		v.Warning = fmt.Sprintf("%d of %d shards did not answer and every count leaves them out (shards %v; is a master down or failing over?): %v",
-			len(st.Unanswered), len(st.Unanswered)+len(st.Shards), st.Unanswered, st.UnansweredErr)
+		warn = append(warn, fmt.Sprintf("%d of %d shards did not answer and every count leaves them out (shards %v; is a master down or failing over?): %v",
+			len(st.Unanswered), len(st.Unanswered)+len(st.Shards), st.Unanswered, st.UnansweredErr))
 	}
+	if st.BandsErr != nil {
+		warn = append(warn, st.BandsErr.Error())
+	}
+	v.Warning = strings.Join(warn, "; ")
 	return v
 }
 

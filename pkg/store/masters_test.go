@@ -130,4 +130,21 @@ func TestStatsAnsweringLeavesOutAMasterDown(t *testing.T) {
 			t.Errorf("shard %d of the master down is counted: %+v", ss.Shard, ss)
 		}
 	}
+	if got.BandsErr != nil {
+		t.Errorf("the sinks record's master is up, yet: %v", got.BandsErr)
+	}
+
+	// The sinks record's master down too: the hold bands as last read.
+	for _, n := range cluster.Nodes {
+		if n.Addr == sinksAt.Options().Addr {
+			n.Kill()
+		}
+	}
+	got, err = st.StatsAnswering(ctx)
+	if err != nil {
+		t.Fatalf("StatsAnswering with the sinks record's master down too: %v", err)
+	}
+	if got.BandsErr == nil || len(got.Shards)+len(got.Unanswered) != 16 || len(got.Shards) == 0 {
+		t.Errorf("bands error %v, %d shards counted and %d not; want the bands as last read, the third master's shards counted", got.BandsErr, len(got.Shards), len(got.Unanswered))
+	}
 }

@@ -100,5 +100,13 @@ func (s *Store) bandsInUse(ctx context.Context) (int, error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
+	s.bandsRead.Store(int64(n) + 1)
 	return n, nil
+}
+
+// bandsLastRead is bandsInUse's last answer, and whether there was one.
+// Bands are only ever added.
+func (s *Store) bandsLastRead() (int, bool) {
+	n := s.bandsRead.Load()
+	return int(n - 1), n > 0
 }

@@ -74,6 +74,9 @@ type Stats struct {
 	// Stats leaves none out.
 	Unanswered    []int
 	UnansweredErr error
+	// BandsErr says that StatsAnswering counted the held messages of the
+	// hold bands as last read: the sinks hash did not answer.
+	BandsErr error
 }
 
 // SourceStats is what one source holds in the store.
@@ -104,7 +107,13 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) { return s.stats(ctx,
 func (s *Store) StatsAnswering(ctx context.Context) (*Stats, error) { return s.stats(ctx, true) }
 
 func (s *Store) stats(ctx context.Context, answering bool) (*Stats, error) {
+	var bandsErr error
 	bands, err := s.bandsInUse(ctx)
+	if last, ok := s.bandsLastRead(); err != nil && answering && ok && (Passing(err) || Unreachable(err)) && ctx.Err() == nil {
+		// The sinks hash's master is the one down: the hold bands as
+		// last read (bands are only added, a new one is rare).
+		bands, bandsErr, err = last, fmt.Errorf("store.stats: the sinks record did not answer, hold bands as last read: %w", err), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store.stats: %w", err)
 	}
@@ -166,6 +175,7 @@ func (s *Store) stats(ctx context.Context, answering bool) (*Stats, error) {
 	if len(st.Unanswered) == s.shards {
 		return nil, st.UnansweredErr
 	}
+	st.BandsErr = bandsErr
 	return st, nil
 }
 

@@ -55,6 +55,8 @@ type Store struct {
 	// does not know (CheckLayout, KnowsLayout, Rerecord found it): the
 	// shards' scripts are not run meanwhile (refused).
 	unknown atomic.Pointer[error]
+	// bandsRead is bandsInUse's last answer, plus one (0: none yet).
+	bandsRead atomic.Int64
 }
 
 // Options configure a Store.
