@@ -247,17 +247,26 @@ func (w *world) shardOwners(cc *redis.ClusterClient) map[int]string {
 // parked messages, stateSets).
 func (w *world) parkedByShard(cc *redis.ClusterClient) map[int]int {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// One pipeline (a round trip per master), with time for a loaded
+	// machine: hundreds of keys one at a time outlasted 5 s in a CI run
+	// beside other work, as the cluster took a fourth master.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	keys := store.NewKeys(keyPrefix)
-	m := map[int]int{}
+	pipe := cc.Pipeline()
+	cards := map[int][]*redis.IntCmd{}
 	for sh := 0; sh < shards; sh++ {
 		for _, set := range stateSets(keys, sh) {
-			n, err := cc.ZCard(ctx, set.key).Result()
-			if err != nil {
-				w.t.Fatalf("ZCARD: %v", err)
-			}
-			m[sh] += int(n)
+			cards[sh] = append(cards[sh], pipe.ZCard(ctx, set.key))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		w.t.Fatalf("ZCARD: %v", err)
+	}
+	m := map[int]int{}
+	for sh, cmds := range cards {
+		for _, c := range cmds {
+			m[sh] += int(c.Val())
 		}
 	}
 	return m
