@@ -2,6 +2,7 @@ package natsbroker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -100,39 +101,77 @@ func TestSinkRefusalsDroppedDoNotFailAJetStreamPublish(t *testing.T) {
 }
 
 // A user who may not ask which stream stores a subject
-// ($JS.API.STREAM.NAMES refused) cannot tell a stream without its leader
-// from none: a publish no stream answers stays the message's fault,
-// counted (not_found), as before the lookup, and is not taken for its
-// stream down, which would publish a misrouted message again for good.
+// ($JS.API.STREAM.NAMES refused), nor perhaps whether JetStream answers
+// ($JS.API.INFO), cannot tell a stream without its leader from none: a
+// publish no stream answers stays the message's fault, counted
+// (not_found), as before the lookup, and is not taken for its stream
+// down, which would publish a misrouted message again for good (with
+// $JS.API.INFO refused too it was, once another stream took a publish).
 func TestSinkMayNotLookUpStreamsNoStreamCounts(t *testing.T) {
-	url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
-		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{streamNamesAPI}}}}}})
-	_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}}); err != nil {
+	for _, deny := range [][]string{{streamNamesAPI}, {streamNamesAPI, accountInfoAPI}} {
+		t.Run(strings.Join(deny, ","), func(t *testing.T) {
+			url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
+				Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
+					Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}}}})
+			_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
+			if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}}); err != nil {
+				t.Fatal(err)
+			}
+			sk, err := NewSink(SinkParams{Name: "s", URL: url, JetStream: true, Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sk.Close() })
+			out := func(id, dest string) sinks.Outgoing {
+				return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: dest, Body: []byte("x")}}
+			}
+			for round := range 2 { // the second with the lookups off
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				errs := sk.Publish(ctx, []sinks.Outgoing{out("b", "ok.b"), out("a", "nostream.a")})
+				cancel()
+				if errs[0] != nil {
+					t.Fatalf("round %d: the message to a stream: %v", round, errs[0])
+				}
+				if err := errs[1]; !sinks.IsRejected(err) || sinks.IsDown(err) || sinks.ReasonOf(err) != sinks.ReasonNotFound {
+					t.Errorf("round %d: a message no stream stores, the lookup refused: %v (rejected %v, down %v); want counted as not found",
+						round, err, sinks.IsRejected(err), sinks.IsDown(err))
+				}
+			}
+			if _, st := sk.storedBy("nostream.a"); st != lookUnknown {
+				t.Errorf("storedBy with the lookup refused: %v, want unknown", st)
+			}
+			// The probe's question refused is the server answering.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := sk.Probe(ctx); err != nil {
+				t.Errorf("probe: %v; want the server's refusal taken for an answer", err)
+			}
+		})
+	}
+}
+
+// The subjects of one stream (an entity's ID in each) need one lookup:
+// the stream found is kept with its subjects, where more new subjects
+// than lookupRate a second were left unknown, and so counted as "no
+// stream" while the stream was down.
+func TestStoredByKeepsAStreamsSubjects(t *testing.T) {
+	ns := testenv.NATS(t)
+	_, js := testenv.ConnectNATS(t, ns.URL)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.*.expired"}}); err != nil {
 		t.Fatal(err)
 	}
-	sk, err := NewSink(SinkParams{Name: "s", URL: url, JetStream: true, Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
+	sk, err := NewSink(SinkParams{Name: "s", URL: ns.URL, JetStream: true}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sk.Close() })
-	out := func(id, dest string) sinks.Outgoing {
-		return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: dest, Body: []byte("x")}}
-	}
-	for round := range 2 { // the second with the lookups off
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		errs := sk.Publish(ctx, []sinks.Outgoing{out("b", "ok.b"), out("a", "nostream.a")})
-		cancel()
-		if errs[0] != nil {
-			t.Fatalf("round %d: the message to a stream: %v", round, errs[0])
-		}
-		if err := errs[1]; !sinks.IsRejected(err) || sinks.IsDown(err) || sinks.ReasonOf(err) != sinks.ReasonNotFound {
-			t.Errorf("round %d: a message no stream stores, the lookup refused: %v (rejected %v, down %v); want counted as not found",
-				round, err, sinks.IsRejected(err), sinks.IsDown(err))
+	for i := range 3 * lookupBurst {
+		subject := fmt.Sprintf("orders.%d.expired", i)
+		if stream, st := sk.storedBy(subject); st != lookFound || stream != "ORDERS" {
+			t.Fatalf("subject %d, %s: %q, %v; want ORDERS found", i, subject, stream, st)
 		}
 	}
-	if _, st := sk.storedBy("nostream.a"); st != lookUnknown {
-		t.Errorf("storedBy with the lookup refused: %v, want unknown", st)
+	if stream, st := sk.storedBy("orders.7.paid"); st != lookNone {
+		t.Errorf("a subject no stream stores: %q, %v; want none", stream, st)
 	}
 }

@@ -15,10 +15,9 @@ var _ sinks.Prober = (*Sink)(nil)
 // without its meta leader) is told from one subject whose PubAck never
 // comes (its stream without a leader, or a subscriber that takes the
 // publish and never answers): the scheduler asks it when a publish timed
-// out and nothing else of the sink was confirmed while it waited. Caveat: a user
-// not allowed to make that request gets an error, and such a timeout is
-// then taken for the sink being down, as without a probe. On core NATS it
-// is a PING round trip.
+// out and nothing else of the sink was confirmed while it waited. A user
+// not allowed to make that request gets the server's refusal, which is an
+// answer all the same. On core NATS it is a PING round trip.
 func (s *Sink) Probe(ctx context.Context) error {
 	if s.js == nil {
 		if err := Flush(ctx, s.nc); err != nil {
@@ -26,7 +25,8 @@ func (s *Sink) Probe(ctx context.Context) error {
 		}
 		return nil
 	}
-	if _, err := s.js.AccountInfo(ctx); err != nil {
+	from, _ := s.denied.mark()
+	if _, err := s.js.AccountInfo(ctx); err != nil && s.denied.since(from, accountInfoAPI) == nil {
 		return fmt.Errorf("nats sink %s: probe (JetStream account info): %w", s.cfg.Name, err)
 	}
 	return nil

@@ -215,7 +215,10 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			noPubAck(i, fmt.Errorf("%w (%w)", context.DeadlineExceeded, err))
 			return
 		}
-		if noResponders(err) { // dated as it came (NewSink's handler)
+		if noResponders(err) {
+			// Dated as it came (NewSink's handler, which nats.go may run
+			// only after this reads it: here too, then).
+			s.sawNoResponders()
 			errs[i], unanswered = err, append(unanswered, i)
 			return
 		}
@@ -440,9 +443,10 @@ func (s *Sink) unconfirmed(subject string, err error) error {
 // server shutting down, JetStream off); its stream's, down for now
 // (sinks.Down), when JetStream stores the sink's other publishes
 // meanwhile or a stream of the account stores the subject (a JetStream
-// cluster that lost the stream's leader, or its own: storedBy); else no
-// stream stores it, or a lookup cannot tell (refused, unanswered, over
-// its rate): the message's fault (not_found), counted.
+// cluster that lost the stream's leader, or its own: storedBy, where a
+// lookup with no answer is JetStream not answering); else no stream
+// stores it, or a lookup cannot tell (the user may not ask, or over its
+// rate): the message's fault (not_found), counted.
 func (s *Sink) classify(subject string, err error) error {
 	noResponders := noResponders(err)
 	switch {
@@ -510,9 +514,12 @@ func (s *Sink) jetStreamAnswers() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), jsLookTimeout)
 	defer cancel()
+	from, _ := s.denied.mark()
 	_, err := s.js.AccountInfo(ctx)
 	var apiErr *jetstream.APIError
-	s.jsAnswers = err == nil || !(errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+	// A user who may not ask ($JS.API.INFO refused) got an answer all
+	// the same: the server's, refusing the question.
+	s.jsAnswers = err == nil || s.denied.since(from, accountInfoAPI) != nil || !(errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
 		(errors.As(err, &apiErr) && apiErr.Code == 503)) // "JetStream system temporarily unavailable": a cluster without its leader
@@ -525,6 +532,10 @@ const (
 	jsLookEvery   = 500 * time.Millisecond
 	jsLookTimeout = time.Second
 )
+
+// accountInfoAPI is the subject of jetStreamAnswers' question, as a
+// refusal of it names it.
+const accountInfoAPI = jetstream.DefaultAPIPrefix + "INFO"
 
 // othersAnswerWithin is how recent a PubAck of the sink says JetStream
 // stores its publishes, whatever its account's questions get; and how long

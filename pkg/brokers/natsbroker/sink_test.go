@@ -662,8 +662,8 @@ func TestSinkAStreamWithoutItsLeaderIsDownNotCounted(t *testing.T) {
 		n++
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return sk.Publish(ctx, []sinks.Outgoing{
-			{Attempt: 1, Message: &envelope.Message{ID: "r3-" + strconv.Itoa(n), Destination: "r3.x", Body: []byte("x")}},
+		return sk.Publish(ctx, []sinks.Outgoing{ // a subject of its own for each (an entity's ID in it)
+			{Attempt: 1, Message: &envelope.Message{ID: "r3-" + strconv.Itoa(n), Destination: "r3." + strconv.Itoa(n), Body: []byte("x")}},
 			{Attempt: 1, Message: &envelope.Message{ID: "r1-" + strconv.Itoa(n), Destination: "r1.x", Body: []byte("x")}},
 		})
 	}
@@ -681,7 +681,7 @@ func TestSinkAStreamWithoutItsLeaderIsDownNotCounted(t *testing.T) {
 		last = publish()
 		for i, err := range last {
 			if sinks.IsRejected(err) || sinks.IsPermanent(err) {
-				t.Fatalf("publish %d to %s counted an attempt: %v", n, []string{"r3.x", "r1.x"}[i], err)
+				t.Fatalf("publish %d to %s counted an attempt: %v", n, []string{"r3." + strconv.Itoa(n), "r1.x"}[i], err)
 			}
 		}
 		// Down first perhaps as the stream the account's JetStream still
@@ -689,7 +689,7 @@ func TestSinkAStreamWithoutItsLeaderIsDownNotCounted(t *testing.T) {
 		// the stream of the subject while the sink's others take theirs.
 		return sinks.IsDown(last[0]) && strings.Contains(last[0].Error(), "while JetStream stores the sink's other publishes") && last[1] == nil
 	}, "the stream without its leader down while the cluster's JetStream is unavailable, the other stream taking publishes")
-	if err := last[0]; sinks.IsUnavailable(err) || sinks.IsSent(err) || sinks.ReasonOf(err) != sinks.ReasonUnavailable || !strings.Contains(err.Error(), `"r3.x"`) {
+	if err := last[0]; sinks.IsUnavailable(err) || sinks.IsSent(err) || sinks.ReasonOf(err) != sinks.ReasonUnavailable || !strings.Contains(err.Error(), `"r3.`+strconv.Itoa(n)+`"`) {
 		t.Errorf("the stream without its leader: %v (unavailable %v, sent %v, reason %q); want down, naming the subject", err, sinks.IsUnavailable(err), sinks.IsSent(err), sinks.ReasonOf(err))
 	}
 }
