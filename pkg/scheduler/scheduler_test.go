@@ -992,61 +992,58 @@ func TestUnavailableSinkHoldsWithoutCountingAttempts(t *testing.T) {
 	}, "the held message delivered after the sink came back")
 }
 
-// A publish the sink could not decide (sinks.Again) is put back for a
-// little later without counting an attempt, and the sink is not held: the
-// other message of the batch, to the same sink, is delivered.
-func TestUndecidedPublishIsPutBackNotHeld(t *testing.T) {
-	h := start(t, Params{MaxAttempts: 1, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
-		h.sink.fail = func(m sinks.Outgoing) error {
-			if m.ID == "undecided" {
-				return sinks.Again(errors.New("the broker closed the channel; not probed"))
+// A publish the sink could not decide (sinks.Again), or one it did not
+// send (sinks.NotSent: its bound of publishes awaiting an answer full, or
+// the publish's time over before its turn), is put back for a little
+// later without counting an attempt, and the sink is not held: the other
+// message of the batch, to the same sink, is delivered. One not sent is
+// not marked unconfirmed (nothing was sent, so a cancel is honoured) nor
+// its destination taken for stalled: a timeout of the same kind was both
+// before NotSent.
+func TestPutBackUncountedNotHeld(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		err    error
+		unsure bool
+	}{
+		{"undecided", sinks.Again(errors.New("the broker closed the channel; not probed")), true},
+		{"unsent", sinks.NotSent(fmt.Errorf("nats sink s: not sent: %w", context.DeadlineExceeded)), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := start(t, Params{MaxAttempts: 1, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
+				h.sink.fail = func(m sinks.Outgoing) error {
+					if m.ID == c.name {
+						return c.err
+					}
+					return nil
+				}
+				h.store.park(c.name, h.clock.Now(), "s")
+				h.store.park("fine", h.clock.Now(), "s")
+			})
+			r := recv(t, h.store.postponed, "the message put back")
+			if r.ID != c.name || !r.At.After(h.clock.Now()) {
+				t.Fatalf("put back %+v, want %s a little later", r, c.name)
 			}
-			return nil
-		}
-		h.store.park("undecided", h.clock.Now(), "s")
-		h.store.park("fine", h.clock.Now(), "s")
-	})
-	r := recv(t, h.store.postponed, "the undecided message put back")
-	if r.ID != "undecided" || !r.At.After(h.clock.Now()) {
-		t.Fatalf("put back %+v, want undecided a little later", r)
-	}
-	if id := recv(t, h.store.acked, "the other message delivered"); id != "fine" {
-		t.Fatalf("acked %s, want fine", id)
-	}
-	select {
-	case u := <-h.store.holds:
-		t.Fatalf("held %+v: the sink was taken for down", u)
-	case d := <-h.store.dead:
-		t.Fatalf("dead %+v: an attempt was counted", d)
-	case rt := <-h.store.retried:
-		t.Fatalf("retried %+v: an attempt was counted", rt)
-	default:
+			if id := recv(t, h.store.acked, "the other message delivered"); id != "fine" {
+				t.Fatalf("acked %s, want fine", id)
+			}
+			noHoldNorAttempt(t, h)
+			h.store.mu.Lock()
+			defer h.store.mu.Unlock()
+			if h.store.unsure[c.name] != c.unsure {
+				t.Errorf("marked unconfirmed: %v, want %v", h.store.unsure[c.name], c.unsure)
+			}
+			if !c.unsure && h.sched.stalls.suspect("s", "dest") {
+				t.Errorf("its destination is taken for stalled")
+			}
+		})
 	}
 }
 
-// A message its sink did not send (sinks.NotSent: its bound of publishes
-// awaiting an answer full, or the publish's time over before its turn) is
-// put back for a little later: no attempt counted, the sink not held, no
-// stall of its destination, and not marked unconfirmed (nothing was sent,
-// so a cancel is honoured). A timeout of the same kind counted before.
-func TestNotSentIsPutBackUncountedUnmarked(t *testing.T) {
-	h := start(t, Params{MaxAttempts: 1, MaxSleep: 20 * time.Millisecond}, func(h *harness) {
-		h.sink.fail = func(m sinks.Outgoing) error {
-			if m.ID == "unsent" {
-				return sinks.NotSent(fmt.Errorf("nats sink s: not sent: %w", context.DeadlineExceeded))
-			}
-			return nil
-		}
-		h.store.park("unsent", h.clock.Now(), "s")
-		h.store.park("fine", h.clock.Now(), "s")
-	})
-	r := recv(t, h.store.postponed, "the unsent message put back")
-	if r.ID != "unsent" || !r.At.After(h.clock.Now()) {
-		t.Fatalf("put back %+v, want unsent a little later", r)
-	}
-	if id := recv(t, h.store.acked, "the other message delivered"); id != "fine" {
-		t.Fatalf("acked %s, want fine", id)
-	}
+// noHoldNorAttempt fails the test if the harness's store has held a
+// message (the sink taken for down) or counted an attempt of one.
+func noHoldNorAttempt(t *testing.T, h *harness) {
+	t.Helper()
 	select {
 	case u := <-h.store.holds:
 		t.Fatalf("held %+v: the sink was taken for down", u)
@@ -1055,14 +1052,6 @@ func TestNotSentIsPutBackUncountedUnmarked(t *testing.T) {
 	case rt := <-h.store.retried:
 		t.Fatalf("retried %+v: an attempt was counted", rt)
 	default:
-	}
-	h.store.mu.Lock()
-	defer h.store.mu.Unlock()
-	if h.store.unsure["unsent"] {
-		t.Errorf("the message not sent is marked unconfirmed: a cancel of it would answer in flight")
-	}
-	if h.sched.stalls.suspect("s", "dest") {
-		t.Errorf("its destination is taken for stalled")
 	}
 }
 
@@ -1103,15 +1092,7 @@ func TestDestinationDownIsPutBackByHowLongItWaited(t *testing.T) {
 	if id := recv(t, h.store.acked, "the other message delivered"); id != "fine" {
 		t.Fatalf("acked %s, want fine", id)
 	}
-	select {
-	case u := <-h.store.holds:
-		t.Fatalf("held %+v: the sink was taken for down", u)
-	case d := <-h.store.dead:
-		t.Fatalf("dead %+v: an attempt was counted", d)
-	case rt := <-h.store.retried:
-		t.Fatalf("retried %+v: an attempt was counted", rt)
-	default:
-	}
+	noHoldNorAttempt(t, h)
 	h.store.mu.Lock()
 	defer h.store.mu.Unlock()
 	if h.store.unsure["fresh"] || h.store.unsure["late"] || h.store.unsure["a-little"] {

@@ -104,58 +104,64 @@ const (
 	withinPerHeader = 16
 )
 
+// marked is a publish error of the class K (one of the kinds below): the
+// class says what the scheduler does with the message (Sink's contract),
+// and the error reads as the one it wraps.
+type marked[K any] struct{ Err error }
+
+func (e *marked[K]) Error() string { return e.Err.Error() }
+func (e *marked[K]) Unwrap() error { return e.Err }
+
+// is reports whether err is or wraps an error of the class K.
+func is[K any](err error) bool {
+	var e *marked[K]
+	return errors.As(err, &e)
+}
+
+// The classes of marked.
+type (
+	permanent struct{}
+	rejected  struct{}
+	again     struct{}
+	notSent   struct{}
+	down      struct{}
+	sent      struct{}
+)
+
 // PermanentError marks a publish failure that retrying cannot fix (a
 // message the broker can never accept): the message goes dead at once.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
+type PermanentError = marked[permanent]
 
 // Permanent wraps err as a PermanentError.
 func Permanent(err error) error { return &PermanentError{Err: err} }
 
 // IsPermanent reports whether err is or wraps a PermanentError.
-func IsPermanent(err error) bool {
-	var p *PermanentError
-	return errors.As(err, &p)
-}
+func IsPermanent(err error) bool { return is[permanent](err) }
 
 // RejectedError marks a publish that the broker refused for this message:
 // unroutable, no stream for the subject, not authorized for that
 // destination, a topic that does not exist. It counts toward max_attempts;
 // failures the broker does not attribute to the message do not.
-type RejectedError struct{ Err error }
-
-func (e *RejectedError) Error() string { return e.Err.Error() }
-func (e *RejectedError) Unwrap() error { return e.Err }
+type RejectedError = marked[rejected]
 
 // Rejected wraps err as a RejectedError.
 func Rejected(err error) error { return &RejectedError{Err: err} }
 
 // IsRejected reports whether err is or wraps a RejectedError.
-func IsRejected(err error) bool {
-	var r *RejectedError
-	return errors.As(err, &r)
-}
+func IsRejected(err error) bool { return is[rejected](err) }
 
 // AgainError marks a publish whose fate the sink could not decide while
 // it was connected: not the sink's fault, and not known yet to be the
 // message's (a RabbitMQ close among many that the sink had no time left
 // to attribute). The scheduler publishes it again soon, apart, without
 // counting an attempt and without holding the sink.
-type AgainError struct{ Err error }
-
-func (e *AgainError) Error() string { return e.Err.Error() }
-func (e *AgainError) Unwrap() error { return e.Err }
+type AgainError = marked[again]
 
 // Again wraps err as an AgainError.
 func Again(err error) error { return &AgainError{Err: err} }
 
 // IsAgain reports whether err is or wraps an AgainError.
-func IsAgain(err error) bool {
-	var a *AgainError
-	return errors.As(err, &a)
-}
+func IsAgain(err error) bool { return is[again](err) }
 
 // NotSentError marks a message a sink did not send, for no fault of the
 // message, its destination or the sink's broker: the sink's own bound of
@@ -165,19 +171,13 @@ func IsAgain(err error) bool {
 // holding the sink, without taking it for its destination's stall and,
 // since nothing was sent, without marking it as maybe sent (a cancel
 // meanwhile is honoured).
-type NotSentError struct{ Err error }
-
-func (e *NotSentError) Error() string { return e.Err.Error() }
-func (e *NotSentError) Unwrap() error { return e.Err }
+type NotSentError = marked[notSent]
 
 // NotSent wraps err as a NotSentError.
 func NotSent(err error) error { return &NotSentError{Err: err} }
 
 // IsNotSent reports whether err is or wraps a NotSentError.
-func IsNotSent(err error) bool {
-	var e *NotSentError
-	return errors.As(err, &e)
-}
+func IsNotSent(err error) bool { return is[notSent](err) }
 
 // DownError marks a publish its destination refused, storing nothing, for
 // a state of that destination that passes by itself (a JetStream stream
@@ -187,38 +187,26 @@ func IsNotSent(err error) bool {
 // the sink and without marking it as maybe sent, after about as long
 // again as the message has waited (from half a second to 30 s, the
 // blocks of a sink down), for as long as the destination is down.
-type DownError struct{ Err error }
-
-func (e *DownError) Error() string { return e.Err.Error() }
-func (e *DownError) Unwrap() error { return e.Err }
+type DownError = marked[down]
 
 // Down wraps err as a DownError.
 func Down(err error) error { return &DownError{Err: err} }
 
 // IsDown reports whether err is or wraps a DownError.
-func IsDown(err error) bool {
-	var e *DownError
-	return errors.As(err, &e)
-}
+func IsDown(err error) bool { return is[down](err) }
 
 // SentError marks a failed publish whose message was sent and whose
 // confirmation never came (the connection was lost meanwhile): the broker
 // may hold it. It changes nothing of the class (a sink that lost its
 // connection is unavailable); the scheduler tells the store, so that a
 // cancel does not promise what the broker may already have.
-type SentError struct{ Err error }
-
-func (e *SentError) Error() string { return e.Err.Error() }
-func (e *SentError) Unwrap() error { return e.Err }
+type SentError = marked[sent]
 
 // Sent wraps err as a SentError.
 func Sent(err error) error { return &SentError{Err: err} }
 
 // IsSent reports whether err is or wraps a SentError.
-func IsSent(err error) bool {
-	var e *SentError
-	return errors.As(err, &e)
-}
+func IsSent(err error) bool { return is[sent](err) }
 
 // Unreachable reports whether connecting to a broker failed because
 // nothing answered at its address (refused, no route, no such host, no
