@@ -121,7 +121,8 @@ type Log struct {
 	// failed admin request): the first
 	// is logged, the repeats within the interval are counted, and the
 	// count is logged with the next line or, when none comes, as a line of
-	// its own once the interval ended.
+	// its own once the interval ended. A sink has at most 16 lines of a
+	// kind per interval, whatever their destinations.
 	RepeatInterval Duration `yaml:"repeat_interval"`
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/delaybridge/delaybridge/pkg/lifecycle"
@@ -21,17 +22,35 @@ import (
 // unroutable destination) the first is logged, the others are counted, and
 // the count is said by the next line of that destination, or by a summary
 // line once the interval ended (run). The destinations remembered are
-// bounded (maxFailureKeys, logrepeat).
+// bounded (maxFailureKeys, logrepeat). A sink has at most perSinkLines
+// lines of a kind per interval, whatever their destinations: with a
+// subject per message (an entity's ID in it) each destination's first
+// line was a line per message (2,000 a second while a stream was down);
+// the others are counted in a line of the sink once the interval ended.
 type failures struct {
 	lim     *logrepeat.Limiter[line]
 	log     *slog.Logger
 	metrics *metrics.Metrics
+
+	mu     sync.Mutex
+	bySink map[string]*sinkLines // kind and sink -> this interval's lines
 }
 
-// line is one log line: its message and attributes.
+// sinkLines are the lines of one kind for one sink in an interval: how
+// many were logged, how many not, and the last one not.
+type sinkLines struct {
+	from          time.Time
+	logged, quiet int
+	last          line
+}
+
+// perSinkLines bounds the lines of a kind for a sink per interval.
+const perSinkLines = 16
+
+// line is one log line: its message, its sink and attributes.
 type line struct {
-	msg  string
-	args []any
+	msg, sink string
+	args      []any
 }
 
 // maxFailureKeys bounds the (kind, sink, destination) keys the limiter
@@ -40,7 +59,7 @@ type line struct {
 const maxFailureKeys = 4096
 
 func newFailures(interval time.Duration, log *slog.Logger, m *metrics.Metrics) *failures {
-	return &failures{lim: logrepeat.New[line](interval, maxFailureKeys), log: log, metrics: m}
+	return &failures{lim: logrepeat.New[line](interval, maxFailureKeys), log: log, metrics: m, bySink: map[string]*sinkLines{}}
 }
 
 // published counts and logs the failures of one publish to sink (res[j] is
@@ -77,8 +96,9 @@ func publishReason(err error) sinks.Reason {
 // not_logged is the count since the last line.
 func (f *failures) warn(now time.Time, msg, sink, dest string, args ...any) {
 	args = append([]any{"sink", sink, "destination", dest}, args...)
-	ok, quiet := f.lim.Allow(msg+"\x00"+sink+"\x00"+dest, now, line{msg: msg, args: args})
-	if !ok {
+	l := line{msg: msg, sink: sink, args: args}
+	ok, quiet := f.lim.Allow(msg+"\x00"+sink+"\x00"+dest, now, l)
+	if !ok || !f.sinkAllows(now, l) {
 		return
 	}
 	if quiet > 0 {
@@ -87,14 +107,55 @@ func (f *failures) warn(now time.Time, msg, sink, dest string, args ...any) {
 	f.log.Warn(msg, args...)
 }
 
+// sinkAllows reports whether the sink has lines of msg's kind left in this
+// interval (perSinkLines); one that has not is counted.
+func (f *failures) sinkAllows(now time.Time, l line) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := l.msg + "\x00" + l.sink
+	s := f.bySink[key]
+	if s == nil {
+		s = &sinkLines{from: now}
+		f.bySink[key] = s
+	}
+	if s.logged < perSinkLines {
+		s.logged++
+		return true
+	}
+	s.quiet++
+	s.last = l
+	return false
+}
+
+// flushSinks logs, for each kind and sink whose interval ended with lines
+// over perSinkLines, how many were not logged, with the last of them; and
+// starts its next interval.
+func (f *failures) flushSinks(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, s := range f.bySink {
+		if now.Sub(s.from) < f.lim.Interval() {
+			continue
+		}
+		if s.quiet > 0 {
+			args := append(append([]any{}, s.last.args...), "not_logged", s.quiet, "within", f.lim.Interval(), "lines_per_sink", perSinkLines)
+			f.log.Warn(s.last.msg+" (more destinations)", args...)
+		}
+		delete(f.bySink, key)
+	}
+}
+
 // flush logs a summary of each destination whose interval ended with lines
 // not logged: the last line's message and attributes, with not_logged and
-// the interval.
+// the interval; and the sinks' (flushSinks).
 func (f *failures) flush(now time.Time) {
+	f.flushSinks(now)
 	due, other := f.lim.Due(now)
 	for _, s := range due {
 		args := append(append([]any{}, s.Last.args...), "not_logged", s.Quiet, "within", f.lim.Interval())
-		f.log.Warn(s.Last.msg+" (repeats)", args...)
+		if f.sinkAllows(now, line{msg: s.Last.msg + " (repeats)", sink: s.Last.sink, args: args}) {
+			f.log.Warn(s.Last.msg+" (repeats)", args...)
+		}
 	}
 	if other > 0 {
 		f.log.Warn("failed publishes and dead messages not logged, of destinations too many to keep apart",

@@ -71,6 +71,40 @@ func TestFailedPublishesAreLoggedOncePerDestinationPerInterval(t *testing.T) {
 	}, "no line with the %d failures not logged after the interval; the log:\n%s", n-1, &logs)
 }
 
+// Failed publishes to many destinations of one sink (a subject per
+// message: an entity's ID in it) are at most perSinkLines lines of each
+// kind per interval, the others counted in a line of the sink once the
+// interval ended: each destination's first line was a line per message
+// (2,000 a second in a probe while a stream was down).
+func TestFailuresToManyDestinationsAreLoggedPerSink(t *testing.T) {
+	const n = 200
+	var logs logBuffer
+	unroutable := sinks.Rejected(sinks.Because(sinks.ReasonUnroutable, errors.New("returned 312 NO_ROUTE")))
+	h := start(t, Params{MaxAttempts: 1, RepeatInterval: 10 * time.Second, MaxSleep: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func(h *harness) {
+		h.sink.fail = func(sinks.Outgoing) error { return unroutable }
+		for i := range n {
+			id := fmt.Sprintf("m%d", i)
+			h.store.park(id, h.clock.Now(), "s")
+			h.store.msgs[id].Destination = "orders." + id
+		}
+	})
+	for range n {
+		recv(t, h.store.dead, "dead")
+	}
+	if got := len(logs.lines("level=WARN", `msg="publish failed"`)); got != perSinkLines {
+		t.Errorf("%d WARN lines for %d failed publishes to %d destinations of one sink, want %d", got, n, n, perSinkLines)
+	}
+	if got := len(logs.lines("level=WARN", `msg="message is dead"`)); got != perSinkLines {
+		t.Errorf("%d WARN lines for %d dead messages, want %d", got, n, perSinkLines)
+	}
+	h.clock.Advance(10 * time.Second)
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		return len(logs.lines("level=WARN", `msg="publish failed (more destinations)"`, "sink=s", fmt.Sprintf("not_logged=%d", n-perSinkLines))) == 1 &&
+			len(logs.lines("level=WARN", `msg="message is dead (more destinations)"`, fmt.Sprintf("not_logged=%d", n-perSinkLines))) == 1
+	}, "no line of the sink with the %d not logged after the interval; the log:\n%s", n-perSinkLines, &logs)
+}
+
 // A claim Redis refuses is logged once per log.repeat_interval with the
 // others counted, not once per shard and attempt: every shard meets the
 // same outage, and a layout this build does not know made 183 lines in
