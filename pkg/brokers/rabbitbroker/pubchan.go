@@ -288,7 +288,7 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 			continue
 		}
 		if err := sinks.Expired(ctx); err != nil { // checked first: select picks at random among ready cases
-			stopErr = sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, err))
+			stopErr = fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, err)
 			errs[i] = stopErr
 			continue
 		}
@@ -298,8 +298,12 @@ func (p *pubChan) publish(ctx context.Context, cfg SinkParams, msgs []sinks.Outg
 			stopErr = p.deadErr(cfg)
 			errs[i] = stopErr
 			continue
-		case <-ctx.Done(): // the confirm window stayed full (the broker confirms nothing)
-			stopErr = sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, ctx.Err()))
+		case <-ctx.Done():
+			// Not sent, and a timeout all the same (not sinks.NotSent):
+			// the confirm window frees only as the broker confirms, so a
+			// window that stayed full is a destination or a broker that
+			// confirms nothing, which the stall rules judge, and count.
+			stopErr = fmt.Errorf("rabbitmq sink %s: not sent: %w", cfg.Name, ctx.Err())
 			errs[i] = stopErr
 			continue
 		}

@@ -403,7 +403,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		}
 	}
 	if err := sinks.Expired(ctx); err != nil {
-		return sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, err)))
+		return sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: %w", s.cfg.Name, err))
 	}
 	s.mu.Lock()
 	blocked := s.blocked
