@@ -107,8 +107,10 @@ func (f *failures) warn(now time.Time, msg, sink, dest string, args ...any) {
 	f.log.Warn(msg, args...)
 }
 
-// sinkAllows reports whether the sink has lines of msg's kind left in this
-// interval (perSinkLines); one that has not is counted.
+// sinkAllows reports whether the sink has lines of l's kind left in this
+// interval (perSinkLines); one that has not is counted (a destination's
+// line so left out loses the count of its repeats it carried; a repeats
+// summary so left out counts as one).
 func (f *failures) sinkAllows(now time.Time, l line) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -993,9 +993,10 @@ func (s *Scheduler) settle(ctx context.Context, c *store.Lease, claimedAt time.T
 			// A destination that stalled while its sink answered, a
 			// publish the sink could not tell was this message's fault (it
 			// answered the others), or one the sink did not send (its
-			// bound of publishes awaiting an answer full): not the sink's
-			// (no hold) and, for a stall the first times, not counted.
-			// Published again soon.
+			// bound of publishes awaiting an answer full, or its batch's
+			// time over before its turn): not the sink's (no hold) and,
+			// for a stall the first times, not counted. Published again
+			// soon.
 			at := now.Add(s.p.Backoff.Delay(1, s.p.Rand()))
 			postpones = append(postpones, store.RetryAt{ID: m.ID, At: at.Add(toRedis), Reason: err.Error()})
 			earliest(at)
@@ -1083,7 +1084,8 @@ func (e *fencedSentError) As(target any) bool {
 // a message is published again, and until it is gone a cancel or a change
 // meets it as in flight (store.Settlement.Unconfirmed): its broker may
 // still take the copy sent. A message not sent (the lease's fence, the
-// time to begin sending over, sinks.NotSent) is not.
+// time to begin sending over, sinks.NotSent) is not, nor one its
+// destination refused storing nothing (sinks.Down).
 func maybeSent(err error) bool {
 	switch {
 	case err == nil:

@@ -175,3 +175,38 @@ func TestStoredByKeepsAStreamsSubjects(t *testing.T) {
 		t.Errorf("a subject no stream stores: %q, %v; want none", stream, st)
 	}
 }
+
+// A server that is not a leaderless stream's peer does not answer its
+// configuration: its subjects come one lookup at a time, at most
+// lookupRate a second, and a subject over the rate while the stream was
+// found down lately is taken for one of its (it was unknown, counted as
+// "no stream", and died with its stream down). Here the configuration is
+// refused ($JS.API.STREAM.INFO denied).
+func TestStoredByWithoutTheStreamsSubjects(t *testing.T) {
+	url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{jetstream.DefaultAPIPrefix + "STREAM.INFO.>"}}}}}})
+	_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.*.expired"}}); err != nil {
+		t.Fatal(err)
+	}
+	sk, err := NewSink(SinkParams{Name: "s", URL: url, JetStream: true, Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sk.Close() })
+	likely := 0
+	for i := range 3 * lookupBurst {
+		subject := fmt.Sprintf("orders.%d.expired", i)
+		stream, st := sk.storedBy(subject)
+		if stream != "ORDERS" || (st != lookFound && st != lookLikely) {
+			t.Fatalf("subject %d, %s: %q, %v; want ORDERS, found or likely", i, subject, stream, st)
+		}
+		if st == lookLikely {
+			likely++
+		}
+	}
+	if likely == 0 {
+		t.Errorf("no subject over the lookups' rate: the test tests nothing")
+	}
+}

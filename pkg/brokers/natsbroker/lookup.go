@@ -19,6 +19,7 @@ const (
 	lookNone                         // no stream of the account stores the subject
 	lookFound                        // a stream stores it
 	lookUnavailable                  // JetStream did not answer, or answered 503 (a cluster without its leader)
+	lookLikely                       // over lookupRate while a stream was found down lately: taken for one of its
 )
 
 // streamNamesAPI is the subject of the lookup, as a refusal of it names it
@@ -29,12 +30,17 @@ const streamNamesAPI = jetstream.DefaultAPIPrefix + "STREAM.NAMES"
 // ($JS.API.STREAM.NAMES, answered by JetStream's leader from the streams'
 // configurations, leaderless ones included). A stream found is kept with
 // its subjects (its configuration, when $JS.API.STREAM.INFO answers within
-// infoLookup) for patternsFor, so that the subjects of one stream (an
+// the lookup's time) for patternsFor, so that the subjects of one stream (an
 // entity's ID in each) need one lookup; an answer of none is kept per
 // subject for storedByFor, for maxLooked subjects at most. At most
 // lookupRate lookups a second (lookupBurst at once), so that a batch of
 // many subjects and every shard asking at once do not make the sink wait
-// or flood a JetStream leader that may be struggling. After a lookup that
+// or flood a JetStream leader that may be struggling; a subject over that
+// rate while a stream of the account was found down within patternsFor
+// is taken for one of that stream's (a server that is not the stream's
+// peer does not answer its configuration: its subjects come one lookup
+// at a time), a misrouted one so given the benefit of the doubt while
+// that outage lasts. After a lookup that
 // got no answer none is made for a while: noLookupFor when the server
 // refused it (the user may not ask: nothing can be known), jsLookEvery
 // when JetStream did not answer (nor will it meanwhile).
@@ -49,9 +55,11 @@ type streamLookups struct {
 }
 
 // foundStream is a stream a lookup found: the subjects it stores (its
-// configuration's patterns, or the subject looked up) and when.
+// configuration's patterns, or the subjects looked up when its
+// configuration did not come: noInfo) and when.
 type foundStream struct {
 	subjects []string
+	noInfo   bool
 	at       time.Time
 }
 
@@ -59,7 +67,6 @@ type foundStream struct {
 const (
 	storedByFor = time.Second
 	patternsFor = 10 * time.Second
-	infoLookup  = 250 * time.Millisecond
 	maxLooked   = 4096
 	lookupRate  = 20
 	lookupBurst = 20
@@ -67,6 +74,19 @@ const (
 
 func newStreamLookups() *streamLookups {
 	return &streamLookups{limit: rate.NewLimiter(lookupRate, lookupBurst), none: map[string]time.Time{}, streams: map[string]foundStream{}}
+}
+
+// lately names the stream found last within patternsFor, "" for none.
+func (l *streamLookups) lately(now time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name, at := "", time.Time{}
+	for n, f := range l.streams {
+		if now.Sub(f.at) < patternsFor && f.at.After(at) {
+			name, at = n, f.at
+		}
+	}
+	return name
 }
 
 // known answers from what earlier lookups found.
@@ -101,7 +121,12 @@ func (s *Sink) storedBy(subject string) (string, lookState) {
 	switch {
 	case now.UnixNano() < l.off.Load():
 		return "", lookState(l.offWhy.Load())
-	case subject == "" || s.js == nil || !l.limit.Allow():
+	case subject == "" || s.js == nil:
+		return "", lookUnknown
+	case !l.limit.Allow():
+		if stream := l.lately(now); stream != "" {
+			return stream, lookLikely
+		}
 		return "", lookUnknown
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), duplicateLookup)
@@ -110,17 +135,25 @@ func (s *Sink) storedBy(subject string) (string, lookState) {
 	stream, err := s.js.StreamNameBySubject(ctx, subject)
 	switch {
 	case err == nil:
-		subjects := []string{subject}
-		ictx, icancel := context.WithTimeout(ctx, infoLookup)
-		if st, err := s.js.Stream(ictx, stream); err == nil && len(st.CachedInfo().Config.Subjects) > 0 {
-			subjects = st.CachedInfo().Config.Subjects
+		l.mu.Lock()
+		f, ok := l.streams[stream]
+		l.mu.Unlock()
+		if ok && f.noInfo && now.Sub(f.at) < patternsFor {
+			// Its configuration did not come lately: this subject joins
+			// those looked up, without asking again.
+			f.subjects = append(f.subjects[:min(len(f.subjects), maxLooked-1)], subject)
+		} else {
+			f = foundStream{subjects: []string{subject}, noInfo: true}
+			if st, err := s.js.Stream(ctx, stream); err == nil && len(st.CachedInfo().Config.Subjects) > 0 {
+				f = foundStream{subjects: st.CachedInfo().Config.Subjects}
+			}
 		}
-		icancel()
+		f.at = now
 		l.mu.Lock()
 		if len(l.streams) >= maxLooked {
 			clear(l.streams)
 		}
-		l.streams[stream] = foundStream{subjects: subjects, at: now}
+		l.streams[stream] = f
 		l.mu.Unlock()
 		return stream, lookFound
 	case errors.Is(err, jetstream.ErrStreamNotFound):

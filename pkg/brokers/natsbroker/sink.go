@@ -233,6 +233,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 		// (the message would be published again).
 		select {
 		case ack := <-f.Ok():
+			s.acked() // nats.go may run its handler only after this reads it
 			errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 			continue
 		case err := <-f.Err():
@@ -252,6 +253,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 			}
 			select {
 			case ack := <-f.Ok():
+				s.acked()
 				errs[i] = s.duplicate(ctx, msgs[i], nmsgs[i], ack)
 				break wait
 			case err := <-f.Err():
@@ -463,6 +465,9 @@ func (s *Sink) classify(subject string, err error) error {
 		case lookFound:
 			return sinks.Down(fmt.Errorf("nats sink %s: stream %s stores %q and does not answer (it has no leader: its servers down or cut off, or it is being moved); published again later, the attempt not counted: %w",
 				s.cfg.Name, stream, subject, err))
+		case lookLikely:
+			return sinks.Down(fmt.Errorf("nats sink %s: no stream answered %q while stream %s, found without a leader lately, does not answer either (not looked up: over %d lookups a second); published again later, the attempt not counted: %w",
+				s.cfg.Name, subject, stream, lookupRate, err))
 		case lookUnavailable: // JetStream stopped answering since jetStreamAnswers looked
 			if s.othersAnswer() {
 				return sinks.Down(fmt.Errorf("nats sink %s: the stream that stores %q does not answer while JetStream stores the sink's other publishes (a JetStream cluster that lost the stream's leader or its own: servers down or cut off); published again later, the attempt not counted: %w",
