@@ -3,6 +3,7 @@ package natsbroker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,8 +141,9 @@ func (s *Sink) storedBy(subject string) (string, lookState) {
 		l.mu.Unlock()
 		if ok && f.noInfo && now.Sub(f.at) < patternsFor {
 			// Its configuration did not come lately: this subject joins
-			// those looked up, without asking again.
-			f.subjects = append(f.subjects[:min(len(f.subjects), maxLooked-1)], subject)
+			// those looked up, without asking again (in a slice of its
+			// own: known may be reading the one in the map).
+			f.subjects = append(slices.Clip(f.subjects[:min(len(f.subjects), maxLooked-1)]), subject)
 		} else {
 			f = foundStream{subjects: []string{subject}, noInfo: true}
 			if st, err := s.js.Stream(ctx, stream); err == nil && len(st.CachedInfo().Config.Subjects) > 0 {
