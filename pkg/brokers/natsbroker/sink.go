@@ -129,11 +129,10 @@ func NewSink(cfg SinkParams, log *slog.Logger) (*Sink, error) {
 // timeout): a destination that never answers holds its publishes' share
 // of it for the publish timeout, a healthy stream for milliseconds. What
 // it holds is what publishes under way wait for, which the scheduler
-// holds in memory anyway. Once it is
-// reached a publish is not sent (sinks.NotSent: published again soon, not
-// counted) after waiting capWait for a slot: with the default timeout, it
-// takes more than 26,000 publishes a second to destinations that do not
-// answer.
+// holds in memory anyway. Once it is reached, the rest of a batch is not
+// sent (sinks.NotSent: published again soon, not counted) after the batch
+// waited capWait in all for slots: with the default timeout, it takes
+// more than 26,000 publishes a second to destinations that do not answer.
 const asyncMaxPending = 1 << 18
 
 // capWait is how long a batch waits for slots of asyncMaxPending, all its
