@@ -213,8 +213,9 @@ type StatsView struct {
 	// master out of reach or in a failover (a Redis Cluster with a master
 	// down); Warning says so.
 	UnansweredShards []int `json:"unanswered_shards,omitempty" doc:"Shards that did not answer (their master out of reach, or in a failover): every count leaves them out, and warning says why."`
-	// Warning is set when a count leaves something out.
-	Warning string `json:"warning,omitempty" doc:"Set when the counts leave shards out: which, and the error."`
+	// Warning is set when a count leaves something out or reads it as
+	// last known.
+	Warning string `json:"warning,omitempty" doc:"Set when the counts leave shards out (which, and the error) or count held messages in the hold bands as last read (the sinks record did not answer)."`
 	// DueIn counts the parked messages by when they come due:
 	// {"overdue","minute","hour","day","later"}; overdue is Due, and
 	// together they are Parked.
