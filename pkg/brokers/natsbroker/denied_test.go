@@ -110,18 +110,7 @@ func TestSinkRefusalsDroppedDoNotFailAJetStreamPublish(t *testing.T) {
 func TestSinkMayNotLookUpStreamsNoStreamCounts(t *testing.T) {
 	for _, deny := range [][]string{{streamNamesAPI}, {streamNamesAPI, accountInfoAPI}} {
 		t.Run(strings.Join(deny, ","), func(t *testing.T) {
-			url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
-				Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
-					Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}}}})
-			_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
-			if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}}); err != nil {
-				t.Fatal(err)
-			}
-			sk, err := NewSink(SinkParams{Name: "s", URL: url, JetStream: true, Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sk.Close() })
+			sk := deniedSink(t, deny, jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok.>"}})
 			out := func(id, dest string) sinks.Outgoing {
 				return sinks.Outgoing{Attempt: 1, Message: &envelope.Message{ID: id, Destination: dest, Body: []byte("x")}}
 			}
@@ -183,18 +172,7 @@ func TestStoredByKeepsAStreamsSubjects(t *testing.T) {
 // "no stream", and died with its stream down). Here the configuration is
 // refused ($JS.API.STREAM.INFO denied).
 func TestStoredByWithoutTheStreamsSubjects(t *testing.T) {
-	url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
-		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{jetstream.DefaultAPIPrefix + "STREAM.INFO.>"}}}}}})
-	_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.*.expired"}}); err != nil {
-		t.Fatal(err)
-	}
-	sk, err := NewSink(SinkParams{Name: "s", URL: url, JetStream: true, Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sk.Close() })
+	sk := deniedSink(t, []string{jetstream.DefaultAPIPrefix + "STREAM.INFO.>"}, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.*.expired"}})
 	likely := 0
 	for i := range 3 * lookupBurst {
 		subject := fmt.Sprintf("orders.%d.expired", i)
@@ -209,4 +187,24 @@ func TestStoredByWithoutTheStreamsSubjects(t *testing.T) {
 	if likely == 0 {
 		t.Errorf("no subject over the lookups' rate: the test tests nothing")
 	}
+}
+
+// deniedSink starts a JetStream server whose user may publish to anything
+// but deny, with the stream cfg, and a JetStream sink of that user (closed
+// at the end of the test).
+func deniedSink(t *testing.T, deny []string, cfg jetstream.StreamConfig) *Sink {
+	t.Helper()
+	url := startServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{{Username: "db", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}}}})
+	_, js := testenv.ConnectNATS(t, url, nats.UserInfo("db", "pw"))
+	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	sk, err := NewSink(SinkParams{Name: "s", URL: url, JetStream: true, Options: []nats.Option{nats.UserInfo("db", "pw")}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sk.Close() })
+	return sk
 }

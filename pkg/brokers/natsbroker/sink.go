@@ -449,32 +449,9 @@ func (s *Sink) unconfirmed(subject string, err error) error {
 // stores it, or a lookup cannot tell (the user may not ask, or over its
 // rate): the message's fault (not_found), counted.
 func (s *Sink) classify(subject string, err error) error {
-	noResponders := noResponders(err)
 	switch {
-	case noResponders && !s.jetStreamAnswers() && s.othersAnswer():
-		return sinks.Down(fmt.Errorf("nats sink %s: the stream that stores %q does not answer while JetStream stores the sink's other publishes (a JetStream cluster that lost the stream's leader or its own: servers down or cut off); published again later, the attempt not counted: %w",
-			s.cfg.Name, subject, err))
-	case noResponders && !s.jetStreamAnswers():
-		// Nothing answers for JetStream at all: a server shutting down
-		// (it stops JetStream before it closes the connections), or one
-		// whose JetStream is off. The sink's fault, not the message's.
-		return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, its JetStream cluster has no leader, or JetStream is off): %w", s.cfg.Name, err)
-	case noResponders:
-		switch stream, found := s.storedBy(subject); found {
-		case lookFound:
-			return sinks.Down(fmt.Errorf("nats sink %s: stream %s stores %q and does not answer (it has no leader: its servers down or cut off, or it is being moved); published again later, the attempt not counted: %w",
-				s.cfg.Name, stream, subject, err))
-		case lookLikely:
-			return sinks.Down(fmt.Errorf("nats sink %s: no stream answered %q while stream %s, found without a leader lately, does not answer either (not looked up: over %d lookups a second); published again later, the attempt not counted: %w",
-				s.cfg.Name, subject, stream, lookupRate, err))
-		case lookUnavailable: // JetStream stopped answering since jetStreamAnswers looked
-			if s.othersAnswer() {
-				return sinks.Down(fmt.Errorf("nats sink %s: the stream that stores %q does not answer while JetStream stores the sink's other publishes (a JetStream cluster that lost the stream's leader or its own: servers down or cut off); published again later, the attempt not counted: %w",
-					s.cfg.Name, subject, err))
-			}
-			return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, its JetStream cluster has no leader, or JetStream is off): %w", s.cfg.Name, err)
-		}
-		return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)))
+	case noResponders(err):
+		return s.unanswered(subject, err)
 	case errors.Is(err, nats.ErrPermissionViolation):
 		return sinks.Rejected(sinks.Because(sinks.ReasonUnauthorized, fmt.Errorf("nats sink %s: not authorized to publish to this subject: %w", s.cfg.Name, err)))
 	}
@@ -569,6 +546,33 @@ func (s *Sink) sawNoResponders() {
 func (s *Sink) othersAnswer() bool {
 	ack := s.lastPubAck.Load()
 	return ack > s.noRespFirst.Load() && time.Now().UnixNano()-ack < int64(othersAnswerWithin)
+}
+
+// unanswered classifies a publish to subject that no stream answered
+// (classify).
+func (s *Sink) unanswered(subject string, err error) error {
+	if s.jetStreamAnswers() {
+		switch stream, found := s.storedBy(subject); found {
+		case lookFound:
+			return sinks.Down(fmt.Errorf("nats sink %s: stream %s stores %q and does not answer (it has no leader: its servers down or cut off, or it is being moved); published again later, the attempt not counted: %w",
+				s.cfg.Name, stream, subject, err))
+		case lookLikely:
+			return sinks.Down(fmt.Errorf("nats sink %s: no stream answered %q while stream %s, found without a leader lately, does not answer either (not looked up: over %d lookups a second); published again later, the attempt not counted: %w",
+				s.cfg.Name, subject, stream, lookupRate, err))
+		case lookNone, lookUnknown:
+			return sinks.Rejected(sinks.Because(sinks.ReasonNotFound, fmt.Errorf("nats sink %s: no stream stores this subject (create a stream for it, or set jetstream: false): %w", s.cfg.Name, err)))
+		}
+		// lookUnavailable: JetStream stopped answering since
+		// jetStreamAnswers looked.
+	}
+	if s.othersAnswer() {
+		return sinks.Down(fmt.Errorf("nats sink %s: the stream that stores %q does not answer while JetStream stores the sink's other publishes (a JetStream cluster that lost the stream's leader or its own: servers down or cut off); published again later, the attempt not counted: %w",
+			s.cfg.Name, subject, err))
+	}
+	// Nothing answers for JetStream at all: a server shutting down (it
+	// stops JetStream before it closes the connections), or one whose
+	// JetStream is off. The sink's fault, not the message's.
+	return fmt.Errorf("nats sink %s: JetStream does not answer (the server is shutting down or restarting, its JetStream cluster has no leader, or JetStream is off): %w", s.cfg.Name, err)
 }
 
 // jsErrCodeStreamStoreFailed is the JetStream error a stream answers a
