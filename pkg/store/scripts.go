@@ -60,6 +60,7 @@ type scriptForm struct {
 	layout         int
 	keys           []string // key names, in KEYS order (due...: one per priority)
 	flagged, plain *redis.Script
+	src            string // the source, as plain runs it
 }
 
 // stateLibs is, per layout, the lib file a script's "--! include: due"
@@ -137,25 +138,7 @@ func loadScript(name string) *script {
 
 // assemble builds main with its includes for layout l.
 func assemble(main luaFile, l int) *scriptForm {
-	var libs []luaFile
-	seen := map[string]bool{}
-	var visit func(names []string, from string)
-	visit = func(names []string, from string) {
-		for _, n := range names {
-			if seen[n] {
-				continue
-			}
-			seen[n] = true
-			file := n
-			if n == "due" {
-				file = stateLibs[l]
-			}
-			lib := readLua(path.Join("lua/lib", file+".lua"))
-			visit(lib.includes, lib.name) // what it calls comes first
-			libs = append(libs, lib)
-		}
-	}
-	visit(main.includes, main.name)
+	libs := includes(main, l)
 	want := map[string]bool{}
 	for _, f := range append(libs, main) {
 		for _, k := range f.keys {
@@ -203,13 +186,11 @@ func assemble(main luaFile, l int) *scriptForm {
 		}
 	}
 	fmt.Fprintf(&b, "}\nlocal NKEYS = %d\nlocal PRIOFROM, PRIOTO = %d, %d\n", n, prioFrom, n)
-	for _, lib := range libs {
-		b.WriteString(lib.body)
-		b.WriteString("\n")
-	}
+	b.WriteString(needed(libs, main.body))
 	b.WriteString(main.body)
 	src := b.String()
 	sc.plain = redis.NewScript(src)
+	sc.src = src
 	sc.flagged = sc.plain
 	if main.firing {
 		// The firing scripts may run when Redis is at maxmemory with
@@ -219,6 +200,179 @@ func assemble(main luaFile, l int) *scriptForm {
 		sc.flagged = redis.NewScript("#!lua flags=allow-oom\n" + src)
 	}
 	return sc
+}
+
+// needed returns the top-level statements of libs that main needs, in
+// their order. Redis runs a script's whole chunk at each call, so that
+// every local function of an include is made again each time, used or not:
+// about 20 µs a call, three times that on a Redis woken from idle, where
+// the 80 functions a script's includes hold were made for the few it
+// calls. A statement that declares locals (a local function, or a local
+// value that calls nothing) is kept when a kept statement or main names
+// one of them; any other statement (code the script runs, a value that
+// calls something) is always kept. A name is any identifier in the text,
+// comments included: a statement kept for nothing costs its time, one left
+// out that a script needed would be a global's read, which
+// TestScriptsReadOnlyRedisGlobals catches.
+func needed(libs []luaFile, main string) string {
+	var units []luaUnit
+	for _, lib := range libs {
+		units = append(units, luaUnits(lib.body)...)
+	}
+	names := map[string]bool{}
+	name := func(text string) {
+		for _, id := range luaIdent.FindAllString(text, -1) {
+			names[id] = true
+		}
+	}
+	name(luaCode(main))
+	keep := make([]bool, len(units))
+	for i, u := range units {
+		if u.declares == nil {
+			keep[i] = true
+			name(u.code)
+		}
+	}
+	for more := true; more; {
+		more = false
+		for i, u := range units {
+			if !keep[i] && slices.ContainsFunc(u.declares, func(n string) bool { return names[n] }) {
+				keep[i], more = true, true
+				name(u.code)
+			}
+		}
+	}
+	var b strings.Builder
+	for i, u := range units {
+		if keep[i] {
+			b.WriteString(u.text)
+		}
+	}
+	return b.String()
+}
+
+// includes returns the lib files main includes for layout l, each once,
+// after the ones it includes.
+func includes(main luaFile, l int) []luaFile {
+	var libs []luaFile
+	seen := map[string]bool{}
+	var visit func(names []string)
+	visit = func(names []string) {
+		for _, n := range names {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			file := n
+			if n == "due" {
+				file = stateLibs[l]
+			}
+			lib := readLua(path.Join("lua/lib", file+".lua"))
+			visit(lib.includes) // what it calls comes first
+			libs = append(libs, lib)
+		}
+	}
+	visit(main.includes)
+	return libs
+}
+
+// luaUnit is a top-level statement of a lib file with the comments before
+// it, and the locals it declares when it may be left out (nil: it may not).
+type luaUnit struct {
+	text     string   // as written
+	code     string   // without its comments but those at the end of a line
+	declares []string // nil: always kept
+}
+
+var (
+	luaIdent     = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	luaLocalFunc = regexp.MustCompile(`^local\s+function\s+([A-Za-z_][A-Za-z0-9_]*)`)
+	luaLocalVals = regexp.MustCompile(`^local\s+([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*=`)
+	luaGoesOn    = regexp.MustCompile(`^(end|else|elseif|until)\b|^[})\]]`)
+)
+
+// luaUnits splits a lib file into its top-level statements. The files
+// keep to one form, which TestLibUnitsParseAlone holds them to: a
+// statement starts at column 0, what goes on with it is indented or closes
+// it at column 0 (end, else, elseif, until, a closing bracket), and a
+// block comment (--[[ ... ]]) outside a function starts at column 0 too.
+func luaUnits(body string) []luaUnit {
+	var units []luaUnit
+	var stmt, cur, waiting strings.Builder // waiting: comments not yet known to be inside the statement
+	inComment := false
+	flush := func() {
+		if stmt.Len() > 0 {
+			units = append(units, luaUnit{text: cur.String(), code: luaCode(stmt.String()), declares: luaDeclares(stmt.String())})
+		}
+		stmt.Reset()
+		cur.Reset()
+	}
+	for line := range strings.Lines(body) {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case inComment:
+			inComment = !strings.Contains(line, "]]")
+			waiting.WriteString(line)
+		case strings.HasPrefix(line, "--[["):
+			inComment = !strings.Contains(line[4:], "]]")
+			waiting.WriteString(line)
+		case trimmed == "" || strings.HasPrefix(line, "--"):
+			waiting.WriteString(line)
+		case line[0] == ' ' || line[0] == '\t' || luaGoesOn.MatchString(line):
+			cur.WriteString(waiting.String())
+			waiting.Reset()
+			cur.WriteString(line)
+			stmt.WriteString(line)
+		default:
+			flush()
+			cur.WriteString(waiting.String())
+			waiting.Reset()
+			cur.WriteString(line)
+			stmt.WriteString(line)
+		}
+	}
+	flush()
+	if waiting.Len() > 0 {
+		units = append(units, luaUnit{text: waiting.String()})
+	}
+	return units
+}
+
+// luaCode returns text without its comment lines and block comments.
+func luaCode(text string) string {
+	var b strings.Builder
+	inComment := false
+	for line := range strings.Lines(text) {
+		t := strings.TrimSpace(line)
+		switch {
+		case inComment:
+			inComment = !strings.Contains(line, "]]")
+		case strings.HasPrefix(t, "--[["):
+			inComment = !strings.Contains(t[4:], "]]")
+		case strings.HasPrefix(t, "--"):
+		default:
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// luaDeclares returns the locals a statement declares when leaving it out
+// changes nothing but them: a local function, or local values made without
+// a call.
+func luaDeclares(stmt string) []string {
+	if m := luaLocalFunc.FindStringSubmatch(stmt); m != nil {
+		return []string{m[1]}
+	}
+	m := luaLocalVals.FindStringSubmatch(stmt)
+	if m == nil || strings.Contains(stmt[len(m[0]):], "(") {
+		return nil
+	}
+	var names []string
+	for _, n := range strings.Split(m[1], ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	return names
 }
 
 // luaConstants are the Go constants the scripts use, written into every
