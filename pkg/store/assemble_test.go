@@ -118,7 +118,7 @@ func luaGlobals(t *testing.T, name, src string) (reads, writes []string) {
 	var walk func(p *lua.FunctionProto)
 	walk = func(p *lua.FunctionProto) {
 		for _, inst := range p.Code {
-			op, bx := int(inst>>26), int(inst&0x3ffff) // gopher-lua's instruction format (opcode.go)
+			op, bx := int(inst>>26), int(inst&0x3ffff) // gopher-lua's instruction format: opcode in the top 6 bits, Bx in the low 18
 			switch op {
 			case lua.OP_GETGLOBAL:
 				reads = append(reads, p.Constants[bx].String())
