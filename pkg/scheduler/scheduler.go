@@ -879,6 +879,7 @@ func (s *Scheduler) detach(ctx context.Context, c *store.Lease, claimedAt, fence
 		bySink[name] = append(bySink[name], i)
 	}
 	trace := *tr
+	ctx = sinks.WithApart(ctx)
 	s.detached.Add(1)
 	done := make(chan struct{})
 	forget := s.publishedApart(c, idx, done)

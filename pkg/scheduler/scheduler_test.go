@@ -398,13 +398,23 @@ type fakeSink struct {
 	mu        sync.Mutex
 	published []sinks.Outgoing
 	fail      func(m sinks.Outgoing) error
+	// sent and apart count, by ID, every publish and those marked
+	// sinks.WithApart.
+	sent, apart map[string]int
 }
 
-func (s *fakeSink) Publish(_ context.Context, msgs []sinks.Outgoing) []error {
+func (s *fakeSink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.sent == nil {
+		s.sent, s.apart = map[string]int{}, map[string]int{}
+	}
 	errs := make([]error, len(msgs))
 	for i, m := range msgs {
+		s.sent[m.ID]++
+		if sinks.IsApart(ctx) {
+			s.apart[m.ID]++
+		}
 		if s.fail != nil {
 			errs[i] = s.fail(m)
 		}
@@ -1359,6 +1369,17 @@ func TestStallingDestination(t *testing.T) {
 	for id, n := range seen {
 		if n != 1 {
 			t.Errorf("%s published %d times", id, n)
+		}
+	}
+	// The sink is told which publishes go apart (a RabbitMQ sink puts
+	// them on a connection of their own): the stalling destination's
+	// after its first timeout, never the others'.
+	if n, apart := h.sink.sent["stuck"], h.sink.apart["stuck"]; n < 2 || apart != n-1 {
+		t.Errorf("the stalling message: published %d times, %d of them marked apart; want all but the first", n, apart)
+	}
+	for id := range seen {
+		if h.sink.apart[id] > 0 {
+			t.Errorf("%s, to a destination that answers, published apart %d times", id, h.sink.apart[id])
 		}
 	}
 }

@@ -303,6 +303,24 @@ func PublishTimeout(ctx context.Context) time.Duration {
 	return d
 }
 
+type apartKey struct{}
+
+// WithApart tells a sink that the messages of this publish go apart from
+// the others of their sink: their destinations did not answer within the
+// publish timeout lately, while the sink answered (a destination that
+// stalls). A sink whose one connection a destination can stop for all (a
+// RabbitMQ queue that takes no publish stops the connection that sends to
+// it: flow control) publishes them where they hold nobody else up.
+func WithApart(ctx context.Context) context.Context {
+	return context.WithValue(ctx, apartKey{}, true)
+}
+
+// IsApart reports whether WithApart marked ctx.
+func IsApart(ctx context.Context) bool {
+	apart, _ := ctx.Value(apartKey{}).(bool)
+	return apart
+}
+
 // WithSendBy bounds when a sink may still begin sending a message of a
 // publish: from t on (by the clock) Expired is ErrSendBy, while the
 // confirms of what was sent are still awaited until ctx's deadline. The

@@ -56,6 +56,12 @@
 // nothing happened, and the sink reconnects at once without being down
 // (quarantine.go).
 //
+// A queue that takes no publish (a quorum queue without its quorum) makes
+// the broker stop reading the connection that sends to it (flow control),
+// every publish on it waiting: the sink then connects again at once,
+// publishes a destination that stalled on a connection of its own, and
+// probes the broker on another that publishes nothing (lanes.go).
+//
 // # Connection
 //
 // The connection code is what the RabbitMQ ingest and sink share: dialing

@@ -3,18 +3,41 @@ package rabbitbroker
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delaybridge/delaybridge/pkg/sinks"
 )
 
 var _ sinks.Prober = (*Sink)(nil)
 
+// prober is the connection Probe asks on, which publishes nothing: a
+// connection that publishes to a queue that takes nothing is stopped by
+// the broker's flow control, a channel opened on it included, while the
+// broker answers (lanes.go).
+type prober struct {
+	mu   sync.Mutex
+	conn *amqp.Connection
+}
+
+func (p *prober) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		_ = p.conn.CloseDeadline(time.Now().Add(time.Second))
+		p.conn = nil
+	}
+}
+
 // Probe reports whether the broker answers now, without publishing: a
-// channel opened and closed on the sink's connection, two round trips the
-// broker answers whatever a queue does. So a publish whose confirm never
-// comes (a quorum queue without its quorum) is told from a broker that
-// does not answer. A connection the broker blocked (a resource alarm) takes
-// no publish: that is the sink's, and Probe says so.
+// channel opened and closed on a connection of its own, two round trips
+// the broker answers whatever a queue does. So a publish whose confirm
+// never comes (a quorum queue without its quorum) is told from a broker
+// that does not answer. A sink that is not connected, or whose connection
+// the broker blocked (a resource alarm), takes no publish: that is the
+// sink's, and Probe says so.
 func (s *Sink) Probe(ctx context.Context) error {
 	s.mu.Lock()
 	conn, blocked := s.conn, s.blocked
@@ -25,14 +48,27 @@ func (s *Sink) Probe(ctx context.Context) error {
 	case blocked != nil:
 		return fmt.Errorf("rabbitmq sink %s: probe: %w", s.cfg.Name, blocked)
 	}
+	p := &s.prober
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil || p.conn.IsClosed() {
+		c, err := Dial(ctx, s.cfg.URL, "delaybridge sink "+s.cfg.Name+" (probe)", s.cfg.Auth)
+		if err != nil {
+			return fmt.Errorf("rabbitmq sink %s: probe (connect): %w", s.cfg.Name, err)
+		}
+		p.conn = c
+	}
+	c := p.conn
 	err := wait(ctx, func() error {
-		ch, err := conn.Channel()
+		ch, err := c.Channel()
 		if err != nil {
 			return err
 		}
 		return ch.Close()
 	})
 	if err != nil {
+		_ = c.CloseDeadline(time.Now())
+		p.conn = nil
 		return fmt.Errorf("rabbitmq sink %s: probe (open a channel): %w", s.cfg.Name, err)
 	}
 	return nil

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -26,8 +29,12 @@ import (
 // with the same key go to the same queues and share their fate, so the
 // match cannot blame the wrong one in practice.
 type pubChan struct {
-	ch  *amqp.Channel
-	sem chan struct{} // one slot per unconfirmed publish
+	ch   *amqp.Channel
+	conn *amqp.Connection // the connection it is a channel of
+	sem  chan struct{}    // one slot per unconfirmed publish
+	// answeredAt is when the broker last answered a publish on it (a
+	// confirm, ack or nack), Unix nanoseconds; 0 never.
+	answeredAt atomic.Int64
 
 	pubMu sync.Mutex // serializes publishes: tag = GetNextPublishSeqNo
 
@@ -84,6 +91,7 @@ func (s *Sink) openChan(conn *amqp.Connection) (*pubChan, error) {
 	}
 	p := &pubChan{
 		ch:       ch,
+		conn:     conn,
 		sem:      make(chan struct{}, maxInFlight),
 		pending:  make(map[uint64]entry),
 		lowest:   1,
@@ -95,6 +103,17 @@ func (s *Sink) openChan(conn *amqp.Connection) (*pubChan, error) {
 	returns := ch.NotifyReturn(make(chan amqp.Return, maxInFlight))
 	go p.dispatch(s.cfg, confirms, returns, closes)
 	return p, nil
+}
+
+// stuck reports whether a publish begun at start that waited out its time
+// (errs holds a timeout) waited stuckAfter at least, and the broker
+// answered no publish on the channel meanwhile: it reads nothing more of
+// what the channel sends (flow control), or answers nothing (lanes.go).
+func (p *pubChan) stuck(start time.Time, errs []error) bool {
+	if time.Since(start) < stuckAfter || p.answeredAt.Load() >= start.UnixNano() {
+		return false
+	}
+	return slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, context.DeadlineExceeded) })
 }
 
 func (p *pubChan) isDead() bool {
@@ -195,6 +214,7 @@ func (p *pubChan) recordReturn(r amqp.Return) {
 }
 
 func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
+	p.answeredAt.Store(time.Now().UnixNano())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Confirms arrive in tag order; a tag below this one still pending had

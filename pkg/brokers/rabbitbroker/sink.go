@@ -62,10 +62,15 @@ type Sink struct {
 	pool    [poolSize]*pubChan
 	blocked error         // the broker blocked the connection (resource alarm)
 	up      chan struct{} // closed while connected
-	quick   bool          // reconnecting at once: the broker closed the connection for a publish, or it was lost
+	quick   bool          // reconnecting at once: the broker closed the connection for a publish, or it was lost, or abandoned
 	next    atomic.Uint32
+	// abandoned is the last connection closed for answering no publish
+	// (abandon, lanes.go).
+	abandoned *amqp.Connection
 
 	quarantine quarantine // suspects and poisoned destinations (quarantine.go)
+	lanes      lanes      // destinations published apart (lanes.go)
+	prober     prober     // Probe's own connection (probe.go)
 
 	// noExchange is why the configured exchange cannot be used (it does not
 	// exist); nil when it can. Ready reports it, so that the sink's messages
@@ -218,8 +223,8 @@ func (s *Sink) supervise(ctx context.Context, conn *amqp.Connection) {
 		if ctx.Err() != nil {
 			return
 		}
-		quick := attributable(err) || lost(err)
 		s.mu.Lock()
+		quick := attributable(err) || lost(err) || s.abandoned == conn
 		s.conn = nil
 		s.pool = [poolSize]*pubChan{}
 		s.up = make(chan struct{})
@@ -436,8 +441,17 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 					errs[i] = fmt.Errorf("rabbitmq sink %s: not connected: %w", s.cfg.Name, err)
 				}
 			}
+		} else if sinks.IsApart(ctx) {
+			s.publishApart(ctx, msgs, pubs, errs)
 		} else {
+			start := time.Now()
+			stop := guard(ctx, func() { s.abandon(p, time.Since(start)) })
 			p.publish(ctx, s.cfg, msgs, pubs, errs)
+			stop()
+			if p.stuck(start, errs) {
+				s.abandon(p, time.Since(start))
+			}
+			s.cutOff(p, errs)
 		}
 	}
 	var suspects []int
@@ -531,6 +545,8 @@ func (s *Sink) Close() error {
 	s.stop()
 	<-s.done
 	s.closeQuarantine()
+	s.closeLanes()
+	s.prober.close()
 	s.mu.Lock()
 	conn := s.conn
 	s.conn = nil

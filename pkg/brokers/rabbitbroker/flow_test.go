@@ -1,0 +1,120 @@
+package rabbitbroker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
+	"github.com/delaybridge/delaybridge/pkg/brokers/rabbitbroker"
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// TestSinkAQueueThatTakesNothingHoldsNoOtherUp: a quorum queue that takes
+// no publish (its process suspended here, as when it has lost its quorum)
+// confirms nothing, and once enough publishes wait for it RabbitMQ stops
+// reading the whole connection that sends them (flow control). The sink
+// then takes the connection down and reconnects, so that another queue's
+// publish goes through; Probe, on a connection of its own, still finds
+// the broker answering (it timed out, and every publish after the first
+// batch waited out its time, before); and a publish apart (the
+// scheduler's, for a destination that stalled) puts each destination on a
+// connection of its own, the healthy one's confirmed beside the stuck.
+func TestSinkAQueueThatTakesNothingHoldsNoOtherUp(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	stuck, healthy := unique(t)+"-stuck", unique(t)+"-healthy"
+	if _, err := a.ch.QueueDeclare(stuck, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	a.queue(healthy)
+	queuePid := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), P = amqqueue:get_pid(Q)`, stuck)
+	node.Ctl(t, "eval", queuePid+`, sys:suspend(P), ok.`)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			node.Ctl(t, "eval", queuePid+`, sys:resume(P), ok.`)
+		}
+	}
+	t.Cleanup(resume)
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
+	within := func(ctx context.Context, msgs []sinks.Outgoing) []error {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		return s.Publish(ctx, msgs)
+	}
+
+	// Enough publishes to the stuck queue for the broker to stop reading
+	// the connection: each time out.
+	first := within(context.Background(), batch("stuck", stuck, 2000))
+	for i, err := range first {
+		if err == nil {
+			t.Fatalf("publish %d to a suspended queue confirmed", i)
+		}
+	}
+	// Another queue's publish goes through, on the connection the sink
+	// opened again.
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		return within(context.Background(), []sinks.Outgoing{msg("alone", healthy)})[0] == nil
+	}, "a publish to another queue confirmed after the stuck one's timed out")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := s.Probe(ctx); err != nil {
+		t.Errorf("Probe: %v (the broker answers; only the queue takes nothing)", err)
+	}
+	cancel()
+
+	// Apart: the healthy destination's messages are confirmed beside the
+	// stuck one's, which time out.
+	apart := append(batch("apart-stuck", stuck, 50), batch("apart-healthy", healthy, 50)...)
+	errs := within(sinks.WithApart(context.Background()), apart)
+	for i, err := range errs {
+		if i < 50 && err == nil {
+			t.Errorf("apart publish %d to the suspended queue confirmed", i)
+		}
+		if i >= 50 && err != nil {
+			t.Errorf("apart publish %d to the healthy queue: %v", i, err)
+		}
+	}
+	// And again: the stuck destination's lane was closed, the healthy
+	// one's is kept.
+	errs = within(sinks.WithApart(context.Background()), append(batch("again-stuck", stuck, 5), batch("again-healthy", healthy, 5)...))
+	for i, err := range errs[5:] {
+		if err != nil {
+			t.Errorf("second apart publish %d to the healthy queue: %v", i, err)
+		}
+	}
+
+	// Once the queue takes publishes again, what was sent arrives, no
+	// message more often than it was published.
+	resume()
+	want := map[string]bool{}
+	for _, m := range append(batch("stuck", stuck, 2000), append(batch("apart-stuck", stuck, 50), batch("again-stuck", stuck, 5)...)...) {
+		want[m.ID] = true
+	}
+	counts := map[string]int{}
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		for {
+			d, ok, err := a.ch.Get(stuck, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			counts[d.MessageId]++
+		}
+		return len(counts) > 0
+	}, "the stuck queue's messages arrive once it is resumed")
+	for id, n := range counts {
+		if !want[id] {
+			t.Errorf("%s arrived in the stuck queue, never published to it", id)
+		}
+		if n > 1 {
+			t.Errorf("%s arrived %d times, published once", id, n)
+		}
+	}
+}

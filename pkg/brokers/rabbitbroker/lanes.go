@@ -1,0 +1,245 @@
+package rabbitbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delaybridge/delaybridge/pkg/sinks"
+)
+
+// A queue that takes no publish (a quorum queue without its quorum, a
+// queue process that hangs) confirms nothing, and RabbitMQ's flow control
+// then stops the channel that sends to it and, once the channel's credit
+// is spent, the whole connection: every publish on it waits, to any queue,
+// and so does a channel opened on it. So:
+//   - a channel of the pool that got no answer to any publish during one
+//     that waited out its time (stuckAfter at least) takes its connection
+//     down with it (abandon): the sink reconnects at once, the publishes
+//     that timed out count for their destinations' stalls (the scheduler
+//     then publishes those destinations apart), and those cut off on the
+//     other channels fail sinks.Again (published again soon, not counted);
+//   - the messages the scheduler publishes apart (sinks.IsApart: their
+//     destination stalled) go on a connection of their destination's own,
+//     a lane, up to maxLanes at once (beyond them, on the quarantine's);
+//     a lane whose publish got no answer is closed, and the next dials
+//     afresh; one unused for laneIdle is closed;
+//   - Probe asks on a connection of its own, which publishes nothing, so
+//     that a connection stopped so is not taken for a broker down.
+//
+// What was sent on a connection closed so may still reach its queue when
+// the queue takes publishes again: a copy of each message then in flight.
+
+const (
+	// stuckAfter is the least time a publish waits with no answer on its
+	// channel before its connection is taken for stopped: a broker that
+	// takes publishes confirms within milliseconds.
+	stuckAfter = 2 * time.Second
+	// maxLanes bounds the destinations with a connection of their own.
+	maxLanes = 16
+	// laneIdle is how long an unused lane stays open.
+	laneIdle = time.Minute
+)
+
+// lane is the connection of one destination's messages published apart.
+type lane struct {
+	mu   sync.Mutex // one publish at a time
+	conn *amqp.Connection
+	ch   *pubChan
+	used time.Time // lanes.mu
+}
+
+// lanes are a sink's lanes by destination.
+type lanes struct {
+	mu sync.Mutex
+	by map[string]*lane
+}
+
+// close closes the lane's connection at once (l.mu held): a broker that
+// reads nothing more of it would not answer a close.
+func (l *lane) close() {
+	if l.conn != nil {
+		_ = l.conn.CloseDeadline(time.Now())
+	}
+	l.conn, l.ch = nil, nil
+}
+
+// lane returns dest's lane, made if need be, after closing the lanes
+// unused for laneIdle; nil when maxLanes others are in use.
+func (s *Sink) lane(dest string, now time.Time) *lane {
+	ls := &s.lanes
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for d, l := range ls.by {
+		if d != dest && now.Sub(l.used) > laneIdle && l.mu.TryLock() {
+			l.close()
+			l.mu.Unlock()
+			delete(ls.by, d)
+		}
+	}
+	l := ls.by[dest]
+	if l == nil {
+		if len(ls.by) >= maxLanes {
+			return nil
+		}
+		if ls.by == nil {
+			ls.by = map[string]*lane{}
+		}
+		l = &lane{}
+		ls.by[dest] = l
+	}
+	l.used = now
+	return l
+}
+
+// closeLanes closes every lane.
+func (s *Sink) closeLanes() {
+	ls := &s.lanes
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for d, l := range ls.by {
+		l.mu.Lock()
+		l.close()
+		l.mu.Unlock()
+		delete(ls.by, d)
+	}
+}
+
+// publishApart publishes msgs (those whose errs are nil) on their
+// destinations' lanes, each destination's at the same time as the others',
+// filling errs.
+func (s *Sink) publishApart(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
+	byDest := map[string][]int{}
+	for i, m := range msgs {
+		if errs[i] == nil {
+			byDest[m.Destination] = append(byDest[m.Destination], i)
+		}
+	}
+	now := time.Now()
+	var wg sync.WaitGroup
+	for dest, idx := range byDest {
+		sub := make([]sinks.Outgoing, len(idx))
+		subPubs := make([]amqp.Publishing, len(idx))
+		subErrs := make([]error, len(idx))
+		for k, i := range idx {
+			sub[k], subPubs[k] = msgs[i], pubs[i]
+		}
+		l := s.lane(dest, now)
+		wg.Go(func() {
+			if l != nil {
+				s.publishLane(ctx, l, dest, sub, subPubs, subErrs)
+			} else {
+				s.publishQuarantine(ctx, sub, subPubs, subErrs)
+			}
+			for k, i := range idx {
+				errs[i] = subErrs[k]
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// publishLane publishes msgs on l, dialing its connection if need be; a
+// publish that got no answer closes it.
+func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ch == nil || l.ch.isDead() {
+		l.close()
+		name := fmt.Sprintf("delaybridge sink %s (apart: %.64s)", s.cfg.Name, dest)
+		conn, err := Dial(ctx, s.cfg.URL, name, s.cfg.Auth)
+		if err != nil {
+			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected (the connection apart for routing key %q): %w", s.cfg.Name, dest, err))
+			return
+		}
+		ch, err := s.openChan(conn)
+		if err != nil {
+			_ = conn.CloseDeadline(time.Now().Add(time.Second))
+			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected (the connection apart for routing key %q): %w", s.cfg.Name, dest, err))
+			return
+		}
+		l.conn, l.ch = conn, ch
+	}
+	start := time.Now()
+	conn := l.conn
+	stop := guard(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
+	l.ch.publish(ctx, s.cfg, msgs, pubs, errs)
+	stop()
+	if l.ch.stuck(start, errs) {
+		s.log.Debug("rabbitmq sink: a destination published apart answered nothing; closing its connection", "routing_key", dest)
+		l.close()
+	}
+}
+
+// publishQuarantine publishes msgs on the quarantine's connection.
+func (s *Sink) publishQuarantine(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
+	q := &s.quarantine
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ch, err := s.quarantineChan(ctx)
+	if err != nil {
+		sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected (the quarantine): %w", s.cfg.Name, err))
+		return
+	}
+	start := time.Now()
+	conn := q.conn
+	stop := guard(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
+	ch.publish(ctx, s.cfg, msgs, pubs, errs)
+	stop()
+	if ch.stuck(start, errs) {
+		_ = q.conn.CloseDeadline(time.Now())
+		q.conn, q.ch = nil, nil
+	}
+}
+
+// guard calls closeConn when the publish it guards has not returned a
+// second after ctx's deadline: a write blocks while the broker reads
+// nothing of the connection (flow control) and its socket's buffers are
+// full, and only closing the connection ends it. stop ends the guard.
+func guard(ctx context.Context, closeConn func()) (stop func()) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return func() {}
+	}
+	t := time.AfterFunc(time.Until(dl)+time.Second, closeConn)
+	return func() { t.Stop() }
+}
+
+// abandon closes the pool's connection p is a channel of, when it is the
+// sink's current one, for the broker answered nothing on p for as long as
+// waited: the sink reconnects at once (supervise), and the publishes cut
+// off on its other channels fail sinks.Again (cutOff).
+func (s *Sink) abandon(p *pubChan, waited time.Duration) {
+	s.mu.Lock()
+	if s.conn != p.conn || s.abandoned == p.conn {
+		s.mu.Unlock()
+		return
+	}
+	s.abandoned, s.quick = p.conn, true
+	s.mu.Unlock()
+	s.log.Warn("rabbitmq sink: the broker answered no publish on a channel for as long as a publish waited; "+
+		"a queue that takes no publish (a quorum queue without its quorum) stops the connection that sends to it (flow control): "+
+		"reconnecting, and publishing the destinations that did not answer on connections of their own", "waited", waited.Round(time.Millisecond))
+	_ = p.conn.CloseDeadline(time.Now())
+}
+
+// cutOff makes the errors of a publish on p that its connection's abandon
+// cut off (not those that waited out their time, which count for their
+// destinations) sinks.Again.
+func (s *Sink) cutOff(p *pubChan, errs []error) {
+	s.mu.Lock()
+	abandoned := s.abandoned == p.conn
+	s.mu.Unlock()
+	if !abandoned {
+		return
+	}
+	for i, err := range errs {
+		if sinks.IsUnavailable(err) && !errors.Is(err, context.DeadlineExceeded) && !suspect(err) {
+			errs[i] = sinks.Again(err)
+		}
+	}
+}
