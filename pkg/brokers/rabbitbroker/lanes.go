@@ -25,7 +25,7 @@ import (
 //     other channels fail sinks.Again (published again soon, not counted);
 //   - the messages the scheduler publishes apart (sinks.IsApart: their
 //     destination stalled) go on a connection of their destination's own,
-//     a lane, up to maxLanes at once (beyond them, on the quarantine's);
+//     a lane, up to maxLanes at once (those beyond share one more);
 //     a lane whose publish got no answer is closed, and the next dials
 //     afresh; one unused for laneIdle is closed;
 //   - Probe asks on a connection of its own, which publishes nothing, so
@@ -53,10 +53,12 @@ type lane struct {
 	used time.Time // lanes.mu
 }
 
-// lanes are a sink's lanes by destination.
+// lanes are a sink's lanes by destination, and the one the destinations
+// beyond maxLanes share.
 type lanes struct {
-	mu sync.Mutex
-	by map[string]*lane
+	mu     sync.Mutex
+	by     map[string]*lane
+	shared lane
 }
 
 // close closes the lane's connection at once (l.mu held): a broker that
@@ -107,6 +109,9 @@ func (s *Sink) closeLanes() {
 		l.mu.Unlock()
 		delete(ls.by, d)
 	}
+	ls.shared.mu.Lock()
+	ls.shared.close()
+	ls.shared.mu.Unlock()
 }
 
 // publishApart publishes msgs (those whose errs are nil) on their
@@ -128,13 +133,12 @@ func (s *Sink) publishApart(ctx context.Context, msgs []sinks.Outgoing, pubs []a
 		for k, i := range idx {
 			sub[k], subPubs[k] = msgs[i], pubs[i]
 		}
-		l := s.lane(dest, now)
+		l, name := s.lane(dest, now), dest
+		if l == nil {
+			l, name = &s.lanes.shared, "the others"
+		}
 		wg.Go(func() {
-			if l != nil {
-				s.publishLane(ctx, l, dest, sub, subPubs, subErrs)
-			} else {
-				s.publishQuarantine(ctx, sub, subPubs, subErrs)
-			}
+			s.publishLane(ctx, l, name, sub, subPubs, subErrs)
 			for k, i := range idx {
 				errs[i] = subErrs[k]
 			}
@@ -144,55 +148,41 @@ func (s *Sink) publishApart(ctx context.Context, msgs []sinks.Outgoing, pubs []a
 }
 
 // publishLane publishes msgs on l, dialing its connection if need be; a
-// publish that got no answer closes it.
+// publish that got no answer closes it. Publishes on one lane may run at
+// the same time (the channel serializes their writes).
 func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.ch == nil || l.ch.isDead() {
 		l.close()
 		name := fmt.Sprintf("delaybridge sink %s (apart: %.64s)", s.cfg.Name, dest)
 		conn, err := Dial(ctx, s.cfg.URL, name, s.cfg.Auth)
+		if err == nil {
+			var ch *pubChan
+			if ch, err = s.openChan(conn); err == nil {
+				l.conn, l.ch = conn, ch
+			} else {
+				_ = conn.CloseDeadline(time.Now().Add(time.Second))
+			}
+		}
 		if err != nil {
+			l.mu.Unlock()
 			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected (the connection apart for routing key %q): %w", s.cfg.Name, dest, err))
 			return
 		}
-		ch, err := s.openChan(conn)
-		if err != nil {
-			_ = conn.CloseDeadline(time.Now().Add(time.Second))
-			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected (the connection apart for routing key %q): %w", s.cfg.Name, dest, err))
-			return
-		}
-		l.conn, l.ch = conn, ch
 	}
+	conn, ch := l.conn, l.ch
+	l.mu.Unlock()
 	start := time.Now()
-	conn := l.conn
-	stop := guard(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
-	l.ch.publish(ctx, s.cfg, msgs, pubs, errs)
-	stop()
-	if l.ch.stuck(start, errs) {
-		s.log.Debug("rabbitmq sink: a destination published apart answered nothing; closing its connection", "routing_key", dest)
-		l.close()
-	}
-}
-
-// publishQuarantine publishes msgs on the quarantine's connection.
-func (s *Sink) publishQuarantine(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
-	q := &s.quarantine
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ch, err := s.quarantineChan(ctx)
-	if err != nil {
-		sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected (the quarantine): %w", s.cfg.Name, err))
-		return
-	}
-	start := time.Now()
-	conn := q.conn
 	stop := guard(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
 	ch.publish(ctx, s.cfg, msgs, pubs, errs)
 	stop()
 	if ch.stuck(start, errs) {
-		_ = q.conn.CloseDeadline(time.Now())
-		q.conn, q.ch = nil, nil
+		s.log.Debug("rabbitmq sink: a destination published apart answered nothing; closing its connection", "routing_key", dest)
+		l.mu.Lock()
+		if l.ch == ch {
+			l.close()
+		}
+		l.mu.Unlock()
 	}
 }
 
