@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -18,21 +19,30 @@ import (
 // is spent, the whole connection: every publish on it waits, to any queue,
 // and so does a channel opened on it. So:
 //   - a channel of the pool that got no answer to any publish during one
-//     that waited out its time (stuckAfter at least) takes its connection
-//     down with it (abandon): the sink reconnects at once, the publishes
-//     that timed out count for their destinations' stalls (the scheduler
-//     then publishes those destinations apart), and those cut off on the
-//     other channels fail sinks.Again (published again soon, not counted);
+//     that waited out its time (stuckAfter at least), or a connection
+//     whose write is still blocked a second after a publish's time and
+//     that opens no channel within a second, is taken down (abandon): the
+//     sink reconnects at once, the publishes that timed out count for
+//     their destinations' stalls (the scheduler then publishes those
+//     destinations apart), and those cut off on the other channels fail
+//     sinks.Again (published again soon, not counted); not while the
+//     broker blocks the connection for a resource alarm, which is the
+//     sink's;
 //   - the messages the scheduler publishes apart (sinks.IsApart: their
 //     destination stalled) go on a connection of their destination's own,
-//     a lane, up to maxLanes at once (those beyond share one more);
-//     a lane whose publish got no answer is closed, and the next dials
-//     afresh; one unused for laneIdle is closed;
+//     a lane, up to maxLanes at once (those beyond share one more); a lane
+//     whose publish got no answer is kept, and sends nothing more until
+//     the broker answers on it again (its next publishes fail as timeouts
+//     at once, which count for the destination), so that a stopped queue
+//     gets one batch of copies, not one per attempt; one unused for
+//     laneIdle is closed; a lane that cannot connect leaves its messages
+//     to the pool;
 //   - Probe asks on a connection of its own, which publishes nothing, so
 //     that a connection stopped so is not taken for a broker down.
 //
-// What was sent on a connection closed so may still reach its queue when
-// the queue takes publishes again: a copy of each message then in flight.
+// What was sent on a connection closed so, or on a lane that got no
+// answer, may still reach its queue when the queue takes publishes again:
+// a copy of each message then in flight.
 
 const (
 	// stuckAfter is the least time a publish waits with no answer on its
@@ -47,10 +57,13 @@ const (
 
 // lane is the connection of one destination's messages published apart.
 type lane struct {
-	mu   sync.Mutex // one publish at a time
+	mu   sync.Mutex // conn, ch and stuck
 	conn *amqp.Connection
 	ch   *pubChan
-	used time.Time // lanes.mu
+	// stuck is when a publish on ch began that got no answer; zero when
+	// none did, or the broker answered on ch since.
+	stuck time.Time
+	used  time.Time // lanes.mu
 }
 
 // lanes are a sink's lanes by destination, and the one the destinations
@@ -67,7 +80,7 @@ func (l *lane) close() {
 	if l.conn != nil {
 		_ = l.conn.CloseDeadline(time.Now())
 	}
-	l.conn, l.ch = nil, nil
+	l.conn, l.ch, l.stuck = nil, nil, time.Time{}
 }
 
 // lane returns dest's lane, made if need be, after closing the lanes
@@ -116,8 +129,11 @@ func (s *Sink) closeLanes() {
 
 // publishApart publishes msgs (those whose errs are nil) on their
 // destinations' lanes, each destination's at the same time as the others',
-// filling errs.
-func (s *Sink) publishApart(ctx context.Context, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
+// filling errs; a destination whose lane cannot connect is published on
+// p, a channel of the pool. What a lane's connection failed for other
+// than the publish's time is sinks.Again: a lane is no sign of the sink's
+// broker being down.
+func (s *Sink) publishApart(ctx context.Context, p *pubChan, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
 	byDest := map[string][]int{}
 	for i, m := range msgs {
 		if errs[i] == nil {
@@ -138,7 +154,16 @@ func (s *Sink) publishApart(ctx context.Context, msgs []sinks.Outgoing, pubs []a
 			l, name = &s.lanes.shared, "the others"
 		}
 		wg.Go(func() {
-			s.publishLane(ctx, l, name, sub, subPubs, subErrs)
+			if err := s.publishLane(ctx, l, name, sub, subPubs, subErrs); err != nil {
+				s.log.Debug("rabbitmq sink: no connection apart; publishing on the sink's", "routing_key", name, "err", err)
+				s.publishPool(ctx, p, sub, subPubs, subErrs)
+			} else {
+				for k, err := range subErrs {
+					if sinks.IsUnavailable(err) && !errors.Is(err, context.DeadlineExceeded) && !suspect(err) {
+						subErrs[k] = sinks.Again(err)
+					}
+				}
+			}
 			for k, i := range idx {
 				errs[i] = subErrs[k]
 			}
@@ -147,13 +172,17 @@ func (s *Sink) publishApart(ctx context.Context, msgs []sinks.Outgoing, pubs []a
 	wg.Wait()
 }
 
-// publishLane publishes msgs on l, dialing its connection if need be; a
-// publish that got no answer closes it. Publishes on one lane may run at
-// the same time (the channel serializes their writes).
-func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
+// publishLane publishes msgs on l, dialing its connection if need be
+// (its error when it cannot, errs untouched). Publishes on one lane may
+// run at the same time (the channel serializes their writes).
+func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) error {
 	l.mu.Lock()
 	if l.ch == nil || l.ch.isDead() {
 		l.close()
+		if s.closed.Load() {
+			l.mu.Unlock()
+			return errors.New("closed")
+		}
 		name := fmt.Sprintf("delaybridge sink %s (apart: %.64s)", s.cfg.Name, dest)
 		conn, err := Dial(ctx, s.cfg.URL, name, s.cfg.Auth)
 		if err == nil {
@@ -166,24 +195,77 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 		}
 		if err != nil {
 			l.mu.Unlock()
-			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not connected (the connection apart for routing key %q): %w", s.cfg.Name, dest, err))
-			return
+			return err
 		}
 	}
-	conn, ch := l.conn, l.ch
+	conn, ch, stuck := l.conn, l.ch, l.stuck
+	if !stuck.IsZero() && ch.answeredAt.Load() >= stuck.UnixNano() {
+		l.stuck, stuck = time.Time{}, time.Time{} // it answers again
+	}
 	l.mu.Unlock()
+	if !stuck.IsZero() {
+		sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: routing key %q has taken no publish on its connection apart since %s "+
+			"(a queue that takes no publish: a quorum queue without its quorum?): %w", s.cfg.Name, dest, stuck.Format(time.RFC3339), context.DeadlineExceeded))
+		return nil
+	}
 	start := time.Now()
 	stop := guard(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
 	ch.publish(ctx, s.cfg, msgs, pubs, errs)
 	stop()
 	if ch.stuck(start, errs) {
-		s.log.Debug("rabbitmq sink: a destination published apart answered nothing; closing its connection", "routing_key", dest)
+		s.log.Debug("rabbitmq sink: a destination published apart answered nothing; sending it nothing more until it does", "routing_key", dest)
 		l.mu.Lock()
-		if l.ch == ch {
-			l.close()
+		if l.ch == ch && l.stuck.IsZero() {
+			l.stuck = start
 		}
 		l.mu.Unlock()
 	}
+	return nil
+}
+
+// publishPool publishes msgs on p, a channel of the pool, and takes its
+// connection down when the broker answered nothing on p meanwhile
+// (abandon).
+func (s *Sink) publishPool(ctx context.Context, p *pubChan, msgs []sinks.Outgoing, pubs []amqp.Publishing, errs []error) {
+	start := time.Now()
+	var blockedWrite atomic.Bool
+	stop := guard(ctx, func() {
+		if !opens(p.conn) {
+			blockedWrite.Store(true)
+			s.abandon(p, time.Since(start))
+		}
+	})
+	p.publish(ctx, s.cfg, msgs, pubs, errs)
+	stop()
+	if p.stuck(start, errs) {
+		s.abandon(p, time.Since(start))
+	}
+	if blockedWrite.Load() {
+		// Its own publish: a timeout, which counts for its destinations,
+		// so that a message whose write never ends cannot go round for
+		// good uncounted.
+		for i, err := range errs {
+			if sinks.IsUnavailable(err) && !errors.Is(err, context.DeadlineExceeded) {
+				errs[i] = fmt.Errorf("rabbitmq sink %s: the write did not end within the publish's time (%w): %w", s.cfg.Name, context.DeadlineExceeded, err)
+			}
+		}
+	}
+	s.cutOff(p, errs)
+}
+
+// opens reports whether the broker answers a channel opened on conn
+// within a second: a connection whose writes are slow but go on does; one
+// the broker reads nothing of does not.
+func opens(conn *amqp.Connection) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return wait(ctx, func() error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		return ch.Close()
+	}) == nil
 }
 
 // guard calls closeConn when the publish it guards has not returned a
@@ -205,7 +287,7 @@ func guard(ctx context.Context, closeConn func()) (stop func()) {
 // off on its other channels fail sinks.Again (cutOff).
 func (s *Sink) abandon(p *pubChan, waited time.Duration) {
 	s.mu.Lock()
-	if s.conn != p.conn || s.abandoned == p.conn {
+	if s.conn != p.conn || s.abandoned == p.conn || s.blocked != nil {
 		s.mu.Unlock()
 		return
 	}

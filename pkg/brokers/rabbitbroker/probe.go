@@ -52,6 +52,9 @@ func (s *Sink) Probe(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
+		if s.closed.Load() {
+			return fmt.Errorf("rabbitmq sink %s: probe: closed", s.cfg.Name)
+		}
 		c, err := Dial(ctx, s.cfg.URL, "delaybridge sink "+s.cfg.Name+" (probe)", s.cfg.Auth)
 		if err != nil {
 			return fmt.Errorf("rabbitmq sink %s: probe (connect): %w", s.cfg.Name, err)

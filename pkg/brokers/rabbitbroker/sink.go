@@ -71,6 +71,7 @@ type Sink struct {
 	quarantine quarantine // suspects and poisoned destinations (quarantine.go)
 	lanes      lanes      // destinations published apart (lanes.go)
 	prober     prober     // Probe's own connection (probe.go)
+	closed     atomic.Bool
 
 	// noExchange is why the configured exchange cannot be used (it does not
 	// exist); nil when it can. Ready reports it, so that the sink's messages
@@ -442,16 +443,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Outgoing) []error {
 				}
 			}
 		} else if sinks.IsApart(ctx) {
-			s.publishApart(ctx, msgs, pubs, errs)
+			s.publishApart(ctx, p, msgs, pubs, errs)
 		} else {
-			start := time.Now()
-			stop := guard(ctx, func() { s.abandon(p, time.Since(start)) })
-			p.publish(ctx, s.cfg, msgs, pubs, errs)
-			stop()
-			if p.stuck(start, errs) {
-				s.abandon(p, time.Since(start))
-			}
-			s.cutOff(p, errs)
+			s.publishPool(ctx, p, msgs, pubs, errs)
 		}
 	}
 	var suspects []int
@@ -542,6 +536,7 @@ func (s *Sink) Ready() error {
 // Close closes the connection. Publish has already waited for its confirms;
 // one still waiting fails.
 func (s *Sink) Close() error {
+	s.closed.Store(true) // no lane or probe connects from now on
 	s.stop()
 	<-s.done
 	s.closeQuarantine()
