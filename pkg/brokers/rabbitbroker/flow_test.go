@@ -85,7 +85,7 @@ func TestSinkAQueueThatTakesNothingHoldsNoOtherUp(t *testing.T) {
 	// And again: the healthy destination's are confirmed; the stuck one's
 	// lane, which got no answer, sends nothing more until it does (one
 	// batch of copies for the queue, not one per attempt), and its
-	// messages fail at once as timeouts, which count for the destination.
+	// messages fail as timeouts, which count for the destination.
 	errs = within(sinks.WithApart(context.Background()), append(batch("again-stuck", stuck, 5), batch("again-healthy", healthy, 5)...))
 	for i, err := range errs {
 		switch {

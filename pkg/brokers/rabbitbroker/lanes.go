@@ -32,9 +32,10 @@ import (
 //     destination stalled) go on a connection of their destination's own,
 //     a lane, up to maxLanes at once (those beyond share one more); a lane
 //     whose publish got no answer is kept, and sends nothing more until
-//     the broker answers on it again (its next publishes fail as timeouts
-//     at once, which count for the destination), so that a stopped queue
-//     gets one batch of copies, not one per attempt; one unused for
+//     the broker answers on it again (its next publishes wait their time
+//     for that, then fail as timeouts, which count for the destination),
+//     so that a stopped queue gets one batch of copies, not one per
+//     attempt; one unused for
 //     laneIdle is closed; a lane that cannot connect leaves its messages
 //     to the pool;
 //   - Probe asks on a connection of its own, which publishes nothing, so
@@ -199,15 +200,17 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 		}
 	}
 	conn, ch, stuck := l.conn, l.ch, l.stuck
-	if !stuck.IsZero() && ch.answeredAt.Load() >= stuck.UnixNano() {
-		l.stuck, stuck = time.Time{}, time.Time{} // it answers again
-	}
 	l.mu.Unlock()
-	if !stuck.IsZero() {
+	if !stuck.IsZero() && !answers(ctx, ch, stuck) {
 		sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: routing key %q has taken no publish on its connection apart since %s "+
 			"(a queue that takes no publish: a quorum queue without its quorum?): %w", s.cfg.Name, dest, stuck.Format(time.RFC3339), context.DeadlineExceeded))
 		return nil
 	}
+	l.mu.Lock()
+	if l.ch == ch {
+		l.stuck = time.Time{} // it answers again
+	}
+	l.mu.Unlock()
 	start := time.Now()
 	stop := guard(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
 	ch.publish(ctx, s.cfg, msgs, pubs, errs)
@@ -221,6 +224,25 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 		l.mu.Unlock()
 	}
 	return nil
+}
+
+// answers waits until the broker answers a publish on ch made since
+// since (true), or until ctx's time is up (false): a publish to a lane
+// that takes nothing waits its time, as a publish sent would, so that its
+// destination's attempts come no faster than its timeouts.
+func answers(ctx context.Context, ch *pubChan, since time.Time) bool {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for ch.answeredAt.Load() < since.UnixNano() {
+		select {
+		case <-t.C:
+		case <-ch.dead:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // publishPool publishes msgs on p, a channel of the pool, and takes its
