@@ -25,36 +25,7 @@ func BenchmarkScriptSetup(b *testing.B) {
 	for _, l := range []int{Layout1, Layout2} {
 		for _, c := range []struct{ name, body string }{{"setup", "return 1"}, {"maxprio", "return maxprio()"}} {
 			b.Run(fmt.Sprintf("layout%d/%s", l, c.name), func(b *testing.B) {
-				rdb := testenv.Redis(b).Client()
-				ctx := context.Background()
-				s := New(rdb, Options{Prefix: "b", Shards: 1})
-				if err := rdb.Set(ctx, s.keys.LayoutMark(0), strconv.Itoa(l), 0).Err(); err != nil {
-					b.Fatal(err)
-				}
-				sc := assemble(luaFile{name: "bench.lua", body: c.body, includes: []string{"due"}}, l)
-				keys := s.keys.scriptKeys(sc, 0)
-				if err := sc.plain.Run(ctx, rdb, keys).Err(); err != nil { // loads it
-					b.Fatal(err)
-				}
-				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				for range b.N {
-					if err := sc.plain.Run(ctx, rdb, keys).Err(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				stats, err := testenv.CommandStats(rdb)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ev := stats["evalsha"]
-				if ev.Calls < float64(b.N) {
-					b.Fatalf("Redis counted %v EVALSHA calls of %d", ev.Calls, b.N)
-				}
-				b.ReportMetric(ev.Usec/ev.Calls, "redis-µs/call")
+				benchCalls(b, l, assemble(luaFile{name: "bench.lua", body: c.body, includes: []string{"due"}}, l), false)
 			})
 		}
 	}
@@ -84,43 +55,49 @@ func BenchmarkScriptPrelude(b *testing.B) {
 					name = fmt.Sprintf("%s/%s/paced", sc.name, v.name)
 				}
 				b.Run(name, func(b *testing.B) {
-					rdb := testenv.Redis(b).Client()
-					ctx := context.Background()
-					s := New(rdb, Options{Prefix: "b", Shards: 1})
-					if err := rdb.Set(ctx, s.keys.LayoutMark(0), strconv.Itoa(Layout2), 0).Err(); err != nil {
-						b.Fatal(err)
-					}
 					pre := assemble(luaFile{name: "prelude.lua"}, Layout2)
 					pre.plain = redis.NewScript(v.src + "\nreturn 0\n")
 					pre.keys = f.keys
-					keys := s.keys.scriptKeys(pre, 0)
-					if err := pre.plain.Run(ctx, rdb, keys).Err(); err != nil { // loads it
-						b.Fatal(err)
-					}
-					if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-						b.Fatal(err)
-					}
-					b.ResetTimer()
-					for range b.N {
-						if err := pre.plain.Run(ctx, rdb, keys).Err(); err != nil {
-							b.Fatal(err)
-						}
-						if paced {
-							time.Sleep(time.Millisecond)
-						}
-					}
-					b.StopTimer()
-					stats, err := testenv.CommandStats(rdb)
-					if err != nil {
-						b.Fatal(err)
-					}
-					ev := stats["evalsha"]
-					if ev.Calls < float64(b.N) {
-						b.Fatalf("Redis counted %v EVALSHA calls of %d", ev.Calls, b.N)
-					}
-					b.ReportMetric(ev.Usec/ev.Calls, "redis-µs/call")
+					benchCalls(b, Layout2, pre, paced)
 				})
 			}
 		}
 	}
+}
+
+// benchCalls runs sc b.N times on a shard of layout l, a millisecond apart
+// when paced, and reports Redis's own time per call.
+func benchCalls(b *testing.B, l int, sc *scriptForm, paced bool) {
+	rdb := testenv.Redis(b).Client()
+	ctx := context.Background()
+	s := New(rdb, Options{Prefix: "b", Shards: 1})
+	if err := rdb.Set(ctx, s.keys.LayoutMark(0), strconv.Itoa(l), 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	keys := s.keys.scriptKeys(sc, 0)
+	if err := sc.plain.Run(ctx, rdb, keys).Err(); err != nil { // loads it
+		b.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := sc.plain.Run(ctx, rdb, keys).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if paced {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	b.StopTimer()
+	stats, err := testenv.CommandStats(rdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := stats["evalsha"]
+	if ev.Calls < float64(b.N) {
+		b.Fatalf("Redis counted %v EVALSHA calls of %d", ev.Calls, b.N)
+	}
+	b.ReportMetric(ev.Usec/ev.Calls, "redis-µs/call")
 }
