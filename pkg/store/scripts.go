@@ -25,15 +25,16 @@ import (
 //	--! firing                it fires messages or records their outcome:
 //	                          it may run at maxmemory (allow-oom)
 //
-// A script is assembled once, at start, as: the constants of the Go side
-// (luaConstants: the hold band, the priorities, the park results, the
-// stored layout...), the table K of its keys by name (KEYS in the order of
-// shardKeyNames, a per-priority key there at priority 0, then the other
-// priorities of every per-priority key in one run, from index PRIOFROM to
-// PRIOTO) and NKEYS, how many there are, so that per-message keys follow at
-// KEYS[NKEYS + j]; then its includes, each once, after the ones it
-// includes; then the file. A script gets the keys that it and its
-// includes name, and no other.
+// A script is assembled once, at start, as: the table K of its keys by
+// name (KEYS in the order of shardKeyNames, a per-priority key there at
+// priority 0, then the other priorities of every per-priority key in one
+// run, from index PRIOFROM to PRIOTO) and NKEYS, how many there are, so
+// that per-message keys follow at KEYS[NKEYS + j]; then the constants of
+// the Go side (luaConstants: the hold band, the priorities, the park
+// results, the stored layout...) and its includes, each once, after the
+// ones it includes, of which it keeps the statements it needs (needed);
+// then the file. A script gets the keys that it and its includes name,
+// and no other.
 //
 //go:embed lua/*.lua lua/lib/*.lua
 var luaFiles embed.FS
@@ -170,7 +171,6 @@ func assemble(main luaFile, l int) *scriptForm {
 		}
 	}
 	var b strings.Builder
-	b.WriteString(luaConstants)
 	b.WriteString("local K = {")
 	for _, k := range shardKeyNames {
 		switch {
@@ -186,7 +186,7 @@ func assemble(main luaFile, l int) *scriptForm {
 		}
 	}
 	fmt.Fprintf(&b, "}\nlocal NKEYS = %d\nlocal PRIOFROM, PRIOTO = %d, %d\n", n, prioFrom, n)
-	b.WriteString(needed(libs, main.body))
+	b.WriteString(needed(append([]luaFile{{name: "constants", body: luaConstants}}, libs...), main.body))
 	b.WriteString(main.body)
 	src := b.String()
 	sc.plain = redis.NewScript(src)

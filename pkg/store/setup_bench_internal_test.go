@@ -48,7 +48,7 @@ func BenchmarkScriptPrelude(b *testing.B) {
 		libs, _ := strings.CutSuffix(f.src, main.body)
 		head := libs[:strings.Index(libs, "local PRIOFROM")]
 		head = libs[:len(head)+strings.IndexByte(libs[len(head):], '\n')+1]
-		for _, v := range []struct{ name, src string }{{"all", head + all.String()}, {"needed", libs}} {
+		for _, v := range []struct{ name, src string }{{"all", luaConstants + head + all.String()}, {"needed", libs}} {
 			for _, paced := range []bool{false, true} {
 				name := fmt.Sprintf("%s/%s/hot", sc.name, v.name)
 				if paced {
