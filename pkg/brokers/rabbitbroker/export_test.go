@@ -11,6 +11,9 @@ var (
 	Silent             = silent
 )
 
+// MaxLanes is how many destinations get a connection apart of their own.
+const MaxLanes = maxLanes
+
 // Block tells s what the broker's connection.blocked (active) or
 // connection.unblocked says.
 func (s *Sink) Block(active bool, reason string) {

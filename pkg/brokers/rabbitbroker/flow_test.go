@@ -29,21 +29,8 @@ import (
 func TestSinkAQueueThatTakesNothingHoldsNoOtherUp(t *testing.T) {
 	node := testenv.RabbitMQ(t)
 	a := newAdmin(t, node.URL)
-	stuck, healthy := unique(t)+"-stuck", unique(t)+"-healthy"
-	if _, err := a.ch.QueueDeclare(stuck, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-		t.Fatal(err)
-	}
-	a.queue(healthy)
-	queuePid := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), P = amqqueue:get_pid(Q)`, stuck)
-	node.Ctl(t, "eval", queuePid+`, sys:suspend(P), ok.`)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			node.Ctl(t, "eval", queuePid+`, sys:resume(P), ok.`)
-		}
-	}
-	t.Cleanup(resume)
+	stuck, resume := suspendedQueue(t, node, a)
+	healthy := a.queue(unique(t) + "-healthy")
 	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
 	within := func(ctx context.Context, msgs []sinks.Outgoing) []error {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -132,6 +119,64 @@ func TestSinkAQueueThatTakesNothingHoldsNoOtherUp(t *testing.T) {
 		}
 		if n > 1 {
 			t.Errorf("%s arrived %d times, sent once", id, n)
+		}
+	}
+}
+
+// suspendedQueue declares a quorum queue and suspends its process, so
+// that it takes no publish, as one without its quorum; resume lets it go
+// on (once; the test's cleanup does it too).
+func suspendedQueue(t *testing.T, node *testenv.RabbitNode, a *admin) (name string, resume func()) {
+	name = unique(t) + "-stuck"
+	if _, err := a.ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	pid := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), P = amqqueue:get_pid(Q)`, name)
+	node.Ctl(t, "eval", pid+`, sys:suspend(P), ok.`)
+	resumed := false
+	resume = func() {
+		if !resumed {
+			resumed = true
+			node.Ctl(t, "eval", pid+`, sys:resume(P), ok.`)
+		}
+	}
+	t.Cleanup(resume)
+	return name, resume
+}
+
+// TestSinkTheSharedLaneIsNotKeptForOne: past the destinations with a
+// connection apart of their own, the others share one; when one of them
+// takes nothing, that connection is closed, not kept waiting for it, so
+// that the next publish of another destination on it goes through.
+func TestSinkTheSharedLaneIsNotKeptForOne(t *testing.T) {
+	node := testenv.RabbitMQ(t)
+	a := newAdmin(t, node.URL)
+	stuck, _ := suspendedQueue(t, node, a)
+	s := newSink(t, rabbitbroker.SinkParams{URL: node.URL, Mandatory: true})
+	apart := func(msgs []sinks.Outgoing) []error {
+		ctx, cancel := context.WithTimeout(sinks.WithApart(context.Background()), 3*time.Second)
+		defer cancel()
+		return s.Publish(ctx, msgs)
+	}
+	// Sixteen healthy destinations take the lanes of their own.
+	var own []sinks.Outgoing
+	for i := range rabbitbroker.MaxLanes {
+		own = append(own, msg(fmt.Sprint("own-", i), a.queue(fmt.Sprintf("%s-%d", unique(t), i))))
+	}
+	for i, err := range apart(own) {
+		if err != nil {
+			t.Fatalf("apart publish to healthy queue %d: %v", i, err)
+		}
+	}
+	// The stuck one and another share the last.
+	other := a.queue(unique(t) + "-other")
+	errs := apart([]sinks.Outgoing{msg("stuck-0", stuck)})
+	if errs[0] == nil {
+		t.Fatal("a publish to the suspended queue confirmed")
+	}
+	for try := range 2 {
+		if err := apart([]sinks.Outgoing{msg(fmt.Sprint("other-", try), other)})[0]; err != nil {
+			t.Errorf("publish %d to another queue on the shared connection apart: %v", try, err)
 		}
 	}
 }

@@ -30,14 +30,15 @@ import (
 //     sink's;
 //   - the messages the scheduler publishes apart (sinks.IsApart: their
 //     destination stalled) go on a connection of their destination's own,
-//     a lane, up to maxLanes at once (those beyond share one more); a lane
+//     a lane, up to maxLanes at once (those beyond share one more, closed
+//     when a publish on it gets no answer); a lane of its own
 //     whose publish got no answer is kept, and sends nothing more until
 //     the broker answers on it again (its next publishes wait their time
 //     for that, then fail as timeouts, which count for the destination),
 //     so that a stopped queue gets one batch of copies, not one per
-//     attempt; one unused for
-//     laneIdle is closed; a lane that cannot connect leaves its messages
-//     to the pool;
+//     attempt; one unused for laneIdle is closed when a lane is next
+//     asked for; a lane that cannot connect leaves its messages to the
+//     pool;
 //   - Probe asks on a connection of its own, which publishes nothing, so
 //     that a connection stopped so is not taken for a broker down.
 //
@@ -200,25 +201,49 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 		}
 	}
 	conn, ch, stuck := l.conn, l.ch, l.stuck
+	shared := l == &s.lanes.shared
 	l.mu.Unlock()
-	if !stuck.IsZero() && !answers(ctx, ch, stuck) {
-		sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: routing key %q has taken no publish on its connection apart since %s "+
-			"(a queue that takes no publish: a quorum queue without its quorum?): %w", s.cfg.Name, dest, stuck.Format(time.RFC3339), context.DeadlineExceeded))
-		return nil
+	if !stuck.IsZero() {
+		switch answers(ctx, ch, stuck) {
+		case errLaneDead:
+			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: the connection apart for routing key %q closed while the publish waited for it", s.cfg.Name, dest)))
+			return nil
+		case nil:
+			l.mu.Lock()
+			if l.ch == ch {
+				l.stuck = time.Time{} // it answers again
+			}
+			l.mu.Unlock()
+		default:
+			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: routing key %q has taken no publish on its connection apart since %s "+
+				"(a queue that takes no publish: a quorum queue without its quorum?): %w", s.cfg.Name, dest, stuck.Format(time.RFC3339), context.DeadlineExceeded))
+			return nil
+		}
 	}
-	l.mu.Lock()
-	if l.ch == ch {
-		l.stuck = time.Time{} // it answers again
-	}
-	l.mu.Unlock()
 	start := time.Now()
-	stop := guard(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
+	var blockedWrite atomic.Bool
+	stop := guard(ctx, func() {
+		if !s.isBlocked() && !opens(conn) {
+			blockedWrite.Store(true)
+			_ = conn.CloseDeadline(time.Now())
+		}
+	})
 	ch.publish(ctx, s.cfg, msgs, pubs, errs)
 	stop()
+	if blockedWrite.Load() {
+		timedOutWriting(s.cfg.Name, errs)
+	}
 	if ch.stuck(start, errs) {
-		s.log.Debug("rabbitmq sink: a destination published apart answered nothing; sending it nothing more until it does", "routing_key", dest)
 		l.mu.Lock()
-		if l.ch == ch && l.stuck.IsZero() {
+		switch {
+		case l.ch != ch:
+		case shared:
+			// Shared by destinations that did not stall together: closed,
+			// not kept, so that one of them taking nothing does not stop
+			// the others' next publishes.
+			l.close()
+		case l.stuck.IsZero():
+			s.log.Debug("rabbitmq sink: a destination published apart answered nothing; sending it nothing more until it does", "routing_key", dest)
 			l.stuck = start
 		}
 		l.mu.Unlock()
@@ -226,23 +251,39 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 	return nil
 }
 
+// errLaneDead is answers' error for a lane closed while it waited.
+var errLaneDead = errors.New("the lane closed")
+
+// timedOutWriting makes the errors of a publish whose write was still
+// blocked a second after its time, and whose connection was closed for
+// it, timeouts: they count for their destinations, so that a message whose
+// write never ends cannot go round for good uncounted.
+func timedOutWriting(sink string, errs []error) {
+	for i, err := range errs {
+		if sinks.IsUnavailable(err) && !errors.Is(err, context.DeadlineExceeded) {
+			errs[i] = fmt.Errorf("rabbitmq sink %s: the write did not end within the publish's time (%w): %w", sink, context.DeadlineExceeded, err)
+		}
+	}
+}
+
 // answers waits until the broker answers a publish on ch made since
-// since (true), or until ctx's time is up (false): a publish to a lane
-// that takes nothing waits its time, as a publish sent would, so that its
-// destination's attempts come no faster than its timeouts.
-func answers(ctx context.Context, ch *pubChan, since time.Time) bool {
+// since (nil), ch closes (errLaneDead), or ctx's time is up (its error):
+// a publish to a lane that takes nothing waits its time, as a publish sent
+// would, so that its destination's attempts come no faster than its
+// timeouts.
+func answers(ctx context.Context, ch *pubChan, since time.Time) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for ch.answeredAt.Load() < since.UnixNano() {
 		select {
 		case <-t.C:
 		case <-ch.dead:
-			return false
+			return errLaneDead
 		case <-ctx.Done():
-			return false
+			return ctx.Err()
 		}
 	}
-	return true
+	return nil
 }
 
 // publishPool publishes msgs on p, a channel of the pool, and takes its
@@ -252,7 +293,7 @@ func (s *Sink) publishPool(ctx context.Context, p *pubChan, msgs []sinks.Outgoin
 	start := time.Now()
 	var blockedWrite atomic.Bool
 	stop := guard(ctx, func() {
-		if !opens(p.conn) {
+		if !s.isBlocked() && !opens(p.conn) {
 			blockedWrite.Store(true)
 			s.abandon(p, time.Since(start))
 		}
@@ -263,14 +304,7 @@ func (s *Sink) publishPool(ctx context.Context, p *pubChan, msgs []sinks.Outgoin
 		s.abandon(p, time.Since(start))
 	}
 	if blockedWrite.Load() {
-		// Its own publish: a timeout, which counts for its destinations,
-		// so that a message whose write never ends cannot go round for
-		// good uncounted.
-		for i, err := range errs {
-			if sinks.IsUnavailable(err) && !errors.Is(err, context.DeadlineExceeded) {
-				errs[i] = fmt.Errorf("rabbitmq sink %s: the write did not end within the publish's time (%w): %w", s.cfg.Name, context.DeadlineExceeded, err)
-			}
-		}
+		timedOutWriting(s.cfg.Name, errs)
 	}
 	s.cutOff(p, errs)
 }
@@ -301,6 +335,15 @@ func guard(ctx context.Context, closeConn func()) (stop func()) {
 	}
 	t := time.AfterFunc(time.Until(dl)+time.Second, closeConn)
 	return func() { t.Stop() }
+}
+
+// isBlocked reports whether the broker blocks the sink's connection (a
+// resource alarm): its publishes wait, which is the sink's, not a
+// connection to take down.
+func (s *Sink) isBlocked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.blocked != nil
 }
 
 // abandon closes the pool's connection p is a channel of, when it is the

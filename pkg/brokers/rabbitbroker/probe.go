@@ -32,8 +32,9 @@ func (p *prober) close() {
 }
 
 // Probe reports whether the broker answers now, without publishing: a
-// channel opened and closed on a connection of its own, two round trips
-// the broker answers whatever a queue does. So a publish whose confirm
+// channel opened and closed on a connection of its own (on the sink's
+// when the broker refuses one more), two round trips the broker answers
+// whatever a queue does. So a publish whose confirm
 // never comes (a quorum queue without its quorum) is told from a broker
 // that does not answer. A sink that is not connected, or whose connection
 // the broker blocked (a resource alarm), takes no publish: that is the
@@ -57,11 +58,22 @@ func (s *Sink) Probe(ctx context.Context) error {
 		}
 		c, err := Dial(ctx, s.cfg.URL, "delaybridge sink "+s.cfg.Name+" (probe)", s.cfg.Auth)
 		if err != nil {
-			return fmt.Errorf("rabbitmq sink %s: probe (connect): %w", s.cfg.Name, err)
+			// A broker that refuses one more connection (a limit on the
+			// user's or the vhost's) answers on the sink's own.
+			s.log.Debug("rabbitmq sink probe: no connection of its own; asking on the sink's", "err", err)
+			c = conn
+		} else {
+			p.conn = c
 		}
-		p.conn = c
+		return s.openClose(ctx, c)
 	}
-	c := p.conn
+	return s.openClose(ctx, p.conn)
+}
+
+// openClose opens and closes a channel on c, closing c when that fails
+// (unless it is the sink's own connection, which supervise watches).
+func (s *Sink) openClose(ctx context.Context, c *amqp.Connection) error {
+	p := &s.prober
 	err := wait(ctx, func() error {
 		ch, err := c.Channel()
 		if err != nil {
@@ -70,8 +82,10 @@ func (s *Sink) Probe(ctx context.Context) error {
 		return ch.Close()
 	})
 	if err != nil {
-		_ = c.CloseDeadline(time.Now())
-		p.conn = nil
+		if c == p.conn {
+			_ = c.CloseDeadline(time.Now())
+			p.conn = nil
+		}
 		return fmt.Errorf("rabbitmq sink %s: probe (open a channel): %w", s.cfg.Name, err)
 	}
 	return nil
