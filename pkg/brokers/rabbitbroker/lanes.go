@@ -32,11 +32,12 @@ import (
 //     destination stalled) go on a connection of their destination's own,
 //     a lane, up to maxLanes at once (those beyond share one more, closed
 //     when a publish on it gets no answer); a lane of its own
-//     whose publish got no answer is kept, and sends nothing more until
-//     the broker answers on it again (its next publishes wait their time
-//     for that, then fail as timeouts, which count for the destination),
-//     so that a stopped queue gets one batch of copies, not one per
-//     attempt; one unused for laneIdle is closed when a lane is next
+//     that has had a publish unanswered for stuckAfter is kept, and sends
+//     nothing more until the broker answers on it again (its next
+//     publishes wait their time for that, then fail as timeouts, which
+//     count for the destination; those woken with less than stuckAfter
+//     left are not sent, published again soon), so that a stopped queue
+//     gets a few seconds of copies, not a batch per attempt; one unused for laneIdle is closed when a lane is next
 //     asked for; a lane that cannot connect leaves its messages to the
 //     pool;
 //   - Probe asks on a connection of its own, which publishes nothing, so
@@ -59,13 +60,13 @@ const (
 
 // lane is the connection of one destination's messages published apart.
 type lane struct {
-	mu   sync.Mutex // conn, ch and stuck
+	mu   sync.Mutex // conn, ch and unanswered
 	conn *amqp.Connection
 	ch   *pubChan
-	// stuck is when a publish on ch began that got no answer; zero when
-	// none did, or the broker answered on ch since.
-	stuck time.Time
-	used  time.Time // lanes.mu
+	// unanswered is when the first publish on ch began that the broker
+	// has not answered anything since; zero when none.
+	unanswered time.Time
+	used       time.Time // lanes.mu
 }
 
 // lanes are a sink's lanes by destination, and the one the destinations
@@ -82,7 +83,7 @@ func (l *lane) close() {
 	if l.conn != nil {
 		_ = l.conn.CloseDeadline(time.Now())
 	}
-	l.conn, l.ch, l.stuck = nil, nil, time.Time{}
+	l.conn, l.ch, l.unanswered = nil, nil, time.Time{}
 }
 
 // lane returns dest's lane, made if need be, after closing the lanes
@@ -200,25 +201,40 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 			return err
 		}
 	}
-	conn, ch, stuck := l.conn, l.ch, l.stuck
+	conn, ch, since := l.conn, l.ch, l.unanswered
 	shared := l == &s.lanes.shared
+	if !since.IsZero() && ch.answeredAt.Load() >= since.UnixNano() {
+		since = time.Time{} // answered since
+	}
+	held := !shared && !since.IsZero() && time.Since(since) >= stuckAfter
+	if since.IsZero() {
+		since = time.Now()
+	}
+	l.unanswered = since
 	l.mu.Unlock()
-	if !stuck.IsZero() {
-		switch answers(ctx, ch, stuck) {
-		case errLaneDead:
+	if held {
+		// The lane has sent what its destination took no answer for
+		// stuckAfter: nothing more is sent until the broker answers.
+		switch err := ch.awaitAnswer(ctx, since); {
+		case errors.Is(err, errLaneDead):
 			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: the connection apart for routing key %q closed while the publish waited for it", s.cfg.Name, dest)))
 			return nil
-		case nil:
-			l.mu.Lock()
-			if l.ch == ch {
-				l.stuck = time.Time{} // it answers again
-			}
-			l.mu.Unlock()
-		default:
+		case err != nil:
 			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: routing key %q has taken no publish on its connection apart since %s "+
-				"(a queue that takes no publish: a quorum queue without its quorum?): %w", s.cfg.Name, dest, stuck.Format(time.RFC3339), context.DeadlineExceeded))
+				"(a queue that takes no publish: a quorum queue without its quorum?): %w", s.cfg.Name, dest, since.Format(time.RFC3339), context.DeadlineExceeded))
+			return nil
+		case sinks.Left(ctx) < stuckAfter:
+			// Answered again with little of its time left: published
+			// again soon, in full time, rather than all the waiters at
+			// once into the time they have left.
+			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: routing key %q answers again; published again soon", s.cfg.Name, dest)))
 			return nil
 		}
+		l.mu.Lock()
+		if l.ch == ch && l.unanswered.Equal(since) {
+			l.unanswered = time.Now()
+		}
+		l.mu.Unlock()
 	}
 	start := time.Now()
 	var blockedWrite atomic.Bool
@@ -233,25 +249,20 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 	if blockedWrite.Load() {
 		timedOutWriting(s.cfg.Name, errs)
 	}
-	if ch.stuck(start, errs) {
+	if shared && ch.stuck(start, errs) {
+		// Shared by destinations that did not stall together: closed, not
+		// held, so that one of them taking nothing does not stop the
+		// others' next publishes.
 		l.mu.Lock()
-		switch {
-		case l.ch != ch:
-		case shared:
-			// Shared by destinations that did not stall together: closed,
-			// not kept, so that one of them taking nothing does not stop
-			// the others' next publishes.
+		if l.ch == ch {
 			l.close()
-		case l.stuck.IsZero():
-			s.log.Debug("rabbitmq sink: a destination published apart answered nothing; sending it nothing more until it does", "routing_key", dest)
-			l.stuck = start
 		}
 		l.mu.Unlock()
 	}
 	return nil
 }
 
-// errLaneDead is answers' error for a lane closed while it waited.
+// errLaneDead is awaitAnswer's error for a lane closed while it waited.
 var errLaneDead = errors.New("the lane closed")
 
 // timedOutWriting makes the errors of a publish whose write was still
@@ -264,26 +275,6 @@ func timedOutWriting(sink string, errs []error) {
 			errs[i] = fmt.Errorf("rabbitmq sink %s: the write did not end within the publish's time (%w): %w", sink, context.DeadlineExceeded, err)
 		}
 	}
-}
-
-// answers waits until the broker answers a publish on ch made since
-// since (nil), ch closes (errLaneDead), or ctx's time is up (its error):
-// a publish to a lane that takes nothing waits its time, as a publish sent
-// would, so that its destination's attempts come no faster than its
-// timeouts.
-func answers(ctx context.Context, ch *pubChan, since time.Time) error {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for ch.answeredAt.Load() < since.UnixNano() {
-		select {
-		case <-t.C:
-		case <-ch.dead:
-			return errLaneDead
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
 }
 
 // publishPool publishes msgs on p, a channel of the pool, and takes its

@@ -34,19 +34,16 @@ func (p *prober) close() {
 // Probe reports whether the broker answers now, without publishing: a
 // channel opened and closed on a connection of its own (on the sink's
 // when the broker refuses one more), two round trips the broker answers
-// whatever a queue does. So a publish whose confirm
-// never comes (a quorum queue without its quorum) is told from a broker
-// that does not answer. A sink that is not connected, or whose connection
-// the broker blocked (a resource alarm), takes no publish: that is the
-// sink's, and Probe says so.
+// whatever a queue does. So a publish whose confirm never comes (a quorum
+// queue without its quorum) is told from a broker that does not answer,
+// also while the sink's own connection, taken down for such a queue, is
+// being opened again. A sink whose connection the broker blocked (a
+// resource alarm) takes no publish: that is the sink's, and Probe says so.
 func (s *Sink) Probe(ctx context.Context) error {
 	s.mu.Lock()
 	conn, blocked := s.conn, s.blocked
 	s.mu.Unlock()
-	switch {
-	case conn == nil || conn.IsClosed():
-		return fmt.Errorf("rabbitmq sink %s: probe: not connected", s.cfg.Name)
-	case blocked != nil:
+	if blocked != nil {
 		return fmt.Errorf("rabbitmq sink %s: probe: %w", s.cfg.Name, blocked)
 	}
 	p := &s.prober
@@ -56,14 +53,20 @@ func (s *Sink) Probe(ctx context.Context) error {
 		if s.closed.Load() {
 			return fmt.Errorf("rabbitmq sink %s: probe: closed", s.cfg.Name)
 		}
+		// The sink's own connection may be down while the broker answers
+		// (taken down for a queue that takes nothing: lanes.go), so the
+		// probe does not ask whether it is up.
 		c, err := Dial(ctx, s.cfg.URL, "delaybridge sink "+s.cfg.Name+" (probe)", s.cfg.Auth)
-		if err != nil {
+		switch {
+		case err == nil:
+			p.conn = c
+		case conn != nil && !conn.IsClosed():
 			// A broker that refuses one more connection (a limit on the
 			// user's or the vhost's) answers on the sink's own.
 			s.log.Debug("rabbitmq sink probe: no connection of its own; asking on the sink's", "err", err)
 			c = conn
-		} else {
-			p.conn = c
+		default:
+			return fmt.Errorf("rabbitmq sink %s: probe: not connected: %w", s.cfg.Name, err)
 		}
 		return s.openClose(ctx, c)
 	}

@@ -39,6 +39,7 @@ type pubChan struct {
 	pubMu sync.Mutex // serializes publishes: tag = GetNextPublishSeqNo
 
 	mu       sync.Mutex
+	wake     chan struct{} // closed at the next answer, for awaitAnswer; nil when none waits
 	pending  map[uint64]entry
 	lowest   uint64 // every tag below it is resolved (confirmed, refused or lost)
 	returned map[returnKey]returnInfo
@@ -114,6 +115,32 @@ func (p *pubChan) stuck(start time.Time, errs []error) bool {
 		return false
 	}
 	return slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, context.DeadlineExceeded) })
+}
+
+// awaitAnswer waits until the broker answers a publish on p at or after
+// since (nil), p dies (errLaneDead), or ctx ends (its error).
+func (p *pubChan) awaitAnswer(ctx context.Context, since time.Time) error {
+	for {
+		if p.answeredAt.Load() >= since.UnixNano() {
+			return nil
+		}
+		p.mu.Lock()
+		if p.wake == nil {
+			p.wake = make(chan struct{})
+		}
+		wake := p.wake
+		p.mu.Unlock()
+		if p.answeredAt.Load() >= since.UnixNano() { // answered before wake was set
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-p.dead:
+			return errLaneDead
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (p *pubChan) isDead() bool {
@@ -217,6 +244,10 @@ func (p *pubChan) confirm(cfg SinkParams, c amqp.Confirmation) {
 	p.answeredAt.Store(time.Now().UnixNano())
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.wake != nil {
+		close(p.wake)
+		p.wake = nil
+	}
 	// Confirms arrive in tag order; a tag below this one still pending had
 	// its confirm dropped (amqp091-go gives up on a full listener).
 	for t := p.lowest; t < c.DeliveryTag; t++ {
@@ -262,7 +293,8 @@ func (p *pubChan) settle(cfg SinkParams, e entry) {
 		// A queue it was routed to refused it: its destination's fault,
 		// an attempt of this message; the sink's other destinations go on.
 		err = sinks.Rejected(sinks.Because(sinks.ReasonRejected, fmt.Errorf("rabbitmq sink %s: %w: routing key %q on exchange %q: a queue it routes to refused it "+
-			"(one at its x-max-length or x-max-length-bytes with x-overflow reject-publish: raise the limit, consume it, or let it drop old messages; else the queue failed)",
+			"(one at its x-max-length or x-max-length-bytes with x-overflow reject-publish: raise the limit, consume it, or let it drop old messages; "+
+			"or a quorum queue without its leader or quorum: see its members with rabbitmq-queues quorum_status; else the queue failed)",
 			cfg.Name, ErrNacked, e.key.routingKey, e.key.exchange)))
 	}
 	p.resolve(e, err)
