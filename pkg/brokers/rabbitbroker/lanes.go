@@ -31,17 +31,18 @@ import (
 //   - the messages the scheduler publishes apart (sinks.IsApart: their
 //     destination stalled) go on a connection of their destination's own,
 //     a lane, up to maxLanes at once (those beyond share one more, closed
-//     when a publish on it gets no answer); a lane of its own
-//     that has had a publish unanswered for stuckAfter is kept, and sends
-//     nothing more until the broker answers on it again (its next
-//     publishes wait their time for that, then fail as timeouts, which
-//     count for the destination; those woken with less than stuckAfter
-//     left are not sent, published again soon), so that a stopped queue
-//     gets a few seconds of copies, not a batch per attempt; one unused for laneIdle is closed when a lane is next
-//     asked for; a lane that cannot connect leaves its messages to the
-//     pool;
+//     when a publish on it gets no answer); a lane of its own that has had
+//     a publish unanswered for stuckAfter is kept, and sends nothing more
+//     until the broker answers on it again (its next publishes wait their
+//     time for that, then fail as timeouts, which count for the
+//     destination; those woken with less than stuckAfter left are not
+//     sent, published again soon), so that a stopped queue gets a few
+//     seconds of copies, not a batch per attempt; one unused for laneIdle
+//     is closed when a lane is next asked for; a lane that cannot connect
+//     leaves its messages to the pool;
 //   - Probe asks on a connection of its own, which publishes nothing, so
-//     that a connection stopped so is not taken for a broker down.
+//     that a connection stopped so is not taken for a broker down (on the
+//     sink's when the broker refuses one more).
 //
 // What was sent on a connection closed so, or on a lane that got no
 // answer, may still reach its queue when the queue takes publishes again:
