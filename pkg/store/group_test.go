@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
@@ -162,55 +163,70 @@ const parkChunk = 2_000
 // is under a second. It reports, it does not assert a time:
 //
 //	go test -run TestCancelGroupTiming -v ./pkg/store/
+//
+// Its clients wait a minute for an answer: with the default 3 s, a cancel
+// slowed down by a loaded machine was sent again by go-redis, which then
+// answered what the second run found (0: a CI run failed so).
 func TestCancelGroupTiming(t *testing.T) {
-	onSingleAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		s := store.New(rdb, store.Options{Prefix: "gt", Shards: 16})
-		var msgs []*envelope.Message
-		due := time.Now().Add(time.Hour)
-		for i := range 100_000 {
-			m := msg(fmt.Sprintf("m-%06d", i), due.Add(time.Duration(i)*time.Millisecond))
-			if i%10 == 0 {
-				m.Group = "big"
-			} else {
-				m.Group = fmt.Sprintf("g-%d", i%997)
-			}
-			msgs = append(msgs, m)
-			if len(msgs) == parkChunk {
-				park(t, s, store.Parked, msgs...)
-				msgs = msgs[:0]
-			}
+	t.Run("single", func(t *testing.T) {
+		c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr, ReadTimeout: time.Minute})
+		t.Cleanup(func() { _ = c.Close() })
+		cancelGroupTiming(t, c)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisCluster(t, 3).Addrs, ReadTimeout: time.Minute})
+		t.Cleanup(func() { _ = c.Close() })
+		cancelGroupTiming(t, c)
+	})
+}
+
+func cancelGroupTiming(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	s := store.New(rdb, store.Options{Prefix: "gt", Shards: 16})
+	var msgs []*envelope.Message
+	due := time.Now().Add(time.Hour)
+	for i := range 100_000 {
+		m := msg(fmt.Sprintf("m-%06d", i), due.Add(time.Duration(i)*time.Millisecond))
+		if i%10 == 0 {
+			m.Group = "big"
+		} else {
+			m.Group = fmt.Sprintf("g-%d", i%997)
 		}
-		var best time.Duration
-		for round := range 3 {
-			if round > 0 { // park the group again
-				for i := 0; i < 100_000; i += 10 {
-					m := msg(fmt.Sprintf("m-%06d", i), due)
-					m.Group = "big"
-					msgs = append(msgs, m)
-					if len(msgs) == parkChunk {
-						park(t, s, store.Parked, msgs...)
-						msgs = msgs[:0]
-					}
+		msgs = append(msgs, m)
+		if len(msgs) == parkChunk {
+			park(t, s, store.Parked, msgs...)
+			msgs = msgs[:0]
+		}
+	}
+	var best time.Duration
+	for round := range 3 {
+		if round > 0 { // park the group again
+			for i := 0; i < 100_000; i += 10 {
+				m := msg(fmt.Sprintf("m-%06d", i), due)
+				m.Group = "big"
+				msgs = append(msgs, m)
+				if len(msgs) == parkChunk {
+					park(t, s, store.Parked, msgs...)
+					msgs = msgs[:0]
 				}
 			}
-			start := time.Now()
-			n, _, err := s.CancelGroup(ctx, "big")
-			d := time.Since(start)
-			if err != nil || n != 10_000 {
-				t.Fatalf("cancel: %d %v", n, err)
-			}
-			if best == 0 || d < best {
-				best = d
-			}
-			t.Logf("round %d: cancelled a group of 10,000 among 100,000 parked in %v", round+1, d.Round(time.Millisecond))
 		}
-		t.Logf("best: %v", best.Round(time.Millisecond))
-		st, err := s.Stats(ctx)
-		if err != nil || st.Parked != 90_000 {
-			t.Fatalf("parked %d after the cancels (%v), want 90,000", st.Parked, err)
+		start := time.Now()
+		n, _, err := s.CancelGroup(ctx, "big")
+		d := time.Since(start)
+		if err != nil || n != 10_000 {
+			t.Fatalf("cancel: %d %v", n, err)
 		}
-	})
+		if best == 0 || d < best {
+			best = d
+		}
+		t.Logf("round %d: cancelled a group of 10,000 among 100,000 parked in %v", round+1, d.Round(time.Millisecond))
+	}
+	t.Logf("best: %v", best.Round(time.Millisecond))
+	st, err := s.Stats(ctx)
+	if err != nil || st.Parked != 90_000 {
+		t.Fatalf("parked %d after the cancels (%v), want 90,000", st.Parked, err)
+	}
 }
 
 // Held messages are counted per sink, from their hold bands.
