@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +37,10 @@ import (
 //     until the broker answers on it again (its next publishes wait their
 //     time for that, then fail as timeouts, which count for the
 //     destination; those woken with less than stuckAfter left are not
-//     sent, published again soon), so that a stopped queue gets a few
-//     seconds of copies, not a batch per attempt; one unused for laneIdle
+//     sent, published again soon; once answered, it sends one publish at
+//     a time until one is answered in full), so that a stopped queue gets
+//     a few seconds of copies, not a batch per attempt, nor all its
+//     waiting publishes at its first answer; one unused for laneIdle
 //     is closed when a lane is next asked for; a lane that cannot connect
 //     leaves its messages to the pool;
 //   - Probe asks on a connection of its own, which publishes nothing, so
@@ -67,7 +70,10 @@ type lane struct {
 	// unanswered is when the first publish on ch began that the broker
 	// has not answered anything since; zero when none.
 	unanswered time.Time
-	used       time.Time // lanes.mu
+	// careful: the lane was held, and sends one publish at a time until
+	// one is answered in full.
+	careful bool
+	used    time.Time // lanes.mu
 }
 
 // lanes are a sink's lanes by destination, and the one the destinations
@@ -84,7 +90,7 @@ func (l *lane) close() {
 	if l.conn != nil {
 		_ = l.conn.CloseDeadline(time.Now())
 	}
-	l.conn, l.ch, l.unanswered = nil, nil, time.Time{}
+	l.conn, l.ch, l.unanswered, l.careful = nil, nil, time.Time{}, false
 }
 
 // lane returns dest's lane, made if need be, after closing the lanes
@@ -202,20 +208,29 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 			return err
 		}
 	}
-	conn, ch, since := l.conn, l.ch, l.unanswered
+	conn, ch := l.conn, l.ch
 	shared := l == &s.lanes.shared
-	if !since.IsZero() && ch.answeredAt.Load() >= since.UnixNano() {
-		since = time.Time{} // answered since
-	}
-	held := !shared && !since.IsZero() && time.Since(since) >= stuckAfter
-	if since.IsZero() {
-		since = time.Now()
-	}
-	l.unanswered = since
-	l.mu.Unlock()
-	if held {
-		// The lane has sent what its destination took no answer for
-		// stuckAfter: nothing more is sent until the broker answers.
+	careful := false
+	for {
+		// Held: the lane has sent what its destination took no answer
+		// for stuckAfter, or, once it was so, a publish still unanswered
+		// (one at a time until one is answered in full): nothing more is
+		// sent until the broker answers.
+		since := l.unanswered
+		if !since.IsZero() && ch.answeredAt.Load() >= since.UnixNano() {
+			since = time.Time{} // answered since
+		}
+		held := !shared && !since.IsZero() && (l.careful || time.Since(since) >= stuckAfter)
+		if !held {
+			if since.IsZero() {
+				since = time.Now()
+			}
+			l.unanswered, careful = since, l.careful
+			l.mu.Unlock()
+			break
+		}
+		l.careful = true
+		l.mu.Unlock()
 		switch err := ch.awaitAnswer(ctx, since); {
 		case errors.Is(err, errLaneDead):
 			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: the connection apart for routing key %q closed while the publish waited for it", s.cfg.Name, dest)))
@@ -226,16 +241,17 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 			return nil
 		case sinks.Left(ctx) < stuckAfter:
 			// Answered again with little of its time left: published
-			// again soon, in full time, rather than all the waiters at
-			// once into the time they have left.
+			// again soon, in full time, rather than into the time it has
+			// left.
 			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: routing key %q answers again; published again soon", s.cfg.Name, dest)))
 			return nil
 		}
 		l.mu.Lock()
-		if l.ch == ch && l.unanswered.Equal(since) {
-			l.unanswered = time.Now()
+		if l.ch != ch {
+			l.mu.Unlock()
+			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: the connection apart for routing key %q closed while the publish waited for it", s.cfg.Name, dest)))
+			return nil
 		}
-		l.mu.Unlock()
 	}
 	start := time.Now()
 	var blockedWrite atomic.Bool
@@ -249,6 +265,13 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 	stop()
 	if blockedWrite.Load() {
 		timedOutWriting(s.cfg.Name, errs)
+	}
+	if careful && !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		l.mu.Lock()
+		if l.ch == ch {
+			l.careful = false // answered in full: publishes go side by side again
+		}
+		l.mu.Unlock()
 	}
 	if shared && ch.stuck(start, errs) {
 		// Shared by destinations that did not stall together: closed, not
