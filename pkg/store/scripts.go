@@ -246,6 +246,9 @@ func needed(libs []luaFile, main string) string {
 	for i, u := range units {
 		if keep[i] {
 			b.WriteString(u.text)
+			if !strings.HasSuffix(u.text, "\n") { // a file's last line without one
+				b.WriteString("\n")
+			}
 		}
 	}
 	return b.String()
