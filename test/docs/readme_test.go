@@ -126,8 +126,8 @@ func normalize(out string) string {
 // bash in dir, after every `export` and `.` line before it, with env added
 // to the environment; what it prints (stdout and stderr) must match the
 // lines below it, and a command is tried again until it does, for up to
-// 10 s (an answer that depends on the daemon having read a message sent a
-// moment before). run, when not nil, runs a command itself instead of bash
+// 30 s (an answer that depends on the daemon having read a message sent a
+// moment before, or having fired it). run, when not nil, runs a command itself instead of bash
 // when it says so (handled).
 func console(t *testing.T, dir string, env []string, steps []step, run func(cmd string) (out string, err error, handled bool)) {
 	t.Helper()
@@ -137,7 +137,7 @@ func console(t *testing.T, dir string, env []string, steps []step, run func(cmd 
 		script := strings.Join(append(append([]string{"set -o pipefail"}, prelude...), s.cmd), "\n")
 		var got string
 		var err error
-		ok := testenv.Poll(10*time.Second, func() bool {
+		ok := testenv.Poll(30*time.Second, func() bool {
 			if run != nil {
 				var handled bool
 				if got, err, handled = run(s.cmd); handled {
