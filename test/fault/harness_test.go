@@ -4,6 +4,7 @@ package fault
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -905,6 +906,52 @@ type copyAt struct {
 	due     time.Time // x-delaybridge-due-at
 	attempt int       // x-delaybridge-attempt
 	seq     uint64
+}
+
+// describeCopies lists copies as attempt@sink time, for a failure's log.
+func describeCopies(cs []copyAt) string {
+	var b strings.Builder
+	for i, c := range cs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "attempt %d at %s", c.attempt, c.at.Format("15:04:05.000"))
+	}
+	if len(cs) == 0 {
+		return "none"
+	}
+	return b.String()
+}
+
+// waitStopped waits until every thread of process pid is stopped (a
+// SIGSTOP delivered), so that it sends nothing more.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatalf("reading the threads of process %d: %v", pid, err)
+		}
+		running := 0
+		for _, task := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue // the thread ended
+			}
+			// pid (comm) state ...: comm may hold spaces and parentheses
+			if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] != "T" && f[0] != "t" {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: %d threads not stopped 5 s after SIGSTOP", pid, running)
+		}
+		time.Sleep(time.Millisecond) // poll
+	}
 }
 
 // collector records every copy the sink got, by x-message-id. run reads the
