@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"io/fs"
 	"path"
 	"slices"
@@ -9,6 +10,8 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/delaybridge/delaybridge/internal/testenv"
 )
 
 // redisGlobals are the globals Redis gives a script (Lua 5.1's base
@@ -40,8 +43,131 @@ func TestScriptsReadOnlyRedisGlobals(t *testing.T) {
 			for _, g := range writes {
 				t.Errorf("%s (layout %d) writes the global %q: Redis refuses it", f.name, f.layout, g)
 			}
+			if f.fn == nil {
+				continue
+			}
+			_, code, _ := strings.Cut(f.fn.code, "\n") // after "#!lua name=..."
+			reads, writes = luaGlobals(t, f.name+" (function)", code)
+			for _, g := range reads {
+				if !slices.Contains(redisGlobals, g) || g == "KEYS" || g == "ARGV" {
+					t.Errorf("%s (layout %d) as a function reads the global %q: a local it needs is left out of the library, or made inside the call", f.name, f.layout, g)
+				}
+			}
+			for _, g := range writes {
+				t.Errorf("%s (layout %d) as a function writes the global %q: Redis refuses it", f.name, f.layout, g)
+			}
 		}
 	}
+}
+
+// TestFunctionsKeepNothingBetweenCalls: Redis keeps a function library's
+// locals from one call to the next, where a script starts afresh at each.
+// So a call of a function form sets only the locals a call gives
+// (luaFunction.sets) and writes into no table the library made at load:
+// whatever one call left there, the next would read. Checked on the
+// compiled code (gopher-lua): an upvalue set, and a table read from an
+// upvalue and then written into.
+func TestFunctionsKeepNothingBetweenCalls(t *testing.T) {
+	names, err := fs.Glob(luaFiles, "lua/*.lua")
+	if err != nil || len(names) == 0 {
+		t.Fatal(names, err)
+	}
+	n := 0
+	for _, name := range names {
+		for _, f := range loadScript(strings.TrimSuffix(path.Base(name), ".lua")).forms {
+			if f.fn == nil {
+				continue
+			}
+			n++
+			_, code, _ := strings.Cut(f.fn.code, "\n")
+			for _, w := range upvalueWrites(t, f.name, code) {
+				if !slices.Contains(f.fn.sets, w) {
+					t.Errorf("%s (layout %d) as a function changes %s, which its library made at load: the next call would see it changed", f.name, f.layout, w)
+				}
+			}
+		}
+	}
+	if n < 6 {
+		t.Fatalf("%d function forms: the hot path's scripts are marked \"function\"", n)
+	}
+}
+
+// TestUpvalueWritesSeesState holds the check of
+// TestFunctionsKeepNothingBetweenCalls to what it must find: a table and a
+// value of the chunk's changed by a call, and not a call's own.
+func TestUpvalueWritesSeesState(t *testing.T) {
+	got := upvalueWrites(t, "x", `local T, n, ok = {}, 0, {}
+local function bump() n = n + 1 end
+redis.register_function{function_name = 'x', callback = function(keys, args)
+  local own = {}
+  local function f() own[1] = ok[1] end
+  f()
+  T[1] = 1
+  bump()
+  return 0
+end}
+`)
+	if want := []string{"T[...]", "n"}; !slices.Equal(got, want) {
+		t.Fatalf("upvalueWrites: %v, want %v", got, want)
+	}
+}
+
+// upvalueWrites returns what the functions of src write that the chunk
+// made: a chunk's local set from a function (OP_SETUPVAL), or a table held
+// in one written into (OP_SETTABLE on a register last loaded by
+// OP_GETUPVAL, as far as a straight reading of the code tells). Which
+// upvalue is the chunk's is read from the instructions that follow each
+// OP_CLOSURE: a MOVE captures a local of the function that makes the
+// closure, a GETUPVAL one of its upvalues.
+func upvalueWrites(t *testing.T, name, src string) []string {
+	t.Helper()
+	chunk, err := parse.Parse(strings.NewReader(src), name)
+	if err != nil {
+		t.Fatalf("%s does not parse: %v", name, err)
+	}
+	proto, err := lua.Compile(chunk, name)
+	if err != nil {
+		t.Fatalf("%s does not compile: %v", name, err)
+	}
+	// gopher-lua's instructions (its opcode file): the opcode in the top 6
+	// bits, then A (8 bits), C (9) and B (the low 9); Bx the low 18.
+	opA := func(i uint32) (int, int, int) { return int(i >> 26), int(i>>18) & 0xff, int(i & 0x1ff) }
+	var out []string
+	var walk func(p *lua.FunctionProto, top bool, chunkUp []bool)
+	walk = func(p *lua.FunctionProto, top bool, chunkUp []bool) {
+		from := map[int]string{} // register -> the chunk's local last loaded into it
+		for pc := 0; pc < len(p.Code); pc++ {
+			op, a, b := opA(p.Code[pc])
+			switch op {
+			case lua.OP_CLOSURE:
+				child := p.FunctionPrototypes[int(p.Code[pc]&0x3ffff)]
+				up := make([]bool, child.NumUpvalues)
+				for i := range up {
+					pc++
+					cop, _, cb := opA(p.Code[pc])
+					up[i] = (cop == lua.OP_MOVE && top) || (cop == lua.OP_GETUPVAL && chunkUp[cb])
+				}
+				walk(child, false, up)
+			case lua.OP_SETUPVAL:
+				if chunkUp[b] {
+					out = append(out, p.DbgUpvalues[b])
+				}
+			case lua.OP_GETUPVAL:
+				if chunkUp[b] {
+					from[a] = p.DbgUpvalues[b]
+					continue
+				}
+			case lua.OP_SETTABLE:
+				if up, ok := from[a]; ok {
+					out = append(out, up+"[...]")
+				}
+			}
+			delete(from, a) // A is written by most instructions
+		}
+	}
+	walk(proto, true, nil)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // TestLibUnitsParseAlone: luaUnits splits each lib file into statements
@@ -134,4 +260,30 @@ func luaGlobals(t *testing.T, name, src string) (reads, writes []string) {
 	slices.Sort(reads)
 	slices.Sort(writes)
 	return slices.Compact(reads), slices.Compact(writes)
+}
+
+// TestEveryFunctionLoads loads every function form, of each layout, into a
+// real Redis: one that Redis refuses (an upvalue too many, a call at load)
+// would leave its script to run as a script, its saving lost.
+func TestEveryFunctionLoads(t *testing.T) {
+	rdb := testenv.Redis(t).Client()
+	names, err := fs.Glob(luaFiles, "lua/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, name := range names {
+		for _, f := range loadScript(strings.TrimSuffix(path.Base(name), ".lua")).forms {
+			if f.fn == nil {
+				continue
+			}
+			n++
+			if err := rdb.FunctionLoad(context.Background(), f.fn.code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+				t.Errorf("%s (layout %d): FUNCTION LOAD: %v", f.name, f.layout, err)
+			}
+		}
+	}
+	if n < 6 {
+		t.Fatalf("%d function forms loaded", n)
+	}
 }

@@ -41,8 +41,8 @@ func benchMsgs(prefix string, n int, due time.Time) []*envelope.Message {
 	return out
 }
 
-// redisStats returns, from INFO commandstats, the µs Redis spent in EVALSHA
-// and EVAL (the commands the scripts ran included) and how many other
+// redisStats returns, from INFO commandstats, the µs Redis spent in EVALSHA,
+// EVAL and FCALL (the commands the scripts ran included) and how many other
 // commands ran (most of them inside the scripts).
 func redisStats(b *testing.B, rdb *redis.Client) (usec, calls float64) {
 	stats, err := testenv.CommandStats(rdb)
@@ -51,9 +51,9 @@ func redisStats(b *testing.B, rdb *redis.Client) (usec, calls float64) {
 	}
 	for name, c := range stats {
 		switch name {
-		case "evalsha", "eval":
+		case "evalsha", "eval", "fcall":
 			usec += c.Usec
-		case "info", "ping", "hello", "script|load":
+		case "info", "ping", "hello", "script|load", "function|load":
 		default:
 			calls += c.Calls
 		}
@@ -265,17 +265,29 @@ func BenchmarkCancelGroup(b *testing.B) {
 // message, Redis's own time (INFO commandstats: the scripts with the
 // commands they run), which this shared machine makes noisy, and the
 // commands the scripts ran, which it does not: the figure a script's change
-// moves. The wall time per op adds the three round trips.
+// moves. The wall time per op adds the three round trips. It runs the hot
+// path as Redis functions and as scripts (Options.NoFunctions), back to
+// back and, "paced", a millisecond apart, as at 1k msg/s (Redis idle
+// between calls, its caches cold).
 func BenchmarkOneAtATime(b *testing.B) {
+	for _, paced := range []bool{false, true} {
+		for _, scripts := range []bool{false, true} {
+			name := map[bool]string{false: "functions", true: "scripts"}[scripts]
+			if paced {
+				name += "/paced"
+			}
+			b.Run(name, func(b *testing.B) { oneAtATime(b, scripts, paced) })
+		}
+	}
+}
+
+func oneAtATime(b *testing.B, scripts, paced bool) {
 	r := testenv.Redis(b)
 	// as the daemon runs it: 16 shards, the dedupe window on
-	s := store.New(r.Client(), store.Options{Prefix: "bench", Shards: 16, MaxDead: 1000, DedupeWindow: time.Hour})
+	s := store.New(r.Client(), store.Options{Prefix: "bench", Shards: 16, MaxDead: 1000, DedupeWindow: time.Hour, NoFunctions: scripts})
 	ctx := context.Background()
 	past := time.Now().Add(-time.Second)
-	usec0, calls0 := redisStats(b, r.Client())
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	one := func(i int) {
 		m := benchMsgs(fmt.Sprintf("o%d", i), 1, past)[0]
 		m.Origin = envelope.Origin{Log: "in/0", Pos: uint64(i)}
 		if _, err := s.Park(ctx, []*envelope.Message{m}); err != nil {
@@ -287,6 +299,18 @@ func BenchmarkOneAtATime(b *testing.B) {
 		}
 		if n, err := s.Ack(ctx, c, []store.Done{{ID: m.ID, Origin: m.Origin, Source: m.Ingest}}); err != nil || n != 1 {
 			b.Fatalf("ack: %v (%d acked)", err, n)
+		}
+	}
+	for i := range 16 { // each shard's scripts loaded, its layout marked
+		one(-1 - i)
+	}
+	usec0, calls0 := redisStats(b, r.Client())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		one(i)
+		if paced {
+			time.Sleep(time.Millisecond)
 		}
 	}
 	b.StopTimer()

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"crypto/sha1"
 	"embed"
 	"fmt"
 	"math"
@@ -24,6 +25,9 @@ import (
 //	--! include: due life     the lib files it calls (each says its own)
 //	--! firing                it fires messages or records their outcome:
 //	                          it may run at maxmemory (allow-oom)
+//	--! function              it runs once or more per message: a Redis
+//	                          that has functions (7.0) runs it as one
+//	                          (luaFunction), its includes made once
 //
 // A script is assembled once, at start, as: the table K of its keys by
 // name (KEYS in the order of shardKeyNames, a per-priority key there at
@@ -61,7 +65,8 @@ type scriptForm struct {
 	layout         int
 	keys           []string // key names, in KEYS order (due...: one per priority)
 	flagged, plain *redis.Script
-	src            string // the source, as plain runs it
+	src            string       // the source, as plain runs it
+	fn             *luaFunction // the function form, for a file marked "function"; nil else
 }
 
 // stateLibs is, per layout, the lib file a script's "--! include: due"
@@ -78,6 +83,7 @@ type luaFile struct {
 	keys     []string
 	includes []string
 	firing   bool
+	function bool
 }
 
 func readLua(name string) luaFile {
@@ -99,6 +105,8 @@ func readLua(name string) luaFile {
 			f.includes = append(f.includes, strings.Fields(val)...)
 		case "firing":
 			f.firing = true
+		case "function":
+			f.function = true
 		default:
 			panic(fmt.Sprintf("store: Lua file %s: unknown directive %q", name, line))
 		}
@@ -186,7 +194,14 @@ func assemble(main luaFile, l int) *scriptForm {
 		}
 	}
 	fmt.Fprintf(&b, "}\nlocal NKEYS = %d\nlocal PRIOFROM, PRIOTO = %d, %d\n", n, prioFrom, n)
-	b.WriteString(needed(append([]luaFile{{name: "constants", body: luaConstants}}, libs...), main.body))
+	head := b.String()
+	units := neededUnits(append([]luaFile{{name: "constants", body: luaConstants}}, libs...), main.body)
+	for _, u := range units {
+		b.WriteString(u.text)
+		if !strings.HasSuffix(u.text, "\n") { // a file's last line without one
+			b.WriteString("\n")
+		}
+	}
 	b.WriteString(main.body)
 	src := b.String()
 	sc.plain = redis.NewScript(src)
@@ -199,8 +214,112 @@ func assemble(main luaFile, l int) *scriptForm {
 		// stay refused, which pauses ingest instead.
 		sc.flagged = redis.NewScript("#!lua flags=allow-oom\n" + src)
 	}
+	if main.function {
+		sc.fn = functionOf(head, units, main)
+	}
 	return sc
 }
+
+// luaFunction is a script assembled as the library of one Redis function
+// (Redis 7), run with FCALL: the functions and constants of its includes
+// are made once, when the library is loaded, where a script makes them
+// again at each call (a third to a half of a hot script's call on a Redis
+// woken for it, BenchmarkScriptPrelude).
+type luaFunction struct {
+	// name is the library's and its function's: "delaybridge_" and a hash
+	// of the code, so that two builds side by side (a rolling upgrade)
+	// never run each other's.
+	name string
+	code string // FUNCTION LOAD's argument
+	// sets are the library's locals each call sets: callNames, then the
+	// locals of the lib statements that run at each call. A call sets no
+	// other: what the library made at load is the same at every call.
+	sets []string
+}
+
+// callNames are what a call gives a function: its keys and arguments, and
+// the table of keys by name and the indexes the head makes of them.
+var callNames = []string{"KEYS", "ARGV", "K", "NKEYS", "PRIOFROM", "PRIOTO"}
+
+// functionOf assembles main as a library: head (the statements that make
+// callNames from KEYS) and units (the lib statements main needs, needed)
+// split into what is made once, at load (local functions, and values
+// computed without a call from nothing a call gives), and what runs at
+// each call (a statement that calls something or is not a declaration,
+// and a value computed from what such a statement or a call gives), its
+// locals declared at load so that the lib's functions see them; then the
+// main file, inside the function, with its flags (allow-oom for a firing
+// script).
+func functionOf(head string, units []luaUnit, main luaFile) *luaFunction {
+	perCall := map[string]bool{}
+	for _, n := range callNames {
+		perCall[n] = true
+	}
+	names := func(code string) bool {
+		return slices.ContainsFunc(luaIdent.FindAllString(code, -1), func(n string) bool { return perCall[n] })
+	}
+	atCall := make([]bool, len(units))
+	for more := true; more; {
+		more = false
+		for i, u := range units {
+			if atCall[i] || strings.TrimSpace(u.code) == "" || (u.declares != nil && (luaLocalFunc.MatchString(u.code) || !names(u.code))) {
+				continue
+			}
+			atCall[i], more = true, true
+			for _, n := range luaLocalNames(u.code) {
+				perCall[n] = true
+			}
+		}
+	}
+	var load, call strings.Builder
+	load.WriteString("local " + strings.Join(callNames, ", ") + "\n")
+	var hoisted []string
+	for i, u := range units {
+		if !atCall[i] {
+			load.WriteString(u.code) // Redis keeps a library's text: comments left out
+			if !strings.HasSuffix(u.code, "\n") {
+				load.WriteString("\n")
+			}
+			continue
+		}
+		code := u.code
+		if ns := luaLocalNames(code); ns != nil {
+			hoisted = append(hoisted, ns...)
+			code = strings.TrimPrefix(code, "local ")
+		}
+		call.WriteString(code)
+	}
+	if len(hoisted) > 0 {
+		load.WriteString("local " + strings.Join(hoisted, ", ") + "\n")
+	}
+	flags := ""
+	if main.firing {
+		flags = "'allow-oom'"
+	}
+	body := fmt.Sprintf("%sredis.register_function{function_name = NAME, flags = {%s}, callback = function(keys, args)\nKEYS, ARGV = keys, args\n%s%s%s\nend}\n",
+		load.String(), flags, luaNoLocal.ReplaceAllString(head, ""), call.String(), luaCode(main.body))
+	name := fmt.Sprintf("delaybridge_%x", sha1.Sum([]byte(body)))[:32]
+	return &luaFunction{name: name, code: "#!lua name=" + name + "\nlocal NAME = '" + name + "'\n" + body, sets: append(slices.Clone(callNames), hoisted...)}
+}
+
+// luaNoLocal is the "local " that starts a line of the head.
+var luaNoLocal = regexp.MustCompile(`(?m)^local `)
+
+// luaLocalNames returns the names a statement declares as locals when it
+// is a local declaration of values (with or without them), else nil.
+func luaLocalNames(stmt string) []string {
+	m := luaLocalDecl.FindStringSubmatch(stmt)
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range strings.Split(m[1], ",") {
+		out = append(out, strings.TrimSpace(n))
+	}
+	return out
+}
+
+var luaLocalDecl = regexp.MustCompile(`^local\s+([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*(?:=|\n|$)`)
 
 // needed returns the top-level statements of libs that main needs, in
 // their order. Redis runs a script's whole chunk at each call, so that
@@ -215,6 +334,19 @@ func assemble(main luaFile, l int) *scriptForm {
 // out that a script needed would be a global's read, which
 // TestScriptsReadOnlyRedisGlobals catches.
 func needed(libs []luaFile, main string) string {
+	var b strings.Builder
+	for _, u := range neededUnits(libs, main) {
+		b.WriteString(u.text)
+		if !strings.HasSuffix(u.text, "\n") { // a file's last line without one
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// neededUnits returns the top-level statements of libs that main needs, in
+// their order (needed).
+func neededUnits(libs []luaFile, main string) []luaUnit {
 	var units []luaUnit
 	for _, lib := range libs {
 		units = append(units, luaUnits(lib.body)...)
@@ -242,16 +374,13 @@ func needed(libs []luaFile, main string) string {
 			}
 		}
 	}
-	var b strings.Builder
+	var out []luaUnit
 	for i, u := range units {
 		if keep[i] {
-			b.WriteString(u.text)
-			if !strings.HasSuffix(u.text, "\n") { // a file's last line without one
-				b.WriteString("\n")
-			}
+			out = append(out, u)
 		}
 	}
-	return b.String()
+	return out
 }
 
 // includes returns the lib files main includes for layout l, each once,

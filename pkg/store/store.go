@@ -33,7 +33,7 @@ type Store struct {
 	rdb        redis.UniversalClient
 	keys       Keys
 	scriptKeys sync.Map // scriptShard -> the KEYS of a script on a shard, built once
-	loaded     sync.Map // *redis.Script -> true once loaded (runCalls)
+	loaded     sync.Map // runner -> true once loaded (runCalls)
 	shards     int
 	maxDead    int // dead messages kept per shard
 	// maxSeries is limits.max_series (0: no bound)
@@ -43,10 +43,13 @@ type Store struct {
 	sourceSeries map[string]int64
 	dedupe       time.Duration
 	noFlags      bool // the Redis cannot read script flags (before 7.0, miniredis)
-	commitLead   time.Duration
-	observe      func(op string, d time.Duration, err error)
-	codec        envelope.Codec
-	cursor       cursorCache // the deployment's cursor key (browse.go)
+	// noFunctions: the hot path's scripts run as scripts, not functions
+	// (Options.NoFunctions, or a Redis that refused to load one).
+	noFunctions atomic.Bool
+	commitLead  time.Duration
+	observe     func(op string, d time.Duration, err error)
+	codec       envelope.Codec
+	cursor      cursorCache // the deployment's cursor key (browse.go)
 	// layouts is the layout each shard is in, as this Store last found it
 	// (layout.go): its scripts run in that layout's form, and one that
 	// meets the other layout's shard says so (layoutMoved) and runs again.
@@ -106,6 +109,10 @@ type Options struct {
 	// without allow-oom, so at maxmemory firing stops with ingest. See
 	// ScriptFlagsSupported.
 	NoScriptFlags bool
+
+	// NoFunctions runs the scripts marked "function" as scripts (EVALSHA)
+	// on a Redis that has functions too (a benchmark's comparison).
+	NoFunctions bool
 }
 
 // New returns a Store on rdb (a *redis.Client or *redis.ClusterClient).
@@ -122,6 +129,7 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	}
 	s := &Store{rdb: rdb, keys: NewKeys(o.Prefix), shards: o.Shards, maxDead: perShard, dedupe: o.DedupeWindow, observe: o.Observe,
 		codec: envelope.Codec{Sealer: o.Sealer, RequireSealed: o.RequireSealed}, noFlags: o.NoScriptFlags, commitLead: o.CommitLead}
+	s.noFunctions.Store(o.NoFunctions)
 	if s.commitLead <= 0 {
 		s.commitLead = DefaultCommitLead
 	}
@@ -337,14 +345,6 @@ func (s *Store) form(sc *script, shard int) *scriptForm {
 	return sc.forms[s.layouts[shard].Load()-1]
 }
 
-// pick returns the form of f this Store's Redis runs.
-func (s *Store) pick(f *scriptForm) *redis.Script {
-	if s.noFlags {
-		return f.plain
-	}
-	return f.flagged
-}
-
 // run executes a script on one shard, with the keys it names
 // (Keys.scriptKeys).
 func (s *Store) run(ctx context.Context, op string, sc *script, shard int, args ...any) *redis.Cmd {
@@ -527,7 +527,7 @@ func (s *Store) load(ctx context.Context, f *scriptForm) {
 func runAgain(err error) bool {
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
-	return moved || ask || redis.HasErrorPrefix(err, "NOSCRIPT") || redis.IsTryAgainError(err)
+	return moved || ask || redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || redis.IsTryAgainError(err)
 }
 
 // tryAgainFor bounds how long a script is run again while Redis Cluster
@@ -542,7 +542,7 @@ const tryAgainFor = 10 * time.Second
 // often, and a script loaded on the old master is not on the new one),
 // until it runs, ctx ends or tryAgainFor has passed: a move of the shard's
 // slot is not an error of the script.
-func (s *Store) eval(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (s *Store) eval(ctx context.Context, sc runner, keys []string, args ...any) *redis.Cmd {
 	bo := lifecycle.Backoff{Min: 5 * time.Millisecond, Max: 200 * time.Millisecond}
 	deadline := time.Now().Add(tryAgainFor)
 	for {

@@ -459,9 +459,10 @@ func redisCmds(rdb *redis.Client) map[string]testenv.CommandStat {
 }
 
 // cmdNote says where Redis's time went between two readings of
-// commandstats, per message: in scripts (EVALSHA, with the commands they
-// run), and the commands that took most, run by a script or not (Redis's
-// own I/O, AOF and expiry are the rest of its CPU).
+// commandstats, per message: in scripts (EVALSHA, and FCALL of the hot
+// path's functions, with the commands they run), and the commands that
+// took most, run by a script or not (Redis's own I/O, AOF and expiry are
+// the rest of its CPU).
 func cmdNote(before, after map[string]testenv.CommandStat, messages int) string {
 	type row struct {
 		name        string
@@ -470,15 +471,17 @@ func cmdNote(before, after map[string]testenv.CommandStat, messages int) string 
 	var rows []row
 	for name, a := range after {
 		b := before[name]
-		if r := (row{name, a.Calls - b.Calls, a.Usec - b.Usec}); r.calls > 0 && name != "evalsha" {
+		if r := (row{name, a.Calls - b.Calls, a.Usec - b.Usec}); r.calls > 0 && name != "evalsha" && name != "fcall" {
 			rows = append(rows, r)
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].usec > rows[j].usec })
 	n := float64(max(messages, 1))
-	ev := after["evalsha"]
-	ev.Calls -= before["evalsha"].Calls
-	ev.Usec -= before["evalsha"].Usec
+	var ev testenv.CommandStat
+	for _, name := range []string{"evalsha", "fcall"} {
+		ev.Calls += after[name].Calls - before[name].Calls
+		ev.Usec += after[name].Usec - before[name].Usec
+	}
 	parts := []string{fmt.Sprintf("scripts %.1f us/msg (%.2f calls/msg, %.1f us each)", ev.Usec/n, ev.Calls/n, ev.Usec/max(ev.Calls, 1))}
 	for i, r := range rows {
 		if i == 5 {

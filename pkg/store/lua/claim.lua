@@ -4,6 +4,7 @@ claims ahead what falls due within the ahead window. A due message of a
 blocked sink (down or paused) is held instead: moved into the sink's hold
 band, due order kept, untouched until release brings it back.
 --! firing
+--! function
 --! include: fire
 
 ARGV[1]   at most this many messages

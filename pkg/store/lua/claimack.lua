@@ -1,6 +1,7 @@
 --[[ claimack: ack of the shard's previous lease, then claim, in one call:
 the ack of a batch travels with the next claim.
 --! firing
+--! function
 --! include: fire
 
 KEYS      the shard's keys, then the dedupe window's current bucket, then

@@ -7,6 +7,7 @@ rescheduled after the claim has another score, or none: it is not
 committed, and so not published. Whatever Redis ran before the due instant
 wins over the claim.
 --! firing
+--! function
 --! include: ahead
 
 ARGV[1]   the claim's lease expiry (Lease.ExpiryMs)

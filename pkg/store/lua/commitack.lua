@@ -2,6 +2,7 @@
 the ack of a publish travels with the shard's next commit, as it does with
 its next claim (claimack.lua).
 --! firing
+--! function
 --! include: fire ahead
 
 KEYS      the shard's keys, then the dedupe window's current bucket, then

@@ -3,6 +3,7 @@ to when they are newer. Run by Store.Park for the ingest and the admin
 API; an import writes exported records with their state through
 import.lua instead.
 --! keys: pool meta dead next series
+--! function
 --! include: blob bulk due group identity life series tally time
 
 KEYS    the shard's keys above, then the dedupe window's buckets (Keys.Seen):

@@ -3,6 +3,7 @@ acks (lib/fire.lua's acklease), the retries, the deaths and what is put back
 without counting an attempt (held, deferred, postponed). Each acts only on
 a message still held under the lease.
 --! firing
+--! function
 --! include: fire settle unconfirmed
 
 KEYS      the shard's keys, then the dedupe window's current bucket, then
