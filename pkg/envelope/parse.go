@@ -131,16 +131,20 @@ type Limits struct {
 }
 
 // MaxDocumentBytes bounds a JSON document that carries one message within
-// the limits (a POST /v1/messages body, a line of an import): twice the
-// body and the headers, which may come base64-encoded or JSON-escaped, and
-// 64 KiB for the fields around them; 64 MiB without a payload or header
-// limit.
+// the limits (a POST /v1/messages body): twice the body and the headers,
+// which may come base64-encoded or JSON-escaped, and 64 KiB for the fields
+// around them; 64 MiB without a payload or header limit.
 func (l Limits) MaxDocumentBytes() int64 {
 	if l.MaxPayloadBytes <= 0 || l.MaxHeaderBytes <= 0 {
 		return 64 << 20
 	}
 	return 2*int64(l.MaxPayloadBytes) + 2*int64(l.MaxHeaderBytes) + 64<<10
 }
+
+// MaxRecordBytes bounds a line of an export: a message and the version
+// that waits behind it (a replacement or a new message of its ID that came
+// while it was in flight), each a document of MaxDocumentBytes.
+func (l Limits) MaxRecordBytes() int64 { return 2 * l.MaxDocumentBytes() }
 
 // Action is what to do with an ingested message.
 type Action int

@@ -18,11 +18,12 @@ import (
 // record's message goes through admit, so that import refuses what an
 // ingest refuses, with the same reason and the line's number, and writes
 // what an ingest would have parked. It sets o.Admit, o.MaxIDBytes and
-// o.MaxLineBytes (a line is bounded as POST /v1/messages' body is). It
-// works on Redis only: the admin API has no import.
+// o.MaxLineBytes (a line holds up to two messages, each bounded as POST
+// /v1/messages' body is). It works on Redis only: the admin API has no
+// import.
 func (s *Service) Import(ctx context.Context, r io.Reader, o store.ImportOptions) (store.ImportStats, error) {
 	o.MaxIDBytes = s.p.Limits.MaxIDBytes
-	o.MaxLineBytes = int(s.p.Limits.MaxDocumentBytes())
+	o.MaxLineBytes = int(s.p.Limits.MaxRecordBytes())
 	o.Admit = s.admit
 	return s.p.Store.Import(ctx, r, o)
 }

@@ -40,7 +40,7 @@ func importRecord(id string, edit func(map[string]string)) string {
 		edit(f)
 	}
 	var parts []string
-	for _, k := range []string{"v", "id", "state", "due_at", "sink", "destination", "ingest", "recurrence", "attempts", "dead_at", "reason", "headers", "body_base64"} {
+	for _, k := range []string{"v", "id", "state", "due_at", "sink", "destination", "ingest", "recurrence", "attempts", "dead_at", "reason", "headers", "body_base64", "replacement"} {
 		if v, ok := f[k]; ok {
 			parts = append(parts, fmt.Sprintf("%q:%s", k, v))
 		}
@@ -101,23 +101,31 @@ func TestImportRefusesWhatIngestRefuses(t *testing.T) {
 	}
 }
 
-// A line longer than a POST /v1/messages body may be (twice
-// max_payload_bytes and max_header_bytes, and 64 KiB) is refused before it
-// is decoded.
+// A line longer than two POST /v1/messages bodies may be (each twice
+// max_payload_bytes and max_header_bytes, and 64 KiB: a record holds a
+// message and the version waiting behind it) is refused before it is
+// decoded; a record of two bodies of max_payload_bytes each, as export
+// writes for a message in flight and its replacement, is imported.
 func TestImportRefusesALineOverTheDocumentLimit(t *testing.T) {
 	r := testenv.Redis(t)
 	cfg := writeConfig(t, fmt.Sprintf(importRulesConfig, r.Addr, "long"))
 	file := filepath.Join(t.TempDir(), "in.jsonl")
-	huge := importRecord("huge", func(f map[string]string) {
-		f["body_base64"] = q(base64.StdEncoding.EncodeToString(make([]byte, 2<<20)))
+	body := func(n int) func(map[string]string) {
+		return func(f map[string]string) { f["body_base64"] = q(base64.StdEncoding.EncodeToString(make([]byte, n))) }
+	}
+	huge := importRecord("huge", body(4<<20))
+	full := importRecord("full", func(f map[string]string) {
+		body(1 << 20)(f)
+		f["replacement"] = fmt.Sprintf(`{"due_at":%s,"sink":"out","destination":"fired.x","body_base64":%s}`,
+			f["due_at"], q(base64.StdEncoding.EncodeToString(make([]byte, 1<<20))))
 	})
-	if err := os.WriteFile(file, []byte(huge+importRecord("fine", nil)), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(huge+full+importRecord("fine", nil)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, _, errOut := run(t, "import", "-c", cfg, "--in", file, "--on-error", "skip")
-	if want := fmt.Sprintf("line 1: not a valid export record: longer than %d bytes", 2<<20+2*(64<<10)+64<<10); code != 1 || !strings.Contains(errOut, want) ||
-		!strings.Contains(errOut, "imported 1 (0 dead)") {
-		t.Errorf("exit %d, stderr:\n%s\nwant exit 1, %q and the second line imported", code, errOut, want)
+	if want := fmt.Sprintf("line 1: not a valid export record: longer than %d bytes", 2*(2<<20+2*(64<<10)+64<<10)); code != 1 || !strings.Contains(errOut, want) ||
+		!strings.Contains(errOut, "imported 2 (0 dead)") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1, %q and the other two lines imported", code, errOut, want)
 	}
 }
 
