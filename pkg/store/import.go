@@ -27,7 +27,9 @@ type ImportOptions struct {
 	// Replace overwrites a message already known under a record's ID,
 	// whatever its state (a message in flight may still be published by
 	// its claimer). Without it such records are skipped (ImportStats.Known),
-	// which makes importing the same file twice harmless.
+	// which makes importing the same file twice harmless. A known message
+	// of another source (another ingest, or the admin API) is neither:
+	// the record is refused (id_taken), as ingest refuses it.
 	Replace bool
 	// Stop ends the import at the first line that is not a valid record:
 	// every record before it is imported, none after. Without it such
@@ -171,6 +173,9 @@ func (s *Store) importLines(ctx context.Context, r io.Reader, o ImportOptions, b
 		if err != nil {
 			return fmt.Errorf("store.import: read line %d: %w", n, err)
 		}
+		if n == 1 {
+			line = bytes.TrimPrefix(line, utf8BOM) // a file saved by an editor that marks UTF-8
+		}
 		if len(bytes.TrimSpace(line)) == 0 && !tooLong {
 			continue
 		}
@@ -250,6 +255,9 @@ func (w *importWriter) close() (ImportStats, error) {
 	<-w.done
 	return w.st, w.err
 }
+
+// utf8BOM is the byte order mark some editors start a UTF-8 file with.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // readLine reads a line into buf without its line end. A line over max
 // bytes is read to its end and reported as tooLong, its bytes dropped. It
@@ -392,6 +400,12 @@ func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []import
 				}
 				if o.Bad != nil {
 					o.Bad(&LineError{Line: it.line, Err: fmt.Errorf("%w: %s", ErrRefused, why)})
+				}
+				continue
+			case 6:
+				st.Bad++
+				if o.Bad != nil {
+					o.Bad(&LineError{Line: items[index[c][j]].line, Err: fmt.Errorf("%w: %s", ErrRefused, envelope.ReasonIDTaken)})
 				}
 				continue
 			case 2, 3:

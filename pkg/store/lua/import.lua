@@ -18,7 +18,9 @@ returns   one integer per message: 1 imported; 0 the ID is known (parked, in
           replaced the known one in flight, perhaps committed ahead of its
           due instant (the caller answers CommitLead later); 4 (5) a new
           recurring series past limits.max_series (its ingest's
-          max_series): nothing written
+          max_series): nothing written; 6 the ID is known as a message of
+          another source (another ingest, or the admin API): nothing
+          changed, replace or not (id_taken, as park.lua's IDTAKEN)
 ]]
 
 local replace = ARGV[1] == '1'
@@ -33,19 +35,23 @@ for i = 3, #ARGV, 9 do
     and overseries(quota, id, true, blobinfo(blob).ingest, srcquota)
   if over then
     r = over == 'max_series' and 4 or 5
-  elseif not replace then
-    if redis.call('HSETNX', K.pool, id, blob) == 0 then r = 0 end
   else
     local old = redis.call('HGET', K.pool, id)
-    if old then
-      local was = duescore(id)
-      unschedule(id)
-      undead(id, old)
-      forget(id, old, was ~= false)
-      r = 2
-      if was and leased(was) then r = 3 end
+    if old and blobinfo(old).ingest ~= blobinfo(blob).ingest then
+      r = 6
+    elseif old and not replace then
+      r = 0
+    else
+      if old then
+        local was = duescore(id)
+        unschedule(id)
+        undead(id, old)
+        forget(id, old, was ~= false)
+        r = 2
+        if was and leased(was) then r = 3 end
+      end
+      redis.call('HSET', K.pool, id, blob)
     end
-    redis.call('HSET', K.pool, id, blob)
   end
   if r == 1 or r == 2 or r == 3 then
     if ARGV[i + 1] == 'd' then
