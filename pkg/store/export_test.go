@@ -535,3 +535,54 @@ func TestTextKeepsEveryByte(t *testing.T) {
 		}
 	}
 }
+
+// An imported record whose ID the target knows as a message of another
+// source is refused with id_taken, replace or not, and the known message
+// is left as it was: a publisher cannot replace or drop another's message
+// by reusing its ID, through import either. One of the same source is
+// skipped, or replaced with Replace.
+func TestImportRefusesAnotherSourcesID(t *testing.T) {
+	ctx := context.Background()
+	due := time.Now().Add(time.Hour)
+	src, dst := newStore(t, 2), newStore(t, 2)
+	theirs := msg("x", due)
+	theirs.Ingest, theirs.Body = "b", []byte("b's")
+	park(t, src, store.Parked, theirs)
+	data, _ := exportAll(t, src, false)
+	mine := msg("x", due)
+	mine.Ingest, mine.Body = "a", []byte("a's")
+	park(t, dst, store.Parked, mine)
+	for _, replace := range []bool{false, true} {
+		var bad []*store.LineError
+		st, err := dst.Import(ctx, bytes.NewReader(data), store.ImportOptions{Replace: replace, Admit: asExported,
+			Bad: func(le *store.LineError) { bad = append(bad, le) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Bad != 1 || st.Replaced != 0 || st.Known != 0 || len(bad) != 1 || bad[0].Line != 1 ||
+			!errors.Is(bad[0], store.ErrRefused) || !strings.Contains(bad[0].Error(), "id_taken") {
+			t.Fatalf("replace %v: %+v, bad lines %v; want line 1 refused with id_taken", replace, st, bad)
+		}
+		if info, err := dst.Inspect(ctx, "x"); err != nil || string(info.Message.Body) != "a's" || info.Message.Ingest != "a" {
+			t.Fatalf("replace %v: x is now %+v %v, want a's message", replace, info, err)
+		}
+	}
+	own := rewrite(t, data, func(rec *store.Record) { rec.Ingest = "a" })
+	if st := importAll(t, dst, own, store.ImportOptions{}); st.Known != 1 {
+		t.Fatalf("a's own record again: %+v, want it skipped as known", st)
+	}
+	if st := importAll(t, dst, own, store.ImportOptions{Replace: true}); st.Replaced != 1 {
+		t.Fatalf("a's own record with replace: %+v, want it replaced", st)
+	}
+}
+
+// A file that starts with a UTF-8 byte order mark (as some editors save
+// one) imports as it would without it.
+func TestImportReadsPastAByteOrderMark(t *testing.T) {
+	src, dst := newStore(t, 2), newStore(t, 2)
+	park(t, src, store.Parked, msg("x", time.Now().Add(time.Hour)))
+	data, _ := exportAll(t, src, false)
+	if st := importAll(t, dst, append([]byte("\xef\xbb\xbf"), data...), store.ImportOptions{}); st.Imported != 1 {
+		t.Fatalf("import of a file with a byte order mark: %+v", st)
+	}
+}

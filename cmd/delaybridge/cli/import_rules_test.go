@@ -229,3 +229,11 @@ func wantRefused(t *testing.T, code int, errOut string, wants ...string) {
 		t.Errorf("exit %d, want 1", code)
 	}
 }
+
+// The summary names bad lines in the file's order, whenever each was
+// found (a line refused when its batch is written comes after later ones).
+func TestLineListInOrder(t *testing.T) {
+	if got, want := lineList([]int{1806, 1931, 1172}, 4), ": lines 1172, 1806, 1931 and 1 more"; got != want {
+		t.Fatalf("lineList: %q, want %q", got, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,8 +15,8 @@ import (
 	"github.com/delaybridge/delaybridge/pkg/store"
 )
 
-// maxReportedLines bounds the bad lines import names one by one on stderr;
-// the summary counts them all.
+// maxReportedLines bounds the bad lines import names one by one on stderr,
+// and the unreadable messages export names; the summary counts them all.
 const maxReportedLines = 1000
 
 func (a *app) exportCmd() *cobra.Command {
@@ -50,8 +51,11 @@ to stderr; exit 1 when a message could not be read (each is named).`,
 				if err != nil {
 					return exit(1, err)
 				}
+				failed := 0
 				st, err := s.Export(ctx, w, store.ExportOptions{Dead: dead, Failed: func(id string, err error) {
-					fmt.Fprintf(a.stderr, "cannot read %s: %v\n", show(id), err)
+					if failed++; failed <= maxReportedLines {
+						fmt.Fprintf(a.stderr, "cannot read %s: %v\n", show(id), err)
+					}
 				}})
 				if err == nil && st.Failed == 0 {
 					err = commit()
@@ -216,6 +220,7 @@ func lineList(lines []int, total int) string {
 	if len(lines) == 0 {
 		return ""
 	}
+	lines = slices.Sorted(slices.Values(lines)) // a line refused when its batch is written is found after those read later
 	var b strings.Builder
 	b.WriteString(": line")
 	if total > 1 {
