@@ -586,3 +586,32 @@ func TestImportReadsPastAByteOrderMark(t *testing.T) {
 		t.Fatalf("import of a file with a byte order mark: %+v", st)
 	}
 }
+
+// A record whose replacement names another ingest than its message is not
+// valid: a later version of a message comes from its own source (ingest
+// refuses another's as id_taken), so import refuses the line.
+func TestImportRefusesAReplacementOfAnotherIngest(t *testing.T) {
+	ctx := context.Background()
+	src, dst := newStore(t, 2), newStore(t, 2)
+	m := msg("x", time.Now().Add(time.Hour))
+	m.Ingest = "a"
+	park(t, src, store.Parked, m)
+	data, _ := exportAll(t, src, false)
+	for _, ingest := range []string{"b", "a"} {
+		line := rewrite(t, data, func(rec *store.Record) {
+			rec.Replacement = &store.Record{DueAt: rec.DueAt, Sink: rec.Sink, Destination: rec.Destination, Ingest: store.Text(ingest), BodyBase64: "bmV3"}
+		})
+		var bad []*store.LineError
+		st, err := dst.Import(ctx, bytes.NewReader(line), store.ImportOptions{Replace: true, Admit: asExported,
+			Bad: func(le *store.LineError) { bad = append(bad, le) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ingest == "b" && (st.Bad != 1 || len(bad) != 1 || !strings.Contains(bad[0].Error(), `"replacement" has the "ingest" "b"`)) {
+			t.Fatalf("a replacement of ingest b under a's message: %+v %v, want the line refused", st, bad)
+		}
+		if ingest == "a" && (st.Bad != 0 || st.Imported+st.Replaced != 1) {
+			t.Fatalf("a replacement of the message's own ingest: %+v %v, want it imported", st, bad)
+		}
+	}
+}

@@ -490,6 +490,12 @@ func (r *Record) Parse(maxID int) (*envelope.Message, *RecordMeta, error) {
 			if meta.Replacement, err = rr.message(maxID); err != nil {
 				return nil, nil, fmt.Errorf("replacement: %w", err)
 			}
+			if meta.Replacement.Ingest != m.Ingest {
+				// A later version of a message, or a message of its ID
+				// that came while it was in flight, came through the
+				// same source: one of another is refused (id_taken).
+				return nil, nil, fmt.Errorf(`"replacement" has the "ingest" %q, its message %q: a version of a message comes from the message's own source`, meta.Replacement.Ingest, m.Ingest)
+			}
 			meta.Follows = rr.Follows
 			meta.Replacement.ID = m.ID
 		}
