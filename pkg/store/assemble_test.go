@@ -68,28 +68,36 @@ func TestScriptsReadOnlyRedisGlobals(t *testing.T) {
 // compiled code (gopher-lua): an upvalue set, and a table read from an
 // upvalue and then written into.
 func TestFunctionsKeepNothingBetweenCalls(t *testing.T) {
+	for _, f := range functionForms(t) {
+		_, code, _ := strings.Cut(f.fn.code, "\n")
+		for _, w := range upvalueWrites(t, f.name, code) {
+			if !slices.Contains(f.fn.sets, w) {
+				t.Errorf("%s (layout %d) as a function changes %s, which its library made at load: the next call would see it changed", f.name, f.layout, w)
+			}
+		}
+	}
+}
+
+// functionForms returns the function form of every script that has one,
+// in each layout; at least the hot path's six.
+func functionForms(t *testing.T) []*scriptForm {
+	t.Helper()
 	names, err := fs.Glob(luaFiles, "lua/*.lua")
 	if err != nil || len(names) == 0 {
 		t.Fatal(names, err)
 	}
-	n := 0
+	var out []*scriptForm
 	for _, name := range names {
 		for _, f := range loadScript(strings.TrimSuffix(path.Base(name), ".lua")).forms {
-			if f.fn == nil {
-				continue
-			}
-			n++
-			_, code, _ := strings.Cut(f.fn.code, "\n")
-			for _, w := range upvalueWrites(t, f.name, code) {
-				if !slices.Contains(f.fn.sets, w) {
-					t.Errorf("%s (layout %d) as a function changes %s, which its library made at load: the next call would see it changed", f.name, f.layout, w)
-				}
+			if f.fn != nil && !slices.Contains(out, f) {
+				out = append(out, f)
 			}
 		}
 	}
-	if n < 6 {
-		t.Fatalf("%d function forms: the hot path's scripts are marked \"function\"", n)
+	if len(out) < 6 {
+		t.Fatalf("%d function forms: the hot path's scripts are marked \"function\"", len(out))
 	}
+	return out
 }
 
 // TestUpvalueWritesSeesState holds the check of
@@ -121,14 +129,7 @@ end}
 // closure, a GETUPVAL one of its upvalues.
 func upvalueWrites(t *testing.T, name, src string) []string {
 	t.Helper()
-	chunk, err := parse.Parse(strings.NewReader(src), name)
-	if err != nil {
-		t.Fatalf("%s does not parse: %v", name, err)
-	}
-	proto, err := lua.Compile(chunk, name)
-	if err != nil {
-		t.Fatalf("%s does not compile: %v", name, err)
-	}
+	proto := compileLua(t, name, src)
 	// gopher-lua's instructions (its opcode file): the opcode in the top 6
 	// bits, then A (8 bits), C (9) and B (the low 9); Bx the low 18.
 	opA := func(i uint32) (int, int, int) { return int(i >> 26), int(i>>18) & 0xff, int(i & 0x1ff) }
@@ -229,9 +230,9 @@ end
 	}
 }
 
-// luaGlobals compiles src as Lua 5.1 and returns the globals it reads and
-// writes.
-func luaGlobals(t *testing.T, name, src string) (reads, writes []string) {
+// compileLua compiles src as Lua 5.1 (gopher-lua), failing the test when
+// it does not parse or compile.
+func compileLua(t *testing.T, name, src string) *lua.FunctionProto {
 	t.Helper()
 	chunk, err := parse.Parse(strings.NewReader(src), name)
 	if err != nil {
@@ -241,6 +242,14 @@ func luaGlobals(t *testing.T, name, src string) (reads, writes []string) {
 	if err != nil {
 		t.Fatalf("%s does not compile: %v", name, err)
 	}
+	return proto
+}
+
+// luaGlobals compiles src as Lua 5.1 and returns the globals it reads and
+// writes.
+func luaGlobals(t *testing.T, name, src string) (reads, writes []string) {
+	t.Helper()
+	proto := compileLua(t, name, src)
 	var walk func(p *lua.FunctionProto)
 	walk = func(p *lua.FunctionProto) {
 		for _, inst := range p.Code {
@@ -267,23 +276,9 @@ func luaGlobals(t *testing.T, name, src string) (reads, writes []string) {
 // would leave its script to run as a script, its saving lost.
 func TestEveryFunctionLoads(t *testing.T) {
 	rdb := testenv.Redis(t).Client()
-	names, err := fs.Glob(luaFiles, "lua/*.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, name := range names {
-		for _, f := range loadScript(strings.TrimSuffix(path.Base(name), ".lua")).forms {
-			if f.fn == nil {
-				continue
-			}
-			n++
-			if err := rdb.FunctionLoad(context.Background(), f.fn.code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
-				t.Errorf("%s (layout %d): FUNCTION LOAD: %v", f.name, f.layout, err)
-			}
+	for _, f := range functionForms(t) {
+		if err := rdb.FunctionLoad(context.Background(), f.fn.code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+			t.Errorf("%s (layout %d): FUNCTION LOAD: %v", f.name, f.layout, err)
 		}
-	}
-	if n < 6 {
-		t.Fatalf("%d function forms loaded", n)
 	}
 }
