@@ -88,6 +88,10 @@ func TestEncryptionProblems(t *testing.T) {
 	if err := os.WriteFile(shortFile, []byte(encShort), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	emptyFile := filepath.Join(dir, "empty")
+	if err := os.WriteFile(emptyFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name    string
 		section string
@@ -137,6 +141,10 @@ func TestEncryptionProblems(t *testing.T) {
 		}},
 		{"unreadable key_file", fmt.Sprintf("encryption: {active_key: k1, keys: [{id: k1, key_file: %q}]}", filepath.Join(dir, "missing")), []string{
 			"encryption.keys[0].key_file: cannot read",
+			"encryption.keys[0].key_file: gave no key",
+		}},
+		{"empty key_file", fmt.Sprintf("encryption: {active_key: k1, keys: [{id: k1, key_file: %q}]}", emptyFile), []string{
+			"encryption.keys[0].key_file: gave no key (the file is empty",
 		}},
 		{"unknown field", fmt.Sprintf("encryption: {active_key: k1, keys: [{id: k1, secret: %q}]}", encK1), []string{
 			"encryption.keys[0].secret: unknown key",
@@ -157,6 +165,9 @@ func TestEncryptionProblems(t *testing.T) {
 				if !strings.Contains(text, w) {
 					t.Errorf("problems do not contain %q:\n%s", w, text)
 				}
+			}
+			if strings.Contains(text, "decodes to 0 bytes") {
+				t.Errorf("a key that was not given is said to decode to 0 bytes:\n%s", text)
 			}
 			for _, k := range []string{encK1, encK2, encShort} {
 				if strings.Contains(text, k) {

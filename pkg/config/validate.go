@@ -694,6 +694,8 @@ func (e *Encryption) validate(p *Problems, c *Config) {
 		switch raw, err := base64.StdEncoding.DecodeString(k.Key.Reveal()); {
 		case k.Key == "" && k.KeyFile == "":
 			p.Add(at+".key", "required: 32 random bytes in standard base64 (openssl rand -base64 32), or key_file")
+		case k.Key == "":
+			p.Add(field, "gave no key (the file is empty, or could not be read): it must hold 32 random bytes in standard base64 (openssl rand -base64 32)")
 		case err != nil:
 			p.Add(field, "not valid standard base64 (make a key with: openssl rand -base64 32)")
 		case len(raw) != 32:

@@ -30,10 +30,11 @@ const minWrongKey = 3
 // and seal new ones under that ID that the other instances cannot open.
 // Messages sealed with a key ID not configured here are logged at WARN:
 // they go dead when this instance claims them (`dead retry` brings them
-// back once the key is configured). A sample Redis does not answer is
-// logged and passed over.
+// back once the key is configured). So are messages in clear under
+// encryption.require_sealed, which go dead likewise. A sample Redis does
+// not answer is logged and passed over.
 func checkKeys(ctx context.Context, st *store.Store, enc *config.Encryption, log *slog.Logger) error {
-	sample, err := st.SampleSealed(ctx, keySample)
+	sample, clear, err := st.SampleSealed(ctx, keySample)
 	if err != nil {
 		log.Warn("cannot read a sample of the sealed messages to check the encryption keys; starting without the check", "err", err)
 	}
@@ -62,6 +63,11 @@ func checkKeys(ctx context.Context, st *store.Store, enc *config.Encryption, log
 				"its bytes are not those of the key that sealed them, and this instance would kill every such message it claims; "+
 				"give encryption.keys the key of that ID (key or key_file), or a new ID for a new key (docs/security.md)", id, failed[id], envelope.DisplayID(example[id]))
 		}
+	}
+	if clear > 0 && enc != nil && enc.RequireSealed {
+		log.Warn("the store holds messages in clear, which encryption.require_sealed refuses: each goes dead when it comes due; "+
+			"run `delaybridge reencrypt` to seal them (and `delaybridge dead retry` for those dead meanwhile), or turn require_sealed on only after it",
+			"in_clear_sampled", clear)
 	}
 	if len(missing) > 0 {
 		log.Warn("the store holds messages sealed with keys this instance does not have: each it claims goes dead (`delaybridge dead retry` brings it back once the key is configured); "+

@@ -551,7 +551,7 @@ func (c Codec) decode(id string, b []byte, src string) (*Message, error) {
 		return nil, fmt.Errorf("%w %q: a sealed group and schedule in a message stored in clear", ErrCorrupt, id)
 	}
 	if flags&flagSealed == 0 && c.RequireSealed {
-		return nil, fmt.Errorf("%w %q: stored in clear, but encryption.require_sealed is on", ErrSealed, id)
+		return nil, fmt.Errorf("%w %q: stored in clear, but encryption.require_sealed is on (`delaybridge reencrypt` seals what is in clear)", ErrSealed, id)
 	}
 	if flags&flagSealed != 0 {
 		keyID := d.string()

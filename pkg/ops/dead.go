@@ -148,6 +148,10 @@ func (s *Service) RetryDead(ctx context.Context, id string, req RetryRequest) er
 		return noDeadMessage(id)
 	case err != nil:
 		return err
+	case info.Message == nil && errors.Is(info.Err, envelope.ErrSealed):
+		// Its key is not this instance's (or encryption is off here): the
+		// message is whole, and an instance that has the key retries it.
+		return conflict("dead message %s cannot be opened here (%v): configure its key in encryption.keys (or retry it from an instance that has it), then retry; reencrypt seals it again under the active key", quote(id), info.Err)
 	case info.Message == nil:
 		return conflict("dead message %s cannot be read (%v), so it cannot be retried; delete it", quote(id), info.Err)
 	}

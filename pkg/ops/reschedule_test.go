@@ -79,3 +79,36 @@ func TestChangeOfAMessageSealedWithAnotherKeyIsAConflict(t *testing.T) {
 		t.Fatalf("cancel of a message this instance cannot read: %v", err)
 	}
 }
+
+// A dead message this instance cannot open (sealed with a key it does not
+// have) is whole: its retry is refused with what to do (configure the
+// key, or retry where it is), never "delete it".
+func TestRetryOfADeadMessageSealedWithAnotherKeySaysWhatToDo(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	keyring := func(id string, b byte) *seal.Keyring {
+		k, err := seal.New(id, []seal.Key{{ID: id, Secret: bytes.Repeat([]byte{b}, seal.KeySize)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	sealed := store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k2", 2)})
+	m := &envelope.Message{ID: "m", DueAt: time.Now().Add(-time.Second).Truncate(time.Millisecond), Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x")}
+	if _, err := sealed.Park(ctx, []*envelope.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sealed.Claim(ctx, 0, 10, time.Minute, nil)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if _, err := sealed.MarkDead(ctx, c, []store.Failure{{ID: "m", Reason: "refused"}}); err != nil {
+		t.Fatal(err)
+	}
+	o := ops.New(ops.Params{Store: store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k3", 3)}),
+		Limits: envelope.Limits{MaxDelay: 24 * time.Hour}, Now: time.Now})
+	err = o.RetryDead(ctx, "m", ops.RetryRequest{})
+	if !errors.Is(err, ops.ErrConflict) || !strings.Contains(err.Error(), "configure its key") || strings.Contains(err.Error(), "delete it") {
+		t.Fatalf("retry: %v, want a conflict that says to configure the key", err)
+	}
+}

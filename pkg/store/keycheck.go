@@ -22,14 +22,14 @@ type Sealed struct {
 // each shard's pool (HSCAN pages of about n/shards), to tell at start
 // whether the configured keys open what the store holds: a key ID they do
 // not have, or a key whose bytes are not the ones that sealed the messages
-// under its ID. Messages in clear are passed over.
-func (s *Store) SampleSealed(ctx context.Context, n int) ([]Sealed, error) {
-	var out []Sealed
+// under its ID. Messages in clear are not opened: clear counts the live
+// ones the pages read.
+func (s *Store) SampleSealed(ctx context.Context, n int) (out []Sealed, clear int, err error) {
 	per := max(4, n/s.shards)
 	for shard := 0; shard < s.shards && len(out) < n; shard++ {
 		kv, _, err := s.rdb.HScan(ctx, s.keys.Pool(shard), 0, "", int64(per)).Result()
 		if err != nil && err != redis.Nil {
-			return out, fmt.Errorf("store.sample_sealed: shard %d: %w", shard, err)
+			return out, clear, fmt.Errorf("store.sample_sealed: shard %d: %w", shard, err)
 		}
 		var ids []string
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -40,7 +40,7 @@ func (s *Store) SampleSealed(ctx context.Context, n int) ([]Sealed, error) {
 		}
 		dead, err := s.rdb.ZMScore(ctx, s.keys.Dead(shard), ids...).Result()
 		if err != nil {
-			return out, fmt.Errorf("store.sample_sealed: shard %d: %w", shard, err)
+			return out, clear, fmt.Errorf("store.sample_sealed: shard %d: %w", shard, err)
 		}
 		for i, taken := 0, 0; i+1 < len(kv) && taken < per && len(out) < n; i += 2 {
 			if dead[i/2] != 0 {
@@ -48,6 +48,9 @@ func (s *Store) SampleSealed(ctx context.Context, n int) ([]Sealed, error) {
 			}
 			id, blob := kv[i], []byte(kv[i+1])
 			keyID, sealed, err := envelope.SealedKeyID(blob)
+			if err == nil && !sealed {
+				clear++
+			}
 			if err != nil || !sealed {
 				continue
 			}
@@ -56,5 +59,5 @@ func (s *Store) SampleSealed(ctx context.Context, n int) ([]Sealed, error) {
 			taken++
 		}
 	}
-	return out, nil
+	return out, clear, nil
 }
