@@ -101,51 +101,72 @@ func functionForms(t *testing.T) []*scriptForm {
 }
 
 // TestUpvalueWritesSeesState holds the check of
-// TestFunctionsKeepNothingBetweenCalls to what it must find: a table and a
-// value of the chunk's changed by a call, and not a call's own.
+// TestFunctionsKeepNothingBetweenCalls to what it must find: tables and a
+// value of the chunk's changed by a call (written into, a table in one,
+// through table.insert and rawset), and not a call's own.
 func TestUpvalueWritesSeesState(t *testing.T) {
-	got := upvalueWrites(t, "x", `local T, n, ok = {}, 0, {}
+	got := upvalueWrites(t, "x", `local T, n, ok, L, U, V = {}, 0, {}, {}, {a = {}}, {}
 local function bump() n = n + 1 end
+local function add(x) table.insert(L, x) end
 redis.register_function{function_name = 'x', callback = function(keys, args)
   local own = {}
-  local function f() own[1] = ok[1] end
+  local function f() own[1] = ok[1]; table.insert(own, ok.x) end
   f()
   T[1] = 1
   bump()
+  add(2)
+  U.a.b = 1
+  rawset(V, 1, 2)
   return 0
 end}
 `)
-	if want := []string{"T[...]", "n"}; !slices.Equal(got, want) {
+	if want := []string{"L[...]", "T[...]", "U[...]", "V[...]", "n"}; !slices.Equal(got, want) {
 		t.Fatalf("upvalueWrites: %v, want %v", got, want)
 	}
 }
 
 // upvalueWrites returns what the functions of src write that the chunk
 // made: a chunk's local set from a function (OP_SETUPVAL), or a table held
-// in one written into (OP_SETTABLE on a register last loaded by
-// OP_GETUPVAL, as far as a straight reading of the code tells). Which
-// upvalue is the chunk's is read from the instructions that follow each
-// OP_CLOSURE: a MOVE captures a local of the function that makes the
-// closure, a GETUPVAL one of its upvalues.
+// in one, or in a table of one, written into (OP_SETTABLE, or a call of
+// table.insert, table.remove, table.sort or rawset on it), as far as a
+// straight reading of each function's code tells (a table a function
+// returns is not followed). Which upvalue is the chunk's is read from the
+// instructions that follow each OP_CLOSURE: a MOVE captures a local of the
+// function that makes the closure, a GETUPVAL one of its upvalues.
 func upvalueWrites(t *testing.T, name, src string) []string {
 	t.Helper()
 	proto := compileLua(t, name, src)
 	// gopher-lua's instructions (its opcode file): the opcode in the top 6
-	// bits, then A (8 bits), C (9) and B (the low 9); Bx the low 18.
-	opA := func(i uint32) (int, int, int) { return int(i >> 26), int(i>>18) & 0xff, int(i & 0x1ff) }
+	// bits, then A (8 bits), C (9) and B (the low 9); Bx the low 18; an RK
+	// operand of 256 or more is the constant of that index less 256. Its
+	// instruction set has Lua 5.1's and GETTABLEKS, SETTABLEKS (a constant
+	// string key) and MOVEN (moves in a row).
+	abc := func(i uint32) (op, a, b, c int) {
+		return int(i >> 26), int(i>>18) & 0xff, int(i & 0x1ff), int(i>>9) & 0x1ff
+	}
+	mutators := map[string]bool{"table.insert": true, "table.remove": true, "table.sort": true, "rawset": true}
 	var out []string
 	var walk func(p *lua.FunctionProto, top bool, chunkUp []bool)
 	walk = func(p *lua.FunctionProto, top bool, chunkUp []bool) {
-		from := map[int]string{} // register -> the chunk's local last loaded into it
+		// What a register last got: a chunk's local (or a table in one),
+		// or a global function of mutators.
+		type held struct{ local, fn string }
+		regs := map[int]held{}
+		constant := func(rk int) string {
+			if rk >= 256 && rk-256 < len(p.Constants) {
+				return p.Constants[rk-256].String()
+			}
+			return ""
+		}
 		for pc := 0; pc < len(p.Code); pc++ {
-			op, a, b := opA(p.Code[pc])
+			op, a, b, c := abc(p.Code[pc])
 			switch op {
 			case lua.OP_CLOSURE:
 				child := p.FunctionPrototypes[int(p.Code[pc]&0x3ffff)]
 				up := make([]bool, child.NumUpvalues)
 				for i := range up {
 					pc++
-					cop, _, cb := opA(p.Code[pc])
+					cop, _, cb, _ := abc(p.Code[pc])
 					up[i] = (cop == lua.OP_MOVE && top) || (cop == lua.OP_GETUPVAL && chunkUp[cb])
 				}
 				walk(child, false, up)
@@ -155,15 +176,40 @@ func upvalueWrites(t *testing.T, name, src string) []string {
 				}
 			case lua.OP_GETUPVAL:
 				if chunkUp[b] {
-					from[a] = p.DbgUpvalues[b]
+					regs[a] = held{local: p.DbgUpvalues[b]}
 					continue
 				}
-			case lua.OP_SETTABLE:
-				if up, ok := from[a]; ok {
-					out = append(out, up+"[...]")
+			case lua.OP_GETGLOBAL:
+				if g := p.Constants[int(p.Code[pc]&0x3ffff)].String(); g == "table" || mutators[g] {
+					regs[a] = held{fn: g}
+					continue
+				}
+			case lua.OP_MOVE, lua.OP_MOVEN:
+				if h, ok := regs[b]; ok {
+					regs[a] = h
+					continue
+				}
+			case lua.OP_GETTABLE, lua.OP_GETTABLEKS:
+				if h, ok := regs[b]; ok {
+					switch {
+					case h.local != "":
+						regs[a] = h // a table in the chunk's table is the chunk's too
+						continue
+					case h.fn == "table" && mutators["table."+constant(c)]:
+						regs[a] = held{fn: "table." + constant(c)}
+						continue
+					}
+				}
+			case lua.OP_SETTABLE, lua.OP_SETTABLEKS:
+				if h := regs[a]; h.local != "" {
+					out = append(out, h.local+"[...]")
+				}
+			case lua.OP_CALL, lua.OP_TAILCALL:
+				if mutators[regs[a].fn] && regs[a+1].local != "" {
+					out = append(out, regs[a+1].local+"[...]")
 				}
 			}
-			delete(from, a) // A is written by most instructions
+			delete(regs, a) // A is written by most instructions
 		}
 	}
 	walk(proto, true, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,8 +27,10 @@ type runner interface {
 // master, FUNCTION FLUSH, a Redis that came back empty) answers "Function
 // not found", and Run loads it, on every master, and calls it again. Where
 // it cannot be loaded (no FUNCTION command or no right to it: functions are
-// then off for the Store; maxmemory reached, a failover), the script form
-// runs instead: a function is a saving, never a condition.
+// then off for the Store; maxmemory reached, a failover: the Store's hot
+// path runs as scripts for loadRetry before it tries again), or where FCALL
+// itself is refused (an ACL written for scripts: off for the Store), the
+// script form runs instead: a function is a saving, never a condition.
 type fcall struct {
 	s *Store
 	f *scriptForm
@@ -40,11 +43,12 @@ type caller interface {
 
 func (r fcall) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
 	cmd := r.EvalSha(ctx, c, keys, args...)
-	if !functionMissing(cmd.Err()) {
+	switch err := cmd.Err(); {
+	case r.s.fcallRefused(err):
+	case !functionMissing(err):
 		return cmd
-	}
-	if r.s.loadFunction(ctx, r.f.fn) == nil {
-		if cmd = r.EvalSha(ctx, c, keys, args...); !functionMissing(cmd.Err()) {
+	case r.s.loadFunction(ctx, r.f.fn) == nil:
+		if cmd = r.EvalSha(ctx, c, keys, args...); !functionMissing(cmd.Err()) && !r.s.fcallRefused(cmd.Err()) {
 			return cmd
 		}
 	}
@@ -75,10 +79,27 @@ func functionMissing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
+// fcallRefused reports whether err is Redis refusing FCALL itself (no right
+// to it, or a server or proxy that does not know it), and turns functions
+// off for the Store then.
+func (s *Store) fcallRefused(err error) bool {
+	if !functionsRefused(err) {
+		return false
+	}
+	s.noFunctions.Store(true)
+	return true
+}
+
+// loadRetry is how long the hot path runs as scripts after a library could
+// not be loaded for a reason that may pass (maxmemory, a failover), before
+// a call tries again: not a load attempt and a failed FCALL per call
+// meanwhile.
+const loadRetry = 10 * time.Second
+
 // loadFunction loads fn's library on every master (one loaded already is
 // left as it is). A Redis without functions, or a user who may not load
 // one, turns them off for the Store: its scripts run as scripts from then
-// on.
+// on. Another failure holds them off for loadRetry.
 func (s *Store) loadFunction(ctx context.Context, fn *luaFunction) error {
 	load := func(ctx context.Context, c redis.Cmdable) error {
 		err := c.FunctionLoad(ctx, fn.code).Err()
@@ -93,8 +114,11 @@ func (s *Store) loadFunction(ctx context.Context, fn *luaFunction) error {
 	} else {
 		err = load(ctx, s.rdb)
 	}
-	if functionsRefused(err) {
+	switch {
+	case functionsRefused(err):
 		s.noFunctions.Store(true)
+	case err != nil:
+		s.loadFailed.Store(time.Now().UnixNano())
 	}
 	return err
 }
@@ -114,7 +138,7 @@ func functionsRefused(err error) bool {
 // pick returns how this Store runs f: as a function where f has that form
 // and Redis functions are on, else as a script.
 func (s *Store) pick(f *scriptForm) runner {
-	if f.fn != nil && !s.noFlags && !s.noFunctions.Load() {
+	if f.fn != nil && !s.noFlags && !s.noFunctions.Load() && time.Since(time.Unix(0, s.loadFailed.Load())) >= loadRetry {
 		return fcall{s, f}
 	}
 	return s.script(f)

@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,18 +68,63 @@ func TestHotScriptsRunAsFunctions(t *testing.T) {
 	}
 }
 
-// A user who may not load functions (or a Redis without them) runs the
-// same scripts with EVALSHA: functions are a saving, never a condition.
+// A user who may not load functions, or may not call them (an ACL
+// written for scripts), runs the same scripts with EVALSHA: functions are a
+// saving, never a condition. Refused once, they are not tried again.
 func TestScriptsRunWhereFunctionsAreRefused(t *testing.T) {
-	r := testenv.Redis(t, testenv.WithArgs("--user", "nofn", "on", ">pw", "~*", "+@all", "-function"))
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, Username: "nofn", Password: "pw"})
-	t.Cleanup(func() { _ = rdb.Close() })
+	for _, refused := range []string{"-function", "-fcall"} {
+		t.Run(refused, func(t *testing.T) {
+			r := testenv.Redis(t, testenv.WithArgs("--user", "nofn", "on", ">pw", "~*", "+@all", refused))
+			rdb := redis.NewClient(&redis.Options{Addr: r.Addr, Username: "nofn", Password: "pw"})
+			t.Cleanup(func() { _ = rdb.Close() })
+			s := store.New(rdb, store.Options{Prefix: "fn", Shards: 1})
+			roundTrip(t, s, "a")
+			roundTrip(t, s, "b")
+			fcalls, scripts := scriptCalls(t, r.Client())
+			if fcalls > 1 || scripts < 6 {
+				t.Fatalf("%v FCALLs (at most the first, refused) and %v script calls, want the scripts to run", fcalls, scripts)
+			}
+		})
+	}
+}
+
+// A library Redis cannot load for now (maxmemory reached, after FUNCTION
+// FLUSH) leaves the hot path to the scripts for a while: not an FCALL and
+// a FUNCTION LOAD refused at every call.
+func TestScriptsRunWhileALibraryCannotBeLoaded(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	rdb := r.Client()
 	s := store.New(rdb, store.Options{Prefix: "fn", Shards: 1})
-	roundTrip(t, s, "a")
-	roundTrip(t, s, "b")
-	fcalls, scripts := scriptCalls(t, r.Client())
-	if fcalls > 1 || scripts < 6 {
-		t.Fatalf("%v FCALLs (at most the first, refused) and %v script calls, want the scripts to run", fcalls, scripts)
+	park(t, s, store.Parked, msg("big", time.Now().Add(time.Hour))) // the store in use
+	if err := rdb.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	used := rdb.Info(ctx, "memory").Val()
+	var bytes int64
+	for _, line := range strings.Split(used, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			bytes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(bytes/2, 10)).Err(); err != nil { // over it: writes refused
+		t.Fatal(err)
+	}
+	rdb.ConfigResetStat(ctx)
+	for range 5 { // claims: firing runs at maxmemory (allow-oom)
+		if _, err := s.Claim(ctx, 0, 10, time.Minute, nil); err != nil {
+			t.Fatalf("claim at maxmemory without the library: %v", err)
+		}
+	}
+	stats, err := testenv.CommandStats(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first claim's FCALL finds no function and its FUNCTION LOAD is
+	// refused (INFO counts it among rejected calls); it and the others run
+	// as scripts.
+	if fcalls, scripts := stats["fcall"].Calls, stats["evalsha"].Calls+stats["eval"].Calls; fcalls != 1 || scripts < 5 {
+		t.Fatalf("five claims made %v FCALLs and %v script calls, want one FCALL, then scripts", fcalls, scripts)
 	}
 }
 

@@ -271,9 +271,28 @@ func functionOf(head string, units []luaUnit, main luaFile) *luaFunction {
 			}
 		}
 	}
+	// The locals of what runs at each call are declared first, so that
+	// every lib function sees them; a name declared by both would make the
+	// call set the library's own.
 	var load, call strings.Builder
-	load.WriteString("local " + strings.Join(callNames, ", ") + "\n")
 	var hoisted []string
+	atLoad := map[string]bool{}
+	for i, u := range units {
+		switch {
+		case !atCall[i]:
+			for _, n := range u.declares {
+				atLoad[n] = true
+			}
+		case luaLocalNames(u.code) != nil:
+			hoisted = append(hoisted, luaLocalNames(u.code)...)
+		}
+	}
+	load.WriteString("local " + strings.Join(append(slices.Clone(callNames), hoisted...), ", ") + "\n")
+	for _, n := range hoisted {
+		if atLoad[n] {
+			panic(fmt.Sprintf("store: Lua script %s: %s is declared both by a statement that runs at each call and by one made at load: rename one", main.name, n))
+		}
+	}
 	for i, u := range units {
 		if !atCall[i] {
 			load.WriteString(u.code) // Redis keeps a library's text: comments left out
@@ -283,14 +302,10 @@ func functionOf(head string, units []luaUnit, main luaFile) *luaFunction {
 			continue
 		}
 		code := u.code
-		if ns := luaLocalNames(code); ns != nil {
-			hoisted = append(hoisted, ns...)
+		if luaLocalNames(code) != nil {
 			code = strings.TrimPrefix(code, "local ")
 		}
 		call.WriteString(code)
-	}
-	if len(hoisted) > 0 {
-		load.WriteString("local " + strings.Join(hoisted, ", ") + "\n")
 	}
 	flags := ""
 	if main.firing {

@@ -46,10 +46,13 @@ type Store struct {
 	// noFunctions: the hot path's scripts run as scripts, not functions
 	// (Options.NoFunctions, or a Redis that refused to load one).
 	noFunctions atomic.Bool
-	commitLead  time.Duration
-	observe     func(op string, d time.Duration, err error)
-	codec       envelope.Codec
-	cursor      cursorCache // the deployment's cursor key (browse.go)
+	// loadFailed is when a library last could not be loaded for a reason
+	// that may pass (Unix ns): the hot path runs as scripts for loadRetry.
+	loadFailed atomic.Int64
+	commitLead time.Duration
+	observe    func(op string, d time.Duration, err error)
+	codec      envelope.Codec
+	cursor     cursorCache // the deployment's cursor key (browse.go)
 	// layouts is the layout each shard is in, as this Store last found it
 	// (layout.go): its scripts run in that layout's form, and one that
 	// meets the other layout's shard says so (layoutMoved) and runs again.
@@ -420,7 +423,7 @@ func (s *Store) runCalls(ctx context.Context, op string, calls []call) []*redis.
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		for i, c := range calls {
-			if err := cmds[i].Err(); err != nil && (runAgain(err) || s.layoutMoved(err, c.shard)) {
+			if err := cmds[i].Err(); err != nil && (runAgain(err) || s.fcallRefused(err) || s.layoutMoved(err, c.shard)) {
 				cmds[i] = s.evalOn(ctx, c.sc, c.shard, c.keys, c.args...)
 			}
 		}
@@ -482,7 +485,8 @@ func (s *Store) Node(ctx context.Context, shard int) string {
 
 // runEach runs one script per call in a single pipeline (one round trip on
 // a single Redis; one per node on a cluster). A call that hit NOSCRIPT or a
-// slot on the move (runAgain) is run again on its own.
+// slot on the move (runAgain), or whose FCALL Redis refused (fcallRefused:
+// functions are off then), is run again on its own.
 func (s *Store) runEach(ctx context.Context, op string, sc *script, calls []shardCall) []*redis.Cmd {
 	start := time.Now()
 	cmds := make([]*redis.Cmd, len(calls))
@@ -500,7 +504,7 @@ func (s *Store) runEach(ctx context.Context, op string, sc *script, calls []shar
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		for i, c := range calls {
-			if err := cmds[i].Err(); err != nil && (runAgain(err) || s.layoutMoved(err, c.shard)) {
+			if err := cmds[i].Err(); err != nil && (runAgain(err) || s.fcallRefused(err) || s.layoutMoved(err, c.shard)) {
 				cmds[i] = s.evalOn(ctx, sc, c.shard, c.keys, c.args...)
 			}
 		}
