@@ -615,3 +615,30 @@ func TestImportRefusesAReplacementOfAnotherIngest(t *testing.T) {
 		}
 	}
 }
+
+// With Stop, a line refused only as it is written (its ID another
+// source's) ends the import after its batch: the next batches are not
+// written, and the error names the line.
+func TestImportStopsAtALineRefusedAsItIsWritten(t *testing.T) {
+	ctx := context.Background()
+	due := time.Now().Add(time.Hour)
+	src, dst := newStore(t, 2), newStore(t, 2)
+	for _, id := range []string{"x", "y"} {
+		m := msg(id, due)
+		m.Ingest = "b"
+		park(t, src, store.Parked, m)
+	}
+	data, _ := exportAll(t, src, false)
+	mine := msg("x", due)
+	mine.Ingest = "a"
+	park(t, dst, store.Parked, mine)
+	lines := sortedLines(data) // x, then y
+	st, err := dst.Import(ctx, strings.NewReader(strings.Join(lines, "\n")+"\n"), store.ImportOptions{Stop: true, Batch: 1, Admit: asExported})
+	var le *store.LineError
+	if !errors.As(err, &le) || le.Line != 1 || st.Imported != 0 {
+		t.Fatalf("import: %+v %v, want it stopped at line 1 with nothing imported", st, err)
+	}
+	if _, err := dst.Inspect(ctx, "y"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("y, after the line that stopped the import: %v, want it not imported", err)
+	}
+}

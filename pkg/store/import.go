@@ -32,8 +32,10 @@ type ImportOptions struct {
 	// the record is refused (id_taken), as ingest refuses it.
 	Replace bool
 	// Stop ends the import at the first line that is not a valid record:
-	// every record before it is imported, none after. Without it such
-	// lines are skipped and counted.
+	// every record before it is imported, none after. A line refused only
+	// as it is written (a series past its bound, an ID another source
+	// holds) ends it after its batch (Batch): the lines of that batch are
+	// written. Without it such lines are skipped and counted.
 	Stop bool
 	// MaxIDBytes is limits.max_id_bytes: IDs and groups follow the rule of
 	// every other path (envelope.CheckID); 0 means no length limit.
@@ -339,8 +341,10 @@ func (s *Store) importItem(line []byte, o ImportOptions) (importItem, error) {
 
 // importBatch writes items, one script call per shard in one pipeline. A
 // scheduled record that would be a new recurring series past
-// limits.max_series or its ingest's max_series is refused as ingest
-// refuses it: a bad line (o.Bad), nothing of it written.
+// limits.max_series or its ingest's max_series, or whose ID the store knows
+// as another source's message, is refused as ingest refuses it: a bad line
+// (o.Bad), nothing of it written. With o.Stop the first such line is
+// returned, which stops the import after this batch.
 func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []importItem, st *ImportStats) error {
 	if len(items) == 0 {
 		return nil
@@ -378,6 +382,7 @@ func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []import
 		index[c] = append(index[c], i)
 	}
 	inflight := false
+	var stopped *LineError // ImportOptions.Stop: the first line refused as it was written
 	for c, cmd := range s.runEach(ctx, "import", importScript, calls) {
 		res, err := cmd.Int64Slice()
 		if err != nil {
@@ -391,21 +396,22 @@ func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []import
 			case 0:
 				st.Known++
 				continue
-			case 4, 5:
+			case 4, 5, 6:
 				st.Bad++
 				it := items[index[c][j]]
 				why := "the store holds as many live recurring series as limits.max_series allows"
-				if v == 5 {
+				switch v {
+				case 5:
 					why = fmt.Sprintf("ingest %q holds as many live recurring series as its max_series allows", it.recur.Ingest)
+				case 6:
+					why = envelope.ReasonIDTaken
 				}
+				le := &LineError{Line: it.line, Err: fmt.Errorf("%w: %s", ErrRefused, why)}
 				if o.Bad != nil {
-					o.Bad(&LineError{Line: it.line, Err: fmt.Errorf("%w: %s", ErrRefused, why)})
+					o.Bad(le)
 				}
-				continue
-			case 6:
-				st.Bad++
-				if o.Bad != nil {
-					o.Bad(&LineError{Line: items[index[c][j]].line, Err: fmt.Errorf("%w: %s", ErrRefused, envelope.ReasonIDTaken)})
+				if o.Stop && (stopped == nil || le.Line < stopped.Line) {
+					stopped = le
 				}
 				continue
 			case 2, 3:
@@ -420,7 +426,12 @@ func (s *Store) importBatch(ctx context.Context, o ImportOptions, items []import
 		}
 	}
 	if inflight {
-		return s.afterCommitLead(ctx)
+		if err := s.afterCommitLead(ctx); err != nil {
+			return err
+		}
+	}
+	if stopped != nil {
+		return stopped // the lines of this batch after it are written; none of the next
 	}
 	return nil
 }
