@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/internal/testenv"
 	"github.com/delaybridge/delaybridge/pkg/envelope"
 	"github.com/delaybridge/delaybridge/pkg/ops"
@@ -53,19 +55,8 @@ func TestRescheduleToATimeOnlyOurClockPassed(t *testing.T) {
 func TestChangeOfAMessageSealedWithAnotherKeyIsAConflict(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
-	keyring := func(id string, b byte) *seal.Keyring {
-		k, err := seal.New(id, []seal.Key{{ID: id, Secret: bytes.Repeat([]byte{b}, seal.KeySize)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	sealed := store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k2", 2)})
-	m := &envelope.Message{ID: "m", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x")}
-	if _, err := sealed.Park(ctx, []*envelope.Message{m}); err != nil {
-		t.Fatal(err)
-	}
-	o := ops.New(ops.Params{Store: store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k3", 3)}),
+	parkSealed(t, rdb, time.Hour)
+	o := ops.New(ops.Params{Store: store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring(t, "k3", 3)}),
 		Limits: envelope.Limits{MaxDelay: 24 * time.Hour}, Now: time.Now})
 	err := o.Fire(ctx, "m")
 	if !errors.Is(err, ops.ErrConflict) || !strings.Contains(err.Error(), "cannot open what is stored") {
@@ -86,18 +77,7 @@ func TestChangeOfAMessageSealedWithAnotherKeyIsAConflict(t *testing.T) {
 func TestRetryOfADeadMessageSealedWithAnotherKeySaysWhatToDo(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
-	keyring := func(id string, b byte) *seal.Keyring {
-		k, err := seal.New(id, []seal.Key{{ID: id, Secret: bytes.Repeat([]byte{b}, seal.KeySize)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	sealed := store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k2", 2)})
-	m := &envelope.Message{ID: "m", DueAt: time.Now().Add(-time.Second).Truncate(time.Millisecond), Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x")}
-	if _, err := sealed.Park(ctx, []*envelope.Message{m}); err != nil {
-		t.Fatal(err)
-	}
+	sealed := parkSealed(t, rdb, -time.Second)
 	c, err := sealed.Claim(ctx, 0, 10, time.Minute, nil)
 	if err != nil || len(c.Messages) != 1 {
 		t.Fatalf("claim: %+v %v", c, err)
@@ -105,10 +85,32 @@ func TestRetryOfADeadMessageSealedWithAnotherKeySaysWhatToDo(t *testing.T) {
 	if _, err := sealed.MarkDead(ctx, c, []store.Failure{{ID: "m", Reason: "refused"}}); err != nil {
 		t.Fatal(err)
 	}
-	o := ops.New(ops.Params{Store: store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring("k3", 3)}),
+	o := ops.New(ops.Params{Store: store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring(t, "k3", 3)}),
 		Limits: envelope.Limits{MaxDelay: 24 * time.Hour}, Now: time.Now})
 	err = o.RetryDead(ctx, "m", ops.RetryRequest{})
 	if !errors.Is(err, ops.ErrConflict) || !strings.Contains(err.Error(), "configure its key") || strings.Contains(err.Error(), "delete it") {
 		t.Fatalf("retry: %v, want a conflict that says to configure the key", err)
 	}
+}
+
+// keyring is a keyring of one key, id, of 32 bytes b.
+func keyring(t *testing.T, id string, b byte) *seal.Keyring {
+	t.Helper()
+	k, err := seal.New(id, []seal.Key{{ID: id, Secret: bytes.Repeat([]byte{b}, seal.KeySize)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// parkSealed parks a message "m" due in due, sealed with the key k2, in a
+// store of prefix "k" and one shard, and returns that store.
+func parkSealed(t *testing.T, rdb redis.UniversalClient, due time.Duration) *store.Store {
+	t.Helper()
+	sealed := store.New(rdb, store.Options{Prefix: "k", Shards: 1, Sealer: keyring(t, "k2", 2)})
+	m := &envelope.Message{ID: "m", DueAt: time.Now().Add(due).Truncate(time.Millisecond), Sink: "s", Destination: "d", IngestedAt: time.Now(), Body: []byte("x")}
+	if _, err := sealed.Park(context.Background(), []*envelope.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	return sealed
 }
