@@ -642,3 +642,28 @@ func TestImportStopsAtALineRefusedAsItIsWritten(t *testing.T) {
 		t.Fatalf("y, after the line that stopped the import: %v, want it not imported", err)
 	}
 }
+
+// A stored message that cannot be read belongs to no source that import
+// could tell: --replace writes the record's over it (a repair), and
+// without it the record is skipped as known, not refused as id_taken.
+func TestImportReplacesAStoredMessageThatCannotBeRead(t *testing.T) {
+	ctx := context.Background()
+	src, dst := newStore(t, 1), newStore(t, 1)
+	m := msg("x", time.Now().Add(time.Hour))
+	m.Ingest = "a"
+	park(t, src, store.Parked, m)
+	data, _ := exportAll(t, src, false)
+	park(t, dst, store.Parked, msg("x", time.Now().Add(time.Hour)))
+	if err := dst.Client().HSet(ctx, dst.Keys().Pool(0), "x", "\x00not a stored message").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st := importAll(t, dst, data, store.ImportOptions{}); st.Known != 1 {
+		t.Fatalf("without --replace: %+v, want it skipped as known", st)
+	}
+	if st := importAll(t, dst, data, store.ImportOptions{Replace: true}); st.Replaced != 1 {
+		t.Fatalf("with --replace: %+v, want it replaced", st)
+	}
+	if info, err := dst.Inspect(ctx, "x"); err != nil || info.Message == nil || info.Message.Ingest != "a" {
+		t.Fatalf("x after the repair: %+v %v", info, err)
+	}
+}
