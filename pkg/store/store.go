@@ -44,7 +44,8 @@ type Store struct {
 	dedupe       time.Duration
 	noFlags      bool // the Redis cannot read script flags (before 7.0, miniredis)
 	// noFunctions: the hot path's scripts run as scripts, not functions
-	// (Options.NoFunctions, or a Redis that refused to load one).
+	// (Options.NoFunctions, or a Redis that refused a load or an FCALL:
+	// functionsRefused).
 	noFunctions atomic.Bool
 	// loadFailed is when a library last could not be loaded for a reason
 	// that may pass (Unix ns): the hot path runs as scripts for loadRetry.
