@@ -37,9 +37,9 @@ for i = 3, #ARGV, 9 do
     r = over == 'max_series' and 4 or 5
   else
     local old = redis.call('HGET', K.pool, id)
-    local read, was = false, nil
-    if old then read, was = pcall(parseblob, old) end -- one that cannot be read belongs to no source: replace repairs it
-    if read and was.ingest ~= blobinfo(blob).ingest then
+    local read, oldinfo = false, nil
+    if old then read, oldinfo = pcall(parseblob, old) end -- one that cannot be read belongs to no source: replace repairs it
+    if read and oldinfo.ingest ~= blobinfo(blob).ingest then
       r = 6
     elseif old and not replace then
       r = 0
