@@ -544,11 +544,8 @@ func TestTextKeepsEveryByte(t *testing.T) {
 func TestImportRefusesAnotherSourcesID(t *testing.T) {
 	ctx := context.Background()
 	due := time.Now().Add(time.Hour)
-	src, dst := newStore(t, 2), newStore(t, 2)
-	theirs := msg("x", due)
-	theirs.Ingest, theirs.Body = "b", []byte("b's")
-	park(t, src, store.Parked, theirs)
-	data, _ := exportAll(t, src, false)
+	dst := newStore(t, 2)
+	data := exportOf(t, "b", "x")
 	mine := msg("x", due)
 	mine.Ingest, mine.Body = "a", []byte("a's")
 	park(t, dst, store.Parked, mine)
@@ -579,10 +576,8 @@ func TestImportRefusesAnotherSourcesID(t *testing.T) {
 // A file that starts with a UTF-8 byte order mark (as some editors save
 // one) imports as it would without it.
 func TestImportReadsPastAByteOrderMark(t *testing.T) {
-	src, dst := newStore(t, 2), newStore(t, 2)
-	park(t, src, store.Parked, msg("x", time.Now().Add(time.Hour)))
-	data, _ := exportAll(t, src, false)
-	if st := importAll(t, dst, append([]byte("\xef\xbb\xbf"), data...), store.ImportOptions{}); st.Imported != 1 {
+	data := exportOf(t, "", "x")
+	if st := importAll(t, newStore(t, 2), append([]byte("\xef\xbb\xbf"), data...), store.ImportOptions{}); st.Imported != 1 {
 		t.Fatalf("import of a file with a byte order mark: %+v", st)
 	}
 }
@@ -592,11 +587,8 @@ func TestImportReadsPastAByteOrderMark(t *testing.T) {
 // refuses another's as id_taken), so import refuses the line.
 func TestImportRefusesAReplacementOfAnotherIngest(t *testing.T) {
 	ctx := context.Background()
-	src, dst := newStore(t, 2), newStore(t, 2)
-	m := msg("x", time.Now().Add(time.Hour))
-	m.Ingest = "a"
-	park(t, src, store.Parked, m)
-	data, _ := exportAll(t, src, false)
+	dst := newStore(t, 2)
+	data := exportOf(t, "a", "x")
 	for _, ingest := range []string{"b", "a"} {
 		line := rewrite(t, data, func(rec *store.Record) {
 			rec.Replacement = &store.Record{DueAt: rec.DueAt, Sink: rec.Sink, Destination: rec.Destination, Ingest: store.Text(ingest), BodyBase64: "bmV3"}
@@ -622,13 +614,8 @@ func TestImportRefusesAReplacementOfAnotherIngest(t *testing.T) {
 func TestImportStopsAtALineRefusedAsItIsWritten(t *testing.T) {
 	ctx := context.Background()
 	due := time.Now().Add(time.Hour)
-	src, dst := newStore(t, 2), newStore(t, 2)
-	for _, id := range []string{"x", "y"} {
-		m := msg(id, due)
-		m.Ingest = "b"
-		park(t, src, store.Parked, m)
-	}
-	data, _ := exportAll(t, src, false)
+	dst := newStore(t, 2)
+	data := exportOf(t, "b", "x", "y")
 	mine := msg("x", due)
 	mine.Ingest = "a"
 	park(t, dst, store.Parked, mine)
@@ -648,11 +635,8 @@ func TestImportStopsAtALineRefusedAsItIsWritten(t *testing.T) {
 // without it the record is skipped as known, not refused as id_taken.
 func TestImportReplacesAStoredMessageThatCannotBeRead(t *testing.T) {
 	ctx := context.Background()
-	src, dst := newStore(t, 1), newStore(t, 1)
-	m := msg("x", time.Now().Add(time.Hour))
-	m.Ingest = "a"
-	park(t, src, store.Parked, m)
-	data, _ := exportAll(t, src, false)
+	dst := newStore(t, 1)
+	data := exportOf(t, "a", "x")
 	park(t, dst, store.Parked, msg("x", time.Now().Add(time.Hour)))
 	if err := dst.Client().HSet(ctx, dst.Keys().Pool(0), "x", "\x00not a stored message").Err(); err != nil {
 		t.Fatal(err)
@@ -666,4 +650,18 @@ func TestImportReplacesAStoredMessageThatCannotBeRead(t *testing.T) {
 	if info, err := dst.Inspect(ctx, "x"); err != nil || info.Message == nil || info.Message.Ingest != "a" {
 		t.Fatalf("x after the repair: %+v %v", info, err)
 	}
+}
+
+// exportOf parks, in a store of its own, a message due in an hour of
+// ingest for each of ids, and returns their export.
+func exportOf(t *testing.T, ingest string, ids ...string) []byte {
+	t.Helper()
+	src := newStore(t, 2)
+	for _, id := range ids {
+		m := msg(id, time.Now().Add(time.Hour))
+		m.Ingest = ingest
+		park(t, src, store.Parked, m)
+	}
+	data, _ := exportAll(t, src, false)
+	return data
 }
