@@ -211,6 +211,9 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 	conn, ch := l.conn, l.ch
 	shared := l == &s.lanes.shared
 	careful := false
+	laneClosed := func() {
+		sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: the connection apart for routing key %q closed while the publish waited for it", s.cfg.Name, dest)))
+	}
 	for {
 		// Held: the lane has sent what its destination took no answer
 		// for stuckAfter, or, once it was so, a publish still unanswered
@@ -233,7 +236,7 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 		l.mu.Unlock()
 		switch err := ch.awaitAnswer(ctx, since); {
 		case errors.Is(err, errLaneDead):
-			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: the connection apart for routing key %q closed while the publish waited for it", s.cfg.Name, dest)))
+			laneClosed()
 			return nil
 		case err != nil:
 			sinks.Fill(errs, fmt.Errorf("rabbitmq sink %s: not sent: routing key %q has taken no publish on its connection apart since %s "+
@@ -249,7 +252,7 @@ func (s *Sink) publishLane(ctx context.Context, l *lane, dest string, msgs []sin
 		l.mu.Lock()
 		if l.ch != ch {
 			l.mu.Unlock()
-			sinks.Fill(errs, sinks.NotSent(fmt.Errorf("rabbitmq sink %s: not sent: the connection apart for routing key %q closed while the publish waited for it", s.cfg.Name, dest)))
+			laneClosed()
 			return nil
 		}
 	}
